@@ -1,0 +1,16 @@
+// config.json -> ModelConfig, for both shapes that exist (spec §2): the Hub's (compress_ratios with trailing
+// MTP entries, num_hash_layers, qk_rope_head_dim, rope_scaling, quantization_config, expert_dtype) and the
+// one transformers writes (layer_types, mlp_layer_types, compress_rates, rope_parameters.{main,compress},
+// partial_rotary_factor). Inconsistent or unknown values are errors naming the field. Tested in tests/io/.
+#pragma once
+
+#include <string>
+
+#include "model/model_config.h"
+
+namespace dsv4 {
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source_name);
+ModelConfig read_model_config(const std::string& path);
+
+}  // namespace dsv4

@@ -1,0 +1,13 @@
+// The CUDA error path: see cuda_check.h.
+#include "kernels/cuda/cuda_check.h"
+
+#include "core/error.h"
+
+namespace dsv4::cuda {
+
+void throw_cuda_error(cudaError_t status, const char* expression, const char* file, int line) {
+    fail("CUDA error {} ({}) in {} at {}:{}", cudaGetErrorName(status), cudaGetErrorString(status), expression,
+         file, line);
+}
+
+}  // namespace dsv4::cuda
