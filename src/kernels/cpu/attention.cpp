@@ -17,8 +17,8 @@
 
 namespace dsv4::cpu {
 
-void sparse_attention_head(const float* q, const float* const* keys, int64_t count, int64_t d, float scale,
-                           float sink, bool round_probs_bf16, float* out) {
+void sparse_attention_head(const float* q, const float* const* keys, int64_t count, int64_t d, float scale, float sink,
+                           bool round_probs_bf16, float* out) {
     std::fill(out, out + d, 0.0f);
     if (count == 0) return;
 

@@ -27,10 +27,14 @@ float load_f32(const uint8_t* p) {
 float block_scale(const QuantizedMatrix& w, int64_t row, int64_t col) {
     int64_t index = (row / w.block_rows) * w.scale_cols + col / w.block_cols;
     switch (w.scale_dtype) {
-        case DType::kF8E8M0: return e8m0_to_f32(w.scale[index]);
-        case DType::kF8E4M3: return e4m3_to_f32(w.scale[index]);
-        case DType::kF32: return load_f32(w.scale + 4 * index);
-        default: DSV4_ASSERT(false, "{}: unsupported scale dtype {}", w.name, dtype_name(w.scale_dtype));
+        case DType::kF8E8M0:
+            return e8m0_to_f32(w.scale[index]);
+        case DType::kF8E4M3:
+            return e4m3_to_f32(w.scale[index]);
+        case DType::kF32:
+            return load_f32(w.scale + 4 * index);
+        default:
+            DSV4_ASSERT(false, "{}: unsupported scale dtype {}", w.name, dtype_name(w.scale_dtype));
     }
     return 0.0f;
 }

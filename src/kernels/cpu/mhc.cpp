@@ -12,7 +12,9 @@
 namespace dsv4::cpu {
 namespace {
 
-float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
+float sigmoid(float z) {
+    return 1.0f / (1.0f + std::exp(-z));
+}
 
 // rho = rsqrt(mean(v^2) + eps) over the flattened streams v = X [n_hc * D].
 float stream_rsqrt(const float* v, int64_t n, float eps) {
@@ -77,8 +79,8 @@ void sinkhorn(float* c, int64_t n_hc, int64_t iters, float eps) {
     }
 }
 
-void hc_pre(const float* X, const float* fn, const float* base, const float* scale, const HcParams& p,
-            float* x_out, HcMix& mix) {
+void hc_pre(const float* X, const float* fn, const float* base, const float* scale, const HcParams& p, float* x_out,
+            HcMix& mix) {
     const int64_t n = p.n_hc, width = p.n_hc * p.dim, n_mix = (2 + n) * n;
     std::vector<float> logits(static_cast<size_t>(n_mix));
     mix_logits(fn, n_mix, X, width, stream_rsqrt(X, width, p.norm_eps), logits.data());

@@ -33,8 +33,7 @@ void fp8_round_trip(float* x, int64_t n, int64_t block) {
         float* blk = x + b;
         float amax = std::max(block_amax(blk, block), 1e-4f);
         float s = ue8m0_ceil_pow2(amax * kMaxInv);
-        for (int64_t i = 0; i < block; ++i)
-            blk[i] = round_e4m3(std::clamp(blk[i] / s, -kE4M3Max, kE4M3Max)) * s;
+        for (int64_t i = 0; i < block; ++i) blk[i] = round_e4m3(std::clamp(blk[i] / s, -kE4M3Max, kE4M3Max)) * s;
     }
 }
 
@@ -46,8 +45,7 @@ void fp4_round_trip(float* x, int64_t n, int64_t block) {
         float* blk = x + b;
         float amax = std::max(block_amax(blk, block), kFloor);
         float s = ue8m0_ceil_pow2(amax * kMaxInv);
-        for (int64_t i = 0; i < block; ++i)
-            blk[i] = round_e2m1(std::clamp(blk[i] / s, -kE2M1Max, kE2M1Max)) * s;
+        for (int64_t i = 0; i < block; ++i) blk[i] = round_e2m1(std::clamp(blk[i] / s, -kE2M1Max, kE2M1Max)) * s;
     }
 }
 

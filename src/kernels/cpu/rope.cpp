@@ -43,10 +43,10 @@ RopeTable make_rope_table(int64_t rope_dim, const RopeParams& params) {
 
     const YarnParams& yarn = *params.yarn;
     int64_t orig = yarn.original_max_position_embeddings;
-    int64_t low = std::max<int64_t>(
-        int64_t(std::floor(correction_dim(yarn.beta_fast, rope_dim, params.theta, orig))), 0);
-    int64_t high = std::min<int64_t>(
-        int64_t(std::ceil(correction_dim(yarn.beta_slow, rope_dim, params.theta, orig))), rope_dim - 1);
+    int64_t low =
+        std::max<int64_t>(int64_t(std::floor(correction_dim(yarn.beta_fast, rope_dim, params.theta, orig))), 0);
+    int64_t high = std::min<int64_t>(int64_t(std::ceil(correction_dim(yarn.beta_slow, rope_dim, params.theta, orig))),
+                                     rope_dim - 1);
     double high_f = (low == high) ? double(high) + 0.001 : double(high);
     const float span = float(high_f - double(low));
     const float factor = float(yarn.factor);
