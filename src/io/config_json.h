@@ -10,7 +10,21 @@
 
 namespace dsv4 {
 
+// Which layout a config.json was written in. The Hub shape must spell out every architecture field (DeepSeek's
+// own code defaults differ from the release values, spec §2.2); the transformers shape falls back to
+// DeepseekV4Config's defaults like transformers does, and describes a checkpoint without MTP weights.
+enum class ConfigShape { kHub, kTransformers };
+
+struct ParsedConfig {
+    ModelConfig config;
+    ConfigShape shape = ConfigShape::kHub;
+};
+
+ParsedConfig parse_config_json(const std::string& json_text, const std::string& source_name);
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source_name);
 ModelConfig read_model_config(const std::string& path);
+
+// The whole file as a string; a missing or unreadable file is a dsv4::Error naming it.
+std::string read_text_file(const std::string& path);
 
 }  // namespace dsv4

@@ -1,0 +1,296 @@
+// config.json -> ModelConfig for both shapes: the shared fixture's Hub config, Flash-like and 0731-like Hub
+// configs, transformers-shaped configs written by hand from DeepseekV4Config's documented fields, and one broken
+// config per validation rule, each checked to name the file and the field.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "io/config_json.h"
+#include "io_test_util.h"
+
+namespace dsv4 {
+namespace {
+
+using nlohmann::json;
+using test::expect_error;
+
+// A complete Hub-shaped config (the fixture's values), as a JSON object tests can edit.
+json hub_config() {
+    return json::parse(R"({
+ "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "vocab_size": 512, "hidden_size": 256,
+ "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 128, "qk_rope_head_dim": 64,
+ "q_lora_rank": 128, "o_groups": 2, "o_lora_rank": 64, "sliding_window": 32, "compress_ratios": [0, 4, 128, 0, 0],
+ "compress_rope_theta": 160000.0, "rope_theta": 10000.0,
+ "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "beta_fast": 32,
+                  "beta_slow": 1},
+ "max_position_embeddings": 1048576, "index_n_heads": 8, "index_head_dim": 128, "index_topk": 92,
+ "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "moe_intermediate_size": 128,
+ "num_hash_layers": 2, "scoring_func": "sqrtsoftplus", "topk_method": "noaux_tc", "norm_topk_prob": true,
+ "routed_scaling_factor": 1.5, "swiglu_limit": 10.0, "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-06,
+ "rms_norm_eps": 1e-06, "num_nextn_predict_layers": 1, "hidden_act": "silu", "bos_token_id": 0, "eos_token_id": 1,
+ "tie_word_embeddings": false, "torch_dtype": "bfloat16", "expert_dtype": "fp4",
+ "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "scale_fmt": "ue8m0", "weight_block_size": [128, 128],
+                         "activation_scheme": "dynamic"}})");
+}
+
+// A transformers-shaped config as DeepseekV4Config.save_pretrained would write it for a tiny test model
+// (spec §16.2): explicit schedules, nested rope_parameters, no quantization, transformers 5's "dtype" key.
+json hf_config() {
+    return json::parse(R"({
+ "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "vocab_size": 256, "hidden_size": 64,
+ "moe_intermediate_size": 32, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 1,
+ "head_dim": 32, "q_lora_rank": 32, "num_experts_per_tok": 2, "n_routed_experts": 4, "n_shared_experts": 1,
+ "scoring_func": "sqrtsoftplus", "norm_topk_prob": true, "routed_scaling_factor": 1.5,
+ "max_position_embeddings": 4096, "rope_theta": 10000.0,
+ "layer_types": ["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention",
+                 "compressed_sparse_attention"],
+ "compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 16},
+ "compress_rope_theta": 160000.0, "hc_mult": 2, "hc_sinkhorn_iters": 20, "hc_eps": 1e-06,
+ "mlp_layer_types": ["hash_moe", "moe", "moe", "moe"], "swiglu_limit": 10.0, "sliding_window": 8,
+ "o_groups": 2, "o_lora_rank": 16, "index_n_heads": 8, "index_head_dim": 16, "index_topk": 3,
+ "num_nextn_predict_layers": 1, "hidden_act": "silu", "rms_norm_eps": 1e-06, "pad_token_id": null,
+ "bos_token_id": 0, "eos_token_id": 1, "tie_word_embeddings": false,
+ "rope_parameters": {
+   "main": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+   "compress": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "beta_fast": 32,
+                "beta_slow": 1, "attention_factor": 1.0, "rope_theta": 160000.0, "partial_rotary_factor": 0.25}},
+ "partial_rotary_factor": 0.25, "dtype": "float32", "transformers_version": "5.17.0"})");
+}
+
+ParsedConfig parse(const json& j) {
+    return parse_config_json(j.dump(), "test/config.json");
+}
+
+TEST(ConfigJson, ReadsTheFixtureHubConfig) {
+    DSV4_REQUIRE_FIXTURE();
+    ModelConfig c = read_model_config(test::fixture_dir() + "/config.json");
+    EXPECT_EQ(c.vocab_size, 512);
+    EXPECT_EQ(c.hidden_size, 256);
+    EXPECT_EQ(c.num_layers, 4);
+    EXPECT_EQ(c.num_heads, 4);
+    EXPECT_EQ(c.head_dim, 128);
+    EXPECT_EQ(c.rope_head_dim, 64);
+    EXPECT_EQ(c.nope_head_dim(), 64);
+    EXPECT_EQ(c.compress_ratios, (std::vector<int64_t>{0, 4, 128, 0}));
+    EXPECT_EQ(c.mtp_compress_ratios, (std::vector<int64_t>{0}));
+    EXPECT_EQ(c.mlp_types, (std::vector<MlpType>{MlpType::kHashMoe, MlpType::kHashMoe, MlpType::kMoe, MlpType::kMoe}));
+    EXPECT_EQ(c.attention_type(1), AttentionType::kCompressedSparse);
+    EXPECT_EQ(c.attention_type(2), AttentionType::kHeavilyCompressed);
+    EXPECT_EQ(c.main_rope.theta, 10000.0);
+    EXPECT_FALSE(c.main_rope.yarn.has_value());
+    EXPECT_EQ(c.compress_rope.theta, 160000.0);
+    ASSERT_TRUE(c.compress_rope.yarn.has_value());
+    EXPECT_EQ(c.compress_rope.yarn->factor, 4.0);
+    EXPECT_EQ(c.compress_rope.yarn->original_max_position_embeddings, 64);
+    EXPECT_EQ(c.compress_rope.yarn->beta_fast, 32.0);
+    EXPECT_EQ(c.compress_rope.yarn->beta_slow, 1.0);
+    EXPECT_EQ(c.index_n_heads, 8);
+    EXPECT_EQ(c.index_topk, 92);
+    EXPECT_EQ(c.n_routed_experts, 8);
+    EXPECT_EQ(c.num_experts_per_tok, 2);
+    EXPECT_EQ(c.routed_scaling_factor, 1.5);
+    EXPECT_EQ(c.swiglu_limit, 10.0);
+    EXPECT_EQ(c.hc_mult, 4);
+    EXPECT_EQ(c.num_mtp_layers, 1);
+    EXPECT_EQ(c.expert_dtype, ExpertDtype::kFp4);
+    EXPECT_TRUE(c.fp8_quantized);
+    EXPECT_TRUE(c.scale_fmt_ue8m0);
+    EXPECT_EQ(c.weight_block_size, (std::vector<int64_t>{128, 128}));
+    EXPECT_EQ(c.torch_dtype, "bfloat16");
+    EXPECT_EQ(parse(hub_config()).shape, ConfigShape::kHub);
+}
+
+TEST(ConfigJson, FlashScheduleAndDraftTail) {
+    json j = hub_config();
+    j["num_hidden_layers"] = 43;
+    j["num_hash_layers"] = 3;
+    std::vector<int64_t> flash = {0, 0};
+    for (int i = 0; i < 20; ++i) flash.insert(flash.end(), {4, 128});
+    flash.insert(flash.end(), {4, 0});  // 44 entries: 43 trunk + 1 MTP
+    j["compress_ratios"] = flash;
+    ModelConfig c = parse(j).config;
+    int csa = 0, hca = 0, swa = 0;
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        auto t = c.attention_type(i);
+        (t == AttentionType::kCompressedSparse ? csa : t == AttentionType::kHeavilyCompressed ? hca : swa)++;
+    }
+    EXPECT_EQ(csa, 21);
+    EXPECT_EQ(hca, 20);
+    EXPECT_EQ(swa, 2);
+    EXPECT_EQ(c.mtp_compress_ratios, (std::vector<int64_t>{0}));
+    EXPECT_EQ(c.block_compress_ratio(43), 0);
+    EXPECT_EQ(c.mlp_types[2], MlpType::kHashMoe);
+    EXPECT_EQ(c.mlp_types[3], MlpType::kMoe);
+
+    // Flash-0731: two more zeros for the DSpark draft layers are accepted and dropped.
+    flash.insert(flash.end(), {0, 0});
+    j["compress_ratios"] = flash;
+    EXPECT_EQ(parse(j).config.mtp_compress_ratios.size(), 1u);
+    // A non-zero entry past the MTP layers is not.
+    flash.back() = 4;
+    j["compress_ratios"] = flash;
+    expect_error([&] { parse(j); }, {"test/config.json", "compress_ratios[45]"});
+}
+
+TEST(ConfigJson, ReadsATransformersConfig) {
+    ParsedConfig p = parse(hf_config());
+    const ModelConfig& c = p.config;
+    EXPECT_EQ(p.shape, ConfigShape::kTransformers);
+    EXPECT_EQ(c.hidden_size, 64);
+    EXPECT_EQ(c.head_dim, 32);
+    EXPECT_EQ(c.rope_head_dim, 8);  // 0.25 * 32
+    EXPECT_EQ(c.compress_ratios, (std::vector<int64_t>{0, 4, 16, 4}));
+    EXPECT_EQ(c.mtp_compress_ratios, (std::vector<int64_t>{0}));
+    EXPECT_EQ(c.mlp_types, (std::vector<MlpType>{MlpType::kHashMoe, MlpType::kMoe, MlpType::kMoe, MlpType::kMoe}));
+    EXPECT_EQ(c.main_rope.theta, 10000.0);
+    EXPECT_FALSE(c.main_rope.yarn.has_value());
+    EXPECT_EQ(c.compress_rope.theta, 160000.0);
+    ASSERT_TRUE(c.compress_rope.yarn.has_value());
+    EXPECT_EQ(c.compress_rope.yarn->factor, 4.0);
+    EXPECT_EQ(c.compress_rope.yarn->original_max_position_embeddings, 64);
+    EXPECT_EQ(c.hc_mult, 2);
+    EXPECT_EQ(c.index_head_dim, 16);
+    EXPECT_EQ(c.torch_dtype, "float32");
+    EXPECT_FALSE(c.fp8_quantized);
+    EXPECT_EQ(c.expert_dtype, ExpertDtype::kBf16);
+}
+
+TEST(ConfigJson, TransformersShapeFoldsLegacyFieldsAndDefaults) {
+    json j = hf_config();
+    j.erase("mlp_layer_types");
+    j.erase("partial_rotary_factor");
+    j.erase("compress_rates");
+    j["rope_parameters"].erase("main");  // not nested any more: a flat dict describing the compress rope
+    j["rope_parameters"] = j["rope_parameters"]["compress"];
+    j["rope_parameters"].erase("partial_rotary_factor");
+    j["num_hash_layers"] = 2;
+    j["qk_rope_head_dim"] = 16;
+    j["index_head_dim"] = 32;
+    j["compress_rate_hca"] = 32;
+    j["compress_rope_theta"] = 40000.0;
+    ModelConfig c = parse(j).config;
+    EXPECT_EQ(c.mlp_types, (std::vector<MlpType>{MlpType::kHashMoe, MlpType::kHashMoe, MlpType::kMoe, MlpType::kMoe}));
+    EXPECT_EQ(c.rope_head_dim, 16);
+    EXPECT_EQ(c.compress_ratios, (std::vector<int64_t>{0, 4, 32, 4}));
+    EXPECT_EQ(c.compress_rope.theta, 40000.0);  // flat dict: thetas come from the top level
+    ASSERT_TRUE(c.compress_rope.yarn.has_value());
+
+    // Missing fields take DeepseekV4Config's defaults; no schedule at all gives its Pro-like default pattern.
+    json minimal = {{"model_type", "deepseek_v4"}, {"partial_rotary_factor", 0.125}, {"num_hidden_layers", 6}};
+    ModelConfig d = parse(minimal).config;
+    EXPECT_EQ(d.hidden_size, 4096);
+    EXPECT_EQ(d.head_dim, 512);
+    EXPECT_EQ(d.rope_head_dim, 64);
+    EXPECT_EQ(d.compress_ratios, (std::vector<int64_t>{128, 128, 128, 4, 128, 4}));
+    EXPECT_EQ(d.mlp_types[2], MlpType::kHashMoe);
+    EXPECT_EQ(d.mlp_types[3], MlpType::kMoe);
+    EXPECT_EQ(d.routed_scaling_factor, 1.5);
+    EXPECT_FALSE(d.compress_rope.yarn.has_value());
+}
+
+TEST(ConfigJson, EosListAndNulls) {
+    json j = hf_config();
+    j["eos_token_id"] = {1, 7};
+    j["bos_token_id"] = nullptr;
+    ModelConfig c = parse(j).config;
+    EXPECT_EQ(c.eos_token_id, 1);
+    EXPECT_EQ(c.bos_token_id, 0);
+}
+
+// One broken variant per rule: `edit` breaks a valid config, the error must name the file and `field`.
+struct BadCase {
+    const char* what;
+    bool hf;
+    std::function<void(json&)> edit;
+    const char* field;
+};
+
+TEST(ConfigJson, RejectsBrokenConfigs) {
+    const std::vector<BadCase> cases = {
+        {"missing required field", false, [](json& j) { j.erase("hidden_size"); }, "'hidden_size'"},
+        {"missing theta", false, [](json& j) { j.erase("compress_rope_theta"); }, "'compress_rope_theta'"},
+        {"missing hash layers", false, [](json& j) { j.erase("num_hash_layers"); }, "'num_hash_layers'"},
+        {"wrong type", false, [](json& j) { j["hidden_size"] = "256"; }, "'hidden_size'"},
+        {"float for int", false, [](json& j) { j["num_attention_heads"] = 4.5; }, "'num_attention_heads'"},
+        {"bool for number", false, [](json& j) { j["rope_theta"] = true; }, "'rope_theta'"},
+        {"hidden size zero", false, [](json& j) { j["hidden_size"] = 0; }, "'hidden_size'"},
+        {"hidden size negative", false, [](json& j) { j["hidden_size"] = -8; }, "'hidden_size'"},
+        {"ratios shorter than layers", false,
+         [](json& j) {
+             j["compress_ratios"] = {0, 4, 128};
+         },
+         "'compress_ratios'"},
+        {"ratios lack mtp", false,
+         [](json& j) {
+             j["compress_ratios"] = {0, 4, 128, 0};
+         },
+         "'compress_ratios'"},
+        {"negative ratio", false, [](json& j) { j["compress_ratios"][1] = -4; }, "'compress_ratios[1]'"},
+        {"ratios not a list", false, [](json& j) { j["compress_ratios"] = 4; }, "'compress_ratios'"},
+        {"head dim not > rope", false, [](json& j) { j["qk_rope_head_dim"] = 128; }, "'head_dim'"},
+        {"rope dim odd", false, [](json& j) { j["qk_rope_head_dim"] = 63; }, "'qk_rope_head_dim'"},
+        {"top-k > experts", false, [](json& j) { j["num_experts_per_tok"] = 9; }, "'num_experts_per_tok'"},
+        {"o_groups", false, [](json& j) { j["o_groups"] = 3; }, "'o_groups'"},
+        {"kv heads", false, [](json& j) { j["num_key_value_heads"] = 2; }, "'num_key_value_heads'"},
+        {"shared experts", false, [](json& j) { j["n_shared_experts"] = 2; }, "'n_shared_experts'"},
+        {"hash layers > L", false, [](json& j) { j["num_hash_layers"] = 5; }, "'num_hash_layers'"},
+        {"index head dim", false, [](json& j) { j["index_head_dim"] = 64; }, "'index_head_dim'"},
+        {"scoring", false, [](json& j) { j["scoring_func"] = "relu"; }, "'scoring_func'"},
+        {"topk method", false, [](json& j) { j["topk_method"] = "group_limited_greedy"; }, "'topk_method'"},
+        {"activation", false, [](json& j) { j["hidden_act"] = "gelu"; }, "'hidden_act'"},
+        {"model type", false, [](json& j) { j["model_type"] = "deepseek_v41"; }, "'model_type'"},
+        {"eos outside vocab", false, [](json& j) { j["eos_token_id"] = 512; }, "'eos_token_id'"},
+        {"rope type", false, [](json& j) { j["rope_scaling"]["type"] = "longrope"; }, "'rope_scaling.type'"},
+        {"yarn factor", false, [](json& j) { j["rope_scaling"].erase("factor"); }, "'rope_scaling.factor'"},
+        {"yarn factor type", false, [](json& j) { j["rope_scaling"]["factor"] = "4"; }, "'rope_scaling.factor'"},
+        {"quant method", false, [](json& j) { j["quantization_config"]["quant_method"] = "gptq"; },
+         "'quantization_config.quant_method'"},
+        {"scale fmt", false, [](json& j) { j["quantization_config"]["scale_fmt"] = "e4m3"; },
+         "'quantization_config.scale_fmt'"},
+        {"block size", false,
+         [](json& j) {
+             j["quantization_config"]["weight_block_size"] = {64, 64};
+         },
+         "'quantization_config.weight_block_size'"},
+        {"quantization not object", false, [](json& j) { j["quantization_config"] = "fp8"; }, "'quantization_config'"},
+        {"expert dtype", false, [](json& j) { j["expert_dtype"] = "int4"; }, "'expert_dtype'"},
+        {"fp4 experts unquantized", false, [](json& j) { j.erase("quantization_config"); }, "'expert_dtype'"},
+        {"layer count absurd", false, [](json& j) { j["num_hidden_layers"] = 1LL << 40; }, "'num_hidden_layers'"},
+        {"hf unknown layer type", true, [](json& j) { j["layer_types"][2] = "full_attention"; }, "'layer_types[2]'"},
+        {"hf layer types length", true, [](json& j) { j["layer_types"].erase(3); }, "'layer_types'"},
+        {"hf unknown mlp type", true, [](json& j) { j["mlp_layer_types"][0] = "dense"; }, "'mlp_layer_types[0]'"},
+        {"hf mlp types length", true, [](json& j) { j["mlp_layer_types"].push_back("moe"); }, "'mlp_layer_types'"},
+        {"hf csa rate", true, [](json& j) { j["compress_rates"]["compressed_sparse_attention"] = 8; },
+         "'compress_rates'"},
+        {"hf unknown rate key", true, [](json& j) { j["compress_rates"]["sliding_attention"] = 1; },
+         "'compress_rates.sliding_attention'"},
+        {"hf partial factor", true, [](json& j) { j["partial_rotary_factor"] = 0.3; }, "'partial_rotary_factor'"},
+        {"hf partial factor disagrees", true,
+         [](json& j) { j["rope_parameters"]["compress"]["partial_rotary_factor"] = 0.5; },
+         "'rope_parameters.compress.partial_rotary_factor'"},
+        {"hf attention factor", true, [](json& j) { j["rope_parameters"]["compress"]["attention_factor"] = 1.2; },
+         "'rope_parameters.compress.attention_factor'"},
+        {"hf rope dim odd", true,
+         [](json& j) {
+             for (auto* p : {&j, &j["rope_parameters"]["main"], &j["rope_parameters"]["compress"]})
+                 (*p)["partial_rotary_factor"] = 7.0 / 32.0;
+         },
+         "'qk_rope_head_dim'"},
+        {"hf layer types not strings", true, [](json& j) { j["layer_types"][0] = 0; }, "'layer_types[0]'"},
+    };
+    for (const auto& bc : cases) {
+        SCOPED_TRACE(bc.what);
+        json j = bc.hf ? hf_config() : hub_config();
+        bc.edit(j);
+        expect_error([&] { parse(j); }, {"test/config.json", bc.field});
+    }
+}
+
+TEST(ConfigJson, RejectsNonJsonAndNonObjects) {
+    expect_error([] { parse_config_json("{\"vocab_size\": 5,", "bad.json"); }, {"bad.json", "not valid JSON"});
+    expect_error([] { parse_config_json("[1, 2]", "bad.json"); }, {"bad.json", "JSON object"});
+    expect_error([] { read_model_config("/nonexistent/config.json"); }, {"/nonexistent/config.json"});
+}
+
+}  // namespace
+}  // namespace dsv4
