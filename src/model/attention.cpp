@@ -78,6 +78,15 @@ void indexer_scores(const Precision& p, const float* q, const float* head_weight
     }
 }
 
+// Attention of one head over the non-empty slots; in model numerics the probabilities enter P.V as bf16.
+void sparse_attention(const Precision& p, const float* q, const std::vector<const float*>& slots, int64_t d,
+                      float scale, float sink, float* out) {
+    std::vector<const float*> keys;
+    for (const float* s : slots)
+        if (s) keys.push_back(s);
+    cpu::sparse_attention_head(q, keys.data(), int64_t(keys.size()), d, scale, sink, p.model(), out);
+}
+
 // Indices of the top `k` scores, highest first; ties go to the lower index (deterministic).
 std::vector<int64_t> top_k(const float* scores, int64_t count, int64_t k) {
     std::vector<int64_t> order(static_cast<size_t>(count));
@@ -161,25 +170,30 @@ void attention_forward(const AttentionContext& ctx, const AttentionWeights& w, L
                        [&](float* entry) { p.kv_nope_fp8(entry, nope); });
 
     // 5. Sparse attention of every head over window keys plus the chosen compressed entries; inverse RoPE.
+    // Slot order follows the official kernel's index list: W window slots (oldest to newest, missing positions
+    // as empty slots at the end), then the compressed entries (CSA: by indexer score, highest first; HCA: in
+    // order). In model numerics the order decides which keys share a softmax block (see attention.h).
     Buffer o(static_cast<size_t>(tokens * H * d));
     const float scale = float(std::pow(double(d), -0.5));
     p.pool().parallel_for(tokens, [&](int64_t begin, int64_t end) {
-        std::vector<const float*> keys;
+        std::vector<const float*> slots;
         for (int64_t t = begin; t < end; ++t) {
             const int64_t position = start_position + t;
-            keys.clear();
+            slots.clear();
             for (int64_t k = std::max<int64_t>(0, position - W + 1); k <= position; ++k)
-                keys.push_back(k < start_position ? state.window.data() + (k % W) * d
-                                                  : kv.data() + (k - start_position) * d);
+                slots.push_back(k < start_position ? state.window.data() + (k % W) * d
+                                                   : kv.data() + (k - start_position) * d);
+            slots.resize(static_cast<size_t>(W), nullptr);
             if (w.indexer) {
-                for (int64_t e : selected[static_cast<size_t>(t)]) keys.push_back(state.compressed.data() + e * d);
+                for (int64_t e : selected[static_cast<size_t>(t)]) slots.push_back(state.compressed.data() + e * d);
             } else if (w.compressor) {
-                for (int64_t e = 0; e < (position + 1) / ratio; ++e) keys.push_back(state.compressed.data() + e * d);
+                for (int64_t e = 0; e < (position + 1) / ratio; ++e) slots.push_back(state.compressed.data() + e * d);
             }
             for (int64_t h = 0; h < H; ++h) {
                 float* oh = o.data() + (t * H + h) * d;
-                cpu::sparse_attention_head(q.data() + (t * H + h) * d, keys.data(), int64_t(keys.size()), d, scale,
-                                           w.attn_sink[static_cast<size_t>(h)], p.model(), oh);
+                const float* qh = q.data() + (t * H + h) * d;
+                const float sink = w.attn_sink[static_cast<size_t>(h)];
+                sparse_attention(p, qh, slots, d, scale, sink, oh);
                 p.activation(oh, d);
                 rope_tail(p, ctx.rope, oh, d, position, /*inverse=*/true);
             }

@@ -1,0 +1,140 @@
+// The dsv4 command end to end: logits and generate on the official-numerics fixture (their output checked against
+// DeepSeek's reference), inspect, and the error paths a user hits (exit code 1 and a sentence naming the problem).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "../model/golden_io.h"
+#include "runtime/sampler.h"
+
+using namespace dsv4;
+using namespace dsv4::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kBinary = std::string(DSV4_BINARY_DIR) + "/tools/dsv4/dsv4";
+const std::string kFixture = std::string(DSV4_SHARED_DIR) + "/fixtures/official-numerics-a";
+
+struct Result {
+    int exit_code = -1;
+    std::string output;  // stdout and stderr together
+};
+
+Result run(const std::string& args) {
+    Result r;
+    std::string command = kBinary + " " + args + " 2>&1";
+    FILE* pipe = popen(command.c_str(), "r");
+    if (!pipe) return r;
+    std::array<char, 4096> buffer;
+    while (fgets(buffer.data(), int(buffer.size()), pipe)) r.output += buffer.data();
+    int status = pclose(pipe);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+}
+
+std::string temp_path(const std::string& name) {
+    fs::path dir = fs::temp_directory_path() / ("dsv4_cli_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    return (dir / name).string();
+}
+
+std::string write_text(const std::string& name, const std::string& text) {
+    std::string path = temp_path(name);
+    std::ofstream(path) << text;
+    return path;
+}
+
+std::string ids_text(const std::vector<int64_t>& ids) {
+    std::ostringstream s;
+    for (size_t i = 0; i < ids.size(); ++i) s << (i ? (i % 20 ? " " : "\n") : "") << ids[i];
+    return s.str();
+}
+
+}  // namespace
+
+TEST(Cli, VersionAndHelp) {
+    Result r = run("--version");
+    EXPECT_EQ(r.exit_code, 0);
+    EXPECT_NE(r.output.find("dsv4 "), std::string::npos);
+    r = run("logits --help");
+    EXPECT_EQ(r.exit_code, 0);
+    EXPECT_NE(r.output.find("--ids-file"), std::string::npos);
+}
+
+TEST(Cli, LogitsMatchDeepSeekReferenceInChunks) {
+    if (!fs::exists(kFixture)) GTEST_SKIP() << "no shared fixture";
+    Golden golden(kFixture + "/golden.safetensors");
+    std::vector<int64_t> ids = golden.ints("input_ids");
+    std::string ids_file = write_text("prompt.txt", ids_text(ids));
+    std::string out = temp_path("logits.safetensors");
+    Result r = run("logits -m " + kFixture + " --ids-file " + ids_file + " --chunks 100,1,1,200,73 --out " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    Golden written(out);
+    const TensorRef& t = written.tensor("logits");
+    ASSERT_EQ(t.shape, (std::vector<int64_t>{int64_t(ids.size()), 512}));
+    std::vector<float> logits = written.floats("logits");
+    std::vector<float> ref = golden.floats("prefill_last_logits");
+    Comparison c = compare(logits.data() + (ids.size() - 1) * 512, ref.data(), 512);
+    EXPECT_GE(c.cosine, 0.999);
+}
+
+TEST(Cli, GenerateGreedyPrintsDeepSeekTokens) {
+    if (!fs::exists(kFixture)) GTEST_SKIP() << "no shared fixture";
+    Golden golden(kFixture + "/golden.safetensors");
+    std::string ids_file = write_text("prompt2.txt", ids_text(golden.ints("input_ids")));
+    Result r = run("generate -q -m " + kFixture + " --ids-file " + ids_file + " -n 6 --greedy --print-ids");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::vector<int64_t> greedy = golden.ints("greedy_tokens");
+    std::string expected = ids_text({greedy.begin(), greedy.begin() + 6}) + "\n";
+    EXPECT_EQ(r.output, expected);
+}
+
+TEST(Cli, InspectShowsScheduleAndFormats) {
+    if (!fs::exists(kFixture)) GTEST_SKIP() << "no shared fixture";
+    Result r = run("inspect -m " + kFixture);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("CSA"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("HCA"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("hash-routed"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("FP4"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("per token"), std::string::npos) << r.output;
+}
+
+TEST(Cli, BadInputGivesOneClearError) {
+    std::string good_ids = write_text("ok.txt", "1 2 3");
+    struct Case {
+        std::string args, expected;
+    };
+    std::vector<Case> cases = {
+        {"logits -m /nonexistent/model --ids-file " + good_ids + " --out " + temp_path("x.st"), "/nonexistent/model"},
+        {"logits -m " + kFixture + " --ids-file " + write_text("bad.txt", "1 2 x3") + " --out " + temp_path("x.st"),
+         "'x3'"},
+        {"logits -m " + kFixture + " --ids-file " + write_text("empty.txt", " \n") + " --out " + temp_path("x.st"),
+         "no token ids"},
+        {"logits -m " + kFixture + " --ids-file " + good_ids + " --chunks 1,1 --out " + temp_path("x.st"),
+         "add up to 2"},
+        {"logits -m " + kFixture + " --ids-file " + good_ids + " --chunks 1,0,2 --out " + temp_path("x.st"),
+         "'0'"},
+        {"generate -m " + kFixture + " --ids-file " + write_text("big.txt", "1 99999") + " -n 2",
+         "outside the vocabulary"},
+        {"generate -m " + kFixture + " --ids-file " + good_ids + " --temp 0", "--temp"},
+        {"generate -m " + kFixture + " --ids-file " + good_ids + " --backend cuda", "--backend cpu"},
+    };
+    for (const auto& c : cases) {
+        if (c.args.find(kFixture) != std::string::npos && !fs::exists(kFixture)) continue;
+        Result r = run(c.args);
+        EXPECT_EQ(r.exit_code, 1) << c.args << "\n" << r.output;
+        EXPECT_NE(r.output.find(c.expected), std::string::npos) << c.args << "\n" << r.output;
+        EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
+    }
+    Result r = run("logits -m " + kFixture + " --ids-file " + good_ids + " --numerics fast --out x");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("--numerics"), std::string::npos) << r.output;
+}
