@@ -27,21 +27,26 @@ std::string serialize_safetensors(const std::vector<TensorToWrite>& tensors,
     for (const auto& t : tensors) {
         DSV4_CHECK(t.name != "__metadata__" && seen.insert(t.name).second,
                    "safetensors writer: tensor name '{}' is reserved or repeated", t.name);
-        uint64_t numel = 1;
+        uint64_t numel = 1, nbytes = 0;
         for (auto d : t.shape) {
-            DSV4_CHECK(d >= 0, "safetensors writer: tensor '{}' has a negative dimension", t.name);
-            numel *= uint64_t(d);
+            DSV4_CHECK(d >= 0 && !__builtin_mul_overflow(numel, uint64_t(d), &numel),
+                       "safetensors writer: tensor '{}' has a negative or overflowing shape", t.name);
         }
-        DSV4_CHECK(numel * dtype_size(t.dtype) == t.nbytes,
+        DSV4_CHECK(!__builtin_mul_overflow(numel, uint64_t(dtype_size(t.dtype)), &nbytes) && nbytes == t.nbytes,
                    "safetensors writer: tensor '{}' has {} bytes, but {} with {} elements needs {}", t.name, t.nbytes,
-                   dtype_name(t.dtype), numel, numel * dtype_size(t.dtype));
+                   dtype_name(t.dtype), numel, nbytes);
         DSV4_CHECK(t.data != nullptr || t.nbytes == 0, "safetensors writer: tensor '{}' has no data", t.name);
         header[t.name] = {{"dtype", std::string(dtype_name(t.dtype))},
                           {"shape", t.shape},
                           {"data_offsets", {offset, offset + t.nbytes}}};
         offset += t.nbytes;
     }
-    std::string text = header.dump();
+    std::string text;
+    try {
+        text = header.dump();
+    } catch (const nlohmann::json::exception& e) {  // names or metadata that are not valid UTF-8
+        fail("safetensors writer: cannot encode the header: {}", e.what());
+    }
     text.append((8 - text.size() % 8) % 8, ' ');
 
     std::string out;

@@ -55,6 +55,8 @@ TEST(SafetensorsWriter, RejectsInconsistentTensors) {
             serialize_safetensors({{"a", DType::kF32, {4}, a.data(), 16}, {"a", DType::kF32, {4}, a.data(), 16}});
         },
         {"'a'", "repeated"});
+    expect_error([&] { serialize_safetensors({{"bad\xff", DType::kF32, {4}, a.data(), 16}}); }, {"cannot encode"});
+    expect_error([&] { serialize_safetensors({{"a", DType::kF32, {-1}, a.data(), 16}}); }, {"'a'", "negative"});
 }
 
 // A header with one tensor "w" F32 [2] at [0, 8), over 8 data bytes; tests break one part at a time.

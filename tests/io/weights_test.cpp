@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/number_formats.h"
@@ -426,6 +427,37 @@ TEST(Weights, TiedEmbeddingsShareTheEmbedding) {
     cfg["tie_word_embeddings"] = true;
     ModelWeights w = load(set, cfg);
     EXPECT_EQ(w.head.data, w.embed.data);
+}
+
+}  // namespace
+}  // namespace dsv4
+
+namespace dsv4 {
+namespace {
+
+// The repository's own golden fixtures (tests/fixtures, made by tools/fixtures): two transformers save_pretrained
+// checkpoints and two Hub-native ones (FP8 + MXFP4 with MTP, FP8 + NVFP4), each opened and loaded completely.
+TEST(Weights, LoadsTheRepositoryFixtures) {
+    const std::string root = std::string(DSV4_SOURCE_DIR) + "/tests/fixtures/";
+    struct Expect {
+        const char* name;
+        size_t mtp;
+        WeightFormat attn, expert;
+    };
+    for (const Expect& e : {Expect{"hf-tiny-hc2-hca16", 0, WeightFormat::kF32, WeightFormat::kF32},
+                            Expect{"hf-tiny-hc4-hca128", 0, WeightFormat::kF32, WeightFormat::kF32},
+                            Expect{"native-mxfp4-mtp", 1, WeightFormat::kFp8Block, WeightFormat::kFp4Mx},
+                            Expect{"native-nvfp4", 0, WeightFormat::kFp8Block, WeightFormat::kNvfp4}}) {
+        SCOPED_TRACE(e.name);
+        if (!std::filesystem::exists(root + e.name + "/config.json")) GTEST_SKIP() << root << e.name << " not found";
+        auto ck = Checkpoint::open(root + e.name);
+        ModelWeights w = load_model_weights(ck, ck->config());
+        EXPECT_EQ(w.layers.size(), size_t(ck->config().num_layers));
+        EXPECT_EQ(w.mtp.size(), e.mtp);
+        EXPECT_EQ(w.layers.back().attn.wq_b.format, e.attn);
+        EXPECT_EQ(w.layers.back().ffn.experts.back().w2.format, e.expert);
+        EXPECT_EQ(w.layers.back().ffn.experts.back().w2.cols, ck->config().moe_intermediate_size);
+    }
 }
 
 }  // namespace
