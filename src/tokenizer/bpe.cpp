@@ -11,7 +11,6 @@
 namespace dsv4::tok {
 namespace {
 
-constexpr size_t kSmallPiece = 48;
 constexpr int32_t kNoRank = INT32_MAX;
 
 uint64_t hash_key(uint64_t k) {
@@ -141,19 +140,22 @@ void BpeModel::encode_piece(std::string_view bytes, std::vector<int32_t>& out) c
         out.push_back(byte_id_[static_cast<unsigned char>(bytes[0])]);
         return;
     }
-    std::vector<int32_t> sym(bytes.size());
-    for (size_t i = 0; i < bytes.size(); ++i) sym[i] = byte_id_[static_cast<unsigned char>(bytes[i])];
-    if (sym.size() <= kSmallPiece)
-        merge_small(sym);
-    else
+    if (bytes.size() > kSmallPiece) {
+        std::vector<int32_t> sym(bytes.size());
+        for (size_t i = 0; i < bytes.size(); ++i) sym[i] = byte_id_[static_cast<unsigned char>(bytes[i])];
         merge_large(sym);
-    out.insert(out.end(), sym.begin(), sym.end());
+        out.insert(out.end(), sym.begin(), sym.end());
+        return;
+    }
+    int32_t sym[kSmallPiece];
+    for (size_t i = 0; i < bytes.size(); ++i) sym[i] = byte_id_[static_cast<unsigned char>(bytes[i])];
+    const size_t n = merge_small(sym, bytes.size());
+    out.insert(out.end(), sym, sym + n);
 }
 
-void BpeModel::merge_small(std::vector<int32_t>& sym) const {
+size_t BpeModel::merge_small(int32_t* sym, size_t n) const {
     // rank[i] / merged[i]: the merge of the pair (sym[i], sym[i+1]).
     int32_t rank[kSmallPiece], merged[kSmallPiece];
-    size_t n = sym.size();
     auto look = [&](size_t i) {
         const Merge* m = find_merge(sym[i], sym[i + 1]);
         rank[i] = m ? m->rank : kNoRank;
@@ -175,7 +177,7 @@ void BpeModel::merge_small(std::vector<int32_t>& sym) const {
         if (best > 0) look(best - 1);
         if (best + 1 < n) look(best);
     }
-    sym.resize(n);
+    return n;
 }
 
 void BpeModel::merge_large(std::vector<int32_t>& sym) const {

@@ -44,7 +44,8 @@ private:
 
     const Merge* find_merge(int32_t left, int32_t right) const;
     void insert_merge(int32_t left, int32_t right, int32_t rank, int32_t id);
-    void merge_small(std::vector<int32_t>& sym) const;
+    static constexpr size_t kSmallPiece = 48;  // longer pieces use the heap merge
+    size_t merge_small(int32_t* sym, size_t n) const;  // in place; returns the new length
     void merge_large(std::vector<int32_t>& sym) const;
 
     std::unordered_map<std::string, int32_t> vocab_;  // raw bytes -> id

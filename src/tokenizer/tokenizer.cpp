@@ -3,6 +3,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <unordered_map>
 
@@ -69,7 +70,15 @@ private:
     bool first_byte_[256] = {};
 };
 
-Tokenizer::Tokenizer() = default;
+// BPE results of pieces long enough that merging costs more than a hash lookup (whitespace runs, long
+// words). Shared by all encode() calls of a tokenizer; a call that cannot take the lock encodes uncached.
+struct PieceCache {
+    static constexpr size_t kMinBytes = 8, kMaxEntries = 1 << 16;
+    std::mutex mutex;
+    std::unordered_map<std::string, std::vector<int32_t>> map;
+};
+
+Tokenizer::Tokenizer() : cache_(std::make_unique<PieceCache>()) {}
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
@@ -138,10 +147,23 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& j) {
 
 void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) const {
     std::vector<Piece> pieces;
+    std::unique_lock<std::mutex> lock(cache_->mutex, std::try_to_lock);
+    auto encode_piece = [&](std::string_view piece) {
+        if (!lock.owns_lock() || piece.size() < PieceCache::kMinBytes) return bpe_->encode_piece(piece, out);
+        auto& map = cache_->map;
+        if (auto it = map.find(std::string(piece)); it != map.end()) {
+            out.insert(out.end(), it->second.begin(), it->second.end());
+            return;
+        }
+        const size_t start = out.size();
+        bpe_->encode_piece(piece, out);
+        if (map.size() >= PieceCache::kMaxEntries) map.clear();
+        map.emplace(std::string(piece), std::vector<int32_t>(out.begin() + static_cast<long>(start), out.end()));
+    };
     auto encode_gap = [&](size_t b, size_t e) {
         const std::string_view gap = text.substr(b, e - b);
         pretokenize(gap, pieces);
-        for (const Piece& p : pieces) bpe_->encode_piece(gap.substr(p.begin, p.end - p.begin), out);
+        for (const Piece& p : pieces) encode_piece(gap.substr(p.begin, p.end - p.begin));
     };
     auto push_token = [&](int32_t id) { out.push_back(id); };
     plain_added_->split(
@@ -151,6 +173,11 @@ void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) 
             normalized_added_->split(part, [&](size_t pb, size_t pe) { encode_gap(b + pb, b + pe); }, push_token);
         },
         push_token);
+}
+
+void Tokenizer::clear_cache() const {
+    std::lock_guard<std::mutex> lock(cache_->mutex);
+    cache_->map.clear();
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {

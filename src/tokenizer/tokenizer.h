@@ -21,6 +21,7 @@ namespace dsv4::tok {
 
 class BpeModel;
 class AddedTokenMatcher;
+struct PieceCache;
 
 struct AddedToken {
     int32_t id = 0;
@@ -55,6 +56,8 @@ public:
     std::optional<int32_t> added_token_id(std::string_view content) const;
     const std::vector<AddedToken>& added_tokens() const { return added_; }
     int32_t vocab_size() const { return vocab_size_; }  // largest id + 1
+    // Forgets the cached BPE results of long pieces (they only speed up encode; results never change).
+    void clear_cache() const;
 
 private:
     Tokenizer();
@@ -66,6 +69,7 @@ private:
     std::vector<std::string> id_bytes_;  // decode bytes per id (HF ByteLevel rule for added tokens)
     std::vector<uint8_t> id_flags_;      // bit 0: exists, bit 1: added, bit 2: special
     int32_t vocab_size_ = 0;
+    std::unique_ptr<PieceCache> cache_;  // ids of long pieces seen before; an encode() that finds it busy skips it
 };
 
 // Streaming detokenization for generation: push() returns the text that is complete so far; bytes of a
