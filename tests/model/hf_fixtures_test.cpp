@@ -1,7 +1,7 @@
 // `reference` numerics against transformers' DeepseekV4ForCausalLM in float32, on every fixture under
 // tests/fixtures/ (made by tools/fixtures/make_hf_fixtures.py; see its README): full-prefill logits, logits
 // through the state in the recorded mixed chunk schedule, and greedy tokens. Tolerance: 1e-4 x max|logit|.
-// Also chunk invariance at every split point: splitting a sequence in two never changes a bit.
+// Also chunk invariance at split points (all of them on short fixtures): a split never changes a bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -96,11 +96,27 @@ TEST_P(HfFixture, GreedyTokensMatchTransformers) {
     EXPECT_EQ(got, expected);
 }
 
-TEST_P(HfFixture, EverySplitPointIsBitwiseChunkInvariant) {
+// Every split of sequences up to 160 tokens; on longer ones every split within 2 tokens of a window, CSA or HCA
+// boundary plus an even sample of the rest (the full sweep of the 300-token fixtures takes minutes).
+std::vector<size_t> split_points(size_t n, const ModelConfig& c) {
+    std::vector<size_t> splits;
+    const size_t stride = n <= 160 ? 1 : 7;
+    for (size_t s = 1; s < n; ++s) {
+        bool near_boundary = false;
+        for (int64_t m : {c.sliding_window, int64_t(4), int64_t(16), int64_t(128)})
+            near_boundary |= (s % size_t(m)) <= 1 || (s % size_t(m)) == size_t(m) - 1;
+        if (s % stride == 0 || near_boundary) splits.push_back(s);
+    }
+    return splits;
+}
+
+TEST(HfFixtures, AreCommitted) { EXPECT_GE(fixture_dirs().size(), 4u) << "tests/fixtures/ lost its golden fixtures"; }
+
+TEST_P(HfFixture, SplitPointsAreBitwiseChunkInvariant) {
     SequenceState full_state = model_->new_sequence();
     const std::vector<float> full = model_->forward(full_state, ids_, true);
     const size_t n = ids_.size();
-    for (size_t split = 1; split < n; ++split) {
+    for (size_t split : split_points(n, model_->config())) {
         SequenceState state = model_->new_sequence();
         std::vector<float> a = model_->forward(state, std::span(ids_).subspan(0, split), true);
         std::vector<float> b = model_->forward(state, std::span(ids_).subspan(split), true);

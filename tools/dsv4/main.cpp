@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "cmd_text.h"
 #include "commands.h"
 #include "core/error.h"
 
@@ -14,6 +15,7 @@ int main(int argc, char** argv) {
     dsv4::cli::add_inspect_command(app);
     dsv4::cli::add_logits_command(app);
     dsv4::cli::add_generate_command(app);
+    dsv4::cli::add_text_commands(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
