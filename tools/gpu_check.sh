@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: configure and build everything with CUDA, run every test (GPU tests included),
+# and print a short table last. The GPU machine has no network: it does not run scripts/setup.sh; carry
+# `.embedded` (the installed tokenizer) with the call. Logs go to $OUT when set.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-/tmp/dsv4_gpu_check}"
+mkdir -p "$out"
+export PATH="$PATH:/usr/local/cuda/bin"
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/device.txt"
+start=$(date +%s)
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release >"$out/configure.log" 2>&1 &&
+    cmake --build build-gpu -j "$(nproc)" >"$out/build.log" 2>&1
+build_rc=$?
+build_s=$(($(date +%s) - start))
+tail -5 "$out/build.log"
+
+start=$(date +%s)
+ctest --test-dir build-gpu -j 8 --output-on-failure >"$out/ctest.log" 2>&1
+test_rc=$?
+test_s=$(($(date +%s) - start))
+grep -E "tests passed|tests failed|Skipped|Failed|\(Failed\)" "$out/ctest.log" | tail -15
+
+printf '\n%-24s %s\n' "check" "result"
+printf '%-24s %s\n' "device" "$(cat "$out/device.txt")"
+printf '%-24s %s (%ss)\n' "build (CUDA sm_90a)" "$([ $build_rc -eq 0 ] && echo ok || echo FAILED)" "$build_s"
+printf '%-24s %s (%ss)\n' "tests" "$([ $test_rc -eq 0 ] && echo ok || echo FAILED): $(grep -E 'tests passed' "$out/ctest.log" | tail -1)" "$test_s"
+printf '%-24s %s\n' "skipped" "$(grep -c '(Skipped)' "$out/ctest.log")"
+exit $((build_rc | test_rc))
