@@ -1,5 +1,5 @@
 // Device discovery and the smoke kernel; see device_info.h.
-#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/smoke/device_info.h"
 
 #include <cstdio>

@@ -1,5 +1,5 @@
 // The CUDA error path: see cuda_check.h.
-#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/common/cuda_check.h"
 
 #include "core/error.h"
 
