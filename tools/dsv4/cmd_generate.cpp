@@ -1,56 +1,106 @@
-// dsv4 generate: prefill the prompt ids, then decode up to -n tokens (stopping at EOS) with greedy or seeded
-// sampling. --print-ids prints the generated ids on one line of stdout. Tested in tests/tools/.
+// dsv4 generate: prefill a prompt, then decode up to -n tokens (stopping at EOS) with greedy or seeded sampling.
+// The prompt is text (--prompt: raw, BOS prepended; with --chat: one user message rendered as DeepSeek-V4's chat
+// prompt) or token ids (--ids-file). Output: the text streamed as it is generated (EOS never printed, reasoning
+// shown apart in chat mode), or with --print-ids the generated ids on one line. Tested in tests/tools/.
 #include <cstdio>
 
 #include "commands.h"
 #include "common.h"
 #include "core/error.h"
-#include "runtime/sampler.h"
+#include "tokenizer/prompt.h"
 
 namespace dsv4::cli {
 
 void add_generate_command(CLI::App& app) {
-    auto* cmd = app.add_subcommand("generate", "Generate tokens after a prompt");
-    auto options = std::make_shared<ModelOptions>();
-    auto ids_file = std::make_shared<std::string>();
-    auto max_new = std::make_shared<int64_t>(32);
-    auto sampling = std::make_shared<SamplingParams>();
-    auto greedy = std::make_shared<bool>(false);
-    auto print_ids = std::make_shared<bool>(false);
-    add_model_options(cmd, *options);
-    cmd->add_option("--ids-file", *ids_file, "Prompt as a file of whitespace-separated token ids")->required();
-    cmd->add_option("-n,--max-new-tokens", *max_new, "Most tokens to generate")->check(CLI::PositiveNumber);
-    cmd->add_flag("--greedy", *greedy, "Argmax decoding (the default unless --temp is given)");
-    auto* temp = cmd->add_option("--temp", sampling->temperature, "Sampling temperature");
-    cmd->add_option("--top-p", sampling->top_p, "Nucleus sampling mass");
-    cmd->add_option("--top-k", sampling->top_k, "Keep only the k most likely tokens (0: all)");
-    cmd->add_option("--seed", sampling->seed, "Random seed for sampling");
-    cmd->add_flag("--print-ids", *print_ids, "Print the generated ids, space-separated, on one line");
-    cmd->callback([=] {
-        DSV4_CHECK(!(*greedy && temp->count() > 0), "--greedy and --temp contradict each other: give one");
-        SamplingParams params = *sampling;
-        params.greedy = *greedy || temp->count() == 0;
-        Sampler sampler(params);
-        std::vector<int32_t> prompt = read_ids_file(*ids_file);
-        auto model = load_model(*options);
-        const ModelConfig& config = model->config();
-        DSV4_CHECK(int64_t(prompt.size()) + *max_new <= config.max_position_embeddings,
-                   "prompt ({} ids) plus -n {} exceeds the model's context of {} positions", prompt.size(), *max_new,
-                   config.max_position_embeddings);
+    auto* cmd = app.add_subcommand("generate", "Generate text (or tokens) after a prompt");
+    struct Args {
+        ModelOptions model;
+        SamplingOptions sampling;
+        std::string prompt, ids_file, system, effort;
+        int64_t max_new = 32;
+        bool print_ids = false, no_bos = false, chat = false, thinking = false;
+    };
+    auto a = std::make_shared<Args>();
+    add_model_options(cmd, a->model);
+    auto* prompt = cmd->add_option("-p,--prompt", a->prompt, "Prompt text (BOS is prepended unless --no-bos)");
+    auto* ids = cmd->add_option("--ids-file", a->ids_file, "Prompt as a file of whitespace-separated token ids");
+    prompt->excludes(ids);
+    cmd->add_option("-n,--max-new-tokens", a->max_new, "Most tokens to generate")->check(CLI::PositiveNumber);
+    add_sampling_options(cmd, a->sampling);
+    cmd->add_flag("--print-ids", a->print_ids, "Print the generated ids, space-separated, on one line");
+    cmd->add_flag("--no-bos", a->no_bos, "Do not prepend the BOS token to --prompt");
+    auto* chat = cmd->add_flag("--chat", a->chat,
+                               "Wrap --prompt as one user message in DeepSeek-V4's chat format and show the "
+                               "reply's reasoning apart from its answer");
+    cmd->add_flag("--thinking", a->thinking, "With --chat: thinking mode (the model reasons first)");
+    cmd->add_option("--effort", a->effort, "With --chat --thinking: reasoning effort (low | high | max)");
+    cmd->add_option("--system", a->system, "With --chat: a system message before the prompt");
+    chat->excludes(ids);
+    cmd->callback([a] {
+        DSV4_CHECK(!a->prompt.empty() || !a->ids_file.empty(),
+                   "give the prompt: --prompt TEXT, or --ids-file F with token ids (an empty prompt is not one)");
+        DSV4_CHECK(a->chat || (!a->thinking && a->effort.empty() && a->system.empty()),
+                   "--thinking, --effort and --system shape a chat prompt: add --chat");
+        DSV4_CHECK(a->effort.empty() || a->thinking, "--effort sets the reasoning effort of thinking mode: add --thinking");
+        SamplingParams params = resolve_sampling(a->sampling);
+        const bool text_mode = !a->prompt.empty();
+        const tok::ThinkingMode mode = a->thinking ? tok::ThinkingMode::kThinking : tok::ThinkingMode::kChat;
 
+        // The tokenizer first: a missing one is found out before the model is loaded.
+        std::optional<tok::Tokenizer> tokenizer;
+        if (text_mode || !a->print_ids) tokenizer.emplace(open_tokenizer(a->model.dir));
+        std::vector<int32_t> prompt_ids;
+        if (!text_mode) {
+            prompt_ids = read_ids_file(a->ids_file);
+        } else if (a->chat) {
+            tok::ordered_json messages = tok::ordered_json::array();
+            if (!a->system.empty()) messages.push_back({{"role", "system"}, {"content", a->system}});
+            messages.push_back({{"role", "user"}, {"content", a->prompt}});
+            tok::RenderOptions options;
+            options.thinking_mode = mode;
+            if (!a->effort.empty()) options.reasoning_effort = a->effort;
+            options.add_default_bos_token = !a->no_bos;
+            prompt_ids = tokenizer->encode(tok::render_prompt(messages, options));
+        } else {
+            prompt_ids = tokenizer->encode(a->prompt);
+        }
+
+        auto model = load_model(a->model);
+        const ModelConfig& config = model->config();
+        if (text_mode && !a->chat && !a->no_bos) prompt_ids.insert(prompt_ids.begin(), int32_t(config.bos_token_id));
+        DSV4_CHECK(!prompt_ids.empty(), "the prompt has no tokens: give some text, or drop --no-bos");
+        DSV4_CHECK(int64_t(prompt_ids.size()) <= config.max_position_embeddings,
+                   "the prompt is {} tokens, longer than the model's context of {} positions: shorten it (nothing "
+                   "is truncated)",
+                   prompt_ids.size(), config.max_position_embeddings);
+        DSV4_CHECK(int64_t(prompt_ids.size()) + a->max_new <= config.max_position_embeddings,
+                   "prompt ({} ids) plus -n {} exceeds the model's context of {} positions: lower -n or shorten the "
+                   "prompt",
+                   prompt_ids.size(), a->max_new, config.max_position_embeddings);
+
+        Sampler sampler(params);
         SequenceState state = model->new_sequence();
-        std::vector<float> logits = model->forward(state, prompt, false);
-        std::vector<int32_t> generated;
-        for (int64_t i = 0; i < *max_new; ++i) {
-            int32_t next = sampler.sample(logits.data(), config.vocab_size);
-            generated.push_back(next);
-            if (next == config.eos_token_id || i + 1 == *max_new) break;
-            logits = model->forward(state, std::span(&next, 1), false);
+        if (a->print_ids) {
+            DecodeResult r = decode(*model, state, prompt_ids, a->max_new, sampler, [](int32_t) {});
+            std::string line;
+            for (size_t i = 0; i < r.generated.size(); ++i) line += (i ? " " : "") + std::to_string(r.generated[i]);
+            std::printf("%s\n", line.c_str());
+            return;
         }
-        if (*print_ids) {
-            for (size_t i = 0; i < generated.size(); ++i) std::printf("%s%d", i ? " " : "", generated[i]);
-            std::printf("\n");
+        if (a->chat) {
+            ReplyPrinter printer(*tokenizer, mode, stdout_color());
+            DecodeResult r = decode(*model, state, prompt_ids, a->max_new, sampler, [&](int32_t id) { printer.push(id); });
+            if (r.hit_eos) printer.push(int32_t(config.eos_token_id));  // ends the completion text; not printed
+            printer.finish();
+            return;
         }
+        tok::IncrementalDecoder decoder(*tokenizer);
+        decode(*model, state, prompt_ids, a->max_new, sampler, [&](int32_t id) {
+            const std::string piece = decoder.push(id);
+            std::fwrite(piece.data(), 1, piece.size(), stdout);
+            std::fflush(stdout);
+        });
+        std::printf("%s\n", decoder.finish().c_str());
     });
 }
 

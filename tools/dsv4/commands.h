@@ -8,5 +8,7 @@ namespace dsv4::cli {
 void add_logits_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
+void add_synth_command(CLI::App& app);
+void add_chat_command(CLI::App& app);
 
 }  // namespace dsv4::cli

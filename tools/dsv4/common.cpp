@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "tokenizer/tokenizer_path.h"
 
 namespace dsv4::cli {
 
@@ -59,6 +61,100 @@ std::vector<int32_t> read_ids_file(const std::string& path) {
     }
     DSV4_CHECK(!ids.empty(), "the ids file '{}' holds no token ids", path);
     return ids;
+}
+
+void add_sampling_options(CLI::App* command, SamplingOptions& o) {
+    command->add_flag("--greedy", o.greedy, "Argmax decoding (the default unless --temp is given)");
+    o.temp = command->add_option("--temp", o.params.temperature, "Sampling temperature");
+    command->add_option("--top-p", o.params.top_p, "Nucleus sampling mass");
+    command->add_option("--top-k", o.params.top_k, "Keep only the k most likely tokens (0: all)");
+    command->add_option("--seed", o.params.seed, "Random seed for sampling");
+}
+
+SamplingParams resolve_sampling(const SamplingOptions& o) {
+    const bool temp_given = o.temp != nullptr && o.temp->count() > 0;
+    DSV4_CHECK(!(o.greedy && temp_given), "--greedy and --temp contradict each other: give one");
+    SamplingParams params = o.params;
+    params.greedy = o.greedy || !temp_given;
+    validate_sampling(params);
+    return params;
+}
+
+tok::Tokenizer open_tokenizer(const std::string& model_dir) {
+    return tok::Tokenizer::from_file(tok::find_tokenizer_json(model_dir));
+}
+
+DecodeResult decode(CpuModel& model, SequenceState& state, std::span<const int32_t> ids, int64_t max_new,
+                    Sampler& sampler, const std::function<void(int32_t)>& on_token) {
+    const ModelConfig& config = model.config();
+    DSV4_CHECK(!ids.empty(), "nothing to feed the model");
+    DSV4_CHECK(state.position + int64_t(ids.size()) <= config.max_position_embeddings,
+               "the prompt needs {} positions, more than the model's context of {}: shorten it (nothing is truncated)",
+               state.position + int64_t(ids.size()), config.max_position_embeddings);
+    DecodeResult result;
+    std::vector<float> logits = model.forward(state, ids, false);
+    for (int64_t i = 0; i < max_new; ++i) {
+        const int32_t next = sampler.sample(logits.data(), config.vocab_size);
+        result.generated.push_back(next);
+        if (next == config.eos_token_id) {
+            result.hit_eos = true;
+            break;
+        }
+        on_token(next);
+        if (i + 1 == max_new) break;
+        if (state.position >= config.max_position_embeddings) {
+            result.hit_context = true;
+            break;
+        }
+        logits = model.forward(state, std::span(&next, 1), false);
+    }
+    return result;
+}
+
+bool stdout_color() {
+    const char* no_color = std::getenv("NO_COLOR");
+    return isatty(STDOUT_FILENO) && !(no_color && *no_color);
+}
+
+ReplyPrinter::ReplyPrinter(const tok::Tokenizer& tokenizer, tok::ThinkingMode mode, bool color)
+    : decoder_(tokenizer), stream_(mode), color_(color) {}
+
+void ReplyPrinter::push(int32_t id) { print(stream_.feed(decoder_.push(id))); }
+
+tok::ParsedCompletion ReplyPrinter::finish() {
+    tok::CompletionStream::Delta last;
+    print(stream_.feed(decoder_.finish()));
+    tok::ParsedCompletion parsed = stream_.finish(&last);
+    print(last);
+    if (in_reasoning_ && color_) std::fputs("\033[0m", stdout);
+    for (const auto& call : parsed.tool_calls)
+        std::printf("%s[tool call] %s %s", any_content_ || any_reasoning_ ? "\n" : "", call.name.c_str(),
+                    call.arguments.c_str());
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+    return parsed;
+}
+
+void ReplyPrinter::print(const tok::CompletionStream::Delta& d) {
+    if (!d.reasoning_content.empty()) {
+        if (!in_reasoning_ && color_) std::fputs("\033[2m", stdout);
+        in_reasoning_ = any_reasoning_ = true;
+        for (char ch : d.reasoning_content) {
+            if (line_start_ && !color_) std::fputs("> ", stdout);
+            std::fputc(ch, stdout);
+            line_start_ = ch == '\n';
+        }
+    }
+    if (!d.content.empty()) {
+        if (in_reasoning_) {  // the answer starts: end the reasoning block with a blank line
+            if (color_) std::fputs("\033[0m", stdout);
+            std::fputs(line_start_ ? "\n" : "\n\n", stdout);
+            in_reasoning_ = false;
+        }
+        any_content_ = true;
+        std::fwrite(d.content.data(), 1, d.content.size(), stdout);
+    }
+    std::fflush(stdout);
 }
 
 }  // namespace dsv4::cli

@@ -1,15 +1,21 @@
 // What the dsv4 subcommands share: the model flags (-m, --numerics, --backend, --threads), loading a model
-// for them, and reading token-id files. Errors are dsv4::Error with a sentence the user can act on.
+// for them, reading token-id files, the sampling flags, the decode loop and the streamed printing of a reply
+// (generate and chat). Errors are dsv4::Error with a sentence the user can act on.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "model/cpu_model.h"
+#include "runtime/sampler.h"
+#include "tokenizer/completion.h"
+#include "tokenizer/tokenizer.h"
 
 namespace dsv4::cli {
 
@@ -29,5 +35,48 @@ std::unique_ptr<CpuModel> load_model(const ModelOptions& options);
 
 // Whitespace-separated non-negative token ids; a clear error for anything else or for an empty file.
 std::vector<int32_t> read_ids_file(const std::string& path);
+
+// --greedy | --temp T --top-p P --top-k K --seed S. Greedy unless --temp is given.
+struct SamplingOptions {
+    SamplingParams params;
+    bool greedy = false;
+    CLI::Option* temp = nullptr;
+};
+void add_sampling_options(CLI::App* command, SamplingOptions& options);
+SamplingParams resolve_sampling(const SamplingOptions& options);  // validated
+
+// DIR/tokenizer.json, else the installed one (scripts/setup.sh); an empty dir means the installed one.
+tok::Tokenizer open_tokenizer(const std::string& model_dir);
+
+struct DecodeResult {
+    std::vector<int32_t> generated;  // sampled ids, EOS included when hit; the last one is never fed
+    bool hit_eos = false;
+    bool hit_context = false;  // stopped because the model's context is full
+};
+
+// Feeds `ids` at state.position (must be non-empty), then samples up to `max_new` tokens, feeding each but the
+// last. Stops after sampling EOS, at max_new, or when the next token would not fit the context. `on_token` sees
+// every generated id but EOS, as it comes. Afterwards state.position = before + ids.size() + generated.size() - 1.
+DecodeResult decode(CpuModel& model, SequenceState& state, std::span<const int32_t> ids, int64_t max_new,
+                    Sampler& sampler, const std::function<void(int32_t)>& on_token);
+
+// Streams a chat reply to stdout as text arrives: parsed with CompletionStream, the reasoning shown apart from
+// the answer (dim on a terminal, else every reasoning line prefixed "> "), tool calls listed at the end.
+class ReplyPrinter {
+  public:
+    ReplyPrinter(const tok::Tokenizer& tokenizer, tok::ThinkingMode mode, bool color);
+    void push(int32_t id);  // a generated token (EOS included: it ends the completion text, never printed)
+    tok::ParsedCompletion finish();  // prints what is left and a final newline
+
+  private:
+    void print(const tok::CompletionStream::Delta& d);
+    tok::IncrementalDecoder decoder_;
+    tok::CompletionStream stream_;
+    bool color_;
+    bool in_reasoning_ = false, any_reasoning_ = false, any_content_ = false, line_start_ = true;
+};
+
+// Whether stdout gets ANSI styling: a terminal, and NO_COLOR unset.
+bool stdout_color();
 
 }  // namespace dsv4::cli

@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
     dsv4::cli::add_logits_command(app);
     dsv4::cli::add_generate_command(app);
     dsv4::cli::add_text_commands(app);
+    dsv4::cli::add_synth_command(app);
+    dsv4::cli::add_chat_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
