@@ -11,6 +11,7 @@
 #include <string>
 
 #include "../model/golden_io.h"
+#include "tool_test_util.h"
 #include "runtime/sampler.h"
 
 using namespace dsv4;
@@ -19,37 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kBinary = std::string(DSV4_BINARY_DIR) + "/tools/dsv4/dsv4";
 const std::string kFixture = std::string(DSV4_SHARED_DIR) + "/fixtures/official-numerics-a";
-
-struct Result {
-    int exit_code = -1;
-    std::string output;  // stdout and stderr together
-};
-
-Result run(const std::string& args) {
-    Result r;
-    std::string command = kBinary + " " + args + " 2>&1";
-    FILE* pipe = popen(command.c_str(), "r");
-    if (!pipe) return r;
-    std::array<char, 4096> buffer;
-    while (fgets(buffer.data(), int(buffer.size()), pipe)) r.output += buffer.data();
-    int status = pclose(pipe);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
-}
-
-std::string temp_path(const std::string& name) {
-    fs::path dir = fs::temp_directory_path() / ("dsv4_cli_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-    return (dir / name).string();
-}
-
-std::string write_text(const std::string& name, const std::string& text) {
-    std::string path = temp_path(name);
-    std::ofstream(path) << text;
-    return path;
-}
 
 std::string ids_text(const std::vector<int64_t>& ids) {
     std::ostringstream s;

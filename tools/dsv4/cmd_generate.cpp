@@ -36,14 +36,15 @@ void add_generate_command(CLI::App& app) {
     cmd->add_option("--effort", a->effort, "With --chat --thinking: reasoning effort (low | high | max)");
     cmd->add_option("--system", a->system, "With --chat: a system message before the prompt");
     chat->excludes(ids);
-    cmd->callback([a] {
-        DSV4_CHECK(!a->prompt.empty() || !a->ids_file.empty(),
-                   "give the prompt: --prompt TEXT, or --ids-file F with token ids (an empty prompt is not one)");
+    cmd->callback([a, prompt, ids] {
+        DSV4_CHECK(prompt->count() > 0 || ids->count() > 0, "give the prompt: --prompt TEXT or --ids-file F");
+        DSV4_CHECK(prompt->count() == 0 || !a->prompt.empty(),
+                   "--prompt is empty: give the text to continue (or token ids with --ids-file F)");
         DSV4_CHECK(a->chat || (!a->thinking && a->effort.empty() && a->system.empty()),
                    "--thinking, --effort and --system shape a chat prompt: add --chat");
         DSV4_CHECK(a->effort.empty() || a->thinking, "--effort sets the reasoning effort of thinking mode: add --thinking");
         SamplingParams params = resolve_sampling(a->sampling);
-        const bool text_mode = !a->prompt.empty();
+        const bool text_mode = prompt->count() > 0;
         const tok::ThinkingMode mode = a->thinking ? tok::ThinkingMode::kThinking : tok::ThinkingMode::kChat;
 
         // The tokenizer first: a missing one is found out before the model is loaded.

@@ -1,0 +1,148 @@
+// dsv4 generate with text on the tiny synthetic model: --prompt streams exactly the text of the generated ids,
+// -n and EOS bound it (EOS never printed), --prompt equals --ids-file with the tokenized prompt (BOS first),
+// --chat renders the DeepSeek-V4 chat prompt and shows reasoning apart, and bad inputs give clear errors.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tool_test_util.h"
+
+namespace dsv4 {
+namespace {
+
+using namespace dsv4::testing;
+
+std::string model_flags() { return "-q -m " + tiny_model(); }
+
+std::vector<int64_t> generated_ids(const std::string& args) {
+    Result r = run_split("generate " + model_flags() + " " + args + " --print-ids");
+    EXPECT_EQ(r.exit_code, 0) << r.output << r.errors;
+    return parse_ids(r.output);
+}
+
+std::string detokenize(const std::vector<int64_t>& ids) {
+    if (ids.empty()) return "";
+    Result r = run_split("detokenize --ids " + quote(join_ids(ids)));
+    EXPECT_EQ(r.exit_code, 0) << r.errors;
+    return r.output;
+}
+
+// A copy of the tiny model whose config.json says `key` = value (the shards are linked, not copied).
+std::string tiny_with(const std::string& name, const std::string& key, int64_t value) {
+    const fs::path dir = temp_path(name);
+    fs::create_directories(dir);
+    for (const auto& e : fs::directory_iterator(tiny_model()))
+        if (e.path().filename() != "config.json") fs::create_symlink(e.path(), dir / e.path().filename());
+    auto config = nlohmann::json::parse(read_text(tiny_model() + "/config.json"));
+    config[key] = value;
+    write_text(name + "/config.json", config.dump(1));
+    return dir.string();
+}
+
+TEST(Generate, PromptStreamsTheTextOfTheGeneratedIds) {
+    DSV4_REQUIRE_TOKENIZER();
+    const std::string prompt = quote("The quick brown fox");
+    std::vector<int64_t> ids = generated_ids("--prompt " + prompt + " -n 9");
+    ASSERT_EQ(ids.size(), 9u);  // the tiny model practically never says EOS in 9 tokens
+    Result r = run_split("generate " + model_flags() + " --prompt " + prompt + " -n 9");
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    EXPECT_EQ(r.output, detokenize(ids) + "\n");
+    EXPECT_GT(r.output.size(), 9u);
+    EXPECT_EQ(r.errors, "");  // -q: nothing on stderr
+
+    // -n bounds the output, and sampling is seeded.
+    EXPECT_EQ(generated_ids("--prompt " + prompt + " -n 3").size(), 3u);
+    std::vector<int64_t> a = generated_ids("--prompt " + prompt + " -n 6 --temp 0.8 --top-p 0.9 --seed 5");
+    EXPECT_EQ(a, generated_ids("--prompt " + prompt + " -n 6 --temp 0.8 --top-p 0.9 --seed 5"));
+    EXPECT_NE(a, generated_ids("--prompt " + prompt + " -n 6 --temp 0.8 --top-p 0.9 --seed 6"));
+}
+
+TEST(Generate, PromptEqualsIdsFileOfItsTokens) {
+    DSV4_REQUIRE_TOKENIZER();
+    const std::string text = "DeepSeek-V4 在 CPU 上运行。\n  Indentation and émojis 🙂 too.";
+    Result tok = run_split("tokenize --text " + quote(text));
+    ASSERT_EQ(tok.exit_code, 0) << tok.errors;
+    std::vector<int64_t> prompt = parse_ids(tok.output);
+    ASSERT_GT(prompt.size(), 10u);
+    const std::string with_bos = write_text("with_bos.txt", "0 " + join_ids(prompt));
+    const std::string without = write_text("without_bos.txt", join_ids(prompt));
+
+    std::vector<int64_t> from_text = generated_ids("--prompt " + quote(text) + " -n 5");
+    EXPECT_EQ(from_text.size(), 5u);
+    EXPECT_EQ(from_text, generated_ids("--ids-file " + with_bos + " -n 5"));
+    std::vector<int64_t> no_bos = generated_ids("--prompt " + quote(text) + " --no-bos -n 5");
+    EXPECT_EQ(no_bos, generated_ids("--ids-file " + without + " -n 5"));
+    EXPECT_NE(no_bos, from_text);  // BOS is really prepended by default
+}
+
+TEST(Generate, StopsAtEosWithoutPrintingIt) {
+    DSV4_REQUIRE_TOKENIZER();
+    const std::string prompt = quote("Once upon a time");
+    std::vector<int64_t> ids = generated_ids("--prompt " + prompt + " -n 12");
+    ASSERT_EQ(ids.size(), 12u);
+    // Declare the 6th generated token (at its first occurrence) the model's EOS: generation must stop there.
+    size_t k = 5;
+    k = size_t(std::find(ids.begin(), ids.end(), ids[k]) - ids.begin());
+    const std::string dir = tiny_with("tiny_eos", "eos_token_id", ids[k]);
+    Result r = run_split("generate -q -m " + dir + " --prompt " + prompt + " -n 12 --print-ids");
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    EXPECT_EQ(parse_ids(r.output), std::vector<int64_t>(ids.begin(), ids.begin() + long(k) + 1));
+    r = run_split("generate -q -m " + dir + " --prompt " + prompt + " -n 12");
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    EXPECT_EQ(r.output, detokenize({ids.begin(), ids.begin() + long(k)}) + "\n");
+}
+
+TEST(Generate, ChatRendersTheChatPromptAndShowsReasoningApart) {
+    DSV4_REQUIRE_TOKENIZER();
+    const std::string messages =
+        write_text("chat.json", R"([{"role": "user", "content": "What is 2 + 2?"}])");
+    for (const char* mode : {"", " --thinking"}) {
+        Result rendered = run_split("render --messages " + messages + mode + " --print-ids");
+        ASSERT_EQ(rendered.exit_code, 0) << rendered.errors;
+        const std::string ids_file = write_text("chat_ids.txt", rendered.output);
+        EXPECT_EQ(generated_ids("--chat --prompt " + quote("What is 2 + 2?") + mode + " -n 6"),
+                  generated_ids("--ids-file " + ids_file + " -n 6"))
+            << mode;
+    }
+    // Thinking mode: the tiny model never closes its reasoning in 8 tokens, so all of it is reasoning, which
+    // off a terminal is printed with every line prefixed "> ". Chat mode prints the answer as it is.
+    Result r = run_split("generate " + model_flags() + " --chat --thinking --prompt Hi -n 8");
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    ASSERT_GT(r.output.size(), 3u);
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);) EXPECT_EQ(line.rfind("> ", 0), 0u) << r.output;
+    r = run_split("generate " + model_flags() + " --chat --prompt Hi -n 8");
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    EXPECT_NE(r.output.rfind("> ", 0), 0u) << r.output;
+    EXPECT_EQ(r.output.find("\033["), std::string::npos) << "no ANSI styling off a terminal";
+}
+
+TEST(Generate, BadInputsGiveClearErrors) {
+    DSV4_REQUIRE_TOKENIZER();
+    std::string long_prompt;
+    for (int i = 0; i < 5000; ++i) long_prompt += " hello";
+    struct Case {
+        std::string args, env, expected;
+    };
+    const std::vector<Case> cases = {
+        {"--prompt hi", "DSV4_TOKENIZER_JSON=/nonexistent/tokenizer.json", "no tokenizer.json"},
+        {"--prompt ''", "", "--prompt is empty"},
+        {"-n 4", "", "give the prompt"},
+        {"--prompt " + quote(long_prompt), "", "longer than the model's context of 4096"},
+        {"--prompt hi -n 4095", "", "exceeds the model's context"},
+        {"--prompt hi --thinking", "", "add --chat"},
+        {"--prompt hi --chat --effort max", "", "add --thinking"},
+        {"--prompt hi --chat --thinking --effort extreme", "", "extreme"},
+        {"--prompt hi --greedy --temp 0.5", "", "contradict"},
+        {"--prompt hi --temp 1 --top-p 0", "", "--top-p"},
+    };
+    for (const auto& c : cases) {
+        Result r = run("generate -q -m " + tiny_model() + " " + c.args, c.env);
+        EXPECT_EQ(r.exit_code, 1) << c.args.substr(0, 80) << "\n" << r.output;
+        EXPECT_NE(r.output.find(c.expected), std::string::npos) << c.args.substr(0, 80) << "\n" << r.output;
+        EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
+    }
+}
+
+}  // namespace
+}  // namespace dsv4
