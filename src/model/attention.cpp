@@ -115,7 +115,9 @@ void attention_forward(const AttentionContext& ctx, const AttentionWeights& w, L
     Buffer qr(static_cast<size_t>(tokens * cfg.q_lora_rank)), q(static_cast<size_t>(tokens * H * d));
     p.linear(x, tokens, w.wq_a, qr.data());
     norm_rows(p, qr.data(), tokens, cfg.q_lora_rank, w.q_norm, eps);
+    observe("attn.qr", qr, cfg.q_lora_rank);
     p.linear(qr.data(), tokens, w.wq_b, q.data());
+    observe("attn.q_proj", q, H * d);  // before the per-head norm and RoPE
     p.pool().parallel_for(tokens * H, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
             float* qh = q.data() + i * d;
@@ -204,6 +206,7 @@ void attention_forward(const AttentionContext& ctx, const AttentionWeights& w, L
     // 6. Grouped low-rank output projection.
     Buffer z(static_cast<size_t>(tokens * cfg.o_groups * cfg.o_lora_rank));
     p.grouped_linear(o.data(), tokens, w.wo_a, cfg.o_groups, z.data());
+    observe("attn.z", z, cfg.o_groups * cfg.o_lora_rank);
     p.linear(z.data(), tokens, w.wo_b, out);
 
     // 7. The window ring keeps the last W raw KV rows.

@@ -79,6 +79,7 @@ void CpuModel::block_forward(int64_t layer, const BlockWeights& w, LayerState& s
 
     // 1. Attention sub-block.
     hc_pre(w.hc_attn, w.attn_norm);
+    observe("attn_in", x, D);
     const AttentionContext ctx{config_, p, config_.compress_ratios[static_cast<size_t>(layer)] ? compress_rope_ : main_rope_,
                                layer, observer_ ? &observer_ : nullptr};
     attention_forward(ctx, w.attn, state, start_position, x.data(), tokens, y.data());
@@ -87,6 +88,7 @@ void CpuModel::block_forward(int64_t layer, const BlockWeights& w, LayerState& s
 
     // 2. MoE sub-block.
     hc_pre(w.hc_ffn, w.ffn_norm);
+    observe("ffn_in", x, D);
     moe_forward(config_, p, w.ffn, x.data(), ids, tokens, y.data());
     observe("ffn_out", y, D);
     hc_post();
