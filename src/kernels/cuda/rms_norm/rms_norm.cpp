@@ -1,0 +1,27 @@
+// Host-side contract checks of the RMSNorm launchers (rms_norm.h); the kernels are in rms_norm.cu.
+#include "kernels/cuda/rms_norm/rms_norm.h"
+
+#include "core/error.h"
+
+namespace dsv4::cuda {
+
+void rms_norm(const RmsNormParams& p, cudaStream_t stream) {
+    DSV4_CHECK(p.x && p.y, "rms_norm: null pointer");
+    DSV4_CHECK(p.rows >= 0 && p.dim > 0, "rms_norm: bad shape [{}, {}]", p.rows, p.dim);
+    DSV4_CHECK(p.x_stride >= p.dim && p.y_stride >= p.dim, "rms_norm: strides {} / {} smaller than dim {}", p.x_stride,
+               p.y_stride, p.dim);
+    DSV4_CHECK(static_cast<const void*>(p.x) != static_cast<const void*>(p.y) || p.x_stride == p.y_stride,
+               "rms_norm: in place needs equal strides");
+    if (p.rows) detail::launch_rms_norm(p, stream);
+}
+
+void head_rms_norm(const HeadRmsNormParams& p, cudaStream_t stream) {
+    DSV4_CHECK(p.q, "head_rms_norm: null pointer");
+    DSV4_CHECK(p.head_dim > 0 && p.head_dim <= 1024, "head_rms_norm: head_dim {} not in [1, 1024]", p.head_dim);
+    DSV4_CHECK(p.rows >= 0 && p.heads > 0, "head_rms_norm: bad shape [{}, {}, {}]", p.rows, p.heads, p.head_dim);
+    DSV4_CHECK(p.row_stride >= p.heads * p.head_dim, "head_rms_norm: row stride {} < heads * head_dim {}",
+               p.row_stride, p.heads * p.head_dim);
+    if (p.rows) detail::launch_head_rms_norm(p, stream);
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,40 @@
+// RMSNorm of bf16 rows on the GPU (docs/numerics.md):
+//   rms_norm       y = bf16(weight * (x * r)), r = 1 / sqrt(mean(x^2) + eps) in f32, as cpu::rms_norm followed by the
+//                  bf16 cast of model numerics. The mean of squares accumulates in double like the CPU reference (it
+//                  costs nothing in a memory-bound kernel), so only its summation order differs.
+//   head_rms_norm  the per-head unweighted q norm of model numerics (Precision::head_rms_norm): bf16 step by step,
+//                  the bf16 squares summed in f32 in index order, exactly as the CPU does, so results are bitwise.
+// Tested in tests/gpu/rms_norm_test.cpp against the CPU reference.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dsv4::cuda {
+
+struct RmsNormParams {
+    const __nv_bfloat16* x = nullptr;  // [rows, dim] bf16, row stride x_stride elements
+    const float* weight = nullptr;     // [dim] f32; nullptr: unweighted
+    __nv_bfloat16* y = nullptr;        // [rows, dim] bf16, row stride y_stride; may alias x (same stride)
+    int64_t rows = 0, dim = 0, x_stride = 0, y_stride = 0;
+    float eps = 0.0f;
+};
+void rms_norm(const RmsNormParams& p, cudaStream_t stream);
+
+// Head h of row r is q[r * row_stride + h * head_dim + (0 .. head_dim)], normalized in place. head_dim <= 1024.
+struct HeadRmsNormParams {
+    __nv_bfloat16* q = nullptr;  // [rows, heads, head_dim] bf16, row stride row_stride elements
+    int64_t rows = 0, heads = 0, head_dim = 0, row_stride = 0;
+    float eps = 0.0f;
+};
+void head_rms_norm(const HeadRmsNormParams& p, cudaStream_t stream);
+
+// The kernel launches behind the checked launchers (rms_norm.cu); they assume a valid contract.
+namespace detail {
+void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream);
+void launch_head_rms_norm(const HeadRmsNormParams& p, cudaStream_t stream);
+}  // namespace detail
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,50 @@
+// RoPE kernel: see rope.h. One CTA per token: the token's cos/sin table goes to shared memory once, then every
+// (head, pair) of the token is rotated with the reference's f32 operations, unfused.
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/numeric.cuh"
+#include "kernels/cuda/rope/rope.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kMaxPairs = 512;
+
+__global__ void __launch_bounds__(kThreads) apply_rope_kernel(ApplyRopeParams p) {
+    __shared__ float cos_s[kMaxPairs], sin_s[kMaxPairs];
+    const int64_t t = blockIdx.x;
+    const int half = int(p.rope_dim / 2);
+    const float position = __int2float_rn(p.positions[t]);
+    for (int i = threadIdx.x; i < half; i += kThreads) {
+        const float angle = __fmul_rn(position, p.inv_freq[i]);
+        double s, c;
+        sincos(double(angle), &s, &c);
+        cos_s[i] = float(c);
+        sin_s[i] = p.inverse ? -float(s) : float(s);
+    }
+    __syncthreads();
+    __nv_bfloat16* x = p.x + t * p.token_stride + (p.head_dim - p.rope_dim);
+    for (int64_t k = threadIdx.x; k < p.heads * half; k += kThreads) {
+        const int64_t h = k / half;
+        const int i = int(k % half);
+        __nv_bfloat162* pair = reinterpret_cast<__nv_bfloat162*>(x + h * p.head_dim + 2 * i);
+        const __nv_bfloat162 v = *pair;
+        const float a = bf16_to_f32(v.x), b = bf16_to_f32(v.y), c = cos_s[i], s = sin_s[i];
+        __nv_bfloat162 out;
+        out.x = f32_to_bf16(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
+        out.y = f32_to_bf16(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
+        *pair = out;
+    }
+}
+
+}  // namespace
+
+namespace detail {
+void launch_apply_rope(const ApplyRopeParams& p, cudaStream_t stream) {
+    static_assert(kMaxPairs * 2 >= 1024, "the launcher admits rope_dim up to 1024");
+    apply_rope_kernel<<<unsigned(p.tokens), kThreads, 0, stream>>>(p);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+}
+}  // namespace detail
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,28 @@
+// Rotary embedding on the GPU: interleaved pairs (2i, 2i+1) of the trailing rope_dim channels of every head of
+// [tokens, heads, head_dim] bf16, in place, forward or inverse (conjugate), as cpu::apply_rope followed by the bf16
+// cast of model numerics. The inv_freq table is cpu::make_rope_table's, uploaded; angle = f32(position) * inv_freq
+// in f32; cos and sin are evaluated in double and rounded to f32 (libm's cosf/sinf are within an ulp of that).
+// Tested in tests/gpu/rope_test.cpp.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dsv4::cuda {
+
+struct ApplyRopeParams {
+    __nv_bfloat16* x = nullptr;         // [tokens, heads, head_dim] bf16, token stride token_stride elements
+    const float* inv_freq = nullptr;    // [rope_dim / 2] f32 (cpu::make_rope_table(...).inv_freq)
+    const int32_t* positions = nullptr; // [tokens] absolute positions
+    int64_t tokens = 0, heads = 0, head_dim = 0, rope_dim = 0, token_stride = 0;
+    bool inverse = false;
+};
+void apply_rope(const ApplyRopeParams& p, cudaStream_t stream);
+
+namespace detail {
+void launch_apply_rope(const ApplyRopeParams& p, cudaStream_t stream);  // unchecked (rope.cu)
+}
+
+}  // namespace dsv4::cuda

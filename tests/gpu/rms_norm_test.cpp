@@ -1,0 +1,91 @@
+// RMSNorm kernels (kernels/cuda/rms_norm) against the CPU reference on random bf16 rows with odd sizes:
+// the weighted (and unweighted) row norm as cpu::rms_norm + bf16 cast, checked as a bf16 rounding of the CPU's f32
+// value within 8 f32 unit roundoffs (both accumulate the mean of squares in double, so only a one-ulp flip of
+// the f32 mean can separate them); and the model-numerics per-head q norm, bitwise against
+// Precision::head_rms_norm.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "gpu_test_util.h"
+#include "kernels/cpu/norms.h"
+#include "kernels/cuda/rms_norm/rms_norm.h"
+#include "model/numerics.h"
+
+using namespace dsv4;
+using namespace dsv4::gpu_test;
+
+namespace {
+constexpr float kEps = 1e-6f;
+}
+
+TEST(GpuRmsNorm, RowsMatchCpuRmsNormThenBf16) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    struct Case {
+        int64_t dim;
+        bool weighted, in_place;
+    };
+    for (int64_t rows : {1, 7, 33})
+        for (Case c : {Case{64, true, false}, Case{320, true, true}, Case{1536, false, false}, Case{4099, true, false},
+                       Case{7168, true, false}}) {
+            const int64_t stride = c.dim + 8 * (rows % 2);
+            std::vector<float> x(size_t(rows * stride));
+            for (int64_t r = 0; r < rows; ++r) {
+                const float scale = std::ldexp(1.0f, int(rng.uniform(-8.0f, 8.0f)));
+                for (int64_t i = 0; i < stride; ++i) x[size_t(r * stride + i)] = round_bf16(rng.normal(scale));
+            }
+            std::vector<float> weight(size_t(c.dim));
+            for (float& w : weight) w = 1.0f + rng.normal(0.2f);
+            auto d_x = to_device(to_bf16(x));
+            auto d_w = to_device(weight);
+            auto d_y = poisoned<uint16_t>(size_t(rows * stride));
+            __nv_bfloat16* y = reinterpret_cast<__nv_bfloat16*>(c.in_place ? d_x.get() : d_y.get());
+            cuda::rms_norm({reinterpret_cast<const __nv_bfloat16*>(d_x.get()), c.weighted ? d_w.get() : nullptr, y, rows,
+                            c.dim, stride, stride, kEps},
+                           nullptr);
+            const std::vector<float> got = from_bf16(to_host(c.in_place ? d_x : d_y));
+
+            Bf16Bracket check("rms_norm rows " + std::to_string(rows) + " dim " + std::to_string(c.dim) +
+                              (c.weighted ? " weighted" : " unweighted") + (c.in_place ? " in place" : ""));
+            std::vector<float> ref(size_t(c.dim));
+            for (int64_t r = 0; r < rows; ++r) {
+                cpu::rms_norm(x.data() + r * stride, c.weighted ? weight.data() : nullptr, c.dim, kEps, ref.data());
+                for (int64_t i = 0; i < c.dim; ++i)
+                    check.add(r * c.dim + i, got[size_t(r * stride + i)], ref[size_t(i)],
+                              8 * kF32Unit * std::fabs(ref[size_t(i)]));
+            }
+            check.expect_ok();
+        }
+}
+
+TEST(GpuRmsNorm, HeadNormMatchesModelNumericsBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    ThreadPool pool(1);
+    const Precision precision(Numerics::kModel, pool);
+    struct Case {
+        int64_t heads, head_dim;
+    };
+    for (int64_t rows : {1, 7, 33})
+        for (Case c : {Case{64, 512}, Case{3, 96}, Case{5, 80}, Case{2, 1024}}) {
+            const int64_t stride = c.heads * c.head_dim + 16;
+            std::vector<float> q(size_t(rows * stride));
+            for (int64_t h = 0; h < rows * c.heads; ++h) {
+                const float scale = std::ldexp(1.0f, int(rng.uniform(-6.0f, 6.0f)));
+                for (int64_t i = 0; i < c.head_dim; ++i)
+                    q[size_t((h / c.heads) * stride + (h % c.heads) * c.head_dim + i)] = round_bf16(rng.normal(scale));
+            }
+            std::vector<float> want = q;
+            for (int64_t h = 0; h < rows * c.heads; ++h)
+                precision.head_rms_norm(want.data() + (h / c.heads) * stride + (h % c.heads) * c.head_dim, c.head_dim,
+                                        kEps);
+            auto d_q = to_device(to_bf16(q));
+            cuda::head_rms_norm({reinterpret_cast<__nv_bfloat16*>(d_q.get()), rows, c.heads, c.head_dim, stride, kEps},
+                                nullptr);
+            expect_bitwise_bf16("head_rms_norm rows " + std::to_string(rows) + " heads " + std::to_string(c.heads) +
+                                    " head_dim " + std::to_string(c.head_dim),
+                                to_host(d_q), to_bf16(want));
+        }
+}
