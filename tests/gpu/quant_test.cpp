@@ -21,7 +21,7 @@ namespace {
 // Rows of bf16 values whose scale varies per row over many binades (also below the 1e-4 amax floor), with a
 // zero run in some rows so all-zero blocks occur.
 std::vector<float> varied_rows(Rng& rng, int64_t rows, int64_t cols) {
-    std::vector<float> x(size_t(rows * cols));
+    std::vector<float> x(static_cast<size_t>(rows * cols));
     for (int64_t r = 0; r < rows; ++r) {
         const float scale = std::ldexp(1.0f, int(rng.uniform(-24.0f, 12.0f))) * rng.uniform(0.5f, 1.0f);
         for (int64_t c = 0; c < cols; ++c) x[size_t(r * cols + c)] = round_bf16(rng.normal(scale));
@@ -67,7 +67,7 @@ TEST(GpuQuant, ActQuantFp8MatchesCpuBitwise) {
             const auto q = to_host(d_q);
             const auto s = to_host(d_s);
 
-            std::vector<float> want_value(size_t(rows * cols)), got_value(want_value.size()), want_s(s.size());
+            std::vector<float> want_value(static_cast<size_t>(rows * cols)), got_value(want_value.size()), want_s(s.size());
             std::vector<uint8_t> want_q(q.size());
             for (int64_t r = 0; r < rows; ++r) {
                 float* w = want_value.data() + r * cols;

@@ -31,12 +31,12 @@ TEST(GpuRmsNorm, RowsMatchCpuRmsNormThenBf16) {
         for (Case c : {Case{64, true, false}, Case{320, true, true}, Case{1536, false, false}, Case{4099, true, false},
                        Case{7168, true, false}}) {
             const int64_t stride = c.dim + 8 * (rows % 2);
-            std::vector<float> x(size_t(rows * stride));
+            std::vector<float> x(static_cast<size_t>(rows * stride));
             for (int64_t r = 0; r < rows; ++r) {
                 const float scale = std::ldexp(1.0f, int(rng.uniform(-8.0f, 8.0f)));
                 for (int64_t i = 0; i < stride; ++i) x[size_t(r * stride + i)] = round_bf16(rng.normal(scale));
             }
-            std::vector<float> weight(size_t(c.dim));
+            std::vector<float> weight(static_cast<size_t>(c.dim));
             for (float& w : weight) w = 1.0f + rng.normal(0.2f);
             auto d_x = to_device(to_bf16(x));
             auto d_w = to_device(weight);
@@ -49,7 +49,7 @@ TEST(GpuRmsNorm, RowsMatchCpuRmsNormThenBf16) {
 
             Bf16Bracket check("rms_norm rows " + std::to_string(rows) + " dim " + std::to_string(c.dim) +
                               (c.weighted ? " weighted" : " unweighted") + (c.in_place ? " in place" : ""));
-            std::vector<float> ref(size_t(c.dim));
+            std::vector<float> ref(static_cast<size_t>(c.dim));
             for (int64_t r = 0; r < rows; ++r) {
                 cpu::rms_norm(x.data() + r * stride, c.weighted ? weight.data() : nullptr, c.dim, kEps, ref.data());
                 for (int64_t i = 0; i < c.dim; ++i)
@@ -71,7 +71,7 @@ TEST(GpuRmsNorm, HeadNormMatchesModelNumericsBitwise) {
     for (int64_t rows : {1, 7, 33})
         for (Case c : {Case{64, 512}, Case{3, 96}, Case{5, 80}, Case{2, 1024}}) {
             const int64_t stride = c.heads * c.head_dim + 16;
-            std::vector<float> q(size_t(rows * stride));
+            std::vector<float> q(static_cast<size_t>(rows * stride));
             for (int64_t h = 0; h < rows * c.heads; ++h) {
                 const float scale = std::ldexp(1.0f, int(rng.uniform(-6.0f, 6.0f)));
                 for (int64_t i = 0; i < c.head_dim; ++i)

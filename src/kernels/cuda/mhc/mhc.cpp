@@ -1,0 +1,37 @@
+// Host-side contract checks of the mHC launchers (mhc.h); the kernels are in mhc.cu.
+#include "kernels/cuda/mhc/mhc.h"
+
+#include "core/error.h"
+
+namespace dsv4::cuda {
+namespace {
+
+void check_mix(const char* op, const HcMixParams& p) {
+    DSV4_CHECK(p.streams && p.fn && p.base && p.scale && p.x_out && p.mix, "{}: null pointer", op);
+    DSV4_CHECK(p.n_hc == 2 || p.n_hc == 4, "{}: n_hc {} is not 2 or 4", op, p.n_hc);
+    DSV4_CHECK(p.tokens >= 0 && p.dim > 0, "{}: bad shape tokens {} dim {}", op, p.tokens, p.dim);
+}
+
+}  // namespace
+
+void hc_pre(const HcMixParams& p, cudaStream_t stream) {
+    check_mix("hc_pre", p);
+    DSV4_CHECK(p.sinkhorn_iters >= 1, "hc_pre: sinkhorn_iters {} must be at least 1", p.sinkhorn_iters);
+    if (p.tokens) detail::launch_hc_mix(p, false, stream);
+}
+
+void hc_head(const HcMixParams& p, cudaStream_t stream) {
+    check_mix("hc_head", p);
+    if (p.tokens) detail::launch_hc_mix(p, true, stream);
+}
+
+void hc_post(const HcPostParams& p, cudaStream_t stream) {
+    DSV4_CHECK(p.f && p.streams && p.mix && p.out, "hc_post: null pointer");
+    DSV4_CHECK(p.n_hc == 2 || p.n_hc == 4, "hc_post: n_hc {} is not 2 or 4", p.n_hc);
+    DSV4_CHECK(p.tokens >= 0 && p.dim > 0, "hc_post: bad shape tokens {} dim {}", p.tokens, p.dim);
+    DSV4_CHECK(static_cast<const void*>(p.out) != static_cast<const void*>(p.streams),
+               "hc_post: out may not alias streams");
+    if (p.tokens) detail::launch_hc_post(p, stream);
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,53 @@
+// Manifold-constrained hyper-connections on the GPU (spec §5; cpu::hc_pre / hc_post / hc_head), one token per CTA:
+//   hc_pre   mixer logits = (fn . v) * rsqrt(mean(v^2) + eps) over the n_hc * dim stream values v (f32 sums),
+//            pre = sigmoid + eps, post = 2 sigmoid, comb = Sinkhorn(logits), x = bf16(sum_j pre_j X_j)
+//   hc_head  the same with pre only (the final collapse before the head norm)
+//   hc_post  streams_out[k] = bf16(post_k f + sum_j comb[j][k] X_j)
+// Streams are bf16 [tokens, n_hc, dim]; the mix stays f32. Elementwise math repeats the CPU's f32 operations in the
+// CPU's order (unfused), so given the same mix the outputs are bitwise; the mixer logits differ by the f32
+// reduction order and exp() by a few ulps. Tested in tests/gpu/mhc_test.cpp.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dsv4::cuda {
+
+// Threads per token of hc_pre / hc_head. Each thread accumulates ceil(n_hc * dim / kHcThreads) products before a
+// 5 + 3 level tree; the tests derive their f32 reduction bound from this.
+inline constexpr int kHcThreads = 256;
+
+constexpr int64_t hc_pre_mix_size(int64_t n_hc) { return (2 + n_hc) * n_hc; }
+
+struct HcMixParams {
+    const __nv_bfloat16* streams = nullptr;  // [tokens, n_hc, dim] bf16
+    const float* fn = nullptr;     // [rows, n_hc * dim] f32; rows = hc_pre_mix_size(n_hc) (hc_pre) or n_hc (hc_head)
+    const float* base = nullptr;   // [rows] f32
+    const float* scale = nullptr;  // [3] f32 (pre, post, comb) for hc_pre; [1] for hc_head
+    __nv_bfloat16* x_out = nullptr;  // [tokens, dim] bf16: sum_j pre_j X_j
+    float* mix = nullptr;     // [tokens, rows] f32: pre [n_hc] | post [n_hc] | comb [n_hc * n_hc] (hc_pre); pre (hc_head)
+    float* logits = nullptr;  // [tokens, rows] f32, optional: the raw mixer logits (for dumps and tests)
+    int64_t tokens = 0, n_hc = 0, dim = 0, sinkhorn_iters = 0;
+    float hc_eps = 0.0f, norm_eps = 0.0f;
+};
+void hc_pre(const HcMixParams& p, cudaStream_t stream);
+void hc_head(const HcMixParams& p, cudaStream_t stream);
+
+struct HcPostParams {
+    const __nv_bfloat16* f = nullptr;        // [tokens, dim] bf16 sub-layer output
+    const __nv_bfloat16* streams = nullptr;  // [tokens, n_hc, dim] bf16
+    const float* mix = nullptr;              // [tokens, hc_pre_mix_size(n_hc)] f32 from hc_pre
+    __nv_bfloat16* out = nullptr;            // [tokens, n_hc, dim] bf16; must not alias streams
+    int64_t tokens = 0, n_hc = 0, dim = 0;
+};
+void hc_post(const HcPostParams& p, cudaStream_t stream);
+
+// The kernel launches behind the checked launchers (mhc.cu); they assume a valid contract.
+namespace detail {
+void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream);
+void launch_hc_post(const HcPostParams& p, cudaStream_t stream);
+}  // namespace detail
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,229 @@
+// mHC kernels (kernels/cuda/mhc) against the CPU reference on random streams, n_hc 2 and 4, odd token counts.
+// hc_pre / hc_head are checked in stages, each as tight as its arithmetic allows:
+//   logits    vs a double evaluation: |err| <= rho * g * sum|f v| + |l| (g / 2 + 5u), g = (ceil(W / kHcThreads) + 10) u
+//             (the f32 chain of each thread plus the 8-level tree, the rsqrt steps and the final product);
+//   mix       vs the CPU's formulas (sigmoid, cpu::sinkhorn) applied to the device logits: they differ only by
+//             CUDA expf (2 ulp) against glibc (< 1 ulp): 8u relative for pre/post; Sinkhorn's diagonal scalings do
+//             not expand relative errors (Hilbert metric), each iteration adds a few roundings: (16 + 8 iters) u;
+//   x_out     bitwise against the CPU collapse of the device pre (the same f32 operations in the same order);
+//   end to end against cpu::hc_pre / hc_head: x_out must be a bf16 rounding within the propagated pre difference.
+// hc_post is checked bitwise against cpu::hc_post + bf16 for a given mix.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "kernels/cpu/mhc.h"
+#include "kernels/cuda/mhc/mhc.h"
+
+using namespace dsv4;
+using namespace dsv4::gpu_test;
+
+namespace {
+
+constexpr int64_t kIters = 20;
+constexpr float kHcEps = 1e-6f, kNormEps = 1e-6f;
+constexpr double kU = kF32Unit;
+
+float sigmoid_cpu(float z) { return 1.0f / (1.0f + std::exp(-z)); }  // as kernels/cpu/mhc.cpp
+
+struct Inputs {
+    std::vector<float> streams, fn, base, scale;
+};
+
+Inputs make_inputs(Rng& rng, int64_t tokens, int64_t n, int64_t dim, int64_t rows, int64_t n_scale) {
+    Inputs in;
+    in.streams.resize(size_t(tokens * n * dim));
+    for (int64_t t = 0; t < tokens; ++t) {
+        const float s = std::ldexp(1.0f, int(rng.uniform(-4.0f, 4.0f)));
+        for (int64_t i = 0; i < n * dim; ++i) in.streams[size_t(t * n * dim + i)] = round_bf16(rng.normal(s));
+    }
+    const float fn_std = 2.0f / std::sqrt(float(n * dim));
+    for (int64_t i = 0; i < rows * n * dim; ++i) in.fn.push_back(rng.normal(fn_std));
+    for (int64_t i = 0; i < rows; ++i) in.base.push_back(rng.normal(0.5f));
+    for (int64_t i = 0; i < n_scale; ++i) in.scale.push_back(rng.uniform(0.5f, 2.0f));
+    return in;
+}
+
+struct DeviceResult {
+    std::vector<float> x_out, mix, logits;
+};
+
+DeviceResult run_mix(const Inputs& in, int64_t tokens, int64_t n, int64_t dim, int64_t rows, bool head) {
+    auto d_streams = to_device(to_bf16(in.streams));
+    auto d_fn = to_device(in.fn);
+    auto d_base = to_device(in.base);
+    auto d_scale = to_device(in.scale);
+    auto d_x = poisoned<uint16_t>(size_t(tokens * dim));
+    auto d_mix = poisoned<float>(size_t(tokens * rows));
+    auto d_logits = poisoned<float>(size_t(tokens * rows));
+    cuda::HcMixParams p{reinterpret_cast<const __nv_bfloat16*>(d_streams.get()),
+                        d_fn.get(),
+                        d_base.get(),
+                        d_scale.get(),
+                        reinterpret_cast<__nv_bfloat16*>(d_x.get()),
+                        d_mix.get(),
+                        d_logits.get(),
+                        tokens,
+                        n,
+                        dim,
+                        kIters,
+                        kHcEps,
+                        kNormEps};
+    if (head)
+        cuda::hc_head(p, nullptr);
+    else
+        cuda::hc_pre(p, nullptr);
+    return {from_bf16(to_host(d_x)), to_host(d_mix), to_host(d_logits)};
+}
+
+// All four stages of the header comment for hc_pre (head = false) or hc_head (head = true).
+void check_mix_op(bool head) {
+    Rng rng;
+    struct Shape {
+        int64_t n, dim;
+    };
+    for (int64_t tokens : {1, 7, 33})
+        for (Shape sh : {Shape{4, 7168}, Shape{2, 320}, Shape{4, 64}, Shape{2, 4096 + 40}}) {
+            const int64_t n = sh.n, dim = sh.dim, W = n * dim, rows = head ? n : cuda::hc_pre_mix_size(n);
+            const Inputs in = make_inputs(rng, tokens, n, dim, rows, head ? 1 : 3);
+            const DeviceResult got = run_mix(in, tokens, n, dim, rows, head);
+            const std::string what = std::string(head ? "hc_head" : "hc_pre") + " tokens " + std::to_string(tokens) +
+                                     " n_hc " + std::to_string(n) + " dim " + std::to_string(dim);
+            const double g = double((W + cuda::kHcThreads - 1) / cuda::kHcThreads + 10) * kU;
+            Worst logits(what + " logits vs double"), pre_post(what + " pre/post vs cpu formulas on device logits"),
+                comb(what + " comb vs cpu::sinkhorn on device logits"), pre_vs_cpu(what + " pre vs cpu::hc_pre");
+            Bf16Bracket end_to_end(what + " x_out vs cpu reference");
+            std::vector<float> x_collapse(static_cast<size_t>(tokens * dim));
+            const cpu::HcParams hp{n, dim, kIters, kHcEps, kNormEps};
+            for (int64_t t = 0; t < tokens; ++t) {
+                const float* X = in.streams.data() + t * W;
+                const float* l = got.logits.data() + t * rows;
+                const float* mix = got.mix.data() + t * rows;
+                // Stage 1: logits.
+                double ss = 0.0;
+                for (int64_t i = 0; i < W; ++i) ss += double(X[i]) * X[i];
+                const double rho = 1.0 / std::sqrt(ss / double(W) + double(kNormEps));
+                std::vector<double> logit_tol(static_cast<size_t>(rows));
+                for (int64_t m = 0; m < rows; ++m) {
+                    double dot = 0.0, abs_sum = 0.0;
+                    for (int64_t i = 0; i < W; ++i) {
+                        const double fv = double(in.fn[size_t(m * W + i)]) * X[i];
+                        dot += fv;
+                        abs_sum += std::fabs(fv);
+                    }
+                    const double want = dot * rho;
+                    logit_tol[size_t(m)] = rho * g * abs_sum + std::fabs(want) * (g / 2 + 5 * kU);
+                    logits.add(t * rows + m, l[m], want, logit_tol[size_t(m)]);
+                }
+                // Stage 2: pre/post/comb from the device logits with the CPU's formulas.
+                std::vector<float> want_mix(static_cast<size_t>(rows));
+                for (int64_t j = 0; j < n; ++j)
+                    want_mix[size_t(j)] = sigmoid_cpu(l[j] * in.scale[0] + in.base[size_t(j)]) + kHcEps;
+                if (!head) {
+                    for (int64_t j = 0; j < n; ++j)
+                        want_mix[size_t(n + j)] = 2.0f * sigmoid_cpu(l[n + j] * in.scale[1] + in.base[size_t(n + j)]);
+                    for (int64_t jk = 0; jk < n * n; ++jk)
+                        want_mix[size_t(2 * n + jk)] = l[2 * n + jk] * in.scale[2] + in.base[size_t(2 * n + jk)];
+                    cpu::sinkhorn(want_mix.data() + 2 * n, n, kIters, kHcEps);
+                }
+                for (int64_t m = 0; m < rows; ++m) {
+                    const double w = want_mix[size_t(m)];
+                    if (m < 2 * n)
+                        pre_post.add(t * rows + m, mix[m], w, 8 * kU * std::fabs(w));
+                    else
+                        comb.add(t * rows + m, mix[m], w, double(16 + 8 * kIters) * kU * std::fabs(w));
+                }
+                // Stage 3: the collapse of the device pre, as cpu::hc_pre does it.
+                for (int64_t d = 0; d < dim; ++d) {
+                    float acc = 0.0f;
+                    for (int64_t j = 0; j < n; ++j) acc += mix[j] * X[j * dim + d];
+                    x_collapse[size_t(t * dim + d)] = round_bf16(acc);
+                }
+                // Stage 4: end to end against the CPU op. pre = sigmoid(l s0 + b) + eps moves by at most
+                // |s0| / 4 times the logit error plus the sigmoid ulps.
+                std::vector<float> ref(static_cast<size_t>(dim));
+                std::vector<double> dpre(static_cast<size_t>(n));
+                for (int64_t j = 0; j < n; ++j)
+                    dpre[size_t(j)] = 0.25 * std::fabs(in.scale[0]) * logit_tol[size_t(j)] + 8 * kU * std::fabs(mix[j]);
+                if (head) {
+                    cpu::hc_head(X, in.fn.data(), in.base.data(), in.scale.data(), hp, ref.data());
+                } else {
+                    cpu::HcMix cm;
+                    cpu::hc_pre(X, in.fn.data(), in.base.data(), in.scale.data(), hp, ref.data(), cm);
+                    for (int64_t j = 0; j < n; ++j) pre_vs_cpu.add(t * n + j, mix[j], cm.pre[size_t(j)], dpre[size_t(j)]);
+                }
+                for (int64_t d = 0; d < dim; ++d) {
+                    double dpre_x = 0.0, mag = 0.0;
+                    for (int64_t j = 0; j < n; ++j) {
+                        const double xj = std::fabs(X[j * dim + d]);
+                        dpre_x += dpre[size_t(j)] * xj;
+                        mag += std::fabs(double(mix[j])) * xj;
+                    }
+                    end_to_end.add(t * dim + d, got.x_out[size_t(t * dim + d)], ref[size_t(d)],
+                                   dpre_x + 2 * double(n) * kU * mag);
+                }
+            }
+            logits.expect_ok();
+            pre_post.expect_ok();
+            if (!head) {
+                comb.expect_ok();
+                pre_vs_cpu.expect_ok();
+            }
+            expect_bitwise_f32(what + " x_out vs collapse of the device pre",
+                               std::vector<float>(got.x_out.begin(), got.x_out.end()), x_collapse);
+            end_to_end.expect_ok();
+        }
+}
+
+}  // namespace
+
+TEST(GpuMhc, HcPreMatchesCpu) {
+    DSV4_REQUIRE_GPU();
+    check_mix_op(false);
+}
+
+TEST(GpuMhc, HcHeadMatchesCpu) {
+    DSV4_REQUIRE_GPU();
+    check_mix_op(true);
+}
+
+TEST(GpuMhc, HcPostMatchesCpuBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    for (int64_t tokens : {1, 7, 33})
+        for (int64_t n : {2, 4})
+            for (int64_t dim : {64, 320, 7168, 1000 + 3}) {
+                const int64_t mix_size = cuda::hc_pre_mix_size(n);
+                const std::vector<float> f = rng.normal_bf16(tokens * dim);
+                const std::vector<float> X = rng.normal_bf16(tokens * n * dim, 3.0f);
+                std::vector<float> mix(static_cast<size_t>(tokens * mix_size));
+                for (int64_t t = 0; t < tokens; ++t)
+                    for (int64_t m = 0; m < mix_size; ++m)
+                        mix[size_t(t * mix_size + m)] = m < n ? rng.uniform(0.0f, 1.0f)
+                                                        : m < 2 * n ? rng.uniform(0.0f, 2.0f)
+                                                                    : rng.uniform(0.0f, 0.6f);
+                auto d_f = to_device(to_bf16(f));
+                auto d_X = to_device(to_bf16(X));
+                auto d_mix = to_device(mix);
+                auto d_out = poisoned<uint16_t>(size_t(tokens * n * dim));
+                cuda::hc_post({reinterpret_cast<const __nv_bfloat16*>(d_f.get()),
+                               reinterpret_cast<const __nv_bfloat16*>(d_X.get()), d_mix.get(),
+                               reinterpret_cast<__nv_bfloat16*>(d_out.get()), tokens, n, dim},
+                              nullptr);
+                std::vector<float> want(static_cast<size_t>(tokens * n * dim));
+                const cpu::HcParams hp{n, dim, kIters, kHcEps, kNormEps};
+                for (int64_t t = 0; t < tokens; ++t) {
+                    cpu::HcMix cm;
+                    const float* m = mix.data() + t * mix_size;
+                    cm.pre.assign(m, m + n);
+                    cm.post.assign(m + n, m + 2 * n);
+                    cm.comb.assign(m + 2 * n, m + mix_size);
+                    cpu::hc_post(f.data() + t * dim, X.data() + t * n * dim, cm, hp, want.data() + t * n * dim);
+                }
+                expect_bitwise_bf16("hc_post tokens " + std::to_string(tokens) + " n_hc " + std::to_string(n) +
+                                        " dim " + std::to_string(dim),
+                                    to_host(d_out), to_bf16(want));
+            }
+}
