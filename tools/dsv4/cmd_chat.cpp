@@ -76,15 +76,11 @@ class ChatSession {
         // Keep the state when the prompt extends what it holds; the rendered history may tokenize differently
         // from what was generated (or drop earlier reasoning), and then everything is prefilled again.
         size_t reused = 0;
-        if (state_ && fed_.size() < ids.size() && std::equal(fed_.begin(), fed_.end(), ids.begin())) {
+        if (state_ && fed_.size() < ids.size() && std::equal(fed_.begin(), fed_.end(), ids.begin()))
             reused = fed_.size();
-        } else {
+        else
             state_ = model_->new_sequence();
-            fed_.clear();
-        }
-        const std::span<const int32_t> fresh(ids.data() + reused, ids.size() - reused);
         fed_.clear();  // until the turn completes, what the state holds is not known
-        SequenceState& state = *state_;
 
         ReplyPrinter printer(tokenizer_, options_.thinking_mode, color_);
         const auto start = std::chrono::steady_clock::now();
@@ -92,16 +88,15 @@ class ChatSession {
         g_generating = 1;
         DecodeResult r;
         try {
-            r = decode(*model_, state, fresh, args_.max_new, sampler_, [&](int32_t id) {
+            r = decode(*model_, *state_, std::span(ids).subspan(reused), args_.max_new, sampler_, [&](int32_t id) {
                 printer.push(id);
                 if (g_interrupted) throw Interrupted{};
             });
-        } catch (const Interrupted&) {
-            r.generated.clear();  // the reply so far stays on screen, but the state is not trusted
+        } catch (const Interrupted&) {  // the reply so far stays on screen; the state is dropped
             g_generating = 0;
-            printer.finish();
-            std::fprintf(stderr, "(interrupted: this reply is not kept)\n");
             state_.reset();
+            printer.finish();
+            std::fprintf(stderr, "(interrupted: this exchange is forgotten)\n");
             return;
         } catch (...) {
             g_generating = 0;
@@ -117,9 +112,10 @@ class ChatSession {
         fed_.insert(fed_.end(), r.generated.begin(), r.generated.end() - 1);  // the last sampled id is not fed
         history_ = std::move(messages);
         history_.push_back(parsed.to_message());
-        if (!r.hit_eos)
-            std::fprintf(stderr, "(reply cut at %s: it stays in the history unfinished)\n",
-                         r.hit_context ? "the end of the model's context" : "-n tokens");
+        if (r.hit_context)
+            std::fprintf(stderr, "(stopped: the model's context is full; /reset to start over)\n");
+        else if (!r.hit_eos)
+            std::fprintf(stderr, "(stopped at -n %lld tokens)\n", (long long)args_.max_new);
         if (args_.verbose)
             std::fprintf(stderr, "(prompt %zu tokens, %zu reused from the last turn; %zu generated in %.2f s)\n",
                          ids.size(), reused, r.generated.size(), seconds);
@@ -148,12 +144,16 @@ void run_chat(const ChatArgs& args) {
     std::signal(SIGINT, on_sigint);
     if (interactive) std::fputs(kHelp, stdout);
     std::string line;
+    bool eof = false;
     while (true) {
         if (interactive) {
             std::fputs(stdout_color() ? "\033[1m>>> \033[0m" : ">>> ", stdout);
             std::fflush(stdout);
         }
-        if (!std::getline(std::cin, line)) break;
+        if (!std::getline(std::cin, line)) {
+            eof = true;
+            break;
+        }
         if (!line.empty() && line.back() == '\r') line.pop_back();
         if (line.find_first_not_of(" \t") == std::string::npos) continue;
         if (line == "/quit" || line == "/exit" || line == "/bye") break;
@@ -179,7 +179,7 @@ void run_chat(const ChatArgs& args) {
             std::fprintf(stderr, "dsv4: error: %s\n", e.what());
         }
     }
-    if (interactive) std::fputs("\n", stdout);
+    if (interactive && eof) std::fputs("\n", stdout);  // the prompt line was left open
 }
 
 }  // namespace
