@@ -1,0 +1,147 @@
+// gemm_fp8 launcher: tile heuristic, contract checks and the cuBLASLt block-scaled FP8 call (see gemm_fp8.h).
+// cuBLASLt is column-major: row-major y[M,N] = A W^T is D[N,M] = op_T(W stored [K,N]) * (A stored [K,M]), the TN
+// form FP8 requires; cuBLASLt's "A" is our weight (128x128 scales) and its "B" our activations (1x128 scales).
+#include "kernels/cuda/gemm_fp8/gemm_fp8.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/gemm_fp8/gemm_fp8_kernels.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int64_t kSkinnySuper = 512;         // K columns one warp covers per pass (32 lanes x 16)
+constexpr int64_t kSkinnySmemFloats = 16384;  // 64 KiB of staged f32 activations per block
+constexpr int64_t kSkinnyRowsPerBlock = 32;
+constexpr int kSkinnyMaxTile = 16;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+bool cublaslt_shape_ok(int64_t n, int64_t k) { return k % 128 == 0 && n % 16 == 0; }
+
+int num_sms_of_current_device() {
+    int device = 0, sms = 0;
+    DSV4_CUDA_CHECK(cudaGetDevice(&device));
+    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return sms;
+}
+
+}  // namespace
+
+const char* fp8_gemm_path_name(Fp8GemmPath path) {
+    switch (path) {
+        case Fp8GemmPath::kAuto: return "auto";
+        case Fp8GemmPath::kSkinny: return "skinny";
+        case Fp8GemmPath::kCublasLt: return "cublaslt";
+    }
+    return "?";
+}
+
+// Skinny tiling: the token tile is the smallest power of two covering min(M, 16); a K range holds at most
+// 64 KiB of staged activations; K is split until the grid has about four blocks per SM (blocks of 32 rows)
+// or each range is one 512-column super-chunk. At V4-Flash decode shapes on 132 SMs this gives wq_b
+// (32768 x 1024) one range, wo_b (4096 x 8192) four, the shared expert w1/w3 (2048 x 4096) eight.
+Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8GemmPath requested) {
+    Fp8GemmConfig c;
+    c.path = requested;
+    if (requested == Fp8GemmPath::kAuto)
+        c.path = (m > kSkinnyMaxTile && cublaslt_shape_ok(n, k)) ? Fp8GemmPath::kCublasLt : Fp8GemmPath::kSkinny;
+    if (c.path == Fp8GemmPath::kCublasLt) return c;
+    const int64_t rows = std::clamp<int64_t>(m, 1, kSkinnyMaxTile);
+    while (c.m_tile < rows) c.m_tile *= 2;
+    const int64_t max_span = kSkinnySmemFloats / c.m_tile / kSkinnySuper * kSkinnySuper;
+    const int64_t row_blocks = ceil_div(n, kSkinnyRowsPerBlock);
+    const int64_t max_splits = std::max<int64_t>(1, ceil_div(k, kSkinnySuper));
+    const int64_t wanted = std::min(max_splits, ceil_div(4 * int64_t(std::max(num_sms, 1)), row_blocks));
+    const int64_t splits = std::max(ceil_div(k, max_span), wanted);
+    c.k_per_split = round_up(ceil_div(k, splits), kSkinnySuper);
+    c.splits = int(ceil_div(k, c.k_per_split));
+    return c;
+}
+
+size_t fp8_gemm_workspace_bytes(const Fp8GemmConfig& c, int64_t m, int64_t n, int64_t k) {
+    if (c.path == Fp8GemmPath::kSkinny) return c.splits > 1 ? size_t(c.splits) * m * n * sizeof(float) : 0;
+    const int64_t kb = ceil_div(k, 128), nb = ceil_div(n, 128);
+    return align256(size_t(kb * round_up(m, 4)) * sizeof(float)) +
+           align256(size_t(nb * round_up(kb, 4)) * sizeof(float)) + kCublasLtWorkspaceBytes;
+}
+
+std::string fp8_gemm_can_implement(const Fp8GemmParams& p, const Fp8GemmConfig& c) {
+    if (!p.a || !p.a_scale || !p.w || !p.w_scale || !p.y) return "null operand pointer";
+    if (p.m <= 0 || p.n <= 0 || p.k <= 0) return fmt::format("empty shape m={} n={} k={}", p.m, p.n, p.k);
+    if (p.workspace_bytes < fp8_gemm_workspace_bytes(c, p.m, p.n, p.k))
+        return fmt::format("workspace of {} bytes, {} path needs {}", p.workspace_bytes, fp8_gemm_path_name(c.path),
+                           fp8_gemm_workspace_bytes(c, p.m, p.n, p.k));
+    if (reinterpret_cast<uintptr_t>(p.workspace) % 256) return "workspace must be 256-byte aligned";
+    for (const void* ptr : {static_cast<const void*>(p.a), static_cast<const void*>(p.w)})
+        if (reinterpret_cast<uintptr_t>(ptr) % 16) return "A and W must be 16-byte aligned";
+    if (c.path == Fp8GemmPath::kSkinny) {
+        if (p.k % 16) return fmt::format("skinny path needs K % 16 == 0, got K={}", p.k);
+        return {};
+    }
+    if (c.path != Fp8GemmPath::kCublasLt) return "no path chosen";
+    if (!cublaslt_shape_ok(p.n, p.k))
+        return fmt::format("cuBLASLt path needs K % 128 == 0 and N % 16 == 0, got N={} K={}", p.n, p.k);
+    if (reinterpret_cast<uintptr_t>(p.y) % 16) return "Y must be 16-byte aligned";
+    return {};
+}
+
+namespace {
+
+void run_cublaslt(const CublasLt& lt, const Fp8GemmParams& p, cudaStream_t stream) {
+    const int64_t kb = p.k / 128, nb = ceil_div(p.n, 128);
+    auto* base = static_cast<char*>(p.workspace);
+    float* a_scale = reinterpret_cast<float*>(base);
+    const size_t a_bytes = align256(size_t(kb * round_up(p.m, 4)) * sizeof(float));
+    float* w_scale = reinterpret_cast<float*>(base + a_bytes);
+    const size_t w_bytes = align256(size_t(nb * round_up(kb, 4)) * sizeof(float));
+    void* lt_workspace = base + a_bytes + w_bytes;
+    DSV4_CUDA_CHECK(launch_repack_scales(p.a_scale, p.m, kb, p.w_scale, nb, a_scale, w_scale, stream));
+
+    MatmulDesc desc(CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    desc.set(CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+    desc.set(CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+    desc.set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, int32_t(CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F));
+    desc.set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, int32_t(CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F));
+    desc.set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(w_scale));
+    desc.set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(a_scale));
+    desc.set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t(0));  // promote to f32 every block (the official semantics)
+    MatrixLayout wl(CUDA_R_8F_E4M3, uint64_t(p.k), uint64_t(p.n), p.k);
+    MatrixLayout al(CUDA_R_8F_E4M3, uint64_t(p.k), uint64_t(p.m), p.k);
+    MatrixLayout yl(CUDA_R_16BF, uint64_t(p.n), uint64_t(p.m), p.n);
+    MatmulPreference pref(kCublasLtWorkspaceBytes);
+
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt.get(), desc.get(), wl.get(), al.get(), yl.get(),
+                                                                 yl.get(), pref.get(), 1, &result, &found);
+    if (status != CUBLAS_STATUS_SUCCESS || found == 0)
+        fail("gemm_fp8: cuBLASLt offers no block-scaled FP8 algorithm for M={} N={} K={} ({}); use the skinny path "
+             "explicitly if this shape must run",
+             p.m, p.n, p.k, cublasLtGetStatusString(status));
+    const float alpha = 1.0f, beta = 0.0f;
+    DSV4_CUBLAS_CHECK(cublasLtMatmul(lt.get(), desc.get(), &alpha, p.w, wl.get(), p.a, al.get(), &beta, p.y,
+                                     yl.get(), p.y, yl.get(), &result.algo, lt_workspace, kCublasLtWorkspaceBytes,
+                                     stream));
+}
+
+}  // namespace
+
+void fp8_gemm(const CublasLt& lt, const Fp8GemmParams& p, cudaStream_t stream) {
+    const Fp8GemmConfig config = fp8_gemm_config(p.m, p.n, p.k, num_sms_of_current_device(), p.path);
+    if (std::string why = fp8_gemm_can_implement(p, config); !why.empty())
+        fail("gemm_fp8 (M={} N={} K={}, {} path): {}", p.m, p.n, p.k, fp8_gemm_path_name(config.path), why);
+    if (config.path == Fp8GemmPath::kCublasLt) {
+        run_cublaslt(lt, p, stream);
+    } else {
+        DSV4_CUDA_CHECK(launch_fp8_skinny(p, config, static_cast<float*>(p.workspace), stream));
+    }
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,61 @@
+// y[M, N] bf16 = (A e4m3 [M, K] x pow2 f32 scale per 128 along K) (W e4m3 [N, K] x f32 scale per 128x128)^T with
+// f32 accumulation: the official fp8_gemm of DeepSeek-V4 (spec §3, docs/numerics.md `model` linear). Two paths,
+// chosen by the pure function fp8_gemm_config():
+//   kSkinny   - CUDA-core kernel for decode (M <= 16 rows per pass): each weight byte read once per pass with
+//               16-byte loads, split-K for small N. Exact products, f32 sums: matches cpu::linear up to order.
+//               Contract: K % 16 == 0; any N; any M (M > 16 re-reads W once per 16 rows).
+//   kCublasLt - cuBLASLt FP8 tensor cores with VEC128_32F (A) and BLK128x128_32F (W) block scaling (promotion to
+//               f32 every 128 K). Contract: K % 128 == 0, N % 16 == 0, 16-byte aligned operands. Scales are
+//               repacked into the workspace in cuBLASLt's order (A scales [K/128, round_up(M,4)] M-major, W scales
+//               [ceil(N/128), round_up(K/128,4)]).
+// Auto picks kCublasLt for M > 16 when its contract holds, else kSkinny; an explicit path that cannot run throws.
+// Tested in tests/gpu/gemm_fp8_test.cpp; timed in bench/gemm_bench.cu.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda/gemm_bf16/cublaslt.h"
+
+namespace dsv4::cuda {
+
+enum class Fp8GemmPath { kAuto, kSkinny, kCublasLt };
+const char* fp8_gemm_path_name(Fp8GemmPath path);
+
+struct Fp8GemmParams {
+    const uint8_t* a = nullptr;      // [m, k] e4m3, row stride k
+    const float* a_scale = nullptr;  // [m, ceil(k/128)] f32, powers of two
+    const uint8_t* w = nullptr;      // [n, k] e4m3, row stride k
+    const float* w_scale = nullptr;  // [ceil(n/128), ceil(k/128)] f32
+    __nv_bfloat16* y = nullptr;      // [m, n] bf16, row stride n
+    int64_t m = 0, n = 0, k = 0;
+    void* workspace = nullptr;  // >= fp8_gemm_workspace_bytes(config), 256-byte aligned
+    size_t workspace_bytes = 0;
+    Fp8GemmPath path = Fp8GemmPath::kAuto;
+};
+
+struct Fp8GemmConfig {
+    Fp8GemmPath path = Fp8GemmPath::kSkinny;
+    int m_tile = 1;           // kSkinny: tokens per pass (1, 2, 4, 8, 16)
+    int splits = 1;           // kSkinny: K ranges, partial sums reduced in f32 in split order
+    int64_t k_per_split = 0;  // kSkinny: multiple of 512
+};
+
+// The tile heuristic (pure): `num_sms` of the device, `requested` path (kAuto lets the shape decide).
+Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8GemmPath requested);
+// Workspace the run needs: skinny split partials, or cuBLASLt scale repacks plus kCublasLtWorkspaceBytes.
+size_t fp8_gemm_workspace_bytes(const Fp8GemmConfig& config, int64_t m, int64_t n, int64_t k);
+inline constexpr size_t kCublasLtWorkspaceBytes = size_t(32) << 20;
+
+// Empty when `config` can run `p`, else the reason.
+std::string fp8_gemm_can_implement(const Fp8GemmParams& p, const Fp8GemmConfig& config);
+
+// Chooses the config for the current device, checks the contract and runs; throws dsv4::Error on a contract
+// violation or when cuBLASLt offers no algorithm.
+void fp8_gemm(const CublasLt& lt, const Fp8GemmParams& p, cudaStream_t stream);
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,26 @@
+// Host entry points of the gemm_fp8 kernels (gemm_fp8_kernels.cu), for the launcher in gemm_fp8.cpp and for the
+// grouped_linear / moe_gemm launchers that reuse the split reduction. Contracts are checked by the callers.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/gemm_fp8/gemm_fp8.h"
+
+namespace dsv4::cuda {
+
+// Skinny FP8 GEMM; `partial` ([splits, m, n] f32) is used when config.splits > 1.
+cudaError_t launch_fp8_skinny(const Fp8GemmParams& p, const Fp8GemmConfig& config, float* partial,
+                              cudaStream_t stream);
+
+// y[i] = bf16(sum_s partial[s * count + i]), summed in split order.
+cudaError_t launch_reduce_splits(const float* partial, int splits, int64_t count, __nv_bfloat16* y,
+                                 cudaStream_t stream);
+
+// cuBLASLt scale order: a_out[kb][round_up(m,4)] = a_scale[m][kb] (zero padding), w_out[nb][round_up(kb,4)].
+cudaError_t launch_repack_scales(const float* a_scale, int64_t m, int64_t kb, const float* w_scale, int64_t nb,
+                                 float* a_out, float* w_out, cudaStream_t stream);
+
+}  // namespace dsv4::cuda

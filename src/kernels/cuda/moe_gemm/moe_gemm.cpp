@@ -1,0 +1,43 @@
+// moe_gemm launcher: heuristic and contract checks (see moe_gemm.h).
+#include "kernels/cuda/moe_gemm/moe_gemm.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
+
+namespace dsv4::cuda {
+
+// Token tile: smallest power of two covering the slot bound (max 16). K span: 64 KiB of staged f32 activations.
+// Experts: at most 64 blocks along y, so an idle expert costs a few offset reads rather than a block per tile.
+MoeGemmConfig moe_gemm_config(int64_t experts, int64_t n, int64_t k, int max_slots_per_expert) {
+    (void)n;
+    MoeGemmConfig c;
+    const int rows = std::clamp(max_slots_per_expert, 1, 16);
+    while (c.m_tile < rows) c.m_tile *= 2;
+    const int64_t max_span = 16384 / c.m_tile / 1024 * 1024;
+    c.k_span = std::min(max_span, (k + 1023) / 1024 * 1024);
+    c.expert_blocks = int(std::min<int64_t>(experts, 64));
+    return c;
+}
+
+std::string moe_gemm_can_implement(const MoeGemmParams& p) {
+    if (!p.a || !p.a_scale || !p.expert_offsets || !p.w || !p.w_scale || !p.y) return "null operand pointer";
+    if (p.format == ExpertFormat::kNvfp4 && !p.w_global) return "NVFP4 needs the per-expert global scales";
+    if (p.experts <= 0 || p.n <= 0 || p.k <= 0)
+        return fmt::format("empty shape experts={} n={} k={}", p.experts, p.n, p.k);
+    if (p.k % 32) return fmt::format("K must be a multiple of 32, got {}", p.k);
+    if (reinterpret_cast<uintptr_t>(p.w) % 16) return "W must be 16-byte aligned";
+    if (p.max_slots_per_expert < 1) return "max_slots_per_expert must be >= 1";
+    return {};
+}
+
+void moe_gemm(const MoeGemmParams& p, cudaStream_t stream) {
+    if (std::string why = moe_gemm_can_implement(p); !why.empty()) fail("moe_gemm: {}", why);
+    DSV4_CUDA_CHECK(launch_moe_gemm(p, moe_gemm_config(p.experts, p.n, p.k, p.max_slots_per_expert), stream));
+}
+
+}  // namespace dsv4::cuda
