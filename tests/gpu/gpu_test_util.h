@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -126,9 +127,10 @@ inline void expect_bitwise_f32(const std::string& what, const std::vector<float>
 // from the reference's by at most `tol` (absolute; from the reduction order or a libm ulp): `got` must be a
 // round-to-nearest bf16 of some value in [want - tol, want + tol], i.e. lie in
 // [round_bf16(want - tol), round_bf16(want + tol)]. NaN never passes. Reports the worst element (distance from
-// `want` relative to tol + half a bf16 ulp) and how many elements are not exactly round_bf16(want).
+// `want` over tol + half a bf16 ulp, about 1 at most inside the bracket) and how many elements are not exactly
+// round_bf16(want).
 class Bf16Bracket {
-public:
+  public:
     explicit Bf16Bracket(std::string what) : what_(std::move(what)) {}
     void add(int64_t index, float got, float want, double tol) {
         ++count_;
@@ -136,9 +138,11 @@ public:
         const bool inside = got >= lo && got <= hi;  // false for NaN
         if (got != round_bf16(want)) ++inexact_;
         if (!inside) ++outside_;
-        const double half_ulp = std::fabs(double(want)) * kBf16Unit + 1e-45;
-        const double ratio = inside ? std::fabs(double(got) - double(want)) / (tol + half_ulp)
-                                    : std::numeric_limits<double>::infinity();
+        int exponent = 0;  // half a bf16 ulp at want: 2^(e - 9) for |want| in [2^(e-1), 2^e)
+        std::frexp(double(want), &exponent);
+        const double half_ulp = std::ldexp(1.0, std::max(exponent, -125) - 9);
+        const double ratio =
+            inside ? std::fabs(double(got) - double(want)) / (tol + half_ulp) : std::numeric_limits<double>::infinity();
         if (index_ < 0 || !(ratio <= ratio_)) {  // the first element outside the bracket stays the worst
             ratio_ = ratio;
             index_ = index;
@@ -159,7 +163,7 @@ public:
         EXPECT_GT(count_, 0) << what_ << ": nothing compared";
     }
 
-private:
+  private:
     std::string what_;
     int64_t count_ = 0, outside_ = 0, inexact_ = 0, index_ = -1;
     double ratio_ = 0.0, tol_ = 0.0;
@@ -169,7 +173,7 @@ private:
 }  // namespace dsv4::gpu_test
 
 // Skips the test (visibly) when there is no CUDA device, e.g. on CI.
-#define DSV4_REQUIRE_GPU()                                                                 \
-    do {                                                                                   \
-        if (!::dsv4::gpu_test::have_gpu()) GTEST_SKIP() << "no CUDA device";               \
+#define DSV4_REQUIRE_GPU()                                                   \
+    do {                                                                     \
+        if (!::dsv4::gpu_test::have_gpu()) GTEST_SKIP() << "no CUDA device"; \
     } while (0)

@@ -26,7 +26,9 @@ constexpr int64_t kIters = 20;
 constexpr float kHcEps = 1e-6f, kNormEps = 1e-6f;
 constexpr double kU = kF32Unit;
 
-float sigmoid_cpu(float z) { return 1.0f / (1.0f + std::exp(-z)); }  // as kernels/cpu/mhc.cpp
+float sigmoid_cpu(float z) {
+    return 1.0f / (1.0f + std::exp(-z));
+}  // as kernels/cpu/mhc.cpp
 
 struct Inputs {
     std::vector<float> streams, fn, base, scale;
@@ -152,7 +154,8 @@ void check_mix_op(bool head) {
                 } else {
                     cpu::HcMix cm;
                     cpu::hc_pre(X, in.fn.data(), in.base.data(), in.scale.data(), hp, ref.data(), cm);
-                    for (int64_t j = 0; j < n; ++j) pre_vs_cpu.add(t * n + j, mix[j], cm.pre[size_t(j)], dpre[size_t(j)]);
+                    for (int64_t j = 0; j < n; ++j)
+                        pre_vs_cpu.add(t * n + j, mix[j], cm.pre[size_t(j)], dpre[size_t(j)]);
                 }
                 for (int64_t d = 0; d < dim; ++d) {
                     double dpre_x = 0.0, mag = 0.0;
@@ -201,7 +204,7 @@ TEST(GpuMhc, HcPostMatchesCpuBitwise) {
                 std::vector<float> mix(static_cast<size_t>(tokens * mix_size));
                 for (int64_t t = 0; t < tokens; ++t)
                     for (int64_t m = 0; m < mix_size; ++m)
-                        mix[size_t(t * mix_size + m)] = m < n ? rng.uniform(0.0f, 1.0f)
+                        mix[size_t(t * mix_size + m)] = m < n       ? rng.uniform(0.0f, 1.0f)
                                                         : m < 2 * n ? rng.uniform(0.0f, 2.0f)
                                                                     : rng.uniform(0.0f, 0.6f);
                 auto d_f = to_device(to_bf16(f));

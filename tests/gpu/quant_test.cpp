@@ -61,13 +61,13 @@ TEST(GpuQuant, ActQuantFp8MatchesCpuBitwise) {
             auto d_x = to_device(to_bf16(x));
             auto d_q = poisoned<uint8_t>(size_t(rows * cols));
             auto d_s = poisoned<float>(size_t(rows * nb));
-            cuda::act_quant_fp8({reinterpret_cast<const __nv_bfloat16*>(d_x.get()), d_q.get(), d_s.get(), rows, cols,
-                                 stride},
-                                nullptr);
+            cuda::act_quant_fp8(
+                {reinterpret_cast<const __nv_bfloat16*>(d_x.get()), d_q.get(), d_s.get(), rows, cols, stride}, nullptr);
             const auto q = to_host(d_q);
             const auto s = to_host(d_s);
 
-            std::vector<float> want_value(static_cast<size_t>(rows * cols)), got_value(want_value.size()), want_s(s.size());
+            std::vector<float> want_value(static_cast<size_t>(rows * cols)), got_value(want_value.size()),
+                want_s(s.size());
             std::vector<uint8_t> want_q(q.size());
             for (int64_t r = 0; r < rows; ++r) {
                 float* w = want_value.data() + r * cols;
@@ -139,9 +139,9 @@ TEST(GpuQuant, PackedIndexerKeysDecodeToCpuRoundTrip) {
             std::vector<std::vector<uint8_t>> caches;
             for (uint8_t poison_byte : {uint8_t(0xFF), uint8_t(0x00)}) {  // every byte of a packed code is valid
                 auto d_cache = poisoned<uint8_t>(size_t(n_slots * bytes), poison_byte);
-                cuda::pack_indexer_keys({reinterpret_cast<const __nv_bfloat16*>(d_x.get()), d_cache.get(),
-                                         d_slots.get(), rows, dim, dim},
-                                        nullptr);
+                cuda::pack_indexer_keys(
+                    {reinterpret_cast<const __nv_bfloat16*>(d_x.get()), d_cache.get(), d_slots.get(), rows, dim, dim},
+                    nullptr);
                 caches.push_back(to_host(d_cache));
             }
             const std::string what = "indexer keys dim " + std::to_string(dim) + " rows " + std::to_string(rows);
@@ -222,7 +222,7 @@ TEST(GpuQuant, LaunchersRejectBadContracts) {
     EXPECT_THROW(cuda::indexer_rotate_fp4({nullptr, 1, 96, 96}, nullptr), Error);
     EXPECT_THROW(cuda::act_quant_fp8({nullptr, nullptr, nullptr, 1, 128, 128}, nullptr), Error);
     uint8_t* fake = reinterpret_cast<uint8_t*>(uintptr_t(64));
-    EXPECT_THROW(cuda::pack_kv_entries({reinterpret_cast<const __nv_bfloat16*>(fake), fake, nullptr, 1, 96, 96, 96},
-                                       nullptr),
-                 Error);
+    EXPECT_THROW(
+        cuda::pack_kv_entries({reinterpret_cast<const __nv_bfloat16*>(fake), fake, nullptr, 1, 96, 96, 96}, nullptr),
+        Error);
 }

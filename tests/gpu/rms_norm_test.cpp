@@ -42,8 +42,8 @@ TEST(GpuRmsNorm, RowsMatchCpuRmsNormThenBf16) {
             auto d_w = to_device(weight);
             auto d_y = poisoned<uint16_t>(size_t(rows * stride));
             __nv_bfloat16* y = reinterpret_cast<__nv_bfloat16*>(c.in_place ? d_x.get() : d_y.get());
-            cuda::rms_norm({reinterpret_cast<const __nv_bfloat16*>(d_x.get()), c.weighted ? d_w.get() : nullptr, y, rows,
-                            c.dim, stride, stride, kEps},
+            cuda::rms_norm({reinterpret_cast<const __nv_bfloat16*>(d_x.get()), c.weighted ? d_w.get() : nullptr, y,
+                            rows, c.dim, stride, stride, kEps},
                            nullptr);
             const std::vector<float> got = from_bf16(to_host(c.in_place ? d_x : d_y));
 

@@ -25,8 +25,8 @@ TEST(GpuRope, MatchesCpuApplyRopeThenBf16) {
         const RopeParams* params;
     };
     for (int64_t tokens : {1, 7, 33})
-        for (Case c : {Case{64, 512, 64, &yarn}, Case{1, 512, 64, &yarn}, Case{3, 96, 32, &plain},
-                       Case{5, 80, 16, &plain}})
+        for (Case c :
+             {Case{64, 512, 64, &yarn}, Case{1, 512, 64, &yarn}, Case{3, 96, 32, &plain}, Case{5, 80, 16, &plain}})
             for (bool inverse : {false, true}) {
                 const cpu::RopeTable table = cpu::make_rope_table(c.rope_dim, *c.params);
                 const int64_t stride = c.heads * c.head_dim + 2 * (tokens % 3);

@@ -13,9 +13,9 @@
 namespace dsv4::cuda {
 
 struct EmbedParams {
-    const int32_t* ids = nullptr;           // [tokens] token ids
-    const __nv_bfloat16* table = nullptr;   // [vocab, dim] bf16
-    __nv_bfloat16* streams = nullptr;       // [tokens, n_hc, dim] bf16
+    const int32_t* ids = nullptr;          // [tokens] token ids
+    const __nv_bfloat16* table = nullptr;  // [vocab, dim] bf16
+    __nv_bfloat16* streams = nullptr;      // [tokens, n_hc, dim] bf16
     int64_t tokens = 0, vocab = 0, dim = 0, n_hc = 0;
 };
 void embed(const EmbedParams& p, cudaStream_t stream);

@@ -13,7 +13,9 @@ constexpr unsigned kFull = 0xFFFFFFFFu;
 constexpr int kWarps = kHcThreads / 32;
 constexpr int kPostThreads = 256;
 
-__device__ __forceinline__ float sigmoid(float z) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z))); }
+__device__ __forceinline__ float sigmoid(float z) {
+    return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
+}
 
 // cpu::sinkhorn on c [kN * kN], same operations in the same order.
 template <int kN>
@@ -101,7 +103,8 @@ __global__ void __launch_bounds__(kHcThreads) hc_mix_kernel(HcMixParams p) {
             mix_s[j] = __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(logit[j], p.scale[0]), p.base[j])), p.hc_eps);
         if constexpr (!kHead) {
             for (int j = 0; j < kN; ++j)
-                mix_s[kN + j] = __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(logit[kN + j], p.scale[1]), p.base[kN + j])));
+                mix_s[kN + j] =
+                    __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(logit[kN + j], p.scale[1]), p.base[kN + j])));
             for (int jk = 0; jk < kN * kN; ++jk)
                 mix_s[2 * kN + jk] = __fadd_rn(__fmul_rn(logit[2 * kN + jk], p.scale[2]), p.base[2 * kN + jk]);
             sinkhorn<kN>(mix_s + 2 * kN, p.sinkhorn_iters, p.hc_eps);

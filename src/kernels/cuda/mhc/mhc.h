@@ -19,15 +19,17 @@ namespace dsv4::cuda {
 // 5 + 3 level tree; the tests derive their f32 reduction bound from this.
 inline constexpr int kHcThreads = 256;
 
-constexpr int64_t hc_pre_mix_size(int64_t n_hc) { return (2 + n_hc) * n_hc; }
+constexpr int64_t hc_pre_mix_size(int64_t n_hc) {
+    return (2 + n_hc) * n_hc;
+}
 
 struct HcMixParams {
     const __nv_bfloat16* streams = nullptr;  // [tokens, n_hc, dim] bf16
-    const float* fn = nullptr;     // [rows, n_hc * dim] f32; rows = hc_pre_mix_size(n_hc) (hc_pre) or n_hc (hc_head)
-    const float* base = nullptr;   // [rows] f32
-    const float* scale = nullptr;  // [3] f32 (pre, post, comb) for hc_pre; [1] for hc_head
+    const float* fn = nullptr;       // [rows, n_hc * dim] f32; rows = hc_pre_mix_size(n_hc) (hc_pre) or n_hc (hc_head)
+    const float* base = nullptr;     // [rows] f32
+    const float* scale = nullptr;    // [3] f32 (pre, post, comb) for hc_pre; [1] for hc_head
     __nv_bfloat16* x_out = nullptr;  // [tokens, dim] bf16: sum_j pre_j X_j
-    float* mix = nullptr;     // [tokens, rows] f32: pre [n_hc] | post [n_hc] | comb [n_hc * n_hc] (hc_pre); pre (hc_head)
+    float* mix = nullptr;  // [tokens, rows] f32: pre [n_hc] | post [n_hc] | comb [n_hc * n_hc] (hc_pre); pre (hc_head)
     float* logits = nullptr;  // [tokens, rows] f32, optional: the raw mixer logits (for dumps and tests)
     int64_t tokens = 0, n_hc = 0, dim = 0, sinkhorn_iters = 0;
     float hc_eps = 0.0f, norm_eps = 0.0f;

@@ -6,7 +6,9 @@
 namespace dsv4::cuda {
 namespace {
 
-bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+bool aligned(const void* p, size_t bytes) {
+    return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
 
 void check_kv(const char* op, int64_t rows, int64_t head_dim, int64_t rope_dim, int64_t stride, const void* kv,
               const void* cache) {

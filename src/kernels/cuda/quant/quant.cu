@@ -14,12 +14,16 @@ namespace {
 constexpr int kWarps = 8;  // warps per CTA for the warp-per-block kernels
 constexpr int kThreads = kWarps * 32;
 constexpr unsigned kFull = 0xFFFFFFFFu;
-constexpr float kE4M3AmaxFloor = 1e-4f;                 // official act_quant: amax.clamp(1e-4)
-constexpr float kE2M1AmaxFloor = 6.0f * 0x1p-126f;      // official fp4_act_quant: 6 * 2^-126
+constexpr float kE4M3AmaxFloor = 1e-4f;             // official act_quant: amax.clamp(1e-4)
+constexpr float kE2M1AmaxFloor = 6.0f * 0x1p-126f;  // official fp4_act_quant: 6 * 2^-126
 
-__host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+__host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
 
-dim3 warp_grid(int64_t warps) { return dim3(unsigned(ceil_div(warps, kWarps))); }
+dim3 warp_grid(int64_t warps) {
+    return dim3(unsigned(ceil_div(warps, kWarps)));
+}
 
 // Max over the lanes whose index differs only in the bits of `width - 1` (width a power of two <= 32).
 template <int kWidth>
@@ -43,7 +47,9 @@ __device__ __forceinline__ uint8_t fp8_code(float x, float s) {
 __device__ __forceinline__ float fp4_scaled(float x, float s) {
     return fminf(fmaxf(__fdiv_rn(x, s), -kE2M1Max), kE2M1Max);
 }
-__device__ __forceinline__ float fp4_value(float x, float s) { return round_e2m1(fp4_scaled(x, s)); }
+__device__ __forceinline__ float fp4_value(float x, float s) {
+    return round_e2m1(fp4_scaled(x, s));
+}
 
 // ---- (a) FP8 GEMM input: one warp per (row, 128-block), 4 values per lane.
 __global__ void __launch_bounds__(kThreads) act_quant_fp8_kernel(ActQuantParams p) {
@@ -219,7 +225,9 @@ __global__ void __launch_bounds__(kThreads) unpack_kv_entries_kernel(KvUnpackPar
 }  // namespace
 
 // The official Hadamard scale n^-0.5, rounded to f32 as cpu::hadamard_transform does.
-static float hadamard_scale(int64_t dim) { return float(1.0 / std::sqrt(double(dim))); }
+static float hadamard_scale(int64_t dim) {
+    return float(1.0 / std::sqrt(double(dim)));
+}
 
 namespace detail {
 

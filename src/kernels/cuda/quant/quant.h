@@ -77,7 +77,9 @@ struct KvUnpackParams {
 void unpack_kv_entries(const KvUnpackParams& p, cudaStream_t stream);
 
 // Packed indexer key: dim / 2 bytes of e2m1 pairs (low nibble = even element), then dim / 32 E8M0 bytes.
-constexpr int64_t indexer_key_bytes(int64_t dim) { return dim / 2 + dim / kFp4Block; }
+constexpr int64_t indexer_key_bytes(int64_t dim) {
+    return dim / 2 + dim / kFp4Block;
+}
 
 struct IndexerKeyPackParams {
     const __nv_bfloat16* x = nullptr;  // [rows, dim] bf16 keys before the rotation, row stride x_stride

@@ -13,9 +13,9 @@
 namespace dsv4::cuda {
 
 struct ApplyRopeParams {
-    __nv_bfloat16* x = nullptr;         // [tokens, heads, head_dim] bf16, token stride token_stride elements
-    const float* inv_freq = nullptr;    // [rope_dim / 2] f32 (cpu::make_rope_table(...).inv_freq)
-    const int32_t* positions = nullptr; // [tokens] absolute positions
+    __nv_bfloat16* x = nullptr;          // [tokens, heads, head_dim] bf16, token stride token_stride elements
+    const float* inv_freq = nullptr;     // [rope_dim / 2] f32 (cpu::make_rope_table(...).inv_freq)
+    const int32_t* positions = nullptr;  // [tokens] absolute positions
     int64_t tokens = 0, heads = 0, head_dim = 0, rope_dim = 0, token_stride = 0;
     bool inverse = false;
 };
