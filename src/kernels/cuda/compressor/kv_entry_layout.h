@@ -1,0 +1,47 @@
+// Byte layouts of the packed cache entries (docs/gpu-design.md, "KV cache and state"), shared by the host (tests,
+// planners) and the device (compressor writes, attention and indexer read). Plain constexpr, no CUDA.
+//   main entry:    nope e4m3 [nope] | rope bf16 [rope] | UE8M0 scale [ceil(nope / 64)] | zero pad to 8 bytes
+//                  (V4: 448 + 128 + 7 -> 584 B, vLLM's fp8_ds_mla size; a trailing partial 64-block has a scale
+//                  of its own, as the CPU reference quantizes it)
+//   indexer entry: e2m1 pairs [dim / 2] (low nibble = even index) | E8M0 scale [ceil(dim / 32)], no padding
+//                  (V4: 64 + 4 -> 68 B)
+// Both agree with quant/quant.h (kv_entry_layout, indexer_key_bytes), which should replace this header.
+// The element value is code * 2^(scale - 127): exactly the bf16 value the CPU reference holds.
+#pragma once
+
+#include <cstdint>
+
+namespace dsv4::cuda {
+
+inline constexpr int64_t kKvScaleBlock = 64;     // nope values per UE8M0 scale (main entries)
+inline constexpr int64_t kIndexScaleBlock = 32;  // values per E8M0 scale (indexer keys)
+
+constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+constexpr int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+struct MainEntryLayout {
+    int64_t nope = 0;  // head_dim - rope_dim e4m3 values at byte 0
+    int64_t rope = 0;  // bf16 values at byte `nope`
+
+    constexpr int64_t rope_offset() const { return nope; }
+    constexpr int64_t scale_offset() const { return nope + 2 * rope; }
+    constexpr int64_t scales() const { return ceil_div(nope, kKvScaleBlock); }
+    constexpr int64_t bytes() const { return round_up(scale_offset() + scales(), 8); }
+};
+
+constexpr MainEntryLayout main_entry_layout(int64_t head_dim, int64_t rope_dim) {
+    return MainEntryLayout{head_dim - rope_dim, rope_dim};
+}
+
+struct IndexEntryLayout {
+    int64_t dim = 0;
+
+    constexpr int64_t scale_offset() const { return dim / 2; }
+    constexpr int64_t scales() const { return ceil_div(dim, kIndexScaleBlock); }
+    constexpr int64_t bytes() const { return scale_offset() + scales(); }
+};
+
+static_assert(main_entry_layout(512, 64).bytes() == 584, "V4 main entry is 584 bytes");
+static_assert(IndexEntryLayout{128}.bytes() == 68, "V4 indexer entry is 68 bytes");
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,243 @@
+// Lightning-indexer kernels (see indexer.h).
+//   indexer_scores_kernel: one CTA per (token, 64 keys): dequantized FP4 keys and the token's queries in shared
+//     memory, q.k on tensor cores (mma.sync bf16 -> f32: q and k are FP4 values times power-of-two scales, exact in
+//     bf16), the bf16 stages per (head, key), then one thread per key sums the heads in head order (the CPU order).
+//   indexer_topk_kernel: one CTA per token: a radix select on the 16-bit order key of the bf16 scores (two 8-bit
+//     histogram passes find the k-th largest key T), an ordered compaction (keys > T, then the lowest-index keys
+//     == T), and a bitonic sort of the k winners by (score desc, index asc). One CTA per token is enough for
+//     prefill; a decode step over ~256K entries would want the histogram split over CTAs (not done yet).
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/compressor/entry_codec.cuh"
+#include "kernels/cuda/compressor/kv_entry_layout.h"
+#include "kernels/cuda/indexer/indexer.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kScoreThreads = 128;  // 4 warps = 4 m-tiles of 16 heads
+constexpr int kKeys = 64;           // keys per CTA
+constexpr int kMaxHeads = 64, kMaxDim = 128;
+constexpr int kRowStride = kMaxDim + 8;
+constexpr int kTStride = kKeys + 4;
+
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t ld32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+__device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
+
+__device__ __forceinline__ int visible_entries(int position, int ratio, int max_visible) {
+    return min((position + 1) / ratio, max_visible);
+}
+
+__global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const IndexerScoresParams p) {
+    __shared__ __align__(16) __nv_bfloat16 qs[kMaxHeads * kRowStride];
+    __shared__ __align__(16) __nv_bfloat16 ks[kKeys * kRowStride];
+    __shared__ __nv_bfloat16 terms[kMaxHeads * kTStride];  // bf16 values: exact
+    __shared__ float weights[kMaxHeads];
+
+    const int token = blockIdx.x, w0 = blockIdx.y * kKeys;
+    const int visible = visible_entries(p.token_position[token], p.ratio, p.max_visible);
+    if (w0 >= visible) return;
+    const int dim = p.dim, m_tiles = (p.heads + 15) / 16;
+
+    // Queries (rows past `heads` are zeros) and head weights.
+    const uint16_t* q = p.q + int64_t(token) * p.heads * dim;
+    for (int i = threadIdx.x; i < m_tiles * 16 * (dim / 2); i += kScoreThreads) {
+        const int h = i / (dim / 2), c = i % (dim / 2);
+        const uint32_t v = h < p.heads ? *reinterpret_cast<const uint32_t*>(q + h * dim + 2 * c) : 0u;
+        *reinterpret_cast<uint32_t*>(&qs[h * kRowStride + 2 * c]) = v;
+    }
+    for (int h = threadIdx.x; h < p.heads; h += kScoreThreads)
+        weights[h] = bf16_bits_to_f32(p.head_weights[int64_t(token) * p.heads + h]);
+
+    // Keys: one packed byte (two e2m1 values) per step; invisible keys are zeros (their scores are not written).
+    const IndexEntryLayout layout{dim};
+    const int32_t* pages = p.page_table + int64_t(p.token_state[token]) * p.max_pages;
+    for (int i = threadIdx.x; i < kKeys * (dim / 2); i += kScoreThreads) {
+        const int r = i / (dim / 2), c = i % (dim / 2), w = w0 + r;
+        uint32_t v = 0u;
+        if (w < visible) {
+            const int64_t row = int64_t(pages[w / p.page_size]) * p.page_size + w % p.page_size;
+            const uint8_t* entry = p.keys + row * layout.bytes();
+            const uint8_t byte = entry[c];
+            const float scale = entry::e8m0_to_f32(entry[layout.scale_offset() + (2 * c) / kIndexScaleBlock]);
+            const __nv_bfloat162 pair =
+                __floats2bfloat162_rn(entry::e2m1_to_f32(byte & 0xFu) * scale, entry::e2m1_to_f32(byte >> 4) * scale);
+            v = *reinterpret_cast<const uint32_t*>(&pair);
+        }
+        *reinterpret_cast<uint32_t*>(&ks[r * kRowStride + 2 * c]) = v;
+    }
+    __syncthreads();
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+    if (warp < m_tiles) {
+        float s[8][4];
+        for (int nt = 0; nt < 8; ++nt)
+            for (int i = 0; i < 4; ++i) s[nt][i] = 0.0f;
+        const __nv_bfloat16* qa = &qs[(warp * 16 + g) * kRowStride + 2 * tig];
+        const __nv_bfloat16* kb = &ks[g * kRowStride + 2 * tig];
+        for (int k0 = 0; k0 < dim; k0 += 16) {
+            const uint32_t a[4] = {ld32(qa + k0), ld32(qa + 8 * kRowStride + k0), ld32(qa + k0 + 8),
+                                   ld32(qa + 8 * kRowStride + k0 + 8)};
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+                const __nv_bfloat16* b = kb + nt * 8 * kRowStride + k0;
+                mma_16816(s[nt], a, ld32(b), ld32(b + 8));
+            }
+        }
+        // The bf16 stages of indexer_scores: q.k -> bf16, ReLU, x head weight -> bf16.
+        for (int nt = 0; nt < 8; ++nt)
+            for (int i = 0; i < 4; ++i) {
+                const int h = warp * 16 + g + (i >= 2 ? 8 : 0), key = nt * 8 + 2 * tig + (i & 1);
+                const float dot = fmaxf(entry::round_bf16(s[nt][i]), 0.0f);
+                terms[h * kTStride + key] = __float2bfloat16_rn(h < p.heads ? dot * weights[h] : 0.0f);
+            }
+    }
+    __syncthreads();
+    if (threadIdx.x < kKeys && w0 + int(threadIdx.x) < visible) {
+        float total = 0.0f;  // f32, heads in order
+        for (int h = 0; h < p.heads; ++h) total += __bfloat162float(terms[h * kTStride + threadIdx.x]);
+        const __nv_bfloat16 v = __float2bfloat16_rn(total);
+        p.scores[int64_t(token) * p.max_visible + w0 + threadIdx.x] = *reinterpret_cast<const uint16_t*>(&v);
+    }
+}
+
+// ---- top-k
+
+constexpr int kTopkThreads = 512;
+constexpr int kMaxTopk = 1024;
+
+// Order-preserving 16-bit key of a bf16 score (larger score -> larger key); -0 is keyed as +0 (they compare equal).
+__device__ __forceinline__ uint32_t order_key(uint16_t bits) {
+    if (bits == 0x8000u) bits = 0;
+    return (bits & 0x8000u) ? (~uint32_t(bits) & 0xFFFFu) : (uint32_t(bits) | 0x8000u);
+}
+
+// Exclusive prefix sum over the block; `total` gets the block sum. All threads must call it.
+__device__ int block_exclusive_scan(int x, int& total, int* scratch) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int inclusive = x;
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, inclusive, o);
+        if (lane >= o) inclusive += y;
+    }
+    if (lane == 31) scratch[warp] = inclusive;
+    __syncthreads();
+    int warp_base = 0, sum = 0;
+    for (int w = 0; w < kTopkThreads / 32; ++w) {
+        if (w == warp) warp_base = sum;
+        sum += scratch[w];
+    }
+    __syncthreads();
+    total = sum;
+    return warp_base + inclusive - x;
+}
+
+__global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(const IndexerTopkParams p) {
+    __shared__ int hist[256];
+    __shared__ int scratch[kTopkThreads / 32];
+    __shared__ unsigned long long cand[kMaxTopk];
+    __shared__ uint32_t threshold_shared;
+    __shared__ int above_shared;
+
+    const int token = blockIdx.x;
+    const int visible = visible_entries(p.token_position[token], p.ratio, p.max_visible);
+    const int k = min(p.topk, visible);
+    const uint16_t* scores = p.scores + int64_t(token) * p.max_visible;
+    int32_t* out = p.selected + int64_t(token) * p.topk;
+    if (k == 0) {
+        for (int j = threadIdx.x; j < p.topk; j += kTopkThreads) out[j] = -1;
+        return;
+    }
+
+    // 1. Radix select: the k-th largest key T and the number of keys above it.
+    uint32_t prefix = 0;
+    int above = 0;  // keys greater than the current prefix range
+    for (int pass = 0; pass < 2; ++pass) {
+        for (int b = threadIdx.x; b < 256; b += kTopkThreads) hist[b] = 0;
+        __syncthreads();
+        for (int w = threadIdx.x; w < visible; w += kTopkThreads) {
+            const uint32_t key = order_key(scores[w]);
+            if (pass == 0 || (key >> 8) == prefix) atomicAdd(&hist[pass == 0 ? key >> 8 : key & 0xFFu], 1);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int count = above, bin = 255;
+            while (count + hist[bin] < k) count += hist[bin--];
+            threshold_shared = pass == 0 ? uint32_t(bin) : (prefix << 8) | uint32_t(bin);
+            above_shared = count;
+        }
+        __syncthreads();
+        prefix = threshold_shared;
+        above = above_shared;
+        __syncthreads();
+    }
+    const uint32_t threshold = prefix;
+    const int need_equal = k - above;
+
+    // 2. Ordered compaction: every key > T, and the first need_equal keys == T in index order.
+    int base_above = 0, base_equal = 0;
+    for (int w0 = 0; w0 < visible; w0 += kTopkThreads) {
+        const int w = w0 + threadIdx.x;
+        const uint32_t key = w < visible ? order_key(scores[w]) : 0u;
+        const int is_above = w < visible && key > threshold, is_equal = w < visible && key == threshold;
+        int total = 0;
+        const int rank = block_exclusive_scan(is_above | (is_equal << 16), total, scratch);
+        const int rank_above = rank & 0xFFFF, rank_equal = rank >> 16;
+        const unsigned long long sort_key = (uint64_t(0xFFFFu - key) << 32) | uint32_t(w);
+        if (is_above) cand[base_above + rank_above] = sort_key;
+        if (is_equal && base_equal + rank_equal < need_equal) cand[above + base_equal + rank_equal] = sort_key;
+        base_above += total & 0xFFFF;
+        base_equal += total >> 16;
+    }
+    // 3. Bitonic sort of the k candidates (padded to a power of two) by (score desc, index asc).
+    int n = 1;
+    while (n < k) n <<= 1;
+    for (int i = k + threadIdx.x; i < n; i += kTopkThreads) cand[i] = ~0ull;
+    __syncthreads();
+    for (int size = 2; size <= n; size <<= 1)
+        for (int stride = size / 2; stride > 0; stride >>= 1) {
+            for (int i = threadIdx.x; i < n; i += kTopkThreads) {
+                const int j = i ^ stride;
+                if (j > i) {
+                    const bool ascending = (i & size) == 0;
+                    const unsigned long long a = cand[i], b = cand[j];
+                    if ((a > b) == ascending) {
+                        cand[i] = b;
+                        cand[j] = a;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    for (int j = threadIdx.x; j < p.topk; j += kTopkThreads) out[j] = j < k ? int32_t(cand[j] & 0xFFFFFFFFu) : -1;
+}
+
+}  // namespace
+
+namespace detail {
+
+void indexer_scores_launch(const IndexerScoresParams& p, cudaStream_t stream) {
+    if (p.tokens == 0 || p.max_visible == 0) return;
+    const dim3 grid(p.tokens, (p.max_visible + kKeys - 1) / kKeys);
+    indexer_scores_kernel<<<grid, kScoreThreads, 0, stream>>>(p);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+}
+
+void indexer_topk_launch(const IndexerTopkParams& p, cudaStream_t stream) {
+    if (p.tokens == 0) return;
+    indexer_topk_kernel<<<p.tokens, kTopkThreads, 0, stream>>>(p);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace detail
+}  // namespace dsv4::cuda

@@ -1,0 +1,40 @@
+// MoE routing on the device (spec §9, src/model/moe.cpp route_tokens): scores sqrt(softplus(logit)) in f32,
+// selection by score + bias (ties -> lower expert index) or through tid2eid (hash layers), weights s / sum(s of the
+// chosen, in selection order) * routed_scaling_factor; then the token -> expert permutation the grouped expert GEMM
+// needs (counts, offsets, assignments grouped by expert in ascending (token, j) order, and the inverse map).
+// Everything stays on the device (no host synchronization): capturable in a CUDA graph.
+// Tested in tests/gpu/moe_routing_test.cpp against dsv4::route_tokens.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dsv4::cuda {
+
+struct MoeRoutingParams {
+    const float* logits;       // [tokens, num_experts] f32 router logits (gate GEMM in f32)
+    const float* bias;         // [num_experts] f32 selection bias (score routing); null for hash routing
+    const int32_t* tid2eid;    // [vocab, k] int32 expert ids per token id (hash routing); null for score routing
+    const int32_t* token_ids;  // [tokens] int32 (hash routing)
+    int32_t* experts;          // [tokens, k] chosen experts in selection order; -1 for an out-of-vocabulary id
+    float* weights;            // [tokens, k] f32 routing weights (0 where experts is -1)
+    int32_t* expert_counts;    // [num_experts] assignments per expert
+    int32_t* expert_offsets;   // [num_experts + 1] exclusive prefix sum of the counts
+    int32_t* sorted_assignment;  // [tokens * k] assignment ids t * k + j grouped by expert (ascending inside one);
+                                 // the row to gather is sorted_assignment / k; entries past offsets[E] untouched
+    int32_t* assignment_slot;    // [tokens * k] position of each assignment in sorted_assignment, -1 if dropped
+    int32_t tokens = 0;
+    int32_t num_experts = 0;  // at most 512
+    int32_t k = 0;            // experts per token, at most 16
+    int32_t vocab = 0;        // rows of tid2eid
+    float routed_scaling_factor = 1.0f;
+};
+
+void moe_routing(const MoeRoutingParams& params, cudaStream_t stream);
+
+namespace detail {
+void moe_routing_launch(const MoeRoutingParams& params, cudaStream_t stream);
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,383 @@
+// Sparse attention kernels (see sparse_attention.h). A CTA owns one token, a group of up to 64 heads and a range of
+// slots (its split), walked in tiles of 64 keys: the tile is dequantized once into shared memory (bf16) and used by
+// all heads. 8 warps: for S = Q K^T warp w computes heads 16(w%4).. x slots 32(w/4).. of the tile; for O += P V it
+// owns heads 16(w%4).. x dims (w/4) * head_dim/2 ... Tensor cores: mma.sync m16n8k16 bf16 -> f32 (sm_80+ PTX, so
+// the same code builds for sm_90a and sm_100a).
+// Pass structure: (1) the max logit M of each head over all the token's slots (a local pre-pass when the token is
+// not split, else sparse_attention_max_kernel + a read of every split's max); (2) P = bf16(exp(l - M)), P V and
+// the unrounded denominator per split; (3) with splits, sparse_attention_combine_kernel sums the splits in order.
+// Logits are recomputed by identical code in passes 1 and 2, so l <= M holds bit for bit. Every sum has a fixed
+// order: results do not depend on the launch or on other tokens.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/compressor/entry_codec.cuh"
+#include "kernels/cuda/compressor/kv_entry_layout.h"
+#include "kernels/cuda/sparse_attention/sparse_attention.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kTile = 64;         // keys per tile
+constexpr int kHeadsPerCta = 64;  // 4 m-tiles of 16 heads
+constexpr int kPStride = kTile + 8;
+
+// ---- The probability rounding point of `model` numerics (docs/numerics.md, "sparse attention") ----
+// P = exp(l - M) with M the max logit over ALL of the token's keys (cpu::sparse_attention_head), rounded to bf16
+// for the P.V product; the denominator sums the unrounded P in f32, then adds exp(sink - M). If the CPU reference
+// moves to the official kernel's running block max, this function and the M it receives are the places to change.
+__device__ __forceinline__ float probability(float logit, float row_max) { return expf(logit - row_max); }
+__device__ __forceinline__ float probability_for_pv(float p) { return entry::round_bf16(p); }
+// ---------------------------------------------------------------------------------------------------------------
+
+template <int kHeadDim>
+struct Smem {
+    static constexpr int kStride = kHeadDim + 8;  // bf16 elements per row: conflict-free fragment loads/ldmatrix
+    __nv_bfloat16 q[kHeadsPerCta * kStride];
+    __nv_bfloat16 k[kTile * kStride];
+    __nv_bfloat16 p[kHeadsPerCta * kPStride];
+    int valid[kTile];
+    float row_max[kHeadsPerCta];
+    float partial[2][kHeadsPerCta];
+};
+
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& r0, uint32_t& r1, const __nv_bfloat16* row) {
+    const uint32_t addr = uint32_t(__cvta_generic_to_shared(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
+
+__device__ __forceinline__ uint32_t ld32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+template <int kHeadDim>
+__device__ void load_q(Smem<kHeadDim>& s, const SparseAttentionParams& p, int token, int head0, int heads_here) {
+    constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per head
+    const uint4* src = reinterpret_cast<const uint4*>(p.q + (int64_t(token) * p.heads + head0) * kHeadDim);
+    for (int i = threadIdx.x; i < kHeadsPerCta * kChunks; i += kThreads) {
+        const int h = i / kChunks, c = i % kChunks;
+        const uint4 v = h < heads_here ? src[int64_t(h) * kChunks + c] : make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(&s.q[h * Smem<kHeadDim>::kStride + c * 8]) = v;
+    }
+}
+
+// Dequantizes the entries of slots [slot0, slot0 + 64) (those < slot_end and != -1) into s.k as bf16; other rows
+// are zeros and marked invalid.
+template <int kHeadDim>
+__device__ void load_k_tile(Smem<kHeadDim>& s, const SparseAttentionParams& p, int token, int slot0, int slot_end) {
+    const MainEntryLayout layout = main_entry_layout(kHeadDim, p.rope_dim);
+    const int nope_chunks = int(layout.nope) / 8, chunks = nope_chunks + int(layout.rope) / 4;
+    const int32_t* idx = p.indices + int64_t(token) * p.slots;
+    if (threadIdx.x < kTile) {
+        const int slot = slot0 + threadIdx.x;
+        s.valid[threadIdx.x] = slot < slot_end ? idx[slot] : -1;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kTile * chunks; i += kThreads) {
+        const int r = i / chunks, c = i % chunks;
+        const int row = s.valid[r];
+        __nv_bfloat16* dst = &s.k[r * Smem<kHeadDim>::kStride];
+        if (row < 0) {
+            if (c < nope_chunks)
+                *reinterpret_cast<uint4*>(dst + c * 8) = make_uint4(0, 0, 0, 0);
+            else
+                *reinterpret_cast<uint2*>(dst + layout.nope + (c - nope_chunks) * 4) = make_uint2(0, 0);
+            continue;
+        }
+        const uint8_t* entry = p.kv + int64_t(row) * layout.bytes();
+        if (c < nope_chunks) {
+            const uint2 codes = *reinterpret_cast<const uint2*>(entry + c * 8);
+            const float scale = entry::e8m0_to_f32(entry[layout.scale_offset() + (c * 8) / kKvScaleBlock]);
+            uint32_t packed[4];
+            for (int j = 0; j < 4; ++j) {
+                const uint32_t word = j < 2 ? codes.x : codes.y;
+                const int shift = (j % 2) * 16;
+                const float lo = entry::e4m3_to_f32(uint8_t(word >> shift)) * scale;
+                const float hi = entry::e4m3_to_f32(uint8_t(word >> (shift + 8))) * scale;
+                packed[j] = pack_bf16(lo, hi);  // exact: 4 significant bits times a power of two
+            }
+            *reinterpret_cast<uint4*>(dst + c * 8) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+        } else {
+            const int k = c - nope_chunks;
+            *reinterpret_cast<uint2*>(dst + layout.nope + k * 4) =
+                *reinterpret_cast<const uint2*>(entry + layout.rope_offset() + k * 8);
+        }
+    }
+    __syncthreads();
+}
+
+// S for heads 16 mt.. (rows g, g + 8) x slots 32 nh + 8 nt + 2 tig (+1) of the tile, as logits l = (q . k) * scale,
+// -inf for invalid slots.
+template <int kHeadDim>
+__device__ void tile_logits(const Smem<kHeadDim>& s, float scale, int mt, int nh, float (&l)[4][4]) {
+    constexpr int kS = Smem<kHeadDim>::kStride;
+    const int lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+    for (int nt = 0; nt < 4; ++nt)
+        for (int i = 0; i < 4; ++i) l[nt][i] = 0.0f;
+    const __nv_bfloat16* qa = &s.q[(mt * 16 + g) * kS + 2 * tig];
+    const __nv_bfloat16* kb = &s.k[(nh * 32 + g) * kS + 2 * tig];
+#pragma unroll 4
+    for (int k0 = 0; k0 < kHeadDim; k0 += 16) {
+        const uint32_t a[4] = {ld32(qa + k0), ld32(qa + 8 * kS + k0), ld32(qa + k0 + 8), ld32(qa + 8 * kS + k0 + 8)};
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+            const __nv_bfloat16* b = kb + nt * 8 * kS + k0;
+            mma_16816(l[nt], a, ld32(b), ld32(b + 8));
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+        const int slot = nh * 32 + nt * 8 + 2 * tig;
+        const bool v0 = s.valid[slot] >= 0, v1 = s.valid[slot + 1] >= 0;
+        l[nt][0] = v0 ? l[nt][0] * scale : -INFINITY;
+        l[nt][1] = v1 ? l[nt][1] * scale : -INFINITY;
+        l[nt][2] = v0 ? l[nt][2] * scale : -INFINITY;
+        l[nt][3] = v1 ? l[nt][3] * scale : -INFINITY;
+    }
+}
+
+struct SplitRange {
+    int begin, end;
+};
+__device__ __forceinline__ SplitRange split_range(const SparseAttentionParams& p, int split) {
+    const int tiles = (p.slots + kTile - 1) / kTile;
+    const int per_split = (tiles + p.splits - 1) / p.splits;
+    const int begin = min(split * per_split * kTile, p.slots);
+    return SplitRange{begin, min(begin + per_split * kTile, p.slots)};
+}
+
+// Per-head max logit over slots [begin, end) into s.row_max (every warp pair combines its two slot halves).
+template <int kHeadDim>
+__device__ void range_max(Smem<kHeadDim>& s, const SparseAttentionParams& p, int token, SplitRange range,
+                          int m_tiles) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, mt = warp % 4, nh = warp / 4;
+    float m0 = -INFINITY, m1 = -INFINITY;
+    for (int slot0 = range.begin; slot0 < range.end; slot0 += kTile) {
+        __syncthreads();
+        load_k_tile(s, p, token, slot0, range.end);
+        if (mt < m_tiles) {
+            float l[4][4];
+            tile_logits(s, p.scale, mt, nh, l);
+            for (int nt = 0; nt < 4; ++nt) {
+                m0 = fmaxf(m0, fmaxf(l[nt][0], l[nt][1]));
+                m1 = fmaxf(m1, fmaxf(l[nt][2], l[nt][3]));
+            }
+        }
+    }
+    for (int o = 1; o < 4; o <<= 1) {
+        m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, o));
+        m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, o));
+    }
+    if (lane % 4 == 0) {
+        s.partial[nh][mt * 16 + lane / 4] = m0;
+        s.partial[nh][mt * 16 + lane / 4 + 8] = m1;
+    }
+    __syncthreads();
+    if (threadIdx.x < kHeadsPerCta) s.row_max[threadIdx.x] = fmaxf(s.partial[0][threadIdx.x], s.partial[1][threadIdx.x]);
+    __syncthreads();
+}
+
+// Workspace carve-up (splits > 1): max and denominator [tokens, splits, heads], O [tokens, splits, heads, d].
+struct Workspace {
+    float *max, *denom, *o;
+};
+__device__ __forceinline__ Workspace workspace(const SparseAttentionParams& p) {
+    const int64_t rows = int64_t(p.tokens) * p.splits * p.heads;
+    return Workspace{p.workspace, p.workspace + rows, p.workspace + 2 * rows};
+}
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(kThreads, 1) sparse_attention_max_kernel(const SparseAttentionParams p) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    Smem<kHeadDim>& s = *reinterpret_cast<Smem<kHeadDim>*>(smem_raw);
+    const int token = blockIdx.x, head0 = blockIdx.y * kHeadsPerCta, split = blockIdx.z;
+    const int heads_here = min(kHeadsPerCta, p.heads - head0), m_tiles = (heads_here + 15) / 16;
+    load_q(s, p, token, head0, heads_here);
+    range_max(s, p, token, split_range(p, split), m_tiles);
+    if (threadIdx.x < heads_here)
+        workspace(p).max[(int64_t(token) * p.splits + split) * p.heads + head0 + threadIdx.x] = s.row_max[threadIdx.x];
+}
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const SparseAttentionParams p) {
+    static_assert(kHeadDim % 16 == 0 && (kHeadDim / 2) % 8 == 0, "head_dim: k-steps of 16, two halves of n-tiles");
+    constexpr int kS = Smem<kHeadDim>::kStride;
+    constexpr int kNTiles = kHeadDim / 16;  // 8-dim n-tiles per warp (half of head_dim)
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    Smem<kHeadDim>& s = *reinterpret_cast<Smem<kHeadDim>*>(smem_raw);
+
+    const int token = blockIdx.x, head0 = blockIdx.y * kHeadsPerCta, split = blockIdx.z;
+    const int heads_here = min(kHeadsPerCta, p.heads - head0), m_tiles = (heads_here + 15) / 16;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+    const int mt = warp % 4, half = warp / 4;  // QK: slot half of the tile; PV: dim half
+    const SplitRange range = split_range(p, split);
+
+    load_q(s, p, token, head0, heads_here);
+    if (p.splits == 1) {
+        range_max(s, p, token, range, m_tiles);
+    } else {
+        __syncthreads();
+        if (threadIdx.x < heads_here) {
+            const float* m = workspace(p).max + int64_t(token) * p.splits * p.heads + head0 + threadIdx.x;
+            float mx = -INFINITY;
+            for (int sp = 0; sp < p.splits; ++sp) mx = fmaxf(mx, m[int64_t(sp) * p.heads]);
+            s.row_max[threadIdx.x] = mx;
+        }
+        __syncthreads();
+    }
+    // Heads without any valid key have M = -inf: their P is 0 (the CPU reference outputs zeros).
+    const float max0 = s.row_max[mt * 16 + g], max1 = s.row_max[mt * 16 + g + 8];
+    const float base0 = max0 == -INFINITY ? INFINITY : max0, base1 = max1 == -INFINITY ? INFINITY : max1;
+
+    float o[kNTiles][4];
+    for (int nt = 0; nt < kNTiles; ++nt)
+        for (int i = 0; i < 4; ++i) o[nt][i] = 0.0f;
+    float den0 = 0.0f, den1 = 0.0f;
+
+    for (int slot0 = range.begin; slot0 < range.end; slot0 += kTile) {
+        __syncthreads();  // the previous tile's P V is done with s.k and s.p
+        load_k_tile(s, p, token, slot0, range.end);
+        if (mt < m_tiles) {
+            float l[4][4];
+            tile_logits(s, p.scale, mt, half, l);
+            for (int nt = 0; nt < 4; ++nt) {
+                const float p0 = probability(l[nt][0], base0), p1 = probability(l[nt][1], base0);
+                const float p2 = probability(l[nt][2], base1), p3 = probability(l[nt][3], base1);
+                den0 += p0 + p1;
+                den1 += p2 + p3;
+                const int col = half * 32 + nt * 8 + 2 * tig;
+                *reinterpret_cast<uint32_t*>(&s.p[(mt * 16 + g) * kPStride + col]) =
+                    pack_bf16(probability_for_pv(p0), probability_for_pv(p1));
+                *reinterpret_cast<uint32_t*>(&s.p[(mt * 16 + g + 8) * kPStride + col]) =
+                    pack_bf16(probability_for_pv(p2), probability_for_pv(p3));
+            }
+        }
+        __syncthreads();
+        if (mt < m_tiles) {
+#pragma unroll
+            for (int k0 = 0; k0 < kTile; k0 += 16) {
+                const __nv_bfloat16* pa = &s.p[(mt * 16 + g) * kPStride + k0 + 2 * tig];
+                const uint32_t a[4] = {ld32(pa), ld32(pa + 8 * kPStride), ld32(pa + 8), ld32(pa + 8 * kPStride + 8)};
+                const __nv_bfloat16* vrow = &s.k[(k0 + lane % 16) * kS + half * (kHeadDim / 2)];
+#pragma unroll
+                for (int nt = 0; nt < kNTiles; ++nt) {
+                    uint32_t b0, b1;
+                    ldmatrix_x2_trans(b0, b1, vrow + nt * 8);
+                    mma_16816(o[nt], a, b0, b1);
+                }
+            }
+        }
+    }
+
+    // Denominators: the QK warps' partial sums, in a fixed order (lanes of a quad, then the two slot halves).
+    for (int off = 1; off < 4; off <<= 1) {
+        den0 += __shfl_xor_sync(0xffffffffu, den0, off);
+        den1 += __shfl_xor_sync(0xffffffffu, den1, off);
+    }
+    __syncthreads();
+    if (tig == 0) {
+        s.partial[half][mt * 16 + g] = den0;
+        s.partial[half][mt * 16 + g + 8] = den1;
+    }
+    __syncthreads();
+    if (mt >= m_tiles) return;
+    const int h0 = mt * 16 + g, h1 = h0 + 8;
+    const float sum0 = s.partial[0][h0] + s.partial[1][h0], sum1 = s.partial[0][h1] + s.partial[1][h1];
+
+    if (p.splits == 1) {
+        // o / (sum + exp(sink - M)) -> bf16 (cpu::sparse_attention_head, then the bf16 activation); heads without
+        // keys give zeros.
+        const int hs[2] = {h0, h1};
+        const float sums[2] = {sum0, sum1}, maxes[2] = {max0, max1};
+        for (int r = 0; r < 2; ++r) {
+            if (hs[r] >= heads_here) continue;
+            const bool empty = maxes[r] == -INFINITY;
+            const float denom = empty ? 1.0f : sums[r] + expf(p.sink[head0 + hs[r]] - maxes[r]);
+            uint16_t* out = p.out + (int64_t(token) * p.heads + head0 + hs[r]) * kHeadDim + half * (kHeadDim / 2);
+            for (int nt = 0; nt < kNTiles; ++nt)
+                *reinterpret_cast<uint32_t*>(out + nt * 8 + 2 * tig) =
+                    empty ? 0u : pack_bf16(o[nt][2 * r] / denom, o[nt][2 * r + 1] / denom);
+        }
+        return;
+    }
+    // Split partials: unnormalized O and the denominator without the sink.
+    const Workspace ws = workspace(p);
+    const int hs[2] = {h0, h1};
+    for (int r = 0; r < 2; ++r) {
+        if (hs[r] >= heads_here) continue;
+        const int64_t row = (int64_t(token) * p.splits + split) * p.heads + head0 + hs[r];
+        if (half == 0 && tig == 0) ws.denom[row] = r == 0 ? sum0 : sum1;
+        float* out = ws.o + row * kHeadDim + half * (kHeadDim / 2);
+        for (int nt = 0; nt < kNTiles; ++nt)
+            *reinterpret_cast<float2*>(out + nt * 8 + 2 * tig) = make_float2(o[nt][2 * r], o[nt][2 * r + 1]);
+    }
+}
+
+// One CTA per (token, head): sums the splits in order, adds the sink, divides, rounds to bf16.
+__global__ void sparse_attention_combine_kernel(const SparseAttentionParams p) {
+    const int token = blockIdx.x, head = blockIdx.y;
+    const Workspace ws = workspace(p);
+    const int64_t row0 = int64_t(token) * p.splits * p.heads + head;
+    float mx = -INFINITY, sum = 0.0f;
+    for (int sp = 0; sp < p.splits; ++sp) mx = fmaxf(mx, ws.max[row0 + int64_t(sp) * p.heads]);
+    for (int sp = 0; sp < p.splits; ++sp) sum += ws.denom[row0 + int64_t(sp) * p.heads];
+    const float denom = sum + expf(p.sink[head] - mx);
+    uint16_t* out = p.out + (int64_t(token) * p.heads + head) * p.head_dim;
+    for (int i = threadIdx.x; i < p.head_dim; i += blockDim.x) {
+        float acc = 0.0f;
+        for (int sp = 0; sp < p.splits; ++sp) acc += ws.o[(row0 + int64_t(sp) * p.heads) * p.head_dim + i];
+        const __nv_bfloat16 v = __float2bfloat16_rn(mx == -INFINITY ? 0.0f : acc / denom);
+        out[i] = *reinterpret_cast<const uint16_t*>(&v);
+    }
+}
+
+template <int kHeadDim>
+void launch(const SparseAttentionParams& p, cudaStream_t stream) {
+    const int bytes = int(sizeof(Smem<kHeadDim>));
+    const dim3 grid(p.tokens, (p.heads + kHeadsPerCta - 1) / kHeadsPerCta, p.splits);
+    if (p.splits > 1) {
+        DSV4_CUDA_CHECK(cudaFuncSetAttribute(sparse_attention_max_kernel<kHeadDim>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        sparse_attention_max_kernel<kHeadDim><<<grid, kThreads, bytes, stream>>>(p);
+        DSV4_CUDA_CHECK(cudaGetLastError());
+    }
+    DSV4_CUDA_CHECK(
+        cudaFuncSetAttribute(sparse_attention_kernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    sparse_attention_kernel<kHeadDim><<<grid, kThreads, bytes, stream>>>(p);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+    if (p.splits > 1) {
+        sparse_attention_combine_kernel<<<dim3(p.tokens, p.heads), 128, 0, stream>>>(p);
+        DSV4_CUDA_CHECK(cudaGetLastError());
+    }
+}
+
+}  // namespace
+
+namespace detail {
+
+void sparse_attention_launch(const SparseAttentionParams& p, cudaStream_t stream) {
+    switch (p.head_dim) {
+        case 512: return launch<512>(p, stream);
+        case 128: return launch<128>(p, stream);
+        case 96: return launch<96>(p, stream);
+        case 80: return launch<80>(p, stream);
+        default: return;  // rejected by the host-side contract
+    }
+}
+
+}  // namespace detail
+}  // namespace dsv4::cuda

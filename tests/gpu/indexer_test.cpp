@@ -1,0 +1,258 @@
+// Lightning-indexer scores and top-k on the device vs a transcription of indexer_scores and top_k in
+// src/model/attention.cpp (model numerics). The queries and keys are FP4 values times power-of-two block scales,
+// so every q.k dot product is exact in f32 whatever the summation order (checked below on the test data): the
+// scores must then be bitwise equal, and the top-k (ties to the lower index, best first) identical.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "kernels/cpu/quant_sim.h"
+#include "kernels/cuda/compressor/kv_entry_layout.h"
+#include "kernels/cuda/indexer/indexer.h"
+
+namespace dsv4 {
+namespace {
+
+using gpu_test::Rng;
+
+// Hadamard -> bf16 -> FP4 round trip (Precision::indexer_rotate_fp4) of a normal vector.
+std::vector<float> rotated_fp4(Rng& rng, int dim, float stddev) {
+    std::vector<float> x = rng.normal_bf16(dim, stddev);
+    cpu::hadamard_transform(x.data(), dim);
+    cpu::round_bf16(x.data(), dim);
+    for (int b = 0; b < dim; b += 32) cpu::fp4_round_trip(x.data() + b, 32, 32);
+    return x;
+}
+
+// Packs FP4-round-tripped values (kv_entry_layout.h): the block scale is the one fp4_round_trip chose.
+std::vector<uint8_t> pack_index_entry(const std::vector<float>& x, const std::vector<float>& pre) {
+    const int dim = int(x.size());
+    const cuda::IndexEntryLayout L{dim};
+    std::vector<uint8_t> b(size_t(L.bytes()), 0);
+    for (int blk = 0; blk < dim / 32; ++blk) {
+        float amax = 0.0f;
+        for (int i = blk * 32; i < blk * 32 + 32; ++i) amax = std::max(amax, std::fabs(pre[size_t(i)]));
+        const float s = ue8m0_ceil_pow2(std::max(amax, kE2M1Max * std::ldexp(1.0f, -126)) * (1.0f / kE2M1Max));
+        b[size_t(L.scale_offset() + blk)] = uint8_t((float_bits(s) >> 23) & 0xFF);
+        for (int i = blk * 32; i < blk * 32 + 32; ++i) {
+            const uint8_t nib = f32_to_e2m1(x[size_t(i)] / s);
+            EXPECT_EQ(e2m1_to_f32(nib) * s, x[size_t(i)]) << "test packer";
+            b[size_t(i / 2)] |= uint8_t(nib << (4 * (i % 2)));
+        }
+    }
+    return b;
+}
+
+// indexer_scores (src/model/attention.cpp), model numerics.
+void cpu_scores(const float* q, const float* hw, const std::vector<std::vector<float>>& keys, int visible, int heads,
+                int dim, float* scores, int64_t* inexact_dots) {
+    for (int w = 0; w < visible; ++w) {
+        const float* k = keys[size_t(w)].data();
+        float total = 0.0f;
+        for (int h = 0; h < heads; ++h) {
+            const float* qh = q + h * dim;
+            float dot = 0.0f;
+            double exact = 0.0;
+            for (int i = 0; i < dim; ++i) {
+                dot += qh[i] * k[i];
+                exact += double(qh[i]) * double(k[i]);
+            }
+            *inexact_dots += double(dot) != exact;
+            total += round_bf16(std::max(round_bf16(dot), 0.0f) * hw[h]);
+        }
+        scores[w] = round_bf16(total);
+    }
+}
+
+// top_k (src/model/attention.cpp): highest first, ties to the lower index.
+std::vector<int32_t> cpu_top_k(const float* scores, int count, int k) {
+    std::vector<int32_t> order(static_cast<size_t>(count));
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+        return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
+    });
+    order.resize(size_t(k));
+    return order;
+}
+
+struct Case {
+    int heads, dim, topk;
+    std::vector<int32_t> positions;  // one per query token
+};
+
+void run_case(const Case& c) {
+    Rng rng;
+    const int tokens = int(c.positions.size()), ratio = 4;
+    int max_visible = 0;
+    for (int32_t pos : c.positions) max_visible = std::max(max_visible, (pos + 1) / ratio);
+    const int entries = std::max(1, max_visible), page_size = 64;
+    const int max_pages = (entries + page_size - 1) / page_size;
+    const int64_t eb = cuda::IndexEntryLayout{c.dim}.bytes();
+
+    // Keys in a paged pool (pages in reverse order), with magnitudes varying from key to key.
+    std::vector<int32_t> pages(static_cast<size_t>(max_pages));
+    std::iota(pages.begin(), pages.end(), 0);
+    std::reverse(pages.begin(), pages.end());
+    std::vector<uint8_t> pool(size_t(max_pages) * page_size * eb, 0);
+    std::vector<std::vector<float>> keys(static_cast<size_t>(entries));
+    for (int e = 0; e < entries; ++e) {
+        Rng* r = &rng;
+        std::vector<float> pre = r->normal_bf16(c.dim, std::exp(rng.normal(0.5f)));
+        std::vector<float> x = pre;
+        cpu::hadamard_transform(x.data(), c.dim);
+        cpu::round_bf16(x.data(), c.dim);
+        const std::vector<float> rotated = x;
+        for (int b = 0; b < c.dim; b += 32) cpu::fp4_round_trip(x.data() + b, 32, 32);
+        keys[size_t(e)] = x;
+        const auto bytes = pack_index_entry(x, rotated);
+        const int64_t row = int64_t(pages[size_t(e / page_size)]) * page_size + e % page_size;
+        std::copy(bytes.begin(), bytes.end(), pool.begin() + row * eb);
+    }
+    std::vector<float> q, hw;
+    for (int t = 0; t < tokens; ++t)
+        for (int h = 0; h < c.heads; ++h) {
+            const auto v = rotated_fp4(rng, c.dim, 1.0f);
+            q.insert(q.end(), v.begin(), v.end());
+            hw.push_back(round_bf16(rng.normal(1.0f) * float(std::pow(c.dim, -0.5) * std::pow(c.heads, -0.5))));
+        }
+    std::vector<int32_t> state(size_t(tokens), 0);
+
+    auto d_q = gpu_test::to_device(gpu_test::to_bf16(q));
+    auto d_hw = gpu_test::to_device(gpu_test::to_bf16(hw));
+    auto d_pool = gpu_test::to_device(pool);
+    auto d_pages = gpu_test::to_device(pages);
+    auto d_state = gpu_test::to_device(state);
+    auto d_pos = gpu_test::to_device(c.positions);
+    auto d_scores = gpu_test::poisoned<uint16_t>(size_t(tokens) * max_visible);
+    auto d_sel = gpu_test::poisoned<int32_t>(size_t(tokens) * c.topk);
+    cuda::IndexerScoresParams sp;
+    sp.q = d_q.get();
+    sp.head_weights = d_hw.get();
+    sp.keys = d_pool.get();
+    sp.page_table = d_pages.get();
+    sp.token_state = d_state.get();
+    sp.token_position = d_pos.get();
+    sp.scores = d_scores.get();
+    sp.tokens = tokens;
+    sp.heads = c.heads;
+    sp.dim = c.dim;
+    sp.ratio = ratio;
+    sp.max_visible = max_visible;
+    sp.max_pages = max_pages;
+    sp.page_size = page_size;
+    cuda::IndexerTopkParams tp;
+    tp.scores = d_scores.get();
+    tp.token_position = d_pos.get();
+    tp.selected = d_sel.get();
+    tp.tokens = tokens;
+    tp.ratio = ratio;
+    tp.max_visible = max_visible;
+    tp.topk = c.topk;
+    cuda::Event start, mid, stop;
+    start.record(nullptr);
+    cuda::indexer_scores(sp, nullptr);
+    mid.record(nullptr);
+    cuda::indexer_topk(tp, nullptr);
+    stop.record(nullptr);
+    const float ms_scores = mid.elapsed_since(start), ms_topk = stop.elapsed_since(mid);
+    const std::vector<uint16_t> got_scores = gpu_test::to_host(d_scores);
+    const std::vector<int32_t> got_sel = gpu_test::to_host(d_sel);
+
+    char what[128];
+    std::snprintf(what, sizeof what, "indexer heads %d dim %d topk %d tokens %d max_visible %d", c.heads, c.dim,
+                  c.topk, tokens, max_visible);
+    std::printf("[ time     ] %s: scores %.1f us, top-k %.1f us (first launches)\n", what, ms_scores * 1e3,
+                ms_topk * 1e3);
+    int64_t inexact = 0, mismatched_tokens = 0;
+    std::vector<uint16_t> want_bits, got_bits;
+    std::vector<float> scores(static_cast<size_t>(max_visible));
+    for (int t = 0; t < tokens; ++t) {
+        const int visible = (c.positions[size_t(t)] + 1) / ratio;
+        cpu_scores(q.data() + int64_t(t) * c.heads * c.dim, hw.data() + int64_t(t) * c.heads, keys, visible, c.heads,
+                   c.dim, scores.data(), &inexact);
+        for (int w = 0; w < visible; ++w) {
+            want_bits.push_back(f32_to_bf16(scores[size_t(w)]));
+            got_bits.push_back(got_scores[size_t(int64_t(t) * max_visible + w)]);
+        }
+        const int k = std::min(c.topk, visible);
+        std::vector<int32_t> want = cpu_top_k(scores.data(), visible, k);
+        want.resize(size_t(c.topk), -1);
+        const std::vector<int32_t> got(got_sel.begin() + int64_t(t) * c.topk, got_sel.begin() + int64_t(t + 1) * c.topk);
+        if (got != want) {
+            if (++mismatched_tokens <= 3) {
+                size_t j = 0;
+                while (got[j] == want[j]) ++j;
+                ADD_FAILURE() << what << ": token " << t << " top-k differs first at rank " << j << ": got " << got[j]
+                              << " want " << want[j];
+            }
+        }
+    }
+    ASSERT_EQ(inexact, 0) << "test data: some q.k dot products are not exact in f32, bitwise scores not implied";
+    gpu_test::expect_bitwise_bf16(std::string(what) + " scores", got_bits, want_bits);
+    EXPECT_EQ(mismatched_tokens, 0) << what;
+    std::printf("[ top-k    ] %s: %d tokens, %lld with a different selection\n", what, tokens,
+                (long long)mismatched_tokens);
+}
+
+TEST(IndexerGpu, PrefillOddTokens) {
+    DSV4_REQUIRE_GPU();
+    std::vector<int32_t> pos(37);
+    std::iota(pos.begin(), pos.end(), 90);  // visible 22..31: top-k 512 keeps all, in score order
+    run_case({64, 128, 512, pos});
+    run_case({64, 128, 16, pos});
+    run_case({64, 128, 7, {0, 1, 2, 3, 4}});  // visible 0, 0, 0, 1, 1
+}
+TEST(IndexerGpu, DecodeLongContext) {
+    DSV4_REQUIRE_GPU();
+    run_case({64, 128, 512, {40001}});   // 10000 visible entries
+    run_case({64, 128, 1024, {80003}});  // 20001 visible, Pro top-k
+}
+TEST(IndexerGpu, TinyDims) {
+    DSV4_REQUIRE_GPU();
+    run_case({8, 32, 8, {5, 17, 33, 63, 64}});
+    run_case({8, 64, 12, {100, 101, 102, 103, 104}});
+}
+
+// Top-k alone on scores with heavy ties (few distinct values) over a long context, against cpu_top_k.
+TEST(IndexerGpu, TopkTiesLongContext) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    const int ratio = 4, max_visible = 150000, topk = 1024;
+    const std::vector<int32_t> pos = {4 * max_visible - 1, 4 * 777 + 2, 4 * 1024 + 3, 4 * 1025};
+    std::vector<uint16_t> bits(size_t(pos.size()) * max_visible);
+    for (auto& b : bits) b = f32_to_bf16(float(int(rng.engine()() % 41) - 20) * 0.25f);
+    auto d_scores = gpu_test::to_device(bits);
+    auto d_pos = gpu_test::to_device(pos);
+    auto d_sel = gpu_test::poisoned<int32_t>(pos.size() * topk);
+    cuda::IndexerTopkParams tp;
+    tp.scores = d_scores.get();
+    tp.token_position = d_pos.get();
+    tp.selected = d_sel.get();
+    tp.tokens = int32_t(pos.size());
+    tp.ratio = ratio;
+    tp.max_visible = max_visible;
+    tp.topk = topk;
+    cuda::Event start, stop;
+    start.record(nullptr);
+    cuda::indexer_topk(tp, nullptr);
+    stop.record(nullptr);
+    std::printf("[ time     ] top-k 1024 of up to %d (4 tokens): %.1f us\n", max_visible,
+                stop.elapsed_since(start) * 1e3);
+    const std::vector<int32_t> got = gpu_test::to_host(d_sel);
+    std::vector<float> scores(static_cast<size_t>(max_visible));
+    for (size_t t = 0; t < pos.size(); ++t) {
+        const int visible = (pos[t] + 1) / ratio;
+        for (int w = 0; w < visible; ++w) scores[size_t(w)] = bf16_to_f32(bits[t * max_visible + size_t(w)]);
+        std::vector<int32_t> want = cpu_top_k(scores.data(), visible, std::min(topk, visible));
+        want.resize(size_t(topk), -1);
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + int64_t(t) * topk))
+            << "token " << t << " (visible " << visible << ")";
+    }
+}
+
+}  // namespace
+}  // namespace dsv4

@@ -1,0 +1,176 @@
+// MoE routing on the device vs a transcription of route_tokens (src/model/moe.cpp) from the router logits, and
+// the permutation checked for consistency with the device's own choices (counts, offsets, ascending assignments
+// inside each expert, inverse map). Score routing (Flash 256/6, Pro 384/6, tiny 12/3 with exact ties) and hash
+// routing (including an out-of-vocabulary id, which the device marks -1 where the CPU reference throws).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "kernels/cuda/moe_routing/moe_routing.h"
+
+namespace dsv4 {
+namespace {
+
+using gpu_test::Rng;
+
+float sqrt_softplus(float z) { return std::sqrt(z > 20.0f ? z : std::log1p(std::exp(z))); }
+
+struct Case {
+    int tokens, experts, k;
+    bool hash;
+    bool ties = false;  // logits and bias drawn from a few values: many exact ties
+};
+
+void run_case(const Case& c) {
+    Rng rng;
+    const int vocab = 1000;
+    const float route_scale = 1.5f;
+    std::vector<float> logits(size_t(c.tokens) * c.experts), bias(size_t(c.experts));
+    for (float& l : logits) l = c.ties ? float(int(rng.engine()() % 4)) - 1.5f : rng.normal(2.0f);
+    for (float& b : bias) b = c.ties ? 0.0f : rng.normal(0.1f);
+    std::vector<int32_t> tid2eid(size_t(vocab) * c.k), ids(size_t(c.tokens));
+    for (int v = 0; v < vocab; ++v) {
+        std::vector<int32_t> all(static_cast<size_t>(c.experts));
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng.engine());
+        std::copy_n(all.begin(), c.k, tid2eid.begin() + int64_t(v) * c.k);
+    }
+    for (int32_t& id : ids) id = int32_t(rng.engine()() % vocab);
+    if (c.hash && c.tokens > 2) ids[1] = vocab + 5;  // out of the vocabulary
+
+    const int n = c.tokens * c.k;
+    auto d_logits = gpu_test::to_device(logits);
+    auto d_bias = gpu_test::to_device(bias);
+    auto d_tid = gpu_test::to_device(tid2eid);
+    auto d_ids = gpu_test::to_device(ids);
+    auto d_experts = gpu_test::poisoned<int32_t>(size_t(n));
+    auto d_weights = gpu_test::poisoned<float>(size_t(n));
+    auto d_counts = gpu_test::poisoned<int32_t>(size_t(c.experts));
+    auto d_offsets = gpu_test::poisoned<int32_t>(size_t(c.experts + 1));
+    auto d_sorted = gpu_test::poisoned<int32_t>(size_t(n));
+    auto d_slot = gpu_test::poisoned<int32_t>(size_t(n));
+    cuda::MoeRoutingParams p;
+    p.logits = d_logits.get();
+    p.bias = c.hash ? nullptr : d_bias.get();
+    p.tid2eid = c.hash ? d_tid.get() : nullptr;
+    p.token_ids = d_ids.get();
+    p.experts = d_experts.get();
+    p.weights = d_weights.get();
+    p.expert_counts = d_counts.get();
+    p.expert_offsets = d_offsets.get();
+    p.sorted_assignment = d_sorted.get();
+    p.assignment_slot = d_slot.get();
+    p.tokens = c.tokens;
+    p.num_experts = c.experts;
+    p.k = c.k;
+    p.vocab = vocab;
+    p.routed_scaling_factor = route_scale;
+    cuda::Event start, stop;
+    start.record(nullptr);
+    cuda::moe_routing(p, nullptr);
+    stop.record(nullptr);
+    const float ms = stop.elapsed_since(start);
+    const auto experts = gpu_test::to_host(d_experts);
+    const auto weights = gpu_test::to_host(d_weights);
+    const auto counts = gpu_test::to_host(d_counts);
+    const auto offsets = gpu_test::to_host(d_offsets);
+    const auto sorted = gpu_test::to_host(d_sorted);
+    const auto slot = gpu_test::to_host(d_slot);
+
+    char what[128];
+    std::snprintf(what, sizeof what, "moe_routing %s tokens %d experts %d k %d%s", c.hash ? "hash" : "score", c.tokens,
+                  c.experts, c.k, c.ties ? " ties" : "");
+    std::printf("[ time     ] %s: %.1f us (first launch)\n", what, ms * 1e3);
+
+    // The CPU reference. Scores differ from the device's by libm ulps (expf, log1pf: <= 2 ulps each; sqrt
+    // halves the relative error): selection and order are compared only where every gap among the top k + 1
+    // biased scores exceeds 8 ulps of the score; the weights (s / sum * scale, f32) within 16 ulps.
+    gpu_test::Worst worst(std::string(what) + " weights");
+    int64_t compared = 0, skipped = 0;
+    for (int t = 0; t < c.tokens; ++t) {
+        std::vector<float> s(static_cast<size_t>(c.experts));
+        for (int e = 0; e < c.experts; ++e) s[size_t(e)] = sqrt_softplus(logits[size_t(t) * c.experts + e]);
+        std::vector<int32_t> chosen(static_cast<size_t>(c.k));
+        bool clear = true;
+        if (c.hash) {
+            if (ids[size_t(t)] >= vocab) {  // the device's answer to an id the CPU rejects
+                for (int j = 0; j < c.k; ++j) {
+                    EXPECT_EQ(experts[size_t(t) * c.k + j], -1) << what;
+                    EXPECT_EQ(weights[size_t(t) * c.k + j], 0.0f) << what;
+                    EXPECT_EQ(slot[size_t(t) * c.k + j], -1) << what;
+                }
+                continue;
+            }
+            std::copy_n(tid2eid.begin() + int64_t(ids[size_t(t)]) * c.k, c.k, chosen.begin());
+        } else {
+            std::vector<int32_t> order(static_cast<size_t>(c.experts));
+            std::iota(order.begin(), order.end(), 0);
+            auto biased = [&](int32_t e) { return s[size_t(e)] + bias[size_t(e)]; };
+            std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+                return biased(a) > biased(b) || (biased(a) == biased(b) && a < b);
+            });
+            std::copy_n(order.begin(), c.k, chosen.begin());
+            for (int j = 0; j < std::min(c.k + 1, c.experts) - 1 && !c.ties; ++j) {
+                const float a = biased(order[size_t(j)]), b = biased(order[size_t(j + 1)]);
+                if (a - b <= 8 * std::fabs(a) * 0x1p-23f) clear = false;
+            }
+        }
+        if (!clear) {
+            ++skipped;
+            continue;
+        }
+        ++compared;
+        float sum = 0.0f;
+        for (int j = 0; j < c.k; ++j) sum += s[size_t(chosen[size_t(j)])];
+        for (int j = 0; j < c.k; ++j) {
+            EXPECT_EQ(experts[size_t(t) * c.k + j], chosen[size_t(j)]) << what << " token " << t << " rank " << j;
+            const float want = s[size_t(chosen[size_t(j)])] / sum * route_scale;
+            worst.add(int64_t(t) * c.k + j, weights[size_t(t) * c.k + j], want, 16 * std::fabs(want) * 0x1p-23);
+        }
+    }
+    std::printf("[ routing  ] %s: %lld tokens compared, %lld skipped (gap within rounding)\n", what,
+                (long long)compared, (long long)skipped);
+    if (compared) worst.expect_ok();
+
+    // The permutation, from the device's own choices.
+    std::vector<int32_t> want_counts(size_t(c.experts), 0);
+    for (int i = 0; i < n; ++i)
+        if (experts[size_t(i)] >= 0) ++want_counts[size_t(experts[size_t(i)])];
+    EXPECT_TRUE(counts == want_counts) << what << ": counts";
+    int32_t running = 0;
+    for (int e = 0; e < c.experts; ++e) {
+        ASSERT_EQ(offsets[size_t(e)], running) << what << ": offset of expert " << e;
+        int32_t prev = -1;
+        for (int32_t i = running; i < running + want_counts[size_t(e)]; ++i) {
+            const int32_t a = sorted[size_t(i)];
+            ASSERT_TRUE(a > prev && a < n && experts[size_t(a)] == e) << what << ": sorted position " << i;
+            ASSERT_EQ(slot[size_t(a)], i) << what << ": inverse map of assignment " << a;
+            prev = a;
+        }
+        running += want_counts[size_t(e)];
+    }
+    EXPECT_EQ(offsets[size_t(c.experts)], running) << what;
+}
+
+TEST(MoeRoutingGpu, ScoreRoutingFlashAndPro) {
+    DSV4_REQUIRE_GPU();
+    for (int tokens : {1, 5, 37, 300}) run_case({tokens, 256, 6, false});
+    run_case({37, 384, 6, false});
+}
+TEST(MoeRoutingGpu, TiesGoToTheLowerIndex) {
+    DSV4_REQUIRE_GPU();
+    run_case({37, 12, 3, false, true});
+    run_case({5, 256, 6, false, true});
+}
+TEST(MoeRoutingGpu, HashRouting) {
+    DSV4_REQUIRE_GPU();
+    run_case({1, 256, 6, true});
+    run_case({37, 384, 6, true});
+}
+
+}  // namespace
+}  // namespace dsv4

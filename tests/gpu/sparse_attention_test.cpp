@@ -1,0 +1,210 @@
+// Sparse attention on the device vs cpu::sparse_attention_head on the dequantized entries (model numerics:
+// probabilities rounded to bf16). Decode (1 token, 128 + 512 slots, split over CTAs) and prefill shapes, Flash and
+// Pro head counts, the tiny test dims, -1 slots, a single valid slot, no valid slot.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cuda/compressor/kv_entry_layout.h"
+#include "kernels/cuda/sparse_attention/sparse_attention.h"
+
+namespace dsv4 {
+namespace {
+
+using gpu_test::Rng;
+
+// A model-like entry: bf16 normal values, nope FP8 round trip in 64-blocks (docs/numerics.md), packed as in
+// kv_entry_layout.h; `value` gets the dequantized entry (what the CPU reference attends to).
+std::vector<uint8_t> pack_entry(Rng& rng, int64_t d, int64_t rope, float* value) {
+    const cuda::MainEntryLayout layout = cuda::main_entry_layout(d, rope);
+    std::vector<uint8_t> bytes(size_t(layout.bytes()), 0);
+    std::vector<float> x = rng.normal_bf16(d);
+    for (int64_t b = 0; b < layout.scales(); ++b) {
+        const int64_t lo = b * 64, hi = std::min<int64_t>(lo + 64, layout.nope);
+        float amax = 0.0f;
+        for (int64_t i = lo; i < hi; ++i) amax = std::max(amax, std::fabs(x[size_t(i)]));
+        const float s = ue8m0_ceil_pow2(std::max(amax, 1e-4f) * (1.0f / kE4M3Max));
+        bytes[size_t(layout.scale_offset() + b)] = uint8_t((float_bits(s) >> 23) & 0xFF);
+        for (int64_t i = lo; i < hi; ++i) {
+            bytes[size_t(i)] = f32_to_e4m3(x[size_t(i)] / s);
+            value[i] = e4m3_to_f32(bytes[size_t(i)]) * s;
+        }
+    }
+    for (int64_t i = 0; i < rope; ++i) {
+        const uint16_t h = f32_to_bf16(x[size_t(layout.nope + i)]);
+        bytes[size_t(layout.rope_offset() + 2 * i)] = uint8_t(h & 0xFF);
+        bytes[size_t(layout.rope_offset() + 2 * i + 1)] = uint8_t(h >> 8);
+        value[layout.nope + i] = bf16_to_f32(h);
+    }
+    return bytes;
+}
+
+// Half-way points between adjacent bf16 values are where a tiny difference of P flips its rounding.
+bool near_bf16_midpoint(float p, double band) {
+    if (p == 0.0f) return false;
+    const double ulp = std::ldexp(1.0, std::ilogb(p) - 7);  // bf16 ulp in p's binade
+    return std::fabs(std::fabs(double(p) - double(round_bf16(p))) - ulp / 2) <= band;
+}
+
+struct Case {
+    int tokens, heads, d, rope, slots;
+    double empty_fraction;  // of slots set to -1
+    int valid_only = -1;    // >= 0: every slot empty except this one; -2: all empty
+};
+
+void run_case(const Case& c, int forced_splits = 0) {
+    Rng rng;
+    const int entries = std::max(1, c.slots + 17);
+    const int64_t stride = cuda::main_entry_layout(c.d, c.rope).bytes();
+    std::vector<uint8_t> kv(static_cast<size_t>(entries * stride));
+    std::vector<float> kv_value(size_t(entries) * c.d);
+    for (int e = 0; e < entries; ++e) {
+        auto b = pack_entry(rng, c.d, c.rope, kv_value.data() + int64_t(e) * c.d);
+        std::copy(b.begin(), b.end(), kv.begin() + int64_t(e) * stride);
+    }
+    std::vector<int32_t> idx(size_t(c.tokens) * c.slots);
+    for (int t = 0; t < c.tokens; ++t)
+        for (int j = 0; j < c.slots; ++j) {
+            int32_t v = int32_t(rng.engine()() % uint32_t(entries));
+            if (rng.uniform(0.0f, 1.0f) < c.empty_fraction) v = -1;
+            if (c.valid_only == -2 || (c.valid_only >= 0 && j != c.valid_only)) v = -1;
+            idx[size_t(t) * c.slots + j] = v;
+        }
+    const std::vector<float> q = rng.normal_bf16(int64_t(c.tokens) * c.heads * c.d, 2.0f);
+    std::vector<float> sink(static_cast<size_t>(c.heads));
+    for (float& s : sink) s = rng.normal(1.0f);
+    const float scale = float(std::pow(double(c.d), -0.5));
+
+    int sms = 0;
+    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    cuda::SparseAttentionPlan plan = cuda::plan_sparse_attention(c.tokens, c.heads, c.d, c.slots, sms);
+    if (forced_splits) {
+        plan.splits = forced_splits;
+        plan.workspace_floats = forced_splits > 1 ? int64_t(c.tokens) * forced_splits * c.heads * (2 + c.d) : 0;
+    }
+    auto d_q = gpu_test::to_device(gpu_test::to_bf16(q));
+    auto d_kv = gpu_test::to_device(kv);
+    auto d_idx = gpu_test::to_device(idx);
+    auto d_sink = gpu_test::to_device(sink);
+    auto d_out = gpu_test::poisoned<uint16_t>(size_t(c.tokens) * c.heads * c.d);
+    auto d_ws = gpu_test::poisoned<float>(size_t(plan.workspace_floats));
+    cuda::SparseAttentionParams p;
+    p.q = d_q.get();
+    p.kv = d_kv.get();
+    p.indices = d_idx.get();
+    p.sink = d_sink.get();
+    p.out = d_out.get();
+    p.workspace = plan.splits > 1 ? d_ws.get() : nullptr;
+    p.tokens = c.tokens;
+    p.heads = c.heads;
+    p.head_dim = c.d;
+    p.rope_dim = c.rope;
+    p.slots = c.slots;
+    p.splits = plan.splits;
+    p.scale = scale;
+    cuda::Event start, stop;
+    start.record(nullptr);
+    cuda::sparse_attention(p, nullptr);
+    stop.record(nullptr);
+    const float ms = stop.elapsed_since(start);
+    const std::vector<float> got = gpu_test::from_bf16(gpu_test::to_host(d_out));
+
+    char what[160];
+    std::snprintf(what, sizeof what, "sparse_attention tokens %d heads %d d %d slots %d splits %d", c.tokens, c.heads,
+                  c.d, c.slots, plan.splits);
+    std::printf("[ time     ] %s: %.1f us (first launch, includes setup)\n", what, ms * 1e3);
+    gpu_test::Bf16Bracket check(what);
+    std::vector<float> want(static_cast<size_t>(c.d));
+    for (int t = 0; t < c.tokens; ++t) {
+        std::vector<const float*> keys;
+        for (int j = 0; j < c.slots; ++j) {
+            const int32_t e = idx[size_t(t) * c.slots + j];
+            if (e >= 0) keys.push_back(kv_value.data() + int64_t(e) * c.d);
+        }
+        const int64_t n = int64_t(keys.size());
+        for (int h = 0; h < c.heads; ++h) {
+            const float* qh = q.data() + (int64_t(t) * c.heads + h) * c.d;
+            cpu::sparse_attention_head(qh, keys.data(), n, c.d, scale, sink[size_t(h)], true, want.data());
+            // Tolerance from the arithmetic that may differ: each logit is an f32 dot (order differs; bound
+            // d * u * sum|q k|, for both sides) and expf differs from glibc by <= 2 ulps; a relative change
+            // delta of an unrounded P can flip its bf16 rounding only within delta * P of a midpoint (then it
+            // moves one bf16 ulp <= 2^-7 P). Sums of n terms: n * 2^-23 relative (also covers tensor-core
+            // truncation) for the P.V accumulation and for the denominator.
+            std::vector<double> l(static_cast<size_t>(n)), bound(static_cast<size_t>(n));
+            double M = -INFINITY, max_bound = 0.0;
+            for (int64_t j = 0; j < n; ++j) {
+                double abs = 0.0;
+                float fdot = 0.0f;
+                for (int i = 0; i < c.d; ++i) {
+                    fdot += qh[i] * keys[size_t(j)][i];
+                    abs += std::fabs(double(qh[i]) * keys[size_t(j)][i]);
+                }
+                l[size_t(j)] = double(fdot * scale);
+                bound[size_t(j)] = 2.0 * c.d * 0x1p-24 * abs * scale;
+                M = std::max(M, l[size_t(j)]);
+                max_bound = std::max(max_bound, bound[size_t(j)]);
+            }
+            double Z = 0.0;
+            std::vector<double> prob(static_cast<size_t>(n)), dprob(static_cast<size_t>(n));
+            for (int64_t j = 0; j < n; ++j) {
+                const float pj = std::exp(float(l[size_t(j)]) - float(M));
+                const double delta = bound[size_t(j)] + max_bound + 4 * 0x1p-24;
+                prob[size_t(j)] = round_bf16(pj);
+                dprob[size_t(j)] = delta * pj + (near_bf16_midpoint(pj, delta * pj) ? std::ldexp(double(pj), -7) : 0.0);
+                Z += pj;
+            }
+            Z += std::exp(double(sink[size_t(h)]) - M);
+            const double den_rel = n * 0x1p-23 + max_bound * 2 + 4 * 0x1p-24;
+            for (int i = 0; i < c.d; ++i) {
+                double err = 0.0, mag = 0.0;
+                for (int64_t j = 0; j < n; ++j) {
+                    const double v = std::fabs(keys[size_t(j)][i]);
+                    err += dprob[size_t(j)] * v;
+                    mag += prob[size_t(j)] * v;
+                }
+                const double tol = n ? (err + n * 0x1p-23 * mag) / Z + std::fabs(want[size_t(i)]) * den_rel : 0.0;
+                check.add((int64_t(t) * c.heads + h) * c.d + i, got[size_t((int64_t(t) * c.heads + h) * c.d + i)],
+                          want[size_t(i)], tol);
+            }
+        }
+    }
+    check.expect_ok();
+}
+
+TEST(SparseAttentionGpu, DecodeFlashSplit) {
+    DSV4_REQUIRE_GPU();
+    run_case({1, 64, 512, 64, 128 + 512, 0.1});
+}
+TEST(SparseAttentionGpu, DecodeFlashUnsplitEqualsReference) {
+    DSV4_REQUIRE_GPU();
+    run_case({1, 64, 512, 64, 128 + 512, 0.1}, /*forced_splits=*/1);
+}
+TEST(SparseAttentionGpu, DecodeProHeads) {
+    DSV4_REQUIRE_GPU();
+    run_case({1, 128, 512, 64, 128 + 1024, 0.05});
+}
+TEST(SparseAttentionGpu, PrefillOddSizes) {
+    DSV4_REQUIRE_GPU();
+    run_case({5, 64, 512, 64, 200, 0.3});
+    run_case({37, 64, 512, 64, 133, 0.2});
+    run_case({37, 64, 512, 64, 133, 0.2}, /*forced_splits=*/3);
+}
+TEST(SparseAttentionGpu, TinyDims) {
+    DSV4_REQUIRE_GPU();
+    run_case({5, 4, 80, 16, 37, 0.2});
+    run_case({37, 4, 96, 32, 24, 0.2});
+    run_case({1, 4, 128, 64, 70, 0.0}, /*forced_splits=*/2);
+}
+TEST(SparseAttentionGpu, OneValidSlotAndNoValidSlot) {
+    DSV4_REQUIRE_GPU();
+    run_case({5, 64, 512, 64, 130, 0.0, /*valid_only=*/129});
+    run_case({3, 64, 512, 64, 130, 0.0, /*valid_only=*/-2});
+    run_case({3, 64, 512, 64, 130, 0.0, /*valid_only=*/-2}, /*forced_splits=*/3);
+}
+
+}  // namespace
+}  // namespace dsv4
