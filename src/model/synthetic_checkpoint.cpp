@@ -154,16 +154,23 @@ struct Planned {
     int64_t cols() const { return shape.size() > 1 ? shape[1] : 1; }
 };
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
 
 uint64_t stored_bytes(const Planned& p) {
     const uint64_t n = uint64_t(p.rows()) * uint64_t(p.cols());
     switch (p.storage) {
-        case Storage::kF32: return 4 * n;
-        case Storage::kBF16: return 2 * n;
-        case Storage::kFp8Block: return n + uint64_t(ceil_div(p.rows(), 128) * ceil_div(p.cols(), 128));
-        case Storage::kFp4Mx: return n / 2 + n / 32;
-        case Storage::kTid2eid: return 8 * n;
+        case Storage::kF32:
+            return 4 * n;
+        case Storage::kBF16:
+            return 2 * n;
+        case Storage::kFp8Block:
+            return n + uint64_t(ceil_div(p.rows(), 128) * ceil_div(p.cols(), 128));
+        case Storage::kFp4Mx:
+            return n / 2 + n / 32;
+        case Storage::kTid2eid:
+            return 8 * n;
     }
     return 0;
 }
@@ -202,9 +209,7 @@ class Planner {
     static Planned f32(std::string name, std::vector<int64_t> shape, Init init) {
         return {std::move(name), Storage::kF32, std::move(shape), init};
     }
-    void norm(const std::string& name, int64_t size) {
-        add({name, Storage::kBF16, {size}, Init::uniform(0.9, 1.1)});
-    }
+    void norm(const std::string& name, int64_t size) { add({name, Storage::kBF16, {size}, Init::uniform(0.9, 1.1)}); }
     // Attention, shared-expert and MTP projections: FP8 block-scaled in quantized checkpoints, else BF16.
     void linear(const std::string& prefix, int64_t rows, int64_t cols) {
         Init init = Init::normal(1.0 / std::sqrt(double(cols)));
@@ -216,9 +221,15 @@ class Planner {
     void expert_linear(const std::string& prefix, int64_t rows, int64_t cols) {
         Init init = Init::normal(1.0 / std::sqrt(double(cols)));
         switch (c_.expert_dtype) {
-            case ExpertDtype::kFp4: add({prefix, Storage::kFp4Mx, {rows, cols}, init}); break;
-            case ExpertDtype::kFp8: add({prefix, Storage::kFp8Block, {rows, cols}, init}); break;
-            case ExpertDtype::kBf16: add(dense(prefix + ".weight", rows, cols, init)); break;
+            case ExpertDtype::kFp4:
+                add({prefix, Storage::kFp4Mx, {rows, cols}, init});
+                break;
+            case ExpertDtype::kFp8:
+                add({prefix, Storage::kFp8Block, {rows, cols}, init});
+                break;
+            case ExpertDtype::kBf16:
+                add(dense(prefix + ".weight", rows, cols, init));
+                break;
         }
     }
     // mHC mixers: fn [rows, n_hc * D], base [rows], scale [scales] (spec §5).
@@ -292,7 +303,9 @@ struct Stored {
     std::vector<uint8_t> bytes;
 };
 
-uint8_t e8m0_byte(float power_of_two) { return uint8_t((float_bits(power_of_two) >> 23) & 0xFF); }
+uint8_t e8m0_byte(float power_of_two) {
+    return uint8_t((float_bits(power_of_two) >> 23) & 0xFF);
+}
 
 class Generator {
   public:
@@ -318,9 +331,12 @@ class Generator {
                 });
                 return vec(std::move(s));
             }
-            case Storage::kFp8Block: return fp8_block(p, v);
-            case Storage::kFp4Mx: return fp4_mx(p, v);
-            case Storage::kTid2eid: return tid2eid(p);
+            case Storage::kFp8Block:
+                return fp8_block(p, v);
+            case Storage::kFp4Mx:
+                return fp4_mx(p, v);
+            case Storage::kTid2eid:
+                return tid2eid(p);
         }
         return {};
     }
@@ -333,9 +349,12 @@ class Generator {
     }
 
     void rows(int64_t n, const std::function<void(int64_t)>& fn) {
-        pool_.parallel_for(n, [&](int64_t begin, int64_t end) {
-            for (int64_t r = begin; r < end; ++r) fn(r);
-        }, 16);
+        pool_.parallel_for(
+            n,
+            [&](int64_t begin, int64_t end) {
+                for (int64_t r = begin; r < end; ++r) fn(r);
+            },
+            16);
     }
 
     // W = e4m3(w / s) * s with s = 2^ceil(log2(amax / 448)) per 128x128 block (spec §11.3).
@@ -354,7 +373,8 @@ class Generator {
                     const int64_t k0 = c * 128, k1 = std::min(K, k0 + 128);
                     float amax = 1e-4f;
                     for (int64_t r = r0; r < r1; ++r)
-                        for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(band[size_t((r - r0) * K + k)]));
+                        for (int64_t k = k0; k < k1; ++k)
+                            amax = std::max(amax, std::fabs(band[size_t((r - r0) * K + k)]));
                     const float scale = ue8m0_ceil_pow2(amax / kE4M3Max);
                     s.bytes[size_t(b * bk + c)] = e8m0_byte(scale);
                     for (int64_t r = r0; r < r1; ++r)
@@ -427,13 +447,15 @@ void check_writable(const ModelConfig& c) {
                "synthetic checkpoint: the config's per-layer lists do not match its layer counts");
     DSV4_CHECK(c.expert_dtype == ExpertDtype::kBf16 || c.fp8_quantized,
                "synthetic checkpoint: quantized experts need an fp8-quantized config");
-    DSV4_CHECK(c.num_heads % c.o_groups == 0, "synthetic checkpoint: o_groups {} does not divide {} heads",
-               c.o_groups, c.num_heads);
+    DSV4_CHECK(c.num_heads % c.o_groups == 0, "synthetic checkpoint: o_groups {} does not divide {} heads", c.o_groups,
+               c.num_heads);
 }
 
 }  // namespace
 
-std::vector<std::string> synthetic_preset_names() { return {"tiny", "flash"}; }
+std::vector<std::string> synthetic_preset_names() {
+    return {"tiny", "flash"};
+}
 
 ModelConfig synthetic_preset(std::string_view name, int64_t num_layers) {
     DSV4_CHECK(num_layers >= 0 && num_layers <= 4096, "--layers must be in [1, 4096], got {}", num_layers);
@@ -446,9 +468,9 @@ std::string hub_config_json(const ModelConfig& c) {
     int64_t hash_layers = 0;
     while (hash_layers < c.num_layers && c.mlp_types[size_t(hash_layers)] == MlpType::kHashMoe) ++hash_layers;
     for (int64_t i = hash_layers; i < c.num_layers; ++i)
-        DSV4_CHECK(c.mlp_types[size_t(i)] == MlpType::kMoe,
-                   "the Hub config shape can only describe hash-routed layers that come first (layer {} is hash-routed)",
-                   i);
+        DSV4_CHECK(
+            c.mlp_types[size_t(i)] == MlpType::kMoe,
+            "the Hub config shape can only describe hash-routed layers that come first (layer {} is hash-routed)", i);
     DSV4_CHECK(!c.main_rope.yarn, "the Hub config shape has YaRN on the compressor layers only, not the main RoPE");
 
     std::vector<int64_t> ratios = c.compress_ratios;
@@ -501,7 +523,8 @@ std::string hub_config_json(const ModelConfig& c) {
     j["tie_word_embeddings"] = c.tie_word_embeddings;
     j["torch_dtype"] = c.torch_dtype;
     if (c.fp8_quantized) {
-        j["expert_dtype"] = c.expert_dtype == ExpertDtype::kFp4 ? "fp4" : (c.expert_dtype == ExpertDtype::kFp8 ? "fp8" : "bf16");
+        j["expert_dtype"] =
+            c.expert_dtype == ExpertDtype::kFp4 ? "fp4" : (c.expert_dtype == ExpertDtype::kFp8 ? "fp8" : "bf16");
         nlohmann::ordered_json q;
         q["quant_method"] = "fp8";
         q["fmt"] = "e4m3";

@@ -32,8 +32,8 @@ struct SyntheticOptions {
 };
 
 struct SyntheticSummary {
-    int64_t tensors = 0;            // stored tensors (a quantized matrix counts its weight and its scale)
-    uint64_t bytes = 0;             // tensor data in all shards
+    int64_t tensors = 0;             // stored tensors (a quantized matrix counts its weight and its scale)
+    uint64_t bytes = 0;              // tensor data in all shards
     std::vector<std::string> files;  // shard file names, in order
 };
 

@@ -12,7 +12,9 @@ namespace {
 
 using namespace dsv4::testing;
 
-std::string model_flags() { return "-q -m " + tiny_model(); }
+std::string model_flags() {
+    return "-q -m " + tiny_model();
+}
 
 std::vector<int64_t> generated_ids(const std::string& args) {
     Result r = run_split("generate " + model_flags() + " " + args + " --print-ids");
@@ -94,8 +96,7 @@ TEST(Generate, StopsAtEosWithoutPrintingIt) {
 
 TEST(Generate, ChatRendersTheChatPromptAndShowsReasoningApart) {
     DSV4_REQUIRE_TOKENIZER();
-    const std::string messages =
-        write_text("chat.json", R"([{"role": "user", "content": "What is 2 + 2?"}])");
+    const std::string messages = write_text("chat.json", R"([{"role": "user", "content": "What is 2 + 2?"}])");
     for (const char* mode : {"", " --thinking"}) {
         Result rendered = run_split("render --messages " + messages + mode + " --print-ids");
         ASSERT_EQ(rendered.exit_code, 0) << rendered.errors;

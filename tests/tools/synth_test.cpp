@@ -103,7 +103,8 @@ TEST(Synth, StoredFormatsFollowTheSpec) {
 
     // FP8: every 128x128 block's scale is the smallest power of two >= amax/448, so its largest |e4m3| is in
     // (224, 448]; the decoded weights have std ~ 1/sqrt(fan_in).
-    for (const char* name : {"layers.1.attn.wq_b", "layers.2.attn.wo_a", "mtp.0.e_proj", "layers.3.ffn.shared_experts.w2"}) {
+    for (const char* name :
+         {"layers.1.attn.wq_b", "layers.2.attn.wo_a", "mtp.0.e_proj", "layers.3.ffn.shared_experts.w2"}) {
         const TensorRef& w = ck->get(std::string(name) + ".weight");
         const TensorRef& s = ck->get(std::string(name) + ".scale");
         ASSERT_EQ(w.dtype, DType::kF8E4M3) << name;

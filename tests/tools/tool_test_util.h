@@ -46,7 +46,9 @@ class ScratchDir {
     fs::path path_;
 };
 
-inline std::string temp_path(const std::string& name) { return (ScratchDir::path() / name).string(); }
+inline std::string temp_path(const std::string& name) {
+    return (ScratchDir::path() / name).string();
+}
 
 inline std::string write_text(const std::string& name, const std::string& text) {
     std::string path = temp_path(name);

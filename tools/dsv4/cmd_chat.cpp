@@ -46,8 +46,11 @@ const char* kHelp =
 class ChatSession {
   public:
     ChatSession(const ChatArgs& args, std::unique_ptr<CpuModel> model, tok::Tokenizer tokenizer)
-        : args_(args), model_(std::move(model)), tokenizer_(std::move(tokenizer)),
-          sampler_(resolve_sampling(args.sampling)), color_(stdout_color()) {
+        : args_(args),
+          model_(std::move(model)),
+          tokenizer_(std::move(tokenizer)),
+          sampler_(resolve_sampling(args.sampling)),
+          color_(stdout_color()) {
         options_.thinking_mode = args.thinking ? tok::ThinkingMode::kThinking : tok::ThinkingMode::kChat;
         if (!args.effort.empty()) options_.reasoning_effort = args.effort;
         options_.era = tok::parse_encoder_era(args.encoder);
@@ -137,7 +140,8 @@ class ChatSession {
 
 void run_chat(const ChatArgs& args) {
     const bool interactive = isatty(STDIN_FILENO);
-    DSV4_CHECK(args.effort.empty() || args.thinking, "--effort sets the reasoning effort of thinking mode: add --thinking");
+    DSV4_CHECK(args.effort.empty() || args.thinking,
+               "--effort sets the reasoning effort of thinking mode: add --thinking");
     resolve_sampling(args.sampling);  // flag errors before the model is loaded
     tok::Tokenizer tokenizer = open_tokenizer(args.model.dir);
     ChatSession session(args, load_model(args.model), std::move(tokenizer));
@@ -168,8 +172,10 @@ void run_chat(const ChatArgs& args) {
             continue;
         }
         if (line[0] == '/' && line.find(' ') == std::string::npos) {
-            std::fprintf(stderr, "dsv4: unknown command %s (/help lists them; a message cannot start with '/' "
-                                 "and be one word)\n", line.c_str());
+            std::fprintf(stderr,
+                         "dsv4: unknown command %s (/help lists them; a message cannot start with '/' "
+                         "and be one word)\n",
+                         line.c_str());
             continue;
         }
         try {

@@ -42,7 +42,8 @@ void add_generate_command(CLI::App& app) {
                    "--prompt is empty: give the text to continue (or token ids with --ids-file F)");
         DSV4_CHECK(a->chat || (!a->thinking && a->effort.empty() && a->system.empty()),
                    "--thinking, --effort and --system shape a chat prompt: add --chat");
-        DSV4_CHECK(a->effort.empty() || a->thinking, "--effort sets the reasoning effort of thinking mode: add --thinking");
+        DSV4_CHECK(a->effort.empty() || a->thinking,
+                   "--effort sets the reasoning effort of thinking mode: add --thinking");
         SamplingParams params = resolve_sampling(a->sampling);
         const bool text_mode = prompt->count() > 0;
         const tok::ThinkingMode mode = a->thinking ? tok::ThinkingMode::kThinking : tok::ThinkingMode::kChat;
@@ -90,7 +91,8 @@ void add_generate_command(CLI::App& app) {
         }
         if (a->chat) {
             ReplyPrinter printer(*tokenizer, mode, stdout_color());
-            DecodeResult r = decode(*model, state, prompt_ids, a->max_new, sampler, [&](int32_t id) { printer.push(id); });
+            DecodeResult r =
+                decode(*model, state, prompt_ids, a->max_new, sampler, [&](int32_t id) { printer.push(id); });
             if (r.hit_eos) printer.push(int32_t(config.eos_token_id));  // ends the completion text; not printed
             printer.finish();
             return;

@@ -36,9 +36,11 @@ void add_synth_command(CLI::App& app) {
         options.threads = a->threads;
         SyntheticSummary s = write_synthetic_checkpoint(config, options, a->out);
         if (!a->quiet)
-            std::fprintf(stderr, "dsv4: wrote %s: preset %s, seed %llu, %lld layers + %lld MTP, %lld tensors, %.1f MB in %zu file(s)\n",
-                         a->out.c_str(), a->preset.c_str(), (unsigned long long)a->seed, (long long)config.num_layers,
-                         (long long)config.num_mtp_layers, (long long)s.tensors, double(s.bytes) / 1e6, s.files.size());
+            std::fprintf(
+                stderr,
+                "dsv4: wrote %s: preset %s, seed %llu, %lld layers + %lld MTP, %lld tensors, %.1f MB in %zu file(s)\n",
+                a->out.c_str(), a->preset.c_str(), (unsigned long long)a->seed, (long long)config.num_layers,
+                (long long)config.num_mtp_layers, (long long)s.tensors, double(s.bytes) / 1e6, s.files.size());
     });
 }
 

@@ -16,9 +16,10 @@ namespace dsv4::cli {
 
 void add_model_options(CLI::App* command, ModelOptions& o) {
     command->add_option("-m,--model", o.dir, "Model directory (config.json + *.safetensors)")->required();
-    command->add_option("--numerics", o.numerics,
-                        "reference (f32, as transformers) | model (official DeepSeek-V4 numerics) | auto "
-                        "(model for quantized checkpoints, else reference)")
+    command
+        ->add_option("--numerics", o.numerics,
+                     "reference (f32, as transformers) | model (official DeepSeek-V4 numerics) | auto "
+                     "(model for quantized checkpoints, else reference)")
         ->check(CLI::IsMember({"auto", "reference", "model"}));
     command->add_option("--backend", o.backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
     command->add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
@@ -119,7 +120,9 @@ bool stdout_color() {
 ReplyPrinter::ReplyPrinter(const tok::Tokenizer& tokenizer, tok::ThinkingMode mode, bool color)
     : decoder_(tokenizer), stream_(mode), color_(color) {}
 
-void ReplyPrinter::push(int32_t id) { print(stream_.feed(decoder_.push(id))); }
+void ReplyPrinter::push(int32_t id) {
+    print(stream_.feed(decoder_.push(id)));
+}
 
 tok::ParsedCompletion ReplyPrinter::finish() {
     tok::CompletionStream::Delta last;

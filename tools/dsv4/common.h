@@ -65,7 +65,7 @@ DecodeResult decode(CpuModel& model, SequenceState& state, std::span<const int32
 class ReplyPrinter {
   public:
     ReplyPrinter(const tok::Tokenizer& tokenizer, tok::ThinkingMode mode, bool color);
-    void push(int32_t id);  // a generated token (EOS included: it ends the completion text, never printed)
+    void push(int32_t id);           // a generated token (EOS included: it ends the completion text, never printed)
     tok::ParsedCompletion finish();  // prints what is left and a final newline
 
   private:
