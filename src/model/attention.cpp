@@ -87,15 +87,27 @@ void sparse_attention(const Precision& p, const float* q, const std::vector<cons
     cpu::sparse_attention_head(q, keys.data(), int64_t(keys.size()), d, scale, sink, p.model(), out);
 }
 
-// Indices of the top `k` scores, highest first; ties go to the lower index (deterministic).
-std::vector<int64_t> top_k(const float* scores, int64_t count, int64_t k) {
+struct TopK {
+    std::vector<int64_t> indices;  // highest score first; ties go to the lower index (deterministic)
+    float margin = std::numeric_limits<float>::infinity();  // (s_k - s_k+1) / |s_k|; inf when nothing is left out
+};
+
+TopK top_k(const float* scores, int64_t count, int64_t k) {
     std::vector<int64_t> order(static_cast<size_t>(count));
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
         return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
     });
+    TopK out;
+    if (k > 0 && k < count) {  // the rest is unordered: rank k+1 is its best
+        float next = -std::numeric_limits<float>::infinity();
+        for (int64_t j = k; j < count; ++j) next = std::max(next, scores[order[static_cast<size_t>(j)]]);
+        const float kth = scores[order[static_cast<size_t>(k - 1)]];
+        out.margin = (kth - next) / std::max(std::fabs(kth), 1e-30f);
+    }
     order.resize(static_cast<size_t>(k));
-    return order;
+    out.indices = std::move(order);
+    return out;
 }
 
 }  // namespace
@@ -139,6 +151,7 @@ void attention_forward(const AttentionContext& ctx, const AttentionWeights& w, L
 
     // 3. Lightning indexer (CSA): its own compressor builds the keys, then each query picks its top-k entries.
     std::vector<std::vector<int64_t>> selected(static_cast<size_t>(tokens));
+    Buffer index_margin(static_cast<size_t>(tokens), std::numeric_limits<float>::infinity());
     if (w.indexer) {
         const IndexerWeights& iw = *w.indexer;
         const int64_t nI = cfg.index_n_heads, dI = cfg.index_head_dim;
@@ -161,10 +174,14 @@ void attention_forward(const AttentionContext& ctx, const AttentionWeights& w, L
                 scores.resize(static_cast<size_t>(visible));
                 indexer_scores(p, qi.data() + t * nI * dI, head_weights.data() + t * nI, state.index_keys.data(),
                                visible, nI, dI, scores.data());
-                selected[static_cast<size_t>(t)] = top_k(scores.data(), visible, std::min(cfg.index_topk, visible));
+                TopK chosen = top_k(scores.data(), visible, std::min(cfg.index_topk, visible));
+                selected[static_cast<size_t>(t)] = std::move(chosen.indices);
+                index_margin[static_cast<size_t>(t)] = chosen.margin;
             }
         });
     }
+
+    if (w.indexer) observe("attn.index_margin", index_margin, 1);
 
     // 4. Main compressor (CSA/HCA): entries closed by a token are visible to that token.
     if (w.compressor)

@@ -4,19 +4,15 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <string_view>
 
 #include "kernels/cpu/rope.h"
 #include "model/numerics.h"
+#include "model/observer.h"
 #include "model/sequence_state.h"
 #include "model/weights.h"
 
 namespace dsv4 {
 
-// Receives named intermediate activations ([rows, cols] f32) for debugging and golden diffs.
-using ActivationObserver = std::function<void(std::string_view name, int64_t layer, const float* data,
-                                              int64_t rows, int64_t cols)>;
 
 struct AttentionContext {
     const ModelConfig& config;

@@ -89,7 +89,7 @@ void CpuModel::block_forward(int64_t layer, const BlockWeights& w, LayerState& s
     // 2. MoE sub-block.
     hc_pre(w.hc_ffn, w.ffn_norm);
     observe("ffn_in", x, D);
-    moe_forward(config_, p, w.ffn, x.data(), ids, tokens, y.data());
+    moe_forward(config_, p, w.ffn, x.data(), ids, tokens, y.data(), layer, observer_ ? &observer_ : nullptr);
     observe("ffn_out", y, D);
     hc_post();
     observe("streams", streams, n_hc * D);

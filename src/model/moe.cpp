@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -56,6 +57,7 @@ RoutingDecision route_tokens(const ModelConfig& cfg, const Precision& p, const M
     RoutingDecision out;
     out.experts.resize(static_cast<size_t>(tokens * k));
     out.weights.resize(static_cast<size_t>(tokens * k));
+    out.margin.assign(static_cast<size_t>(tokens), std::numeric_limits<float>::infinity());
     std::vector<int64_t> order(static_cast<size_t>(E));
     for (int64_t t = 0; t < tokens; ++t) {
         const float* s = scores.data() + t * E;
@@ -72,6 +74,12 @@ RoutingDecision route_tokens(const ModelConfig& cfg, const Precision& p, const M
                 return biased(a) > biased(b) || (biased(a) == biased(b) && a < b);
             });
             for (int64_t j = 0; j < k; ++j) chosen[j] = int32_t(order[static_cast<size_t>(j)]);
+            if (k < E) {  // partial_sort leaves the rest unordered: rank k+1 is the best of the rest
+                const float kth = biased(order[static_cast<size_t>(k - 1)]);
+                float next = -std::numeric_limits<float>::infinity();
+                for (int64_t j = k; j < E; ++j) next = std::max(next, biased(order[static_cast<size_t>(j)]));
+                out.margin[static_cast<size_t>(t)] = (kth - next) / std::fabs(kth);
+            }
         }
         float sum = 0.0f;
         for (int64_t j = 0; j < k; ++j) sum += s[chosen[j]];
@@ -82,9 +90,10 @@ RoutingDecision route_tokens(const ModelConfig& cfg, const Precision& p, const M
 }
 
 void moe_forward(const ModelConfig& cfg, const Precision& p, const MoeWeights& w, const float* x,
-                 const int32_t* ids, int64_t tokens, float* out) {
+                 const int32_t* ids, int64_t tokens, float* out, int64_t layer, const ActivationObserver* observer) {
     const int64_t D = cfg.hidden_size, k = cfg.num_experts_per_tok;
     RoutingDecision routing = route_tokens(cfg, p, w, x, ids, tokens);
+    if (observer) (*observer)("ffn.router_margin", layer, routing.margin.data(), tokens, 1);
 
     // Gather the tokens of each expert, run the expert once on them, accumulate in f32.
     std::vector<float> acc(static_cast<size_t>(tokens * D), 0.0f);

@@ -7,6 +7,7 @@
 
 #include "model/model_config.h"
 #include "model/numerics.h"
+#include "model/observer.h"
 #include "model/weights.h"
 
 namespace dsv4 {
@@ -14,6 +15,9 @@ namespace dsv4 {
 struct RoutingDecision {
     std::vector<int32_t> experts;  // [tokens, k]
     std::vector<float> weights;    // [tokens, k], normalized and scaled by routed_scaling_factor
+    // [tokens] (s_k - s_k+1) / |s_k| of the biased scores ranked k and k+1: how close the selection was to
+    // flipping; +inf on hash-routed layers (no selection).
+    std::vector<float> margin;
 };
 
 // Router of one layer for a chunk: x [tokens, D] (ffn_norm output), ids [tokens].
@@ -22,6 +26,7 @@ RoutingDecision route_tokens(const ModelConfig& config, const Precision& precisi
 
 // out [tokens, D] = sum of routed experts + shared expert, bf16 in model numerics.
 void moe_forward(const ModelConfig& config, const Precision& precision, const MoeWeights& w, const float* x,
-                 const int32_t* ids, int64_t tokens, float* out);
+                 const int32_t* ids, int64_t tokens, float* out, int64_t layer = 0,
+                 const ActivationObserver* observer = nullptr);
 
 }  // namespace dsv4
