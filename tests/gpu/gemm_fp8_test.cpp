@@ -80,8 +80,9 @@ TEST(GemmFp8, CublasLtMatchesCpuLinear) {
     Rng rng;
     cuda::CublasLt lt;
     const auto L = cuda::Fp8GemmPath::kCublasLt;
-    for (const Case& c : {Case{17, 512, 1024, L}, Case{200, 400, 1024, L}, Case{256, 1024, 4096, L},
-                          Case{20, 128, 640, L}, Case{3, 256, 512, L}, Case{64, 272, 384, L, false}})
+    for (const Case& c : {Case{16, 512, 1024, L}, Case{20, 512, 1024, L}, Case{200, 400, 1024, L},
+                          Case{256, 1024, 4096, L}, Case{20, 128, 640, L}, Case{64, 272, 384, L, false},
+                          Case{4, 256, 512, L}})
         run_case(rng, lt, c);
 }
 
@@ -89,8 +90,9 @@ TEST(GemmFp8, AutoPicksByShape) {
     const auto auto_path = cuda::Fp8GemmPath::kAuto;
     EXPECT_EQ(cuda::fp8_gemm_config(1, 32768, 1024, 132, auto_path).path, cuda::Fp8GemmPath::kSkinny);
     EXPECT_EQ(cuda::fp8_gemm_config(16, 4096, 8192, 132, auto_path).path, cuda::Fp8GemmPath::kSkinny);
-    EXPECT_EQ(cuda::fp8_gemm_config(17, 4096, 8192, 132, auto_path).path, cuda::Fp8GemmPath::kCublasLt);
+    EXPECT_EQ(cuda::fp8_gemm_config(20, 4096, 8192, 132, auto_path).path, cuda::Fp8GemmPath::kCublasLt);
     EXPECT_EQ(cuda::fp8_gemm_config(200, 96, 528, 132, auto_path).path, cuda::Fp8GemmPath::kSkinny);  // K % 128
+    EXPECT_EQ(cuda::fp8_gemm_config(17, 512, 1024, 132, auto_path).path, cuda::Fp8GemmPath::kSkinny);  // M % 4
     const cuda::Fp8GemmConfig wo_b = cuda::fp8_gemm_config(1, 4096, 8192, 132, auto_path);
     EXPECT_EQ(wo_b.splits * wo_b.k_per_split >= 8192, true);
     EXPECT_EQ(wo_b.m_tile, 1);
@@ -108,6 +110,9 @@ TEST(GemmFp8, RejectsWhatItCannotRun) {
     p.n = 100;  // not a multiple of 16
     p.k = 256;
     p.path = cuda::Fp8GemmPath::kCublasLt;
+    EXPECT_THROW(cuda::fp8_gemm(lt, p, nullptr), Error);
+    p.n = 128;
+    p.m = 17;  // cuBLASLt has no block-scaled algorithm for M % 4 != 0
     EXPECT_THROW(cuda::fp8_gemm(lt, p, nullptr), Error);
     p.path = cuda::Fp8GemmPath::kSkinny;
     p.k = 100;  // not a multiple of 16

@@ -23,7 +23,9 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-bool cublaslt_shape_ok(int64_t n, int64_t k) { return k % 128 == 0 && n % 16 == 0; }
+// cuBLASLt 13.1 on H200 offers no block-scaled FP8 algorithm for M % 4 != 0 (measured: M = 3, 17, 18 refused;
+// 16, 20, 24, 200 accepted), matching its 1x128 scale tensor being padded to 4 rows.
+bool cublaslt_shape_ok(int64_t m, int64_t n, int64_t k) { return m % 4 == 0 && k % 128 == 0 && n % 16 == 0; }
 
 int num_sms_of_current_device() {
     int device = 0, sms = 0;
@@ -51,7 +53,7 @@ Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8G
     Fp8GemmConfig c;
     c.path = requested;
     if (requested == Fp8GemmPath::kAuto)
-        c.path = (m > kSkinnyMaxTile && cublaslt_shape_ok(n, k)) ? Fp8GemmPath::kCublasLt : Fp8GemmPath::kSkinny;
+        c.path = (m > kSkinnyMaxTile && cublaslt_shape_ok(m, n, k)) ? Fp8GemmPath::kCublasLt : Fp8GemmPath::kSkinny;
     if (c.path == Fp8GemmPath::kCublasLt) return c;
     const int64_t rows = std::clamp<int64_t>(m, 1, kSkinnyMaxTile);
     while (c.m_tile < rows) c.m_tile *= 2;
@@ -86,8 +88,9 @@ std::string fp8_gemm_can_implement(const Fp8GemmParams& p, const Fp8GemmConfig& 
         return {};
     }
     if (c.path != Fp8GemmPath::kCublasLt) return "no path chosen";
-    if (!cublaslt_shape_ok(p.n, p.k))
-        return fmt::format("cuBLASLt path needs K % 128 == 0 and N % 16 == 0, got N={} K={}", p.n, p.k);
+    if (!cublaslt_shape_ok(p.m, p.n, p.k))
+        return fmt::format("cuBLASLt path needs M % 4 == 0, K % 128 == 0 and N % 16 == 0, got M={} N={} K={}", p.m,
+                           p.n, p.k);
     if (reinterpret_cast<uintptr_t>(p.y) % 16) return "Y must be 16-byte aligned";
     return {};
 }

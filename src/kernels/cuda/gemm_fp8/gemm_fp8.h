@@ -5,10 +5,11 @@
 //               16-byte loads, split-K for small N. Exact products, f32 sums: matches cpu::linear up to order.
 //               Contract: K % 16 == 0; any N; any M (M > 16 re-reads W once per 16 rows).
 //   kCublasLt - cuBLASLt FP8 tensor cores with VEC128_32F (A) and BLK128x128_32F (W) block scaling (promotion to
-//               f32 every 128 K). Contract: K % 128 == 0, N % 16 == 0, 16-byte aligned operands. Scales are
+//               f32 every 128 K). Contract: M % 4 == 0, K % 128 == 0, N % 16 == 0, 16-byte aligned operands. Scales are
 //               repacked into the workspace in cuBLASLt's order (A scales [K/128, round_up(M,4)] M-major, W scales
 //               [ceil(N/128), round_up(K/128,4)]).
-// Auto picks kCublasLt for M > 16 when its contract holds, else kSkinny; an explicit path that cannot run throws.
+// Auto picks kCublasLt for M > 16 when its contract holds, else kSkinny (slow for large M: W is re-read per 16 rows;
+// padding M to a multiple of 4 in the workspace is the next step); an explicit path that cannot run throws.
 // Tested in tests/gpu/gemm_fp8_test.cpp; timed in bench/gemm_bench.cu.
 #pragma once
 
