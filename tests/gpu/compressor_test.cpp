@@ -271,7 +271,9 @@ void run_setup(const Setup& s) {
                 what, (long long)splits, ragged.size() - 1);
 
     // Two sequences in one launch give each its own single-sequence result.
-    const Inputs other = make_inputs(rng, s);
+    Inputs other = make_inputs(rng, s);  // another sequence of the same layer: same weights, own projections
+    other.w = in.w;
+    other.rope = in.rope;
     const GpuResult pair = run_gpu(s, {&in, &other}, {0, s.length / 2 + 1, s.length});
     const GpuResult alone = run_gpu(s, {&other}, {0, s.length});
     EXPECT_TRUE(pair.entries[0] == whole.entries[0]) << what << ": batched with another sequence";

@@ -154,12 +154,11 @@ __global__ void __launch_bounds__(kEmitThreads) compressor_emit_kernel(const Com
             for (int i = lo + lane; i < hi; i += 32) out[i] = entry::f32_to_e4m3(__fdiv_rn(x[i], s));
             if (lane == 0) out[layout.scale_offset() + b] = uint8_t(e);
         }
-        for (int i = threadIdx.x; i < layout.rope; i += kEmitThreads) {
-            const __nv_bfloat16 h = __float2bfloat16_rn(x[layout.nope + i]);
-            const uint16_t bits = *reinterpret_cast<const uint16_t*>(&h);
-            out[layout.rope_offset() + 2 * i] = uint8_t(bits & 0xFF);
-            out[layout.rope_offset() + 2 * i + 1] = uint8_t(bits >> 8);
-        }
+        // One 16-bit store per value: writing the two bytes of the bf16 separately stored wrong low bytes on the
+        // H200 with nvcc 13.0 (st.global.u8 of the cvt.rn.bf16.f32 register; seen in the compressor test).
+        uint16_t* rope_out = reinterpret_cast<uint16_t*>(out + layout.rope_offset());  // 2-byte aligned: nope even
+        for (int i = threadIdx.x; i < layout.rope; i += kEmitThreads)
+            rope_out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[layout.nope + i]));
         for (int i = int(layout.scale_offset() + layout.scales()) + threadIdx.x; i < layout.bytes(); i += kEmitThreads)
             out[i] = 0;
         return;
