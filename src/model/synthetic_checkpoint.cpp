@@ -119,13 +119,24 @@ class Values {
   public:
     Values(uint64_t key, Init init) : key_(key), init_(init) {}
 
-    float at(uint64_t i) const {
-        uint64_t h = mix64(key_ + 0x9E3779B97F4A7C15ull * (i + 1));
-        double u1 = (double(h >> 32) + 0.5) * 0x1p-32;          // (0, 1)
-        double u2 = (double(h & 0xFFFFFFFFu) + 0.5) * 0x1p-32;  // (0, 1)
-        if (init_.kind == Init::kUniform) return float(init_.a + (init_.b - init_.a) * u1);
-        double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);  // Box-Muller
-        return float(init_.a + init_.b * z);
+    // Values [begin, begin + n) into out. Normal values come in pairs (2j, 2j+1) from one Box-Muller draw, so
+    // element i is the same whichever range it is generated in.
+    void fill(uint64_t begin, int64_t n, float* out) const {
+        for (uint64_t i = begin, end = begin + uint64_t(n); i < end;) {
+            const uint64_t pair = i >> 1;
+            const uint64_t h = mix64(key_ + 0x9E3779B97F4A7C15ull * (pair + 1));
+            const double u1 = (double(h >> 32) + 0.5) * 0x1p-32;          // (0, 1)
+            const double u2 = (double(h & 0xFFFFFFFFu) + 0.5) * 0x1p-32;  // (0, 1)
+            if (init_.kind == Init::kUniform) {
+                const double u = (i & 1) ? u2 : u1;
+                out[i - begin] = float(init_.a + (init_.b - init_.a) * u);
+                ++i;
+                continue;
+            }
+            const double r = std::sqrt(-2.0 * std::log(u1)), theta = 2.0 * std::numbers::pi * u2;
+            if ((i & 1) == 0) out[i++ - begin] = float(init_.a + init_.b * r * std::cos(theta));
+            if (i < end) out[i++ - begin] = float(init_.a + init_.b * r * std::sin(theta));
+        }
     }
 
   private:
@@ -318,16 +329,16 @@ class Generator {
             case Storage::kF32: {
                 Stored s{p.name, DType::kF32, p.shape, std::vector<uint8_t>(size_t(N * K) * 4)};
                 auto* out = reinterpret_cast<float*>(s.bytes.data());
-                rows(N, [&](int64_t r) {
-                    for (int64_t k = 0; k < K; ++k) out[r * K + k] = v.at(uint64_t(r * K + k));
-                });
+                rows(N, [&](int64_t r) { v.fill(uint64_t(r * K), K, out + r * K); });
                 return vec(std::move(s));
             }
             case Storage::kBF16: {
                 Stored s{p.name, DType::kBF16, p.shape, std::vector<uint8_t>(size_t(N * K) * 2)};
                 auto* out = reinterpret_cast<uint16_t*>(s.bytes.data());
                 rows(N, [&](int64_t r) {
-                    for (int64_t k = 0; k < K; ++k) out[r * K + k] = f32_to_bf16(v.at(uint64_t(r * K + k)));
+                    std::vector<float> row(static_cast<size_t>(K));
+                    v.fill(uint64_t(r * K), K, row.data());
+                    for (int64_t k = 0; k < K; ++k) out[r * K + k] = f32_to_bf16(row[size_t(k)]);
                 });
                 return vec(std::move(s));
             }
@@ -367,8 +378,7 @@ class Generator {
             for (int64_t b = b0; b < b1; ++b) {
                 const int64_t r0 = b * 128, r1 = std::min(N, r0 + 128);
                 band.resize(size_t((r1 - r0) * K));
-                for (int64_t r = r0; r < r1; ++r)
-                    for (int64_t k = 0; k < K; ++k) band[size_t((r - r0) * K + k)] = v.at(uint64_t(r * K + k));
+                v.fill(uint64_t(r0 * K), (r1 - r0) * K, band.data());
                 for (int64_t c = 0; c < bk; ++c) {
                     const int64_t k0 = c * 128, k1 = std::min(K, k0 + 128);
                     float amax = 1e-4f;
@@ -399,11 +409,9 @@ class Generator {
         rows(N, [&](int64_t r) {
             float block[32];
             for (int64_t c = 0; c < K / 32; ++c) {
+                v.fill(uint64_t(r * K + c * 32), 32, block);
                 float amax = 6.0f * 0x1p-126f;
-                for (int j = 0; j < 32; ++j) {
-                    block[j] = v.at(uint64_t(r * K + c * 32 + j));
-                    amax = std::max(amax, std::fabs(block[j]));
-                }
+                for (float x : block) amax = std::max(amax, std::fabs(x));
                 const float scale = ue8m0_ceil_pow2(amax / kE2M1Max);
                 s.bytes[size_t(r * (K / 32) + c)] = e8m0_byte(scale);
                 for (int j = 0; j < 32; j += 2) {
