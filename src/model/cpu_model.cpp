@@ -99,7 +99,8 @@ std::vector<float> CpuModel::forward(SequenceState& state, std::span<const int32
     const int64_t tokens = int64_t(ids.size()), D = config_.hidden_size, n_hc = config_.hc_mult;
     const int64_t V = config_.vocab_size;
     DSV4_CHECK(tokens > 0, "no input tokens");
-    DSV4_CHECK(int64_t(state.layers.size()) == config_.num_layers, "sequence state does not belong to this model");
+    DSV4_CHECK(int64_t(state.layers.size()) == config_.num_layers && !state.device,
+               "sequence state does not belong to this model");
     for (int32_t id : ids) DSV4_CHECK(id >= 0 && id < V, "token id {} is outside the vocabulary [0, {})", id, V);
     const int64_t start = state.position;
 

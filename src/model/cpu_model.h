@@ -11,27 +11,28 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/rope.h"
 #include "model/attention.h"
+#include "model/backend.h"
 #include "model/numerics.h"
 #include "model/sequence_state.h"
 #include "model/weights.h"
 
 namespace dsv4 {
 
-class CpuModel {
+class CpuModel final : public Backend {
 public:
     CpuModel(const ModelConfig& config, ModelWeights weights, Numerics numerics, int threads = 0);
 
-    const ModelConfig& config() const { return config_; }
-    Numerics numerics() const { return numerics_; }
+    const ModelConfig& config() const override { return config_; }
+    Numerics numerics() const override { return numerics_; }
 
-    SequenceState new_sequence() const;
+    SequenceState new_sequence() const override;
 
     // Feeds `ids` at positions state.position, ... and advances the state. Returns the logits after every
     // position ([ids.size(), vocab], f32) when `all_logits`, else only after the last one ([1, vocab]).
-    std::vector<float> forward(SequenceState& state, std::span<const int32_t> ids, bool all_logits);
+    std::vector<float> forward(SequenceState& state, std::span<const int32_t> ids, bool all_logits) override;
 
     // Optional: receives every named intermediate activation (for debugging and golden diffs).
-    void set_observer(ActivationObserver observer) { observer_ = std::move(observer); }
+    void set_observer(ActivationObserver observer) override { observer_ = std::move(observer); }
 
 private:
     void block_forward(int64_t layer, const BlockWeights& w, LayerState& state, int64_t start_position,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/compressor.h"
@@ -19,9 +20,16 @@ struct LayerState {
     CompressorState index_compressor;  // CSA layers
 };
 
+// State a backend keeps outside host memory (the CUDA backend's slot of its device state pool); released with
+// the SequenceState.
+struct DeviceSequence {
+    virtual ~DeviceSequence() = default;
+};
+
 struct SequenceState {
     int64_t position = 0;            // tokens consumed so far
-    std::vector<LayerState> layers;  // num_layers
+    std::vector<LayerState> layers;  // num_layers (CPU backend)
+    std::unique_ptr<DeviceSequence> device;  // GPU backends; null on the CPU
 };
 
 }  // namespace dsv4

@@ -45,7 +45,7 @@ const char* kHelp =
 
 class ChatSession {
   public:
-    ChatSession(const ChatArgs& args, std::unique_ptr<CpuModel> model, tok::Tokenizer tokenizer)
+    ChatSession(const ChatArgs& args, std::unique_ptr<Backend> model, tok::Tokenizer tokenizer)
         : args_(args),
           model_(std::move(model)),
           tokenizer_(std::move(tokenizer)),
@@ -128,7 +128,7 @@ class ChatSession {
     struct Interrupted {};
 
     const ChatArgs& args_;
-    std::unique_ptr<CpuModel> model_;
+    std::unique_ptr<Backend> model_;
     tok::Tokenizer tokenizer_;
     Sampler sampler_;
     bool color_;

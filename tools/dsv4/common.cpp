@@ -10,6 +10,10 @@
 
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "model/cpu_model.h"
+#ifdef DSV4_WITH_CUDA
+#include "runtime/cuda/cuda_model.h"
+#endif
 #include "tokenizer/tokenizer_path.h"
 
 namespace dsv4::cli {
@@ -26,10 +30,10 @@ void add_model_options(CLI::App* command, ModelOptions& o) {
     command->add_flag("-q,--quiet", o.quiet, "No progress or notes on stderr");
 }
 
-std::unique_ptr<CpuModel> load_model(const ModelOptions& o) {
-    DSV4_CHECK(o.backend == "cpu",
-               "--backend {}: the CUDA backend does not run the model yet; use --backend cpu (the reference)",
-               o.backend);
+std::unique_ptr<Backend> load_model(const ModelOptions& o) {
+#ifndef DSV4_WITH_CUDA
+    DSV4_CHECK(o.backend == "cpu", "--backend {}: this dsv4 was built without CUDA; use --backend cpu", o.backend);
+#endif
     OpenOptions open_options;
     open_options.show_progress = !o.quiet && isatty(STDERR_FILENO);
     auto checkpoint = Checkpoint::open(o.dir, open_options);
@@ -40,6 +44,13 @@ std::unique_ptr<CpuModel> load_model(const ModelOptions& o) {
         std::fprintf(stderr, "dsv4: numerics %s (%s checkpoint; choose with --numerics)\n", numerics_name(numerics),
                      config.fp8_quantized ? "quantized" : "floating-point");
     ModelWeights weights = load_model_weights(checkpoint, config);
+#ifdef DSV4_WITH_CUDA
+    if (o.backend == "cuda") {
+        CudaOptions cuda_options;
+        cuda_options.print_plan = !o.quiet;
+        return std::make_unique<CudaModel>(config, std::move(weights), numerics, cuda_options);
+    }
+#endif
     return std::make_unique<CpuModel>(config, std::move(weights), numerics, o.threads);
 }
 
@@ -85,7 +96,7 @@ tok::Tokenizer open_tokenizer(const std::string& model_dir) {
     return tok::Tokenizer::from_file(tok::find_tokenizer_json(model_dir));
 }
 
-DecodeResult decode(CpuModel& model, SequenceState& state, std::span<const int32_t> ids, int64_t max_new,
+DecodeResult decode(Backend& model, SequenceState& state, std::span<const int32_t> ids, int64_t max_new,
                     Sampler& sampler, const std::function<void(int32_t)>& on_token) {
     const ModelConfig& config = model.config();
     DSV4_CHECK(!ids.empty(), "nothing to feed the model");

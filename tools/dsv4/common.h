@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "model/cpu_model.h"
+#include "model/backend.h"
 #include "runtime/sampler.h"
 #include "tokenizer/completion.h"
 #include "tokenizer/tokenizer.h"
@@ -29,9 +29,9 @@ struct ModelOptions {
 
 void add_model_options(CLI::App* command, ModelOptions& options);
 
-// Opens the checkpoint, loads and validates every weight, and builds the backend. Says on stderr which
-// numerics it runs (unless quiet).
-std::unique_ptr<CpuModel> load_model(const ModelOptions& options);
+// Opens the checkpoint, loads and validates every weight, and builds the backend (--backend cpu, or cuda when
+// built with CUDA). Says on stderr which numerics it runs (unless quiet).
+std::unique_ptr<Backend> load_model(const ModelOptions& options);
 
 // Whitespace-separated non-negative token ids; a clear error for anything else or for an empty file.
 std::vector<int32_t> read_ids_file(const std::string& path);
@@ -57,7 +57,7 @@ struct DecodeResult {
 // Feeds `ids` at state.position (must be non-empty), then samples up to `max_new` tokens, feeding each but the
 // last. Stops after sampling EOS, at max_new, or when the next token would not fit the context. `on_token` sees
 // every generated id but EOS, as it comes. Afterwards state.position = before + ids.size() + generated.size() - 1.
-DecodeResult decode(CpuModel& model, SequenceState& state, std::span<const int32_t> ids, int64_t max_new,
+DecodeResult decode(Backend& model, SequenceState& state, std::span<const int32_t> ids, int64_t max_new,
                     Sampler& sampler, const std::function<void(int32_t)>& on_token);
 
 // Streams a chat reply to stdout as text arrives: parsed with CompletionStream, the reasoning shown apart from

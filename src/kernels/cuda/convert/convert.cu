@@ -1,0 +1,63 @@
+// Conversion kernels (see convert.h): grid-stride loops, one element per thread step.
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/numeric.cuh"
+#include "kernels/cuda/convert/convert.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+int blocks_for(int64_t n) {
+    const int64_t b = (n + kThreads - 1) / kThreads;
+    return int(b < 65535 * 16 ? b : 65535 * 16);
+}
+
+__global__ void bf16_to_f32_kernel(const Bf16ToF32Params p) {
+    const int64_t n = p.rows * p.cols;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t r = i / p.cols, c = i % p.cols;
+        p.y[i] = bf16_to_f32(p.x[r * p.x_stride + c]);
+    }
+}
+
+__global__ void f32_to_bf16_kernel(const F32ToBf16Params p) {
+    const int64_t n = p.rows * p.cols;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t r = i / p.cols, c = i % p.cols;
+        p.y[r * p.y_stride + c] = f32_to_bf16(p.x[r * p.x_stride + c]);
+    }
+}
+
+__global__ void scale_bf16_kernel(__nv_bfloat16* x, int64_t n, float scale) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+        x[i] = f32_to_bf16(bf16_to_f32(x[i]) * scale);
+}
+
+__global__ void fill_f32_kernel(float* x, int64_t n, float value) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+        x[i] = value;
+}
+
+}  // namespace
+
+namespace detail {
+void launch_bf16_to_f32(const Bf16ToF32Params& p, cudaStream_t stream) {
+    bf16_to_f32_kernel<<<blocks_for(p.rows * p.cols), kThreads, 0, stream>>>(p);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+}
+void launch_f32_to_bf16(const F32ToBf16Params& p, cudaStream_t stream) {
+    f32_to_bf16_kernel<<<blocks_for(p.rows * p.cols), kThreads, 0, stream>>>(p);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+}
+void launch_scale_bf16(__nv_bfloat16* x, int64_t n, float scale, cudaStream_t stream) {
+    scale_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, scale);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+}
+void launch_fill_f32(float* x, int64_t n, float value, cudaStream_t stream) {
+    fill_f32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, value);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+}
+}  // namespace detail
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,130 @@
+// MoE glue kernels (see moe_expert.h). Arithmetic repeats src/model/moe.cpp in f32 in the same order.
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/numeric.cuh"
+#include "kernels/cuda/moe_expert/moe_expert.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxK = 16;
+
+__global__ void moe_row_index_kernel(const MoeRowIndexParams p) {
+    const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (i >= p.slots) return;
+    const int32_t a = p.sorted_assignment[i];
+    p.row_index[i] = (a >= 0 && a < p.slots) ? a / p.k : 0;
+}
+
+// One CTA row-strip per slot row; threads over the intermediate dim.
+__global__ void swiglu_kernel(const SwigluParams p) {
+    const int64_t r = blockIdx.x;
+    if (p.row_count && r >= *p.row_count) return;
+    float weight = 1.0f;
+    if (p.routing_weights) weight = p.routing_weights[p.sorted_assignment[r]];
+    for (int64_t i = threadIdx.x; i < p.inter; i += blockDim.x) {
+        float g = bf16_to_f32(p.gate[r * p.inter + i]), u = bf16_to_f32(p.up[r * p.inter + i]);
+        if (p.limit > 0) {
+            u = fminf(fmaxf(u, -p.limit), p.limit);
+            g = fminf(g, p.limit);
+        }
+        float h = (g / (1.0f + expf(-g))) * u;
+        if (p.routing_weights) h *= weight;
+        p.out[r * p.inter + i] = f32_to_bf16(h);
+    }
+}
+
+__global__ void moe_combine_kernel(const MoeCombineParams p) {
+    const int64_t t = blockIdx.x;
+    __shared__ int order[kMaxK];
+    __shared__ int count;
+    if (threadIdx.x == 0) {
+        // The token's valid assignments in ascending expert order (ties: selection order), as moe_forward's loop
+        // over experts accumulates them.
+        int n = 0;
+        for (int j = 0; j < p.k; ++j) {
+            const int e = p.experts[t * p.k + j];
+            if (e < 0 || p.assignment_slot[t * p.k + j] < 0) continue;
+            int pos = n++;
+            while (pos > 0 && p.experts[t * p.k + order[pos - 1]] > e) {
+                order[pos] = order[pos - 1];
+                --pos;
+            }
+            order[pos] = j;
+        }
+        count = n;
+    }
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < p.dim; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int i = 0; i < count; ++i) {
+            const int64_t slot = p.assignment_slot[t * p.k + order[i]];
+            acc += bf16_to_f32(p.routed[slot * p.dim + c]);
+        }
+        p.out[t * p.dim + c] = f32_to_bf16(acc + bf16_to_f32(p.shared[t * p.dim + c]));
+    }
+}
+
+template <typename W>
+__device__ __forceinline__ float load_weight(const W* w, int64_t i);
+template <>
+__device__ __forceinline__ float load_weight<float>(const float* w, int64_t i) {
+    return w[i];
+}
+template <>
+__device__ __forceinline__ float load_weight<__nv_bfloat16>(const __nv_bfloat16* w, int64_t i) {
+    return bf16_to_f32(w[i]);
+}
+
+// grid (ceil(n / kWarps), slots): one warp per output value, lanes stride K, f32 tree at the end.
+template <typename W>
+__global__ void dense_expert_gemm_kernel(const DenseExpertGemmParams p) {
+    const int64_t slot = blockIdx.y + int64_t(gridDim.y) * blockIdx.z;
+    const int64_t total = p.expert_offsets[p.experts];
+    if (slot >= total) return;
+    int lo = 0, hi = int(p.experts) - 1;  // the expert e with offsets[e] <= slot < offsets[e + 1]
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (p.expert_offsets[mid] <= slot) lo = mid;
+        else hi = mid - 1;
+    }
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t n = blockIdx.x * int64_t(kWarps) + warp;
+    if (n >= p.n) return;
+    const int64_t row = p.row_index ? p.row_index[slot] : slot;
+    const __nv_bfloat16* x = p.x + row * p.k;
+    const W* w = static_cast<const W*>(p.w) + (int64_t(lo) * p.n + n) * p.k;
+    float acc = 0.0f;
+    for (int64_t i = lane; i < p.k; i += 32) acc += bf16_to_f32(x[i]) * load_weight<W>(w, i);
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) p.y[slot * p.n + n] = f32_to_bf16(acc);
+}
+
+}  // namespace
+
+namespace detail {
+void launch_moe_row_index(const MoeRowIndexParams& p, cudaStream_t stream) {
+    moe_row_index_kernel<<<unsigned((p.slots + kThreads - 1) / kThreads), kThreads, 0, stream>>>(p);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+}
+void launch_swiglu(const SwigluParams& p, cudaStream_t stream) {
+    swiglu_kernel<<<unsigned(p.rows), kThreads, 0, stream>>>(p);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+}
+void launch_moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
+    moe_combine_kernel<<<unsigned(p.tokens), kThreads, 0, stream>>>(p);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+}
+void launch_dense_expert_gemm(const DenseExpertGemmParams& p, cudaStream_t stream) {
+    const int64_t ys = p.max_slots < 65535 ? p.max_slots : 65535;
+    dim3 grid(unsigned((p.n + kWarps - 1) / kWarps), unsigned(ys), unsigned((p.max_slots + ys - 1) / ys));
+    if (p.w_f32)
+        dense_expert_gemm_kernel<float><<<grid, kThreads, 0, stream>>>(p);
+    else
+        dense_expert_gemm_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(p);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+}
+}  // namespace detail
+
+}  // namespace dsv4::cuda

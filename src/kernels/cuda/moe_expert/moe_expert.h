@@ -1,0 +1,69 @@
+// The MoE pieces between routing and the expert GEMMs on the device (spec §9; src/model/moe.cpp expert_forward and
+// moe_forward), so a decode step needs no host synchronization:
+//   moe_row_index      activation row of each gathered slot: sorted_assignment / k
+//   swiglu             h = bf16(silu(min(g, L)) * clamp(u, -L, L) [* routing weight]), f32 math as the CPU
+//   moe_combine        out[t] = bf16(sum of the token's routed outputs in ascending expert order (the CPU's
+//                      accumulation order) + shared[t]), f32 sums
+//   dense_expert_gemm  y[p] = bf16(W_e(p) x[row(p)]) for experts stored dense (f32 or bf16, the transformers
+//                      fixtures): f32 products and sums, as Precision::linear on a dense weight
+// Tested through tests/gpu/cuda_model_test.cpp (GPU vs CPU forward).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dsv4::cuda {
+
+struct MoeRowIndexParams {
+    const int32_t* sorted_assignment = nullptr;  // [slots] assignment ids t * k + j (moe_routing)
+    int32_t* row_index = nullptr;                // [slots] t (0 for entries past the routed count)
+    int64_t slots = 0;                           // tokens * k
+    int32_t k = 0;
+};
+void moe_row_index(const MoeRowIndexParams& p, cudaStream_t stream);
+
+struct SwigluParams {
+    const __nv_bfloat16* gate = nullptr;  // [rows, inter] bf16 (W1 x)
+    const __nv_bfloat16* up = nullptr;    // [rows, inter] bf16 (W3 x)
+    __nv_bfloat16* out = nullptr;         // [rows, inter] bf16
+    // Routed experts: slot p is weighted by routing_weights[sorted_assignment[p]]; both null for the shared expert.
+    const float* routing_weights = nullptr;      // [tokens * k] f32
+    const int32_t* sorted_assignment = nullptr;  // [rows]
+    const int32_t* row_count = nullptr;  // device scalar: rows past it are skipped (expert_offsets[E]); null: all
+    int64_t rows = 0, inter = 0;
+    float limit = 0.0f;  // swiglu_limit; <= 0: no clamp
+};
+void swiglu(const SwigluParams& p, cudaStream_t stream);
+
+struct MoeCombineParams {
+    const __nv_bfloat16* routed = nullptr;     // [slots, dim] bf16 routed expert outputs in slot order
+    const int32_t* experts = nullptr;          // [tokens, k] chosen experts (-1: dropped)
+    const int32_t* assignment_slot = nullptr;  // [tokens, k] slot of each assignment (-1: dropped)
+    const __nv_bfloat16* shared = nullptr;     // [tokens, dim] bf16 shared expert output
+    __nv_bfloat16* out = nullptr;              // [tokens, dim] bf16
+    int64_t tokens = 0, dim = 0;
+    int32_t k = 0;  // at most 16
+};
+void moe_combine(const MoeCombineParams& p, cudaStream_t stream);
+
+struct DenseExpertGemmParams {
+    const __nv_bfloat16* x = nullptr;         // [rows, k] bf16
+    const int32_t* row_index = nullptr;       // [slots] row of x per slot; null: slot p reads row p
+    const int32_t* expert_offsets = nullptr;  // [experts + 1] device
+    const void* w = nullptr;                  // [experts, n, k] f32 or bf16
+    bool w_f32 = true;
+    __nv_bfloat16* y = nullptr;  // [slots, n] bf16
+    int64_t experts = 0, n = 0, k = 0, max_slots = 0;  // max_slots: host bound on expert_offsets[experts]
+};
+void dense_expert_gemm(const DenseExpertGemmParams& p, cudaStream_t stream);
+
+namespace detail {
+void launch_moe_row_index(const MoeRowIndexParams& p, cudaStream_t stream);
+void launch_swiglu(const SwigluParams& p, cudaStream_t stream);
+void launch_moe_combine(const MoeCombineParams& p, cudaStream_t stream);
+void launch_dense_expert_gemm(const DenseExpertGemmParams& p, cudaStream_t stream);
+}  // namespace detail
+
+}  // namespace dsv4::cuda

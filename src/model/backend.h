@@ -1,0 +1,36 @@
+// Backend: what the CLI and the runtime need from a forward implementation, whatever runs it. CpuModel (the
+// reference) and CudaModel (src/runtime/cuda/) implement it; a SequenceState made by one backend is fed only to it.
+// Tested by tests/model (CPU) and tests/gpu/cuda_model_test.cpp (GPU against CPU).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/model_config.h"
+#include "model/numerics.h"
+#include "model/observer.h"
+#include "model/sequence_state.h"
+
+namespace dsv4 {
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+
+    virtual const ModelConfig& config() const = 0;
+    virtual Numerics numerics() const = 0;
+
+    // A fresh sequence at position 0.
+    virtual SequenceState new_sequence() const = 0;
+
+    // Feeds `ids` at positions state.position, ... and advances the state. Returns the logits after every
+    // position ([ids.size(), vocab], f32, on the host) when `all_logits`, else only after the last one ([1, vocab]).
+    virtual std::vector<float> forward(SequenceState& state, std::span<const int32_t> ids, bool all_logits) = 0;
+
+    // Optional: receives named intermediate activations (attn_in, attn.q, ..., ffn.router_margin) for debugging
+    // and golden diffs. A GPU backend downloads them only while an observer is set.
+    virtual void set_observer(ActivationObserver observer) = 0;
+};
+
+}  // namespace dsv4

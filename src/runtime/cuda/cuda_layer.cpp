@@ -1,0 +1,511 @@
+// One block of the GPU forward: the steps of CpuModel::block_forward, attention_forward and moe_forward
+// (src/model/), same rounding points, same order; plus the linear dispatch of Precision (FP8 -> quantized input and
+// FP8 GEMM, dense -> f32 cuBLASLt) and the observer downloads.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/number_formats.h"
+#include "kernels/cuda/attention_slots/attention_slots.h"
+#include "kernels/cuda/compressor/compressor.h"
+#include "kernels/cuda/convert/convert.h"
+#include "kernels/cuda/gemm_fp8/gemm_fp8.h"
+#include "kernels/cuda/grouped_linear/grouped_linear.h"
+#include "kernels/cuda/indexer/indexer.h"
+#include "kernels/cuda/mhc/mhc.h"
+#include "kernels/cuda/moe_expert/moe_expert.h"
+#include "kernels/cuda/moe_gemm/moe_gemm.h"
+#include "kernels/cuda/moe_routing/moe_routing.h"
+#include "kernels/cuda/quant/quant.h"
+#include "kernels/cuda/rms_norm/rms_norm.h"
+#include "kernels/cuda/rope/rope.h"
+#include "kernels/cuda/sparse_attention/sparse_attention.h"
+#include "runtime/cuda/cuda_model_impl.h"
+#include "runtime/cuda/dense_gemm.h"
+
+namespace dsv4 {
+namespace {
+
+// (s_k - s_k+1) / |s_k| of the k-th and (k+1)-th best of `scores` (ties to the lower index): how close a top-k
+// choice was to flipping, as the CPU's top_k / route_tokens report it. +inf when nothing is left out.
+float top_k_margin(const float* scores, int64_t count, int64_t k) {
+    if (k <= 0 || k >= count) return std::numeric_limits<float>::infinity();
+    std::vector<int64_t> order(static_cast<size_t>(count));
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
+        return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
+    });
+    float next = -std::numeric_limits<float>::infinity();
+    for (int64_t j = k; j < count; ++j) next = std::max(next, scores[order[static_cast<size_t>(j)]]);
+    const float kth = scores[order[static_cast<size_t>(k - 1)]];
+    return (kth - next) / std::max(std::fabs(kth), 1e-30f);
+}
+
+}  // namespace
+
+const float* CudaModel::Impl::inv_freq(int64_t layer) const {
+    return config.compress_ratios[size_t(layer)] ? compress_inv_freq.get() : main_inv_freq.get();
+}
+
+void CudaModel::Impl::observe_host(std::string_view name, int64_t layer, const std::vector<float>& data, int64_t rows,
+                                   int64_t cols) {
+    observer(name, layer, data.data(), rows, cols);
+}
+
+void CudaModel::Impl::observe_bf16(std::string_view name, int64_t layer, const bf16* data, int64_t rows, int64_t cols) {
+    if (!observer) return;
+    std::vector<uint16_t> raw(static_cast<size_t>(rows * cols));
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(raw.data(), data, raw.size() * 2, cudaMemcpyDeviceToHost, stream->get()));
+    stream->synchronize();
+    std::vector<float> values(raw.size());
+    for (size_t i = 0; i < raw.size(); ++i) values[i] = bf16_to_f32(raw[i]);
+    observe_host(name, layer, values, rows, cols);
+}
+
+void CudaModel::Impl::act_quant(const bf16* x, int64_t rows, int64_t cols) {
+    cuda::ActQuantParams p;
+    p.x = x;
+    p.q = ws.act_q;
+    p.scales = ws.act_scale;
+    p.rows = rows;
+    p.cols = cols;
+    p.x_stride = cols;
+    cuda::act_quant_fp8(p, stream->get());
+}
+
+void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y) {
+    cuda::DenseGemmParams p;
+    DSV4_CHECK(w.format == WeightFormat::kF32 || w.format == WeightFormat::kBF16,
+               "linear_f32 needs a dense weight ({} given)", weight_format_name(w.format));
+    p.type = w.format == WeightFormat::kF32 ? cuda::DenseType::kF32 : cuda::DenseType::kBF16;
+    p.x = x;
+    if (p.type == cuda::DenseType::kF32) {  // exact upcast of the bf16 activations
+        cuda::bf16_to_f32({x, ws.x_f32, m, w.cols, w.cols}, stream->get());
+        p.x = ws.x_f32;
+    }
+    p.w = w.data;
+    p.y = y;
+    p.m = m;
+    p.n = w.rows;
+    p.k = w.cols;
+    p.ldx = p.ldw = w.cols;
+    p.ldy = w.rows;
+    p.workspace = ws.gemm;
+    p.workspace_bytes = cuda::kCublasLtWorkspaceBytes;
+    cuda::dense_gemm(*lt, p, stream->get());
+}
+
+void CudaModel::Impl::linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y) {
+    if (w.format == WeightFormat::kFp8Block) {
+        act_quant(x, m, w.cols);
+        cuda::Fp8GemmParams p;
+        p.a = ws.act_q;
+        p.a_scale = ws.act_scale;
+        p.w = static_cast<const uint8_t*>(w.data);
+        p.w_scale = w.scale;
+        p.y = y;
+        p.m = m;
+        p.n = w.rows;
+        p.k = w.cols;
+        p.workspace = ws.gemm;
+        p.workspace_bytes = ws.gemm_bytes;
+        cuda::fp8_gemm(*lt, p, stream->get());
+        return;
+    }
+    linear_f32(w, x, m, ws.y_f32);
+    cuda::f32_to_bf16({ws.y_f32, y, m, w.rows, w.rows, w.rows}, stream->get());
+}
+
+void CudaModel::Impl::grouped_linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, int64_t groups, bf16* y) {
+    const int64_t in = w.cols, out = w.rows / groups;
+    if (w.format == WeightFormat::kFp8Block) {
+        cuda::GroupedLinearParams p;
+        p.x = x;
+        p.w = static_cast<const uint8_t*>(w.data);
+        p.w_scale = w.scale;
+        p.y = y;
+        p.m = m;
+        p.groups = groups;
+        p.in = in;
+        p.out = out;
+        p.workspace = ws.gemm;
+        p.workspace_bytes = ws.gemm_bytes;
+        cuda::grouped_linear(p, stream->get());
+        return;
+    }
+    // Dense wo_a (the F32 fixtures): group g's rows of W on group g's slice of x, f32, then one bf16 cast.
+    DSV4_CHECK(w.format == WeightFormat::kF32 || w.format == WeightFormat::kBF16, "grouped_linear: format {}",
+               weight_format_name(w.format));
+    const bool f32 = w.format == WeightFormat::kF32;
+    if (f32) cuda::bf16_to_f32({x, ws.x_f32, m, groups * in, groups * in}, stream->get());
+    for (int64_t g = 0; g < groups; ++g) {
+        cuda::DenseGemmParams p;
+        p.type = f32 ? cuda::DenseType::kF32 : cuda::DenseType::kBF16;
+        p.x = f32 ? static_cast<const void*>(ws.x_f32 + g * in) : static_cast<const void*>(x + g * in);
+        p.w = static_cast<const uint8_t*>(w.data) + g * out * in * (f32 ? 4 : 2);
+        p.y = ws.y_f32 + g * out;
+        p.m = m;
+        p.n = out;
+        p.k = in;
+        p.ldx = groups * in;
+        p.ldw = in;
+        p.ldy = groups * out;
+        p.workspace = ws.gemm;
+        p.workspace_bytes = cuda::kCublasLtWorkspaceBytes;
+        cuda::dense_gemm(*lt, p, stream->get());
+    }
+    cuda::f32_to_bf16({ws.y_f32, y, m, groups * out, groups * out, groups * out}, stream->get());
+}
+
+// CpuModel::block_forward.
+void CudaModel::Impl::block(int64_t layer, int slot, int64_t start, int64_t T) {
+    const ModelConfig& c = config;
+    const cuda::DeviceBlock& b = w.layers[size_t(layer)];
+    const int64_t D = c.hidden_size, n_hc = c.hc_mult;
+    cudaStream_t s = stream->get();
+    auto hc_pre = [&](const cuda::DeviceHc& hw, const float* norm) {
+        cuda::HcMixParams p;
+        p.streams = ws.streams;
+        p.fn = hw.fn;
+        p.base = hw.base;
+        p.scale = hw.scale;
+        p.x_out = ws.x;
+        p.mix = ws.mix;
+        p.tokens = T;
+        p.n_hc = n_hc;
+        p.dim = D;
+        p.sinkhorn_iters = c.hc_sinkhorn_iters;
+        p.hc_eps = float(c.hc_eps);
+        p.norm_eps = float(c.rms_norm_eps);
+        cuda::hc_pre(p, s);
+        cuda::rms_norm({ws.x, norm, ws.x, T, D, D, D, float(c.rms_norm_eps)}, s);
+    };
+    auto hc_post = [&]() {
+        cuda::hc_post({ws.y, ws.streams, ws.mix, ws.streams_next, T, n_hc, D}, s);
+        std::swap(ws.streams, ws.streams_next);
+    };
+
+    // 1. Attention sub-block.
+    hc_pre(b.hc_attn, b.attn_norm);
+    observe_bf16("attn_in", layer, ws.x, T, D);
+    attention(layer, slot, start, T);
+    observe_bf16("attn_out", layer, ws.y, T, D);
+    hc_post();
+
+    // 2. MoE sub-block.
+    hc_pre(b.hc_ffn, b.ffn_norm);
+    observe_bf16("ffn_in", layer, ws.x, T, D);
+    moe(layer, T);
+    observe_bf16("ffn_out", layer, ws.y, T, D);
+    hc_post();
+    observe_bf16("streams", layer, ws.streams, T, n_hc * D);
+}
+
+// attention_forward: x = ws.x [T, D] -> ws.y [T, D].
+void CudaModel::Impl::attention(int64_t layer, int slot, int64_t start, int64_t T) {
+    const ModelConfig& c = config;
+    const cuda::DeviceAttention& a = w.layers[size_t(layer)].attn;
+    const int64_t H = c.num_heads, d = c.head_dim, r = c.rope_head_dim, W = c.sliding_window, D = c.hidden_size;
+    const int64_t ratio = c.compress_ratios[size_t(layer)], S = pool.sequences;
+    const float eps = float(c.rms_norm_eps);
+    cudaStream_t s = stream->get();
+    auto rope = [&](bf16* x, int64_t heads, int64_t head_dim, bool inverse) {
+        cuda::ApplyRopeParams p;
+        p.x = x;
+        p.inv_freq = inv_freq(layer);
+        p.positions = ws.positions;
+        p.tokens = T;
+        p.heads = heads;
+        p.head_dim = head_dim;
+        p.rope_dim = r;
+        p.token_stride = heads * head_dim;
+        p.inverse = inverse;
+        cuda::apply_rope(p, s);
+    };
+    // run_compressor: f32 projections of x, then the device state machine writes the closed entries.
+    auto compress = [&](const cuda::DeviceCompressor& cw, cuda::CompressorKind kind, uint8_t* cache,
+                        int64_t state_offset) {
+        linear_f32(cw.wkv, ws.x, T, ws.comp_kv);
+        linear_f32(cw.wgate, ws.x, T, ws.comp_score);
+        const int64_t width = (cw.overlap ? 2 : 1) * cw.head_dim, slots = (cw.overlap ? 2 : 1) * cw.ratio;
+        cuda::CompressorParams p;
+        p.kv = ws.comp_kv;
+        p.score = ws.comp_score;
+        p.token_seq = ws.token_seq;
+        p.seq_first_row = ws.seq_info;
+        p.seq_tokens = ws.seq_info + 1;
+        p.seq_start_position = ws.seq_info + 2;
+        p.seq_state = ws.seq_info + 3;
+        p.ape = cw.ape;
+        p.norm_weight = cw.norm;
+        p.rope_inv_freq = inv_freq(layer);
+        p.state_kv = comp_state + state_offset;
+        p.state_score = comp_state + state_offset + S * slots * width;
+        p.cache = cache;
+        p.page_table = ws.page_table;
+        p.max_pages = 1;
+        p.page_size = int32_t(pool.compressed_cap[size_t(layer)]);
+        p.tokens = int32_t(T);
+        p.seqs = 1;
+        p.head_dim = int32_t(cw.head_dim);
+        p.rope_dim = int32_t(r);
+        p.ratio = int32_t(cw.ratio);
+        p.eps = eps;
+        p.kind = kind;
+        cuda::compressor(p, s);
+    };
+
+    // 1. Queries.
+    linear(a.wq_a, ws.x, T, ws.qr);
+    cuda::rms_norm({ws.qr, a.q_norm, ws.qr, T, c.q_lora_rank, c.q_lora_rank, c.q_lora_rank, eps}, s);
+    observe_bf16("attn.qr", layer, ws.qr, T, c.q_lora_rank);
+    linear(a.wq_b, ws.qr, T, ws.q);
+    observe_bf16("attn.q_proj", layer, ws.q, T, H * d);
+    cuda::head_rms_norm({ws.q, T, H, d, H * d, eps}, s);
+    rope(ws.q, H, d, false);
+    observe_bf16("attn.q", layer, ws.q, T, H * d);
+
+    // 2. Window KV: projection, kv_norm, RoPE; packed (FP8 nope) as the chunk's own entries.
+    linear(a.wkv, ws.x, T, ws.kv);
+    cuda::rms_norm({ws.kv, a.kv_norm, ws.kv, T, d, d, d, eps}, s);
+    rope(ws.kv, 1, d, false);
+    uint8_t* chunk_entries = entries + pool.chunk_row * pool.entry_bytes;
+    cuda::pack_kv_entries({ws.kv, chunk_entries, nullptr, T, d, r, d}, s);
+    if (observer) {
+        cuda::unpack_kv_entries({chunk_entries, nullptr, ws.kv_view, T, d, r, d}, s);
+        observe_bf16("attn.kv", layer, ws.kv_view, T, d);
+    }
+
+    // 3. Lightning indexer (CSA).
+    const int64_t compressed_row = ratio > 0 ? pool.compressed_row[size_t(layer)] + slot * pool.compressed_cap[size_t(layer)] : 0;
+    if (a.indexer) {
+        const cuda::DeviceIndexer& ix = *a.indexer;
+        const int64_t nI = c.index_n_heads, dI = c.index_head_dim;
+        linear(ix.wq_b, ws.qr, T, ws.qi);
+        rope(ws.qi, nI, dI, false);
+        cuda::indexer_rotate_fp4({ws.qi, T * nI, dI, dI}, s);
+        uint8_t* keys = index_keys + pool.index_row[size_t(layer)] * pool.index_entry_bytes;
+        compress(ix.compressor, cuda::CompressorKind::kIndexer, keys, pool.index_state_offset[size_t(layer)]);
+        linear(ix.weights_proj, ws.x, T, ws.head_weights);
+        cuda::scale_bf16(ws.head_weights, T * nI, float(std::pow(double(dI), -0.5) * std::pow(double(nI), -0.5)), s);
+        const int64_t visible = (start + T) / ratio;  // of the last token; the row stride of the scores
+        cuda::IndexerScoresParams sp;
+        sp.q = reinterpret_cast<const uint16_t*>(ws.qi);
+        sp.head_weights = reinterpret_cast<const uint16_t*>(ws.head_weights);
+        sp.keys = keys;
+        sp.page_table = ws.page_table;
+        sp.token_state = ws.token_state;
+        sp.token_position = ws.positions;
+        sp.scores = reinterpret_cast<uint16_t*>(ws.index_scores);
+        sp.tokens = int32_t(T);
+        sp.heads = int32_t(nI);
+        sp.dim = int32_t(dI);
+        sp.ratio = int32_t(ratio);
+        sp.max_visible = int32_t(visible);
+        sp.max_pages = 1;
+        sp.page_size = int32_t(pool.compressed_cap[size_t(layer)]);
+        cuda::indexer_scores(sp, s);
+        cuda::IndexerTopkParams tp;
+        tp.scores = sp.scores;
+        tp.token_position = ws.positions;
+        tp.selected = ws.selected;
+        tp.tokens = int32_t(T);
+        tp.ratio = int32_t(ratio);
+        tp.max_visible = int32_t(visible);
+        tp.topk = int32_t(c.index_topk);
+        cuda::indexer_topk(tp, s);
+        if (observer) {  // the top-k margins, from the device's scores, as the CPU computes them
+            std::vector<uint16_t> raw(static_cast<size_t>(T * visible));
+            if (visible > 0)
+                DSV4_CUDA_CHECK(cudaMemcpyAsync(raw.data(), ws.index_scores, raw.size() * 2, cudaMemcpyDeviceToHost, s));
+            stream->synchronize();
+            std::vector<float> margin(static_cast<size_t>(T)), row;
+            for (int64_t t = 0; t < T; ++t) {
+                const int64_t vis = (start + t + 1) / ratio;
+                row.resize(size_t(vis));
+                for (int64_t e = 0; e < vis; ++e) row[size_t(e)] = bf16_to_f32(raw[size_t(t * visible + e)]);
+                margin[size_t(t)] = top_k_margin(row.data(), vis, std::min(c.index_topk, vis));
+            }
+            observe_host("attn.index_margin", layer, margin, T, 1);
+        }
+    }
+
+    // 4. Main compressor (CSA/HCA).
+    if (a.compressor)
+        compress(*a.compressor, cuda::CompressorKind::kMain, entries + pool.compressed_row[size_t(layer)] * pool.entry_bytes,
+                 pool.state_offset[size_t(layer)]);
+
+    // 5. Sparse attention over the window slots and the compressed entries, then the inverse RoPE.
+    const int64_t slots = a.indexer ? W + c.index_topk : (a.compressor ? W + (start + T) / ratio : W);
+    cuda::AttentionSlotsParams ap;
+    ap.indices = ws.attn_indices;
+    ap.selected = a.indexer ? ws.selected : nullptr;
+    ap.tokens = int32_t(T);
+    ap.slots = int32_t(slots);
+    ap.window = int32_t(W);
+    ap.topk = int32_t(c.index_topk);
+    ap.ratio = a.indexer ? 0 : int32_t(ratio);
+    ap.start_position = start;
+    ap.ring_row = pool.ring_row + (layer * S + slot) * W;
+    ap.chunk_row = pool.chunk_row;
+    ap.compressed_row = compressed_row;
+    cuda::attention_slots(ap, s);
+    const cuda::SparseAttentionPlan plan =
+        cuda::plan_sparse_attention(int32_t(T), int32_t(H), int32_t(d), int32_t(slots), num_sms);
+    DSV4_CHECK(plan.workspace_floats <= ws.attn_partial_floats, "attention workspace too small ({} > {})",
+               plan.workspace_floats, ws.attn_partial_floats);
+    cuda::SparseAttentionParams sp;
+    sp.q = reinterpret_cast<const uint16_t*>(ws.q);
+    sp.kv = entries;
+    sp.indices = ws.attn_indices;
+    sp.sink = a.sink;
+    sp.out = reinterpret_cast<uint16_t*>(ws.o);
+    sp.workspace = plan.splits > 1 ? ws.attn_partials : nullptr;
+    sp.tokens = int32_t(T);
+    sp.heads = int32_t(H);
+    sp.head_dim = int32_t(d);
+    sp.rope_dim = int32_t(r);
+    sp.slots = int32_t(slots);
+    sp.splits = plan.splits;
+    sp.scale = float(std::pow(double(d), -0.5));
+    cuda::sparse_attention(sp, s);
+    rope(ws.o, H, d, true);
+    observe_bf16("attn.o", layer, ws.o, T, H * d);
+
+    // 6. Grouped low-rank output projection.
+    grouped_linear(a.wo_a, ws.o, T, c.o_groups, ws.z);
+    observe_bf16("attn.z", layer, ws.z, T, c.o_groups * c.o_lora_rank);
+    linear(a.wo_b, ws.z, T, ws.y);
+
+    // 7. The window ring keeps the last W entries (written after the attention read the old ones).
+    const int64_t ring_n = std::min(T, W);
+    cuda::pack_kv_entries({ws.kv + (T - ring_n) * d, entries + ap.ring_row * pool.entry_bytes, ws.ring_slots, ring_n,
+                           d, r, d},
+                          s);
+    (void)D;
+}
+
+// moe_forward: x = ws.x [T, D] -> ws.y [T, D].
+void CudaModel::Impl::moe(int64_t layer, int64_t T) {
+    const ModelConfig& c = config;
+    const cuda::DeviceMoe& m = w.layers[size_t(layer)].ffn;
+    const int64_t D = c.hidden_size, E = c.n_routed_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
+    cudaStream_t s = stream->get();
+
+    // Router (f32) and the device permutation.
+    linear_f32(m.gate, ws.x, T, ws.router_logits);
+    cuda::MoeRoutingParams rp;
+    rp.logits = ws.router_logits;
+    rp.bias = m.bias;
+    rp.tid2eid = m.tid2eid;
+    rp.token_ids = ws.ids;
+    rp.experts = ws.experts;
+    rp.weights = ws.routing_weights;
+    rp.expert_counts = ws.counts;
+    rp.expert_offsets = ws.offsets;
+    rp.sorted_assignment = ws.sorted;
+    rp.assignment_slot = ws.assignment_slot;
+    rp.tokens = int32_t(T);
+    rp.num_experts = int32_t(E);
+    rp.k = int32_t(k);
+    rp.vocab = int32_t(c.vocab_size);
+    rp.routed_scaling_factor = float(c.routed_scaling_factor);
+    cuda::moe_routing(rp, s);
+    if (observer) {  // selection margins from the device's router logits, as route_tokens computes them
+        std::vector<float> logits(static_cast<size_t>(T * E)), bias(static_cast<size_t>(E)),
+            margin(static_cast<size_t>(T), std::numeric_limits<float>::infinity());
+        DSV4_CUDA_CHECK(cudaMemcpyAsync(logits.data(), ws.router_logits, logits.size() * 4, cudaMemcpyDeviceToHost, s));
+        if (m.bias) DSV4_CUDA_CHECK(cudaMemcpyAsync(bias.data(), m.bias, bias.size() * 4, cudaMemcpyDeviceToHost, s));
+        stream->synchronize();
+        if (m.bias)
+            for (int64_t t = 0; t < T; ++t) {
+                std::vector<float> biased(static_cast<size_t>(E));
+                for (int64_t e = 0; e < E; ++e) {
+                    const float z = logits[size_t(t * E + e)];
+                    biased[size_t(e)] = std::sqrt(z > 20.0f ? z : std::log1p(std::exp(z))) + bias[size_t(e)];
+                }
+                margin[size_t(t)] = top_k_margin(biased.data(), E, k);
+            }
+        observe_host("ffn.router_margin", layer, margin, T, 1);
+    }
+    cuda::moe_row_index({ws.sorted, ws.row_index, T * k, int32_t(k)}, s);
+
+    // Routed experts on the gathered slots: gate/up, SwiGLU with the routing weight, down.
+    const int64_t slots = T * k;
+    auto experts = [&](const cuda::DeviceExperts& e, const bf16* x, int64_t rows, int64_t cols,
+                       const int32_t* row_index, bf16* y) {
+        if (e.format == WeightFormat::kFp4Mx || e.format == WeightFormat::kNvfp4) {
+            act_quant(x, rows, cols);
+            cuda::MoeGemmParams p;
+            p.a = ws.act_q;
+            p.a_scale = ws.act_scale;
+            p.row_index = row_index;
+            p.expert_offsets = ws.offsets;
+            p.format = e.format == WeightFormat::kFp4Mx ? cuda::ExpertFormat::kMxfp4 : cuda::ExpertFormat::kNvfp4;
+            p.w = static_cast<const uint8_t*>(e.data);
+            p.w_scale = e.scale;
+            p.w_global = e.global;
+            p.y = y;
+            p.experts = E;
+            p.n = e.rows;
+            p.k = e.cols;
+            p.max_slots_per_expert = int(m.tid2eid ? slots : T);
+            cuda::moe_gemm(p, s);
+        } else {
+            cuda::DenseExpertGemmParams p;
+            p.x = x;
+            p.row_index = row_index;
+            p.expert_offsets = ws.offsets;
+            p.w = e.data;
+            p.w_f32 = e.format == WeightFormat::kF32;
+            p.y = y;
+            p.experts = E;
+            p.n = e.rows;
+            p.k = e.cols;
+            p.max_slots = slots;
+            cuda::dense_expert_gemm(p, s);
+        }
+    };
+    experts(m.w1, ws.x, T, D, ws.row_index, ws.gate);
+    experts(m.w3, ws.x, T, D, ws.row_index, ws.up);
+    cuda::SwigluParams sw;
+    sw.gate = ws.gate;
+    sw.up = ws.up;
+    sw.out = ws.hidden;
+    sw.routing_weights = ws.routing_weights;
+    sw.sorted_assignment = ws.sorted;
+    sw.row_count = ws.offsets + E;
+    sw.rows = slots;
+    sw.inter = I;
+    sw.limit = float(c.swiglu_limit);
+    cuda::swiglu(sw, s);
+    experts(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out);
+
+    // Shared expert.
+    linear(m.s1, ws.x, T, ws.gate);
+    linear(m.s3, ws.x, T, ws.up);
+    cuda::SwigluParams sh = sw;
+    sh.routing_weights = nullptr;
+    sh.sorted_assignment = nullptr;
+    sh.row_count = nullptr;
+    sh.rows = T;
+    sh.inter = m.s1.rows;
+    cuda::swiglu(sh, s);
+    linear(m.s2, ws.hidden, T, ws.shared_out);
+
+    // Sum in f32 (routed in ascending expert order, then the shared expert), bf16.
+    cuda::MoeCombineParams cp;
+    cp.routed = ws.routed_out;
+    cp.experts = ws.experts;
+    cp.assignment_slot = ws.assignment_slot;
+    cp.shared = ws.shared_out;
+    cp.out = ws.y;
+    cp.tokens = T;
+    cp.dim = D;
+    cp.k = int32_t(k);
+    cuda::moe_combine(cp, s);
+}
+
+}  // namespace dsv4

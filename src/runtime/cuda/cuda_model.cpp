@@ -1,0 +1,419 @@
+// CudaModel construction (memory plan, weight upload, state pool, workspace), sequences, and the forward loop:
+// embedding -> blocks (cuda_layer.cpp) -> mHC head -> norm -> f32 head, as CpuModel::forward.
+#include "runtime/cuda/cuda_model_impl.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include "core/error.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cuda/compressor/kv_entry_layout.h"
+#include "kernels/cuda/convert/convert.h"
+#include "kernels/cuda/embed/embed.h"
+#include "kernels/cuda/gemm_fp8/gemm_fp8.h"
+#include "kernels/cuda/grouped_linear/grouped_linear.h"
+#include "kernels/cuda/mhc/mhc.h"
+#include "kernels/cuda/rms_norm/rms_norm.h"
+#include "kernels/cuda/smoke/device_info.h"
+#include "kernels/cuda/sparse_attention/sparse_attention.h"
+
+namespace dsv4 {
+namespace {
+
+constexpr size_t kAlign = 256;
+
+// Carves typed buffers out of one allocation; with a null base it only measures.
+struct Bump {
+    uint8_t* base = nullptr;
+    size_t offset = 0;
+    template <typename T>
+    T* take(int64_t count) {
+        offset = (offset + kAlign - 1) / kAlign * kAlign;
+        T* p = base ? reinterpret_cast<T*>(base + offset) : nullptr;
+        offset += size_t(std::max<int64_t>(count, 1)) * sizeof(T);
+        return p;
+    }
+};
+
+double mib(size_t bytes) { return double(bytes) / (1 << 20); }
+
+// Sequence slot handle: gives the slot back when the SequenceState goes.
+struct CudaSequence final : DeviceSequence {
+    std::shared_ptr<SlotPool> pool;
+    const CudaModel::Impl* owner = nullptr;
+    int slot = -1;
+    ~CudaSequence() override {
+        std::lock_guard lock(pool->mutex);
+        pool->used[size_t(slot)] = false;
+    }
+};
+
+PoolLayout plan_pool(const ModelConfig& c, const CudaOptions& o) {
+    PoolLayout p;
+    p.sequences = o.max_sequences;
+    p.context = o.max_context;
+    p.chunk = o.max_chunk_tokens;
+    p.entry_bytes = cuda::main_entry_layout(c.head_dim, c.rope_head_dim).bytes();
+    p.index_entry_bytes = c.index_head_dim > 0 ? cuda::IndexEntryLayout{c.index_head_dim}.bytes() : 0;
+    const int64_t L = c.num_layers, S = p.sequences, W = c.sliding_window;
+    p.ring_row = 0;
+    p.chunk_row = L * S * W;
+    int64_t row = p.chunk_row + p.chunk, index_row = 0, floats = 0;
+    for (int64_t l = 0; l < L; ++l) {
+        const int64_t ratio = c.compress_ratios[size_t(l)];
+        const int64_t cap = ratio > 0 ? p.context / ratio : 0;
+        p.compressed_cap.push_back(cap);
+        p.compressed_row.push_back(ratio > 0 ? row : -1);
+        row += S * cap;
+        p.index_row.push_back(ratio == 4 ? index_row : -1);
+        index_row += ratio == 4 ? S * cap : 0;
+        auto state = [&](int64_t head_dim) {
+            const int64_t width = (ratio == 4 ? 2 : 1) * head_dim, slots = (ratio == 4 ? 2 : 1) * ratio;
+            const int64_t at = floats;
+            floats += 2 * S * slots * width;  // kv then score
+            return at;
+        };
+        p.state_offset.push_back(ratio > 0 ? state(c.head_dim) : -1);
+        p.index_state_offset.push_back(ratio == 4 ? state(c.index_head_dim) : -1);
+    }
+    p.rows = row;
+    p.index_rows = index_row;
+    p.state_floats = floats;
+    DSV4_CHECK(p.rows < (int64_t(1) << 31) && p.index_rows < (int64_t(1) << 31),
+               "the GPU state pool for {} sequences of {} positions has more entries than int32 rows can address",
+               S, p.context);
+    return p;
+}
+
+}  // namespace
+
+int64_t PoolLayout::attention_slots(const ModelConfig& c, int64_t layer) const {
+    const int64_t ratio = c.compress_ratios[size_t(layer)];
+    if (ratio == 0) return c.sliding_window;
+    return c.sliding_window + (ratio == 4 ? c.index_topk : context / ratio);
+}
+
+size_t PoolLayout::bytes() const {
+    return size_t(rows * entry_bytes) + size_t(index_rows * index_entry_bytes) + size_t(state_floats) * 4 + 3 * kAlign;
+}
+
+namespace {
+
+// The workspace for pieces of T tokens: carve() is run once to measure and once on the allocation.
+void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool, const ModelWeights& w,
+           int num_sms) {
+    const int64_t T = pool.chunk, D = c.hidden_size, n_hc = c.hc_mult, H = c.num_heads, d = c.head_dim;
+    const int64_t k = c.num_experts_per_tok, I = c.moe_intermediate_size, E = c.n_routed_experts;
+    const int64_t nI = c.index_n_heads, dI = c.index_head_dim, V = c.vocab_size;
+    const int64_t qo = c.o_groups * c.o_lora_rank;
+    const int64_t max_k = std::max({D, c.q_lora_rank, qo, I, H * d});
+    const int64_t max_n = std::max({c.q_lora_rank, H * d, d, nI * dI, nI, qo, D, I});
+    ws.ids = b.take<int32_t>(5 * T + 4);
+    ws.positions = ws.ids ? ws.ids + T : nullptr;
+    ws.token_state = ws.ids ? ws.ids + 2 * T : nullptr;
+    ws.token_seq = ws.ids ? ws.ids + 3 * T : nullptr;
+    ws.ring_slots = ws.ids ? ws.ids + 4 * T : nullptr;
+    ws.seq_info = ws.ids ? ws.ids + 5 * T : nullptr;
+    ws.page_table = b.take<int32_t>(pool.sequences);
+    ws.streams = b.take<bf16>(T * n_hc * D);
+    ws.streams_next = b.take<bf16>(T * n_hc * D);
+    ws.mix = b.take<float>(T * cuda::hc_pre_mix_size(n_hc));
+    ws.x = b.take<bf16>(T * D);
+    ws.y = b.take<bf16>(T * D);
+    ws.qr = b.take<bf16>(T * c.q_lora_rank);
+    ws.q = b.take<bf16>(T * H * d);
+    ws.kv = b.take<bf16>(T * d);
+    ws.kv_view = b.take<bf16>(T * d);
+    ws.o = b.take<bf16>(T * H * d);
+    ws.z = b.take<bf16>(T * qo);
+    const int64_t act_values = std::max(T * max_k, T * k * I);
+    const int64_t act_blocks = std::max(T * ((max_k + 127) / 128), T * k * ((I + 127) / 128));
+    ws.act_q = b.take<uint8_t>(act_values);
+    ws.act_scale = b.take<float>(act_blocks);
+    ws.x_f32 = b.take<float>(T * max_k);
+    ws.y_f32 = b.take<float>(T * max_n);
+    const int64_t comp_width = std::max(2 * d, 2 * dI);
+    ws.comp_kv = b.take<float>(T * comp_width);
+    ws.comp_score = b.take<float>(T * comp_width);
+    ws.index_columns = std::max<int64_t>(pool.context / 4, 1);
+    ws.qi = b.take<bf16>(T * std::max<int64_t>(nI * dI, 1));
+    ws.head_weights = b.take<bf16>(T * std::max<int64_t>(nI, 1));
+    ws.index_scores = b.take<bf16>(T * ws.index_columns);
+    ws.selected = b.take<int32_t>(T * std::max<int64_t>(c.index_topk, 1));
+    int64_t max_slots = 0, partials = 0;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const int64_t slots = pool.attention_slots(c, l);
+        max_slots = std::max(max_slots, slots);
+        // Splits happen only while the tokens leave SMs idle: every piece length up to that, and T.
+        for (int64_t m = 1; m <= T; m = (m < 4 * int64_t(num_sms)) ? m + 1 : std::max(m + 1, T))
+            partials = std::max(partials, cuda::plan_sparse_attention(int32_t(m), int32_t(H), int32_t(d), int32_t(slots),
+                                                                       num_sms).workspace_floats);
+    }
+    ws.attn_indices = b.take<int32_t>(T * max_slots);
+    ws.attn_partial_floats = partials;
+    ws.attn_partials = b.take<float>(partials);
+    ws.router_logits = b.take<float>(T * E);
+    ws.experts = b.take<int32_t>(T * k);
+    ws.routing_weights = b.take<float>(T * k);
+    ws.counts = b.take<int32_t>(E);
+    ws.offsets = b.take<int32_t>(E + 1);
+    ws.sorted = b.take<int32_t>(T * k);
+    ws.assignment_slot = b.take<int32_t>(T * k);
+    ws.row_index = b.take<int32_t>(T * k);
+    ws.gate = b.take<bf16>(T * k * I);
+    ws.up = b.take<bf16>(T * k * I);
+    ws.hidden = b.take<bf16>(T * k * I);
+    ws.routed_out = b.take<bf16>(T * k * D);
+    ws.shared_out = b.take<bf16>(T * D);
+    ws.logits = b.take<float>(T * V);
+
+    // GEMM workspace: the largest any FP8 product or grouped projection of a piece of 1 .. T rows asks for, and
+    // cuBLASLt's for the dense products.
+    size_t gemm = cuda::kCublasLtWorkspaceBytes;
+    auto fp8 = [&](const QuantizedMatrix& m, int64_t rows) {
+        if (m.format != WeightFormat::kFp8Block) return;
+        for (int64_t r : {int64_t(1), int64_t(2), int64_t(4), int64_t(8), int64_t(16), rows})
+            gemm = std::max(gemm, cuda::fp8_gemm_workspace_bytes(
+                                      cuda::fp8_gemm_config(r, m.rows, m.cols, num_sms, cuda::Fp8GemmPath::kAuto), r,
+                                      m.rows, m.cols));
+    };
+    for (const BlockWeights& l : w.layers) {
+        for (const QuantizedMatrix* m : {&l.attn.wq_a, &l.attn.wq_b, &l.attn.wkv, &l.attn.wo_b, &l.ffn.shared.w1,
+                                         &l.ffn.shared.w2, &l.ffn.shared.w3})
+            fp8(*m, T);
+        if (l.attn.indexer) fp8(l.attn.indexer->wq_b, T);
+        if (l.attn.wo_a.format == WeightFormat::kFp8Block) {
+            const int64_t g = c.o_groups, in = l.attn.wo_a.cols, out = l.attn.wo_a.rows / g;
+            for (int64_t r : {int64_t(1), int64_t(2), int64_t(4), int64_t(8), int64_t(16), T})
+                gemm = std::max(gemm, cuda::grouped_linear_workspace_bytes(
+                                          cuda::grouped_linear_config(r, g, in, out, num_sms), r, g, out));
+        }
+    }
+    ws.gemm_bytes = gemm;
+    ws.gemm = b.take<uint8_t>(int64_t(gemm));
+}
+
+}  // namespace
+
+CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics numerics, CudaOptions options)
+    : impl_(std::make_unique<Impl>()) {
+    Impl& m = *impl_;
+    const int devices = cuda::device_count();
+    DSV4_CHECK(devices > options.device,
+               "--backend cuda: no CUDA device {} is available ({} found); use --backend cpu", options.device, devices);
+    DSV4_CHECK(numerics == Numerics::kModel,
+               "the CUDA backend computes `model` numerics only (FP8 KV cache, FP8/FP4 tensor cores): use --numerics "
+               "model, or --backend cpu for reference numerics");
+    DSV4_CHECK(options.max_sequences > 0 && options.max_chunk_tokens > 0 && options.max_context >= 0,
+               "CudaOptions: max_sequences {}, max_chunk_tokens {}, max_context {} must be positive",
+               options.max_sequences, options.max_chunk_tokens, options.max_context);
+    if (options.max_context == 0) options.max_context = std::min<int64_t>(config.max_position_embeddings, 16384);
+    DSV4_CHECK(config.index_n_heads == 0 || config.compress_ratios.empty() ||
+                   std::none_of(config.compress_ratios.begin(), config.compress_ratios.end(),
+                                [](int64_t r) { return r == 4; }) ||
+                   config.index_topk > 0,
+               "CSA layers need index_topk > 0");
+    m.config = config;
+    m.host = std::move(weights);
+    m.numerics = numerics;
+    m.options = options;
+    DSV4_CUDA_CHECK(cudaSetDevice(options.device));
+    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&m.num_sms, cudaDevAttrMultiProcessorCount, options.device));
+
+    // 1. The memory plan, before anything is allocated.
+    const size_t weight_bytes = cuda::measure_weights(config, m.host);
+    m.pool = plan_pool(config, options);
+    const size_t state_bytes = m.pool.bytes();
+    Bump measure;
+    carve(measure, m.ws, config, m.pool, m.host, m.num_sms);
+    const size_t workspace_bytes = measure.offset;
+    const size_t need = weight_bytes + state_bytes + workspace_bytes;
+    size_t free_bytes = 0, total_bytes = 0;
+    DSV4_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (options.print_plan)
+        std::fprintf(stderr,
+                     "dsv4: GPU memory plan on %s: weights %.1f MiB, state %.1f MiB (%lld sequences x %lld positions), "
+                     "workspace %.1f MiB (pieces of %lld tokens); total %.1f MiB of %.1f MiB free\n",
+                     cuda::describe_device(options.device).c_str(), mib(weight_bytes), mib(state_bytes),
+                     (long long)options.max_sequences, (long long)options.max_context, mib(workspace_bytes),
+                     (long long)options.max_chunk_tokens, mib(need), mib(free_bytes));
+    const size_t reserve = size_t(256) << 20;  // CUDA context, cuBLASLt and allocator slack
+    DSV4_CHECK(need + reserve <= free_bytes,
+               "the model does not fit on GPU {}: weights {:.1f} MiB + state {:.1f} MiB + workspace {:.1f} MiB (+ {:.0f} "
+               "MiB reserve) > {:.1f} MiB free; use a smaller model, fewer sequences or a shorter context",
+               options.device, mib(weight_bytes), mib(state_bytes), mib(workspace_bytes), mib(reserve),
+               mib(free_bytes));
+
+    // 2. Allocate and upload.
+    m.stream = std::make_unique<cuda::Stream>();
+    m.meta_copied = std::make_unique<cuda::Event>();
+    m.lt = std::make_unique<cuda::CublasLt>();
+    m.weight_arena = cuda::DeviceBuffer<uint8_t>(weight_bytes);
+    m.w = cuda::upload_weights(config, m.host, m.weight_arena, m.stream->get());
+    m.state_arena = cuda::DeviceBuffer<uint8_t>(state_bytes);
+    Bump state{m.state_arena.get()};
+    m.entries = state.take<uint8_t>(m.pool.rows * m.pool.entry_bytes);
+    m.index_keys = state.take<uint8_t>(m.pool.index_rows * m.pool.index_entry_bytes);
+    m.comp_state = state.take<float>(m.pool.state_floats);
+    m.workspace_arena = cuda::DeviceBuffer<uint8_t>(workspace_bytes);
+    Bump bump{m.workspace_arena.get()};
+    carve(bump, m.ws, config, m.pool, m.host, m.num_sms);
+    DSV4_CHECK(bump.offset == workspace_bytes, "workspace carve changed size");
+    DSV4_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&m.meta_host), sizeof(int32_t) * size_t(5 * m.pool.chunk + 4 + m.pool.sequences),
+                                  cudaHostAllocDefault));
+    for (int64_t s = 0; s < m.pool.sequences; ++s) m.meta_host[s] = int32_t(s);
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(m.ws.page_table, m.meta_host, sizeof(int32_t) * size_t(m.pool.sequences),
+                                    cudaMemcpyHostToDevice, m.stream->get()));
+    const auto main_rope = cpu::make_rope_table(config.rope_head_dim, config.main_rope);
+    const auto compress_rope = cpu::make_rope_table(config.rope_head_dim, config.compress_rope);
+    m.main_inv_freq = cuda::DeviceBuffer<float>(main_rope.inv_freq.size());
+    m.main_inv_freq.upload(main_rope.inv_freq.data(), main_rope.inv_freq.size(), m.stream->get());
+    m.compress_inv_freq = cuda::DeviceBuffer<float>(compress_rope.inv_freq.size());
+    m.compress_inv_freq.upload(compress_rope.inv_freq.data(), compress_rope.inv_freq.size(), m.stream->get());
+    m.stream->synchronize();  // the page table left meta_host
+    m.slots = std::make_shared<SlotPool>();
+    m.slots->used.assign(size_t(m.pool.sequences), false);
+}
+
+CudaModel::~CudaModel() {
+    if (impl_ && impl_->meta_host) cudaFreeHost(impl_->meta_host);
+}
+
+const ModelConfig& CudaModel::config() const { return impl_->config; }
+Numerics CudaModel::numerics() const { return impl_->numerics; }
+void CudaModel::set_observer(ActivationObserver observer) { impl_->observer = std::move(observer); }
+
+SequenceState CudaModel::new_sequence() const {
+    Impl& m = *impl_;
+    auto seq = std::make_unique<CudaSequence>();
+    seq->pool = m.slots;
+    seq->owner = &m;
+    {
+        std::lock_guard lock(m.slots->mutex);
+        auto free = std::find(m.slots->used.begin(), m.slots->used.end(), false);
+        DSV4_CHECK(free != m.slots->used.end(),
+                   "all {} sequence slots of the GPU state pool are in use: release a sequence first",
+                   m.slots->used.size());
+        *free = true;
+        seq->slot = int(free - m.slots->used.begin());
+    }
+    // Fresh compressor states (kv 0, score -inf, as CompressorState::init); entries are never read before written.
+    const int64_t S = m.pool.sequences;
+    for (int64_t l = 0; l < m.config.num_layers; ++l) {
+        const int64_t ratio = m.config.compress_ratios[size_t(l)];
+        auto reset = [&](int64_t offset, int64_t head_dim) {
+            const int64_t width = (ratio == 4 ? 2 : 1) * head_dim, slots = (ratio == 4 ? 2 : 1) * ratio;
+            const int64_t n = slots * width;
+            float* kv = m.comp_state + offset;
+            cuda::fill_f32(kv + seq->slot * n, n, 0.0f, m.stream->get());
+            cuda::fill_f32(kv + S * n + seq->slot * n, n, -std::numeric_limits<float>::infinity(), m.stream->get());
+        };
+        if (m.pool.state_offset[size_t(l)] >= 0) reset(m.pool.state_offset[size_t(l)], m.config.head_dim);
+        if (m.pool.index_state_offset[size_t(l)] >= 0)
+            reset(m.pool.index_state_offset[size_t(l)], m.config.index_head_dim);
+    }
+    SequenceState state;
+    state.device = std::move(seq);
+    return state;
+}
+
+std::vector<float> CudaModel::forward(SequenceState& state, std::span<const int32_t> ids, bool all_logits) {
+    Impl& m = *impl_;
+    const int64_t tokens = int64_t(ids.size()), V = m.config.vocab_size;
+    DSV4_CHECK(tokens > 0, "no input tokens");
+    auto* seq = dynamic_cast<CudaSequence*>(state.device.get());
+    DSV4_CHECK(seq && seq->owner == &m && state.layers.empty(), "sequence state does not belong to this model");
+    for (int32_t id : ids) DSV4_CHECK(id >= 0 && id < V, "token id {} is outside the vocabulary [0, {})", id, V);
+    DSV4_CHECK(state.position + tokens <= m.pool.context,
+               "the sequence would reach {} positions, more than the {} the GPU state pool holds per sequence",
+               state.position + tokens, m.pool.context);
+    DSV4_CUDA_CHECK(cudaSetDevice(m.options.device));
+    std::vector<float> logits;
+    logits.reserve(size_t((all_logits ? tokens : 1) * V));
+    for (int64_t done = 0; done < tokens;) {
+        const int64_t n = std::min(tokens - done, m.pool.chunk);
+        const bool last = done + n == tokens;
+        const int64_t first = all_logits ? 0 : (last ? n - 1 : n);
+        m.run_piece(seq->slot, state.position + done, ids.data() + done, n, first, logits);
+        done += n;
+    }
+    state.position += tokens;
+    return logits;
+}
+
+void CudaModel::Impl::run_piece(int slot, int64_t start, const int32_t* ids, int64_t tokens, int64_t first,
+                                std::vector<float>& logits) {
+    const ModelConfig& c = config;
+    const int64_t D = c.hidden_size, n_hc = c.hc_mult, V = c.vocab_size, W = c.sliding_window, T = tokens;
+    cudaStream_t s = stream->get();
+    // Host-known metadata of the piece, one copy: ids, positions, state slot, sequence row, ring slots, seq info.
+    // The pinned buffer is rewritten only once the previous piece's copy is done (at once after a decode step,
+    // which ended with the logits copy).
+    DSV4_CUDA_CHECK(cudaEventSynchronize(meta_copied->get()));
+    int32_t* h = meta_host;
+    const int64_t C = pool.chunk;
+    const int64_t ring_n = std::min(T, W);
+    for (int64_t t = 0; t < T; ++t) {
+        h[t] = ids[t];
+        h[C + t] = int32_t(start + t);
+        h[2 * C + t] = slot;
+        h[3 * C + t] = 0;
+    }
+    for (int64_t i = 0; i < ring_n; ++i) h[4 * C + i] = int32_t((start + T - ring_n + i) % W);
+    h[5 * C + 0] = 0;
+    h[5 * C + 1] = int32_t(T);
+    h[5 * C + 2] = int32_t(start);
+    h[5 * C + 3] = slot;
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(ws.ids, h, sizeof(int32_t) * size_t(5 * C + 4), cudaMemcpyHostToDevice, s));
+    meta_copied->record(s);
+
+    cuda::EmbedParams ep;
+    ep.ids = ws.ids;
+    ep.table = w.embed;
+    ep.streams = ws.streams;
+    ep.tokens = T;
+    ep.vocab = V;
+    ep.dim = D;
+    ep.n_hc = n_hc;
+    cuda::embed(ep, s);
+
+    for (int64_t layer = 0; layer < c.num_layers; ++layer) block(layer, slot, start, T);
+
+    // mHC head, final norm, f32 head for rows [first, T).
+    const int64_t rows = T - first;
+    if (rows == 0) return;
+    cuda::HcMixParams hp;
+    hp.streams = ws.streams + first * n_hc * D;
+    hp.fn = w.hc_head.fn;
+    hp.base = w.hc_head.base;
+    hp.scale = w.hc_head.scale;
+    hp.x_out = ws.x;
+    hp.mix = ws.mix;
+    hp.tokens = rows;
+    hp.n_hc = n_hc;
+    hp.dim = D;
+    hp.sinkhorn_iters = c.hc_sinkhorn_iters;
+    hp.hc_eps = float(c.hc_eps);
+    hp.norm_eps = float(c.rms_norm_eps);
+    cuda::hc_head(hp, s);
+    cuda::RmsNormParams np;
+    np.x = ws.x;
+    np.weight = w.norm;
+    np.y = ws.x;
+    np.rows = rows;
+    np.dim = D;
+    np.x_stride = np.y_stride = D;
+    np.eps = float(c.rms_norm_eps);
+    cuda::rms_norm(np, s);
+    linear_f32(w.head, ws.x, rows, ws.logits);
+    const size_t at = logits.size();
+    logits.resize(at + size_t(rows * V));
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(logits.data() + at, ws.logits, sizeof(float) * size_t(rows * V),
+                                    cudaMemcpyDeviceToHost, s));
+    DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+}  // namespace dsv4

@@ -1,0 +1,51 @@
+// CudaModel: the whole DeepSeek-V4 forward on one GPU in `model` numerics (docs/numerics.md, docs/gpu-design.md),
+// step for step the function CpuModel computes: same rounding points, same slot order in attention, same tie rules
+// in the router and indexer top-k. Weights are uploaded once in their checkpoint formats; per-sequence state (the
+// window ring of packed FP8 entries, compressed entries, indexer keys, compressor states) lives in a device pool of
+// `max_sequences` slots of `max_context` positions. A decode step enqueues everything on one stream and
+// synchronizes only for the logits copy (routing and top-k stay on the device). Prefill chunks longer than
+// max_chunk_tokens run as several pieces, which is exact: the forward is chunk-invariant.
+// Tested in tests/gpu/cuda_model_test.cpp against CpuModel on every fixture.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model/backend.h"
+#include "model/weights.h"
+
+namespace dsv4 {
+
+// Runtime knobs of the GPU executor (not model hyperparameters).
+struct CudaOptions {
+    int device = 0;
+    int64_t max_sequences = 2;        // slots of the state pool (a chat turn may hold two sequences at once)
+    int64_t max_context = 0;          // positions per sequence; 0: min(max_position_embeddings, 16384)
+    int64_t max_chunk_tokens = 256;   // tokens per forward piece (sizes the workspace)
+    bool print_plan = true;           // the memory plan on stderr
+};
+
+class CudaModel final : public Backend {
+public:
+    // Throws dsv4::Error with a sentence a user can act on: no device, a weight format without a GPU path,
+    // reference numerics, or a memory plan that does not fit.
+    CudaModel(const ModelConfig& config, ModelWeights weights, Numerics numerics, CudaOptions options = {});
+    ~CudaModel() override;
+    CudaModel(const CudaModel&) = delete;
+    CudaModel& operator=(const CudaModel&) = delete;
+
+    const ModelConfig& config() const override;
+    Numerics numerics() const override;
+    SequenceState new_sequence() const override;
+    std::vector<float> forward(SequenceState& state, std::span<const int32_t> ids, bool all_logits) override;
+    void set_observer(ActivationObserver observer) override;
+
+    struct Impl;
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dsv4

@@ -1,0 +1,121 @@
+// Internals of CudaModel shared by cuda_model.cpp (construction, memory plan, state pool, the forward loop and
+// the head) and cuda_layer.cpp (one block: attention and MoE, the linear dispatch). Not a public header.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include "kernels/cuda/common/device_buffer.h"
+#include "kernels/cuda/gemm_bf16/cublaslt.h"
+#include "runtime/cuda/cuda_model.h"
+#include "runtime/cuda/device_weights.h"
+
+namespace dsv4 {
+
+using bf16 = __nv_bfloat16;
+
+// Where the per-sequence state lives. Main entries (window ring, the chunk's own entries, compressed entries) are
+// rows of one packed-entry pool, so sparse_attention addresses all of them with one int32 row index; indexer keys
+// are rows of a second pool. Sequence slot s of layer l:
+//   ring          rows ring_row + (l * S + s) * W ... + W
+//   compressed    rows compressed_row[l] + s * compressed_cap[l] ... (entry e at + e)
+//   indexer keys  rows index_row[l] + s * compressed_cap[l] ...
+//   compressor    kv/score [S, slots, width] f32 at state_offset[l] (main) and index_state_offset[l] (indexer)
+// The chunk's own window entries are rows chunk_row ... + max_chunk_tokens, shared by all layers and sequences.
+// The compressor and indexer kernels see a sequence's entries as one page of compressed_cap[l] entries.
+struct PoolLayout {
+    int64_t sequences = 0, context = 0, chunk = 0;
+    int64_t entry_bytes = 0, index_entry_bytes = 0;
+    int64_t ring_row = 0, chunk_row = 0, rows = 0, index_rows = 0;
+    std::vector<int64_t> compressed_row, compressed_cap, index_row;   // per layer; -1 / 0 where absent
+    std::vector<int64_t> state_offset, index_state_offset;            // per layer, in floats; -1 where absent
+    int64_t state_floats = 0;
+    int64_t attention_slots(const ModelConfig& c, int64_t layer) const;  // W + compressed slots of the layer
+    size_t bytes() const;
+};
+
+struct SlotPool {
+    std::mutex mutex;
+    std::vector<bool> used;
+};
+
+// Activation buffers for one forward piece of up to `chunk` tokens; carved from one allocation.
+struct Workspace {
+    int32_t* ids = nullptr;            // [T]
+    int32_t* positions = nullptr;      // [T]
+    int32_t* token_state = nullptr;    // [T] the sequence's slot
+    int32_t* token_seq = nullptr;      // [T] zeros (one sequence per piece)
+    int32_t* ring_slots = nullptr;     // [T] ring slot of the last min(T, W) tokens
+    int32_t* seq_info = nullptr;       // [4] first row, tokens, start position, state slot
+    int32_t* page_table = nullptr;     // [S] identity: one page per sequence slot
+    bf16 *streams = nullptr, *streams_next = nullptr;  // [T, n_hc, D]
+    float* mix = nullptr;              // [T, (2 + n_hc) n_hc]
+    bf16 *x = nullptr, *y = nullptr;   // [T, D]
+    bf16 *qr = nullptr, *q = nullptr, *kv = nullptr, *kv_view = nullptr, *o = nullptr, *z = nullptr;
+    uint8_t* act_q = nullptr;          // FP8 GEMM inputs
+    float* act_scale = nullptr;
+    float *x_f32 = nullptr, *y_f32 = nullptr;       // dense f32 GEMM input / output
+    float *comp_kv = nullptr, *comp_score = nullptr;  // [T, width] compressor projections
+    bf16 *qi = nullptr, *head_weights = nullptr, *index_scores = nullptr;
+    int32_t *selected = nullptr, *attn_indices = nullptr;
+    float* attn_partials = nullptr;
+    float* router_logits = nullptr;    // [T, E]
+    int32_t *experts = nullptr, *counts = nullptr, *offsets = nullptr, *sorted = nullptr, *assignment_slot = nullptr,
+            *row_index = nullptr;
+    float* routing_weights = nullptr;
+    bf16 *gate = nullptr, *up = nullptr, *hidden = nullptr, *routed_out = nullptr, *shared_out = nullptr;
+    float* logits = nullptr;           // [T, V]
+    void* gemm = nullptr;              // GEMM workspace
+    size_t gemm_bytes = 0;
+    int64_t attn_partial_floats = 0;
+    int64_t index_columns = 0;         // row stride of index_scores
+};
+
+struct CudaModel::Impl {
+    ModelConfig config;
+    ModelWeights host;
+    Numerics numerics;
+    CudaOptions options;
+    int num_sms = 0;
+    std::unique_ptr<cuda::Stream> stream;
+    std::unique_ptr<cuda::CublasLt> lt;
+    cuda::DeviceBuffer<uint8_t> weight_arena, state_arena, workspace_arena;
+    cuda::DeviceWeights w;
+    cuda::DeviceBuffer<float> main_inv_freq, compress_inv_freq;
+    PoolLayout pool;
+    uint8_t* entries = nullptr;     // [pool.rows, entry_bytes]
+    uint8_t* index_keys = nullptr;  // [pool.index_rows, index_entry_bytes]
+    float* comp_state = nullptr;    // [pool.state_floats]
+    Workspace ws;
+    int32_t* meta_host = nullptr;   // pinned [5 T + 4 + S]
+    std::unique_ptr<cuda::Event> meta_copied;
+    ActivationObserver observer;
+    std::shared_ptr<SlotPool> slots;
+
+    // One forward piece of `tokens` ids at `start` for sequence slot `slot`; the logits of rows [first, tokens)
+    // are appended to `logits` (none when first == tokens).
+    void run_piece(int slot, int64_t start, const int32_t* ids, int64_t tokens, int64_t first,
+                   std::vector<float>& logits);
+    void block(int64_t layer, int slot, int64_t start, int64_t tokens);
+    void attention(int64_t layer, int slot, int64_t start, int64_t tokens);
+    void moe(int64_t layer, int64_t tokens);
+
+    // Precision::linear: FP8 weights get FP8-quantized inputs; y bf16 [m, rows].
+    void linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y);
+    // Precision::linear_f32 on a dense weight: y f32 [m, rows] (row stride ldy, default rows).
+    void linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y);
+    // Precision::grouped_linear (wo_a).
+    void grouped_linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, int64_t groups, bf16* y);
+    void act_quant(const bf16* x, int64_t rows, int64_t cols);
+
+    // Observer: downloads a device buffer (synchronizing) and passes it on as f32.
+    void observe_bf16(std::string_view name, int64_t layer, const bf16* data, int64_t rows, int64_t cols);
+    void observe_host(std::string_view name, int64_t layer, const std::vector<float>& data, int64_t rows, int64_t cols);
+    const float* inv_freq(int64_t layer) const;
+};
+
+}  // namespace dsv4

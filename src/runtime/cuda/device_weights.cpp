@@ -1,0 +1,285 @@
+// Weight upload (see device_weights.h). One builder walks the weights twice: in measure mode it only adds up
+// the (256-byte aligned) sizes; in upload mode it copies through a double-buffered pinned staging buffer.
+#include "runtime/cuda/device_weights.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <deque>
+#include <memory>
+
+#include "core/error.h"
+#include "core/number_formats.h"
+#include "kernels/cpu/dequantize.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr size_t kAlign = 256;
+constexpr size_t kStagingBytes = size_t(16) << 20;  // per half of the double buffer
+
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+class PinnedBuffer {
+public:
+    explicit PinnedBuffer(size_t bytes) { DSV4_CUDA_CHECK(cudaHostAlloc(&data_, bytes, cudaHostAllocDefault)); }
+    ~PinnedBuffer() {
+        if (data_) cudaFreeHost(data_);
+    }
+    PinnedBuffer(const PinnedBuffer&) = delete;
+    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+    uint8_t* get() const { return static_cast<uint8_t*>(data_); }
+
+private:
+    void* data_ = nullptr;
+};
+
+struct Piece {
+    const void* src;
+    size_t bytes;
+};
+
+class Uploader {
+public:
+    // measure mode: arena == nullptr
+    Uploader(uint8_t* arena, size_t capacity, cudaStream_t stream) : arena_(arena), capacity_(capacity), stream_(stream) {
+        if (arena_) {
+            staging_ = std::make_unique<PinnedBuffer>(2 * kStagingBytes);
+            for (auto& e : done_) e = std::make_unique<Event>();
+        }
+    }
+    ~Uploader() {
+        if (arena_) cudaStreamSynchronize(stream_);
+    }
+
+    size_t used() const { return used_; }
+    bool measuring() const { return arena_ == nullptr; }
+
+    // Copies the pieces contiguously and returns where they start on the device (null in measure mode).
+    const void* put(std::initializer_list<Piece> pieces) { return put(std::vector<Piece>(pieces)); }
+    const void* put(const std::vector<Piece>& pieces) {
+        size_t total = 0;
+        for (const Piece& p : pieces) total += p.bytes;
+        const size_t offset = used_;
+        used_ += align_up(total);
+        if (!arena_) return nullptr;
+        DSV4_CHECK(used_ <= capacity_, "weight upload overran its arena ({} > {} bytes)", used_, capacity_);
+        size_t dst = offset;
+        for (const Piece& p : pieces) {
+            copy(static_cast<const uint8_t*>(p.src), p.bytes, dst);
+            dst += p.bytes;
+        }
+        return arena_ + offset;
+    }
+    const void* put(const void* src, size_t bytes) { return put({Piece{src, bytes}}); }
+    template <typename T>
+    const T* put_vec(const std::vector<T>& v) {
+        return static_cast<const T*>(put(v.data(), v.size() * sizeof(T)));
+    }
+    // Host data made for the upload; kept alive until the stream has consumed it.
+    template <typename T>
+    const T* put_owned(std::vector<T> v) {
+        if (!arena_) return static_cast<const T*>(put(nullptr, v.size() * sizeof(T)));
+        owned_.emplace_back(reinterpret_cast<const uint8_t*>(v.data()),
+                            reinterpret_cast<const uint8_t*>(v.data() + v.size()));
+        return static_cast<const T*>(put(owned_.back().data(), owned_.back().size()));
+    }
+
+private:
+    void copy(const uint8_t* src, size_t bytes, size_t dst) {
+        while (bytes > 0) {
+            const size_t n = std::min(bytes, kStagingBytes);
+            uint8_t* stage = staging_->get() + half_ * kStagingBytes;
+            DSV4_CUDA_CHECK(cudaEventSynchronize(done_[half_]->get()));  // the previous copy out of this half
+            std::memcpy(stage, src, n);
+            DSV4_CUDA_CHECK(cudaMemcpyAsync(arena_ + dst, stage, n, cudaMemcpyHostToDevice, stream_));
+            done_[half_]->record(stream_);
+            half_ ^= 1;
+            src += n;
+            dst += n;
+            bytes -= n;
+        }
+    }
+
+    uint8_t* arena_;
+    size_t capacity_;
+    cudaStream_t stream_;
+    size_t used_ = 0;
+    std::unique_ptr<PinnedBuffer> staging_;
+    std::unique_ptr<Event> done_[2];
+    int half_ = 0;
+    std::deque<std::vector<uint8_t>> owned_;
+};
+
+size_t dense_bytes(WeightFormat f) {
+    return f == WeightFormat::kF32 ? 4 : 2;
+}
+
+void require(bool ok, const QuantizedMatrix& m, const char* what) {
+    DSV4_CHECK(ok, "the CUDA backend cannot run tensor '{}' stored as {}: {}", m.name, weight_format_name(m.format),
+               what);
+}
+
+DeviceMatrix put_matrix(Uploader& up, const QuantizedMatrix& m, bool dense_only) {
+    DeviceMatrix d;
+    d.format = m.format;
+    d.rows = m.rows;
+    d.cols = m.cols;
+    switch (m.format) {
+        case WeightFormat::kF32:
+        case WeightFormat::kBF16:
+            d.data = up.put(m.data, size_t(m.rows * m.cols) * dense_bytes(m.format));
+            break;
+        case WeightFormat::kFp8Block: {
+            require(!dense_only, m, "this matrix is used in f32 and has no FP8 path");
+            d.data = up.put(m.data, size_t(m.rows * m.cols));
+            const int64_t n = (m.rows + 127) / 128 * m.scale_cols;
+            std::vector<float> scale(static_cast<size_t>(n));
+            for (int64_t i = 0; i < n; ++i)
+                scale[size_t(i)] = m.scale_dtype == DType::kF8E8M0
+                                       ? e8m0_to_f32(m.scale[i])
+                                       : std::bit_cast<float>(reinterpret_cast<const uint32_t*>(m.scale)[i]);
+            d.scale = up.put_owned(std::move(scale));
+            break;
+        }
+        default:
+            require(false, m, "F16 and packed FP4 weights are supported only for routed experts");
+    }
+    return d;
+}
+
+DeviceExperts put_experts(Uploader& up, const std::vector<ExpertWeights>& experts,
+                          const QuantizedMatrix ExpertWeights::*proj) {
+    const QuantizedMatrix& first = experts.front().*proj;
+    DeviceExperts d;
+    d.format = first.format;
+    d.experts = int64_t(experts.size());
+    d.rows = first.rows;
+    d.cols = first.cols;
+    for (const ExpertWeights& e : experts) {
+        const QuantizedMatrix& m = e.*proj;
+        DSV4_CHECK(m.format == first.format && m.rows == first.rows && m.cols == first.cols,
+                   "tensor '{}' differs in format or shape from '{}': the CUDA backend needs one format per layer",
+                   m.name, first.name);
+    }
+    std::vector<Piece> data, scale;
+    std::vector<float> global;
+    switch (first.format) {
+        case WeightFormat::kF32:
+        case WeightFormat::kBF16:
+            for (const ExpertWeights& e : experts)
+                data.push_back({(e.*proj).data, size_t(d.rows * d.cols) * dense_bytes(d.format)});
+            d.data = up.put(data);
+            break;
+        case WeightFormat::kFp4Mx:
+        case WeightFormat::kNvfp4:
+            for (const ExpertWeights& e : experts) {
+                data.push_back({(e.*proj).data, size_t(d.rows * d.cols / 2)});
+                scale.push_back({(e.*proj).scale, size_t(d.rows * (e.*proj).scale_cols)});
+                global.push_back((e.*proj).global_scale);
+            }
+            d.data = up.put(data);
+            d.scale = static_cast<const uint8_t*>(up.put(scale));
+            if (d.format == WeightFormat::kNvfp4) d.global = up.put_owned(std::move(global));
+            break;
+        default:
+            require(false, first, "routed experts run as MXFP4/NVFP4 (moe_gemm) or dense; FP8 experts have no kernel yet");
+    }
+    return d;
+}
+
+DeviceHc put_hc(Uploader& up, const HcWeights& h) {
+    return {up.put_vec(h.fn), up.put_vec(h.base), up.put_vec(h.scale)};
+}
+
+DeviceCompressor put_compressor(Uploader& up, const CompressorWeights& c) {
+    DeviceCompressor d;
+    d.ratio = c.ratio;
+    d.head_dim = c.head_dim;
+    d.overlap = c.overlap;
+    d.wkv = put_matrix(up, c.wkv, true);
+    d.wgate = put_matrix(up, c.wgate, true);
+    d.ape = up.put_vec(c.ape);
+    d.norm = up.put_vec(c.norm);
+    return d;
+}
+
+DeviceWeights build(Uploader& up, const ModelConfig& config, const ModelWeights& w) {
+    DeviceWeights d;
+    // The embedding as a bf16 table: the forward rounds the gathered row to bf16, so rounding the table is the same.
+    if (w.embed.format == WeightFormat::kBF16) {
+        d.embed = static_cast<const __nv_bfloat16*>(up.put(w.embed.data, size_t(w.embed.rows * w.embed.cols) * 2));
+    } else {
+        std::vector<uint16_t> table(size_t(w.embed.rows * w.embed.cols));
+        if (!up.measuring()) {
+            std::vector<float> row(static_cast<size_t>(w.embed.cols));
+            for (int64_t r = 0; r < w.embed.rows; ++r) {
+                cpu::dequantize_row(w.embed, r, row.data());
+                for (int64_t c = 0; c < w.embed.cols; ++c) table[size_t(r * w.embed.cols + c)] = f32_to_bf16(row[size_t(c)]);
+            }
+        }
+        d.embed = reinterpret_cast<const __nv_bfloat16*>(up.put_owned(std::move(table)));
+    }
+    d.head = put_matrix(up, w.head, true);
+    d.norm = up.put_vec(w.norm);
+    d.hc_head = put_hc(up, w.hc_head);
+    for (int64_t l = 0; l < config.num_layers; ++l) {
+        const BlockWeights& b = w.layers[size_t(l)];
+        DeviceBlock db;
+        db.attn_norm = up.put_vec(b.attn_norm);
+        db.ffn_norm = up.put_vec(b.ffn_norm);
+        db.hc_attn = put_hc(up, b.hc_attn);
+        db.hc_ffn = put_hc(up, b.hc_ffn);
+        const AttentionWeights& a = b.attn;
+        DeviceAttention& da = db.attn;
+        da.sink = up.put_vec(a.attn_sink);
+        da.wq_a = put_matrix(up, a.wq_a, false);
+        da.q_norm = up.put_vec(a.q_norm);
+        da.wq_b = put_matrix(up, a.wq_b, false);
+        da.wkv = put_matrix(up, a.wkv, false);
+        da.kv_norm = up.put_vec(a.kv_norm);
+        da.wo_a = put_matrix(up, a.wo_a, false);
+        da.wo_b = put_matrix(up, a.wo_b, false);
+        if (a.compressor) da.compressor = put_compressor(up, *a.compressor);
+        if (a.indexer) {
+            DeviceIndexer ix;
+            ix.wq_b = put_matrix(up, a.indexer->wq_b, false);
+            ix.weights_proj = put_matrix(up, a.indexer->weights_proj, true);
+            ix.compressor = put_compressor(up, a.indexer->compressor);
+            da.indexer = ix;
+        }
+        const MoeWeights& m = b.ffn;
+        DeviceMoe& dm = db.ffn;
+        dm.gate = put_matrix(up, m.gate, true);
+        if (!m.gate_bias.empty()) dm.bias = up.put_vec(m.gate_bias);
+        if (!m.tid2eid.empty()) dm.tid2eid = up.put_vec(m.tid2eid);
+        dm.w1 = put_experts(up, m.experts, &ExpertWeights::w1);
+        dm.w2 = put_experts(up, m.experts, &ExpertWeights::w2);
+        dm.w3 = put_experts(up, m.experts, &ExpertWeights::w3);
+        dm.s1 = put_matrix(up, m.shared.w1, false);
+        dm.s2 = put_matrix(up, m.shared.w2, false);
+        dm.s3 = put_matrix(up, m.shared.w3, false);
+        d.layers.push_back(std::move(db));
+    }
+    return d;
+}
+
+}  // namespace
+
+size_t measure_weights(const ModelConfig& config, const ModelWeights& weights) {
+    Uploader up(nullptr, 0, nullptr);
+    build(up, config, weights);
+    return up.used();
+}
+
+DeviceWeights upload_weights(const ModelConfig& config, const ModelWeights& weights, DeviceBuffer<uint8_t>& arena,
+                             cudaStream_t stream) {
+    DeviceWeights d;
+    {
+        Uploader up(arena.get(), arena.bytes(), stream);
+        d = build(up, config, weights);
+    }  // the uploader waits for its copies before the staging buffer and owned host data go
+    return d;
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,104 @@
+// The model's weights on one GPU, in their checkpoint formats (docs/gpu-design.md "Data on the device"): FP8
+// e4m3 + f32 block scales (E8M0 decoded at upload, exact), routed experts of a layer concatenated per projection
+// (packed e2m1 + E8M0/e4m3 scales as stored, or dense), dense matrices as stored (F32 or BF16), the embedding as a
+// bf16 table (the forward rounds it to bf16 anyway), small vectors as f32. Everything lives in one device arena,
+// filled through a pinned staging buffer. measure_weights() gives the size before anything is allocated.
+// Tested through tests/gpu/cuda_model_test.cpp.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/quantized_matrix.h"
+#include "kernels/cuda/common/device_buffer.h"
+#include "model/model_config.h"
+#include "model/weights.h"
+
+namespace dsv4::cuda {
+
+struct DeviceMatrix {
+    WeightFormat format = WeightFormat::kF32;  // kF32, kBF16 or kFp8Block
+    int64_t rows = 0, cols = 0;
+    const void* data = nullptr;    // [rows, cols] f32 / bf16 / e4m3
+    const float* scale = nullptr;  // kFp8Block: [ceil(rows/128), ceil(cols/128)] f32
+};
+
+// One projection (w1, w2 or w3) of all routed experts of a layer.
+struct DeviceExperts {
+    WeightFormat format = WeightFormat::kFp4Mx;  // kFp4Mx, kNvfp4, kF32 or kBF16
+    int64_t experts = 0, rows = 0, cols = 0;
+    const void* data = nullptr;        // [experts, rows, cols / 2] packed e2m1, or [experts, rows, cols] dense
+    const uint8_t* scale = nullptr;    // [experts, rows, cols / 32] E8M0 or [experts, rows, cols / 16] e4m3
+    const float* global = nullptr;     // [experts] f32 (NVFP4)
+};
+
+struct DeviceHc {
+    const float* fn = nullptr;     // [rows, n_hc * D]
+    const float* base = nullptr;   // [rows]
+    const float* scale = nullptr;  // [3] or [1]
+};
+
+struct DeviceCompressor {
+    int64_t ratio = 0, head_dim = 0;
+    bool overlap = false;
+    DeviceMatrix wkv, wgate;       // [c * head_dim, D] dense, used in f32
+    const float* ape = nullptr;    // [ratio, c * head_dim]
+    const float* norm = nullptr;   // [head_dim]
+};
+
+struct DeviceIndexer {
+    DeviceMatrix wq_b;          // [nI * dI, q_lora_rank]
+    DeviceMatrix weights_proj;  // [nI, D] dense
+    DeviceCompressor compressor;
+};
+
+struct DeviceAttention {
+    const float* sink = nullptr;     // [H]
+    DeviceMatrix wq_a;               // [q_lora_rank, D]
+    const float* q_norm = nullptr;   // [q_lora_rank]
+    DeviceMatrix wq_b;               // [H * d, q_lora_rank]
+    DeviceMatrix wkv;                // [d, D]
+    const float* kv_norm = nullptr;  // [d]
+    DeviceMatrix wo_a;               // [g * o_lora_rank, H * d / g]
+    DeviceMatrix wo_b;               // [D, g * o_lora_rank]
+    std::optional<DeviceCompressor> compressor;
+    std::optional<DeviceIndexer> indexer;
+};
+
+struct DeviceMoe {
+    DeviceMatrix gate;                // [E, D] dense, used in f32
+    const float* bias = nullptr;      // [E] (score routing); null on hash layers
+    const int32_t* tid2eid = nullptr; // [vocab, k] (hash layers)
+    DeviceExperts w1, w2, w3;         // routed: [E][I, D], [E][D, I], [E][I, D]
+    DeviceMatrix s1, s2, s3;          // shared expert
+};
+
+struct DeviceBlock {
+    const float* attn_norm = nullptr;
+    const float* ffn_norm = nullptr;
+    DeviceHc hc_attn, hc_ffn;
+    DeviceAttention attn;
+    DeviceMoe ffn;
+};
+
+struct DeviceWeights {
+    const __nv_bfloat16* embed = nullptr;  // [vocab, D] bf16
+    DeviceMatrix head;                     // [vocab, D] dense, used in f32
+    const float* norm = nullptr;           // [D]
+    DeviceHc hc_head;
+    std::vector<DeviceBlock> layers;
+};
+
+// Bytes the arena needs for `weights` (MTP layers are not uploaded: the forward does not run them). Throws
+// dsv4::Error naming the tensor when a format has no GPU path yet.
+size_t measure_weights(const ModelConfig& config, const ModelWeights& weights);
+
+// Uploads into `arena` (>= measure_weights bytes) and returns the device views. Synchronous.
+DeviceWeights upload_weights(const ModelConfig& config, const ModelWeights& weights, DeviceBuffer<uint8_t>& arena,
+                             cudaStream_t stream);
+
+}  // namespace dsv4::cuda
