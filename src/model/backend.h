@@ -15,7 +15,7 @@
 namespace dsv4 {
 
 class Backend {
-public:
+  public:
     virtual ~Backend() = default;
 
     virtual const ModelConfig& config() const = 0;

@@ -59,17 +59,18 @@ struct Logits {
 };
 
 class Recorder {
-public:
+  public:
     // With `margins`, an observer collects the router / indexer margins (the CPU runs; the GPU runs go without an
     // observer, the path that never synchronizes).
     Recorder(Backend& model, bool margins) : model_(model), margins_(margins) {
         if (!margins_) return;
         model_.set_observer([this](std::string_view name, int64_t, const float* data, int64_t rows, int64_t) {
-            std::vector<float>* into = name == "ffn.router_margin" ? &run_.router
+            std::vector<float>* into = name == "ffn.router_margin"   ? &run_.router
                                        : name == "attn.index_margin" ? &run_.index
                                                                      : nullptr;
             if (!into) return;
-            if (int64_t(into->size()) < offset_ + rows) into->resize(size_t(std::max<int64_t>(offset_ + rows, 0)), kInf);
+            if (int64_t(into->size()) < offset_ + rows)
+                into->resize(size_t(std::max<int64_t>(offset_ + rows, 0)), kInf);
             for (int64_t r = std::max<int64_t>(0, -offset_); r < rows; ++r)
                 (*into)[size_t(offset_ + r)] = std::min((*into)[size_t(offset_ + r)], data[r]);
         });
@@ -111,7 +112,7 @@ public:
         return run_;
     }
 
-private:
+  private:
     static constexpr float kInf = std::numeric_limits<float>::infinity();
     Backend& model_;
     bool margins_;
@@ -138,21 +139,23 @@ void expect_close(const std::string& what, const Logits& gpu, const Logits& cpu,
         if (c.relative() > worst_rel) worst_rel = c.relative(), at_rel = p;
         if (c.cosine < kMinCosine || c.relative() > kMaxRelDiff) {
             ++misses;
-            std::printf("  %s position %zu: cosine %.6f, max|diff| %.3g of max|logit|; CPU margins here: router %.3g "
-                        "indexer %.3g; smallest up to here: router %.3g indexer %.3g\n",
-                        what.c_str(), p, c.cosine, c.relative(), p < cpu.router.size() ? cpu.router[p] : INFINITY,
-                        p < cpu.index.size() ? cpu.index[p] : INFINITY, smallest_up_to(cpu.router, p),
-                        smallest_up_to(cpu.index, p));
+            std::printf(
+                "  %s position %zu: cosine %.6f, max|diff| %.3g of max|logit|; CPU margins here: router %.3g "
+                "indexer %.3g; smallest up to here: router %.3g indexer %.3g\n",
+                what.c_str(), p, c.cosine, c.relative(), p < cpu.router.size() ? cpu.router[p] : INFINITY,
+                p < cpu.index.size() ? cpu.index[p] : INFINITY, smallest_up_to(cpu.router, p),
+                smallest_up_to(cpu.index, p));
         }
     }
-    std::printf("[ gpu vs cpu] %-40s %zu positions: worst cosine %.7f (position %zu), worst max|diff| %.3g of "
-                "max|logit| (position %zu), %zu misses\n",
-                what.c_str(), rows, worst_cos, at_cos, worst_rel, at_rel, misses);
+    std::printf(
+        "[ gpu vs cpu] %-40s %zu positions: worst cosine %.7f (position %zu), worst max|diff| %.3g of "
+        "max|logit| (position %zu), %zu misses\n",
+        what.c_str(), rows, worst_cos, at_cos, worst_rel, at_rel, misses);
     EXPECT_EQ(misses, 0u) << what;
 }
 
 class CudaModelFixture : public ::testing::TestWithParam<std::string> {
-protected:
+  protected:
     void SetUp() override {
         DSV4_REQUIRE_GPU();
         dir_ = fixture_dir(GetParam());
@@ -206,8 +209,8 @@ TEST_P(CudaModelFixture, ChunkScheduleMatchesCpuAndFullPrefill) {
 
 TEST_P(CudaModelFixture, GreedyTokensMatchCpu) {
     const int64_t V = cpu_->config().vocab_size;
-    const int64_t prompt_len = golden_->has("greedy_prompt_len") ? golden_->ints("greedy_prompt_len")[0]
-                                                                  : int64_t(ids_.size());
+    const int64_t prompt_len =
+        golden_->has("greedy_prompt_len") ? golden_->ints("greedy_prompt_len")[0] : int64_t(ids_.size());
     const std::vector<int32_t> prompt(ids_.begin(), ids_.begin() + prompt_len);
     std::vector<int32_t> cpu_tokens, gpu_tokens;
     const Logits cpu = Recorder(*cpu_, true).greedy(prompt, cpu_tokens);
@@ -241,7 +244,7 @@ TEST_P(CudaModelFixture, ActivationsTrackCpu) {
         model.set_observer([&](std::string_view name, int64_t layer, const float* data, int64_t rows, int64_t cols) {
             Key key{std::string(name), layer};
             if (!values.count(key)) order.push_back(key);
-            values[key].assign(data, data + rows * cols);
+            values[key].insert(values[key].end(), data, data + rows * cols);  // the GPU runs pieces
         });
         SequenceState state = model.new_sequence();
         model.forward(state, ids_, true);

@@ -28,15 +28,20 @@
 namespace dsv4 {
 namespace {
 
+// The skinny FP8 kernel for every row count for now: it computes each output row the same way whatever M is
+// (chunk-invariant, bitwise), while the cuBLASLt block-scaled path (taken by kAuto for M > 16 when K % 128 == 0)
+// disagreed with the CPU and with itself across chunkings on the first device run (native-mxfp4-mtp and
+// official-numerics-a: cosine 0.81-0.87 at prefill positions, GPU chunked vs full 0.83). To be found in gemm_fp8.
+constexpr cuda::Fp8GemmPath kFp8Path = cuda::Fp8GemmPath::kSkinny;
+
 // (s_k - s_k+1) / |s_k| of the k-th and (k+1)-th best of `scores` (ties to the lower index): how close a top-k
 // choice was to flipping, as the CPU's top_k / route_tokens report it. +inf when nothing is left out.
 float top_k_margin(const float* scores, int64_t count, int64_t k) {
     if (k <= 0 || k >= count) return std::numeric_limits<float>::infinity();
     std::vector<int64_t> order(static_cast<size_t>(count));
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
-        return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
-    });
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int64_t a, int64_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); });
     float next = -std::numeric_limits<float>::infinity();
     for (int64_t j = k; j < count; ++j) next = std::max(next, scores[order[static_cast<size_t>(j)]]);
     const float kth = scores[order[static_cast<size_t>(k - 1)]];
@@ -111,6 +116,7 @@ void CudaModel::Impl::linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t
         p.k = w.cols;
         p.workspace = ws.gemm;
         p.workspace_bytes = ws.gemm_bytes;
+        p.path = kFp8Path;
         cuda::fp8_gemm(*lt, p, stream->get());
         return;
     }
@@ -279,7 +285,8 @@ void CudaModel::Impl::attention(int64_t layer, int slot, int64_t start, int64_t 
     }
 
     // 3. Lightning indexer (CSA).
-    const int64_t compressed_row = ratio > 0 ? pool.compressed_row[size_t(layer)] + slot * pool.compressed_cap[size_t(layer)] : 0;
+    const int64_t compressed_row =
+        ratio > 0 ? pool.compressed_row[size_t(layer)] + slot * pool.compressed_cap[size_t(layer)] : 0;
     if (a.indexer) {
         const cuda::DeviceIndexer& ix = *a.indexer;
         const int64_t nI = c.index_n_heads, dI = c.index_head_dim;
@@ -319,7 +326,8 @@ void CudaModel::Impl::attention(int64_t layer, int slot, int64_t start, int64_t 
         if (observer) {  // the top-k margins, from the device's scores, as the CPU computes them
             std::vector<uint16_t> raw(static_cast<size_t>(T * visible));
             if (visible > 0)
-                DSV4_CUDA_CHECK(cudaMemcpyAsync(raw.data(), ws.index_scores, raw.size() * 2, cudaMemcpyDeviceToHost, s));
+                DSV4_CUDA_CHECK(
+                    cudaMemcpyAsync(raw.data(), ws.index_scores, raw.size() * 2, cudaMemcpyDeviceToHost, s));
             stream->synchronize();
             std::vector<float> margin(static_cast<size_t>(T)), row;
             for (int64_t t = 0; t < T; ++t) {
@@ -334,8 +342,8 @@ void CudaModel::Impl::attention(int64_t layer, int slot, int64_t start, int64_t 
 
     // 4. Main compressor (CSA/HCA).
     if (a.compressor)
-        compress(*a.compressor, cuda::CompressorKind::kMain, entries + pool.compressed_row[size_t(layer)] * pool.entry_bytes,
-                 pool.state_offset[size_t(layer)]);
+        compress(*a.compressor, cuda::CompressorKind::kMain,
+                 entries + pool.compressed_row[size_t(layer)] * pool.entry_bytes, pool.state_offset[size_t(layer)]);
 
     // 5. Sparse attention over the window slots and the compressed entries, then the inverse RoPE.
     const int64_t slots = a.indexer ? W + c.index_topk : (a.compressor ? W + (start + T) / ratio : W);
@@ -381,9 +389,8 @@ void CudaModel::Impl::attention(int64_t layer, int slot, int64_t start, int64_t 
 
     // 7. The window ring keeps the last W entries (written after the attention read the old ones).
     const int64_t ring_n = std::min(T, W);
-    cuda::pack_kv_entries({ws.kv + (T - ring_n) * d, entries + ap.ring_row * pool.entry_bytes, ws.ring_slots, ring_n,
-                           d, r, d},
-                          s);
+    cuda::pack_kv_entries(
+        {ws.kv + (T - ring_n) * d, entries + ap.ring_row * pool.entry_bytes, ws.ring_slots, ring_n, d, r, d}, s);
     (void)D;
 }
 

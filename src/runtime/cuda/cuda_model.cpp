@@ -38,7 +38,9 @@ struct Bump {
     }
 };
 
-double mib(size_t bytes) { return double(bytes) / (1 << 20); }
+double mib(size_t bytes) {
+    return double(bytes) / (1 << 20);
+}
 
 // Sequence slot handle: gives the slot back when the SequenceState goes.
 struct CudaSequence final : DeviceSequence {
@@ -83,8 +85,8 @@ PoolLayout plan_pool(const ModelConfig& c, const CudaOptions& o) {
     p.index_rows = index_row;
     p.state_floats = floats;
     DSV4_CHECK(p.rows < (int64_t(1) << 31) && p.index_rows < (int64_t(1) << 31),
-               "the GPU state pool for {} sequences of {} positions has more entries than int32 rows can address",
-               S, p.context);
+               "the GPU state pool for {} sequences of {} positions has more entries than int32 rows can address", S,
+               p.context);
     return p;
 }
 
@@ -103,8 +105,7 @@ size_t PoolLayout::bytes() const {
 namespace {
 
 // The workspace for pieces of T tokens: carve() is run once to measure and once on the allocation.
-void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool, const ModelWeights& w,
-           int num_sms) {
+void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool, const ModelWeights& w, int num_sms) {
     const int64_t T = pool.chunk, D = c.hidden_size, n_hc = c.hc_mult, H = c.num_heads, d = c.head_dim;
     const int64_t k = c.num_experts_per_tok, I = c.moe_intermediate_size, E = c.n_routed_experts;
     const int64_t nI = c.index_n_heads, dI = c.index_head_dim, V = c.vocab_size;
@@ -149,8 +150,9 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
         max_slots = std::max(max_slots, slots);
         // Splits happen only while the tokens leave SMs idle: every piece length up to that, and T.
         for (int64_t m = 1; m <= T; m = (m < 4 * int64_t(num_sms)) ? m + 1 : std::max(m + 1, T))
-            partials = std::max(partials, cuda::plan_sparse_attention(int32_t(m), int32_t(H), int32_t(d), int32_t(slots),
-                                                                       num_sms).workspace_floats);
+            partials = std::max(partials,
+                                cuda::plan_sparse_attention(int32_t(m), int32_t(H), int32_t(d), int32_t(slots), num_sms)
+                                    .workspace_floats);
     }
     ws.attn_indices = b.take<int32_t>(T * max_slots);
     ws.attn_partial_floats = partials;
@@ -177,7 +179,7 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
         if (m.format != WeightFormat::kFp8Block) return;
         for (int64_t r : {int64_t(1), int64_t(2), int64_t(4), int64_t(8), int64_t(16), rows})
             gemm = std::max(gemm, cuda::fp8_gemm_workspace_bytes(
-                                      cuda::fp8_gemm_config(r, m.rows, m.cols, num_sms, cuda::Fp8GemmPath::kAuto), r,
+                                      cuda::fp8_gemm_config(r, m.rows, m.cols, num_sms, cuda::Fp8GemmPath::kSkinny), r,
                                       m.rows, m.cols));
     };
     for (const BlockWeights& l : w.layers) {
@@ -202,8 +204,8 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     : impl_(std::make_unique<Impl>()) {
     Impl& m = *impl_;
     const int devices = cuda::device_count();
-    DSV4_CHECK(devices > options.device,
-               "--backend cuda: no CUDA device {} is available ({} found); use --backend cpu", options.device, devices);
+    DSV4_CHECK(devices > options.device, "--backend cuda: no CUDA device {} is available ({} found); use --backend cpu",
+               options.device, devices);
     DSV4_CHECK(numerics == Numerics::kModel,
                "the CUDA backend computes `model` numerics only (FP8 KV cache, FP8/FP4 tensor cores): use --numerics "
                "model, or --backend cpu for reference numerics");
@@ -241,11 +243,11 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
                      (long long)options.max_sequences, (long long)options.max_context, mib(workspace_bytes),
                      (long long)options.max_chunk_tokens, mib(need), mib(free_bytes));
     const size_t reserve = size_t(256) << 20;  // CUDA context, cuBLASLt and allocator slack
-    DSV4_CHECK(need + reserve <= free_bytes,
-               "the model does not fit on GPU {}: weights {:.1f} MiB + state {:.1f} MiB + workspace {:.1f} MiB (+ {:.0f} "
-               "MiB reserve) > {:.1f} MiB free; use a smaller model, fewer sequences or a shorter context",
-               options.device, mib(weight_bytes), mib(state_bytes), mib(workspace_bytes), mib(reserve),
-               mib(free_bytes));
+    DSV4_CHECK(
+        need + reserve <= free_bytes,
+        "the model does not fit on GPU {}: weights {:.1f} MiB + state {:.1f} MiB + workspace {:.1f} MiB (+ {:.0f} "
+        "MiB reserve) > {:.1f} MiB free; use a smaller model, fewer sequences or a shorter context",
+        options.device, mib(weight_bytes), mib(state_bytes), mib(workspace_bytes), mib(reserve), mib(free_bytes));
 
     // 2. Allocate and upload.
     m.stream = std::make_unique<cuda::Stream>();
@@ -262,7 +264,8 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     Bump bump{m.workspace_arena.get()};
     carve(bump, m.ws, config, m.pool, m.host, m.num_sms);
     DSV4_CHECK(bump.offset == workspace_bytes, "workspace carve changed size");
-    DSV4_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&m.meta_host), sizeof(int32_t) * size_t(5 * m.pool.chunk + 4 + m.pool.sequences),
+    DSV4_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&m.meta_host),
+                                  sizeof(int32_t) * size_t(5 * m.pool.chunk + 4 + m.pool.sequences),
                                   cudaHostAllocDefault));
     for (int64_t s = 0; s < m.pool.sequences; ++s) m.meta_host[s] = int32_t(s);
     DSV4_CUDA_CHECK(cudaMemcpyAsync(m.ws.page_table, m.meta_host, sizeof(int32_t) * size_t(m.pool.sequences),
@@ -282,9 +285,15 @@ CudaModel::~CudaModel() {
     if (impl_ && impl_->meta_host) cudaFreeHost(impl_->meta_host);
 }
 
-const ModelConfig& CudaModel::config() const { return impl_->config; }
-Numerics CudaModel::numerics() const { return impl_->numerics; }
-void CudaModel::set_observer(ActivationObserver observer) { impl_->observer = std::move(observer); }
+const ModelConfig& CudaModel::config() const {
+    return impl_->config;
+}
+Numerics CudaModel::numerics() const {
+    return impl_->numerics;
+}
+void CudaModel::set_observer(ActivationObserver observer) {
+    impl_->observer = std::move(observer);
+}
 
 SequenceState CudaModel::new_sequence() const {
     Impl& m = *impl_;
@@ -411,8 +420,8 @@ void CudaModel::Impl::run_piece(int slot, int64_t start, const int32_t* ids, int
     linear_f32(w.head, ws.x, rows, ws.logits);
     const size_t at = logits.size();
     logits.resize(at + size_t(rows * V));
-    DSV4_CUDA_CHECK(cudaMemcpyAsync(logits.data() + at, ws.logits, sizeof(float) * size_t(rows * V),
-                                    cudaMemcpyDeviceToHost, s));
+    DSV4_CUDA_CHECK(
+        cudaMemcpyAsync(logits.data() + at, ws.logits, sizeof(float) * size_t(rows * V), cudaMemcpyDeviceToHost, s));
     DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 

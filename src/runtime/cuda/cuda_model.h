@@ -21,14 +21,14 @@ namespace dsv4 {
 // Runtime knobs of the GPU executor (not model hyperparameters).
 struct CudaOptions {
     int device = 0;
-    int64_t max_sequences = 2;        // slots of the state pool (a chat turn may hold two sequences at once)
-    int64_t max_context = 0;          // positions per sequence; 0: min(max_position_embeddings, 16384)
-    int64_t max_chunk_tokens = 256;   // tokens per forward piece (sizes the workspace)
-    bool print_plan = true;           // the memory plan on stderr
+    int64_t max_sequences = 2;       // slots of the state pool (a chat turn may hold two sequences at once)
+    int64_t max_context = 0;         // positions per sequence; 0: min(max_position_embeddings, 16384)
+    int64_t max_chunk_tokens = 256;  // tokens per forward piece (sizes the workspace)
+    bool print_plan = true;          // the memory plan on stderr
 };
 
 class CudaModel final : public Backend {
-public:
+  public:
     // Throws dsv4::Error with a sentence a user can act on: no device, a weight format without a GPU path,
     // reference numerics, or a memory plan that does not fit.
     CudaModel(const ModelConfig& config, ModelWeights weights, Numerics numerics, CudaOptions options = {});
@@ -44,7 +44,7 @@ public:
 
     struct Impl;
 
-private:
+  private:
     std::unique_ptr<Impl> impl_;
 };
 

@@ -31,8 +31,8 @@ struct PoolLayout {
     int64_t sequences = 0, context = 0, chunk = 0;
     int64_t entry_bytes = 0, index_entry_bytes = 0;
     int64_t ring_row = 0, chunk_row = 0, rows = 0, index_rows = 0;
-    std::vector<int64_t> compressed_row, compressed_cap, index_row;   // per layer; -1 / 0 where absent
-    std::vector<int64_t> state_offset, index_state_offset;            // per layer, in floats; -1 where absent
+    std::vector<int64_t> compressed_row, compressed_cap, index_row;  // per layer; -1 / 0 where absent
+    std::vector<int64_t> state_offset, index_state_offset;           // per layer, in floats; -1 where absent
     int64_t state_floats = 0;
     int64_t attention_slots(const ModelConfig& c, int64_t layer) const;  // W + compressed slots of the layer
     size_t bytes() const;
@@ -45,34 +45,34 @@ struct SlotPool {
 
 // Activation buffers for one forward piece of up to `chunk` tokens; carved from one allocation.
 struct Workspace {
-    int32_t* ids = nullptr;            // [T]
-    int32_t* positions = nullptr;      // [T]
-    int32_t* token_state = nullptr;    // [T] the sequence's slot
-    int32_t* token_seq = nullptr;      // [T] zeros (one sequence per piece)
-    int32_t* ring_slots = nullptr;     // [T] ring slot of the last min(T, W) tokens
-    int32_t* seq_info = nullptr;       // [4] first row, tokens, start position, state slot
-    int32_t* page_table = nullptr;     // [S] identity: one page per sequence slot
+    int32_t* ids = nullptr;                            // [T]
+    int32_t* positions = nullptr;                      // [T]
+    int32_t* token_state = nullptr;                    // [T] the sequence's slot
+    int32_t* token_seq = nullptr;                      // [T] zeros (one sequence per piece)
+    int32_t* ring_slots = nullptr;                     // [T] ring slot of the last min(T, W) tokens
+    int32_t* seq_info = nullptr;                       // [4] first row, tokens, start position, state slot
+    int32_t* page_table = nullptr;                     // [S] identity: one page per sequence slot
     bf16 *streams = nullptr, *streams_next = nullptr;  // [T, n_hc, D]
-    float* mix = nullptr;              // [T, (2 + n_hc) n_hc]
-    bf16 *x = nullptr, *y = nullptr;   // [T, D]
+    float* mix = nullptr;                              // [T, (2 + n_hc) n_hc]
+    bf16 *x = nullptr, *y = nullptr;                   // [T, D]
     bf16 *qr = nullptr, *q = nullptr, *kv = nullptr, *kv_view = nullptr, *o = nullptr, *z = nullptr;
-    uint8_t* act_q = nullptr;          // FP8 GEMM inputs
+    uint8_t* act_q = nullptr;  // FP8 GEMM inputs
     float* act_scale = nullptr;
-    float *x_f32 = nullptr, *y_f32 = nullptr;       // dense f32 GEMM input / output
+    float *x_f32 = nullptr, *y_f32 = nullptr;         // dense f32 GEMM input / output
     float *comp_kv = nullptr, *comp_score = nullptr;  // [T, width] compressor projections
     bf16 *qi = nullptr, *head_weights = nullptr, *index_scores = nullptr;
     int32_t *selected = nullptr, *attn_indices = nullptr;
     float* attn_partials = nullptr;
-    float* router_logits = nullptr;    // [T, E]
+    float* router_logits = nullptr;  // [T, E]
     int32_t *experts = nullptr, *counts = nullptr, *offsets = nullptr, *sorted = nullptr, *assignment_slot = nullptr,
             *row_index = nullptr;
     float* routing_weights = nullptr;
     bf16 *gate = nullptr, *up = nullptr, *hidden = nullptr, *routed_out = nullptr, *shared_out = nullptr;
-    float* logits = nullptr;           // [T, V]
-    void* gemm = nullptr;              // GEMM workspace
+    float* logits = nullptr;  // [T, V]
+    void* gemm = nullptr;     // GEMM workspace
     size_t gemm_bytes = 0;
     int64_t attn_partial_floats = 0;
-    int64_t index_columns = 0;         // row stride of index_scores
+    int64_t index_columns = 0;  // row stride of index_scores
 };
 
 struct CudaModel::Impl {
@@ -91,7 +91,7 @@ struct CudaModel::Impl {
     uint8_t* index_keys = nullptr;  // [pool.index_rows, index_entry_bytes]
     float* comp_state = nullptr;    // [pool.state_floats]
     Workspace ws;
-    int32_t* meta_host = nullptr;   // pinned [5 T + 4 + S]
+    int32_t* meta_host = nullptr;  // pinned [5 T + 4 + S]
     std::unique_ptr<cuda::Event> meta_copied;
     ActivationObserver observer;
     std::shared_ptr<SlotPool> slots;

@@ -27,8 +27,8 @@ void dense_gemm(const CublasLt& lt, const DenseGemmParams& p, cudaStream_t strea
         fail("dense_gemm: cuBLASLt has no {} algorithm for m={} n={} k={}", p.type == DenseType::kF32 ? "f32" : "bf16",
              p.m, p.n, p.k);
     const float alpha = 1.0f, beta = 0.0f;
-    DSV4_CUBLAS_CHECK(cublasLtMatmul(lt.get(), desc.get(), &alpha, p.w, a.get(), p.x, b.get(), &beta, p.y, d.get(),
-                                     p.y, d.get(), &result.algo, p.workspace, p.workspace_bytes, stream));
+    DSV4_CUBLAS_CHECK(cublasLtMatmul(lt.get(), desc.get(), &alpha, p.w, a.get(), p.x, b.get(), &beta, p.y, d.get(), p.y,
+                                     d.get(), &result.algo, p.workspace, p.workspace_bytes, stream));
 }
 
 }  // namespace dsv4::cuda

@@ -18,10 +18,12 @@ namespace {
 constexpr size_t kAlign = 256;
 constexpr size_t kStagingBytes = size_t(16) << 20;  // per half of the double buffer
 
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+size_t align_up(size_t n) {
+    return (n + kAlign - 1) / kAlign * kAlign;
+}
 
 class PinnedBuffer {
-public:
+  public:
     explicit PinnedBuffer(size_t bytes) { DSV4_CUDA_CHECK(cudaHostAlloc(&data_, bytes, cudaHostAllocDefault)); }
     ~PinnedBuffer() {
         if (data_) cudaFreeHost(data_);
@@ -30,7 +32,7 @@ public:
     PinnedBuffer& operator=(const PinnedBuffer&) = delete;
     uint8_t* get() const { return static_cast<uint8_t*>(data_); }
 
-private:
+  private:
     void* data_ = nullptr;
 };
 
@@ -40,9 +42,10 @@ struct Piece {
 };
 
 class Uploader {
-public:
+  public:
     // measure mode: arena == nullptr
-    Uploader(uint8_t* arena, size_t capacity, cudaStream_t stream) : arena_(arena), capacity_(capacity), stream_(stream) {
+    Uploader(uint8_t* arena, size_t capacity, cudaStream_t stream)
+        : arena_(arena), capacity_(capacity), stream_(stream) {
         if (arena_) {
             staging_ = std::make_unique<PinnedBuffer>(2 * kStagingBytes);
             for (auto& e : done_) e = std::make_unique<Event>();
@@ -85,7 +88,7 @@ public:
         return static_cast<const T*>(put(owned_.back().data(), owned_.back().size()));
     }
 
-private:
+  private:
     void copy(const uint8_t* src, size_t bytes, size_t dst) {
         while (bytes > 0) {
             const size_t n = std::min(bytes, kStagingBytes);
@@ -183,7 +186,8 @@ DeviceExperts put_experts(Uploader& up, const std::vector<ExpertWeights>& expert
             if (d.format == WeightFormat::kNvfp4) d.global = up.put_owned(std::move(global));
             break;
         default:
-            require(false, first, "routed experts run as MXFP4/NVFP4 (moe_gemm) or dense; FP8 experts have no kernel yet");
+            require(false, first,
+                    "routed experts run as MXFP4/NVFP4 (moe_gemm) or dense; FP8 experts have no kernel yet");
     }
     return d;
 }
@@ -215,7 +219,8 @@ DeviceWeights build(Uploader& up, const ModelConfig& config, const ModelWeights&
             std::vector<float> row(static_cast<size_t>(w.embed.cols));
             for (int64_t r = 0; r < w.embed.rows; ++r) {
                 cpu::dequantize_row(w.embed, r, row.data());
-                for (int64_t c = 0; c < w.embed.cols; ++c) table[size_t(r * w.embed.cols + c)] = f32_to_bf16(row[size_t(c)]);
+                for (int64_t c = 0; c < w.embed.cols; ++c)
+                    table[size_t(r * w.embed.cols + c)] = f32_to_bf16(row[size_t(c)]);
             }
         }
         d.embed = reinterpret_cast<const __nv_bfloat16*>(up.put_owned(std::move(table)));

@@ -31,9 +31,9 @@ struct DeviceMatrix {
 struct DeviceExperts {
     WeightFormat format = WeightFormat::kFp4Mx;  // kFp4Mx, kNvfp4, kF32 or kBF16
     int64_t experts = 0, rows = 0, cols = 0;
-    const void* data = nullptr;        // [experts, rows, cols / 2] packed e2m1, or [experts, rows, cols] dense
-    const uint8_t* scale = nullptr;    // [experts, rows, cols / 32] E8M0 or [experts, rows, cols / 16] e4m3
-    const float* global = nullptr;     // [experts] f32 (NVFP4)
+    const void* data = nullptr;      // [experts, rows, cols / 2] packed e2m1, or [experts, rows, cols] dense
+    const uint8_t* scale = nullptr;  // [experts, rows, cols / 32] E8M0 or [experts, rows, cols / 16] e4m3
+    const float* global = nullptr;   // [experts] f32 (NVFP4)
 };
 
 struct DeviceHc {
@@ -45,9 +45,9 @@ struct DeviceHc {
 struct DeviceCompressor {
     int64_t ratio = 0, head_dim = 0;
     bool overlap = false;
-    DeviceMatrix wkv, wgate;       // [c * head_dim, D] dense, used in f32
-    const float* ape = nullptr;    // [ratio, c * head_dim]
-    const float* norm = nullptr;   // [head_dim]
+    DeviceMatrix wkv, wgate;      // [c * head_dim, D] dense, used in f32
+    const float* ape = nullptr;   // [ratio, c * head_dim]
+    const float* norm = nullptr;  // [head_dim]
 };
 
 struct DeviceIndexer {
@@ -70,11 +70,11 @@ struct DeviceAttention {
 };
 
 struct DeviceMoe {
-    DeviceMatrix gate;                // [E, D] dense, used in f32
-    const float* bias = nullptr;      // [E] (score routing); null on hash layers
-    const int32_t* tid2eid = nullptr; // [vocab, k] (hash layers)
-    DeviceExperts w1, w2, w3;         // routed: [E][I, D], [E][D, I], [E][I, D]
-    DeviceMatrix s1, s2, s3;          // shared expert
+    DeviceMatrix gate;                 // [E, D] dense, used in f32
+    const float* bias = nullptr;       // [E] (score routing); null on hash layers
+    const int32_t* tid2eid = nullptr;  // [vocab, k] (hash layers)
+    DeviceExperts w1, w2, w3;          // routed: [E][I, D], [E][D, I], [E][I, D]
+    DeviceMatrix s1, s2, s3;           // shared expert
 };
 
 struct DeviceBlock {

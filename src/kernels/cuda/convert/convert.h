@@ -28,7 +28,7 @@ struct F32ToBf16Params {
 void f32_to_bf16(const F32ToBf16Params& p, cudaStream_t stream);
 
 void scale_bf16(__nv_bfloat16* x, int64_t n, float scale, cudaStream_t stream);  // x: [n] bf16
-void fill_f32(float* x, int64_t n, float value, cudaStream_t stream);             // x: [n] f32
+void fill_f32(float* x, int64_t n, float value, cudaStream_t stream);            // x: [n] f32
 
 namespace detail {
 void launch_bf16_to_f32(const Bf16ToF32Params& p, cudaStream_t stream);

@@ -86,8 +86,10 @@ __global__ void dense_expert_gemm_kernel(const DenseExpertGemmParams p) {
     int lo = 0, hi = int(p.experts) - 1;  // the expert e with offsets[e] <= slot < offsets[e + 1]
     while (lo < hi) {
         const int mid = (lo + hi + 1) / 2;
-        if (p.expert_offsets[mid] <= slot) lo = mid;
-        else hi = mid - 1;
+        if (p.expert_offsets[mid] <= slot)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t n = blockIdx.x * int64_t(kWarps) + warp;

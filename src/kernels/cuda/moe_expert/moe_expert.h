@@ -54,7 +54,7 @@ struct DenseExpertGemmParams {
     const int32_t* expert_offsets = nullptr;  // [experts + 1] device
     const void* w = nullptr;                  // [experts, n, k] f32 or bf16
     bool w_f32 = true;
-    __nv_bfloat16* y = nullptr;  // [slots, n] bf16
+    __nv_bfloat16* y = nullptr;                        // [slots, n] bf16
     int64_t experts = 0, n = 0, k = 0, max_slots = 0;  // max_slots: host bound on expert_offsets[experts]
 };
 void dense_expert_gemm(const DenseExpertGemmParams& p, cudaStream_t stream);
