@@ -19,15 +19,9 @@ std::vector<int64_t> parse_chunks(const std::string& text, int64_t total) {
     std::stringstream in(text);
     std::string item;
     while (std::getline(in, item, ',')) {
-        size_t used = 0;
-        long long v = 0;
-        try {
-            v = std::stoll(item, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        DSV4_CHECK(used == item.size() && v > 0, "--chunks: '{}' is not a positive chunk size", item);
-        chunks.push_back(v);
+        std::optional<int64_t> v = parse_integer(item);
+        DSV4_CHECK(v && *v > 0, "--chunks: '{}' is not a positive chunk size", item);
+        chunks.push_back(*v);
     }
     const int64_t sum = std::accumulate(chunks.begin(), chunks.end(), int64_t{0});
     DSV4_CHECK(sum == total, "--chunks add up to {} but the ids file holds {} ids: they must be equal", sum, total);

@@ -5,6 +5,7 @@
 // The tokenizer of DIR is DIR/tokenizer.json, else the installed one (scripts/setup.sh). Library tests:
 // tests/tokenizer/.
 #include "cmd_text.h"
+#include "common.h"
 
 #include <cstdio>
 #include <fstream>
@@ -45,15 +46,9 @@ std::vector<int32_t> parse_ids(const std::vector<std::string>& args) {
             if (c == ',' || c == '[' || c == ']') c = ' ';
         std::istringstream in(a);
         for (std::string word; in >> word;) {
-            size_t used = 0;
-            long long v = -1;
-            try {
-                v = std::stoll(word, &used);
-            } catch (const std::exception&) {
-                used = 0;
-            }
-            DSV4_CHECK(used == word.size() && v >= 0 && v <= INT32_MAX, "'{}' is not a token id", word);
-            ids.push_back(static_cast<int32_t>(v));
+            std::optional<int64_t> v = parse_integer(word);
+            DSV4_CHECK(v && *v >= 0 && *v <= INT32_MAX, "'{}' is not a token id", word);
+            ids.push_back(static_cast<int32_t>(*v));
         }
     }
     return ids;

@@ -60,19 +60,25 @@ std::vector<int32_t> read_ids_file(const std::string& path) {
     std::vector<int32_t> ids;
     std::string word;
     while (in >> word) {
-        size_t used = 0;
-        long long value = -1;
-        try {
-            value = std::stoll(word, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        DSV4_CHECK(used == word.size() && value >= 0 && value <= INT32_MAX,
+        std::optional<int64_t> value = parse_integer(word);
+        DSV4_CHECK(value && *value >= 0 && *value <= INT32_MAX,
                    "'{}' in the ids file '{}' is not a token id (a non-negative integer)", word, path);
-        ids.push_back(int32_t(value));
+        ids.push_back(int32_t(*value));
     }
     DSV4_CHECK(!ids.empty(), "the ids file '{}' holds no token ids", path);
     return ids;
+}
+
+std::optional<int64_t> parse_integer(const std::string& word) {
+    size_t used = 0;
+    long long value = 0;
+    try {
+        value = std::stoll(word, &used);
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+    if (used != word.size()) return std::nullopt;
+    return int64_t(value);
 }
 
 void add_sampling_options(CLI::App* command, SamplingOptions& o) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -35,6 +36,9 @@ std::unique_ptr<Backend> load_model(const ModelOptions& options);
 
 // Whitespace-separated non-negative token ids; a clear error for anything else or for an empty file.
 std::vector<int32_t> read_ids_file(const std::string& path);
+
+// The value of `word` if all of it is a decimal integer (optional sign), else nullopt.
+std::optional<int64_t> parse_integer(const std::string& word);
 
 // --greedy | --temp T --top-p P --top-k K --seed S. Greedy unless --temp is given.
 struct SamplingOptions {

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/mma.cuh"
 #include "kernels/cuda/compressor/entry_codec.cuh"
 #include "kernels/cuda/compressor/kv_entry_layout.h"
 #include "kernels/cuda/indexer/indexer.h"
@@ -24,14 +25,6 @@ constexpr int kMaxHeads = 64, kMaxDim = 128;
 constexpr int kRowStride = kMaxDim + 8;
 constexpr int kTStride = kKeys + 4;
 
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t ld32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 __device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
 
 __device__ __forceinline__ int visible_entries(int position, int ratio, int max_visible) {

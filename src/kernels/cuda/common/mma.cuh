@@ -1,0 +1,23 @@
+// Warp-level tensor-core helpers shared by the attention and indexer kernels (sm_80+ mma.sync; Hopper runs them
+// too): one m16n8k16 bf16 x bf16 -> f32 MMA in place, and a 32-bit load of two adjacent bf16 values.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace dsv4::cuda {
+
+// c += a (16x16 bf16, row-major fragment) * b (16x8 bf16, column-major fragment), f32 accumulators.
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two adjacent bf16 values as one 32-bit register (p must be 4-byte aligned).
+__device__ __forceinline__ uint32_t ld32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+}  // namespace dsv4::cuda
