@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build everything with CUDA, run every test (GPU tests included),
 # and print a short table last. The GPU machine has no network: it does not run scripts/setup.sh; carry
-# `.embedded` (the installed tokenizer) with the call. Logs go to $OUT when set.
+# `.embedded/tokenizer.json` (the installed tokenizer) with the call, and a copy of shared/ (which does not travel)
+# if its fixtures should run: `tools/gpu_check.sh -DDSV4_SHARED_DIR=$PWD/.scratch/shared`. Extra arguments go to
+# CMake. Logs go to $OUT when set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/dsv4_gpu_check}"
@@ -10,7 +12,7 @@ export PATH="$PATH:/usr/local/cuda/bin"
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/device.txt"
 start=$(date +%s)
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release >"$out/configure.log" 2>&1 &&
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >"$out/configure.log" 2>&1 &&
     cmake --build build-gpu -j "$(nproc)" >"$out/build.log" 2>&1
 build_rc=$?
 build_s=$(($(date +%s) - start))
