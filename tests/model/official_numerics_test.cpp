@@ -96,7 +96,9 @@ TEST(OfficialNumerics, PrefillAndDecodeMatchDeepSeekReference) {
                     is_flipped ? "  <- a near-tie resolved the other way" : (decisive ? "" : "  (token not decisive)"));
         ASSERT_FALSE(c.has_nan) << "step " << step;
         EXPECT_GE(c.cosine, kFlippedCosine) << "step " << step;
-        if (decisive) EXPECT_EQ(argmax(logits.data(), V), greedy[step]) << "step " << step;
+        if (decisive) {
+            EXPECT_EQ(argmax(logits.data(), V), greedy[step]) << "step " << step;
+        }
     }
     std::vector<double> sorted = cosines;
     std::sort(sorted.begin(), sorted.end());

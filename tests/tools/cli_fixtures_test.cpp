@@ -60,7 +60,7 @@ TEST(CliFixtures, LogitsAndGreedyMatchTransformers) {
         std::ofstream(ids_file) << join(ids, " ");
         const std::vector<float> ref = golden.floats("prefill_logits");
 
-        for (const std::string chunks : {std::string(), join(golden.ints("chunk_sizes"), ",")}) {
+        for (const std::string& chunks : {std::string(), join(golden.ints("chunk_sizes"), ",")}) {
             const std::string out = (tmp / (name + ".safetensors")).string();
             auto [code, text] = run("logits -q --numerics reference -m " + dir + " --ids-file " + ids_file +
                                     (chunks.empty() ? "" : " --chunks " + chunks) + " --out " + out);
