@@ -28,6 +28,15 @@ class Backend {
     // position ([ids.size(), vocab], f32, on the host) when `all_logits`, else only after the last one ([1, vocab]).
     virtual std::vector<float> forward(SequenceState& state, std::span<const int32_t> ids, bool all_logits) = 0;
 
+    // Teacher forcing, for testing one backend against another block by block: runs block `layer` alone (mHC pre,
+    // attention, mHC post, mHC pre, MoE, mHC post) on the input streams `streams_in` ([ids.size(), n_hc, D] f32
+    // holding bf16 values) of `ids` at positions start_position, ...; advances only that layer's part of `state`
+    // and not state.position (the caller runs the layers one after another over the same positions, so it passes
+    // the positions: that layer must have seen exactly [0, start_position) before). Returns the output streams
+    // ([ids.size(), n_hc, D], bf16 values).
+    virtual std::vector<float> forward_block(SequenceState& state, int64_t layer, int64_t start_position,
+                                             std::span<const int32_t> ids, const float* streams_in) = 0;
+
     // Optional: receives named intermediate activations (attn_in, attn.q, ..., ffn.router_margin) for debugging
     // and golden diffs. A GPU backend downloads them only while an observer is set.
     virtual void set_observer(ActivationObserver observer) = 0;

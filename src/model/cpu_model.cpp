@@ -135,4 +135,21 @@ std::vector<float> CpuModel::forward(SequenceState& state, std::span<const int32
     return logits;
 }
 
+std::vector<float> CpuModel::forward_block(SequenceState& state, int64_t layer, int64_t start_position,
+                                           std::span<const int32_t> ids, const float* streams_in) {
+    const int64_t tokens = int64_t(ids.size()), D = config_.hidden_size, n_hc = config_.hc_mult;
+    DSV4_CHECK(tokens > 0, "no input tokens");
+    DSV4_CHECK(int64_t(state.layers.size()) == config_.num_layers && !state.device,
+               "sequence state does not belong to this model");
+    DSV4_CHECK(layer >= 0 && layer < config_.num_layers && start_position >= 0, "layer {} / position {} out of range",
+               layer, start_position);
+    for (int32_t id : ids)
+        DSV4_CHECK(id >= 0 && id < config_.vocab_size, "token id {} is outside the vocabulary [0, {})", id,
+                   config_.vocab_size);
+    std::vector<float> streams(streams_in, streams_in + tokens * n_hc * D);
+    block_forward(layer, weights_.layers[static_cast<size_t>(layer)], state.layers[static_cast<size_t>(layer)],
+                  start_position, ids.data(), tokens, streams);
+    return streams;
+}
+
 }  // namespace dsv4

@@ -31,6 +31,10 @@ public:
     // position ([ids.size(), vocab], f32) when `all_logits`, else only after the last one ([1, vocab]).
     std::vector<float> forward(SequenceState& state, std::span<const int32_t> ids, bool all_logits) override;
 
+    // One block alone on given input streams (Backend::forward_block).
+    std::vector<float> forward_block(SequenceState& state, int64_t layer, int64_t start_position,
+                                     std::span<const int32_t> ids, const float* streams_in) override;
+
     // Optional: receives every named intermediate activation (for debugging and golden diffs).
     void set_observer(ActivationObserver observer) override { observer_ = std::move(observer); }
 

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/number_formats.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/compressor/kv_entry_layout.h"
 #include "kernels/cuda/convert/convert.h"
@@ -332,31 +333,53 @@ SequenceState CudaModel::new_sequence() const {
 std::vector<float> CudaModel::forward(SequenceState& state, std::span<const int32_t> ids, bool all_logits) {
     Impl& m = *impl_;
     const int64_t tokens = int64_t(ids.size()), V = m.config.vocab_size;
-    DSV4_CHECK(tokens > 0, "no input tokens");
-    auto* seq = dynamic_cast<CudaSequence*>(state.device.get());
-    DSV4_CHECK(seq && seq->owner == &m && state.layers.empty(), "sequence state does not belong to this model");
-    for (int32_t id : ids) DSV4_CHECK(id >= 0 && id < V, "token id {} is outside the vocabulary [0, {})", id, V);
-    DSV4_CHECK(state.position + tokens <= m.pool.context,
-               "the sequence would reach {} positions, more than the {} the GPU state pool holds per sequence",
-               state.position + tokens, m.pool.context);
-    DSV4_CUDA_CHECK(cudaSetDevice(m.options.device));
+    const int slot = m.check_input(state, state.position, ids);
     std::vector<float> logits;
     logits.reserve(size_t((all_logits ? tokens : 1) * V));
     for (int64_t done = 0; done < tokens;) {
         const int64_t n = std::min(tokens - done, m.pool.chunk);
         const bool last = done + n == tokens;
         const int64_t first = all_logits ? 0 : (last ? n - 1 : n);
-        m.run_piece(seq->slot, state.position + done, ids.data() + done, n, first, logits);
+        m.run_piece(slot, state.position + done, ids.data() + done, n, first, logits);
         done += n;
     }
     state.position += tokens;
     return logits;
 }
 
-void CudaModel::Impl::run_piece(int slot, int64_t start, const int32_t* ids, int64_t tokens, int64_t first,
-                                std::vector<float>& logits) {
-    const ModelConfig& c = config;
-    const int64_t D = c.hidden_size, n_hc = c.hc_mult, V = c.vocab_size, W = c.sliding_window, T = tokens;
+std::vector<float> CudaModel::forward_block(SequenceState& state, int64_t layer, int64_t start_position,
+                                            std::span<const int32_t> ids, const float* streams_in) {
+    Impl& m = *impl_;
+    DSV4_CHECK(layer >= 0 && layer < m.config.num_layers && start_position >= 0,
+               "layer {} / position {} out of range", layer, start_position);
+    const int slot = m.check_input(state, start_position, ids);
+    const int64_t tokens = int64_t(ids.size()), row = m.config.hc_mult * m.config.hidden_size;
+    std::vector<float> streams;
+    streams.reserve(size_t(tokens * row));
+    for (int64_t done = 0; done < tokens;) {
+        const int64_t n = std::min(tokens - done, m.pool.chunk);
+        m.run_block_piece(int(layer), slot, start_position + done, ids.data() + done, streams_in + done * row, n,
+                          streams);
+        done += n;
+    }
+    return streams;
+}
+
+int CudaModel::Impl::check_input(const SequenceState& state, int64_t start, std::span<const int32_t> ids) {
+    const int64_t tokens = int64_t(ids.size()), V = config.vocab_size;
+    DSV4_CHECK(tokens > 0, "no input tokens");
+    const auto* seq = dynamic_cast<const CudaSequence*>(state.device.get());
+    DSV4_CHECK(seq && seq->owner == this && state.layers.empty(), "sequence state does not belong to this model");
+    for (int32_t id : ids) DSV4_CHECK(id >= 0 && id < V, "token id {} is outside the vocabulary [0, {})", id, V);
+    DSV4_CHECK(start + tokens <= pool.context,
+               "the sequence would reach {} positions, more than the {} the GPU state pool holds per sequence",
+               start + tokens, pool.context);
+    DSV4_CUDA_CHECK(cudaSetDevice(options.device));
+    return seq->slot;
+}
+
+void CudaModel::Impl::upload_piece(int slot, int64_t start, const int32_t* ids, int64_t tokens) {
+    const int64_t W = config.sliding_window, T = tokens;
     cudaStream_t s = stream->get();
     // Host-known metadata of the piece, one copy: ids, positions, state slot, sequence row, ring slots, seq info.
     // The pinned buffer is rewritten only once the previous piece's copy is done (at once after a decode step,
@@ -378,6 +401,32 @@ void CudaModel::Impl::run_piece(int slot, int64_t start, const int32_t* ids, int
     h[5 * C + 3] = slot;
     DSV4_CUDA_CHECK(cudaMemcpyAsync(ws.ids, h, sizeof(int32_t) * size_t(5 * C + 4), cudaMemcpyHostToDevice, s));
     meta_copied->record(s);
+}
+
+void CudaModel::Impl::run_block_piece(int layer, int slot, int64_t start, const int32_t* ids,
+                                      const float* streams_in, int64_t tokens, std::vector<float>& streams_out) {
+    const size_t n = size_t(tokens * config.hc_mult * config.hidden_size);
+    cudaStream_t s = stream->get();
+    upload_piece(slot, start, ids, tokens);
+    std::vector<uint16_t> raw(n);
+    for (size_t i = 0; i < n; ++i) {
+        raw[i] = f32_to_bf16(streams_in[i]);
+        DSV4_CHECK(bf16_to_f32(raw[i]) == streams_in[i] || std::isnan(streams_in[i]),
+                   "input stream value {} is not a bf16 value", streams_in[i]);
+    }
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(ws.streams, raw.data(), n * 2, cudaMemcpyHostToDevice, s));
+    block(layer, slot, start, tokens);
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(raw.data(), ws.streams, n * 2, cudaMemcpyDeviceToHost, s));
+    DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
+    for (uint16_t b : raw) streams_out.push_back(bf16_to_f32(b));
+}
+
+void CudaModel::Impl::run_piece(int slot, int64_t start, const int32_t* ids, int64_t tokens, int64_t first,
+                                std::vector<float>& logits) {
+    const ModelConfig& c = config;
+    const int64_t D = c.hidden_size, n_hc = c.hc_mult, V = c.vocab_size, T = tokens;
+    cudaStream_t s = stream->get();
+    upload_piece(slot, start, ids, tokens);
 
     cuda::EmbedParams ep;
     ep.ids = ws.ids;

@@ -5,7 +5,8 @@
 // `max_sequences` slots of `max_context` positions. A decode step enqueues everything on one stream and
 // synchronizes only for the logits copy (routing and top-k stay on the device). Prefill chunks longer than
 // max_chunk_tokens run as several pieces, which is exact: the forward is chunk-invariant.
-// Tested in tests/gpu/cuda_model_test.cpp against CpuModel on every fixture.
+// Tested against CpuModel on every fixture: end to end in tests/gpu/cuda_model_test.cpp, block by block (teacher
+// forcing, forward_block) in tests/gpu/cuda_layer_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +41,8 @@ class CudaModel final : public Backend {
     Numerics numerics() const override;
     SequenceState new_sequence() const override;
     std::vector<float> forward(SequenceState& state, std::span<const int32_t> ids, bool all_logits) override;
+    std::vector<float> forward_block(SequenceState& state, int64_t layer, int64_t start_position,
+                                     std::span<const int32_t> ids, const float* streams_in) override;
     void set_observer(ActivationObserver observer) override;
 
     struct Impl;

@@ -100,6 +100,15 @@ struct CudaModel::Impl {
     // are appended to `logits` (none when first == tokens).
     void run_piece(int slot, int64_t start, const int32_t* ids, int64_t tokens, int64_t first,
                    std::vector<float>& logits);
+    // Teacher forcing: block `layer` alone on a piece whose input streams ([tokens, n_hc, D] bf16 values) come
+    // from the host; the output streams are appended to `streams_out`.
+    void run_block_piece(int layer, int slot, int64_t start, const int32_t* ids, const float* streams_in,
+                         int64_t tokens, std::vector<float>& streams_out);
+    // Checks a forward's input (state of this model, ids in the vocabulary, positions in the pool); returns the
+    // sequence's slot.
+    int check_input(const SequenceState& state, int64_t start, std::span<const int32_t> ids);
+    // The piece's metadata (ids, positions, slots, ring slots, sequence info) to the device.
+    void upload_piece(int slot, int64_t start, const int32_t* ids, int64_t tokens);
     void block(int64_t layer, int slot, int64_t start, int64_t tokens);
     void attention(int64_t layer, int slot, int64_t start, int64_t tokens);
     void moe(int64_t layer, int64_t tokens);

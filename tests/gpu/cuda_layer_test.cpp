@@ -1,0 +1,287 @@
+// CudaModel block by block against CpuModel by teacher forcing: every GPU block is fed the CPU's own input streams
+// of that layer, so nothing compounds across layers (end-to-end logits on random tiny models do compound: see
+// docs/numerics.md, "GPU vs CPU"). Layer-major: for layer L a fresh GPU sequence runs block L alone over the whole
+// chunk schedule, so L's state (window ring, compressor states and closes, compressed entries, indexer keys) is
+// advanced exactly as in a full forward. Two schedules per fixture: the fixture's mixed prefill schedule, and a
+// prefill of half the ids followed by one decode step per remaining id (decode kernels, ring, closes, indexer over
+// the cache). Every fixture of tests/fixtures and official-numerics-a (DSV4_SHARED_DIR) when present.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/number_formats.h"
+#include "cuda_fixtures.h"
+#include "gpu_test_util.h"
+#include "io/checkpoint.h"
+#include "kernels/cpu/dequantize.h"
+#include "model/cpu_model.h"
+#include "model/golden_io.h"
+#include "runtime/cuda/cuda_model.h"
+
+namespace dsv4 {
+namespace {
+
+using cuda_fixtures::fixture_dir;
+using Activations = std::map<std::pair<std::string, int64_t>, std::vector<float>>;  // (name, layer) -> rows
+
+// The bound on one block's output streams, GPU against CPU on identical inputs. Where it comes from:
+//  * Both sides round at the same points (docs/gpu-design.md, "Numerics contract"); only the order of f32
+//    summation differs. An f32 sum of K terms then differs by a few f32 ulps of its terms, which moves its bf16
+//    rounding (2^-8 relative, 2^16 f32 ulps) only when the value lies within that distance of a rounding
+//    boundary: a flip of one bf16 ulp in a small fraction of an activation's elements.
+//  * A flip feeding an FP8 (e4m3, 2^-3 relative spacing) activation quantization moves the quantized element by
+//    one FP8 step with probability about 2^-4, and a power-of-two block scale only when the block's largest
+//    element flips across a power of two. Such a step changes every output of that linear by about
+//    2^-4 / sqrt(K) of its size: one or two bf16 ulps of the sub-layer output, in the tokens where it happened.
+//  * The block's output streams are the input streams mixed by mHC (identical inputs, f32 mixing weights) plus
+//    the sub-layer outputs; the final bf16 rounding turns a sub-layer difference of an ulp or two into at most a
+//    few ulps of the stream element, and into none where the sub-layer term is small against the residual.
+//  So: at least 99 % of the elements bit-identical, and every element within kMaxUlps bf16 ulps, the ulp taken at
+//  max(|element|, RMS of the token's streams) (a stream element near zero is a cancellation of terms of the row's
+//  size, whose rounding differences are ulps of those terms). A discrete near-tie is the exception: where the
+//  CPU's router or indexer top-k margin (ffn.router_margin, attn.index_margin: (s_k - s_k+1) / |s_k|) is below
+//  kNearTie, an f32/bf16 difference of the scores can pick another expert or entry, and that token's output may
+//  differ by anything; such tokens are reported with their margin and kept out of the bound.
+// The first device run falsified this estimate rather than the GPU: the CPU block against itself with one input
+// element per token moved by one ulp differs far more (docs/numerics.md, "GPU vs CPU"); the bound is left as
+// derived until a better-founded one replaces it.
+constexpr double kMinIdentical = 0.99;
+constexpr double kMaxUlps = 4;
+constexpr float kNearTie = 1e-3f;
+
+// The CPU's full forward over `ids` in `schedule`: every layer's input streams (layer 0: the embedding copied into
+// the n_hc streams; layer L > 0: layer L-1's `streams`) and the last layer's output, every named activation, and
+// per layer and token the smallest router / indexer margin.
+struct CpuRun {
+    std::vector<std::vector<float>> streams;  // [L + 1][tokens * n_hc * D]
+    Activations activations;
+    std::vector<std::vector<float>> near_tie;  // [L][tokens] min(router, indexer margin), +inf if none
+};
+
+void observe_into(Backend& model, Activations& into) {
+    model.set_observer([&into](std::string_view name, int64_t layer, const float* data, int64_t rows, int64_t cols) {
+        auto& v = into[{std::string(name), layer}];
+        v.insert(v.end(), data, data + rows * cols);
+    });
+}
+
+CpuRun run_cpu(CpuModel& cpu, const ModelWeights& weights, const std::vector<int32_t>& ids,
+               const std::vector<int64_t>& schedule) {
+    const ModelConfig& c = cpu.config();
+    const int64_t L = c.num_layers, D = c.hidden_size, n_hc = c.hc_mult, T = int64_t(ids.size());
+    CpuRun run;
+    run.streams.assign(size_t(L + 1), {});
+    std::vector<float>& embedded = run.streams[0];
+    embedded.resize(size_t(T * n_hc * D));
+    for (int64_t t = 0; t < T; ++t) {
+        float* row = embedded.data() + t * n_hc * D;
+        cpu::dequantize_row(weights.embed, ids[size_t(t)], row);
+        for (int64_t i = 0; i < D; ++i) row[i] = round_bf16(row[i]);  // model numerics: a bf16 embedding
+        for (int64_t j = 1; j < n_hc; ++j) std::copy_n(row, D, row + j * D);
+    }
+    observe_into(cpu, run.activations);
+    SequenceState state = cpu.new_sequence();
+    int64_t at = 0;
+    for (int64_t n : schedule) {
+        cpu.forward(state, std::span(ids).subspan(size_t(at), size_t(n)), false);
+        at += n;
+    }
+    cpu.set_observer(nullptr);
+    run.near_tie.assign(size_t(L), std::vector<float>(size_t(T), std::numeric_limits<float>::infinity()));
+    for (int64_t l = 0; l < L; ++l) {
+        run.streams[size_t(l + 1)] = run.activations.at({"streams", l});
+        for (const char* name : {"ffn.router_margin", "attn.index_margin"}) {
+            auto it = run.activations.find({name, l});
+            if (it == run.activations.end()) continue;
+            for (int64_t t = 0; t < T; ++t)
+                run.near_tie[size_t(l)][size_t(t)] =
+                    std::min(run.near_tie[size_t(l)][size_t(t)], it->second[size_t(t)]);
+        }
+    }
+    return run;
+}
+
+// Block `layer` alone over the schedule on a fresh sequence, fed `streams_in`; its activations go to `activations`
+// when given.
+std::vector<float> run_block(Backend& model, int64_t layer, const std::vector<int32_t>& ids,
+                             const std::vector<int64_t>& schedule, const std::vector<float>& streams_in,
+                             Activations* activations) {
+    const int64_t row = model.config().hc_mult * model.config().hidden_size;
+    if (activations) observe_into(model, *activations);
+    SequenceState state = model.new_sequence();
+    std::vector<float> out;
+    int64_t at = 0;
+    for (int64_t n : schedule) {
+        std::vector<float> part = model.forward_block(state, layer, at, std::span(ids).subspan(size_t(at), size_t(n)),
+                                                      streams_in.data() + at * row);
+        out.insert(out.end(), part.begin(), part.end());
+        at += n;
+    }
+    model.set_observer(nullptr);
+    return out;
+}
+
+// Half a bf16 ulp is 2^(e - 9) for |x| in [2^(e-1), 2^e): one ulp 2^(e - 8).
+double bf16_ulp(double x) {
+    int e = 0;
+    std::frexp(std::max(x, 1e-30), &e);
+    return std::ldexp(1.0, e - 8);
+}
+
+struct LayerReport {
+    double identical = 0, identical_decided = 0, worst_ulps = 0, worst_cosine = 1;
+    int64_t worst_token = -1, near_ties = 0;
+    bool has_nan = false;
+};
+
+// GPU block output against the CPU's, token by token; prints the near-tie tokens.
+LayerReport compare_layer(const std::string& what, int64_t layer, const std::vector<float>& gpu,
+                          const std::vector<float>& cpu, const std::vector<float>& near_tie, int64_t row) {
+    LayerReport r;
+    const int64_t T = int64_t(cpu.size()) / row;
+    int64_t same = 0, same_decided = 0, decided = 0;
+    for (int64_t t = 0; t < T; ++t) {
+        const float* a = gpu.data() + t * row;
+        const float* b = cpu.data() + t * row;
+        double sq = 0, dot = 0, na = 0, nb = 0, ulps = 0;
+        int64_t same_row = 0;
+        for (int64_t i = 0; i < row; ++i) sq += double(b[i]) * b[i];
+        const double rms = std::sqrt(sq / double(row));
+        for (int64_t i = 0; i < row; ++i) {
+            if (std::isnan(a[i])) r.has_nan = true;
+            same_row += float_bits(a[i]) == float_bits(b[i]);
+            dot += double(a[i]) * b[i], na += double(a[i]) * a[i], nb += double(b[i]) * b[i];
+            const double unit = bf16_ulp(std::max({std::fabs(double(a[i])), std::fabs(double(b[i])), rms}));
+            ulps = std::max(ulps, std::fabs(double(a[i]) - double(b[i])) / unit);
+        }
+        const double cosine = dot / std::max(std::sqrt(na * nb), 1e-30);
+        same += same_row;
+        if (near_tie[size_t(t)] < kNearTie) {
+            ++r.near_ties;
+            std::printf(
+                "    %s layer %lld token %lld: near-tie (margin %.3g): %.1f %% identical, worst %.1f ulps, "
+                "cosine %.6f\n",
+                what.c_str(), (long long)layer, (long long)t, double(near_tie[size_t(t)]),
+                100.0 * double(same_row) / double(row), ulps, cosine);
+            continue;
+        }
+        same_decided += same_row;
+        decided += row;
+        if (ulps > r.worst_ulps) r.worst_ulps = ulps, r.worst_token = t;
+        r.worst_cosine = std::min(r.worst_cosine, cosine);
+    }
+    r.identical = double(same) / double(std::max<int64_t>(T * row, 1));
+    r.identical_decided = double(same_decided) / double(std::max<int64_t>(decided, 1));
+    return r;
+}
+
+// Per named activation of one layer: share of bit-identical values and worst |diff| / max|value| (where a
+// failing block starts to differ).
+void print_activations(int64_t layer, const Activations& gpu, const Activations& cpu) {
+    for (const auto& [key, b] : cpu) {
+        if (key.second != layer) continue;
+        auto it = gpu.find(key);
+        if (it == gpu.end() || it->second.size() != b.size()) {
+            std::printf("      %-22s missing or of another size on the GPU\n", key.first.c_str());
+            continue;
+        }
+        const std::vector<float>& a = it->second;
+        size_t same = 0;
+        double diff = 0, ref = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+            same += a[i] == b[i] || (std::isinf(a[i]) && std::isinf(b[i]));
+            if (std::isfinite(a[i]) && std::isfinite(b[i])) {
+                diff = std::max(diff, std::fabs(double(a[i]) - b[i]));
+                ref = std::max(ref, std::fabs(double(b[i])));
+            }
+        }
+        std::printf("      %-22s %8.4f %% identical, max|diff| %.3g of max|value|\n", key.first.c_str(),
+                    100.0 * double(same) / double(std::max<size_t>(a.size(), 1)), diff / std::max(ref, 1e-30));
+    }
+}
+
+class CudaLayerFixture : public ::testing::TestWithParam<std::string> {
+  protected:
+    void SetUp() override {
+        DSV4_REQUIRE_GPU();
+        const std::string dir = fixture_dir(GetParam());
+        if (!std::filesystem::exists(dir + "/golden.safetensors")) GTEST_SKIP() << "no fixture at " << dir;
+        golden_ = std::make_unique<testing::Golden>(dir + "/golden.safetensors");
+        ids_ = testing::to_ids(golden_->ints("input_ids"));
+        auto checkpoint = Checkpoint::open(dir);
+        const ModelConfig& config = checkpoint->config();
+        weights_ = std::make_unique<ModelWeights>(load_model_weights(checkpoint, config));
+        cpu_ = std::make_unique<CpuModel>(config, load_model_weights(checkpoint, config), Numerics::kModel);
+        CudaOptions options;
+        options.max_context = 1024;
+        options.max_chunk_tokens = 128;  // the longer chunks run as several pieces
+        options.print_plan = false;
+        gpu_ = std::make_unique<CudaModel>(config, load_model_weights(checkpoint, config), Numerics::kModel, options);
+    }
+
+    // Teacher-forces every layer over `schedule` and checks the bound above.
+    void check(const std::string& what, const std::vector<int64_t>& schedule) {
+        const ModelConfig& c = cpu_->config();
+        const int64_t row = c.hc_mult * c.hidden_size;
+        const CpuRun ref = run_cpu(*cpu_, *weights_, ids_, schedule);
+        for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+            const std::vector<float>& in = ref.streams[size_t(layer)];
+            const std::vector<float>& want = ref.streams[size_t(layer + 1)];
+            // The entry point itself: the CPU block alone reproduces the CPU's full forward bitwise.
+            const std::vector<float> cpu_block = run_block(*cpu_, layer, ids_, schedule, in, nullptr);
+            ASSERT_EQ(cpu_block.size(), want.size());
+            ASSERT_TRUE(std::equal(cpu_block.begin(), cpu_block.end(), want.begin(),
+                                   [](float a, float b) { return float_bits(a) == float_bits(b); }))
+                << what << " layer " << layer << ": CpuModel::forward_block differs from CpuModel::forward";
+
+            Activations gpu_activations;
+            const std::vector<float> got = run_block(*gpu_, layer, ids_, schedule, in, &gpu_activations);
+            ASSERT_EQ(got.size(), want.size());
+            const LayerReport r = compare_layer(what, layer, got, want, ref.near_tie[size_t(layer)], row);
+            const bool ok = !r.has_nan && r.identical_decided >= kMinIdentical && r.worst_ulps <= kMaxUlps;
+            std::printf(
+                "[ teacher  ] %-34s layer %lld: %8.4f %% identical (%8.4f %% without %lld near-tie tokens), "
+                "worst %.2f ulps (token %lld), worst token cosine %.7f%s\n",
+                what.c_str(), (long long)layer, 100 * r.identical, 100 * r.identical_decided, (long long)r.near_ties,
+                r.worst_ulps, (long long)r.worst_token, r.worst_cosine, ok ? "" : "  FAILS");
+            print_activations(layer, gpu_activations, ref.activations);
+            EXPECT_FALSE(r.has_nan) << what << " layer " << layer;
+            EXPECT_GE(r.identical_decided, kMinIdentical) << what << " layer " << layer;
+            EXPECT_LE(r.worst_ulps, kMaxUlps) << what << " layer " << layer << " token " << r.worst_token;
+        }
+    }
+
+    std::unique_ptr<testing::Golden> golden_;
+    std::vector<int32_t> ids_;
+    std::unique_ptr<ModelWeights> weights_;  // the embedding, for layer 0's input streams
+    std::unique_ptr<CpuModel> cpu_;
+    std::unique_ptr<CudaModel> gpu_;
+};
+
+TEST_P(CudaLayerFixture, PrefillBlocksMatchCpu) {
+    check(GetParam() + " prefill", cuda_fixtures::chunk_schedule(*golden_));
+}
+
+// Half the ids as one prefill, then one decode step per id: the decode paths over a state built by the prefill
+// (every fixture's second half crosses a multiple of 128, so HCA-128 and CSA-4 windows close during decode).
+TEST_P(CudaLayerFixture, DecodeBlocksMatchCpu) {
+    const int64_t n = int64_t(ids_.size()), prefill = n / 2;
+    std::vector<int64_t> schedule{prefill};
+    schedule.resize(size_t(1 + n - prefill), 1);
+    check(GetParam() + " decode", schedule);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaLayerFixture, ::testing::ValuesIn(cuda_fixtures::fixtures()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                             return cuda_fixtures::test_name(info.param);
+                         });
+
+}  // namespace
+}  // namespace dsv4
