@@ -122,6 +122,12 @@ void attention_forward(const AttentionContext& ctx, const AttentionWeights& w, L
     auto observe = [&](std::string_view name, const Buffer& b, int64_t cols) {
         if (ctx.observer) (*ctx.observer)(name, ctx.layer, b.data(), tokens, cols);
     };
+    // The compressed entries (or indexer keys) this chunk closed, rows [before, end) of `entries`, as stored.
+    auto observe_entries = [&](std::string_view name, const std::vector<float>& entries, int64_t before,
+                               int64_t cols) {
+        const int64_t added = int64_t(entries.size()) / cols - before;
+        if (ctx.observer && added > 0) (*ctx.observer)(name, ctx.layer, entries.data() + before * cols, added, cols);
+    };
 
     // 1. Queries: low-rank projection, q_norm, per-head unweighted RMS norm, RoPE on each head's tail.
     Buffer qr(static_cast<size_t>(tokens * cfg.q_lora_rank)), q(static_cast<size_t>(tokens * H * d));
@@ -161,8 +167,10 @@ void attention_forward(const AttentionContext& ctx, const AttentionWeights& w, L
             rope_tail(p, ctx.rope, qi.data() + i * dI, dI, start_position + i / nI);
             p.indexer_rotate_fp4(qi.data() + i * dI, dI);
         }
+        const int64_t keys_before = int64_t(state.index_keys.size()) / dI;
         run_compressor(ctx, iw.compressor, state.index_compressor, x, tokens, start_position, state.index_keys,
                        [&](float* entry) { p.indexer_rotate_fp4(entry, dI); });
+        observe_entries("attn.index_keys", state.index_keys, keys_before, dI);
         p.linear(x, tokens, iw.weights_proj, head_weights.data());
         const float weight_scale = float(std::pow(double(dI), -0.5) * std::pow(double(nI), -0.5));
         for (auto& v : head_weights) v *= weight_scale;
@@ -181,12 +189,24 @@ void attention_forward(const AttentionContext& ctx, const AttentionWeights& w, L
         });
     }
 
-    if (w.indexer) observe("attn.index_margin", index_margin, 1);
+    if (w.indexer) {
+        observe("attn.index_margin", index_margin, 1);
+        if (ctx.observer) {  // [tokens, index_topk] entry indices, best first; -1 past the visible entries
+            Buffer chosen(static_cast<size_t>(tokens * cfg.index_topk), -1.0f);
+            for (int64_t t = 0; t < tokens; ++t)
+                for (size_t j = 0; j < selected[static_cast<size_t>(t)].size(); ++j)
+                    chosen[static_cast<size_t>(t * cfg.index_topk) + j] = float(selected[static_cast<size_t>(t)][j]);
+            (*ctx.observer)("attn.selected", ctx.layer, chosen.data(), tokens, cfg.index_topk);
+        }
+    }
 
     // 4. Main compressor (CSA/HCA): entries closed by a token are visible to that token.
-    if (w.compressor)
+    if (w.compressor) {
+        const int64_t entries_before = int64_t(state.compressed.size()) / d;
         run_compressor(ctx, *w.compressor, state.compressor, x, tokens, start_position, state.compressed,
                        [&](float* entry) { p.kv_nope_fp8(entry, nope); });
+        observe_entries("attn.compressed", state.compressed, entries_before, d);
+    }
 
     // 5. Sparse attention of every head over window keys plus the chosen compressed entries; inverse RoPE.
     // Slot order follows the official kernel's index list: W window slots (oldest to newest, missing positions

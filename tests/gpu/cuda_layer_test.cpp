@@ -207,6 +207,28 @@ void print_activations(int64_t layer, const Activations& gpu, const Activations&
     }
 }
 
+// CSA: tokens whose selected entry sets differ (as sets) between GPU and CPU, with the smallest CPU indexer margin
+// among them (a near-tie explains a different set; a clear margin does not).
+void print_selection(int64_t layer, const Activations& gpu, const Activations& cpu) {
+    auto a = gpu.find({"attn.selected", layer}), b = cpu.find({"attn.selected", layer});
+    auto margin = cpu.find({"attn.index_margin", layer});
+    if (a == gpu.end() || b == cpu.end() || margin == cpu.end() || a->second.size() != b->second.size()) return;
+    const size_t T = margin->second.size(), k = b->second.size() / std::max<size_t>(T, 1);
+    int64_t differ = 0;
+    float worst_margin = std::numeric_limits<float>::infinity();
+    for (size_t t = 0; t < T; ++t) {
+        std::vector<float> x(a->second.begin() + long(t * k), a->second.begin() + long((t + 1) * k));
+        std::vector<float> y(b->second.begin() + long(t * k), b->second.begin() + long((t + 1) * k));
+        std::sort(x.begin(), x.end());
+        std::sort(y.begin(), y.end());
+        if (x == y) continue;
+        ++differ;
+        worst_margin = std::min(worst_margin, margin->second[t]);
+    }
+    std::printf("      attn.selected sets: %lld of %zu tokens differ (smallest CPU indexer margin among them %.3g)\n",
+                (long long)differ, T, double(worst_margin));
+}
+
 class CudaLayerFixture : public ::testing::TestWithParam<std::string> {
   protected:
     void SetUp() override {
@@ -252,6 +274,7 @@ class CudaLayerFixture : public ::testing::TestWithParam<std::string> {
                 what.c_str(), (long long)layer, 100 * r.identical, 100 * r.identical_decided, (long long)r.near_ties,
                 r.worst_ulps, (long long)r.worst_token, r.worst_cosine, ok ? "" : "  FAILS");
             print_activations(layer, gpu_activations, ref.activations);
+            print_selection(layer, gpu_activations, ref.activations);
             EXPECT_FALSE(r.has_nan) << what << " layer " << layer;
             EXPECT_GE(r.identical_decided, kMinIdentical) << what << " layer " << layer;
             EXPECT_LE(r.worst_ulps, kMaxUlps) << what << " layer " << layer << " token " << r.worst_token;

@@ -1,6 +1,6 @@
 // One block of the GPU forward: the steps of CpuModel::block_forward, attention_forward and moe_forward
 // (src/model/), same rounding points, same order; plus the linear dispatch of Precision (FP8 -> quantized input and
-// FP8 GEMM, dense -> f32 cuBLASLt) and the observer downloads.
+// FP8 GEMM, dense -> the chunk-invariant f32 dense_linear) and the observer downloads.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -11,6 +11,7 @@
 #include "kernels/cuda/attention_slots/attention_slots.h"
 #include "kernels/cuda/compressor/compressor.h"
 #include "kernels/cuda/convert/convert.h"
+#include "kernels/cuda/dense_linear/dense_linear.h"
 #include "kernels/cuda/gemm_fp8/gemm_fp8.h"
 #include "kernels/cuda/grouped_linear/grouped_linear.h"
 #include "kernels/cuda/indexer/indexer.h"
@@ -23,7 +24,6 @@
 #include "kernels/cuda/rope/rope.h"
 #include "kernels/cuda/sparse_attention/sparse_attention.h"
 #include "runtime/cuda/cuda_model_impl.h"
-#include "runtime/cuda/dense_gemm.h"
 
 namespace dsv4 {
 namespace {
@@ -81,15 +81,11 @@ void CudaModel::Impl::act_quant(const bf16* x, int64_t rows, int64_t cols) {
 }
 
 void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y) {
-    cuda::DenseGemmParams p;
     DSV4_CHECK(w.format == WeightFormat::kF32 || w.format == WeightFormat::kBF16,
                "linear_f32 needs a dense weight ({} given)", weight_format_name(w.format));
+    cuda::DenseLinearParams p;
     p.type = w.format == WeightFormat::kF32 ? cuda::DenseType::kF32 : cuda::DenseType::kBF16;
     p.x = x;
-    if (p.type == cuda::DenseType::kF32) {  // exact upcast of the bf16 activations
-        cuda::bf16_to_f32({x, ws.x_f32, m, w.cols, w.cols}, stream->get());
-        p.x = ws.x_f32;
-    }
     p.w = w.data;
     p.y = y;
     p.m = m;
@@ -97,9 +93,7 @@ void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int
     p.k = w.cols;
     p.ldx = p.ldw = w.cols;
     p.ldy = w.rows;
-    p.workspace = ws.gemm;
-    p.workspace_bytes = cuda::kCublasLtWorkspaceBytes;
-    cuda::dense_gemm(*lt, p, stream->get());
+    cuda::dense_linear(p, stream->get());
 }
 
 void CudaModel::Impl::linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y) {
@@ -145,11 +139,10 @@ void CudaModel::Impl::grouped_linear(const cuda::DeviceMatrix& w, const bf16* x,
     DSV4_CHECK(w.format == WeightFormat::kF32 || w.format == WeightFormat::kBF16, "grouped_linear: format {}",
                weight_format_name(w.format));
     const bool f32 = w.format == WeightFormat::kF32;
-    if (f32) cuda::bf16_to_f32({x, ws.x_f32, m, groups * in, groups * in}, stream->get());
     for (int64_t g = 0; g < groups; ++g) {
-        cuda::DenseGemmParams p;
+        cuda::DenseLinearParams p;
         p.type = f32 ? cuda::DenseType::kF32 : cuda::DenseType::kBF16;
-        p.x = f32 ? static_cast<const void*>(ws.x_f32 + g * in) : static_cast<const void*>(x + g * in);
+        p.x = x + g * in;
         p.w = static_cast<const uint8_t*>(w.data) + g * out * in * (f32 ? 4 : 2);
         p.y = ws.y_f32 + g * out;
         p.m = m;
@@ -158,9 +151,7 @@ void CudaModel::Impl::grouped_linear(const cuda::DeviceMatrix& w, const bf16* x,
         p.ldx = groups * in;
         p.ldw = in;
         p.ldy = groups * out;
-        p.workspace = ws.gemm;
-        p.workspace_bytes = cuda::kCublasLtWorkspaceBytes;
-        cuda::dense_gemm(*lt, p, stream->get());
+        cuda::dense_linear(p, stream->get());
     }
     cuda::f32_to_bf16({ws.y_f32, y, m, groups * out, groups * out, groups * out}, stream->get());
 }
@@ -287,6 +278,7 @@ void CudaModel::Impl::attention(int64_t layer, int slot, int64_t start, int64_t 
     // 3. Lightning indexer (CSA).
     const int64_t compressed_row =
         ratio > 0 ? pool.compressed_row[size_t(layer)] + slot * pool.compressed_cap[size_t(layer)] : 0;
+    const int64_t closed = ratio > 0 ? (start + T) / ratio - start / ratio : 0;  // entries this piece closes
     if (a.indexer) {
         const cuda::DeviceIndexer& ix = *a.indexer;
         const int64_t nI = c.index_n_heads, dI = c.index_head_dim;
@@ -295,6 +287,23 @@ void CudaModel::Impl::attention(int64_t layer, int slot, int64_t start, int64_t 
         cuda::indexer_rotate_fp4({ws.qi, T * nI, dI, dI}, s);
         uint8_t* keys = index_keys + pool.index_row[size_t(layer)] * pool.index_entry_bytes;
         compress(ix.compressor, cuda::CompressorKind::kIndexer, keys, pool.index_state_offset[size_t(layer)]);
+        if (observer && closed > 0) {  // the keys this piece closed, decoded as the indexer reads them
+            const int64_t bytes = pool.index_entry_bytes;
+            std::vector<uint8_t> raw(static_cast<size_t>(closed * bytes));
+            const uint8_t* first = keys + (slot * pool.compressed_cap[size_t(layer)] + start / ratio) * bytes;
+            DSV4_CUDA_CHECK(cudaMemcpyAsync(raw.data(), first, raw.size(), cudaMemcpyDeviceToHost, s));
+            stream->synchronize();
+            std::vector<float> values(static_cast<size_t>(closed * dI));
+            for (int64_t e = 0; e < closed; ++e) {
+                const uint8_t* entry = raw.data() + e * bytes;
+                for (int64_t i = 0; i < dI; ++i) {
+                    const uint8_t byte = entry[i / 2];
+                    const float scale = std::ldexp(1.0f, int(entry[dI / 2 + i / 32]) - 127);
+                    values[size_t(e * dI + i)] = e2m1_to_f32(uint8_t(i % 2 ? byte >> 4 : byte & 0xF)) * scale;
+                }
+            }
+            observe_host("attn.index_keys", layer, values, closed, dI);
+        }
         linear(ix.weights_proj, ws.x, T, ws.head_weights);
         cuda::scale_bf16(ws.head_weights, T * nI, float(std::pow(double(dI), -0.5) * std::pow(double(nI), -0.5)), s);
         const int64_t visible = (start + T) / ratio;  // of the last token; the row stride of the scores
@@ -337,13 +346,25 @@ void CudaModel::Impl::attention(int64_t layer, int slot, int64_t start, int64_t 
                 margin[size_t(t)] = top_k_margin(row.data(), vis, std::min(c.index_topk, vis));
             }
             observe_host("attn.index_margin", layer, margin, T, 1);
+            std::vector<int32_t> chosen(static_cast<size_t>(T * c.index_topk));
+            DSV4_CUDA_CHECK(
+                cudaMemcpyAsync(chosen.data(), ws.selected, chosen.size() * 4, cudaMemcpyDeviceToHost, s));
+            stream->synchronize();
+            observe_host("attn.selected", layer, std::vector<float>(chosen.begin(), chosen.end()), T, c.index_topk);
         }
     }
 
     // 4. Main compressor (CSA/HCA).
-    if (a.compressor)
+    if (a.compressor) {
         compress(*a.compressor, cuda::CompressorKind::kMain,
                  entries + pool.compressed_row[size_t(layer)] * pool.entry_bytes, pool.state_offset[size_t(layer)]);
+        if (observer && closed > 0) {  // the entries this piece closed, unpacked (closed <= T rows of kv_view)
+            cuda::unpack_kv_entries(
+                {entries + (compressed_row + start / ratio) * pool.entry_bytes, nullptr, ws.kv_view, closed, d, r, d},
+                s);
+            observe_bf16("attn.compressed", layer, ws.kv_view, closed, d);
+        }
+    }
 
     // 5. Sparse attention over the window slots and the compressed entries, then the inverse RoPE.
     const int64_t slots = a.indexer ? W + c.index_topk : (a.compressor ? W + (start + T) / ratio : W);

@@ -135,7 +135,6 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     const int64_t act_blocks = std::max(T * ((max_k + 127) / 128), T * k * ((I + 127) / 128));
     ws.act_q = b.take<uint8_t>(act_values);
     ws.act_scale = b.take<float>(act_blocks);
-    ws.x_f32 = b.take<float>(T * max_k);
     ws.y_f32 = b.take<float>(T * max_n);
     const int64_t comp_width = std::max(2 * d, 2 * dI);
     ws.comp_kv = b.take<float>(T * comp_width);
@@ -174,7 +173,7 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     ws.logits = b.take<float>(T * V);
 
     // GEMM workspace: the largest any FP8 product or grouped projection of a piece of 1 .. T rows asks for, and
-    // cuBLASLt's for the dense products.
+    // cuBLASLt's for fp8_gemm's block-scaled path.
     size_t gemm = cuda::kCublasLtWorkspaceBytes;
     auto fp8 = [&](const QuantizedMatrix& m, int64_t rows) {
         if (m.format != WeightFormat::kFp8Block) return;

@@ -58,7 +58,7 @@ struct Workspace {
     bf16 *qr = nullptr, *q = nullptr, *kv = nullptr, *kv_view = nullptr, *o = nullptr, *z = nullptr;
     uint8_t* act_q = nullptr;  // FP8 GEMM inputs
     float* act_scale = nullptr;
-    float *x_f32 = nullptr, *y_f32 = nullptr;         // dense f32 GEMM input / output
+    float* y_f32 = nullptr;                           // dense linear f32 output
     float *comp_kv = nullptr, *comp_score = nullptr;  // [T, width] compressor projections
     bf16 *qi = nullptr, *head_weights = nullptr, *index_scores = nullptr;
     int32_t *selected = nullptr, *attn_indices = nullptr;
