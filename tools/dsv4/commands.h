@@ -10,5 +10,6 @@ void add_generate_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace dsv4::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
     dsv4::cli::add_text_commands(app);
     dsv4::cli::add_synth_command(app);
     dsv4::cli::add_chat_command(app);
+    dsv4::cli::add_bench_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

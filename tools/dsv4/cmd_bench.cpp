@@ -1,0 +1,564 @@
+// dsv4 bench [--preset flash] [--layers N] [--context C] [--steps S] [--seed X]: decode-step latency of a
+// V4-Flash-shaped model on one GPU against the bytes the step must read (DESIGN "Performance: how we know it is
+// fast"). The weights are generated in host memory in their checkpoint formats (no checkpoint is written): FP8
+// e4m3 with E8M0 block scales for attention / shared-expert linears, MXFP4 routed experts, BF16 embedding / head /
+// router / compressor projections, F32 mHC mixers, sinks and position biases, as the synthetic writer stores them.
+// Values are drawn through 65,536-entry tables of N(0, 1) samples quantized once to each format (a counter-based
+// hash picks the entry), with power-of-two scales giving each linear a std of about 1/sqrt(fan_in): every value is
+// finite and the forward stays finite. CudaModel uploads them; the bench then measures, in one process:
+//   1. device-to-device copy bandwidth (1 GiB buffer, bytes read + written, median of 10 copies);
+//   2. prefill of C random ids (tokens/s, wall clock around a synchronous forward, after a warm-up sequence);
+//   3. S single-token decode steps after a few warm-up steps: CUDA events around CudaModel::forward, which ends
+//      with the logits copy and its stream synchronization, so the time is the whole step as the engine serves it.
+// It prints the bytes one decode step must read (weights by stage, KV entries attended, indexer keys scanned),
+// the floor time at the measured copy bandwidth, the median step, achieved GB/s and the fraction of bandwidth.
+// CUDA builds only.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "core/error.h"
+#include "model/synthetic_checkpoint.h"
+#ifdef DSV4_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "core/number_formats.h"
+#include "core/thread_pool.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/compressor/kv_entry_layout.h"
+#include "kernels/cuda/smoke/device_info.h"
+#include "model/weights.h"
+#include "runtime/cuda/cuda_model.h"
+#endif
+
+namespace dsv4::cli {
+
+#ifdef DSV4_WITH_CUDA
+namespace {
+
+uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+constexpr int64_t kTable = 65536;
+
+// Host weights in checkpoint formats, generated directly in memory; owns every byte the views point into.
+class SyntheticWeights {
+  public:
+    SyntheticWeights(uint64_t seed, ThreadPool& pool) : seed_(seed), pool_(pool) {
+        normal_.resize(kTable);
+        const uint64_t key = mix64(seed ^ 0x6E6F726D616C73ull);
+        for (int64_t i = 0; i < kTable; i += 2) {
+            const uint64_t h = mix64(key + uint64_t(i));
+            const double u1 = (double(h >> 32) + 0.5) * 0x1p-32, u2 = (double(h & 0xFFFFFFFFu) + 0.5) * 0x1p-32;
+            const double r = std::sqrt(-2.0 * std::log(u1)), t = 6.283185307179586 * u2;
+            normal_[size_t(i)] = float(r * std::cos(t));
+            normal_[size_t(i + 1)] = float(r * std::sin(t));
+        }
+        fp8_.resize(kTable);
+        fp4_.resize(kTable);
+        for (int64_t i = 0; i < kTable; ++i) {
+            fp8_[size_t(i)] = f32_to_e4m3(std::clamp(normal_[size_t(i)] * kFp8CodeStd, -448.0f, 448.0f));
+            const float hi = normal_[size_t((i * 40503 + 12345) & (kTable - 1))];
+            fp4_[size_t(i)] = uint8_t(f32_to_e2m1(normal_[size_t(i)] * kFp4CodeStd) |
+                                      (f32_to_e2m1(hi * kFp4CodeStd) << 4));
+        }
+    }
+
+    ModelWeights build(const ModelConfig& c) {
+        ModelWeights w;
+        const int64_t D = c.hidden_size, n = c.hc_mult;
+        w.embed = bf16("embed.weight", c.vocab_size, D, 1.0);
+        w.head = bf16("head.weight", c.vocab_size, D, 1.0 / std::sqrt(double(D)));
+        w.norm = norm(D);
+        w.hc_head = hc(n, 1, c);
+        for (int64_t l = 0; l < c.num_layers; ++l) {
+            const std::string p = "layers." + std::to_string(l);
+            const int64_t ratio = c.compress_ratios[size_t(l)];
+            BlockWeights b;
+            b.attn_norm = norm(D);
+            b.ffn_norm = norm(D);
+            b.hc_attn = hc((2 + n) * n, 3, c);
+            b.hc_ffn = hc((2 + n) * n, 3, c);
+            AttentionWeights& a = b.attn;
+            const int64_t H = c.num_heads, d = c.head_dim, g = c.o_groups;
+            a.attn_sink = normals(H, 0.5);
+            a.wq_a = fp8(p + ".attn.wq_a", c.q_lora_rank, D);
+            a.q_norm = norm(c.q_lora_rank);
+            a.wq_b = fp8(p + ".attn.wq_b", H * d, c.q_lora_rank);
+            a.wkv = fp8(p + ".attn.wkv", d, D);
+            a.kv_norm = norm(d);
+            a.wo_a = fp8(p + ".attn.wo_a", g * c.o_lora_rank, H * d / g);
+            a.wo_b = fp8(p + ".attn.wo_b", D, g * c.o_lora_rank);
+            if (ratio > 0) a.compressor = compressor(p + ".attn.compressor", ratio, d, c);
+            if (ratio == 4) {
+                IndexerWeights ix;
+                ix.wq_b = fp8(p + ".attn.indexer.wq_b", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
+                ix.weights_proj = bf16(p + ".attn.indexer.weights_proj.weight", c.index_n_heads, D,
+                                       1.0 / std::sqrt(double(D)));
+                ix.compressor = compressor(p + ".attn.indexer.compressor", ratio, c.index_head_dim, c);
+                a.indexer = std::move(ix);
+            }
+            MoeWeights& m = b.ffn;
+            const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size, k = c.num_experts_per_tok;
+            m.gate = bf16(p + ".ffn.gate.weight", E, D, 1.0 / std::sqrt(double(D)));
+            if (c.mlp_types[size_t(l)] == MlpType::kHashMoe)
+                m.tid2eid = tid2eid(c.vocab_size, k, E);
+            else
+                m.gate_bias = normals(E, 0.1);
+            for (int64_t e = 0; e < E; ++e) {
+                const std::string x = p + ".ffn.experts." + std::to_string(e);
+                m.experts.push_back({fp4(x + ".w1", I, D), fp4(x + ".w2", D, I), fp4(x + ".w3", I, D)});
+            }
+            m.shared = {fp8(p + ".ffn.shared_experts.w1", I, D), fp8(p + ".ffn.shared_experts.w2", D, I),
+                        fp8(p + ".ffn.shared_experts.w3", I, D)};
+            w.layers.push_back(std::move(b));
+        }
+        return w;
+    }
+
+    uint64_t host_bytes() const { return host_bytes_; }
+
+  private:
+    static constexpr float kFp8CodeStd = 64.0f;  // e4m3 codes ~ N(0, 64^2), clamped to +-448 (7 sigma)
+    static constexpr float kFp4CodeStd = 1.5f;   // e2m1 codes ~ N(0, 1.5^2), saturating at +-6
+
+    uint64_t next_key() { return mix64(seed_ * 0x100000001B3ull + 0x9E3779B97F4A7C15ull * ++counter_); }
+
+    uint8_t* take(size_t bytes) {
+        owned_.push_back(std::make_unique_for_overwrite<uint8_t[]>(bytes));
+        host_bytes_ += bytes;
+        return owned_.back().get();
+    }
+
+    // out[i] = table[16 hash bits], four elements per 64-bit hash, in parallel.
+    template <typename T>
+    void fill(T* out, int64_t count, const std::vector<T>& table) {
+        const uint64_t key = next_key();
+        constexpr int64_t kChunk = 1 << 16;
+        pool_.parallel_for((count + kChunk - 1) / kChunk, [&](int64_t c0, int64_t c1) {
+            for (int64_t i = c0 * kChunk, end = std::min(count, c1 * kChunk); i < end; i += 4) {
+                const uint64_t h = mix64(key + uint64_t(i));
+                for (int64_t j = 0; j < 4 && i + j < end; ++j) out[i + j] = table[size_t((h >> (16 * j)) & 0xFFFF)];
+            }
+        });
+    }
+
+    // Power-of-two scale so that code_std * scale is about 1/sqrt(fan_in); as an E8M0 byte.
+    static uint8_t e8m0_for(double code_std, int64_t fan_in) {
+        const int e = int(std::lround(std::log2(1.0 / (code_std * std::sqrt(double(fan_in))))));
+        return uint8_t(127 + e);
+    }
+
+    QuantizedMatrix fp8(const std::string& name, int64_t rows, int64_t cols) {
+        QuantizedMatrix m;
+        m.name = name + ".weight";
+        m.format = WeightFormat::kFp8Block;
+        m.rows = rows;
+        m.cols = cols;
+        uint8_t* data = take(size_t(rows * cols));
+        fill(data, rows * cols, fp8_);
+        const int64_t bn = (rows + 127) / 128, bk = (cols + 127) / 128;
+        uint8_t* scale = take(size_t(bn * bk));
+        std::fill(scale, scale + bn * bk, e8m0_for(kFp8CodeStd, cols));
+        m.data = data;
+        m.scale = scale;
+        m.scale_dtype = DType::kF8E8M0;
+        m.scale_cols = bk;
+        m.block_rows = m.block_cols = 128;
+        return m;
+    }
+
+    QuantizedMatrix fp4(const std::string& name, int64_t rows, int64_t cols) {
+        QuantizedMatrix m;
+        m.name = name + ".weight";
+        m.format = WeightFormat::kFp4Mx;
+        m.rows = rows;
+        m.cols = cols;
+        uint8_t* data = take(size_t(rows * cols / 2));
+        fill(data, rows * cols / 2, fp4_);
+        uint8_t* scale = take(size_t(rows * cols / 32));
+        std::fill(scale, scale + rows * cols / 32, e8m0_for(kFp4CodeStd, cols));
+        m.data = data;
+        m.scale = scale;
+        m.scale_dtype = DType::kF8E8M0;
+        m.scale_cols = cols / 32;
+        m.block_rows = 1;
+        m.block_cols = 32;
+        return m;
+    }
+
+    QuantizedMatrix bf16(const std::string& name, int64_t rows, int64_t cols, double std) {
+        std::vector<uint16_t> table(kTable);
+        for (int64_t i = 0; i < kTable; ++i) table[size_t(i)] = f32_to_bf16(float(normal_[size_t(i)] * std));
+        QuantizedMatrix m;
+        m.name = name;
+        m.format = WeightFormat::kBF16;
+        m.rows = rows;
+        m.cols = cols;
+        auto* data = reinterpret_cast<uint16_t*>(take(size_t(rows * cols) * 2));
+        fill(data, rows * cols, table);
+        m.data = reinterpret_cast<const uint8_t*>(data);
+        return m;
+    }
+
+    Vec normals(int64_t count, double std) {
+        Vec v(static_cast<size_t>(count));
+        const uint64_t key = next_key();
+        for (int64_t i = 0; i < count; ++i) v[size_t(i)] = float(normal_[mix64(key + uint64_t(i)) & 0xFFFF] * std);
+        return v;
+    }
+    Vec uniform(int64_t count, double lo, double hi) {
+        Vec v(static_cast<size_t>(count));
+        const uint64_t key = next_key();
+        for (int64_t i = 0; i < count; ++i)
+            v[size_t(i)] = float(lo + (hi - lo) * (double(mix64(key + uint64_t(i)) >> 11) * 0x1p-53));
+        return v;
+    }
+    Vec norm(int64_t count) {  // stored as BF16 by the Hub, decoded to f32 at load
+        Vec v = uniform(count, 0.9, 1.1);
+        for (float& x : v) x = round_bf16(x);
+        return v;
+    }
+    HcWeights hc(int64_t rows, int64_t scales, const ModelConfig& c) {
+        const int64_t width = c.hc_mult * c.hidden_size;
+        return {normals(rows * width, 1.0 / std::sqrt(double(width))), normals(rows, 0.5), uniform(scales, 0.5, 1.5)};
+    }
+    CompressorWeights compressor(const std::string& p, int64_t ratio, int64_t head_dim, const ModelConfig& c) {
+        CompressorWeights cw;
+        cw.ratio = ratio;
+        cw.head_dim = head_dim;
+        cw.overlap = ratio == 4;
+        const int64_t width = (cw.overlap ? 2 : 1) * head_dim, D = c.hidden_size;
+        cw.wkv = bf16(p + ".wkv.weight", width, D, 1.0 / std::sqrt(double(D)));
+        cw.wgate = bf16(p + ".wgate.weight", width, D, 1.0 / std::sqrt(double(D)));
+        cw.ape = normals(ratio * width, 0.5);
+        cw.norm = norm(head_dim);
+        return cw;
+    }
+    // k distinct experts per vocabulary row.
+    std::vector<int32_t> tid2eid(int64_t vocab, int64_t k, int64_t experts) {
+        std::vector<int32_t> t(size_t(vocab * k));
+        const uint64_t key = next_key();
+        pool_.parallel_for(vocab, [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r) {
+                uint64_t draw = 0;
+                for (int64_t j = 0; j < k; ++j) {
+                    int32_t e;
+                    do {
+                        e = int32_t(mix64(key + uint64_t(r) * 1024 + draw++) % uint64_t(experts));
+                    } while (std::find(&t[size_t(r * k)], &t[size_t(r * k + j)], e) != &t[size_t(r * k + j)]);
+                    t[size_t(r * k + j)] = e;
+                }
+            }
+        });
+        return t;
+    }
+
+    uint64_t seed_, counter_ = 0, host_bytes_ = 0;
+    ThreadPool& pool_;
+    std::vector<float> normal_;
+    std::vector<uint8_t> fp8_, fp4_;
+    std::vector<std::unique_ptr<uint8_t[]>> owned_;
+};
+
+// Bytes the GPU reads for a matrix in its device format (docs/gpu-design.md: FP8 block scales decoded to f32).
+double matrix_bytes(const QuantizedMatrix& m) {
+    const double n = double(m.rows) * double(m.cols);
+    switch (m.format) {
+        case WeightFormat::kF32:
+            return 4 * n;
+        case WeightFormat::kBF16:
+        case WeightFormat::kF16:
+            return 2 * n;
+        case WeightFormat::kFp8Block:
+            return n + 4.0 * double((m.rows + 127) / 128) * double((m.cols + 127) / 128);
+        case WeightFormat::kFp4Mx:
+            return n / 2 + n / 32;
+        case WeightFormat::kNvfp4:
+            return n / 2 + n / 16;
+    }
+    return 0;
+}
+double vec_bytes(const Vec& v) {
+    return 4.0 * double(v.size());
+}
+double hc_bytes(const HcWeights& h) {
+    return vec_bytes(h.fn) + vec_bytes(h.base) + vec_bytes(h.scale);
+}
+double compressor_bytes(const CompressorWeights& c) {
+    return matrix_bytes(c.wkv) + matrix_bytes(c.wgate) + vec_bytes(c.ape) + vec_bytes(c.norm);
+}
+
+// What one decode step must read, by stage.
+struct StepBytes {
+    double attention = 0;   // q/kv/o projections, norms, sinks
+    double compressor = 0;  // compressor + indexer projections (every token feeds the compressor)
+    double hc = 0;          // mHC mixers of the blocks, head mixer, final norm
+    double router = 0;      // gate matrix (+ bias / tid2eid row)
+    double shared = 0;      // shared expert
+    double routed = 0;      // k selected experts (exact for one token: k distinct experts)
+    double head = 0;        // lm_head
+    double embed = 0;       // one embedding row
+    double kv = 0;          // window + CSA top-k + HCA entries attended
+    double index_keys = 0;  // indexer keys scanned on CSA layers
+    double total() const {
+        return attention + compressor + hc + router + shared + routed + head + embed + kv + index_keys;
+    }
+};
+
+StepBytes step_bytes(const ModelConfig& c, const ModelWeights& w, int64_t position) {
+    StepBytes b;
+    const double entry = double(cuda::main_entry_layout(c.head_dim, c.rope_head_dim).bytes());
+    const double index_entry = double(cuda::IndexEntryLayout{c.index_head_dim}.bytes());
+    const int64_t visible = position + 1;
+    const int64_t k = c.num_experts_per_tok;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const BlockWeights& L = w.layers[size_t(l)];
+        const AttentionWeights& a = L.attn;
+        b.attention += vec_bytes(L.attn_norm) + vec_bytes(a.attn_sink) + matrix_bytes(a.wq_a) + vec_bytes(a.q_norm) +
+                       matrix_bytes(a.wq_b) + matrix_bytes(a.wkv) + vec_bytes(a.kv_norm) + matrix_bytes(a.wo_a) +
+                       matrix_bytes(a.wo_b);
+        if (a.compressor) b.compressor += compressor_bytes(*a.compressor);
+        if (a.indexer)
+            b.compressor += matrix_bytes(a.indexer->wq_b) + matrix_bytes(a.indexer->weights_proj) +
+                            compressor_bytes(a.indexer->compressor);
+        b.hc += hc_bytes(L.hc_attn) + hc_bytes(L.hc_ffn);
+        b.router += matrix_bytes(L.ffn.gate) + vec_bytes(L.ffn.gate_bias) + (L.ffn.tid2eid.empty() ? 0.0 : 4.0 * k);
+        b.shared += vec_bytes(L.ffn_norm) + matrix_bytes(L.ffn.shared.w1) + matrix_bytes(L.ffn.shared.w2) +
+                    matrix_bytes(L.ffn.shared.w3);
+        const ExpertWeights& e = L.ffn.experts.front();
+        b.routed += double(k) * (matrix_bytes(e.w1) + matrix_bytes(e.w2) + matrix_bytes(e.w3));
+        const int64_t ratio = c.compress_ratios[size_t(l)];
+        int64_t entries = std::min(visible, c.sliding_window);
+        if (ratio == 4) {
+            entries += std::min(c.index_topk, visible / 4);
+            b.index_keys += double(visible / 4) * index_entry;
+        } else if (ratio > 0) {
+            entries += visible / ratio;
+        }
+        b.kv += double(entries) * entry;
+    }
+    b.hc += hc_bytes(w.hc_head) + vec_bytes(w.norm);
+    b.head = matrix_bytes(w.head);
+    b.embed = 2.0 * double(c.hidden_size);
+    return b;
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Device-to-device copy of a 1 GiB buffer; bytes read + written over the median time of 10 copies.
+double copy_bandwidth_gbs() {
+    const size_t bytes = size_t(1) << 30;
+    void *src = nullptr, *dst = nullptr;
+    DSV4_CUDA_CHECK(cudaMalloc(&src, bytes));
+    DSV4_CUDA_CHECK(cudaMalloc(&dst, bytes));
+    DSV4_CUDA_CHECK(cudaMemset(src, 0x5A, bytes));  // not zeros
+    cudaEvent_t e0, e1;
+    DSV4_CUDA_CHECK(cudaEventCreate(&e0));
+    DSV4_CUDA_CHECK(cudaEventCreate(&e1));
+    std::vector<double> ms;
+    for (int i = 0; i < 13; ++i) {
+        DSV4_CUDA_CHECK(cudaEventRecord(e0, 0));
+        DSV4_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
+        DSV4_CUDA_CHECK(cudaEventRecord(e1, 0));
+        DSV4_CUDA_CHECK(cudaEventSynchronize(e1));
+        float t = 0;
+        DSV4_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+        if (i >= 3) ms.push_back(t);  // three warm-ups
+    }
+    DSV4_CUDA_CHECK(cudaEventDestroy(e0));
+    DSV4_CUDA_CHECK(cudaEventDestroy(e1));
+    DSV4_CUDA_CHECK(cudaFree(src));
+    DSV4_CUDA_CHECK(cudaFree(dst));
+    return 2.0 * double(bytes) / (median(ms) * 1e-3) / 1e9;
+}
+
+int64_t count_nonfinite(const std::vector<float>& v) {
+    return std::count_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
+}
+
+struct BenchArgs {
+    std::string preset = "flash";
+    int64_t layers = 2, context = 4096, steps = 64, warmup = 8, chunk = 256;
+    uint64_t seed = 0;
+    int threads = 0;
+};
+
+void run_bench(const BenchArgs& a) {
+    const int devices = cuda::device_count();
+    DSV4_CHECK(devices > 0, "dsv4 bench needs a CUDA GPU; none was found");
+    ModelConfig config = synthetic_preset(a.preset, a.layers);
+    config.num_mtp_layers = 0;  // the forward does not run MTP layers; they are not uploaded
+    config.mtp_compress_ratios.clear();
+    const int64_t max_context = a.context + a.warmup + a.steps;
+    DSV4_CHECK(max_context <= config.max_position_embeddings, "--context {} + steps exceeds the model's {} positions",
+               a.context, config.max_position_embeddings);
+
+    std::string pattern;
+    for (int64_t l = 0; l < config.num_layers; ++l) {
+        const int64_t r = config.compress_ratios[size_t(l)];
+        pattern += (l ? " " : "") + std::string(r == 0 ? "SWA" : (r == 4 ? "CSA" : "HCA")) +
+                   (config.mlp_types[size_t(l)] == MlpType::kHashMoe ? "/hash" : "");
+    }
+    std::printf("dsv4 bench: preset %s, %lld layers (%s), context %lld, %lld decode steps (+%lld warm-up), seed %llu\n",
+                a.preset.c_str(), (long long)config.num_layers, pattern.c_str(), (long long)a.context,
+                (long long)a.steps, (long long)a.warmup, (unsigned long long)a.seed);
+    std::printf("device: %s\n", cuda::describe_device(0).c_str());
+    std::fflush(stdout);
+
+    // 1. Copy bandwidth, before the model takes the memory.
+    const double copy_gbs = copy_bandwidth_gbs();
+    std::printf("device-to-device copy (1 GiB, read + write, median of 10): %.0f GB/s\n", copy_gbs);
+
+    // 2. Weights in host memory, then the model.
+    auto t0 = std::chrono::steady_clock::now();
+    ThreadPool pool(a.threads);
+    SyntheticWeights synth(a.seed, pool);
+    ModelWeights weights = synth.build(config);
+    std::printf("host weights generated: %.2f GB in %.1f s\n", double(synth.host_bytes()) / 1e9, seconds_since(t0));
+    const StepBytes bytes = step_bytes(config, weights, a.context + a.warmup + a.steps / 2);
+    t0 = std::chrono::steady_clock::now();
+    CudaOptions options;
+    options.max_sequences = 1;
+    options.max_context = max_context;
+    options.max_chunk_tokens = a.chunk;
+    CudaModel model(config, std::move(weights), Numerics::kModel, options);
+    std::printf("model uploaded in %.1f s\n", seconds_since(t0));
+
+    uint64_t rng = mix64(a.seed ^ 0x69647321ull);
+    auto random_id = [&] { return int32_t(mix64(rng++) % uint64_t(config.vocab_size)); };
+
+    // Warm-up sequence: module loads, cuBLASLt handles and first-touch costs stay out of the numbers.
+    {
+        SequenceState warm = model.new_sequence();
+        std::vector<int32_t> ids(size_t(std::min<int64_t>(a.context, 2 * a.chunk)));
+        for (auto& id : ids) id = random_id();
+        model.forward(warm, ids, false);
+        for (int i = 0; i < 2; ++i) {
+            const int32_t id = random_id();
+            model.forward(warm, std::span<const int32_t>(&id, 1), false);
+        }
+    }
+
+    // 3. Prefill.
+    SequenceState state = model.new_sequence();
+    std::vector<int32_t> prompt(static_cast<size_t>(a.context));
+    for (auto& id : prompt) id = random_id();
+    t0 = std::chrono::steady_clock::now();
+    std::vector<float> logits = model.forward(state, prompt, false);
+    const double prefill_s = seconds_since(t0);
+    std::printf("prefill: %lld tokens in %.3f s = %.0f tokens/s (pieces of %lld tokens; wall clock, synchronous)\n",
+                (long long)a.context, prefill_s, double(a.context) / prefill_s, (long long)a.chunk);
+    int64_t bad = count_nonfinite(logits);
+
+    // 4. Decode steps.
+    cudaEvent_t e0, e1;
+    DSV4_CUDA_CHECK(cudaEventCreate(&e0));
+    DSV4_CUDA_CHECK(cudaEventCreate(&e1));
+    std::vector<double> event_ms, host_ms;
+    for (int64_t i = 0; i < a.warmup + a.steps; ++i) {
+        const int32_t id = random_id();
+        const auto h0 = std::chrono::steady_clock::now();
+        DSV4_CUDA_CHECK(cudaEventRecord(e0, 0));
+        logits = model.forward(state, std::span<const int32_t>(&id, 1), false);
+        DSV4_CUDA_CHECK(cudaEventRecord(e1, 0));
+        DSV4_CUDA_CHECK(cudaEventSynchronize(e1));
+        const double h = seconds_since(h0) * 1e3;
+        float t = 0;
+        DSV4_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+        bad += count_nonfinite(logits);
+        if (i >= a.warmup) {
+            event_ms.push_back(t);
+            host_ms.push_back(h);
+        }
+    }
+    DSV4_CUDA_CHECK(cudaEventDestroy(e0));
+    DSV4_CUDA_CHECK(cudaEventDestroy(e1));
+
+    const double step_ms = median(event_ms);
+    const double total = bytes.total();
+    const double floor_ms = total / (copy_gbs * 1e9) * 1e3;
+    auto line = [&](const char* what, double b, const char* note) {
+        std::printf("  %-22s %10.2f MB  %5.1f%%  %s\n", what, b / 1e6, 100.0 * b / total, note);
+    };
+    std::printf("decode step bytes (one token at position %lld; MB = 1e6 B):\n",
+                (long long)(a.context + a.warmup + a.steps / 2));
+    line("attention weights", bytes.attention, "wq_a, wq_b, wkv, wo_a, wo_b, norms, sinks");
+    line("compressor/indexer", bytes.compressor, "compressor wkv/wgate, indexer wq_b/weights_proj/compressor");
+    line("mHC mixers + norm", bytes.hc, "f32 hc_attn/hc_ffn per block, hc_head, final norm");
+    line("router", bytes.router, "bf16 gate [E, D] per layer");
+    line("shared expert", bytes.shared, "FP8 w1/w2/w3");
+    line("routed experts", bytes.routed, "k x MXFP4 expert, exact: one token selects k distinct experts");
+    line("lm_head", bytes.head, "bf16 [vocab, D]");
+    line("embedding row", bytes.embed, "");
+    line("KV entries", bytes.kv, "584 B each: window + min(topk, visible/4) CSA + visible/128 HCA");
+    line("indexer keys", bytes.index_keys, "68 B each, visible/4 per CSA layer");
+    std::printf("  %-22s %10.2f MB\n", "total", total / 1e6);
+    std::printf("floor at copy bandwidth: %.3f ms\n", floor_ms);
+    std::printf("decode step (CUDA events around forward(), logits copy + host sync included): median %.3f ms, "
+                "min %.3f, max %.3f over %lld steps; host clock median %.3f ms\n",
+                step_ms, *std::min_element(event_ms.begin(), event_ms.end()),
+                *std::max_element(event_ms.begin(), event_ms.end()), (long long)a.steps, median(host_ms));
+    std::printf("achieved: %.0f GB/s = %.1f%% of copy bandwidth; measured / floor = %.2fx\n",
+                total / (step_ms * 1e-3) / 1e9, 100.0 * total / (step_ms * 1e-3) / 1e9 / copy_gbs, step_ms / floor_ms);
+    std::printf("non-finite logits: %lld\n", (long long)bad);
+    DSV4_CHECK(bad == 0, "the synthetic model produced {} non-finite logits", bad);
+}
+
+}  // namespace
+#endif
+
+void add_bench_command(CLI::App& app) {
+    auto* cmd = app.add_subcommand("bench", "Decode-step latency of a V4-Flash-shaped model with random weights (GPU)");
+#ifdef DSV4_WITH_CUDA
+    auto a = std::make_shared<BenchArgs>();
+#else
+    struct BenchArgs {
+        std::string preset = "flash";
+        int64_t layers = 2, context = 4096, steps = 64, warmup = 8, chunk = 256;
+        uint64_t seed = 0;
+        int threads = 0;
+    };
+    auto a = std::make_shared<BenchArgs>();
+#endif
+    cmd->add_option("--preset", a->preset, "Model shapes (flash: V4-Flash)")->check(CLI::IsMember({"flash"}));
+    cmd->add_option("--layers", a->layers, "Trunk layers, continuing the preset's layer pattern")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--context", a->context, "Prefill tokens before the timed decode steps")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--steps", a->steps, "Timed decode steps (median reported)")->check(CLI::PositiveNumber);
+    cmd->add_option("--warmup", a->warmup, "Untimed decode steps before them")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--chunk", a->chunk, "Prefill piece length (CudaOptions::max_chunk_tokens)")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--seed", a->seed, "Seed of the random weights and ids");
+    cmd->add_option("--threads", a->threads, "Host threads generating the weights (0: all cores)")
+        ->check(CLI::NonNegativeNumber);
+    cmd->callback([a] {
+#ifdef DSV4_WITH_CUDA
+        run_bench(*a);
+#else
+        fail("dsv4 bench needs a CUDA build of dsv4 (configure with -DDSV4_CUDA=ON) and a GPU");
+#endif
+    });
+}
+
+}  // namespace dsv4::cli
