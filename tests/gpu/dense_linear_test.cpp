@@ -39,9 +39,11 @@ TEST(GpuDenseLinear, RowCountInvariantAndEqualToCpuLinear) {
     Rng rng;
     ThreadPool pool(4);
     constexpr int64_t M = 37;
-    for (const Case& c : {Case{cuda::DenseType::kF32, 45, 100, 100, 45}, Case{cuda::DenseType::kF32, 64, 256, 300, 70},
-                          Case{cuda::DenseType::kBF16, 33, 7168 / 16, 448, 33},
-                          Case{cuda::DenseType::kBF16, 256, 1024, 1030, 260}}) {
+    for (const Case& c :
+         {Case{cuda::DenseType::kF32, 45, 100, 100, 45}, Case{cuda::DenseType::kF32, 64, 256, 300, 70},
+          Case{cuda::DenseType::kBF16, 33, 7168 / 16, 448, 33}, Case{cuda::DenseType::kBF16, 256, 1024, 1030, 260},
+          Case{cuda::DenseType::kBF16, 100, 1000, 1000, 100},  // partial last stage, 16-byte x
+          Case{cuda::DenseType::kBF16, 40, 100, 104, 40}}) {   // 200-byte W rows: tiled path
         const bool f32 = c.type == cuda::DenseType::kF32;
         std::vector<uint16_t> x = random_bf16(rng, M * c.ldx);
         std::vector<float> w_values = rng.normal_bf16(c.n * c.k, 0.05f);
@@ -110,4 +112,48 @@ TEST(GpuDenseLinear, RowCountInvariantAndEqualToCpuLinear) {
         EXPECT_EQ(chunk_diff, 0) << "n " << c.n << " k " << c.k;
         EXPECT_EQ(cpu_diff, 0) << "n " << c.n << " k " << c.k;
     }
+}
+
+// The head's shape (V4-Flash lm_head, [129280 x 4096] bf16) at one token, the decode step's largest read: bitwise
+// equal to cpu::linear on every one of the 129280 outputs.
+TEST(GpuDenseLinear, HeadShapeAtOneTokenEqualToCpuLinear) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    ThreadPool pool(8);
+    constexpr int64_t N = 129280, K = 4096;
+    const std::vector<uint16_t> x = random_bf16(rng, K);
+    const std::vector<uint16_t> w = random_bf16(rng, N * K, 0.02f);
+    auto d_x = to_device(x);
+    auto d_w = to_device(w);
+    auto y = poisoned<float>(size_t(N));
+    cuda::DenseLinearParams p;
+    p.type = cuda::DenseType::kBF16;
+    p.x = reinterpret_cast<const __nv_bfloat16*>(d_x.get());
+    p.w = d_w.get();
+    p.y = y.get();
+    p.m = 1;
+    p.n = N;
+    p.k = K;
+    p.ldx = p.ldw = K;
+    p.ldy = N;
+    cuda::dense_linear(p, nullptr);
+    const std::vector<float> got = to_host(y);
+
+    std::vector<float> x_dense(static_cast<size_t>(K));
+    for (int64_t i = 0; i < K; ++i) x_dense[size_t(i)] = bf16_to_f32(x[size_t(i)]);
+    QuantizedMatrix qm;
+    qm.name = "head";
+    qm.format = WeightFormat::kBF16;
+    qm.rows = N;
+    qm.cols = K;
+    qm.data = reinterpret_cast<const uint8_t*>(w.data());
+    std::vector<float> want(static_cast<size_t>(N));
+    cpu::linear(pool, x_dense.data(), 1, qm, want.data());
+    const int64_t diff = bit_differences(got, want, "GPU vs cpu::linear");
+    int64_t nan = 0;
+    for (float v : got) nan += std::isnan(v);
+    std::printf("[ dense    ] bf16 n %lld k %lld m 1: %lld of %lld differ from cpu::linear\n", (long long)N,
+                (long long)K, (long long)diff, (long long)N);
+    EXPECT_EQ(nan, 0);
+    EXPECT_EQ(diff, 0);
 }

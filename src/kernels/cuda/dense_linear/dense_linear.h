@@ -2,7 +2,9 @@
 // element is one f32 dot product summed in column order, k = 0, 1, ..., each product and each sum rounded on its
 // own (no FMA): the arithmetic of cpu::linear (src/kernels/cpu/linear.cpp), so the result depends on neither the row
 // count m nor the tiling, and equals the CPU reference bitwise. Used for every dense linear of the executor
-// (compressor wkv/wgate, router gate, head, the F32 fixtures' projections); slow next to a tensor-core GEMM.
+// (compressor wkv/wgate, router gate, head, the F32 fixtures' projections). Decode (M = 1) streams W at near copy
+// bandwidth through cp.async-staged shared memory (dense_linear.cu); at large M it is CUDA-core bound, slow next to
+// a tensor-core GEMM.
 // Tested in tests/gpu/dense_linear_test.cpp (m = 1 against m = 37 bitwise, and against cpu::linear bitwise).
 #pragma once
 
@@ -27,6 +29,9 @@ void dense_linear(const DenseLinearParams& p, cudaStream_t stream);
 
 namespace detail {
 void launch_dense_linear(const DenseLinearParams& p, cudaStream_t stream);
+// The alignment-agnostic path alone (8 tokens x 32 outputs per block, scalar loads): the staged path's fallback,
+// kept callable so a benchmark can set the two side by side. Same arithmetic, same bits.
+void launch_dense_linear_tiled(const DenseLinearParams& p, cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace dsv4::cuda
