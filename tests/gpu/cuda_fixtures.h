@@ -1,5 +1,6 @@
 // The model fixtures the CudaModel tests run on: tests/fixtures/* and, when DSV4_SHARED_DIR holds it,
-// official-numerics-a (skipped at run time otherwise), with each fixture's mixed chunk schedule.
+// official-numerics-a (skipped at run time otherwise), with each fixture's mixed chunk schedule, and the one-ulp
+// perturbation both tests build their CPU-vs-CPU yardstick from (docs/numerics.md, "GPU vs CPU").
 // Used by tests/gpu/cuda_model_test.cpp (end to end) and tests/gpu/cuda_layer_test.cpp (block by block).
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/number_formats.h"
 #include "model/golden_io.h"
 
 namespace dsv4::cuda_fixtures {
@@ -37,6 +39,27 @@ inline std::vector<std::string> fixtures() {
 inline std::vector<int64_t> chunk_schedule(const testing::Golden& golden) {
     if (golden.has("chunk_sizes")) return golden.ints("chunk_sizes");
     return {37, 1, 1, 20, 69, 3, 1, 128, 5, 1, 1, 1, 2, 31, 74};
+}
+
+// The yardstick: how far the CPU moves from itself when one input element per token moves by one bf16 ulp, for
+// kYardsticks different deterministic choices of the elements.
+constexpr int kYardsticks = 3;
+
+// A deterministic, well-mixed 64-bit hash (splitmix64's finalizer) of (perturbation k, token or row r).
+inline uint64_t perturbation_hash(int k, int64_t r) {
+    uint64_t z = uint64_t(k + 1) * 0x9E3779B97F4A7C15ull + uint64_t(r) * 0xD1B54A32D192ED03ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// The bf16 neighbour of the bf16 value `x` one ulp away: larger in magnitude when `away`, else smaller (zero,
+// which has no smaller neighbour, moves away). Finite in, finite out for every value the fixtures hold.
+inline float bf16_neighbour(float x, bool away) {
+    const uint16_t h = f32_to_bf16(x);
+    const uint16_t magnitude = h & 0x7FFF, sign = h & 0x8000;
+    const uint16_t moved = (away || magnitude == 0) ? uint16_t(magnitude + 1) : uint16_t(magnitude - 1);
+    return bf16_to_f32(uint16_t(sign | moved));
 }
 
 // gtest parameter names: '-' is not allowed.

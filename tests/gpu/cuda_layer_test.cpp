@@ -31,29 +31,29 @@ namespace {
 using cuda_fixtures::fixture_dir;
 using Activations = std::map<std::pair<std::string, int64_t>, std::vector<float>>;  // (name, layer) -> rows
 
-// The bound on one block's output streams, GPU against CPU on identical inputs. Where it comes from:
-//  * Both sides round at the same points (docs/gpu-design.md, "Numerics contract"); only the order of f32
-//    summation differs. An f32 sum of K terms then differs by a few f32 ulps of its terms, which moves its bf16
-//    rounding (2^-8 relative, 2^16 f32 ulps) only when the value lies within that distance of a rounding
-//    boundary: a flip of one bf16 ulp in a small fraction of an activation's elements.
-//  * A flip feeding an FP8 (e4m3, 2^-3 relative spacing) activation quantization moves the quantized element by
-//    one FP8 step with probability about 2^-4, and a power-of-two block scale only when the block's largest
-//    element flips across a power of two. Such a step changes every output of that linear by about
-//    2^-4 / sqrt(K) of its size: one or two bf16 ulps of the sub-layer output, in the tokens where it happened.
-//  * The block's output streams are the input streams mixed by mHC (identical inputs, f32 mixing weights) plus
-//    the sub-layer outputs; the final bf16 rounding turns a sub-layer difference of an ulp or two into at most a
-//    few ulps of the stream element, and into none where the sub-layer term is small against the residual.
-//  So: at least 99 % of the elements bit-identical, and every element within kMaxUlps bf16 ulps, the ulp taken at
-//  max(|element|, RMS of the token's streams) (a stream element near zero is a cancellation of terms of the row's
-//  size, whose rounding differences are ulps of those terms). A discrete near-tie is the exception: where the
-//  CPU's router or indexer top-k margin (ffn.router_margin, attn.index_margin: (s_k - s_k+1) / |s_k|) is below
-//  kNearTie, an f32/bf16 difference of the scores can pick another expert or entry, and that token's output may
-//  differ by anything; such tokens are reported with their margin and kept out of the bound.
-// The first device run falsified this estimate rather than the GPU: the CPU block against itself with one input
-// element per token moved by one ulp differs far more (docs/numerics.md, "GPU vs CPU"); the bound is left as
-// derived until a better-founded one replaces it.
-constexpr double kMinIdentical = 0.99;
-constexpr double kMaxUlps = 4;
+// The criterion on one block's output streams, GPU against CPU on identical inputs, is a yardstick measured here,
+// per fixture, schedule and layer: the GPU must differ from the CPU no more than the CPU differs from itself (CPU')
+// when the same block is fed the same input streams with ONE element per token moved by one bf16 ulp, for
+// kYardsticks deterministic choices of that element. Pass: no NaN, the GPU's share of bit-identical elements >= the
+// smallest CPU' share, and the GPU's worst token cosine >= the smallest CPU' worst token cosine.
+// Why a yardstick and not a fixed bound: both backends round at the same points (docs/gpu-design.md, "Numerics
+// contract"); they differ only where f32 sums are ordered differently, in tensor-core sums in attention, and in
+// device vs glibc libm, i.e. by a one-ulp flip of a few intermediate values. How far such a flip travels is a
+// property of the block, not of the GPU: a flip feeding an FP8 activation quantization becomes a 1/16 step of the
+// quantized element (or another power-of-two block scale), the FP8 KV and FP4 indexer-key round trips do the same
+// to the cache, and mHC mixing weights computed from a token's whole stream row spread a change of one element
+// over every element of the token. An a-priori estimate that ignored this response (>= 99 % identical, <= 4 ulps,
+// from sqrt(K) averaging) was falsified by the CPU itself: CPU' differs from CPU far more (5.6-57 % identical)
+// than the GPU does. CPU' is the smallest disturbance the block's inputs can carry, so it measures the response;
+// a GPU whose differences are of rounding origin stays within it. A wrong position, scale, norm, mask or state
+// changes every element of the tokens it touches by far more than a rounding step: it falls out of the yardstick
+// unless it is confined to a few tokens and moves each less than CPU' moves its worst token (the blind spot,
+// wide where the block is chaotic: see the measured tables in docs/numerics.md).
+// Fixed checks stay beside it: no NaN, and CpuModel::forward_block equal to CpuModel::forward bitwise.
+// A discrete near-tie is the one exception: where the CPU's router or indexer top-k margin (ffn.router_margin,
+// attn.index_margin: (s_k - s_k+1) / |s_k|) is below kNearTie, an f32/bf16 difference of the scores can pick
+// another expert or entry and that token's output may differ by anything; such tokens are reported with their
+// margin and kept out of the GPU's and every CPU' share and cosine alike.
 constexpr float kNearTie = 1e-3f;
 
 // The CPU's full forward over `ids` in `schedule`: every layer's input streams (layer 0: the embedding copied into
@@ -141,15 +141,16 @@ struct LayerReport {
     bool has_nan = false;
 };
 
-// GPU block output against the CPU's, token by token; prints the near-tie tokens.
-LayerReport compare_layer(const std::string& what, int64_t layer, const std::vector<float>& gpu,
-                          const std::vector<float>& cpu, const std::vector<float>& near_tie, int64_t row) {
+// A block output against the CPU's, token by token; prints the near-tie tokens when asked.
+LayerReport compare_layer(const std::string& what, int64_t layer, const std::vector<float>& got,
+                          const std::vector<float>& want, const std::vector<float>& near_tie, int64_t row,
+                          bool print_near_ties) {
     LayerReport r;
-    const int64_t T = int64_t(cpu.size()) / row;
+    const int64_t T = int64_t(want.size()) / row;
     int64_t same = 0, same_decided = 0, decided = 0;
     for (int64_t t = 0; t < T; ++t) {
-        const float* a = gpu.data() + t * row;
-        const float* b = cpu.data() + t * row;
+        const float* a = got.data() + t * row;
+        const float* b = want.data() + t * row;
         double sq = 0, dot = 0, na = 0, nb = 0, ulps = 0;
         int64_t same_row = 0;
         for (int64_t i = 0; i < row; ++i) sq += double(b[i]) * b[i];
@@ -165,11 +166,12 @@ LayerReport compare_layer(const std::string& what, int64_t layer, const std::vec
         same += same_row;
         if (near_tie[size_t(t)] < kNearTie) {
             ++r.near_ties;
-            std::printf(
-                "    %s layer %lld token %lld: near-tie (margin %.3g): %.1f %% identical, worst %.1f ulps, "
-                "cosine %.6f\n",
-                what.c_str(), (long long)layer, (long long)t, double(near_tie[size_t(t)]),
-                100.0 * double(same_row) / double(row), ulps, cosine);
+            if (print_near_ties)
+                std::printf(
+                    "    %s layer %lld token %lld: near-tie (margin %.3g): %.1f %% identical, worst %.1f ulps, "
+                    "cosine %.6f\n",
+                    what.c_str(), (long long)layer, (long long)t, double(near_tie[size_t(t)]),
+                    100.0 * double(same_row) / double(row), ulps, cosine);
             continue;
         }
         same_decided += same_row;
@@ -229,6 +231,25 @@ void print_selection(int64_t layer, const Activations& gpu, const Activations& c
                 (long long)differ, T, double(worst_margin));
 }
 
+// The input streams with one element per token moved by one bf16 ulp: element and direction from a hash of (k, t).
+std::vector<float> perturb_streams(const std::vector<float>& streams, int64_t row, int k) {
+    std::vector<float> out = streams;
+    for (int64_t t = 0; t < int64_t(streams.size()) / row; ++t) {
+        const uint64_t h = cuda_fixtures::perturbation_hash(k, t);
+        float& x = out[size_t(t * row + int64_t(h % uint64_t(row)))];
+        x = cuda_fixtures::bf16_neighbour(x, (h >> 63) != 0);
+    }
+    return out;
+}
+
+// One layer's line of a fixture's table: the GPU against the CPU, and the CPU' runs against the CPU.
+struct LayerVerdict {
+    LayerReport gpu;
+    std::vector<LayerReport> yard;                              // one per perturbation (kYardsticks)
+    double yard_identical = 1, yard_cosine = 1, yard_ulps = 0;  // smallest share / smallest cosine / largest ulps
+    bool ok = false;
+};
+
 class CudaLayerFixture : public ::testing::TestWithParam<std::string> {
   protected:
     void SetUp() override {
@@ -248,14 +269,16 @@ class CudaLayerFixture : public ::testing::TestWithParam<std::string> {
         gpu_ = std::make_unique<CudaModel>(config, load_model_weights(checkpoint, config), Numerics::kModel, options);
     }
 
-    // Teacher-forces every layer over `schedule` and checks the bound above.
+    // Teacher-forces every layer over `schedule`, measures the yardstick beside it and checks the criterion above.
     void check(const std::string& what, const std::vector<int64_t>& schedule) {
         const ModelConfig& c = cpu_->config();
         const int64_t row = c.hc_mult * c.hidden_size;
         const CpuRun ref = run_cpu(*cpu_, *weights_, ids_, schedule);
+        std::vector<LayerVerdict> table;
         for (int64_t layer = 0; layer < c.num_layers; ++layer) {
             const std::vector<float>& in = ref.streams[size_t(layer)];
             const std::vector<float>& want = ref.streams[size_t(layer + 1)];
+            const std::vector<float>& near_tie = ref.near_tie[size_t(layer)];
             // The entry point itself: the CPU block alone reproduces the CPU's full forward bitwise.
             const std::vector<float> cpu_block = run_block(*cpu_, layer, ids_, schedule, in, nullptr);
             ASSERT_EQ(cpu_block.size(), want.size());
@@ -263,21 +286,65 @@ class CudaLayerFixture : public ::testing::TestWithParam<std::string> {
                                    [](float a, float b) { return float_bits(a) == float_bits(b); }))
                 << what << " layer " << layer << ": CpuModel::forward_block differs from CpuModel::forward";
 
+            LayerVerdict v;
+            for (int k = 0; k < cuda_fixtures::kYardsticks; ++k) {
+                const std::vector<float> moved =
+                    run_block(*cpu_, layer, ids_, schedule, perturb_streams(in, row, k), nullptr);
+                ASSERT_EQ(moved.size(), want.size());
+                const LayerReport y = compare_layer(what, layer, moved, want, near_tie, row, false);
+                v.yard_identical = std::min(v.yard_identical, y.identical_decided);
+                v.yard_cosine = std::min(v.yard_cosine, y.worst_cosine);
+                v.yard_ulps = std::max(v.yard_ulps, y.worst_ulps);
+                v.yard.push_back(y);
+            }
+
             Activations gpu_activations;
             const std::vector<float> got = run_block(*gpu_, layer, ids_, schedule, in, &gpu_activations);
             ASSERT_EQ(got.size(), want.size());
-            const LayerReport r = compare_layer(what, layer, got, want, ref.near_tie[size_t(layer)], row);
-            const bool ok = !r.has_nan && r.identical_decided >= kMinIdentical && r.worst_ulps <= kMaxUlps;
+            v.gpu = compare_layer(what, layer, got, want, near_tie, row, true);
+            v.ok = !v.gpu.has_nan && v.gpu.identical_decided >= v.yard_identical && v.gpu.worst_cosine >= v.yard_cosine;
             std::printf(
-                "[ teacher  ] %-34s layer %lld: %8.4f %% identical (%8.4f %% without %lld near-tie tokens), "
-                "worst %.2f ulps (token %lld), worst token cosine %.7f%s\n",
-                what.c_str(), (long long)layer, 100 * r.identical, 100 * r.identical_decided, (long long)r.near_ties,
-                r.worst_ulps, (long long)r.worst_token, r.worst_cosine, ok ? "" : "  FAILS");
+                "[ teacher  ] %-34s layer %lld: GPU %8.4f %% identical (%8.4f %% without %lld near-tie tokens), "
+                "worst %.2f ulps (token %lld), worst token cosine %.7f; CPU' at least %8.4f %% identical, worst "
+                "token cosine %.7f%s\n",
+                what.c_str(), (long long)layer, 100 * v.gpu.identical, 100 * v.gpu.identical_decided,
+                (long long)v.gpu.near_ties, v.gpu.worst_ulps, (long long)v.gpu.worst_token, v.gpu.worst_cosine,
+                100 * v.yard_identical, v.yard_cosine, v.ok ? "" : "  FAILS");
             print_activations(layer, gpu_activations, ref.activations);
             print_selection(layer, gpu_activations, ref.activations);
-            EXPECT_FALSE(r.has_nan) << what << " layer " << layer;
-            EXPECT_GE(r.identical_decided, kMinIdentical) << what << " layer " << layer;
-            EXPECT_LE(r.worst_ulps, kMaxUlps) << what << " layer " << layer << " token " << r.worst_token;
+            EXPECT_FALSE(v.gpu.has_nan) << what << " layer " << layer;
+            EXPECT_GE(v.gpu.identical_decided, v.yard_identical)
+                << what << " layer " << layer << ": GPU less identical to the CPU than the CPU to itself under a "
+                << "one-ulp input perturbation";
+            EXPECT_GE(v.gpu.worst_cosine, v.yard_cosine)
+                << what << " layer " << layer << " token " << v.gpu.worst_token
+                << ": GPU's worst token cosine below the CPU's own under a one-ulp input perturbation";
+            table.push_back(std::move(v));
+        }
+        print_table(what, table);
+    }
+
+    // The fixture's table: per layer, GPU vs CPU beside CPU' vs CPU (the smallest share and cosine and the largest
+    // ulps over the kYardsticks perturbations, then each perturbation's share), near-tie tokens excluded.
+    static void print_table(const std::string& what, const std::vector<LayerVerdict>& table) {
+        std::printf(
+            "[ yardstick] %s: GPU vs CPU | CPU' vs CPU (one input element per token moved by one bf16 ulp, "
+            "%d choices)\n",
+            what.c_str(), cuda_fixtures::kYardsticks);
+        std::printf(
+            "[ yardstick]   layer | GPU identical  ulps   worst cos  | CPU' identical  ulps   worst cos  | "
+            "CPU' identical each          | verdict\n");
+        for (size_t l = 0; l < table.size(); ++l) {
+            const LayerVerdict& v = table[l];
+            std::string each;
+            for (const LayerReport& y : v.yard) {
+                char buf[32];
+                std::snprintf(buf, sizeof buf, " %7.3f %%", 100 * y.identical_decided);
+                each += buf;
+            }
+            std::printf("[ yardstick]   %5zu | %8.4f %% %7.2f %.8f | %8.4f %% %7.2f %.8f |%s | %s\n", l,
+                        100 * v.gpu.identical_decided, v.gpu.worst_ulps, v.gpu.worst_cosine, 100 * v.yard_identical,
+                        v.yard_ulps, v.yard_cosine, each.c_str(), v.ok ? "pass" : "FAIL");
         }
     }
 

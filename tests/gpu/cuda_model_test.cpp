@@ -1,16 +1,20 @@
 // CudaModel against CpuModel end to end, in `model` numerics, on every fixture (tests/fixtures/* and, when present,
-// DSV4_SHARED_DIR/fixtures/official-numerics-a). What the logits can show is limited: on these random tiny models
-// ulp-level differences of f32 summation order are amplified by FP8 activation quantization, the KV / indexer round
-// trips and the top-k choices and compound across layers (docs/numerics.md, "GPU vs CPU"), so GPU-vs-CPU logits
-// are printed as a report, not bounded; that every block computes the CPU's function is proven by teacher forcing
-// in cuda_layer_test.cpp. Asserted here is only what that noise cannot move: no NaN, bitwise chunk invariance of
-// the GPU path itself, and the greedy token wherever the CPU's choice is clear (top-1/top-2 gap >= 1 % of
-// max|logit|, no router or indexer near-tie recorded).
+// DSV4_SHARED_DIR/fixtures/official-numerics-a). On these random tiny models ulp-level differences (f32 summation
+// order, device libm) are amplified by FP8 activation quantization, the KV / indexer round trips and the top-k
+// choices and compound across layers (docs/numerics.md, "GPU vs CPU"), so a fixed logit bound says more about the
+// fixture than about the GPU. The per-position logits are held to a yardstick measured here: the CPU against
+// itself with one element of every embedding row moved by one bf16 ulp (CPU', cuda_fixtures::kYardsticks choices);
+// the GPU's median and smallest per-position cosine must reach the smallest CPU' median and minimum, for the full
+// prefill and the mixed chunk schedule. Whether the issue's fixed bound (cosine >= 0.9999 and max|diff| <= 1 % of
+// max|logit| at every position) holds is printed for GPU and CPU' alike. Also asserted: no NaN, bitwise chunk
+// invariance of the GPU path, the greedy token wherever the CPU's choice is clear (top-1/top-2 gap >= 1 % of
+// max|logit|, no router or indexer near-tie recorded). Block by block: cuda_layer_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -117,26 +121,87 @@ float smallest_up_to(const std::vector<float>& v, size_t p) {
     return m;
 }
 
-// Per-position GPU vs CPU, printed (the worst position and how many miss cosine 0.9999 / 1 % of max|logit|, with
-// the CPU's smallest margins there); asserts only that no logit is NaN.
-void report_close(const std::string& what, const Logits& gpu, const Logits& cpu, int64_t V) {
-    ASSERT_EQ(gpu.logits.size(), cpu.logits.size()) << what;
-    const size_t rows = cpu.logits.size() / size_t(V);
-    double worst_cos = 1, worst_rel = 0;
-    size_t at_cos = 0, at_rel = 0, misses = 0;
-    for (size_t p = 0; p < rows; ++p) {
-        const Comparison c = compare(gpu.logits.data() + p * V, cpu.logits.data() + p * V, size_t(V));
-        ASSERT_FALSE(c.has_nan) << what << " position " << p;
-        if (c.cosine < worst_cos) worst_cos = c.cosine, at_cos = p;
-        if (c.relative() > worst_rel) worst_rel = c.relative(), at_rel = p;
-        misses += c.cosine < 0.9999 || c.relative() > 0.01;
+// Per-position comparison of one run's logits with the CPU's: median and smallest cosine, worst max|diff| relative
+// to the CPU's max|logit|, and how many positions miss the issue's fixed bound (cosine 0.9999, 1 %).
+struct PositionStats {
+    size_t positions = 0, misses = 0, worst_at = 0, worst_rel_at = 0;
+    double median_cosine = 1, min_cosine = 1, worst_rel = 0;
+    bool has_nan = false;
+};
+
+PositionStats position_stats(const Logits& got, const Logits& cpu, int64_t V) {
+    PositionStats s;
+    s.positions = cpu.logits.size() / size_t(V);
+    std::vector<double> cosines;
+    for (size_t p = 0; p < s.positions; ++p) {
+        const Comparison c = compare(got.logits.data() + p * V, cpu.logits.data() + p * V, size_t(V));
+        s.has_nan = s.has_nan || c.has_nan;
+        cosines.push_back(c.cosine);
+        if (c.cosine < s.min_cosine) s.min_cosine = c.cosine, s.worst_at = p;
+        if (c.relative() > s.worst_rel) s.worst_rel = c.relative(), s.worst_rel_at = p;
+        s.misses += c.cosine < 0.9999 || c.relative() > 0.01;
     }
+    if (!cosines.empty()) {  // the upper middle for an even count
+        std::nth_element(cosines.begin(), cosines.begin() + long(cosines.size() / 2), cosines.end());
+        s.median_cosine = cosines[cosines.size() / 2];
+    }
+    return s;
+}
+
+// Prints one comparison with the CPU's smallest margins up to its worst position and whether the issue's fixed bound
+// holds; asserts only that no logit is NaN.
+PositionStats report_close(const std::string& what, const Logits& got, const Logits& cpu, int64_t V) {
+    EXPECT_EQ(got.logits.size(), cpu.logits.size()) << what;
+    if (got.logits.size() != cpu.logits.size()) return {};
+    const PositionStats s = position_stats(got, cpu, V);
+    EXPECT_FALSE(s.has_nan) << what;
     std::printf(
-        "[ gpu vs cpu] %-40s %zu positions: worst cosine %.7f (position %zu; CPU margins up to there: router %.3g "
-        "indexer %.3g), worst max|diff| %.3g of max|logit| (position %zu), %zu positions below cosine 0.9999 or "
-        "above 1 %%\n",
-        what.c_str(), rows, worst_cos, at_cos, smallest_up_to(cpu.router, at_cos), smallest_up_to(cpu.index, at_cos),
-        worst_rel, at_rel, misses);
+        "[ vs cpu   ] %-44s %zu positions: cosine median %.7f, worst %.7f (position %zu; CPU margins up to there: "
+        "router %.3g indexer %.3g), worst max|diff| %.3g of max|logit| (position %zu); issue bound (0.9999, 1 %%) %s "
+        "(%zu positions miss)\n",
+        what.c_str(), s.positions, s.median_cosine, s.min_cosine, s.worst_at, smallest_up_to(cpu.router, s.worst_at),
+        smallest_up_to(cpu.index, s.worst_at), s.worst_rel, s.worst_rel_at, s.misses == 0 ? "holds" : "fails",
+        s.misses);
+    return s;
+}
+
+// A CpuModel whose embedding table has one element of every row moved by one bf16 ulp (element and direction from a
+// hash of (k, row)), in the table's stored format, so every token's layer-0 input streams carry one moved element.
+// The table copy outlives the model, whose weight views point into it.
+struct PerturbedCpu {
+    std::vector<uint8_t> table;
+    std::unique_ptr<CpuModel> model;
+};
+
+std::unique_ptr<PerturbedCpu> perturbed_cpu(const std::shared_ptr<const Checkpoint>& checkpoint, int k) {
+    const ModelConfig& config = checkpoint->config();
+    ModelWeights weights = load_model_weights(checkpoint, config);
+    QuantizedMatrix& e = weights.embed;
+    const bool bf16 = e.format == WeightFormat::kBF16;
+    if (!bf16 && e.format != WeightFormat::kF32)
+        throw Error(std::string("no one-ulp embedding perturbation for format ") + weight_format_name(e.format));
+    auto out = std::make_unique<PerturbedCpu>();
+    const size_t element = bf16 ? 2 : 4;
+    out->table.assign(e.data, e.data + size_t(e.rows * e.cols) * element);
+    for (int64_t r = 0; r < e.rows; ++r) {
+        const uint64_t h = cuda_fixtures::perturbation_hash(k, r);
+        const size_t at = size_t(r * e.cols + int64_t(h % uint64_t(e.cols))) * element;
+        const bool away = (h >> 63) != 0;
+        if (bf16) {  // the stored bf16 value moves by one ulp
+            uint16_t b;
+            std::memcpy(&b, &out->table[at], 2);
+            b = f32_to_bf16(cuda_fixtures::bf16_neighbour(bf16_to_f32(b), away));
+            std::memcpy(&out->table[at], &b, 2);
+        } else {  // f32 table: the forward rounds the row to bf16; store the bf16 neighbour of that rounding
+            float x;
+            std::memcpy(&x, &out->table[at], 4);
+            x = cuda_fixtures::bf16_neighbour(round_bf16(x), away);
+            std::memcpy(&out->table[at], &x, 4);
+        }
+    }
+    e.data = out->table.data();
+    out->model = std::make_unique<CpuModel>(config, std::move(weights), Numerics::kModel);
+    return out;
 }
 
 class CudaModelFixture : public ::testing::TestWithParam<std::string> {
@@ -147,40 +212,61 @@ class CudaModelFixture : public ::testing::TestWithParam<std::string> {
         if (!fs::exists(dir_ + "/golden.safetensors")) GTEST_SKIP() << "no fixture at " << dir_;
         golden_ = std::make_unique<Golden>(dir_ + "/golden.safetensors");
         ids_ = testing::to_ids(golden_->ints("input_ids"));
-        auto checkpoint = Checkpoint::open(dir_);
-        const ModelConfig& config = checkpoint->config();
-        cpu_ = std::make_unique<CpuModel>(config, load_model_weights(checkpoint, config), Numerics::kModel);
+        checkpoint_ = Checkpoint::open(dir_);
+        const ModelConfig& config = checkpoint_->config();
+        cpu_ = std::make_unique<CpuModel>(config, load_model_weights(checkpoint_, config), Numerics::kModel);
         CudaOptions options;
         options.max_context = 1024;
         options.max_chunk_tokens = 128;  // the longer chunks run as several pieces
-        gpu_ = std::make_unique<CudaModel>(config, load_model_weights(checkpoint, config), Numerics::kModel, options);
+        gpu_ = std::make_unique<CudaModel>(config, load_model_weights(checkpoint_, config), Numerics::kModel, options);
+    }
+
+    // The logits over `schedule`, GPU against CPU, held to the yardstick: the CPU' runs over the same schedule.
+    void check_against_yardstick(const std::string& what, const std::vector<int64_t>& schedule) {
+        const int64_t V = cpu_->config().vocab_size;
+        const Logits cpu = Recorder(*cpu_, true).chunks(ids_, schedule);
+        const Logits gpu = Recorder(*gpu_, false).chunks(ids_, schedule);
+        const PositionStats g = report_close(what + " GPU", gpu, cpu, V);
+        double yard_median = 1, yard_min = 1;
+        for (int k = 0; k < cuda_fixtures::kYardsticks; ++k) {
+            const std::unique_ptr<PerturbedCpu> moved = perturbed_cpu(checkpoint_, k);
+            const Logits other = Recorder(*moved->model, false).chunks(ids_, schedule);
+            const PositionStats y = report_close(what + " CPU'" + std::to_string(k), other, cpu, V);
+            yard_median = std::min(yard_median, y.median_cosine);
+            yard_min = std::min(yard_min, y.min_cosine);
+        }
+        const bool ok = !g.has_nan && g.median_cosine >= yard_median && g.min_cosine >= yard_min;
+        std::printf("[ yardstick] %-44s cosine median GPU %.7f vs CPU' >= %.7f, minimum GPU %.7f vs CPU' >= %.7f: %s\n",
+                    what.c_str(), g.median_cosine, yard_median, g.min_cosine, yard_min, ok ? "pass" : "FAIL");
+        EXPECT_GE(g.median_cosine, yard_median)
+            << what << ": GPU's median per-position cosine below the CPU's own under a one-ulp embedding perturbation";
+        EXPECT_GE(g.min_cosine, yard_min)
+            << what << ": GPU's smallest per-position cosine below the CPU's own under a one-ulp embedding "
+            << "perturbation (position " << g.worst_at << ")";
     }
 
     std::string dir_;
+    std::shared_ptr<const Checkpoint> checkpoint_;
     std::unique_ptr<Golden> golden_;
     std::vector<int32_t> ids_;
     std::unique_ptr<CpuModel> cpu_;
     std::unique_ptr<CudaModel> gpu_;
 };
 
-TEST_P(CudaModelFixture, FullPrefillReport) {
-    const int64_t V = cpu_->config().vocab_size, n = int64_t(ids_.size());
-    const Logits cpu = Recorder(*cpu_, true).chunks(ids_, {n});
-    const Logits gpu = Recorder(*gpu_, false).chunks(ids_, {n});
-    report_close(GetParam() + " full prefill", gpu, cpu, V);
+TEST_P(CudaModelFixture, FullPrefillWithinYardstick) {
+    check_against_yardstick(GetParam() + " full prefill", {int64_t(ids_.size())});
 }
 
-// The GPU path is chunk-invariant bitwise (every output row computed the same way whatever the piece length:
-// docs/numerics.md, "Chunk invariance"); GPU vs CPU under the schedule is a report.
-TEST_P(CudaModelFixture, ChunkScheduleIsBitwiseChunkInvariant) {
+// GPU vs CPU under the fixture's mixed schedule is held to the same yardstick; the GPU path is also chunk-invariant
+// bitwise (every output row computed the same way whatever the piece length: docs/numerics.md, "Chunk invariance").
+TEST_P(CudaModelFixture, ChunkScheduleWithinYardstickAndBitwiseChunkInvariant) {
     const int64_t V = cpu_->config().vocab_size, n = int64_t(ids_.size());
     const std::vector<int64_t> chunks = cuda_fixtures::chunk_schedule(*golden_);
     int64_t total = 0;
     for (int64_t c : chunks) total += c;
     ASSERT_EQ(total, n);
-    const Logits cpu = Recorder(*cpu_, true).chunks(ids_, chunks);
+    check_against_yardstick(GetParam() + " chunk schedule", chunks);
     const Logits gpu = Recorder(*gpu_, false).chunks(ids_, chunks);
-    report_close(GetParam() + " chunk schedule", gpu, cpu, V);
     const Logits gpu_full = Recorder(*gpu_, false).chunks(ids_, {n});
     ASSERT_EQ(gpu.logits.size(), gpu_full.logits.size());
     size_t differ = 0, first = 0;
@@ -221,7 +307,7 @@ TEST_P(CudaModelFixture, GreedyTokensMatchCpuWhereClear) {
     Logits cpu_prefix = cpu, gpu_prefix = gpu;  // the logits along the shared prefix of the two token streams
     cpu_prefix.logits.resize(size_t(agree) * V);
     gpu_prefix.logits.resize(size_t(agree) * V);
-    report_close(GetParam() + " greedy steps", gpu_prefix, cpu_prefix, V);
+    report_close(GetParam() + " greedy steps GPU", gpu_prefix, cpu_prefix, V);
 }
 
 // Every named activation of a prefill, GPU against CPU: the share of bit-identical values and the worst |diff|
