@@ -14,6 +14,13 @@
 
 namespace dsv4 {
 
+// One sequence's share of a batched forward (Backend::forward_batch).
+struct BatchItem {
+    SequenceState* state = nullptr;
+    std::span<const int32_t> ids;
+    bool all_logits = false;
+};
+
 class Backend {
   public:
     virtual ~Backend() = default;
@@ -27,6 +34,15 @@ class Backend {
     // Feeds `ids` at positions state.position, ... and advances the state. Returns the logits after every
     // position ([ids.size(), vocab], f32, on the host) when `all_logits`, else only after the last one ([1, vocab]).
     virtual std::vector<float> forward(SequenceState& state, std::span<const int32_t> ids, bool all_logits) = 0;
+
+    // forward() for several sequences (each at most once) in one call; returns each item's logits as forward()
+    // would, bit for bit (batch invariance). A backend that batches (CudaModel: shared pieces, decode steps
+    // replayed from CUDA graphs) overrides it; this one runs the items one after another.
+    virtual std::vector<std::vector<float>> forward_batch(std::span<const BatchItem> items) {
+        std::vector<std::vector<float>> logits;
+        for (const BatchItem& item : items) logits.push_back(forward(*item.state, item.ids, item.all_logits));
+        return logits;
+    }
 
     // Teacher forcing, for testing one backend against another block by block: runs block `layer` alone (mHC pre,
     // attention, mHC post, mHC pre, MoE, mHC post) on the input streams `streams_in` ([ids.size(), n_hc, D] f32

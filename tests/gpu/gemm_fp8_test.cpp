@@ -98,6 +98,62 @@ TEST(GemmFp8, AutoPicksByShape) {
     EXPECT_EQ(wo_b.m_tile, 1);
 }
 
+// The skinny K ranges (the f32 summation order) never depend on M: a row's bits are the same in any batch.
+TEST(GemmFp8, SkinnyKRangesIndependentOfRows) {
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{32768, 1024}, {4096, 8192}, {2048, 4096}, {96, 528}})
+        for (int sms : {78, 132}) {
+            const cuda::Fp8GemmConfig one = cuda::fp8_gemm_config(1, n, k, sms, cuda::Fp8GemmPath::kSkinny);
+            for (int64_t m = 2; m <= 300; m += (m < 40 ? 1 : 37)) {
+                const cuda::Fp8GemmConfig c = cuda::fp8_gemm_config(m, n, k, sms, cuda::Fp8GemmPath::kSkinny);
+                EXPECT_EQ(c.splits, one.splits) << n << "x" << k << " M=" << m;
+                EXPECT_EQ(c.k_per_split, one.k_per_split) << n << "x" << k << " M=" << m;
+            }
+        }
+}
+
+// On the device: 37 rows in one call equal each row computed alone (M = 1), bit for bit, at decode shapes.
+TEST(GemmFp8, SkinnyRowsBitwiseIndependentOfM) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    cuda::CublasLt lt;
+    int sms = 0;
+    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{4096, 8192}, {2048, 4096}, {96, 528}}) {
+        const int64_t m = 37;
+        const HostWeight w = random_fp8_weight(rng, n, k, true);
+        const std::vector<float> x = random_activations(rng, m, k);
+        DeviceFp8Act a = quantize_on_device(x, m, k);
+        auto wd = to_device(w.data);
+        auto sd = to_device(std::vector<float>(reinterpret_cast<const float*>(w.scale.data()),
+                                               reinterpret_cast<const float*>(w.scale.data()) + w.scale.size() / 4));
+        auto run = [&](int64_t row0, int64_t rows) {
+            const cuda::Fp8GemmConfig config = cuda::fp8_gemm_config(rows, n, k, sms, cuda::Fp8GemmPath::kSkinny);
+            cuda::DeviceBuffer<uint8_t> ws(std::max<size_t>(256, cuda::fp8_gemm_workspace_bytes(config, rows, n, k)));
+            auto y = poisoned<uint16_t>(size_t(rows * n));
+            cuda::Fp8GemmParams p;
+            p.a = a.q.get() + row0 * k;
+            p.a_scale = a.scale.get() + row0 * ((k + 127) / 128);
+            p.w = wd.get();
+            p.w_scale = sd.get();
+            p.y = reinterpret_cast<__nv_bfloat16*>(y.get());
+            p.m = rows;
+            p.n = n;
+            p.k = k;
+            p.workspace = ws.get();
+            p.workspace_bytes = ws.bytes();
+            p.path = cuda::Fp8GemmPath::kSkinny;
+            cuda::fp8_gemm(lt, p, nullptr);
+            return to_host(y);
+        };
+        const std::vector<uint16_t> all = run(0, m);
+        for (int64_t r : {int64_t(0), int64_t(5), int64_t(36)}) {
+            const std::vector<uint16_t> alone = run(r, 1);
+            EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + r * n))
+                << n << "x" << k << " row " << r << " alone differs from the 37-row call";
+        }
+    }
+}
+
 TEST(GemmFp8, RejectsWhatItCannotRun) {
     DSV4_REQUIRE_GPU();
     cuda::CublasLt lt;

@@ -191,6 +191,12 @@ TEST(GpuQuant, PackedKvEntriesDecodeToCpuRoundTrip) {
                                      sh.head_dim, sh.rope, sh.head_dim},
                                     nullptr);
             const auto cache = to_host(d_cache);
+            // Rows with a negative slot are not stored: packing other rows to -1 leaves every byte as it was.
+            auto d_skip = to_device(std::vector<int32_t>(static_cast<size_t>(rows), -1));
+            cuda::pack_kv_entries({reinterpret_cast<const __nv_bfloat16*>(d_out.get()), d_cache.get(), d_skip.get(),
+                                   rows, sh.head_dim, sh.rope, sh.head_dim},
+                                  nullptr);
+            expect_bitwise_bytes("kv entries: rows with slot -1 are not stored", to_host(d_cache), cache);
 
             std::vector<float> want, decoded;
             std::vector<uint8_t> pad, zeros;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -79,19 +80,18 @@ void run_case(const Case& c, int forced_splits = 0) {
     for (float& s : sink) s = rng.normal(1.0f);
     const float scale = float(std::pow(double(c.d), -0.5));
 
-    int sms = 0;
-    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    cuda::SparseAttentionPlan plan = cuda::plan_sparse_attention(c.tokens, c.heads, c.d, c.slots, sms);
+    cuda::SparseAttentionPlan plan = cuda::plan_sparse_attention(c.heads, c.d, c.slots);
     if (forced_splits) {
         plan.splits = forced_splits;
-        plan.workspace_floats = forced_splits > 1 ? int64_t(c.tokens) * forced_splits * c.heads * (2 + c.d) : 0;
+        plan.workspace_floats_per_token = cuda::sparse_attention_workspace_per_token(c.heads, c.d, forced_splits);
     }
+    const int64_t workspace_floats = int64_t(c.tokens) * plan.workspace_floats_per_token;
     auto d_q = gpu_test::to_device(gpu_test::to_bf16(q));
     auto d_kv = gpu_test::to_device(kv);
     auto d_idx = gpu_test::to_device(idx);
     auto d_sink = gpu_test::to_device(sink);
     auto d_out = gpu_test::poisoned<uint16_t>(size_t(c.tokens) * c.heads * c.d);
-    auto d_ws = gpu_test::poisoned<float>(size_t(plan.workspace_floats));
+    auto d_ws = gpu_test::poisoned<float>(size_t(workspace_floats));
     cuda::SparseAttentionParams p;
     p.q = d_q.get();
     p.kv = d_kv.get();
@@ -99,6 +99,7 @@ void run_case(const Case& c, int forced_splits = 0) {
     p.sink = d_sink.get();
     p.out = d_out.get();
     p.workspace = plan.splits > 1 ? d_ws.get() : nullptr;
+    p.workspace_floats = workspace_floats;
     p.tokens = c.tokens;
     p.heads = c.heads;
     p.head_dim = c.d;
@@ -204,6 +205,76 @@ TEST(SparseAttentionGpu, OneValidSlotAndNoValidSlot) {
     run_case({5, 64, 512, 64, 130, 0.0, /*valid_only=*/129});
     run_case({3, 64, 512, 64, 130, 0.0, /*valid_only=*/-2});
     run_case({3, 64, 512, 64, 130, 0.0, /*valid_only=*/-2}, /*forced_splits=*/3);
+}
+
+// A token's output must not depend on the launch: alone (T = 1) or among 37 tokens, in groups forced by a small
+// workspace, or with 128 empty slots appended (a decode graph sized for the longest context) - bit for bit. This is
+// what makes decode batches and prefill chunks give every sequence the same bits (batch and chunk invariance).
+TEST(SparseAttentionGpu, TokenResultIndependentOfLaunch) {
+    DSV4_REQUIRE_GPU();
+    const int T = 37, H = 64, d = 512, rope = 64, slots = 128 + 512, extra = 128;
+    Rng rng;
+    const int entries = 900;
+    const int64_t stride = cuda::main_entry_layout(d, rope).bytes();
+    std::vector<uint8_t> kv(static_cast<size_t>(entries * stride));
+    std::vector<float> scratch(static_cast<size_t>(d));
+    for (int e = 0; e < entries; ++e) {
+        auto b = pack_entry(rng, d, rope, scratch.data());
+        std::copy(b.begin(), b.end(), kv.begin() + int64_t(e) * stride);
+    }
+    std::vector<int32_t> idx(size_t(T) * slots), wide(size_t(T) * (slots + extra), -1);
+    for (int t = 0; t < T; ++t)
+        for (int j = 0; j < slots; ++j) {
+            // Window-like head, a gap of empty slots in the middle, top-k-like tail.
+            const bool empty = (j > 100 && j < 260) || rng.uniform(0.0f, 1.0f) < 0.1f;
+            const int32_t v = empty ? -1 : int32_t(rng.engine()() % uint32_t(entries));
+            idx[size_t(t) * slots + j] = v;
+            wide[size_t(t) * (slots + extra) + j] = v;
+        }
+    std::vector<float> sink(static_cast<size_t>(H));
+    for (float& s : sink) s = rng.normal(1.0f);
+    auto d_q = gpu_test::to_device(gpu_test::to_bf16(rng.normal_bf16(int64_t(T) * H * d, 2.0f)));
+    auto d_kv = gpu_test::to_device(kv);
+    auto d_idx = gpu_test::to_device(idx);
+    auto d_wide = gpu_test::to_device(wide);
+    auto d_sink = gpu_test::to_device(sink);
+
+    // tokens [t0, t0 + n) with the given slot list and workspace (in tokens' worth).
+    auto run = [&](int t0, int n, bool widened, int64_t workspace_tokens) {
+        const int s = widened ? slots + extra : slots;
+        const cuda::SparseAttentionPlan plan = cuda::plan_sparse_attention(H, d, s);
+        auto out = gpu_test::poisoned<uint16_t>(size_t(n) * H * d);
+        auto ws = gpu_test::poisoned<float>(size_t(workspace_tokens * plan.workspace_floats_per_token));
+        cuda::SparseAttentionParams p;
+        p.q = d_q.get() + int64_t(t0) * H * d;
+        p.kv = d_kv.get();
+        p.indices = (widened ? d_wide.get() : d_idx.get()) + int64_t(t0) * s;
+        p.sink = d_sink.get();
+        p.out = out.get();
+        p.workspace = ws.get();
+        p.workspace_floats = workspace_tokens * plan.workspace_floats_per_token;
+        p.tokens = n;
+        p.heads = H;
+        p.head_dim = d;
+        p.rope_dim = rope;
+        p.slots = s;
+        p.splits = plan.splits;
+        p.scale = float(std::pow(double(d), -0.5));
+        cuda::sparse_attention(p, nullptr);
+        return gpu_test::to_host(out);
+    };
+    const std::vector<uint16_t> all = run(0, T, false, T);
+    const std::vector<uint16_t> grouped = run(0, T, false, 3);
+    const std::vector<uint16_t> widened = run(0, T, true, 5);
+    EXPECT_EQ(all, grouped) << "token groups of 3 changed bits";
+    EXPECT_EQ(all, widened) << "appended empty slots changed bits";
+    for (int t : {0, 17, 36}) {
+        const std::vector<uint16_t> alone = run(t, 1, false, 1);
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + int64_t(t) * H * d))
+            << "token " << t << " alone differs from the 37-token launch";
+    }
+    std::printf("[ bitwise  ] sparse attention: 37 tokens x 64 heads equal alone, in groups of 3, widened by %d slots\n",
+                extra);
 }
 
 }  // namespace

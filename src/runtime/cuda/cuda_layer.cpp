@@ -157,8 +157,9 @@ void CudaModel::Impl::grouped_linear(const cuda::DeviceMatrix& w, const bf16* x,
 }
 
 // CpuModel::block_forward.
-void CudaModel::Impl::block(int64_t layer, int slot, int64_t start, int64_t T) {
+void CudaModel::Impl::block(int64_t layer) {
     const ModelConfig& c = config;
+    const int64_t T = piece.tokens;
     const cuda::DeviceBlock& b = w.layers[size_t(layer)];
     const int64_t D = c.hidden_size, n_hc = c.hc_mult;
     cudaStream_t s = stream->get();
@@ -187,22 +188,23 @@ void CudaModel::Impl::block(int64_t layer, int slot, int64_t start, int64_t T) {
     // 1. Attention sub-block.
     hc_pre(b.hc_attn, b.attn_norm);
     observe_bf16("attn_in", layer, ws.x, T, D);
-    attention(layer, slot, start, T);
+    attention(layer);
     observe_bf16("attn_out", layer, ws.y, T, D);
     hc_post();
 
     // 2. MoE sub-block.
     hc_pre(b.hc_ffn, b.ffn_norm);
     observe_bf16("ffn_in", layer, ws.x, T, D);
-    moe(layer, T);
+    moe(layer);
     observe_bf16("ffn_out", layer, ws.y, T, D);
     hc_post();
     observe_bf16("streams", layer, ws.streams, T, n_hc * D);
 }
 
 // attention_forward: x = ws.x [T, D] -> ws.y [T, D].
-void CudaModel::Impl::attention(int64_t layer, int slot, int64_t start, int64_t T) {
+void CudaModel::Impl::attention(int64_t layer) {
     const ModelConfig& c = config;
+    const int64_t T = piece.tokens;
     const cuda::DeviceAttention& a = w.layers[size_t(layer)].attn;
     const int64_t H = c.num_heads, d = c.head_dim, r = c.rope_head_dim, W = c.sliding_window, D = c.hidden_size;
     const int64_t ratio = c.compress_ratios[size_t(layer)], S = pool.sequences;
@@ -231,10 +233,10 @@ void CudaModel::Impl::attention(int64_t layer, int slot, int64_t start, int64_t 
         p.kv = ws.comp_kv;
         p.score = ws.comp_score;
         p.token_seq = ws.token_seq;
-        p.seq_first_row = ws.seq_info;
-        p.seq_tokens = ws.seq_info + 1;
-        p.seq_start_position = ws.seq_info + 2;
-        p.seq_state = ws.seq_info + 3;
+        p.seq_first_row = ws.seq_first_row;
+        p.seq_tokens = ws.seq_tokens;
+        p.seq_start_position = ws.seq_start;
+        p.seq_state = ws.seq_state;
         p.ape = cw.ape;
         p.norm_weight = cw.norm;
         p.rope_inv_freq = inv_freq(layer);
@@ -245,7 +247,7 @@ void CudaModel::Impl::attention(int64_t layer, int slot, int64_t start, int64_t 
         p.max_pages = 1;
         p.page_size = int32_t(pool.compressed_cap[size_t(layer)]);
         p.tokens = int32_t(T);
-        p.seqs = 1;
+        p.seqs = int32_t(piece.seqs);
         p.head_dim = int32_t(cw.head_dim);
         p.rope_dim = int32_t(r);
         p.ratio = int32_t(cw.ratio);
@@ -276,9 +278,17 @@ void CudaModel::Impl::attention(int64_t layer, int slot, int64_t start, int64_t 
     }
 
     // 3. Lightning indexer (CSA).
+    // Observer downloads (single-sequence pieces only): the sequence's first compressed entry and the entries
+    // this piece closes.
+    const int slot = piece.slot;
+    const int64_t start = piece.start;
     const int64_t compressed_row =
-        ratio > 0 ? pool.compressed_row[size_t(layer)] + slot * pool.compressed_cap[size_t(layer)] : 0;
-    const int64_t closed = ratio > 0 ? (start + T) / ratio - start / ratio : 0;  // entries this piece closes
+        ratio > 0 && slot >= 0 ? pool.compressed_row[size_t(layer)] + slot * pool.compressed_cap[size_t(layer)] : 0;
+    const int64_t closed = ratio > 0 && slot >= 0 ? (start + T) / ratio - start / ratio : 0;
+    DSV4_CHECK(!observer || slot >= 0, "an observer needs single-sequence pieces");
+    // Entries visible to the piece's last rows (the indexer's score columns, the HCA slot list): from the sequences'
+    // furthest position, or from the pool's context when a decode graph is captured for any step.
+    const int64_t visible = ratio > 0 ? piece.max_end / ratio : 0;
     if (a.indexer) {
         const cuda::DeviceIndexer& ix = *a.indexer;
         const int64_t nI = c.index_n_heads, dI = c.index_head_dim;
@@ -306,7 +316,6 @@ void CudaModel::Impl::attention(int64_t layer, int slot, int64_t start, int64_t 
         }
         linear(ix.weights_proj, ws.x, T, ws.head_weights);
         cuda::scale_bf16(ws.head_weights, T * nI, float(std::pow(double(dI), -0.5) * std::pow(double(nI), -0.5)), s);
-        const int64_t visible = (start + T) / ratio;  // of the last token; the row stride of the scores
         cuda::IndexerScoresParams sp;
         sp.q = reinterpret_cast<const uint16_t*>(ws.qi);
         sp.head_weights = reinterpret_cast<const uint16_t*>(ws.head_weights);
@@ -367,24 +376,29 @@ void CudaModel::Impl::attention(int64_t layer, int slot, int64_t start, int64_t 
     }
 
     // 5. Sparse attention over the window slots and the compressed entries, then the inverse RoPE.
-    const int64_t slots = a.indexer ? W + c.index_topk : (a.compressor ? W + (start + T) / ratio : W);
+    const int64_t slots = a.indexer ? W + c.index_topk : (a.compressor ? W + visible : W);
+    const int64_t ring_row = pool.ring_row + layer * S * W;  // this layer's ring of state slot 0
     cuda::AttentionSlotsParams ap;
     ap.indices = ws.attn_indices;
     ap.selected = a.indexer ? ws.selected : nullptr;
+    ap.positions = ws.positions;
+    ap.token_seq = ws.token_seq;
+    ap.seq_first_row = ws.seq_first_row;
+    ap.seq_start_position = ws.seq_start;
+    ap.seq_state = ws.seq_state;
+    ap.page_table = ws.page_table;
+    ap.max_pages = 1;
+    ap.page_size = ratio > 0 ? int32_t(pool.compressed_cap[size_t(layer)]) : 0;
     ap.tokens = int32_t(T);
     ap.slots = int32_t(slots);
     ap.window = int32_t(W);
     ap.topk = int32_t(c.index_topk);
     ap.ratio = a.indexer ? 0 : int32_t(ratio);
-    ap.start_position = start;
-    ap.ring_row = pool.ring_row + (layer * S + slot) * W;
+    ap.ring_row = ring_row;
     ap.chunk_row = pool.chunk_row;
-    ap.compressed_row = compressed_row;
+    ap.compressed_row = ratio > 0 ? pool.compressed_row[size_t(layer)] : 0;
     cuda::attention_slots(ap, s);
-    const cuda::SparseAttentionPlan plan =
-        cuda::plan_sparse_attention(int32_t(T), int32_t(H), int32_t(d), int32_t(slots), num_sms);
-    DSV4_CHECK(plan.workspace_floats <= ws.attn_partial_floats, "attention workspace too small ({} > {})",
-               plan.workspace_floats, ws.attn_partial_floats);
+    const cuda::SparseAttentionPlan plan = cuda::plan_sparse_attention(int32_t(H), int32_t(d), int32_t(slots));
     cuda::SparseAttentionParams sp;
     sp.q = reinterpret_cast<const uint16_t*>(ws.q);
     sp.kv = entries;
@@ -392,6 +406,7 @@ void CudaModel::Impl::attention(int64_t layer, int slot, int64_t start, int64_t 
     sp.sink = a.sink;
     sp.out = reinterpret_cast<uint16_t*>(ws.o);
     sp.workspace = plan.splits > 1 ? ws.attn_partials : nullptr;
+    sp.workspace_floats = ws.attn_partial_floats;
     sp.tokens = int32_t(T);
     sp.heads = int32_t(H);
     sp.head_dim = int32_t(d);
@@ -408,16 +423,15 @@ void CudaModel::Impl::attention(int64_t layer, int slot, int64_t start, int64_t 
     observe_bf16("attn.z", layer, ws.z, T, c.o_groups * c.o_lora_rank);
     linear(a.wo_b, ws.z, T, ws.y);
 
-    // 7. The window ring keeps the last W entries (written after the attention read the old ones).
-    const int64_t ring_n = std::min(T, W);
-    cuda::pack_kv_entries(
-        {ws.kv + (T - ring_n) * d, entries + ap.ring_row * pool.entry_bytes, ws.ring_slots, ring_n, d, r, d}, s);
+    // 7. Each sequence's ring keeps its last W entries (written after the attention read the old ones).
+    cuda::pack_kv_entries({ws.kv, entries + ring_row * pool.entry_bytes, ws.ring_target, T, d, r, d}, s);
     (void)D;
 }
 
 // moe_forward: x = ws.x [T, D] -> ws.y [T, D].
-void CudaModel::Impl::moe(int64_t layer, int64_t T) {
+void CudaModel::Impl::moe(int64_t layer) {
     const ModelConfig& c = config;
+    const int64_t T = piece.tokens;
     const cuda::DeviceMoe& m = w.layers[size_t(layer)].ffn;
     const int64_t D = c.hidden_size, E = c.n_routed_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
     cudaStream_t s = stream->get();

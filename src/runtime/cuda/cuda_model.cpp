@@ -113,12 +113,16 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     const int64_t qo = c.o_groups * c.o_lora_rank;
     const int64_t max_k = std::max({D, c.q_lora_rank, qo, I, H * d});
     const int64_t max_n = std::max({c.q_lora_rank, H * d, d, nI * dI, nI, qo, D, I});
-    ws.ids = b.take<int32_t>(5 * T + 4);
-    ws.positions = ws.ids ? ws.ids + T : nullptr;
-    ws.token_state = ws.ids ? ws.ids + 2 * T : nullptr;
-    ws.token_seq = ws.ids ? ws.ids + 3 * T : nullptr;
-    ws.ring_slots = ws.ids ? ws.ids + 4 * T : nullptr;
-    ws.seq_info = ws.ids ? ws.ids + 5 * T : nullptr;
+    const int64_t P = std::min(T, pool.sequences);
+    ws.meta_ints = 6 * T + 4 * P;
+    ws.meta = b.take<int32_t>(ws.meta_ints);
+    if (ws.meta) {
+        int32_t* const m = ws.meta;
+        ws.ids = m, ws.positions = m + T, ws.token_state = m + 2 * T, ws.token_seq = m + 3 * T;
+        ws.ring_target = m + 4 * T, ws.logit_rows = m + 5 * T;
+        ws.seq_first_row = m + 6 * T, ws.seq_tokens = m + 6 * T + P, ws.seq_start = m + 6 * T + 2 * P;
+        ws.seq_state = m + 6 * T + 3 * P;
+    }
     ws.page_table = b.take<int32_t>(pool.sequences);
     ws.streams = b.take<bf16>(T * n_hc * D);
     ws.streams_next = b.take<bf16>(T * n_hc * D);
@@ -144,19 +148,20 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     ws.head_weights = b.take<bf16>(T * std::max<int64_t>(nI, 1));
     ws.index_scores = b.take<bf16>(T * ws.index_columns);
     ws.selected = b.take<int32_t>(T * std::max<int64_t>(c.index_topk, 1));
-    int64_t max_slots = 0, partials = 0;
+    // Sparse attention partials: one split per 64-key tile; tokens run in groups that fit (same bits in any group),
+    // sized for up to 64 tokens at once (a decode batch) within 256 MiB, at least one token.
+    int64_t max_slots = 0, per_token = 0;
     for (int64_t l = 0; l < c.num_layers; ++l) {
         const int64_t slots = pool.attention_slots(c, l);
         max_slots = std::max(max_slots, slots);
-        // Splits happen only while the tokens leave SMs idle: every piece length up to that, and T.
-        for (int64_t m = 1; m <= T; m = (m < 4 * int64_t(num_sms)) ? m + 1 : std::max(m + 1, T))
-            partials = std::max(partials,
-                                cuda::plan_sparse_attention(int32_t(m), int32_t(H), int32_t(d), int32_t(slots), num_sms)
-                                    .workspace_floats);
+        per_token = std::max(
+            per_token, cuda::plan_sparse_attention(int32_t(H), int32_t(d), int32_t(slots)).workspace_floats_per_token);
     }
+    const int64_t group = std::clamp<int64_t>((int64_t(256) << 20) / 4 / std::max<int64_t>(per_token, 1), 1,
+                                              std::min<int64_t>(T, 64));
     ws.attn_indices = b.take<int32_t>(T * max_slots);
-    ws.attn_partial_floats = partials;
-    ws.attn_partials = b.take<float>(partials);
+    ws.attn_partial_floats = per_token * group;
+    ws.attn_partials = b.take<float>(ws.attn_partial_floats);
     ws.router_logits = b.take<float>(T * E);
     ws.experts = b.take<int32_t>(T * k);
     ws.routing_weights = b.take<float>(T * k);
@@ -265,8 +270,7 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     carve(bump, m.ws, config, m.pool, m.host, m.num_sms);
     DSV4_CHECK(bump.offset == workspace_bytes, "workspace carve changed size");
     DSV4_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&m.meta_host),
-                                  sizeof(int32_t) * size_t(5 * m.pool.chunk + 4 + m.pool.sequences),
-                                  cudaHostAllocDefault));
+                                  sizeof(int32_t) * size_t(m.ws.meta_ints + m.pool.sequences), cudaHostAllocDefault));
     for (int64_t s = 0; s < m.pool.sequences; ++s) m.meta_host[s] = int32_t(s);
     DSV4_CUDA_CHECK(cudaMemcpyAsync(m.ws.page_table, m.meta_host, sizeof(int32_t) * size_t(m.pool.sequences),
                                     cudaMemcpyHostToDevice, m.stream->get()));
@@ -282,7 +286,9 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
 }
 
 CudaModel::~CudaModel() {
-    if (impl_ && impl_->meta_host) cudaFreeHost(impl_->meta_host);
+    if (!impl_) return;
+    for (auto& [batch, exec] : impl_->decode_graphs) cudaGraphExecDestroy(exec);
+    if (impl_->meta_host) cudaFreeHost(impl_->meta_host);
 }
 
 const ModelConfig& CudaModel::config() const {
@@ -330,19 +336,57 @@ SequenceState CudaModel::new_sequence() const {
 }
 
 std::vector<float> CudaModel::forward(SequenceState& state, std::span<const int32_t> ids, bool all_logits) {
+    const BatchItem item{&state, ids, all_logits};
+    return std::move(forward_batch(std::span(&item, 1))[0]);
+}
+
+std::vector<std::vector<float>> CudaModel::forward_batch(std::span<const BatchItem> items) {
     Impl& m = *impl_;
-    const int64_t tokens = int64_t(ids.size()), V = m.config.vocab_size;
-    const int slot = m.check_input(state, state.position, ids);
-    std::vector<float> logits;
-    logits.reserve(size_t((all_logits ? tokens : 1) * V));
-    for (int64_t done = 0; done < tokens;) {
-        const int64_t n = std::min(tokens - done, m.pool.chunk);
-        const bool last = done + n == tokens;
-        const int64_t first = all_logits ? 0 : (last ? n - 1 : n);
-        m.run_piece(slot, state.position + done, ids.data() + done, n, first, logits);
-        done += n;
+    const int64_t V = m.config.vocab_size;
+    // Check everything before anything runs: a bad item fails the call with no sequence advanced.
+    std::vector<int> slot(items.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+        DSV4_CHECK(items[i].state, "forward_batch: item {} has no sequence state", i);
+        slot[i] = m.check_input(*items[i].state, items[i].state->position, items[i].ids);
+        for (size_t j = 0; j < i; ++j)
+            DSV4_CHECK(items[j].state != items[i].state, "forward_batch: items {} and {} are the same sequence", j, i);
     }
-    state.position += tokens;
+    std::vector<std::vector<float>> logits(items.size());
+    for (size_t i = 0; i < items.size(); ++i)
+        logits[i].reserve(size_t((items[i].all_logits ? items[i].ids.size() : 1) * V));
+
+    // Pack the items' tokens into pieces of at most `chunk` rows, in item order; an item that does not fit the rest
+    // of a piece continues in the next one (exact: the forward is chunk-invariant). With an observer, one sequence
+    // per piece, so the activations it receives are one sequence's.
+    std::vector<int64_t> done(items.size(), 0);
+    std::vector<PieceSequence> piece;
+    int64_t rows = 0;
+    auto flush = [&] {
+        if (!piece.empty()) m.run_piece(piece);
+        piece.clear();
+        rows = 0;
+    };
+    for (size_t i = 0; i < items.size(); ++i) {
+        const BatchItem& item = items[i];
+        const int64_t n = int64_t(item.ids.size());
+        while (done[i] < n) {
+            if (rows == m.pool.chunk || (m.observer && !piece.empty())) flush();
+            const int64_t take = std::min(n - done[i], m.pool.chunk - rows);
+            const bool last = done[i] + take == n;
+            PieceSequence ps;
+            ps.slot = slot[i];
+            ps.start = item.state->position + done[i];
+            ps.ids = item.ids.data() + done[i];
+            ps.tokens = take;
+            ps.first_logit = item.all_logits ? 0 : (last ? take - 1 : take);
+            ps.logits = &logits[i];
+            piece.push_back(ps);
+            rows += take;
+            done[i] += take;
+        }
+    }
+    flush();
+    for (const BatchItem& item : items) item.state->position += int64_t(item.ids.size());
     return logits;
 }
 
@@ -377,36 +421,57 @@ int CudaModel::Impl::check_input(const SequenceState& state, int64_t start, std:
     return seq->slot;
 }
 
-void CudaModel::Impl::upload_piece(int slot, int64_t start, const int32_t* ids, int64_t tokens) {
-    const int64_t W = config.sliding_window, T = tokens;
-    cudaStream_t s = stream->get();
-    // Host-known metadata of the piece, one copy: ids, positions, state slot, sequence row, ring slots, seq info.
-    // The pinned buffer is rewritten only once the previous piece's copy is done (at once after a decode step,
-    // which ended with the logits copy).
-    DSV4_CUDA_CHECK(cudaEventSynchronize(meta_copied->get()));
+void CudaModel::Impl::upload_piece(std::span<const PieceSequence> seqs) {
+    const int64_t W = config.sliding_window, C = pool.chunk;
+    // The pinned buffer is rewritten only once the previous piece's copy is done: known after any piece that ended
+    // with the logits copy (so a decode step never waits here), else waited for.
+    if (meta_in_flight) DSV4_CUDA_CHECK(cudaEventSynchronize(meta_copied->get()));
     int32_t* h = meta_host;
-    const int64_t C = pool.chunk;
-    const int64_t ring_n = std::min(T, W);
-    for (int64_t t = 0; t < T; ++t) {
-        h[t] = ids[t];
-        h[C + t] = int32_t(start + t);
-        h[2 * C + t] = slot;
-        h[3 * C + t] = 0;
+    const int64_t offset[] = {0, C, 2 * C, 3 * C, 4 * C, 5 * C};
+    const int64_t P = (ws.meta_ints - 6 * C) / 4;
+    DSV4_CHECK(int64_t(seqs.size()) <= P, "a piece of {} sequences exceeds the {} the workspace holds", seqs.size(), P);
+    PieceShape shape;
+    int64_t row = 0;
+    bool identity = true;
+    for (size_t q = 0; q < seqs.size(); ++q) {
+        const PieceSequence& ps = seqs[q];
+        const int64_t ring_from = ps.tokens - std::min(ps.tokens, W);
+        for (int64_t t = 0; t < ps.tokens; ++t, ++row) {
+            const int64_t position = ps.start + t;
+            h[offset[0] + row] = ps.ids[t];
+            h[offset[1] + row] = int32_t(position);
+            h[offset[2] + row] = ps.slot;
+            h[offset[3] + row] = int32_t(q);
+            h[offset[4] + row] = t >= ring_from ? int32_t(ps.slot * W + position % W) : -1;
+            if (t >= ps.first_logit) {
+                identity = identity && shape.logit_rows == row;
+                h[offset[5] + shape.logit_rows++] = int32_t(row);
+            }
+        }
+        h[6 * C + q] = int32_t(row - ps.tokens);
+        h[6 * C + P + q] = int32_t(ps.tokens);
+        h[6 * C + 2 * P + q] = int32_t(ps.start);
+        h[6 * C + 3 * P + q] = ps.slot;
+        shape.max_end = std::max(shape.max_end, ps.start + ps.tokens);
     }
-    for (int64_t i = 0; i < ring_n; ++i) h[4 * C + i] = int32_t((start + T - ring_n + i) % W);
-    h[5 * C + 0] = 0;
-    h[5 * C + 1] = int32_t(T);
-    h[5 * C + 2] = int32_t(start);
-    h[5 * C + 3] = slot;
-    DSV4_CUDA_CHECK(cudaMemcpyAsync(ws.ids, h, sizeof(int32_t) * size_t(5 * C + 4), cudaMemcpyHostToDevice, s));
-    meta_copied->record(s);
+    DSV4_CHECK(row <= C, "a piece of {} rows exceeds the chunk of {}", row, C);
+    shape.tokens = row;
+    shape.seqs = int64_t(seqs.size());
+    shape.gather = !identity;
+    if (seqs.size() == 1) shape.slot = seqs[0].slot, shape.start = seqs[0].start;
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(ws.meta, h, sizeof(int32_t) * size_t(ws.meta_ints), cudaMemcpyHostToDevice,
+                                    stream->get()));
+    meta_copied->record(stream->get());
+    meta_in_flight = true;
+    piece = shape;
 }
 
 void CudaModel::Impl::run_block_piece(int layer, int slot, int64_t start, const int32_t* ids,
                                       const float* streams_in, int64_t tokens, std::vector<float>& streams_out) {
     const size_t n = size_t(tokens * config.hc_mult * config.hidden_size);
     cudaStream_t s = stream->get();
-    upload_piece(slot, start, ids, tokens);
+    const PieceSequence ps{slot, start, ids, tokens, tokens, nullptr};
+    upload_piece(std::span(&ps, 1));
     std::vector<uint16_t> raw(n);
     for (size_t i = 0; i < n; ++i) {
         raw[i] = f32_to_bf16(streams_in[i]);
@@ -414,18 +479,73 @@ void CudaModel::Impl::run_block_piece(int layer, int slot, int64_t start, const 
                    "input stream value {} is not a bf16 value", streams_in[i]);
     }
     DSV4_CUDA_CHECK(cudaMemcpyAsync(ws.streams, raw.data(), n * 2, cudaMemcpyHostToDevice, s));
-    block(layer, slot, start, tokens);
+    block(layer);
     DSV4_CUDA_CHECK(cudaMemcpyAsync(raw.data(), ws.streams, n * 2, cudaMemcpyDeviceToHost, s));
     DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
+    meta_in_flight = false;
     for (uint16_t b : raw) streams_out.push_back(bf16_to_f32(b));
 }
 
-void CudaModel::Impl::run_piece(int slot, int64_t start, const int32_t* ids, int64_t tokens, int64_t first,
-                                std::vector<float>& logits) {
-    const ModelConfig& c = config;
-    const int64_t D = c.hidden_size, n_hc = c.hc_mult, V = c.vocab_size, T = tokens;
+void CudaModel::Impl::run_piece(std::span<const PieceSequence> seqs) {
+    const int64_t V = config.vocab_size;
     cudaStream_t s = stream->get();
-    upload_piece(slot, start, ids, tokens);
+    upload_piece(seqs);
+    const bool decode = std::all_of(seqs.begin(), seqs.end(),
+                                    [](const PieceSequence& ps) { return ps.tokens == 1 && ps.first_logit == 0; });
+    if (decode && options.decode_graphs && !observer) {
+        // The graph of this batch size was captured with bounds from the pool (max_end = context), so it serves
+        // every step of any sequences; its launches read positions, slots and ring targets from ws.meta.
+        const int64_t batch = piece.tokens;
+        if (!decode_graphs.count(batch)) capture_decode_graph(batch);
+        DSV4_CUDA_CHECK(cudaGraphLaunch(decode_graphs.at(batch), s));
+    } else {
+        enqueue_piece();
+    }
+    if (piece.logit_rows == 0) return;
+    std::vector<float> host(size_t(piece.logit_rows * V));
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(host.data(), ws.logits, sizeof(float) * host.size(), cudaMemcpyDeviceToHost, s));
+    DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
+    meta_in_flight = false;
+    const float* from = host.data();
+    for (const PieceSequence& ps : seqs) {
+        const size_t n = size_t((ps.tokens - ps.first_logit) * V);
+        ps.logits->insert(ps.logits->end(), from, from + n);
+        from += n;
+    }
+}
+
+void CudaModel::Impl::capture_decode_graph(int64_t batch) {
+    cudaStream_t s = stream->get();
+    const PieceShape uploaded = piece;
+    piece = PieceShape{};
+    piece.tokens = piece.seqs = piece.logit_rows = batch;
+    piece.max_end = pool.context;
+    // Global capture mode: any call that could synchronize with the host or allocate (cudaMalloc, a synchronous
+    // copy, a stream or event wait from the host) fails the capture instead of being recorded.
+    DSV4_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    try {
+        enqueue_piece();
+    } catch (...) {
+        cudaGraph_t broken = nullptr;
+        cudaStreamEndCapture(s, &broken);
+        if (broken) cudaGraphDestroy(broken);
+        piece = uploaded;
+        throw;
+    }
+    cudaGraph_t graph = nullptr;
+    DSV4_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    DSV4_CUDA_CHECK(instantiated);
+    decode_graphs[batch] = exec;
+    piece = uploaded;
+}
+
+void CudaModel::Impl::enqueue_piece() {
+    const ModelConfig& c = config;
+    const int64_t D = c.hidden_size, n_hc = c.hc_mult, V = c.vocab_size, T = piece.tokens;
+    cudaStream_t s = stream->get();
 
     cuda::EmbedParams ep;
     ep.ids = ws.ids;
@@ -437,13 +557,18 @@ void CudaModel::Impl::run_piece(int slot, int64_t start, const int32_t* ids, int
     ep.n_hc = n_hc;
     cuda::embed(ep, s);
 
-    for (int64_t layer = 0; layer < c.num_layers; ++layer) block(layer, slot, start, T);
+    for (int64_t layer = 0; layer < c.num_layers; ++layer) block(layer);
 
-    // mHC head, final norm, f32 head for rows [first, T).
-    const int64_t rows = T - first;
+    // mHC head, final norm, f32 head for the rows whose logits are wanted.
+    const int64_t rows = piece.logit_rows;
     if (rows == 0) return;
+    const bf16* streams = ws.streams;
+    if (piece.gather) {
+        cuda::gather_rows_bf16({ws.streams, ws.logit_rows, ws.streams_next, rows, n_hc * D}, s);
+        streams = ws.streams_next;
+    }
     cuda::HcMixParams hp;
-    hp.streams = ws.streams + first * n_hc * D;
+    hp.streams = streams;
     hp.fn = w.hc_head.fn;
     hp.base = w.hc_head.base;
     hp.scale = w.hc_head.scale;
@@ -466,11 +591,6 @@ void CudaModel::Impl::run_piece(int slot, int64_t start, const int32_t* ids, int
     np.eps = float(c.rms_norm_eps);
     cuda::rms_norm(np, s);
     linear_f32(w.head, ws.x, rows, ws.logits);
-    const size_t at = logits.size();
-    logits.resize(at + size_t(rows * V));
-    DSV4_CUDA_CHECK(
-        cudaMemcpyAsync(logits.data() + at, ws.logits, sizeof(float) * size_t(rows * V), cudaMemcpyDeviceToHost, s));
-    DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 }  // namespace dsv4

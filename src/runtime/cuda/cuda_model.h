@@ -2,8 +2,9 @@
 // step for step the function CpuModel computes: same rounding points, same slot order in attention, same tie rules
 // in the router and indexer top-k. Weights are uploaded once in their checkpoint formats; per-sequence state (the
 // window ring of packed FP8 entries, compressed entries, indexer keys, compressor states) lives in a device pool of
-// `max_sequences` slots of `max_context` positions. A decode step enqueues everything on one stream and
-// synchronizes only for the logits copy (routing and top-k stay on the device). Prefill chunks longer than
+// `max_sequences` slots of `max_context` positions. A piece holds the tokens of one or more sequences; a decode step
+// of B sequences (one token each) is one piece, replayed from a CUDA graph captured for B, and synchronizes only for
+// the logits copy (routing, top-k, positions and slots live in device buffers the graph reads). Prefill chunks longer than
 // max_chunk_tokens run as several pieces, which is exact: the forward is chunk-invariant.
 // Tested against CpuModel on every fixture: end to end in tests/gpu/cuda_model_test.cpp, block by block (teacher
 // forcing, forward_block) in tests/gpu/cuda_layer_test.cpp.
@@ -24,7 +25,8 @@ struct CudaOptions {
     int device = 0;
     int64_t max_sequences = 2;       // slots of the state pool (a chat turn may hold two sequences at once)
     int64_t max_context = 0;         // positions per sequence; 0: min(max_position_embeddings, 16384)
-    int64_t max_chunk_tokens = 256;  // tokens per forward piece (sizes the workspace)
+    int64_t max_chunk_tokens = 256;  // tokens per forward piece (sizes the workspace; bounds a decode batch)
+    bool decode_graphs = true;       // replay decode steps from CUDA graphs (one per batch size, captured on first use)
     bool print_plan = true;          // the memory plan on stderr
 };
 
@@ -41,6 +43,9 @@ class CudaModel final : public Backend {
     Numerics numerics() const override;
     SequenceState new_sequence() const override;
     std::vector<float> forward(SequenceState& state, std::span<const int32_t> ids, bool all_logits) override;
+    // The items' tokens packed into shared pieces; a step of one token per sequence is one piece replayed from the
+    // decode graph of its batch size. Not thread-safe: one caller at a time (one stream, one workspace).
+    std::vector<std::vector<float>> forward_batch(std::span<const BatchItem> items) override;
     std::vector<float> forward_block(SequenceState& state, int64_t layer, int64_t start_position,
                                      std::span<const int32_t> ids, const float* streams_in) override;
     void set_observer(ActivationObserver observer) override;

@@ -4,8 +4,10 @@
 
 #include <cuda_bf16.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -43,14 +45,43 @@ struct SlotPool {
     std::vector<bool> used;
 };
 
+// One sequence's rows in a forward piece: `tokens` ids at positions start, ...; the logits of rows
+// [first_logit, tokens) are appended to *logits.
+struct PieceSequence {
+    int slot = 0;
+    int64_t start = 0;
+    const int32_t* ids = nullptr;
+    int64_t tokens = 0;
+    int64_t first_logit = 0;
+    std::vector<float>* logits = nullptr;
+};
+
+// What the launches of a piece need to know on the host: sizes only. Everything per row or per sequence
+// (ids, positions, slots, ring targets, which rows want logits) is in the workspace's metadata on the device, so
+// a captured decode step replays with whatever metadata the next step uploads.
+struct PieceShape {
+    int64_t tokens = 0, seqs = 0;
+    int64_t logit_rows = 0;  // rows of the head
+    bool gather = false;     // the head's rows are ws.logit_rows, not 0 .. logit_rows - 1
+    int64_t max_end = 0;     // bound on any sequence's start + tokens: sizes HCA slot lists and indexer columns
+    int slot = -1;           // single-sequence pieces (observer downloads): the sequence's slot and start
+    int64_t start = 0;
+};
+
 // Activation buffers for one forward piece of up to `chunk` tokens; carved from one allocation.
 struct Workspace {
-    int32_t* ids = nullptr;                            // [T]
-    int32_t* positions = nullptr;                      // [T]
-    int32_t* token_state = nullptr;                    // [T] the sequence's slot
-    int32_t* token_seq = nullptr;                      // [T] zeros (one sequence per piece)
-    int32_t* ring_slots = nullptr;                     // [T] ring slot of the last min(T, W) tokens
-    int32_t* seq_info = nullptr;                       // [4] first row, tokens, start position, state slot
+    int32_t* meta = nullptr;  // the piece's metadata, one host-to-device copy: the arrays below in this order
+    int32_t* ids = nullptr;            // [C] token ids
+    int32_t* positions = nullptr;      // [C] absolute positions
+    int32_t* token_state = nullptr;    // [C] the row's state slot
+    int32_t* token_seq = nullptr;      // [C] the row's sequence in the piece
+    int32_t* ring_target = nullptr;    // [C] ring entry (slot W + position % W) for the last W rows of a sequence, else -1
+    int32_t* logit_rows = nullptr;     // [C] rows whose logits are wanted, in output order
+    int32_t* seq_first_row = nullptr;  // [P] per sequence of the piece (P = min(C, S))
+    int32_t* seq_tokens = nullptr;     // [P]
+    int32_t* seq_start = nullptr;      // [P]
+    int32_t* seq_state = nullptr;      // [P]
+    int64_t meta_ints = 0;
     int32_t* page_table = nullptr;                     // [S] identity: one page per sequence slot
     bf16 *streams = nullptr, *streams_next = nullptr;  // [T, n_hc, D]
     float* mix = nullptr;                              // [T, (2 + n_hc) n_hc]
@@ -91,15 +122,22 @@ struct CudaModel::Impl {
     uint8_t* index_keys = nullptr;  // [pool.index_rows, index_entry_bytes]
     float* comp_state = nullptr;    // [pool.state_floats]
     Workspace ws;
-    int32_t* meta_host = nullptr;  // pinned [5 T + 4 + S]
+    int32_t* meta_host = nullptr;  // pinned [ws.meta_ints + S]
     std::unique_ptr<cuda::Event> meta_copied;
+    bool meta_in_flight = false;  // meta_copied not yet known complete by a stream synchronization
     ActivationObserver observer;
     std::shared_ptr<SlotPool> slots;
+    std::map<int64_t, cudaGraphExec_t> decode_graphs;  // by batch size, captured on first use
+    PieceShape piece;                                   // the piece being enqueued
 
-    // One forward piece of `tokens` ids at `start` for sequence slot `slot`; the logits of rows [first, tokens)
-    // are appended to `logits` (none when first == tokens).
-    void run_piece(int slot, int64_t start, const int32_t* ids, int64_t tokens, int64_t first,
-                   std::vector<float>& logits);
+    // Runs one forward piece (the sequences' rows in order, at most `chunk` tokens and one entry per sequence):
+    // a decode piece (one token per sequence, every logit wanted) replays the captured graph of its size, any
+    // other piece is enqueued directly. Appends each sequence's logits.
+    void run_piece(std::span<const PieceSequence> seqs);
+    // Everything a piece does on the stream, for `piece`: embedding, blocks, head. No host synchronization, no
+    // allocation: it is what a decode graph captures.
+    void enqueue_piece();
+    void capture_decode_graph(int64_t batch);
     // Teacher forcing: block `layer` alone on a piece whose input streams ([tokens, n_hc, D] bf16 values) come
     // from the host; the output streams are appended to `streams_out`.
     void run_block_piece(int layer, int slot, int64_t start, const int32_t* ids, const float* streams_in,
@@ -107,11 +145,11 @@ struct CudaModel::Impl {
     // Checks a forward's input (state of this model, ids in the vocabulary, positions in the pool); returns the
     // sequence's slot.
     int check_input(const SequenceState& state, int64_t start, std::span<const int32_t> ids);
-    // The piece's metadata (ids, positions, slots, ring slots, sequence info) to the device.
-    void upload_piece(int slot, int64_t start, const int32_t* ids, int64_t tokens);
-    void block(int64_t layer, int slot, int64_t start, int64_t tokens);
-    void attention(int64_t layer, int slot, int64_t start, int64_t tokens);
-    void moe(int64_t layer, int64_t tokens);
+    // The piece's metadata to the device (one copy) and `piece` set from it.
+    void upload_piece(std::span<const PieceSequence> seqs);
+    void block(int64_t layer);
+    void attention(int64_t layer);
+    void moe(int64_t layer);
 
     // Precision::linear: FP8 weights get FP8-quantized inputs; y bf16 [m, rows].
     void linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y);

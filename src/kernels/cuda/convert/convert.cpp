@@ -31,4 +31,11 @@ void fill_f32(float* x, int64_t n, float value, cudaStream_t stream) {
     if (n) detail::launch_fill_f32(x, n, value, stream);
 }
 
+void gather_rows_bf16(const GatherRowsParams& p, cudaStream_t stream) {
+    DSV4_CHECK(p.count >= 0 && p.cols >= 0, "gather_rows_bf16: count {} cols {}", p.count, p.cols);
+    if (p.count == 0 || p.cols == 0) return;
+    DSV4_CHECK(p.x && p.rows && p.y, "gather_rows_bf16: null pointer");
+    detail::launch_gather_rows_bf16(p, stream);
+}
+
 }  // namespace dsv4::cuda

@@ -39,6 +39,14 @@ __global__ void fill_f32_kernel(float* x, int64_t n, float value) {
         x[i] = value;
 }
 
+__global__ void gather_rows_bf16_kernel(const GatherRowsParams p) {
+    const int64_t n = p.count * p.cols;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t r = i / p.cols, c = i % p.cols;
+        p.y[i] = p.x[int64_t(p.rows[r]) * p.cols + c];
+    }
+}
+
 }  // namespace
 
 namespace detail {
@@ -56,6 +64,10 @@ void launch_scale_bf16(__nv_bfloat16* x, int64_t n, float scale, cudaStream_t st
 }
 void launch_fill_f32(float* x, int64_t n, float value, cudaStream_t stream) {
     fill_f32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, value);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+}
+void launch_gather_rows_bf16(const GatherRowsParams& p, cudaStream_t stream) {
+    gather_rows_bf16_kernel<<<blocks_for(p.count * p.cols), kThreads, 0, stream>>>(p);
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 }  // namespace detail

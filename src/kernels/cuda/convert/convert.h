@@ -3,6 +3,7 @@
 //   f32_to_bf16  f32 GEMM output -> bf16 (round to nearest even: the `model` numerics cast of a linear output)
 //   scale_bf16   x = bf16(x * s) in place (indexer head weights: the bf16 projection times a constant, rounded)
 //   fill_f32     x[i] = value (compressor state reset: 0 and -inf)
+//   gather_rows_bf16  y[i] = x[rows[i]] (the rows of a batched piece whose logits are wanted)
 // Tested through tests/gpu/cuda_model_test.cpp (GPU vs CPU forward).
 #pragma once
 
@@ -30,11 +31,20 @@ void f32_to_bf16(const F32ToBf16Params& p, cudaStream_t stream);
 void scale_bf16(__nv_bfloat16* x, int64_t n, float scale, cudaStream_t stream);  // x: [n] bf16
 void fill_f32(float* x, int64_t n, float value, cudaStream_t stream);            // x: [n] f32
 
+struct GatherRowsParams {
+    const __nv_bfloat16* x = nullptr;  // [*, cols] bf16
+    const int32_t* rows = nullptr;     // [count] rows of x (device)
+    __nv_bfloat16* y = nullptr;        // [count, cols] bf16 (must not overlap x)
+    int64_t count = 0, cols = 0;
+};
+void gather_rows_bf16(const GatherRowsParams& p, cudaStream_t stream);
+
 namespace detail {
 void launch_bf16_to_f32(const Bf16ToF32Params& p, cudaStream_t stream);
 void launch_f32_to_bf16(const F32ToBf16Params& p, cudaStream_t stream);
 void launch_scale_bf16(__nv_bfloat16* x, int64_t n, float scale, cudaStream_t stream);
 void launch_fill_f32(float* x, int64_t n, float value, cudaStream_t stream);
+void launch_gather_rows_bf16(const GatherRowsParams& p, cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace dsv4::cuda

@@ -45,10 +45,13 @@ const char* fp8_gemm_path_name(Fp8GemmPath path) {
     return "?";
 }
 
-// Skinny tiling: the token tile is the smallest power of two covering min(M, 16); a K range holds at most
-// 64 KiB of staged activations; K is split until the grid has about four blocks per SM (blocks of 32 rows)
-// or each range is one 512-column super-chunk. At V4-Flash decode shapes on 132 SMs this gives wq_b
-// (32768 x 1024) one range, wo_b (4096 x 8192) four, the shared expert w1/w3 (2048 x 4096) eight.
+// Skinny tiling: the token tile is the smallest power of two covering min(M, 16). The K ranges are chosen without
+// looking at M, because they fix the f32 summation order of every output (per-lane chains within a range, then the
+// ranges in order): a row gets the same bits whether it runs alone in a decode step, in a batch or in a prefill
+// chunk. A range holds at most 64 KiB of staged activations for the largest tile (1024 columns); K is split
+// further until the grid has about four blocks per SM (blocks of 32 rows) or each range is one 512-column
+// super-chunk. At V4-Flash decode shapes on 132 SMs: wq_b (32768 x 1024) one range, wo_b (4096 x 8192) eight, the
+// shared expert w1/w3 (2048 x 4096) eight.
 Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8GemmPath requested) {
     Fp8GemmConfig c;
     c.path = requested;
@@ -57,7 +60,7 @@ Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8G
     if (c.path == Fp8GemmPath::kCublasLt) return c;
     const int64_t rows = std::clamp<int64_t>(m, 1, kSkinnyMaxTile);
     while (c.m_tile < rows) c.m_tile *= 2;
-    const int64_t max_span = kSkinnySmemFloats / c.m_tile / kSkinnySuper * kSkinnySuper;
+    const int64_t max_span = kSkinnySmemFloats / kSkinnyMaxTile / kSkinnySuper * kSkinnySuper;
     const int64_t row_blocks = ceil_div(n, kSkinnyRowsPerBlock);
     const int64_t max_splits = std::max<int64_t>(1, ceil_div(k, kSkinnySuper));
     const int64_t wanted = std::min(max_splits, ceil_div(4 * int64_t(std::max(num_sms, 1)), row_blocks));

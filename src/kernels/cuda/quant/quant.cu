@@ -185,6 +185,7 @@ __global__ void __launch_bounds__(kThreads) pack_kv_entries_kernel(KvPackParams 
     const int lane = threadIdx.x % 32;
     const __nv_bfloat16* x = p.kv + row * p.kv_stride;
     const int64_t slot = p.slots ? int64_t(p.slots[row]) : row;
+    if (slot < 0) return;  // a row that is not stored (e.g. not among the last W of its sequence)
     uint8_t* entry = p.cache + slot * l.bytes;
     for (int64_t b = 0; b < l.n_scales; ++b) {
         const int64_t col0 = b * kKvQuantBlock + 2 * lane;

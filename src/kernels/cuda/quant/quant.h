@@ -63,7 +63,7 @@ static_assert(kv_entry_layout(512, 64).bytes == 584, "the V4 entry is vLLM's fp8
 struct KvPackParams {
     const __nv_bfloat16* kv = nullptr;  // [rows, head_dim] bf16 (after norm and RoPE), row stride kv_stride
     uint8_t* cache = nullptr;           // [slots, layout.bytes] packed entries
-    const int32_t* slots = nullptr;     // [rows] destination entry of each row; nullptr: row r -> entry r
+    const int32_t* slots = nullptr;     // [rows] destination entry of each row, < 0: not stored; nullptr: r -> r
     int64_t rows = 0, head_dim = 0, rope_dim = 0, kv_stride = 0;
 };
 void pack_kv_entries(const KvPackParams& p, cudaStream_t stream);

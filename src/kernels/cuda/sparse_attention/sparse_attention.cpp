@@ -10,22 +10,17 @@ namespace {
 constexpr int32_t kTile = 64, kHeadsPerCta = 64;
 }
 
-// Split a token's slots over CTAs only when the tokens alone leave most SMs idle (decode): aim at two CTAs per SM,
-// never more splits than 64-key tiles. Not yet measured; a first heuristic.
-SparseAttentionPlan plan_sparse_attention(int32_t tokens, int32_t heads, int32_t head_dim, int32_t slots,
-                                          int32_t num_sms) {
+int64_t sparse_attention_workspace_per_token(int32_t heads, int32_t head_dim, int32_t splits) {
+    return splits > 1 ? int64_t(splits) * heads * (2 + int64_t(head_dim)) : 0;
+}
+
+// One split per 64-key tile whatever the token count: the summation structure of a token's output then depends on
+// its slot list alone (batch and chunk invariance), and a decode step of a few tokens still spreads over
+// tokens x tiles CTAs (V4: W 128 + top-k 512 = 10 tiles per token).
+SparseAttentionPlan plan_sparse_attention(int32_t heads, int32_t head_dim, int32_t slots) {
     SparseAttentionPlan plan;
-    const int64_t ctas = int64_t(tokens) * ((heads + kHeadsPerCta - 1) / kHeadsPerCta);
-    const int32_t tiles = std::max<int32_t>(1, (slots + kTile - 1) / kTile);
-    if (ctas > 0 && ctas < num_sms) {
-        const int64_t want = (2 * int64_t(num_sms) + ctas - 1) / ctas;
-        plan.splits = int32_t(std::clamp<int64_t>(want, 1, tiles));
-        // With ceil-divided tiles per split, trailing splits can be empty; drop them.
-        const int32_t per_split = (tiles + plan.splits - 1) / plan.splits;
-        plan.splits = (tiles + per_split - 1) / per_split;
-    }
-    if (plan.splits > 1)
-        plan.workspace_floats = int64_t(tokens) * plan.splits * heads * (2 + int64_t(head_dim));
+    plan.splits = std::max<int32_t>(1, (slots + kTile - 1) / kTile);
+    plan.workspace_floats_per_token = sparse_attention_workspace_per_token(heads, head_dim, plan.splits);
     return plan;
 }
 
@@ -43,11 +38,23 @@ void sparse_attention(const SparseAttentionParams& p, cudaStream_t stream) {
     DSV4_CHECK(p.tokens <= 2147483647 && (p.heads + kHeadsPerCta - 1) / kHeadsPerCta <= 65535 && p.splits <= 65535,
                "sparse_attention: grid too large (tokens {}, heads {}, splits {})", p.tokens, p.heads, p.splits);
     DSV4_CHECK(p.q && p.out && p.sink && (p.slots == 0 || (p.kv && p.indices)), "sparse_attention: null pointer");
-    DSV4_CHECK(p.splits == 1 || p.workspace, "sparse_attention: {} splits need the plan's workspace", p.splits);
+    const int64_t per_token = sparse_attention_workspace_per_token(p.heads, p.head_dim, p.splits);
+    DSV4_CHECK(p.splits == 1 || (p.workspace && p.workspace_floats >= per_token),
+               "sparse_attention: {} splits need a workspace of at least {} floats ({} given)", p.splits, per_token,
+               p.workspace ? p.workspace_floats : 0);
     DSV4_CHECK(reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 8 == 0 &&
                    reinterpret_cast<uintptr_t>(p.out) % 4 == 0 && reinterpret_cast<uintptr_t>(p.workspace) % 8 == 0,
                "sparse_attention: q must be 16-byte, kv and workspace 8-byte, out 4-byte aligned");
-    detail::sparse_attention_launch(p, stream);
+    // Token groups that fit the workspace; each token's work is the same in any group.
+    const int64_t group = p.splits > 1 ? std::min<int64_t>(p.tokens, p.workspace_floats / per_token) : p.tokens;
+    for (int64_t t0 = 0; t0 < p.tokens; t0 += group) {
+        SparseAttentionParams g = p;
+        g.tokens = int32_t(std::min<int64_t>(group, p.tokens - t0));
+        g.q = p.q + t0 * p.heads * p.head_dim;
+        g.out = p.out + t0 * p.heads * p.head_dim;
+        g.indices = p.slots ? p.indices + t0 * p.slots : p.indices;
+        detail::sparse_attention_launch(g, stream);
+    }
 }
 
 }  // namespace dsv4::cuda

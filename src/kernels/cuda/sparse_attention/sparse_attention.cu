@@ -185,6 +185,16 @@ __device__ void range_max(Smem<kHeadDim>& s, const SparseAttentionParams& p, int
 }
 
 // Workspace carve-up (splits > 1): max and denominator [tokens, splits, heads], O [tokens, splits, heads, d].
+// Whether any slot of the token's range is filled (block-uniform). An empty split contributes max -inf, denominator
+// +0 and P.V +0 exactly (P = exp(-inf) = 0 against zeroed keys), so it writes those without the work: a token's
+// trailing empty tiles (HCA before its entries exist, or a graph sized for the longest context) cost a check.
+__device__ bool range_has_keys(const SparseAttentionParams& p, int token, SplitRange range) {
+    const int32_t* idx = p.indices + int64_t(token) * p.slots;
+    int any = 0;
+    for (int j = range.begin + int(threadIdx.x); j < range.end; j += kThreads) any |= idx[j] >= 0;
+    return __syncthreads_or(any) != 0;
+}
+
 struct Workspace {
     float *max, *denom, *o;
 };
@@ -199,6 +209,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_max_kernel(const
     Smem<kHeadDim>& s = *reinterpret_cast<Smem<kHeadDim>*>(smem_raw);
     const int token = blockIdx.x, head0 = blockIdx.y * kHeadsPerCta, split = blockIdx.z;
     const int heads_here = min(kHeadsPerCta, p.heads - head0), m_tiles = (heads_here + 15) / 16;
+    if (!range_has_keys(p, token, split_range(p, split))) {
+        if (threadIdx.x < heads_here)
+            workspace(p).max[(int64_t(token) * p.splits + split) * p.heads + head0 + threadIdx.x] = -INFINITY;
+        return;
+    }
     load_q(s, p, token, head0, heads_here);
     range_max(s, p, token, split_range(p, split), m_tiles);
     if (threadIdx.x < heads_here)
@@ -219,6 +234,13 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
     const int mt = warp % 4, half = warp / 4;  // QK: slot half of the tile; PV: dim half
     const SplitRange range = split_range(p, split);
 
+    if (p.splits > 1 && !range_has_keys(p, token, range)) {
+        const Workspace ws = workspace(p);
+        const int64_t row0 = (int64_t(token) * p.splits + split) * p.heads + head0;
+        for (int i = threadIdx.x; i < heads_here * kHeadDim; i += kThreads) ws.o[row0 * kHeadDim + i] = 0.0f;
+        if (threadIdx.x < heads_here) ws.denom[row0 + threadIdx.x] = 0.0f;
+        return;
+    }
     load_q(s, p, token, head0, heads_here);
     if (p.splits == 1) {
         range_max(s, p, token, range, m_tiles);

@@ -2,8 +2,11 @@
 // token and every head, o = sum_j P_j v_j / (sum_j exp(l_j - M) + exp(sink_h - M)), l_j = (q . k_j) * scale,
 // K = V = the dequantized entry (e4m3 nope x UE8M0 scale, bf16 rope), M the max logit of the token's keys,
 // P_j = exp(l_j - M) rounded to bf16 (the rounding point of cpu::sparse_attention_head, in one place in the .cu).
-// All heads of a token share each key tile; long slot lists are split over CTAs (flash-decoding) with a global max
-// pass first, so the split changes only the f32 summation order. Output bf16 before the inverse RoPE.
+// All heads of a token share each key tile. A token's slots are split over CTAs one 64-key tile per split
+// (flash-decoding) with a global max pass first. The split is a function of the slot index only, never of how many
+// tokens share the launch, so a token's output is the same bits alone, in a prefill chunk or in a decode batch
+// (tests: SparseAttentionGpu.TokenResultIndependentOfLaunch); trailing empty tiles add exact zeros. Output bf16
+// before the inverse RoPE.
 // Tested in tests/gpu/sparse_attention_test.cpp against cpu::sparse_attention_head on the dequantized entries.
 #pragma once
 
@@ -19,23 +22,25 @@ struct SparseAttentionParams {
     const int32_t* indices;   // [tokens, slots] int32 rows of kv; -1 = empty slot
     const float* sink;        // [heads] f32 attn_sink
     uint16_t* out;            // [tokens, heads, head_dim] bf16
-    float* workspace;         // [plan.workspace_floats] f32 (split partial results); null when splits == 1
+    float* workspace;         // f32 split partial results; null when splits == 1
+    int64_t workspace_floats = 0;  // its size: tokens run in groups of workspace_floats / per-token need
     int32_t tokens = 0;
     int32_t heads = 0;
     int32_t head_dim = 0;     // 512 (V4) or a tiny test dim: 80, 96, 128
     int32_t rope_dim = 0;     // trailing bf16 dims of the entry
     int32_t slots = 0;        // slots per token (W + top-k in the model)
-    int32_t splits = 1;       // from plan_sparse_attention
+    int32_t splits = 1;       // from plan_sparse_attention (tests may force others)
     float scale = 0.0f;       // head_dim^-0.5
 };
 
-// Plan (pure, host): how many CTAs share one token's slots, and the workspace they need.
+// Plan (pure, host): how many CTAs share one token's slots (one per 64-key tile), and the workspace one token
+// needs; a launch needs at least one token's worth and runs its tokens in groups that fit.
 struct SparseAttentionPlan {
     int32_t splits = 1;
-    int64_t workspace_floats = 0;
+    int64_t workspace_floats_per_token = 0;
 };
-SparseAttentionPlan plan_sparse_attention(int32_t tokens, int32_t heads, int32_t head_dim, int32_t slots,
-                                          int32_t num_sms);
+SparseAttentionPlan plan_sparse_attention(int32_t heads, int32_t head_dim, int32_t slots);
+int64_t sparse_attention_workspace_per_token(int32_t heads, int32_t head_dim, int32_t splits);
 
 // Checks the contract on the host (dsv4::Error), then launches; no allocation, no synchronization.
 void sparse_attention(const SparseAttentionParams& params, cudaStream_t stream);

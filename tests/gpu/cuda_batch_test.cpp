@@ -1,0 +1,278 @@
+// Batched forward on the GPU (CudaModel::forward_batch): batch invariance and graph replay, on every fixture.
+//  * 16 sequences of mixed prompt lengths are prefilled in one call (their tokens packed into shared pieces, long
+//    prompts split across pieces) and then decoded greedily together, one token each per step, with 5 of them
+//    finishing half-way (the batch shrinks from 16 to 11, so two decode graphs replay). Every sequence must get the
+//    same logits, bit for bit, and so the same greedy tokens, as when it runs alone (B = 1 pieces and graph).
+//  * Eager launches (decode_graphs off) give the same bits as the replayed graphs.
+//  * A replayed decode step is one graph launch with no allocation, no kernel launched outside the graph and no
+//    host synchronization before the logits copy: every CUDA runtime and driver API call of the step is recorded
+//    through CUPTI's callback API and checked.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/number_formats.h"
+#include "cuda_fixtures.h"
+#include "gpu_test_util.h"
+#include "io/checkpoint.h"
+#include "model/golden_io.h"
+#include "runtime/cuda/cuda_model.h"
+
+#ifdef DSV4_HAVE_CUPTI
+#include <cupti.h>
+#endif
+
+namespace dsv4 {
+namespace {
+
+namespace fs = std::filesystem;
+using cuda_fixtures::fixture_dir;
+
+constexpr int kBatch = 16;
+constexpr int kSteps = 10;         // greedy decode steps per sequence (the finishing ones stop at kSteps / 2)
+constexpr int kFinishEarly = 5;    // sequences that stop half-way
+const int64_t kPromptLengths[kBatch] = {1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 7, 4, 40, 17, 100, 64};
+
+int32_t argmax(const float* logits, int64_t n) {
+    return int32_t(std::max_element(logits, logits + n) - logits);  // first maximum: ties to the lower id
+}
+
+// One sequence's record: the logits after its prompt and after every decode step, and the tokens it chose.
+struct Trace {
+    std::vector<std::vector<float>> logits;
+    std::vector<int32_t> tokens;
+};
+
+class CudaBatch : public ::testing::TestWithParam<std::string> {
+  protected:
+    void SetUp() override {
+        DSV4_REQUIRE_GPU();
+        const std::string dir = fixture_dir(GetParam());
+        if (!fs::exists(dir + "/golden.safetensors")) GTEST_SKIP() << "no fixture at " << dir;
+        const testing::Golden golden(dir + "/golden.safetensors");
+        ids_ = testing::to_ids(golden.ints("input_ids"));
+        checkpoint_ = Checkpoint::open(dir);
+    }
+
+    std::unique_ptr<CudaModel> model(bool graphs) const {
+        const ModelConfig& config = checkpoint_->config();
+        CudaOptions options;
+        options.max_sequences = kBatch + 1;
+        options.max_context = 256;
+        options.max_chunk_tokens = 64;  // the 463 prompt tokens take several pieces
+        options.decode_graphs = graphs;
+        options.print_plan = false;
+        return std::make_unique<CudaModel>(config, load_model_weights(checkpoint_, config), Numerics::kModel,
+                                           options);
+    }
+
+    std::vector<int32_t> prompt(int i) const {
+        std::vector<int32_t> p(static_cast<size_t>(kPromptLengths[i]));
+        for (size_t j = 0; j < p.size(); ++j) p[j] = ids_[(size_t(i) * 11 + j) % ids_.size()];
+        return p;
+    }
+    static int steps(int i) { return i < kFinishEarly ? kSteps / 2 : kSteps; }
+
+    // All sequences together: one prefill call, then decode steps over the sequences still running.
+    std::vector<Trace> together(CudaModel& gpu) const {
+        const int64_t V = gpu.config().vocab_size;
+        std::vector<SequenceState> states;
+        std::vector<std::vector<int32_t>> prompts;
+        std::vector<Trace> traces(kBatch);
+        std::vector<BatchItem> items;
+        for (int i = 0; i < kBatch; ++i) states.push_back(gpu.new_sequence()), prompts.push_back(prompt(i));
+        for (int i = 0; i < kBatch; ++i) items.push_back({&states[size_t(i)], prompts[size_t(i)], false});
+        std::vector<std::vector<float>> out = gpu.forward_batch(items);
+        for (int i = 0; i < kBatch; ++i) {
+            traces[size_t(i)].tokens.push_back(argmax(out[size_t(i)].data(), V));
+            traces[size_t(i)].logits.push_back(std::move(out[size_t(i)]));
+        }
+        for (int step = 0; step < kSteps; ++step) {
+            items.clear();
+            std::vector<int> running;
+            for (int i = 0; i < kBatch; ++i)
+                if (step < steps(i)) {
+                    running.push_back(i);
+                    items.push_back({&states[size_t(i)], std::span(&traces[size_t(i)].tokens.back(), 1), false});
+                }
+            out = gpu.forward_batch(items);
+            for (size_t j = 0; j < running.size(); ++j) {
+                Trace& t = traces[size_t(running[j])];
+                t.tokens.push_back(argmax(out[j].data(), V));
+                t.logits.push_back(std::move(out[j]));
+            }
+        }
+        return traces;
+    }
+
+    // Sequence i by itself: its prompt, then one decode step at a time.
+    Trace alone(CudaModel& gpu, int i) const {
+        const int64_t V = gpu.config().vocab_size;
+        SequenceState state = gpu.new_sequence();
+        Trace t;
+        t.logits.push_back(gpu.forward(state, prompt(i), false));
+        t.tokens.push_back(argmax(t.logits.back().data(), V));
+        for (int step = 0; step < steps(i); ++step) {
+            const int32_t id = t.tokens.back();
+            t.logits.push_back(gpu.forward(state, std::span(&id, 1), false));
+            t.tokens.push_back(argmax(t.logits.back().data(), V));
+        }
+        return t;
+    }
+
+    std::vector<int32_t> ids_;
+    std::shared_ptr<const Checkpoint> checkpoint_;
+};
+
+void expect_same(const Trace& got, const Trace& want, const std::string& what) {
+    EXPECT_EQ(got.tokens, want.tokens) << what << ": greedy tokens differ";
+    ASSERT_EQ(got.logits.size(), want.logits.size()) << what;
+    for (size_t s = 0; s < got.logits.size(); ++s) {
+        const auto& a = got.logits[s];
+        const auto& b = want.logits[s];
+        ASSERT_EQ(a.size(), b.size());
+        size_t differ = 0;
+        for (size_t v = 0; v < a.size(); ++v) differ += float_bits(a[v]) != float_bits(b[v]);
+        EXPECT_EQ(differ, 0u) << what << ": step " << s << " has " << differ << " logits differing in bits";
+    }
+}
+
+TEST_P(CudaBatch, SixteenMixedLengthSequencesEqualAlone) {
+    auto gpu = model(true);
+    const std::vector<Trace> batched = together(*gpu);
+    for (int i = 0; i < kBatch; ++i)
+        expect_same(batched[size_t(i)], alone(*gpu, i),
+                    GetParam() + " sequence " + std::to_string(i) + " (prompt " + std::to_string(kPromptLengths[i]) +
+                        ")");
+    std::printf("[ bitwise  ] %s: 16 sequences (prompts 1-100, 463 tokens), %d decode steps at B = 16 then 11, "
+                "equal to each alone\n",
+                GetParam().c_str(), kSteps);
+}
+
+TEST_P(CudaBatch, GraphReplayEqualsEagerLaunches) {
+    auto graphs = model(true);
+    auto eager = model(false);
+    const std::vector<Trace> a = together(*graphs), b = together(*eager);
+    for (int i = 0; i < kBatch; ++i)
+        expect_same(a[size_t(i)], b[size_t(i)], GetParam() + " sequence " + std::to_string(i) + " graph vs eager");
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaBatch, ::testing::ValuesIn(cuda_fixtures::fixtures()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                             return cuda_fixtures::test_name(info.param);
+                         });
+
+TEST(CudaBatchApi, RejectsBadBatchesWithoutAdvancing) {
+    DSV4_REQUIRE_GPU();
+    auto checkpoint = Checkpoint::open(fixture_dir("hf-tiny-hc2-hca16"));
+    const ModelConfig& config = checkpoint->config();
+    CudaOptions options;
+    options.max_sequences = 3;
+    options.max_context = 64;
+    options.print_plan = false;
+    CudaModel gpu(config, load_model_weights(checkpoint, config), Numerics::kModel, options);
+    SequenceState a = gpu.new_sequence(), b = gpu.new_sequence();
+    const std::vector<int32_t> ok = {5, 6}, bad = {5, -1}, longer(65, 5);
+    EXPECT_THROW(gpu.forward_batch(std::vector<BatchItem>{{&a, ok, false}, {&a, ok, false}}), Error) << "same sequence";
+    EXPECT_THROW(gpu.forward_batch(std::vector<BatchItem>{{&a, ok, false}, {&b, bad, false}}), Error) << "bad id";
+    EXPECT_THROW(gpu.forward_batch(std::vector<BatchItem>{{&a, ok, false}, {&b, longer, false}}), Error)
+        << "past the context";
+    EXPECT_EQ(a.position, 0) << "a rejected batch advances nothing";
+    EXPECT_EQ(b.position, 0);
+    const auto out = gpu.forward_batch(std::vector<BatchItem>{{&a, ok, true}, {&b, ok, false}});
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(out[0].size(), size_t(2 * config.vocab_size));
+    EXPECT_EQ(out[1].size(), size_t(config.vocab_size));
+    EXPECT_EQ(a.position, 2);
+}
+
+#ifdef DSV4_HAVE_CUPTI
+// Every CUDA API entry (runtime and driver) while recording.
+struct ApiLog {
+    bool recording = false;
+    std::vector<std::string> calls;
+};
+
+void CUPTIAPI record_call(void* user, CUpti_CallbackDomain domain, CUpti_CallbackId, const void* data) {
+    auto* log = static_cast<ApiLog*>(user);
+    const auto* info = static_cast<const CUpti_CallbackData*>(data);
+    if (!log->recording || info->callbackSite != CUPTI_API_ENTER) return;
+    log->calls.push_back(std::string(domain == CUPTI_CB_DOMAIN_RUNTIME_API ? "rt " : "drv ") + info->functionName);
+}
+
+bool contains(const std::string& s, const char* what) {
+    return s.find(what) != std::string::npos;
+}
+#endif
+
+TEST(CudaBatchApi, ReplayedDecodeStepHasNoAllocationOrSyncBeforeTheLogits) {
+    DSV4_REQUIRE_GPU();
+#ifndef DSV4_HAVE_CUPTI
+    GTEST_SKIP() << "built without CUPTI (libcupti): the API calls of a decode step cannot be recorded";
+#else
+    auto checkpoint = Checkpoint::open(fixture_dir("native-mxfp4-mtp"));
+    const ModelConfig& config = checkpoint->config();
+    CudaOptions options;
+    options.max_sequences = 4;
+    options.max_context = 256;
+    options.print_plan = false;
+    CudaModel gpu(config, load_model_weights(checkpoint, config), Numerics::kModel, options);
+    std::vector<SequenceState> states;
+    for (int i = 0; i < 4; ++i) states.push_back(gpu.new_sequence());
+    std::vector<std::vector<int32_t>> prompts = {{3, 4, 5}, {9}, {7, 8, 9, 10, 11, 12, 13}, {20, 21}};
+    std::vector<BatchItem> items;
+    for (int i = 0; i < 4; ++i) items.push_back({&states[size_t(i)], prompts[size_t(i)], false});
+    gpu.forward_batch(items);
+    const std::vector<int32_t> next = {30, 31, 32, 33};
+    auto step = [&] {
+        std::vector<BatchItem> decode;
+        for (int i = 0; i < 4; ++i) decode.push_back({&states[size_t(i)], std::span(&next[size_t(i)], 1), false});
+        return gpu.forward_batch(decode);
+    };
+    step();  // captures the graph of batch size 4
+
+    ApiLog log;
+    CUpti_SubscriberHandle subscriber;
+    ASSERT_EQ(cuptiSubscribe(&subscriber, record_call, &log), CUPTI_SUCCESS);
+    ASSERT_EQ(cuptiEnableDomain(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API), CUPTI_SUCCESS);
+    ASSERT_EQ(cuptiEnableDomain(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API), CUPTI_SUCCESS);
+    log.recording = true;
+    const auto logits = step();
+    log.recording = false;
+    cuptiUnsubscribe(subscriber);
+    ASSERT_EQ(logits.size(), 4u);
+
+    std::string listing;
+    size_t graph_launch = log.calls.size(), launches = 0, allocations = 0, early_syncs = 0;
+    for (size_t i = 0; i < log.calls.size(); ++i) {
+        const std::string& call = log.calls[i];
+        listing += "  " + call + "\n";
+        if (contains(call, "GraphLaunch") && graph_launch == log.calls.size()) graph_launch = i;
+        launches += contains(call, "LaunchKernel") || contains(call, "cuLaunch");
+        allocations += contains(call, "Malloc") || contains(call, "MemAlloc") || contains(call, "Free") ||
+                       contains(call, "HostAlloc") || contains(call, "HostRegister") || contains(call, "Instantiate") ||
+                       contains(call, "BeginCapture");
+        const bool sync = contains(call, "Synchronize") || contains(call, "EventQuery") ||
+                          contains(call, "StreamQuery") || (contains(call, "Memcpy") && !contains(call, "Async"));
+        early_syncs += sync && i < graph_launch;
+    }
+    std::printf("[ api      ] one replayed decode step of 4 sequences, %zu CUDA API calls:\n%s", log.calls.size(),
+                listing.c_str());
+    EXPECT_LT(graph_launch, log.calls.size()) << "no graph launch";
+    EXPECT_EQ(launches, 0u) << "kernels launched outside the graph";
+    EXPECT_EQ(allocations, 0u) << "allocation, free or graph (re)build in the step";
+    EXPECT_EQ(early_syncs, 0u) << "host synchronization before the graph ran";
+    size_t graph_launches = 0;
+    for (const std::string& call : log.calls) graph_launches += contains(call, "rt cudaGraphLaunch");
+    EXPECT_EQ(graph_launches, 1u);
+#endif
+}
+
+}  // namespace
+}  // namespace dsv4
