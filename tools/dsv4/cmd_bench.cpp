@@ -399,6 +399,8 @@ int64_t count_nonfinite(const std::vector<float>& v) {
 struct BenchArgs {
     std::string preset = "flash";
     int64_t layers = 2, context = 4096, steps = 64, warmup = 8, chunk = 256;
+    std::vector<int64_t> batches;  // batched decode: batch sizes to time (each sequence prefilled with batch_context)
+    int64_t batch_context = 128;
     uint64_t seed = 0;
     int threads = 0;
 };
@@ -409,7 +411,7 @@ void run_bench(const BenchArgs& a) {
     ModelConfig config = synthetic_preset(a.preset, a.layers);
     config.num_mtp_layers = 0;  // the forward does not run MTP layers; they are not uploaded
     config.mtp_compress_ratios.clear();
-    const int64_t max_context = a.context + a.warmup + a.steps;
+    const int64_t max_context = std::max(a.context, a.batch_context) + a.warmup + a.steps;
     DSV4_CHECK(max_context <= config.max_position_embeddings, "--context {} + steps exceeds the model's {} positions",
                a.context, config.max_position_embeddings);
 
@@ -436,9 +438,11 @@ void run_bench(const BenchArgs& a) {
     ModelWeights weights = synth.build(config);
     std::printf("host weights generated: %.2f GB in %.1f s\n", double(synth.host_bytes()) / 1e9, seconds_since(t0));
     const StepBytes bytes = step_bytes(config, weights, a.context + a.warmup + a.steps / 2);
+    const StepBytes batch_bytes = step_bytes(config, weights, a.batch_context);  // one token of a batch
     t0 = std::chrono::steady_clock::now();
     CudaOptions options;
-    options.max_sequences = 1;
+    const int64_t max_batch = a.batches.empty() ? 1 : *std::max_element(a.batches.begin(), a.batches.end());
+    options.max_sequences = std::max<int64_t>(2, max_batch);
     options.max_context = max_context;
     options.max_chunk_tokens = a.chunk;
     CudaModel model(config, std::move(weights), Numerics::kModel, options);
@@ -522,6 +526,55 @@ void run_bench(const BenchArgs& a) {
                 total / (step_ms * 1e-3) / 1e9, 100.0 * total / (step_ms * 1e-3) / 1e9 / copy_gbs, step_ms / floor_ms);
     std::printf("non-finite logits: %lld\n", (long long)bad);
     DSV4_CHECK(bad == 0, "the synthetic model produced {} non-finite logits", bad);
+    state = SequenceState{};  // its pool slot back for the batches
+
+    // 5. Batched decode: B sequences (prefilled together with batch_context random ids each), one token each per
+    // step through forward_batch (one piece, one decode graph per B). Bytes per step: the dense weights once, the
+    // routed experts the B tokens select (expected distinct experts under uniform routing: E (1 - (1 - k/E)^B)),
+    // the KV of B sequences at batch_context.
+    if (!a.batches.empty()) {
+        const StepBytes& one = batch_bytes;
+        std::printf("batched decode (%lld timed steps after %lld warm-up; each sequence at ~%lld positions):\n",
+                    (long long)a.steps, (long long)a.warmup, (long long)a.batch_context);
+        std::printf("  %5s %10s %12s %11s %10s %10s %8s\n", "batch", "step ms", "tokens/s", "bytes/step", "floor ms",
+                    "x floor", "finite");
+        for (int64_t B : a.batches) {
+            std::vector<SequenceState> seqs;
+            std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B));
+            std::vector<BatchItem> items;
+            for (int64_t b = 0; b < B; ++b) {
+                seqs.push_back(model.new_sequence());
+                prompts[size_t(b)].resize(size_t(a.batch_context));
+                for (auto& id : prompts[size_t(b)]) id = random_id();
+            }
+            for (int64_t b = 0; b < B; ++b) items.push_back({&seqs[size_t(b)], prompts[size_t(b)], false});
+            model.forward_batch(items);
+            std::vector<int32_t> next(static_cast<size_t>(B));
+            std::vector<double> ms;
+            int64_t nonfinite = 0;
+            for (int64_t i = 0; i < a.warmup + a.steps; ++i) {
+                items.clear();
+                for (int64_t b = 0; b < B; ++b) {
+                    next[size_t(b)] = random_id();
+                    items.push_back({&seqs[size_t(b)], std::span<const int32_t>(&next[size_t(b)], 1), false});
+                }
+                const auto h0 = std::chrono::steady_clock::now();
+                const auto out = model.forward_batch(items);
+                const double h = seconds_since(h0) * 1e3;
+                for (const auto& l : out) nonfinite += count_nonfinite(l);
+                if (i >= a.warmup) ms.push_back(h);
+            }
+            const double E = double(config.n_routed_experts), k = double(config.num_experts_per_tok);
+            const double distinct = E * (1.0 - std::pow(1.0 - k / E, double(B)));
+            const double step_b = one.total() - one.routed - one.kv - one.index_keys +
+                                  one.routed / k * distinct + double(B) * (one.kv + one.index_keys);
+            const double step = median(ms), floor = step_b / (copy_gbs * 1e9) * 1e3;
+            std::printf("  %5lld %10.3f %12.0f %9.1f MB %10.3f %9.2fx %8s\n", (long long)B, step,
+                        double(B) / (step * 1e-3), step_b / 1e6, floor, step / floor, nonfinite ? "NO" : "yes");
+            DSV4_CHECK(nonfinite == 0, "batch {}: {} non-finite logits", B, nonfinite);
+        }
+        std::printf("  (host clock around forward_batch: upload, graph replay, logits copy and host synchronization)\n");
+    }
 }
 
 }  // namespace
@@ -535,6 +588,8 @@ void add_bench_command(CLI::App& app) {
     struct BenchArgs {
         std::string preset = "flash";
         int64_t layers = 2, context = 4096, steps = 64, warmup = 8, chunk = 256;
+        std::vector<int64_t> batches;
+        int64_t batch_context = 128;
         uint64_t seed = 0;
         int threads = 0;
     };
@@ -548,6 +603,11 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--steps", a->steps, "Timed decode steps (median reported)")->check(CLI::PositiveNumber);
     cmd->add_option("--warmup", a->warmup, "Untimed decode steps before them")->check(CLI::NonNegativeNumber);
     cmd->add_option("--chunk", a->chunk, "Prefill piece length (CudaOptions::max_chunk_tokens)")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--batch", a->batches, "Also time batched decode steps at these batch sizes (e.g. 1,8,32)")
+        ->delimiter(',')
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--batch-context", a->batch_context, "Prefill tokens of each sequence of a batch")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--seed", a->seed, "Seed of the random weights and ids");
     cmd->add_option("--threads", a->threads, "Host threads generating the weights (0: all cores)")
