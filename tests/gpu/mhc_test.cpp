@@ -7,7 +7,8 @@
 //             not expand relative errors (Hilbert metric), each iteration adds a few roundings: (16 + 8 iters) u;
 //   x_out     bitwise against the CPU collapse of the device pre (the same f32 operations in the same order);
 //   end to end against cpu::hc_pre / hc_head: x_out must be a bf16 rounding within the propagated pre difference.
-// hc_post is checked bitwise against cpu::hc_post + bf16 for a given mix.
+// hc_post is checked bitwise against cpu::hc_post + bf16 for a given mix. The two hc_pre / hc_head paths (one CTA
+// per token, a cluster per token) are compared with each other bitwise: logits, mix and x_out.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -52,7 +53,8 @@ struct DeviceResult {
     std::vector<float> x_out, mix, logits;
 };
 
-DeviceResult run_mix(const Inputs& in, int64_t tokens, int64_t n, int64_t dim, int64_t rows, bool head) {
+DeviceResult run_mix(const Inputs& in, int64_t tokens, int64_t n, int64_t dim, int64_t rows, bool head,
+                     cuda::detail::HcMixPath path = cuda::detail::HcMixPath::kAuto) {
     auto d_streams = to_device(to_bf16(in.streams));
     auto d_fn = to_device(in.fn);
     auto d_base = to_device(in.base);
@@ -73,7 +75,9 @@ DeviceResult run_mix(const Inputs& in, int64_t tokens, int64_t n, int64_t dim, i
                         kIters,
                         kHcEps,
                         kNormEps};
-    if (head)
+    if (path != cuda::detail::HcMixPath::kAuto)
+        cuda::detail::launch_hc_mix(p, head, nullptr, path);
+    else if (head)
         cuda::hc_head(p, nullptr);
     else
         cuda::hc_pre(p, nullptr);
@@ -190,6 +194,30 @@ TEST(GpuMhc, HcPreMatchesCpu) {
 TEST(GpuMhc, HcHeadMatchesCpu) {
     DSV4_REQUIRE_GPU();
     check_mix_op(true);
+}
+
+TEST(GpuMhc, SplitPathMatchesPerTokenBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    struct Shape {
+        int64_t n, dim;
+    };
+    using cuda::detail::HcMixPath;
+    for (bool head : {false, true})
+        for (int64_t tokens : {1, 3, 19})
+            for (Shape sh : {Shape{4, 4096}, Shape{4, 7168}, Shape{2, 320}, Shape{4, 64}, Shape{2, 4096 + 40},
+                             Shape{4, 1000 + 3}}) {
+                const int64_t n = sh.n, dim = sh.dim, rows = head ? n : cuda::hc_pre_mix_size(n);
+                const Inputs in = make_inputs(rng, tokens, n, dim, rows, head ? 1 : 3);
+                const DeviceResult split = run_mix(in, tokens, n, dim, rows, head, HcMixPath::kSplit);
+                const DeviceResult per_token = run_mix(in, tokens, n, dim, rows, head, HcMixPath::kPerToken);
+                const std::string what = std::string(head ? "hc_head" : "hc_pre") + " split vs per-token tokens " +
+                                         std::to_string(tokens) + " n_hc " + std::to_string(n) + " dim " +
+                                         std::to_string(dim);
+                expect_bitwise_f32(what + " logits", split.logits, per_token.logits);
+                expect_bitwise_f32(what + " mix", split.mix, per_token.mix);
+                expect_bitwise_f32(what + " x_out", split.x_out, per_token.x_out);
+            }
 }
 
 TEST(GpuMhc, HcPostMatchesCpuBitwise) {

@@ -1,7 +1,8 @@
 // moe_gemm against cpu::linear per expert on the same FP8-quantized activations (act_quant_fp8 on the device,
 // cpu::fp8_round_trip on the host), MXFP4 and NVFP4 experts stacked [E, N, K/2], tokens gathered through a
 // routing (row_index + expert offsets) with idle experts and an expert holding more than 16 slots; outputs
-// poisoned with NaN before each launch.
+// poisoned with NaN before each launch. Then the compact grid with the f16-pair decoder (moe_gemm) bitwise against
+// the former strided grid with skinny's decoder (detail::launch_moe_gemm_strided), on every scale code.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,18 +10,17 @@
 
 #include "gemm_test_common.h"
 #include "kernels/cuda/moe_gemm/moe_gemm.h"
+#include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
 
 namespace dsv4::gpu_test {
 namespace {
 
-void run_case(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n, int64_t k, bool nvfp4,
-              bool skewed) {
-    std::vector<HostWeight> w;
-    for (int64_t e = 0; e < experts; ++e) w.push_back(random_fp4_weight(rng, n, k, nvfp4));
-    const std::vector<float> x = random_activations(rng, tokens, k);
-    const std::vector<float> xq = fp8_quantized_reference(x, tokens, k);
-
-    // Routing: each token picks topk distinct experts (skewed: expert 0 always, when it exists).
+// Routing of `tokens` tokens to `topk` distinct experts each (skewed: expert 0 always, when it exists).
+struct Routing {
+    std::vector<int32_t> offsets, row_index;
+    int max_slots = 1;
+};
+Routing route(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, bool skewed) {
     std::vector<std::vector<int32_t>> by_expert(static_cast<size_t>(experts));
     for (int64_t t = 0; t < tokens; ++t) {
         std::vector<int64_t> ids(static_cast<size_t>(experts));
@@ -28,13 +28,26 @@ void run_case(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n
         std::shuffle(ids.begin() + (skewed ? 1 : 0), ids.end(), rng.engine());
         for (int64_t j = 0; j < topk; ++j) by_expert[size_t(ids[size_t(j)])].push_back(int32_t(t));
     }
-    std::vector<int32_t> offsets{0}, row_index;
-    int max_slots = 1;
+    Routing r;
+    r.offsets.push_back(0);
     for (const auto& rows : by_expert) {
-        row_index.insert(row_index.end(), rows.begin(), rows.end());
-        offsets.push_back(int32_t(row_index.size()));
-        max_slots = std::max(max_slots, int(rows.size()));
+        r.row_index.insert(r.row_index.end(), rows.begin(), rows.end());
+        r.offsets.push_back(int32_t(r.row_index.size()));
+        r.max_slots = std::max(r.max_slots, int(rows.size()));
     }
+    return r;
+}
+
+void run_case(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n, int64_t k, bool nvfp4, bool skewed) {
+    std::vector<HostWeight> w;
+    for (int64_t e = 0; e < experts; ++e) w.push_back(random_fp4_weight(rng, n, k, nvfp4));
+    const std::vector<float> x = random_activations(rng, tokens, k);
+    const std::vector<float> xq = fp8_quantized_reference(x, tokens, k);
+
+    const Routing routing = route(rng, tokens, experts, topk, skewed);
+    const std::vector<int32_t>& offsets = routing.offsets;
+    const std::vector<int32_t>& row_index = routing.row_index;
+    const int max_slots = routing.max_slots;
     const int64_t slots = int64_t(row_index.size());
 
     std::vector<float> ref(size_t(slots * n)), absdot(ref.size());
@@ -80,6 +93,79 @@ void run_case(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n
                   nvfp4 ? "nvfp4" : "mxfp4", (long long)tokens, (long long)experts, (long long)topk, (long long)n,
                   (long long)k, max_slots);
     expect_bf16_close(what, to_host(y), ref, absdot, k);
+}
+
+// moe_gemm (compact grid, f16-pair decode) against the former strided kernel (skinny's decoder), bitwise.
+// `every_scale`: scale codes cycle through every value (E8M0 0..254: subnormal 2^-127 up to 2^127, overflowing
+// products included; e4m3 codes 0..254 but NaN: subnormal and negative scales) and activations spread over 2^+-30;
+// else the checkpoint-like scales of random_fp4_weight. `slot_bound` above the routing's largest expert forces a
+// wider token tile (the hash-routed layers' host bound), so single-slot passes take the 1-token tile.
+void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n, int64_t k, bool nvfp4,
+                   bool skewed, int slot_bound, bool every_scale) {
+    const Routing routing = route(rng, tokens, experts, topk, skewed);
+    const int64_t slots = int64_t(routing.row_index.size());
+    std::vector<uint8_t> data, scale;
+    std::vector<float> global;
+    for (int64_t e = 0; e < experts; ++e) {
+        HostWeight we = random_fp4_weight(rng, n, k, nvfp4);
+        if (every_scale)
+            for (size_t i = 0; i < we.scale.size(); ++i) {
+                const uint8_t code = uint8_t((i * 37 + size_t(e)) % 255);  // never 255 (E8M0 NaN)
+                we.scale[i] = nvfp4 && (code & 0x7F) == 0x7F ? 0 : code;   // nor e4m3 NaN
+            }
+        data.insert(data.end(), we.data.begin(), we.data.end());
+        scale.insert(scale.end(), we.scale.begin(), we.scale.end());
+        global.push_back(nvfp4 ? rng.uniform(0.001f, 3.0f) : 1.0f);
+    }
+    std::vector<float> x = random_activations(rng, tokens, k);
+    if (every_scale)
+        for (size_t i = 0; i < x.size(); ++i) x[i] = round_bf16(x[i] * std::ldexp(1.0f, int(i % 61) - 30));
+    DeviceFp8Act a = quantize_on_device(x, tokens, k);
+    auto wd = to_device(data);
+    auto sd = to_device(scale);
+    auto gd = to_device(global);
+    auto od = to_device(routing.offsets);
+    auto rd = to_device(routing.row_index);
+    auto y_new = poisoned<uint16_t>(size_t(slots * n));
+    auto y_old = poisoned<uint16_t>(size_t(slots * n), 0x7F);
+    cuda::MoeGemmParams p;
+    p.a = a.q.get();
+    p.a_scale = a.scale.get();
+    p.row_index = rd.get();
+    p.expert_offsets = od.get();
+    p.format = nvfp4 ? cuda::ExpertFormat::kNvfp4 : cuda::ExpertFormat::kMxfp4;
+    p.w = wd.get();
+    p.w_scale = sd.get();
+    p.w_global = nvfp4 ? gd.get() : nullptr;
+    p.experts = experts;
+    p.n = n;
+    p.k = k;
+    p.max_slots_per_expert = std::max(routing.max_slots, slot_bound);
+    p.y = reinterpret_cast<__nv_bfloat16*>(y_new.get());
+    cuda::moe_gemm(p, nullptr);
+    p.y = reinterpret_cast<__nv_bfloat16*>(y_old.get());
+    DSV4_CUDA_CHECK(cuda::detail::launch_moe_gemm_strided(
+        p, cuda::moe_gemm_config(p.experts, p.n, p.k, p.max_slots_per_expert), nullptr));
+    char what[224];
+    std::snprintf(what, sizeof what,
+                  "moe_gemm compact vs strided %s%s tokens=%lld experts=%lld topk=%lld N=%lld K=%lld slot bound=%d",
+                  nvfp4 ? "nvfp4" : "mxfp4", every_scale ? " every scale code" : "", (long long)tokens,
+                  (long long)experts, (long long)topk, (long long)n, (long long)k, p.max_slots_per_expert);
+    expect_bitwise_bf16(what, to_host(y_new), to_host(y_old));
+}
+
+TEST(MoeGemm, CompactGridMatchesStridedBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    for (bool nvfp4 : {false, true}) {
+        compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 1, false);  // V4-Flash w1/w3 decode
+        compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, false);  // w2 decode
+        compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 6, false);  // hash layer: tile 8, one slot each
+        compare_grids(rng, 3, 64, 6, 200, 2080, nvfp4, false, 18, false);   // tile 16, K in three ranges
+        compare_grids(rng, 37, 16, 2, 96, 352, nvfp4, true, 1, false);      // expert 0 holds 37 slots
+        compare_grids(rng, 300, 8, 3, 72, 1056, nvfp4, true, 1, false);     // tile 16 passes, odd N
+        compare_grids(rng, 5, 32, 4, 264, 2048, nvfp4, false, 1, true);     // every scale code
+    }
 }
 
 TEST(MoeGemm, Mxfp4MatchesCpuLinear) {

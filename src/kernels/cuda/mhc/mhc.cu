@@ -1,7 +1,18 @@
-// mHC kernels: see mhc.h. hc_pre / hc_head: one CTA of kHcThreads per token; every thread accumulates the mixer
-// dot products and the sum of squares over a strided slice of the n_hc * dim stream values, a block tree reduces
-// them, thread 0 computes the mix (Sinkhorn is an n_hc x n_hc loop in the CPU's order), then all threads collapse
-// the streams. hc_post: elementwise over (token, d).
+// mHC kernels: see mhc.h. hc_pre / hc_head have two paths with the same arithmetic, so the same bits:
+//   per token  one CTA of kHcThreads per token: every thread accumulates the mixer dot products and the sum of
+//              squares over a strided slice of the n_hc * dim stream values, a block tree reduces them, thread 0
+//              computes the mix (Sinkhorn is an n_hc x n_hc loop in the CPU's order), then all threads collapse
+//              the streams. Used for many tokens.
+//   split      a cluster of kHcCluster CTAs per token (few tokens, e.g. decode: one CTA cannot pull the 1.5 MB
+//              f32 mixer of V4 fast). The kRows + 1 reduced values are dealt round-robin to the CTAs; each CTA
+//              computes its values with the per-token kernel's arithmetic (the same kHcThreads strided chains of
+//              fmaf, the same shuffle tree, the same warp tree), the CTAs exchange them through distributed
+//              shared memory, warp 0 of every CTA derives pre (rank 0 also post, comb and a warp-parallel
+//              Sinkhorn: one lane per element, each doing the CPU's operations on its element in the CPU's order),
+//              and the CTAs collapse the streams in slices.
+// hc_post: elementwise over (token, d).
+#include <cooperative_groups.h>
+
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/numeric.cuh"
 #include "kernels/cuda/mhc/mhc.h"
@@ -9,9 +20,13 @@
 namespace dsv4::cuda {
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr unsigned kFull = 0xFFFFFFFFu;
 constexpr int kWarps = kHcThreads / 32;
 constexpr int kPostThreads = 256;
+constexpr int kHcCluster = 8;    // CTAs per token on the split path (the portable cluster size)
+constexpr int kSplitUnroll = 8;  // strided columns loaded per thread before their fmafs (loads in flight)
 
 __device__ __forceinline__ float sigmoid(float z) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
@@ -125,6 +140,151 @@ __global__ void __launch_bounds__(kHcThreads) hc_mix_kernel(HcMixParams p) {
     }
 }
 
+// sinkhorn<kN> spread over a warp: lane base + i holds element i of c [kN * kN] (other lanes compute garbage and
+// are ignored). Each lane performs exactly the operations the serial loop performs on its element, in the same
+// order (row and column sums gathered by shuffles and added in index order), so every element is bitwise equal.
+template <int kN>
+__device__ float sinkhorn_lanes(float c, int base, int64_t iters, float eps) {
+    const int lane = threadIdx.x % 32;
+    const int i = min(max(lane - base, 0), kN * kN - 1), j = i / kN, k = i % kN;
+    auto at = [&](float v, int e) { return __shfl_sync(kFull, v, base + e); };
+    auto row_sum = [&](float v) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < kN; ++kk) sum = __fadd_rn(sum, at(v, j * kN + kk));
+        return sum;
+    };
+    auto columns = [&](float v) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int jj = 0; jj < kN; ++jj) sum = __fadd_rn(sum, at(v, jj * kN + k));
+        return __fdiv_rn(v, __fadd_rn(sum, eps));
+    };
+    float row_max = at(c, j * kN);
+#pragma unroll
+    for (int kk = 1; kk < kN; ++kk) row_max = fmaxf(row_max, at(c, j * kN + kk));
+    const float e = expf(__fsub_rn(c, row_max));
+    c = __fadd_rn(__fdiv_rn(e, row_sum(e)), eps);
+    c = columns(c);
+    for (int64_t it = 1; it < iters; ++it) {
+        c = __fdiv_rn(c, __fadd_rn(row_sum(c), eps));
+        c = columns(c);
+    }
+    return c;
+}
+
+// grid (kHcCluster, tokens), clusters of kHcCluster along x. Value u in [0, kRows] (u = kRows: the sum of squares)
+// belongs to CTA u % kHcCluster; the CTA computes it exactly as hc_mix_kernel does (see the file comment).
+template <int kN, bool kHead>
+__global__ void __cluster_dims__(kHcCluster, 1, 1) __launch_bounds__(kHcThreads) hc_mix_split_kernel(HcMixParams p) {
+    constexpr int kRows = kHead ? kN : (2 + kN) * kN;
+    constexpr int kValues = kRows + 1;
+    constexpr int kPer = (kValues + kHcCluster - 1) / kHcCluster;
+    static_assert(kHcThreads % 32 == 0 && kPer <= kHcThreads && kValues <= 32, "warp 0 holds every value");
+    __shared__ float partial[kWarps][kPer];
+    __shared__ float own[kPer];      // this CTA's reduced values, read by the others
+    __shared__ float sums[kValues];  // every reduced value of the token
+    __shared__ float pre_s[kN];
+    cg::cluster_group cluster = cg::this_cluster();
+    const int rank = int(cluster.block_rank());
+    const int64_t t = blockIdx.y, width = kN * p.dim;
+    const __nv_bfloat16* v = p.streams + t * width;
+
+    // 1. Per-thread chains of this CTA's values: the same strided columns and fmaf order as hc_mix_kernel.
+    const float* fn_row[kPer];
+    bool is_row[kPer], is_square[kPer];
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+        const int u = rank + q * kHcCluster;
+        is_row[q] = u < kRows;
+        is_square[q] = u == kRows;
+        fn_row[q] = p.fn + int64_t(is_row[q] ? u : 0) * width;
+    }
+    float acc[kPer];
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) acc[q] = 0.0f;
+    for (int64_t i0 = threadIdx.x; i0 < width; i0 += int64_t(kHcThreads) * kSplitUnroll) {
+        float x[kSplitUnroll], f[kPer][kSplitUnroll];
+#pragma unroll
+        for (int s = 0; s < kSplitUnroll; ++s) {
+            const int64_t i = i0 + int64_t(s) * kHcThreads;
+            x[s] = i < width ? bf16_to_f32(v[i]) : 0.0f;
+#pragma unroll
+            for (int q = 0; q < kPer; ++q) f[q][s] = is_row[q] && i < width ? __ldg(fn_row[q] + i) : 0.0f;
+        }
+#pragma unroll
+        for (int s = 0; s < kSplitUnroll; ++s) {
+            if (i0 + int64_t(s) * kHcThreads >= width) break;
+#pragma unroll
+            for (int q = 0; q < kPer; ++q) acc[q] = fmaf(is_square[q] ? x[s] : f[q][s], x[s], acc[q]);
+        }
+    }
+    // 2. The same tree: 5 shuffle levels in the warp, then 3 levels over the warps.
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) acc[q] += __shfl_xor_sync(kFull, acc[q], o);
+        if (lane == 0) partial[warp][q] = acc[q];
+    }
+    __syncthreads();
+    if (threadIdx.x < kPer) {
+        float s[kWarps];
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) s[w] = partial[w][threadIdx.x];
+#pragma unroll
+        for (int width_w = kWarps / 2; width_w > 0; width_w /= 2)
+#pragma unroll
+            for (int w = 0; w < width_w; ++w) s[w] += s[w + width_w];
+        own[threadIdx.x] = s[0];
+    }
+    cluster.sync();  // every CTA's values are in its shared memory
+    if (threadIdx.x < kValues) {
+        const int u = threadIdx.x;
+        sums[u] = cluster.map_shared_rank(own, u % kHcCluster)[u / kHcCluster];
+    }
+    cluster.sync();  // remote reads done (no CTA leaves while another reads it); sums visible to the CTA
+
+    // 3. The mix in warp 0, one lane per mixer row, the operations of hc_mix_kernel's thread 0 on each element.
+    if (warp == 0) {
+        const int u = lane < kRows ? lane : 0;
+        const float mean_sq = __fdiv_rn(sums[kRows], float(width));
+        const float rho = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, p.norm_eps)));
+        const float logit = __fmul_rn(sums[u], rho);
+        float m = 0.0f;
+        if (u < kN) {
+            m = __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(logit, p.scale[0]), p.base[u])), p.hc_eps);
+            if (lane < kN) pre_s[lane] = m;
+        } else if (!kHead && u < 2 * kN) {
+            m = __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(logit, p.scale[1]), p.base[u])));
+        } else if (!kHead) {
+            m = __fadd_rn(__fmul_rn(logit, p.scale[2]), p.base[u]);
+        }
+        if (rank == 0) {  // warp-uniform
+            if constexpr (!kHead) {
+                const float comb = sinkhorn_lanes<kN>(m, 2 * kN, p.sinkhorn_iters, p.hc_eps);
+                if (lane >= 2 * kN) m = comb;
+            }
+            if (lane < kRows) {
+                if (p.logits) p.logits[t * kRows + lane] = logit;
+                p.mix[t * kRows + lane] = m;
+            }
+        }
+    }
+    __syncthreads();
+
+    // 4. Collapse, this CTA's slice of d: streams in order, then bf16.
+    float pre[kN];
+#pragma unroll
+    for (int j = 0; j < kN; ++j) pre[j] = pre_s[j];
+    for (int64_t d = int64_t(rank) * kHcThreads + threadIdx.x; d < p.dim; d += int64_t(kHcCluster) * kHcThreads) {
+        float out = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kN; ++j) out = __fadd_rn(out, __fmul_rn(pre[j], bf16_to_f32(v[j * p.dim + d])));
+        p.x_out[t * p.dim + d] = f32_to_bf16(out);
+    }
+}
+
 template <int kN>
 __global__ void __launch_bounds__(kPostThreads) hc_post_kernel(HcPostParams p) {
     constexpr int kMix = (2 + kN) * kN;
@@ -150,12 +310,21 @@ __global__ void __launch_bounds__(kPostThreads) hc_post_kernel(HcPostParams p) {
 
 namespace detail {
 
-void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream) {
-    const dim3 grid(unsigned(p.tokens));
-    if (p.n_hc == 2 && !head) hc_mix_kernel<2, false><<<grid, kHcThreads, 0, stream>>>(p);
-    if (p.n_hc == 2 && head) hc_mix_kernel<2, true><<<grid, kHcThreads, 0, stream>>>(p);
-    if (p.n_hc == 4 && !head) hc_mix_kernel<4, false><<<grid, kHcThreads, 0, stream>>>(p);
-    if (p.n_hc == 4 && head) hc_mix_kernel<4, true><<<grid, kHcThreads, 0, stream>>>(p);
+void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPath path) {
+    if (path == HcMixPath::kAuto) path = hc_mix_split(p.tokens) ? HcMixPath::kSplit : HcMixPath::kPerToken;
+    if (path == HcMixPath::kSplit) {
+        const dim3 grid(kHcCluster, unsigned(p.tokens));
+        if (p.n_hc == 2 && !head) hc_mix_split_kernel<2, false><<<grid, kHcThreads, 0, stream>>>(p);
+        if (p.n_hc == 2 && head) hc_mix_split_kernel<2, true><<<grid, kHcThreads, 0, stream>>>(p);
+        if (p.n_hc == 4 && !head) hc_mix_split_kernel<4, false><<<grid, kHcThreads, 0, stream>>>(p);
+        if (p.n_hc == 4 && head) hc_mix_split_kernel<4, true><<<grid, kHcThreads, 0, stream>>>(p);
+    } else {
+        const dim3 grid(unsigned(p.tokens));
+        if (p.n_hc == 2 && !head) hc_mix_kernel<2, false><<<grid, kHcThreads, 0, stream>>>(p);
+        if (p.n_hc == 2 && head) hc_mix_kernel<2, true><<<grid, kHcThreads, 0, stream>>>(p);
+        if (p.n_hc == 4 && !head) hc_mix_kernel<4, false><<<grid, kHcThreads, 0, stream>>>(p);
+        if (p.n_hc == 4 && head) hc_mix_kernel<4, true><<<grid, kHcThreads, 0, stream>>>(p);
+    }
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

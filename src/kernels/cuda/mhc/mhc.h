@@ -1,4 +1,4 @@
-// Manifold-constrained hyper-connections on the GPU (spec §5; cpu::hc_pre / hc_post / hc_head), one token per CTA:
+// Manifold-constrained hyper-connections on the GPU (spec §5; cpu::hc_pre / hc_post / hc_head):
 //   hc_pre   mixer logits = (fn . v) * rsqrt(mean(v^2) + eps) over the n_hc * dim stream values v (f32 sums),
 //            pre = sigmoid + eps, post = 2 sigmoid, comb = Sinkhorn(logits), x = bf16(sum_j pre_j X_j)
 //   hc_head  the same with pre only (the final collapse before the head norm)
@@ -18,6 +18,14 @@ namespace dsv4::cuda {
 // Threads per token of hc_pre / hc_head. Each thread accumulates ceil(n_hc * dim / kHcThreads) products before a
 // 5 + 3 level tree; the tests derive their f32 reduction bound from this.
 inline constexpr int kHcThreads = 256;
+
+// hc_pre / hc_head run one CTA per token (many tokens) or a cluster of CTAs per token (few tokens, decode); both
+// compute the same per-thread chains and trees, so the choice never changes a bit (mhc.cu; tests compare them).
+// Split up to 256 tokens: decode and batched decode. H200, hc_pre n_hc 4 dim 4096 at 1 token: 0.236 ms per
+// token-CTA (docs/perf.md, Decode step); the crossover above 256 tokens is not measured yet.
+constexpr bool hc_mix_split(int64_t tokens) {
+    return tokens <= 256;
+}
 
 constexpr int64_t hc_pre_mix_size(int64_t n_hc) {
     return (2 + n_hc) * n_hc;
@@ -48,7 +56,8 @@ void hc_post(const HcPostParams& p, cudaStream_t stream);
 
 // The kernel launches behind the checked launchers (mhc.cu); they assume a valid contract.
 namespace detail {
-void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream);
+enum class HcMixPath { kAuto, kPerToken, kSplit };  // kAuto: hc_mix_split(tokens)
+void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPath path = HcMixPath::kAuto);
 void launch_hc_post(const HcPostParams& p, cudaStream_t stream);
 }  // namespace detail
 

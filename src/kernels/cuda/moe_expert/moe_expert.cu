@@ -35,34 +35,38 @@ __global__ void swiglu_kernel(const SwigluParams p) {
     }
 }
 
+// grid (ceil(dim / kThreads), min(tokens, 65535)): one output column per thread, so a decode token's 4096 columns
+// spread over 16 blocks; blocks stride the tokens. Every block orders its token's assignments itself (k <= 16).
 __global__ void moe_combine_kernel(const MoeCombineParams p) {
-    const int64_t t = blockIdx.x;
-    __shared__ int order[kMaxK];
+    __shared__ int64_t slot_s[kMaxK];
     __shared__ int count;
-    if (threadIdx.x == 0) {
-        // The token's valid assignments in ascending expert order (ties: selection order), as moe_forward's loop
-        // over experts accumulates them.
-        int n = 0;
-        for (int j = 0; j < p.k; ++j) {
-            const int e = p.experts[t * p.k + j];
-            if (e < 0 || p.assignment_slot[t * p.k + j] < 0) continue;
-            int pos = n++;
-            while (pos > 0 && p.experts[t * p.k + order[pos - 1]] > e) {
-                order[pos] = order[pos - 1];
-                --pos;
+    const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    for (int64_t t = blockIdx.y; t < p.tokens; t += gridDim.y) {
+        if (threadIdx.x == 0) {
+            // The token's valid assignments in ascending expert order (ties: selection order), as moe_forward's
+            // loop over experts accumulates them.
+            int order[kMaxK];
+            int n = 0;
+            for (int j = 0; j < p.k; ++j) {
+                const int e = p.experts[t * p.k + j];
+                if (e < 0 || p.assignment_slot[t * p.k + j] < 0) continue;
+                int pos = n++;
+                while (pos > 0 && p.experts[t * p.k + order[pos - 1]] > e) {
+                    order[pos] = order[pos - 1];
+                    --pos;
+                }
+                order[pos] = j;
             }
-            order[pos] = j;
+            for (int i = 0; i < n; ++i) slot_s[i] = p.assignment_slot[t * p.k + order[i]];
+            count = n;
         }
-        count = n;
-    }
-    __syncthreads();
-    for (int64_t c = threadIdx.x; c < p.dim; c += blockDim.x) {
-        float acc = 0.0f;
-        for (int i = 0; i < count; ++i) {
-            const int64_t slot = p.assignment_slot[t * p.k + order[i]];
-            acc += bf16_to_f32(p.routed[slot * p.dim + c]);
+        __syncthreads();
+        if (c < p.dim) {
+            float acc = 0.0f;
+            for (int i = 0; i < count; ++i) acc += bf16_to_f32(p.routed[slot_s[i] * p.dim + c]);
+            p.out[t * p.dim + c] = f32_to_bf16(acc + bf16_to_f32(p.shared[t * p.dim + c]));
         }
-        p.out[t * p.dim + c] = f32_to_bf16(acc + bf16_to_f32(p.shared[t * p.dim + c]));
+        __syncthreads();  // slot_s is rewritten for the next token
     }
 }
 
@@ -115,7 +119,8 @@ void launch_swiglu(const SwigluParams& p, cudaStream_t stream) {
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 void launch_moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
-    moe_combine_kernel<<<unsigned(p.tokens), kThreads, 0, stream>>>(p);
+    const dim3 grid(unsigned((p.dim + kThreads - 1) / kThreads), unsigned(p.tokens < 65535 ? p.tokens : 65535));
+    moe_combine_kernel<<<grid, kThreads, 0, stream>>>(p);
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 void launch_dense_expert_gemm(const DenseExpertGemmParams& p, cudaStream_t stream) {

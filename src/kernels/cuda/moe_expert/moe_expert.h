@@ -6,7 +6,8 @@
 //                      accumulation order) + shared[t]), f32 sums
 //   dense_expert_gemm  y[p] = bf16(W_e(p) x[row(p)]) for experts stored dense (f32 or bf16, the transformers
 //                      fixtures): f32 products and sums, as Precision::linear on a dense weight
-// Tested through tests/gpu/cuda_model_test.cpp (GPU vs CPU forward).
+// Tested through tests/gpu/cuda_model_test.cpp (GPU vs CPU forward); moe_combine also bitwise against the CPU's
+// accumulation in tests/gpu/moe_expert_test.cpp.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -11,8 +11,9 @@
 
 namespace dsv4::cuda {
 
-// Token tile: smallest power of two covering the slot bound (max 16). K span: 64 KiB of staged f32 activations.
-// Experts: at most 64 blocks along y, so an idle expert costs a few offset reads rather than a block per tile.
+// Token tile: smallest power of two covering the slot bound (max 16). K span: 64 KiB of staged f32 activations; it
+// fixes the f32 summation (one warp tree per K range), so it must not change without changing bits. Experts: the
+// former strided grid's at most 64 blocks along y (the compact grid is sized to the device in the launcher).
 MoeGemmConfig moe_gemm_config(int64_t experts, int64_t n, int64_t k, int max_slots_per_expert) {
     (void)n;
     MoeGemmConfig c;
@@ -32,6 +33,8 @@ std::string moe_gemm_can_implement(const MoeGemmParams& p) {
     if (p.k % 32) return fmt::format("K must be a multiple of 32, got {}", p.k);
     if (reinterpret_cast<uintptr_t>(p.w) % 16) return "W must be 16-byte aligned";
     if (p.max_slots_per_expert < 1) return "max_slots_per_expert must be >= 1";
+    if (p.experts > 4096)
+        return fmt::format("at most 4096 experts (the active list lives in shared memory), got {}", p.experts);
     return {};
 }
 

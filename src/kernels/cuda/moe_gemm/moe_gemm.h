@@ -3,8 +3,11 @@
 // per 128, as the official FP4 linear) and W_e MXFP4 (e2m1 + E8M0 per 32) or NVFP4 (e2m1 + e4m3 per 16, x f32
 // global), decoded in the kernel (no bf16 copy of any weight), f32 accumulation. row(p) = row_index[p], or p when
 // row_index is null (activations already gathered). Runs on the skinny kernel: tokens of an expert in passes of
-// up to 16, K in ranges accumulated in registers, experts strided over grid.y; decode (few tokens per expert) is
-// memory-bound. Contract: K % 32 == 0. Tested in tests/gpu/moe_gemm_test.cpp against cpu::linear per expert.
+// up to 16, K in ranges accumulated in registers; a persistent grid takes (active expert, 32-row tile) items from
+// a list of the non-empty experts built on the device, so a decode step's few experts spread over the whole GPU
+// without a host sync (moe_gemm_kernels.cu). The bits depend on k_span only (moe_gemm_config), never on the grid.
+// Contract: K % 32 == 0. Tested in tests/gpu/moe_gemm_test.cpp against cpu::linear per expert, and bitwise against
+// the former grid (detail::launch_moe_gemm_strided).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -34,7 +37,7 @@ struct MoeGemmParams {
 struct MoeGemmConfig {
     int m_tile = 1;          // slots per pass (1, 2, 4, 8, 16)
     int64_t k_span = 0;      // K columns staged at a time, multiple of 1024
-    int expert_blocks = 1;   // grid.y; block y handles experts y, y + expert_blocks, ...
+    int expert_blocks = 1;   // grid.y of the former strided kernel (detail::launch_moe_gemm_strided)
 };
 
 MoeGemmConfig moe_gemm_config(int64_t experts, int64_t n, int64_t k, int max_slots_per_expert);

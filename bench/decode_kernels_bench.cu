@@ -1,0 +1,261 @@
+// Decode-step kernels side by side with the versions they replace, at V4-Flash shapes: hc_pre / hc_head (split vs
+// per-token path) over token counts, moe_gemm (compact grid vs the former strided grid) for the routed w1/w3/w2 at
+// one token with the plain (tile 1) and hash-layer (tile 8) slot bounds, and moe_combine. Each case is captured as
+// a CUDA graph of 20 launches and replayed (median of 7 replays, per launch), so the times are kernel time, not
+// launch cost; weights rotate over copies larger than L2 (8 routings of 6 experts for moe_gemm, 64 mixer copies),
+// as in a decode step, where other layers' weights evict them. Correctness: the two versions' outputs compared
+// bitwise for every rotation. Usage: dsv4_bench_decode_kernels   (numbers recorded in docs/perf.md)
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "kernels/cuda/common/device_buffer.h"
+#include "kernels/cuda/mhc/mhc.h"
+#include "kernels/cuda/moe_expert/moe_expert.h"
+#include "kernels/cuda/moe_gemm/moe_gemm.h"
+#include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
+#include "kernels/cuda/smoke/device_info.h"
+
+using namespace dsv4::cuda;
+
+namespace {
+
+constexpr int kLaunches = 20, kReplays = 7;
+
+__global__ void fill_bytes(uint8_t* p, size_t n, uint32_t seed, uint8_t avoid_mask, uint8_t avoid) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+        uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        uint8_t b = uint8_t(h);
+        if ((b & avoid_mask) == avoid) b ^= 1;
+        p[i] = b;
+    }
+}
+// Normal-ish f32 values (sum of four uniforms) times `scale`.
+__global__ void fill_f32(float* p, size_t n, uint32_t seed, float scale) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+        float s = 0.0f;
+        for (uint32_t r = 0; r < 4; ++r) {
+            uint32_t h = (uint32_t(i) * 4u + r) * 2654435761u ^ seed;
+            h ^= h >> 16;
+            h *= 0x7feb352du;
+            h ^= h >> 15;
+            s += float(h >> 8) * (1.0f / 16777216.0f) - 0.5f;
+        }
+        p[i] = s * scale;
+    }
+}
+__global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+        uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        p[i] = __float2bfloat16(float(int(h % 2001) - 1000) * (1.0f / 256));
+    }
+}
+template <typename T>
+void check_launch(T) {
+    DSV4_CUDA_CHECK(cudaGetLastError());
+}
+
+// Median per-launch time in microseconds of `launch(i, stream)` for i = 0..kLaunches-1, captured as one graph.
+double graph_us(const std::function<void(int, cudaStream_t)>& launch) {
+    Stream stream;
+    launch(0, stream.get());  // one-time host work (attributes, occupancy) outside the capture
+    stream.synchronize();
+    cudaGraph_t graph = nullptr;
+    DSV4_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < kLaunches; ++i) launch(i, stream.get());
+    DSV4_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+    cudaGraphExec_t exec = nullptr;
+    DSV4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    DSV4_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+    std::vector<double> us;
+    for (int r = 0; r < kReplays; ++r) {
+        Event start, stop;
+        start.record(stream.get());
+        DSV4_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+        stop.record(stream.get());
+        stream.synchronize();
+        us.push_back(double(stop.elapsed_since(start)) * 1e3 / kLaunches);
+    }
+    DSV4_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    DSV4_CUDA_CHECK(cudaGraphDestroy(graph));
+    std::sort(us.begin(), us.end());
+    return us[us.size() / 2];
+}
+
+template <typename T>
+bool same_bits(const DeviceBuffer<T>& a, const DeviceBuffer<T>& b) {
+    std::vector<T> ha(a.size()), hb(b.size());
+    a.download(ha.data(), ha.size());
+    b.download(hb.data(), hb.size());
+    return std::memcmp(ha.data(), hb.data(), ha.size() * sizeof(T)) == 0;
+}
+
+int failures = 0;
+const char* verdict(bool same) {
+    if (!same) ++failures;
+    return same ? "identical" : "DIFFER";
+}
+
+// hc_pre (head = false) or hc_head at n_hc = 4, dim = 4096, `tokens` tokens.
+void bench_hc(bool head, int64_t tokens) {
+    const int64_t n = 4, dim = 4096, width = n * dim, rows = head ? n : hc_pre_mix_size(n);
+    const int copies = 64;  // 64 x 1.5 MB of mixers > L2
+    DeviceBuffer<float> fn{size_t(copies * rows * width)}, base{size_t(rows)}, scale{3};
+    fill_f32<<<1024, 256>>>(fn.get(), fn.size(), 1, 2.0f / 128.0f);
+    fill_f32<<<1, 64>>>(base.get(), base.size(), 2, 1.0f);
+    fill_f32<<<1, 64>>>(scale.get(), scale.size(), 3, 1.0f);
+    DeviceBuffer<__nv_bfloat16> streams{size_t(tokens * width)}, x_split{size_t(tokens * dim)},
+        x_token(size_t(tokens * dim));
+    fill_bf16<<<256, 256>>>(streams.get(), streams.size(), 4);
+    DeviceBuffer<float> mix_split{size_t(tokens * rows)}, mix_token{size_t(tokens * rows)};
+    check_launch(0);
+    auto params = [&](int i, __nv_bfloat16* x, float* mix) {
+        HcMixParams p;
+        p.streams = streams.get();
+        p.fn = fn.get() + size_t(i % copies) * size_t(rows * width);
+        p.base = base.get();
+        p.scale = scale.get();
+        p.x_out = x;
+        p.mix = mix;
+        p.tokens = tokens;
+        p.n_hc = n;
+        p.dim = dim;
+        p.sinkhorn_iters = 20;
+        p.hc_eps = 1e-6f;
+        p.norm_eps = 1e-6f;
+        return p;
+    };
+    const double split = graph_us([&](int i, cudaStream_t s) {
+        detail::launch_hc_mix(params(i, x_split.get(), mix_split.get()), head, s, detail::HcMixPath::kSplit);
+    });
+    const double per_token = graph_us([&](int i, cudaStream_t s) {
+        detail::launch_hc_mix(params(i, x_token.get(), mix_token.get()), head, s, detail::HcMixPath::kPerToken);
+    });
+    bool same = true;
+    for (int i = 0; i < 3; ++i) {
+        detail::launch_hc_mix(params(i, x_split.get(), mix_split.get()), head, nullptr, detail::HcMixPath::kSplit);
+        detail::launch_hc_mix(params(i, x_token.get(), mix_token.get()), head, nullptr, detail::HcMixPath::kPerToken);
+        DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+        same = same && same_bits(x_split, x_token) && same_bits(mix_split, mix_token);
+    }
+    const double bytes = double(rows * width * 4) + double(tokens) * double(width * 2 + dim * 2 + rows * 4);
+    std::printf("%-8s %6lld %12.2f %12.2f %8.1fx %9.0f   %s\n", head ? "hc_head" : "hc_pre", (long long)tokens,
+                per_token, split, per_token / split, bytes / (split * 1e-6) / 1e9, verdict(same));
+}
+
+// Routed experts at one token: 6 of 256 MXFP4 experts [n, k], 8 routings rotated (> L2), slot bound 1 or 6.
+void bench_moe(const char* name, int64_t n, int64_t k, int slot_bound) {
+    const int64_t experts = 256, active = 6;
+    constexpr int kRoutings = 8;
+    DeviceBuffer<uint8_t> w{size_t(experts * n * k / 2)}, scale{size_t(experts * n * k / 32)};
+    fill_bytes<<<1024, 256>>>(w.get(), w.size(), 5, 0, 1);
+    fill_bytes<<<1024, 256>>>(scale.get(), scale.size(), 6, 0xFF, 0xFF);  // no 0xFF (E8M0 NaN)
+    DeviceBuffer<uint8_t> a{size_t(k)};
+    fill_bytes<<<64, 256>>>(a.get(), a.size(), 7, 0x7F, 0x7F);  // no e4m3 NaN
+    DeviceBuffer<float> a_scale{size_t((k + 127) / 128)};
+    std::vector<float> ones(a_scale.size(), 1.0f / 64);
+    a_scale.upload(ones.data(), ones.size());
+    std::vector<DeviceBuffer<int32_t>> offsets;
+    for (int v = 0; v < kRoutings; ++v) {  // experts spread over the whole range, as a router picks them
+        std::vector<int32_t> o(size_t(experts + 1), 0);
+        for (int64_t e = 0; e < experts; ++e)
+            o[size_t(e + 1)] = o[size_t(e)] + ((e * 7 + v * 5) % 43 == 0 && o[size_t(e)] < active ? 1 : 0);
+        offsets.emplace_back(o.size());
+        offsets.back().upload(o.data(), o.size());
+    }
+    std::vector<int32_t> rows(size_t(active), 0);
+    DeviceBuffer<int32_t> row_index{rows.size()};
+    row_index.upload(rows.data(), rows.size());
+    DeviceBuffer<__nv_bfloat16> y_new{size_t(active * n)}, y_old{size_t(active * n)};
+    check_launch(0);
+    auto params = [&](int i, __nv_bfloat16* y) {
+        MoeGemmParams p;
+        p.a = a.get();
+        p.a_scale = a_scale.get();
+        p.row_index = row_index.get();
+        p.expert_offsets = offsets[size_t(i % kRoutings)].get();
+        p.w = w.get();
+        p.w_scale = scale.get();
+        p.y = y;
+        p.experts = experts;
+        p.n = n;
+        p.k = k;
+        p.max_slots_per_expert = slot_bound;
+        return p;
+    };
+    const MoeGemmConfig config = moe_gemm_config(experts, n, k, slot_bound);
+    const double compact = graph_us([&](int i, cudaStream_t s) { moe_gemm(params(i, y_new.get()), s); });
+    const double strided = graph_us([&](int i, cudaStream_t s) {
+        DSV4_CUDA_CHECK(detail::launch_moe_gemm_strided(params(i, y_old.get()), config, s));
+    });
+    bool same = true;
+    for (int i = 0; i < kRoutings; ++i) {
+        moe_gemm(params(i, y_new.get()), nullptr);
+        DSV4_CUDA_CHECK(detail::launch_moe_gemm_strided(params(i, y_old.get()), config, nullptr));
+        DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+        same = same && same_bits(y_new, y_old);
+    }
+    const double bytes = double(active) * double(n * k / 2 + n * k / 32) + double(k) + 2.0 * double(active * n);
+    std::printf("%-8s %6lld %6lld %5d %12.2f %12.2f %8.1fx %9.0f   %s\n", name, (long long)n, (long long)k,
+                config.m_tile, strided, compact, strided / compact, bytes / (compact * 1e-6) / 1e9, verdict(same));
+}
+
+void bench_combine() {
+    const int64_t dim = 4096, k = 6;
+    DeviceBuffer<__nv_bfloat16> routed{size_t(k * dim)}, shared{size_t(dim)}, out{size_t(dim)};
+    fill_bf16<<<64, 256>>>(routed.get(), routed.size(), 9);
+    fill_bf16<<<64, 256>>>(shared.get(), shared.size(), 10);
+    const std::vector<int32_t> experts = {200, 3, 77, 150, 9, 31}, slots = {5, 0, 3, 4, 1, 2};
+    DeviceBuffer<int32_t> d_experts{experts.size()}, d_slots{slots.size()};
+    d_experts.upload(experts.data(), experts.size());
+    d_slots.upload(slots.data(), slots.size());
+    check_launch(0);
+    MoeCombineParams p;
+    p.routed = routed.get();
+    p.experts = d_experts.get();
+    p.assignment_slot = d_slots.get();
+    p.shared = shared.get();
+    p.out = out.get();
+    p.tokens = 1;
+    p.dim = dim;
+    p.k = int32_t(k);
+    const double us = graph_us([&](int, cudaStream_t s) { moe_combine(p, s); });
+    std::printf("moe_combine, 1 token, dim 4096, k 6: %.2f us (CPU-reference check: tests/gpu/moe_expert_test)\n", us);
+}
+
+}  // namespace
+
+int main() {
+    std::printf("device: %s\n", describe_device(0).c_str());
+    {
+        const size_t copy_bytes = size_t(1) << 30;
+        DeviceBuffer<uint8_t> src{copy_bytes}, dst{copy_bytes};
+        const double us = graph_us([&](int, cudaStream_t s) {
+            DSV4_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), copy_bytes, cudaMemcpyDeviceToDevice, s));
+        });
+        std::printf("limit: device-to-device copy %.0f GB/s (read + write of 1 GiB)\n", 2.0 * copy_bytes / us / 1e3);
+    }
+    std::printf("\n%-8s %6s %12s %12s %9s %9s   %s\n", "op", "tokens", "per-token us", "split us", "speedup", "GB/s",
+                "bits");
+    for (bool head : {false, true})
+        for (int64_t tokens : {1, 2, 8, 64, 256, 1024}) bench_hc(head, tokens);
+    std::printf("\n%-8s %6s %6s %5s %12s %12s %9s %9s   %s\n", "moe", "N", "K", "tile", "strided us", "compact us",
+                "speedup", "GB/s", "bits");
+    bench_moe("w1/w3", 2048, 4096, 1);
+    bench_moe("w2", 4096, 2048, 1);
+    bench_moe("w1 hash", 2048, 4096, 6);
+    bench_moe("w2 hash", 4096, 2048, 6);
+    std::printf("\n");
+    bench_combine();
+    std::printf("\n%s\n", failures ? "BITWISE CHECK FAILED" : "all bitwise checks passed");
+    return failures ? 1 : 0;
+}
