@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/ieee_exp.h"
+
 namespace dsv4 {
 
 void CompressorState::init(const CompressorWeights& w) {
@@ -39,7 +41,9 @@ bool compressor_step(CompressorState& s, const CompressorWeights& w, int64_t pos
         float denom = 0.0f, acc = 0.0f;
         for (int64_t sl = 0; sl < slots; ++sl) {
             float z = s.score[static_cast<size_t>(column(sl))];
-            float p = std::isinf(z) ? 0.0f : std::exp(z - max_score);
+            // ieee_expf: the bits the GPU compressor computes too (glibc's expf and the device's differ by an ulp
+            // now and then, and a pooled value near a bf16 boundary then rounds the other way).
+            float p = std::isinf(z) ? 0.0f : ieee_expf(z - max_score);
             denom += p;
             acc += p * s.kv[static_cast<size_t>(column(sl))];
         }

@@ -5,13 +5,14 @@
 //   compressor_state_kernel: advances each sequence's state past the chunk (what the CPU's token-by-token
 //                            compressor_step leaves behind), one thread per (slot phase, column).
 // The arithmetic mirrors the CPU reference operation by operation (explicit _rn intrinsics: no FMA contraction,
-// pooled sums in slot order, RMSNorm sum of squares in double). Remaining differences from the CPU are libm
-// ulps: expf here vs glibc expf in the pooling, and cos/sin (computed here in double, then rounded).
+// pooled sums in slot order, RMSNorm sum of squares in double, the pooling's exp from core/ieee_exp.h as on the
+// CPU). Remaining difference from the CPU: libm ulps of cos/sin (computed here in double, then rounded).
 #include <cuda_bf16.h>
 
 #include <cfloat>
 #include <cstdint>
 
+#include "core/ieee_exp.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/compressor/compressor.h"
 #include "kernels/cuda/compressor/entry_codec.cuh"
@@ -103,7 +104,7 @@ __global__ void __launch_bounds__(kEmitThreads) compressor_emit_kernel(const Com
         float denom = 0.0f, acc = 0.0f;
         for (int sl = 0; sl < g.slots; ++sl) {
             slot(sl, z, v);
-            const float e = isinf(z) ? 0.0f : expf(__fsub_rn(z, max_score));
+            const float e = isinf(z) ? 0.0f : ieee_expf(__fsub_rn(z, max_score));
             denom = __fadd_rn(denom, e);
             acc = __fadd_rn(acc, __fmul_rn(e, v));
         }
