@@ -1,6 +1,7 @@
 // Decode-step kernels side by side with the versions they replace, at V4-Flash shapes: hc_pre / hc_head (split vs
 // per-token path) over token counts, moe_gemm (compact grid vs the former strided grid) for the routed w1/w3/w2 at
-// one token with the plain (tile 1) and hash-layer (tile 8) slot bounds, and moe_combine. Each case is captured as
+// one token with the plain (tile 1) and hash-layer (tile 8) slot bounds, moe_combine, and the small bf16
+// dense_linear calls at one token (staged kernel; bits checked against the tiled fallback). Each case is captured as
 // a CUDA graph of 20 launches and replayed (median of 7 replays, per launch), so the times are kernel time, not
 // launch cost; weights rotate over copies larger than L2 (8 routings of 6 experts for moe_gemm, 64 mixer copies),
 // as in a decode step, where other layers' weights evict them. Correctness: the two versions' outputs compared
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cuda/common/device_buffer.h"
+#include "kernels/cuda/dense_linear/dense_linear.h"
 #include "kernels/cuda/mhc/mhc.h"
 #include "kernels/cuda/moe_expert/moe_expert.h"
 #include "kernels/cuda/moe_gemm/moe_gemm.h"
@@ -232,6 +234,38 @@ void bench_combine() {
     std::printf("moe_combine, 1 token, dim 4096, k 6: %.2f us (CPU-reference check: tests/gpu/moe_expert_test)\n", us);
 }
 
+// dense_linear, bf16 W [n, 4096], one token: the router gate / compressor / indexer projections of a decode step.
+void bench_dense(int64_t n) {
+    const int64_t k = 4096;
+    const size_t w_bytes = size_t(n * k * 2);
+    const int copies = int(std::max<size_t>(1, (size_t(512) << 20) / w_bytes));
+    DeviceBuffer<__nv_bfloat16> w{size_t(copies) * size_t(n * k)}, x{size_t(k)};
+    fill_bf16<<<1024, 256>>>(w.get(), w.size(), 11);
+    fill_bf16<<<16, 256>>>(x.get(), x.size(), 12);
+    DeviceBuffer<float> y{size_t(n)}, y_ref{size_t(n)};
+    check_launch(0);
+    auto params = [&](int i, float* out) {
+        DenseLinearParams p;
+        p.type = DenseType::kBF16;
+        p.x = x.get();
+        p.w = w.get() + size_t(i % copies) * size_t(n * k);
+        p.y = out;
+        p.m = 1;
+        p.n = n;
+        p.k = k;
+        p.ldx = k;
+        p.ldw = k;
+        p.ldy = n;
+        return p;
+    };
+    const double us = graph_us([&](int i, cudaStream_t s) { dense_linear(params(i, y.get()), s); });
+    dense_linear(params(0, y.get()), nullptr);
+    detail::launch_dense_linear_tiled(params(0, y_ref.get()), nullptr);
+    DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+    std::printf("dense_linear bf16 N %5lld K 4096 M 1: %7.2f us, %6.0f GB/s   staged vs tiled %s\n", (long long)n, us,
+                double(w_bytes) / (us * 1e-6) / 1e9, verdict(same_bits(y, y_ref)));
+}
+
 }  // namespace
 
 int main() {
@@ -256,6 +290,8 @@ int main() {
     bench_moe("w2 hash", 4096, 2048, 6);
     std::printf("\n");
     bench_combine();
+    std::printf("\n");
+    for (int64_t n : {64, 512, 1024, 2048}) bench_dense(n);
     std::printf("\n%s\n", failures ? "BITWISE CHECK FAILED" : "all bitwise checks passed");
     return failures ? 1 : 0;
 }

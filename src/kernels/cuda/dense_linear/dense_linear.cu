@@ -7,7 +7,8 @@
 // (one per lane) and TM tokens (TM chains per lane, sharing each W value). The block first copies its TM rows of x
 // into shared memory as f32 (exact upcast, any stride or alignment). Then each warp streams its 32 W rows through
 // a private ring of S shared-memory stages of 128 bytes per row (64 bf16 or 32 f32 columns): 16-byte cp.async, 8
-// lanes per row so a warp instruction fetches four whole 128-byte lines, rows padded to 144 bytes so the lanes'
+// lanes per row so a warp instruction fetches four whole 128-byte lines (a lane's 8 pieces sit at fixed offsets from
+// two per-lane bases: ~5 instructions per cp.async for whole stages), rows padded to 144 bytes so the lanes'
 // 16-byte reads of their own rows hit distinct banks. Warps synchronize only with __syncwarp (a stage is read only
 // by the warp that filled it), so they run independently. Small grids get one warp per block and 16 stages (more
 // bytes in flight per warp: a 4096-column chain is ~8 us of dependent adds, the load must keep up), large grids
@@ -73,9 +74,11 @@ constexpr int kRowStride = kChunkBytes + 16;  // padded: 9 x 16 bytes, odd, so 8
 constexpr int kStageBytes = 32 * kRowStride;  // one warp's 32 rows
 constexpr int kSmallStages = 16, kLargeStages = 4, kLargeWarps = 4;
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -134,15 +137,27 @@ __global__ void __launch_bounds__(32 * kLargeWarps)
     const int64_t row_bytes = k * int64_t(sizeof(W)), ldw_bytes = p.ldw * int64_t(sizeof(W));
     const unsigned char* wbase = static_cast<const unsigned char*>(p.w);
 
-    // Stage `c` of this warp's 32 rows into ring slot `slot`: 256 16-byte pieces, 8 per lane, 8 lanes per row.
+    // Stage `c` of this warp's 32 rows into ring slot `slot`: 256 16-byte pieces, 8 per lane, 8 lanes per row. Lane
+    // l moves bytes 16 (l % 8) .. + 15 of the stage's 128 of rows l / 8 + 4 i, i = 0..7: its source and destination
+    // addresses are fixed offsets from two per-lane bases, so a stage whose 32 rows are all whole (every stage of a
+    // full 32-row tile but a K tail) costs 8 unpredicated cp.async and their address adds.
+    const int r0 = lane >> 3, j16 = (lane & 7) * 16;
+    const unsigned char* src0 = wbase + (n0 + r0) * ldw_bytes + j16;
+    const int64_t src_step = 4 * ldw_bytes;
+    const unsigned dst0 = static_cast<unsigned>(__cvta_generic_to_shared(ring)) + unsigned(r0 * kRowStride + j16);
+    const int64_t whole_chunks = n0 + 32 <= p.n ? row_bytes / kChunkBytes : 0;
     auto load = [&](int64_t c, int slot) {
+        const unsigned dst = dst0 + unsigned(slot * kStageBytes);
+        const unsigned char* src = src0 + c * kChunkBytes;
+        if (c < whole_chunks) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int piece = i * 32 + lane, r = piece >> 3, j = piece & 7;
-            const int64_t byte = c * kChunkBytes + j * 16, left = row_bytes - byte;
-            if (n0 + r < p.n && left > 0)
-                cp_async16(ring + slot * kStageBytes + r * kRowStride + j * 16, wbase + (n0 + r) * ldw_bytes + byte,
-                           int(left < 16 ? left : 16));
+            for (int i = 0; i < 8; ++i) cp_async16(dst + unsigned(i * 4 * kRowStride), src + i * src_step);
+        } else {
+            const int64_t left = row_bytes - c * kChunkBytes - j16;
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+                if (n0 + r0 + 4 * i < p.n && left > 0)
+                    cp_async16(dst + unsigned(i * 4 * kRowStride), src + i * src_step, int(left < 16 ? left : 16));
         }
     };
 #pragma unroll
@@ -207,16 +222,28 @@ __global__ void __launch_bounds__(32 * kLargeWarps)
         const unsigned char* wrow = my_row + int(c % S) * kStageBytes;
         const int64_t col0 = c * kCols;
         if (col0 + kCols <= k) {
+            // The stage's W row (and, for one token, its x columns) into registers first: independent shared
+            // loads in flight together, rather than each just before its 8-column group (latency exposed).
+            constexpr int kX4 = TM == 1 ? kCols / 4 : 1;
+            uint4 wraw[kChunkBytes / 16];
+            float4 xpre[kX4];
+#pragma unroll
+            for (int j = 0; j < kChunkBytes / 16; ++j) wraw[j] = *reinterpret_cast<const uint4*>(wrow + j * 16);
+            if constexpr (TM == 1)
+#pragma unroll
+                for (int i = 0; i < kX4; ++i) xpre[i] = *reinterpret_cast<const float4*>(xs + col0 + i * 4);
 #pragma unroll
             for (int j = 0; j < kChunkBytes / 16; ++j) {
                 float wv[kPer];
-                Unpack<W>::run(*reinterpret_cast<const uint4*>(wrow + j * 16), wv);
+                Unpack<W>::run(wraw[j], wv);
 #pragma unroll
                 for (int t = 0; t < TM; ++t) {
                     float xv[kPer];
 #pragma unroll
                     for (int q = 0; q < kPer / 4; ++q) {
-                        const float4 v = *reinterpret_cast<const float4*>(xs + t * xs_stride + col0 + j * kPer + q * 4);
+                        const float4 v =
+                            TM == 1 ? xpre[(j * kPer + q * 4) / 4 % kX4]
+                                    : *reinterpret_cast<const float4*>(xs + t * xs_stride + col0 + j * kPer + q * 4);
                         xv[4 * q] = v.x;
                         xv[4 * q + 1] = v.y;
                         xv[4 * q + 2] = v.z;
