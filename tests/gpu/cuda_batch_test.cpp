@@ -192,6 +192,69 @@ TEST(CudaBatchApi, RejectsBadBatchesWithoutAdvancing) {
     EXPECT_EQ(a.position, 2);
 }
 
+// The paged cache pool: sequences grow page by page in interleaved order (so a sequence's pages are not contiguous)
+// and must compute the same bits as alone in a fresh pool; a request the pool cannot hold fails with a clear error
+// and advances nothing; pages come back when a sequence is released.
+TEST(CudaBatchApi, PagedPoolSharesPagesAndRefusesWhatDoesNotFit) {
+    DSV4_REQUIRE_GPU();
+    const std::string dir = fixture_dir("hf-tiny-hc2-hca16");  // CSA ratio 4 and HCA 16: 256 positions per page
+    auto checkpoint = Checkpoint::open(dir);
+    const ModelConfig& config = checkpoint->config();
+    const std::vector<int32_t> fixture_ids = testing::to_ids(testing::Golden(dir + "/golden.safetensors").ints("input_ids"));
+    auto ids = [&](int64_t from, int64_t n) {
+        std::vector<int32_t> v(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) v[size_t(i)] = fixture_ids[size_t(from + i) % fixture_ids.size()];
+        return v;
+    };
+    CudaOptions options;
+    options.max_sequences = 3;
+    options.max_context = 1024;
+    options.pool_positions = 5 * 256;  // five pages for three sequences of up to four pages each
+    options.max_chunk_tokens = 64;
+    options.print_plan = false;
+    CudaModel gpu(config, load_model_weights(checkpoint, config), Numerics::kModel, options);
+
+    // A and B grow in turns: A 200 (page 1), B 300 (pages 2, 3), A +150 (page 4), B +100, A +100.
+    SequenceState a = gpu.new_sequence(), b = gpu.new_sequence();
+    std::vector<std::vector<float>> got;
+    const std::vector<std::pair<char, int64_t>> turns = {{'a', 200}, {'b', 300}, {'a', 150}, {'b', 100}, {'a', 100}};
+    int64_t fed_a = 0, fed_b = 0;
+    for (const auto& [who, n] : turns) {
+        SequenceState& s = who == 'a' ? a : b;
+        int64_t& fed = who == 'a' ? fed_a : fed_b;
+        const std::vector<int32_t> chunk = ids(fed + (who == 'a' ? 0 : 7), n);
+        std::vector<float> logits = gpu.forward(s, chunk, true);
+        if (who == 'a') got.push_back(std::move(logits));
+        fed += n;
+    }
+    // Pages in use: A 2 (450 positions), B 2 (400); one free. C needs 3: refused, nothing advanced.
+    SequenceState c = gpu.new_sequence();
+    EXPECT_THROW(gpu.forward(c, ids(3, 600), false), Error) << "three pages asked, one free";
+    EXPECT_EQ(c.position, 0);
+    b = SequenceState{};  // B's two pages come back
+    const std::vector<float> c_logits = gpu.forward(c, ids(3, 600), false);
+    EXPECT_EQ(c.position, 600);
+
+    // A alone in a fresh pool, same chunks: the same bits.
+    CudaModel fresh(config, load_model_weights(checkpoint, config), Numerics::kModel, options);
+    SequenceState alone = fresh.new_sequence();
+    size_t k = 0;
+    int64_t fed = 0;
+    for (const auto& [who, n] : turns) {
+        if (who != 'a') continue;
+        const std::vector<float> logits = fresh.forward(alone, ids(fed, n), true);
+        fed += n;
+        ASSERT_EQ(logits.size(), got[k].size());
+        size_t differ = 0;
+        for (size_t i = 0; i < logits.size(); ++i) differ += float_bits(logits[i]) != float_bits(got[k][i]);
+        EXPECT_EQ(differ, 0u) << "turn " << k << " of A: logits differ from A alone";
+        ++k;
+    }
+    SequenceState c_alone = fresh.new_sequence();
+    const std::vector<float> c_fresh = fresh.forward(c_alone, ids(3, 600), false);
+    EXPECT_EQ(c_fresh, c_logits) << "C on B's recycled pages differs from C alone";
+}
+
 #ifdef DSV4_HAVE_CUPTI
 // Every CUDA API entry (runtime and driver) while recording.
 struct ApiLog {

@@ -7,8 +7,9 @@
 // the GPU's median and smallest per-position cosine must reach the smallest CPU' median and minimum, for the full
 // prefill and the mixed chunk schedule. Whether the fixed bound (cosine >= 0.9999 and max|diff| <= 1 % of
 // max|logit| at every position) holds is printed for GPU and CPU' alike. Also asserted: no NaN, bitwise chunk
-// invariance of the GPU path, the greedy token wherever the CPU's choice is clear (top-1/top-2 gap >= 1 % of
-// max|logit|, no router or indexer near-tie recorded). Block by block: cuda_layer_test.cpp.
+// invariance of the GPU path, and greedy decoding: the GPU keeps the CPU's tokens for at least as many steps as
+// every CPU' does (the steps where the CPU's gap is >= 1 % of max|logit| are reported, not assumed robust).
+// Block by block: cuda_layer_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -276,7 +277,7 @@ TEST_P(CudaModelFixture, ChunkScheduleWithinYardstickAndBitwiseChunkInvariant) {
                           << first / size_t(V);
 }
 
-TEST_P(CudaModelFixture, GreedyTokensMatchCpuWhereClear) {
+TEST_P(CudaModelFixture, GreedyTokensWithinYardstick) {
     const int64_t V = cpu_->config().vocab_size;
     const int64_t prompt_len =
         golden_->has("greedy_prompt_len") ? golden_->ints("greedy_prompt_len")[0] : int64_t(ids_.size());
@@ -301,9 +302,23 @@ TEST_P(CudaModelFixture, GreedyTokensMatchCpuWhereClear) {
             break;
         }
     }
-    std::printf("[ gpu vs cpu] %-40s greedy: %d of %d tokens identical; the first %d steps are clear and asserted\n",
-                (GetParam() + " greedy").c_str(), agree, kGreedySteps, clear);
-    for (int i = 0; i < clear; ++i) EXPECT_EQ(gpu_tokens[size_t(i)], cpu_tokens[size_t(i)]) << "greedy step " << i;
+    // The yardstick for greedy decoding: how many steps each CPU' (one-ulp perturbed embedding) keeps the CPU's
+    // tokens. A logit gap of 1 % is no guarantee on these chaotic models (end-to-end CPU' cosines fall to 0.4-0.9),
+    // so the GPU is held to the CPU's tokens for as long as every CPU' is; the clear steps are reported.
+    int robust = kGreedySteps;
+    std::string each;
+    for (int k = 0; k < cuda_fixtures::kYardsticks; ++k) {
+        std::vector<int32_t> tokens;
+        Recorder(*perturbed_cpu(checkpoint_, k)->model, false).greedy(prompt, tokens);
+        int same = 0;
+        while (same < kGreedySteps && tokens[size_t(same)] == cpu_tokens[size_t(same)]) ++same;
+        robust = std::min(robust, same);
+        each += " " + std::to_string(same);
+    }
+    std::printf("[ gpu vs cpu] %-40s greedy: GPU keeps the CPU's tokens for %d of %d steps, CPU' for%s; %d clear "
+                "steps\n",
+                (GetParam() + " greedy").c_str(), agree, kGreedySteps, each.c_str(), clear);
+    EXPECT_GE(agree, robust) << "the GPU leaves the CPU's greedy tokens before every one-ulp perturbed CPU does";
     Logits cpu_prefix = cpu, gpu_prefix = gpu;  // the logits along the shared prefix of the two token streams
     cpu_prefix.logits.resize(size_t(agree) * V);
     gpu_prefix.logits.resize(size_t(agree) * V);

@@ -244,8 +244,8 @@ void CudaModel::Impl::attention(int64_t layer) {
         p.state_score = comp_state + state_offset + S * slots * width;
         p.cache = cache;
         p.page_table = ws.page_table;
-        p.max_pages = 1;
-        p.page_size = int32_t(pool.compressed_cap[size_t(layer)]);
+        p.max_pages = int32_t(pool.max_pages);
+        p.page_size = int32_t(pool.page_entries[size_t(layer)]);
         p.tokens = int32_t(T);
         p.seqs = int32_t(piece.seqs);
         p.head_dim = int32_t(cw.head_dim);
@@ -278,12 +278,9 @@ void CudaModel::Impl::attention(int64_t layer) {
     }
 
     // 3. Lightning indexer (CSA).
-    // Observer downloads (single-sequence pieces only): the sequence's first compressed entry and the entries
-    // this piece closes.
+    // Observer downloads (single-sequence pieces only): the entries this piece closes.
     const int slot = piece.slot;
     const int64_t start = piece.start;
-    const int64_t compressed_row =
-        ratio > 0 && slot >= 0 ? pool.compressed_row[size_t(layer)] + slot * pool.compressed_cap[size_t(layer)] : 0;
     const int64_t closed = ratio > 0 && slot >= 0 ? (start + T) / ratio - start / ratio : 0;
     DSV4_CHECK(!observer || slot >= 0, "an observer needs single-sequence pieces");
     // Entries visible to the piece's last rows (the indexer's score columns, the HCA slot list): from the sequences'
@@ -300,8 +297,10 @@ void CudaModel::Impl::attention(int64_t layer) {
         if (observer && closed > 0) {  // the keys this piece closed, decoded as the indexer reads them
             const int64_t bytes = pool.index_entry_bytes;
             std::vector<uint8_t> raw(static_cast<size_t>(closed * bytes));
-            const uint8_t* first = keys + (slot * pool.compressed_cap[size_t(layer)] + start / ratio) * bytes;
-            DSV4_CUDA_CHECK(cudaMemcpyAsync(raw.data(), first, raw.size(), cudaMemcpyDeviceToHost, s));
+            for (int64_t e = 0; e < closed; ++e)
+                DSV4_CUDA_CHECK(cudaMemcpyAsync(raw.data() + e * bytes,
+                                                index_keys + entry_row(layer, slot, start / ratio + e, true) * bytes,
+                                                size_t(bytes), cudaMemcpyDeviceToHost, s));
             stream->synchronize();
             std::vector<float> values(static_cast<size_t>(closed * dI));
             for (int64_t e = 0; e < closed; ++e) {
@@ -329,8 +328,8 @@ void CudaModel::Impl::attention(int64_t layer) {
         sp.dim = int32_t(dI);
         sp.ratio = int32_t(ratio);
         sp.max_visible = int32_t(visible);
-        sp.max_pages = 1;
-        sp.page_size = int32_t(pool.compressed_cap[size_t(layer)]);
+        sp.max_pages = int32_t(pool.max_pages);
+        sp.page_size = int32_t(pool.page_entries[size_t(layer)]);
         cuda::indexer_scores(sp, s);
         cuda::IndexerTopkParams tp;
         tp.scores = sp.scores;
@@ -368,10 +367,11 @@ void CudaModel::Impl::attention(int64_t layer) {
         compress(*a.compressor, cuda::CompressorKind::kMain,
                  entries + pool.compressed_row[size_t(layer)] * pool.entry_bytes, pool.state_offset[size_t(layer)]);
         if (observer && closed > 0) {  // the entries this piece closed, unpacked (closed <= T rows of kv_view)
-            cuda::unpack_kv_entries(
-                {entries + (compressed_row + start / ratio) * pool.entry_bytes, nullptr, ws.kv_view, closed, d, r, d},
-                s);
-            observe_bf16("attn.compressed", layer, ws.kv_view, closed, d);
+            std::vector<int32_t> rows(static_cast<size_t>(closed));
+            for (int64_t e = 0; e < closed; ++e) rows[size_t(e)] = int32_t(entry_row(layer, slot, start / ratio + e, false));
+            DSV4_CUDA_CHECK(cudaMemcpyAsync(ws.attn_indices, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice, s));
+            cuda::unpack_kv_entries({entries, ws.attn_indices, ws.kv_view, closed, d, r, d}, s);
+            observe_bf16("attn.compressed", layer, ws.kv_view, closed, d);  // synchronizes: `rows` outlives the copy
         }
     }
 
@@ -387,8 +387,8 @@ void CudaModel::Impl::attention(int64_t layer) {
     ap.seq_start_position = ws.seq_start;
     ap.seq_state = ws.seq_state;
     ap.page_table = ws.page_table;
-    ap.max_pages = 1;
-    ap.page_size = ratio > 0 ? int32_t(pool.compressed_cap[size_t(layer)]) : 0;
+    ap.max_pages = int32_t(pool.max_pages);
+    ap.page_size = ratio > 0 ? int32_t(pool.page_entries[size_t(layer)]) : 0;
     ap.tokens = int32_t(T);
     ap.slots = int32_t(slots);
     ap.window = int32_t(W);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <numeric>
 
 #include "core/error.h"
 #include "core/number_formats.h"
@@ -50,9 +51,22 @@ struct CudaSequence final : DeviceSequence {
     int slot = -1;
     ~CudaSequence() override {
         std::lock_guard lock(pool->mutex);
+        auto& held = pool->pages[size_t(slot)];
+        pool->free_pages.insert(pool->free_pages.end(), held.begin(), held.end());
+        held.clear();
+        std::fill_n(pool->table.begin() + slot * pool->max_pages, pool->max_pages, -1);
         pool->used[size_t(slot)] = false;
     }
 };
+
+// Positions per cache page: a multiple of every compress ratio (so a page holds whole entries of every layer), at
+// least 256 so a page table stays short.
+int64_t page_positions(const ModelConfig& c) {
+    int64_t lcm = 1;
+    for (int64_t r : c.compress_ratios)
+        if (r > 0) lcm = std::lcm(lcm, r);
+    return (std::max<int64_t>(256, lcm) + lcm - 1) / lcm * lcm;
+}
 
 PoolLayout plan_pool(const ModelConfig& c, const CudaOptions& o) {
     PoolLayout p;
@@ -61,18 +75,22 @@ PoolLayout plan_pool(const ModelConfig& c, const CudaOptions& o) {
     p.chunk = o.max_chunk_tokens;
     p.entry_bytes = cuda::main_entry_layout(c.head_dim, c.rope_head_dim).bytes();
     p.index_entry_bytes = c.index_head_dim > 0 ? cuda::IndexEntryLayout{c.index_head_dim}.bytes() : 0;
+    p.page_positions = page_positions(c);
+    p.max_pages = (p.context + p.page_positions - 1) / p.page_positions;
+    const int64_t pool_positions = o.pool_positions > 0 ? o.pool_positions : o.max_sequences * o.max_context;
+    p.pages = (pool_positions + p.page_positions - 1) / p.page_positions;
     const int64_t L = c.num_layers, S = p.sequences, W = c.sliding_window;
     p.ring_row = 0;
     p.chunk_row = L * S * W;
     int64_t row = p.chunk_row + p.chunk, index_row = 0, floats = 0;
     for (int64_t l = 0; l < L; ++l) {
         const int64_t ratio = c.compress_ratios[size_t(l)];
-        const int64_t cap = ratio > 0 ? p.context / ratio : 0;
-        p.compressed_cap.push_back(cap);
+        const int64_t per_page = ratio > 0 ? p.page_positions / ratio : 0;
+        p.page_entries.push_back(per_page);
         p.compressed_row.push_back(ratio > 0 ? row : -1);
-        row += S * cap;
+        row += p.pages * per_page;
         p.index_row.push_back(ratio == 4 ? index_row : -1);
-        index_row += ratio == 4 ? S * cap : 0;
+        index_row += ratio == 4 ? p.pages * per_page : 0;
         auto state = [&](int64_t head_dim) {
             const int64_t width = (ratio == 4 ? 2 : 1) * head_dim, slots = (ratio == 4 ? 2 : 1) * ratio;
             const int64_t at = floats;
@@ -86,8 +104,7 @@ PoolLayout plan_pool(const ModelConfig& c, const CudaOptions& o) {
     p.index_rows = index_row;
     p.state_floats = floats;
     DSV4_CHECK(p.rows < (int64_t(1) << 31) && p.index_rows < (int64_t(1) << 31),
-               "the GPU state pool for {} sequences of {} positions has more entries than int32 rows can address", S,
-               p.context);
+               "the GPU state pool of {} positions has more entries than int32 rows can address", pool_positions);
     return p;
 }
 
@@ -114,7 +131,7 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     const int64_t max_k = std::max({D, c.q_lora_rank, qo, I, H * d});
     const int64_t max_n = std::max({c.q_lora_rank, H * d, d, nI * dI, nI, qo, D, I});
     const int64_t P = std::min(T, pool.sequences);
-    ws.meta_ints = 6 * T + 4 * P;
+    ws.meta_ints = 6 * T + 4 * P + pool.sequences * pool.max_pages;
     ws.meta = b.take<int32_t>(ws.meta_ints);
     if (ws.meta) {
         int32_t* const m = ws.meta;
@@ -122,8 +139,8 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
         ws.ring_target = m + 4 * T, ws.logit_rows = m + 5 * T;
         ws.seq_first_row = m + 6 * T, ws.seq_tokens = m + 6 * T + P, ws.seq_start = m + 6 * T + 2 * P;
         ws.seq_state = m + 6 * T + 3 * P;
+        ws.page_table = m + 6 * T + 4 * P;
     }
-    ws.page_table = b.take<int32_t>(pool.sequences);
     ws.streams = b.take<bf16>(T * n_hc * D);
     ws.streams_next = b.take<bf16>(T * n_hc * D);
     ws.mix = b.take<float>(T * cuda::hc_pre_mix_size(n_hc));
@@ -214,9 +231,10 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     DSV4_CHECK(numerics == Numerics::kModel,
                "the CUDA backend computes `model` numerics only (FP8 KV cache, FP8/FP4 tensor cores): use --numerics "
                "model, or --backend cpu for reference numerics");
-    DSV4_CHECK(options.max_sequences > 0 && options.max_chunk_tokens > 0 && options.max_context >= 0,
-               "CudaOptions: max_sequences {}, max_chunk_tokens {}, max_context {} must be positive",
-               options.max_sequences, options.max_chunk_tokens, options.max_context);
+    DSV4_CHECK(options.max_sequences > 0 && options.max_chunk_tokens > 0 && options.max_context >= 0 &&
+                   options.pool_positions >= 0,
+               "CudaOptions: max_sequences {}, max_chunk_tokens {}, max_context {}, pool_positions {} must be positive",
+               options.max_sequences, options.max_chunk_tokens, options.max_context, options.pool_positions);
     if (options.max_context == 0) options.max_context = std::min<int64_t>(config.max_position_embeddings, 16384);
     DSV4_CHECK(config.index_n_heads == 0 || config.compress_ratios.empty() ||
                    std::none_of(config.compress_ratios.begin(), config.compress_ratios.end(),
@@ -242,11 +260,13 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     DSV4_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     if (options.print_plan)
         std::fprintf(stderr,
-                     "dsv4: GPU memory plan on %s: weights %.1f MiB, state %.1f MiB (%lld sequences x %lld positions), "
-                     "workspace %.1f MiB (pieces of %lld tokens); total %.1f MiB of %.1f MiB free\n",
+                     "dsv4: GPU memory plan on %s: weights %.1f MiB, state %.1f MiB (%lld sequences of up to %lld "
+                     "positions sharing %lld cache pages of %lld positions), workspace %.1f MiB (pieces of %lld "
+                     "tokens); total %.1f MiB of %.1f MiB free\n",
                      cuda::describe_device(options.device).c_str(), mib(weight_bytes), mib(state_bytes),
-                     (long long)options.max_sequences, (long long)options.max_context, mib(workspace_bytes),
-                     (long long)options.max_chunk_tokens, mib(need), mib(free_bytes));
+                     (long long)options.max_sequences, (long long)options.max_context, (long long)m.pool.pages,
+                     (long long)m.pool.page_positions, mib(workspace_bytes), (long long)options.max_chunk_tokens,
+                     mib(need), mib(free_bytes));
     const size_t reserve = size_t(256) << 20;  // CUDA context, cuBLASLt and allocator slack
     DSV4_CHECK(
         need + reserve <= free_bytes,
@@ -269,20 +289,21 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     Bump bump{m.workspace_arena.get()};
     carve(bump, m.ws, config, m.pool, m.host, m.num_sms);
     DSV4_CHECK(bump.offset == workspace_bytes, "workspace carve changed size");
-    DSV4_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&m.meta_host),
-                                  sizeof(int32_t) * size_t(m.ws.meta_ints + m.pool.sequences), cudaHostAllocDefault));
-    for (int64_t s = 0; s < m.pool.sequences; ++s) m.meta_host[s] = int32_t(s);
-    DSV4_CUDA_CHECK(cudaMemcpyAsync(m.ws.page_table, m.meta_host, sizeof(int32_t) * size_t(m.pool.sequences),
-                                    cudaMemcpyHostToDevice, m.stream->get()));
+    DSV4_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&m.meta_host), sizeof(int32_t) * size_t(m.ws.meta_ints),
+                                  cudaHostAllocDefault));
     const auto main_rope = cpu::make_rope_table(config.rope_head_dim, config.main_rope);
     const auto compress_rope = cpu::make_rope_table(config.rope_head_dim, config.compress_rope);
     m.main_inv_freq = cuda::DeviceBuffer<float>(main_rope.inv_freq.size());
     m.main_inv_freq.upload(main_rope.inv_freq.data(), main_rope.inv_freq.size(), m.stream->get());
     m.compress_inv_freq = cuda::DeviceBuffer<float>(compress_rope.inv_freq.size());
     m.compress_inv_freq.upload(compress_rope.inv_freq.data(), compress_rope.inv_freq.size(), m.stream->get());
-    m.stream->synchronize();  // the page table left meta_host
+    m.stream->synchronize();
     m.slots = std::make_shared<SlotPool>();
     m.slots->used.assign(size_t(m.pool.sequences), false);
+    m.slots->pages.resize(size_t(m.pool.sequences));
+    m.slots->max_pages = m.pool.max_pages;
+    m.slots->table.assign(size_t(m.pool.sequences * m.pool.max_pages), -1);
+    for (int64_t g = m.pool.pages - 1; g >= 0; --g) m.slots->free_pages.push_back(int32_t(g));
 }
 
 CudaModel::~CudaModel() {
@@ -351,6 +372,10 @@ std::vector<std::vector<float>> CudaModel::forward_batch(std::span<const BatchIt
         for (size_t j = 0; j < i; ++j)
             DSV4_CHECK(items[j].state != items[i].state, "forward_batch: items {} and {} are the same sequence", j, i);
     }
+    std::vector<std::pair<int, int64_t>> needs;
+    for (size_t i = 0; i < items.size(); ++i)
+        needs.emplace_back(slot[i], items[i].state->position + int64_t(items[i].ids.size()));
+    m.reserve_pages(needs);
     std::vector<std::vector<float>> logits(items.size());
     for (size_t i = 0; i < items.size(); ++i)
         logits[i].reserve(size_t((items[i].all_logits ? items[i].ids.size() : 1) * V));
@@ -397,6 +422,8 @@ std::vector<float> CudaModel::forward_block(SequenceState& state, int64_t layer,
                "layer {} / position {} out of range", layer, start_position);
     const int slot = m.check_input(state, start_position, ids);
     const int64_t tokens = int64_t(ids.size()), row = m.config.hc_mult * m.config.hidden_size;
+    const std::pair<int, int64_t> need{slot, start_position + tokens};
+    m.reserve_pages(std::span(&need, 1));
     std::vector<float> streams;
     streams.reserve(size_t(tokens * row));
     for (int64_t done = 0; done < tokens;) {
@@ -421,6 +448,33 @@ int CudaModel::Impl::check_input(const SequenceState& state, int64_t start, std:
     return seq->slot;
 }
 
+void CudaModel::Impl::reserve_pages(std::span<const std::pair<int, int64_t>> needs) {
+    std::lock_guard lock(slots->mutex);
+    int64_t wanted = 0;
+    for (const auto& [slot, end] : needs) {
+        const int64_t pages = (end + pool.page_positions - 1) / pool.page_positions;
+        wanted += std::max<int64_t>(0, pages - int64_t(slots->pages[size_t(slot)].size()));
+    }
+    DSV4_CHECK(wanted <= int64_t(slots->free_pages.size()),
+               "the GPU cache pool is full: this step needs {} more pages of {} positions, {} of {} are free; finish "
+               "or release sequences, or give the pool more positions",
+               wanted, pool.page_positions, slots->free_pages.size(), pool.pages);
+    for (const auto& [slot, end] : needs) {
+        auto& held = slots->pages[size_t(slot)];
+        while (int64_t(held.size()) * pool.page_positions < end) {
+            slots->table[size_t(slot * pool.max_pages) + held.size()] = slots->free_pages.back();
+            held.push_back(slots->free_pages.back());
+            slots->free_pages.pop_back();
+        }
+    }
+}
+
+int64_t CudaModel::Impl::entry_row(int64_t layer, int slot, int64_t e, bool index) const {
+    const int64_t per_page = pool.page_entries[size_t(layer)];
+    const int64_t page = slots->table[size_t(slot * pool.max_pages + e / per_page)];
+    return (index ? pool.index_row : pool.compressed_row)[size_t(layer)] + page * per_page + e % per_page;
+}
+
 void CudaModel::Impl::upload_piece(std::span<const PieceSequence> seqs) {
     const int64_t W = config.sliding_window, C = pool.chunk;
     // The pinned buffer is rewritten only once the previous piece's copy is done: known after any piece that ended
@@ -428,7 +482,7 @@ void CudaModel::Impl::upload_piece(std::span<const PieceSequence> seqs) {
     if (meta_in_flight) DSV4_CUDA_CHECK(cudaEventSynchronize(meta_copied->get()));
     int32_t* h = meta_host;
     const int64_t offset[] = {0, C, 2 * C, 3 * C, 4 * C, 5 * C};
-    const int64_t P = (ws.meta_ints - 6 * C) / 4;
+    const int64_t P = std::min(C, pool.sequences);
     DSV4_CHECK(int64_t(seqs.size()) <= P, "a piece of {} sequences exceeds the {} the workspace holds", seqs.size(), P);
     PieceShape shape;
     int64_t row = 0;
@@ -459,6 +513,10 @@ void CudaModel::Impl::upload_piece(std::span<const PieceSequence> seqs) {
     shape.seqs = int64_t(seqs.size());
     shape.gather = !identity;
     if (seqs.size() == 1) shape.slot = seqs[0].slot, shape.start = seqs[0].start;
+    {
+        std::lock_guard lock(slots->mutex);
+        std::copy(slots->table.begin(), slots->table.end(), h + 6 * C + 4 * P);
+    }
     DSV4_CUDA_CHECK(cudaMemcpyAsync(ws.meta, h, sizeof(int32_t) * size_t(ws.meta_ints), cudaMemcpyHostToDevice,
                                     stream->get()));
     meta_copied->record(stream->get());

@@ -22,27 +22,35 @@ using bf16 = __nv_bfloat16;
 
 // Where the per-sequence state lives. Main entries (window ring, the chunk's own entries, compressed entries) are
 // rows of one packed-entry pool, so sparse_attention addresses all of them with one int32 row index; indexer keys
-// are rows of a second pool. Sequence slot s of layer l:
-//   ring          rows ring_row + (l * S + s) * W ... + W
-//   compressed    rows compressed_row[l] + s * compressed_cap[l] ... (entry e at + e)
-//   indexer keys  rows index_row[l] + s * compressed_cap[l] ...
+// are rows of a second pool. Compressed entries and indexer keys are paged: a page covers page_positions positions
+// of one sequence in every compressed layer (page_entries[l] = page_positions / ratio entries of layer l), pages are
+// handed out as sequences grow and come back when they end, so sequences of any length share the pool. Layer l:
+//   ring          rows ring_row + (l * S + s) * W ... + W  (per sequence slot s: W entries each)
+//   compressed    page g: rows compressed_row[l] + g * page_entries[l] ... (entry e of a sequence: its page
+//                 table[e / page_entries[l]], offset e % page_entries[l])
+//   indexer keys  page g: rows index_row[l] + g * page_entries[l] ...
 //   compressor    kv/score [S, slots, width] f32 at state_offset[l] (main) and index_state_offset[l] (indexer)
 // The chunk's own window entries are rows chunk_row ... + max_chunk_tokens, shared by all layers and sequences.
-// The compressor and indexer kernels see a sequence's entries as one page of compressed_cap[l] entries.
 struct PoolLayout {
     int64_t sequences = 0, context = 0, chunk = 0;
     int64_t entry_bytes = 0, index_entry_bytes = 0;
+    int64_t page_positions = 0, pages = 0, max_pages = 0;  // max_pages: per sequence, ceil(context / page_positions)
     int64_t ring_row = 0, chunk_row = 0, rows = 0, index_rows = 0;
-    std::vector<int64_t> compressed_row, compressed_cap, index_row;  // per layer; -1 / 0 where absent
-    std::vector<int64_t> state_offset, index_state_offset;           // per layer, in floats; -1 where absent
+    std::vector<int64_t> compressed_row, index_row, page_entries;  // per layer; -1 / 0 where absent
+    std::vector<int64_t> state_offset, index_state_offset;         // per layer, in floats; -1 where absent
     int64_t state_floats = 0;
     int64_t attention_slots(const ModelConfig& c, int64_t layer) const;  // W + compressed slots of the layer
     size_t bytes() const;
 };
 
+// Sequence slots and cache pages, shared with the sequences' handles (which give theirs back when they go).
 struct SlotPool {
     std::mutex mutex;
-    std::vector<bool> used;
+    std::vector<bool> used;                   // per slot
+    std::vector<int32_t> free_pages;          // page ids not held by any sequence
+    std::vector<std::vector<int32_t>> pages;  // per slot: the pages it holds, in position order
+    std::vector<int32_t> table;               // [S, max_pages] host copy of the page table (-1: none)
+    int64_t max_pages = 0;
 };
 
 // One sequence's rows in a forward piece: `tokens` ids at positions start, ...; the logits of rows
@@ -82,7 +90,7 @@ struct Workspace {
     int32_t* seq_start = nullptr;      // [P]
     int32_t* seq_state = nullptr;      // [P]
     int64_t meta_ints = 0;
-    int32_t* page_table = nullptr;                     // [S] identity: one page per sequence slot
+    int32_t* page_table = nullptr;     // [S, max_pages] the pool's page table, uploaded with the metadata
     bf16 *streams = nullptr, *streams_next = nullptr;  // [T, n_hc, D]
     float* mix = nullptr;                              // [T, (2 + n_hc) n_hc]
     bf16 *x = nullptr, *y = nullptr;                   // [T, D]
@@ -145,8 +153,13 @@ struct CudaModel::Impl {
     // Checks a forward's input (state of this model, ids in the vocabulary, positions in the pool); returns the
     // sequence's slot.
     int check_input(const SequenceState& state, int64_t start, std::span<const int32_t> ids);
-    // The piece's metadata to the device (one copy) and `piece` set from it.
+    // The piece's metadata and the page table to the device (one copy) and `piece` set from it.
     void upload_piece(std::span<const PieceSequence> seqs);
+    // Gives each (slot, end position) the cache pages that cover positions [0, end), or throws dsv4::Error (and
+    // gives none) when the pool has too few free pages.
+    void reserve_pages(std::span<const std::pair<int, int64_t>> needs);
+    // Pool row of compressed entry e (or indexer key, `index`) of the sequence in `slot` at `layer` (host side).
+    int64_t entry_row(int64_t layer, int slot, int64_t e, bool index) const;
     void block(int64_t layer);
     void attention(int64_t layer);
     void moe(int64_t layer);
