@@ -50,6 +50,7 @@ struct CudaSequence final : DeviceSequence {
     const CudaModel::Impl* owner = nullptr;
     int slot = -1;
     ~CudaSequence() override {
+        if (slot < 0) return;  // new_sequence failed before a slot was taken
         std::lock_guard lock(pool->mutex);
         auto& held = pool->pages[size_t(slot)];
         pool->free_pages.insert(pool->free_pages.end(), held.begin(), held.end());
@@ -77,7 +78,9 @@ PoolLayout plan_pool(const ModelConfig& c, const CudaOptions& o) {
     p.index_entry_bytes = c.index_head_dim > 0 ? cuda::IndexEntryLayout{c.index_head_dim}.bytes() : 0;
     p.page_positions = page_positions(c);
     p.max_pages = (p.context + p.page_positions - 1) / p.page_positions;
-    const int64_t pool_positions = o.pool_positions > 0 ? o.pool_positions : o.max_sequences * o.max_context;
+    // Default: every sequence can reach max_context at once (a sequence holds whole pages).
+    const int64_t pool_positions =
+        o.pool_positions > 0 ? o.pool_positions : o.max_sequences * p.max_pages * p.page_positions;
     p.pages = (pool_positions + p.page_positions - 1) / p.page_positions;
     const int64_t L = c.num_layers, S = p.sequences, W = c.sliding_window;
     p.ring_row = 0;

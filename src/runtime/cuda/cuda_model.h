@@ -25,7 +25,8 @@ struct CudaOptions {
     int device = 0;
     int64_t max_sequences = 2;       // slots of the state pool (a chat turn may hold two sequences at once)
     int64_t max_context = 0;         // positions per sequence; 0: min(max_position_embeddings, 16384)
-    int64_t pool_positions = 0;      // compressed-cache positions all sequences share; 0: max_sequences * max_context
+    int64_t pool_positions = 0;      // compressed-cache positions all sequences share (whole pages of 256 positions
+                                     // for V4); 0: room for every sequence at max_context
     int64_t max_chunk_tokens = 256;  // tokens per forward piece (sizes the workspace; bounds a decode batch)
     bool decode_graphs = true;       // replay decode steps from CUDA graphs (one per batch size, captured on first use)
     bool print_plan = true;          // the memory plan on stderr
