@@ -5,13 +5,15 @@
 // a CUDA graph of 20 launches and replayed (median of 7 replays, per launch), so the times are kernel time, not
 // launch cost; weights rotate over copies larger than L2 (8 routings of 6 experts for moe_gemm, 64 mixer copies),
 // as in a decode step, where other layers' weights evict them. Correctness: the two versions' outputs compared
-// bitwise for every rotation. Usage: dsv4_bench_decode_kernels   (numbers recorded in docs/perf.md)
+// bitwise for every rotation. Usage: dsv4_bench_decode_kernels [hc|moe|combine|dense]   (default: all; numbers
+// recorded in docs/perf.md)
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/common/device_buffer.h"
@@ -268,7 +270,9 @@ void bench_dense(int64_t n) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+    const std::string only = argc > 1 ? argv[1] : "";
+    auto run = [&](const char* part) { return only.empty() || only == part; };
     std::printf("device: %s\n", describe_device(0).c_str());
     {
         const size_t copy_bytes = size_t(1) << 30;
@@ -278,20 +282,28 @@ int main() {
         });
         std::printf("limit: device-to-device copy %.0f GB/s (read + write of 1 GiB)\n", 2.0 * copy_bytes / us / 1e3);
     }
-    std::printf("\n%-8s %6s %12s %12s %9s %9s   %s\n", "op", "tokens", "per-token us", "split us", "speedup", "GB/s",
-                "bits");
-    for (bool head : {false, true})
-        for (int64_t tokens : {1, 2, 8, 64, 256, 1024}) bench_hc(head, tokens);
-    std::printf("\n%-8s %6s %6s %5s %12s %12s %9s %9s   %s\n", "moe", "N", "K", "tile", "strided us", "compact us",
-                "speedup", "GB/s", "bits");
-    bench_moe("w1/w3", 2048, 4096, 1);
-    bench_moe("w2", 4096, 2048, 1);
-    bench_moe("w1 hash", 2048, 4096, 6);
-    bench_moe("w2 hash", 4096, 2048, 6);
-    std::printf("\n");
-    bench_combine();
-    std::printf("\n");
-    for (int64_t n : {64, 512, 1024, 2048}) bench_dense(n);
+    if (run("hc")) {
+        std::printf("\n%-8s %6s %12s %12s %9s %9s   %s\n", "op", "tokens", "per-token us", "split us", "speedup",
+                    "GB/s", "bits");
+        for (bool head : {false, true})
+            for (int64_t tokens : {1, 2, 8, 64, 256, 1024}) bench_hc(head, tokens);
+    }
+    if (run("moe")) {
+        std::printf("\n%-8s %6s %6s %5s %12s %12s %9s %9s   %s\n", "moe", "N", "K", "tile", "strided us", "compact us",
+                    "speedup", "GB/s", "bits");
+        bench_moe("w1/w3", 2048, 4096, 1);
+        bench_moe("w2", 4096, 2048, 1);
+        bench_moe("w1 hash", 2048, 4096, 6);
+        bench_moe("w2 hash", 4096, 2048, 6);
+    }
+    if (run("combine")) {
+        std::printf("\n");
+        bench_combine();
+    }
+    if (run("dense")) {
+        std::printf("\n");
+        for (int64_t n : {64, 512, 1024, 2048}) bench_dense(n);
+    }
     std::printf("\n%s\n", failures ? "BITWISE CHECK FAILED" : "all bitwise checks passed");
     return failures ? 1 : 0;
 }

@@ -6,10 +6,10 @@
 //   split      a cluster of kHcCluster CTAs per token (few tokens, e.g. decode: one CTA cannot pull the 1.5 MB
 //              f32 mixer of V4 fast). The kRows + 1 reduced values are dealt round-robin to the CTAs; each CTA
 //              computes its values with the per-token kernel's arithmetic (the same kHcThreads strided chains of
-//              fmaf, the same shuffle tree, the same warp tree), the CTAs exchange them through distributed
-//              shared memory, warp 0 of every CTA derives pre (rank 0 also post, comb and a warp-parallel
-//              Sinkhorn: one lane per element, each doing the CPU's operations on its element in the CPU's order),
-//              and the CTAs collapse the streams in slices.
+//              fmaf, the same shuffle tree, the same warp tree), each CTA pushes them into every CTA's shared
+//              memory (distributed shared memory, one cluster barrier), warp 0 of every CTA derives pre (rank 0 also
+//              post, comb and a warp-parallel Sinkhorn: one lane per element, each doing the CPU's operations on its
+//              element in the CPU's order), and the CTAs collapse the streams in slices.
 // hc_post: elementwise over (token, d).
 #include <cooperative_groups.h>
 
@@ -25,8 +25,11 @@ namespace cg = cooperative_groups;
 constexpr unsigned kFull = 0xFFFFFFFFu;
 constexpr int kWarps = kHcThreads / 32;
 constexpr int kPostThreads = 256;
-constexpr int kHcCluster = 8;    // CTAs per token on the split path (the portable cluster size)
-constexpr int kSplitUnroll = 8;  // strided columns loaded per thread before their fmafs (loads in flight)
+constexpr int kHcCluster = 8;  // CTAs per token on the split path (the portable cluster size)
+// Strided columns a thread loads before their fmafs: the split kernel is bound by loads in flight per SM (H200,
+// hc_pre at one token: 8 -> 14.2 us, 8 round trips for 64 columns); 16 halves the round trips at 116 registers (two
+// CTAs per SM for batched decode).
+constexpr int kSplitUnroll = 16;
 
 __device__ __forceinline__ float sigmoid(float z) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
@@ -182,13 +185,15 @@ __global__ void __cluster_dims__(kHcCluster, 1, 1) __launch_bounds__(kHcThreads)
     constexpr int kPer = (kValues + kHcCluster - 1) / kHcCluster;
     static_assert(kHcThreads % 32 == 0 && kPer <= kHcThreads && kValues <= 32, "warp 0 holds every value");
     __shared__ float partial[kWarps][kPer];
-    __shared__ float own[kPer];      // this CTA's reduced values, read by the others
-    __shared__ float sums[kValues];  // every reduced value of the token
+    __shared__ float sums[kValues];  // every reduced value of the token, pushed here by the CTA that computed it
     __shared__ float pre_s[kN];
     cg::cluster_group cluster = cg::this_cluster();
     const int rank = int(cluster.block_rank());
     const int64_t t = blockIdx.y, width = kN * p.dim;
     const __nv_bfloat16* v = p.streams + t * width;
+    // Split cluster barrier: arrive now, wait before the first remote store (every CTA of the cluster has started
+    // by then, the precondition of distributed shared memory), so its latency hides behind the loads.
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 
     // 1. Per-thread chains of this CTA's values: the same strided columns and fmaf order as hc_mix_kernel.
     const float* fn_row[kPer];
@@ -236,14 +241,17 @@ __global__ void __cluster_dims__(kHcCluster, 1, 1) __launch_bounds__(kHcThreads)
         for (int width_w = kWarps / 2; width_w > 0; width_w /= 2)
 #pragma unroll
             for (int w = 0; w < width_w; ++w) s[w] += s[w + width_w];
-        own[threadIdx.x] = s[0];
+        partial[0][threadIdx.x] = s[0];
     }
-    cluster.sync();  // every CTA's values are in its shared memory
-    if (threadIdx.x < kValues) {
-        const int u = threadIdx.x;
-        sums[u] = cluster.map_shared_rank(own, u % kHcCluster)[u / kHcCluster];
+    __syncthreads();
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+    // Push each value into every CTA's `sums`; one release/acquire barrier makes them visible, and no CTA touches
+    // another's shared memory after it (so none can leave while being written).
+    if (threadIdx.x < kPer * kHcCluster) {
+        const int q = threadIdx.x / kHcCluster, target = threadIdx.x % kHcCluster, u = rank + q * kHcCluster;
+        if (u < kValues) cluster.map_shared_rank(sums, target)[u] = partial[0][q];
     }
-    cluster.sync();  // remote reads done (no CTA leaves while another reads it); sums visible to the CTA
+    cluster.sync();
 
     // 3. The mix in warp 0, one lane per mixer row, the operations of hc_mix_kernel's thread 0 on each element.
     if (warp == 0) {
@@ -311,7 +319,7 @@ __global__ void __launch_bounds__(kPostThreads) hc_post_kernel(HcPostParams p) {
 namespace detail {
 
 void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPath path) {
-    if (path == HcMixPath::kAuto) path = hc_mix_split(p.tokens) ? HcMixPath::kSplit : HcMixPath::kPerToken;
+    if (path == HcMixPath::kAuto) path = hc_mix_split(p.tokens, head) ? HcMixPath::kSplit : HcMixPath::kPerToken;
     if (path == HcMixPath::kSplit) {
         const dim3 grid(kHcCluster, unsigned(p.tokens));
         if (p.n_hc == 2 && !head) hc_mix_split_kernel<2, false><<<grid, kHcThreads, 0, stream>>>(p);

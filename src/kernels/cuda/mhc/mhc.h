@@ -21,10 +21,11 @@ inline constexpr int kHcThreads = 256;
 
 // hc_pre / hc_head run one CTA per token (many tokens) or a cluster of CTAs per token (few tokens, decode); both
 // compute the same per-thread chains and trees, so the choice never changes a bit (mhc.cu; tests compare them).
-// Split up to 256 tokens: decode and batched decode. H200, hc_pre n_hc 4 dim 4096 at 1 token: 0.236 ms per
-// token-CTA (docs/perf.md, Decode step); the crossover above 256 tokens is not measured yet.
-constexpr bool hc_mix_split(int64_t tokens) {
-    return tokens <= 256;
+// Crossover measured on an H200 (n_hc 4, dim 4096, bench/decode_kernels_bench, docs/perf.md): hc_pre split faster up
+// to 256 tokens (97 vs 191 us) and slower at 1024 (379 vs 345); hc_head faster up to 64 (10.6 vs 14.2 us), slower
+// at 256 (27 vs 17).
+constexpr bool hc_mix_split(int64_t tokens, bool head) {
+    return tokens <= (head ? 64 : 256);
 }
 
 constexpr int64_t hc_pre_mix_size(int64_t n_hc) {
@@ -56,7 +57,7 @@ void hc_post(const HcPostParams& p, cudaStream_t stream);
 
 // The kernel launches behind the checked launchers (mhc.cu); they assume a valid contract.
 namespace detail {
-enum class HcMixPath { kAuto, kPerToken, kSplit };  // kAuto: hc_mix_split(tokens)
+enum class HcMixPath { kAuto, kPerToken, kSplit };  // kAuto: hc_mix_split(tokens, head)
 void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPath path = HcMixPath::kAuto);
 void launch_hc_post(const HcPostParams& p, cudaStream_t stream);
 }  // namespace detail
