@@ -168,6 +168,66 @@ TEST(MoeGemm, CompactGridMatchesStridedBitwise) {
     }
 }
 
+// A token's expert outputs must not depend on the batch: 16 tokens in one launch against each token alone (one
+// slot per expert it selected), bitwise, at V4-Flash shapes where K spans several ranges.
+TEST(MoeGemm, RowsIndependentOfBatch) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    for (bool nvfp4 : {false, true})
+        for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
+            const int64_t tokens = 16, experts = 64, topk = 6;
+            const Routing routing = route(rng, tokens, experts, topk, false);
+            std::vector<uint8_t> data, scale;
+            std::vector<float> global;
+            for (int64_t e = 0; e < experts; ++e) {
+                HostWeight we = random_fp4_weight(rng, n, k, nvfp4);
+                data.insert(data.end(), we.data.begin(), we.data.end());
+                scale.insert(scale.end(), we.scale.begin(), we.scale.end());
+                global.push_back(we.global_scale);
+            }
+            DeviceFp8Act a = quantize_on_device(random_activations(rng, tokens, k), tokens, k);
+            auto wd = to_device(data);
+            auto sd = to_device(scale);
+            auto gd = to_device(global);
+            auto run = [&](const std::vector<int32_t>& offsets, const std::vector<int32_t>& rows, int bound) {
+                auto od = to_device(offsets);
+                auto rd = to_device(rows);
+                auto y = poisoned<uint16_t>(rows.size() * size_t(n));
+                cuda::MoeGemmParams p;
+                p.a = a.q.get();
+                p.a_scale = a.scale.get();
+                p.row_index = rd.get();
+                p.expert_offsets = od.get();
+                p.format = nvfp4 ? cuda::ExpertFormat::kNvfp4 : cuda::ExpertFormat::kMxfp4;
+                p.w = wd.get();
+                p.w_scale = sd.get();
+                p.w_global = nvfp4 ? gd.get() : nullptr;
+                p.y = reinterpret_cast<__nv_bfloat16*>(y.get());
+                p.experts = experts;
+                p.n = n;
+                p.k = k;
+                p.max_slots_per_expert = bound;
+                cuda::moe_gemm(p, nullptr);
+                return to_host(y);
+            };
+            const std::vector<uint16_t> all = run(routing.offsets, routing.row_index, int(tokens));
+            for (int32_t t : {0, 7, 15}) {
+                std::vector<int32_t> offsets{0}, rows, full_slot;
+                for (int64_t e = 0; e < experts; ++e) {
+                    for (int32_t q = routing.offsets[size_t(e)]; q < routing.offsets[size_t(e) + 1]; ++q)
+                        if (routing.row_index[size_t(q)] == t) rows.push_back(t), full_slot.push_back(q);
+                    offsets.push_back(int32_t(rows.size()));
+                }
+                const std::vector<uint16_t> alone = run(offsets, rows, 1);
+                for (size_t j = 0; j < rows.size(); ++j)
+                    EXPECT_TRUE(std::equal(alone.begin() + int64_t(j) * n, alone.begin() + int64_t(j + 1) * n,
+                                           all.begin() + int64_t(full_slot[j]) * n))
+                        << (nvfp4 ? "nvfp4" : "mxfp4") << " N=" << n << " K=" << k << " token " << t << " slot " << j
+                        << ": alone differs from the 16-token launch";
+            }
+        }
+}
+
 TEST(MoeGemm, Mxfp4MatchesCpuLinear) {
     DSV4_REQUIRE_GPU();
     Rng rng;

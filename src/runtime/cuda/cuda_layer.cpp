@@ -493,7 +493,9 @@ void CudaModel::Impl::moe(int64_t layer) {
             p.experts = E;
             p.n = e.rows;
             p.k = e.cols;
-            p.max_slots_per_expert = int(m.tid2eid ? slots : T);
+            // A token reaches an expert at most once (score routing picks k distinct experts; hash rows were checked
+            // distinct at load), so no expert holds more than T slots.
+            p.max_slots_per_expert = int(m.tid2eid && !hash_rows_distinct ? slots : T);
             cuda::moe_gemm(p, s);
         } else {
             cuda::DenseExpertGemmParams p;

@@ -246,6 +246,14 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
                "CSA layers need index_topk > 0");
     m.config = config;
     m.host = std::move(weights);
+    for (const BlockWeights& l : m.host.layers) {
+        const std::vector<int32_t>& t = l.ffn.tid2eid;
+        const size_t k = size_t(config.num_experts_per_tok);
+        for (size_t row = 0; k > 0 && row + k <= t.size() && m.hash_rows_distinct; row += k)
+            for (size_t i = row; i < row + k; ++i)
+                if (std::find(t.begin() + int64_t(row), t.begin() + int64_t(i), t[i]) != t.begin() + int64_t(i))
+                    m.hash_rows_distinct = false;
+    }
     m.numerics = numerics;
     m.options = options;
     DSV4_CUDA_CHECK(cudaSetDevice(options.device));

@@ -137,6 +137,7 @@ struct CudaModel::Impl {
     std::shared_ptr<SlotPool> slots;
     std::map<int64_t, cudaGraphExec_t> decode_graphs;  // by batch size, captured on first use
     PieceShape piece;                                   // the piece being enqueued
+    bool hash_rows_distinct = true;  // every tid2eid row names k distinct experts (bounds an expert's slots by T)
 
     // Runs one forward piece (the sequences' rows in order, at most `chunk` tokens and one entry per sequence):
     // a decode piece (one token per sequence, every logit wanted) replays the captured graph of its size, any
