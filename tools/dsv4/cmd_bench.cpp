@@ -411,7 +411,7 @@ void run_bench(const BenchArgs& a) {
     ModelConfig config = synthetic_preset(a.preset, a.layers);
     config.num_mtp_layers = 0;  // the forward does not run MTP layers; they are not uploaded
     config.mtp_compress_ratios.clear();
-    const int64_t max_context = std::max(a.context, a.batch_context) + a.warmup + a.steps;
+    const int64_t max_context = std::max(a.context, a.batch_context) + a.warmup + a.steps + 2;  // + warm-up steps
     DSV4_CHECK(max_context <= config.max_position_embeddings, "--context {} + steps exceeds the model's {} positions",
                a.context, config.max_position_embeddings);
 
