@@ -11,7 +11,10 @@
 
 namespace dsv4::cuda {
 
-// Token tile: smallest power of two covering the slot bound (max 16). K span: 64 KiB of staged f32 activations for
+// Token tile: a power of two near a quarter of the slot bound (max 16): the bound is the batch's token count, but
+// a token's k slots spread over many experts (decode: mostly one or two slots each), and a tile wider than an
+// expert's slots multiplies zeros and, at 16, keeps the register file to one block per SM; more slots than the tile
+// take further passes. The tile never changes bits (the K span below fixes the summation). K span: 64 KiB of staged f32 activations for
 // the largest tile (1024 columns) whatever the tile: it fixes the f32 summation (one warp tree per K range), so it
 // must not depend on how many tokens share the launch, or a token's expert outputs would change with the batch
 // (MoeGemm.RowsIndependentOfBatch). Experts: the former strided grid's at most 64 blocks along y (the compact grid
@@ -19,7 +22,7 @@ namespace dsv4::cuda {
 MoeGemmConfig moe_gemm_config(int64_t experts, int64_t n, int64_t k, int max_slots_per_expert) {
     (void)n;
     MoeGemmConfig c;
-    const int rows = std::clamp(max_slots_per_expert, 1, 16);
+    const int rows = std::clamp((max_slots_per_expert + 3) / 4, 1, 16);
     while (c.m_tile < rows) c.m_tile *= 2;
     const int64_t max_span = 16384 / 16 / 1024 * 1024;
     c.k_span = std::min(max_span, (k + 1023) / 1024 * 1024);
