@@ -5,7 +5,7 @@
 //                  of its own, as the CPU reference quantizes it)
 //   indexer entry: e2m1 pairs [dim / 2] (low nibble = even index) | E8M0 scale [ceil(dim / 32)], no padding
 //                  (V4: 64 + 4 -> 68 B)
-// Both agree with quant/quant.h (kv_entry_layout, indexer_key_bytes), which should replace this header.
+// The one definition: quant/quant.h (kv_entry_layout, indexer_key_bytes) derives its names from it.
 // The element value is code * 2^(scale - 127): exactly the bf16 value the CPU reference holds.
 #pragma once
 

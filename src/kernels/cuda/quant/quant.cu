@@ -17,10 +17,6 @@ constexpr unsigned kFull = 0xFFFFFFFFu;
 constexpr float kE4M3AmaxFloor = 1e-4f;             // official act_quant: amax.clamp(1e-4)
 constexpr float kE2M1AmaxFloor = 6.0f * 0x1p-126f;  // official fp4_act_quant: 6 * 2^-126
 
-__host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) {
-    return (a + b - 1) / b;
-}
-
 dim3 warp_grid(int64_t warps) {
     return dim3(unsigned(ceil_div(warps, kWarps)));
 }

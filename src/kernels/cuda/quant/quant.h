@@ -13,12 +13,14 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/compressor/kv_entry_layout.h"
+
 namespace dsv4::cuda {
 
-inline constexpr int64_t kActQuantBlock = 128;  // FP8 GEMM-input blocks along K
-inline constexpr int64_t kKvQuantBlock = 64;    // KV nope FP8 blocks
-inline constexpr int64_t kFp4Block = 32;        // indexer FP4 blocks
-inline constexpr int64_t kKvEntryAlign = 8;     // packed KV entries are padded to this many bytes
+inline constexpr int64_t kActQuantBlock = 128;           // FP8 GEMM-input blocks along K
+inline constexpr int64_t kKvQuantBlock = kKvScaleBlock;  // KV nope FP8 blocks
+inline constexpr int64_t kFp4Block = kIndexScaleBlock;   // indexer FP4 blocks
+inline constexpr int64_t kKvEntryAlign = 8;              // packed KV entries are padded to this many bytes
 
 // A trailing partial block (only in tiny test models) is quantized as a block of its own, as the CPU does.
 struct ActQuantParams {
@@ -42,23 +44,18 @@ struct IndexerRotateParams {
 };
 void indexer_rotate_fp4(const IndexerRotateParams& p, cudaStream_t stream);
 
-// One packed KV entry (window slot or compressed entry): e4m3 nope values, then the bf16 rope values, then one
-// UE8M0 byte (biased exponent) per 64 nope values, zero-padded to kKvEntryAlign bytes. V4: 448 + 128 + 7 -> 584.
+// One packed KV entry (window slot or compressed entry), as compressor/kv_entry_layout.h defines it (the one
+// definition), with its offsets as plain fields for the pack/unpack kernels. V4: 448 + 128 + 7 -> 584.
 struct KvEntryLayout {
     int64_t nope = 0, rope = 0;  // values
     int64_t rope_offset = 0, scale_offset = 0, n_scales = 0, bytes = 0;
 };
 constexpr KvEntryLayout kv_entry_layout(int64_t head_dim, int64_t rope_dim) {
-    KvEntryLayout l;
-    l.nope = head_dim - rope_dim;
-    l.rope = rope_dim;
-    l.rope_offset = l.nope;
-    l.scale_offset = l.nope + 2 * rope_dim;
-    l.n_scales = (l.nope + kKvQuantBlock - 1) / kKvQuantBlock;
-    l.bytes = (l.scale_offset + l.n_scales + kKvEntryAlign - 1) / kKvEntryAlign * kKvEntryAlign;
-    return l;
+    const MainEntryLayout m = main_entry_layout(head_dim, rope_dim);
+    return KvEntryLayout{m.nope, m.rope, m.rope_offset(), m.scale_offset(), m.scales(), m.bytes()};
 }
 static_assert(kv_entry_layout(512, 64).bytes == 584, "the V4 entry is vLLM's fp8_ds_mla size");
+static_assert(kv_entry_layout(512, 64).bytes % kKvEntryAlign == 0, "entries stay 8-byte aligned");
 
 struct KvPackParams {
     const __nv_bfloat16* kv = nullptr;  // [rows, head_dim] bf16 (after norm and RoPE), row stride kv_stride
@@ -76,9 +73,10 @@ struct KvUnpackParams {
 };
 void unpack_kv_entries(const KvUnpackParams& p, cudaStream_t stream);
 
-// Packed indexer key: dim / 2 bytes of e2m1 pairs (low nibble = even element), then dim / 32 E8M0 bytes.
+// Packed indexer key (IndexEntryLayout): dim / 2 bytes of e2m1 pairs (low nibble = even element), then one E8M0
+// byte per 32 values.
 constexpr int64_t indexer_key_bytes(int64_t dim) {
-    return dim / 2 + dim / kFp4Block;
+    return IndexEntryLayout{dim}.bytes();
 }
 
 struct IndexerKeyPackParams {
