@@ -20,6 +20,8 @@ namespace dsv4 {
 
 using bf16 = __nv_bfloat16;
 
+inline constexpr size_t kArenaAlign = 256;  // alignment of every buffer carved from the state and workspace arenas
+
 // Where the per-sequence state lives. Main entries (window ring, the chunk's own entries, compressed entries) are
 // rows of one packed-entry pool, so sparse_attention addresses all of them with one int32 row index; indexer keys
 // are rows of a second pool. Compressed entries and indexer keys are paged: a page covers page_positions positions
@@ -52,6 +54,17 @@ struct SlotPool {
     std::vector<int32_t> table;               // [S, max_pages] host copy of the page table (-1: none)
     int64_t max_pages = 0;
 };
+
+// A sequence's handle on its slot of the pool: gives the slot and its pages back when the SequenceState goes.
+struct CudaSequence final : DeviceSequence {
+    std::shared_ptr<SlotPool> pool;
+    const CudaModel::Impl* owner = nullptr;
+    int slot = -1;
+    ~CudaSequence() override;
+};
+
+// The pool's layout for a model and the executor's options (cuda_pool.cpp).
+PoolLayout plan_pool(const ModelConfig& c, const CudaOptions& o);
 
 // One sequence's rows in a forward piece: `tokens` ids at positions start, ...; the logits of rows
 // [first_logit, tokens) are appended to *logits.

@@ -1,0 +1,285 @@
+// CudaModel's forward: items packed into pieces of several sequences, each piece's metadata uploaded in one copy,
+// decode pieces replayed from the CUDA graph of their batch size, everything else enqueued directly; the forward
+// loop embedding -> blocks (cuda_layer.cpp) -> mHC head -> norm -> f32 head, as CpuModel::forward.
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/number_formats.h"
+#include "kernels/cuda/convert/convert.h"
+#include "kernels/cuda/embed/embed.h"
+#include "kernels/cuda/mhc/mhc.h"
+#include "kernels/cuda/rms_norm/rms_norm.h"
+#include "runtime/cuda/cuda_model_impl.h"
+
+namespace dsv4 {
+
+std::vector<float> CudaModel::forward(SequenceState& state, std::span<const int32_t> ids, bool all_logits) {
+    const BatchItem item{&state, ids, all_logits};
+    return std::move(forward_batch(std::span(&item, 1))[0]);
+}
+
+std::vector<std::vector<float>> CudaModel::forward_batch(std::span<const BatchItem> items) {
+    Impl& m = *impl_;
+    const int64_t V = m.config.vocab_size;
+    // Check everything before anything runs: a bad item fails the call with no sequence advanced.
+    std::vector<int> slot(items.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+        DSV4_CHECK(items[i].state, "forward_batch: item {} has no sequence state", i);
+        slot[i] = m.check_input(*items[i].state, items[i].state->position, items[i].ids);
+        for (size_t j = 0; j < i; ++j)
+            DSV4_CHECK(items[j].state != items[i].state, "forward_batch: items {} and {} are the same sequence", j, i);
+    }
+    std::vector<std::pair<int, int64_t>> needs;
+    for (size_t i = 0; i < items.size(); ++i)
+        needs.emplace_back(slot[i], items[i].state->position + int64_t(items[i].ids.size()));
+    m.reserve_pages(needs);
+    std::vector<std::vector<float>> logits(items.size());
+    for (size_t i = 0; i < items.size(); ++i)
+        logits[i].reserve(size_t((items[i].all_logits ? items[i].ids.size() : 1) * V));
+
+    // Pack the items' tokens into pieces of at most `chunk` rows, in item order; an item that does not fit the rest
+    // of a piece continues in the next one (exact: the forward is chunk-invariant). With an observer, one sequence
+    // per piece, so the activations it receives are one sequence's.
+    std::vector<int64_t> done(items.size(), 0);
+    std::vector<PieceSequence> piece;
+    int64_t rows = 0;
+    auto flush = [&] {
+        if (!piece.empty()) m.run_piece(piece);
+        piece.clear();
+        rows = 0;
+    };
+    for (size_t i = 0; i < items.size(); ++i) {
+        const BatchItem& item = items[i];
+        const int64_t n = int64_t(item.ids.size());
+        while (done[i] < n) {
+            if (rows == m.pool.chunk || (m.observer && !piece.empty())) flush();
+            const int64_t take = std::min(n - done[i], m.pool.chunk - rows);
+            const bool last = done[i] + take == n;
+            PieceSequence ps;
+            ps.slot = slot[i];
+            ps.start = item.state->position + done[i];
+            ps.ids = item.ids.data() + done[i];
+            ps.tokens = take;
+            ps.first_logit = item.all_logits ? 0 : (last ? take - 1 : take);
+            ps.logits = &logits[i];
+            piece.push_back(ps);
+            rows += take;
+            done[i] += take;
+        }
+    }
+    flush();
+    for (const BatchItem& item : items) item.state->position += int64_t(item.ids.size());
+    return logits;
+}
+
+std::vector<float> CudaModel::forward_block(SequenceState& state, int64_t layer, int64_t start_position,
+                                            std::span<const int32_t> ids, const float* streams_in) {
+    Impl& m = *impl_;
+    DSV4_CHECK(layer >= 0 && layer < m.config.num_layers && start_position >= 0,
+               "layer {} / position {} out of range", layer, start_position);
+    const int slot = m.check_input(state, start_position, ids);
+    const int64_t tokens = int64_t(ids.size()), row = m.config.hc_mult * m.config.hidden_size;
+    const std::pair<int, int64_t> need{slot, start_position + tokens};
+    m.reserve_pages(std::span(&need, 1));
+    std::vector<float> streams;
+    streams.reserve(size_t(tokens * row));
+    for (int64_t done = 0; done < tokens;) {
+        const int64_t n = std::min(tokens - done, m.pool.chunk);
+        m.run_block_piece(int(layer), slot, start_position + done, ids.data() + done, streams_in + done * row, n,
+                          streams);
+        done += n;
+    }
+    return streams;
+}
+
+int CudaModel::Impl::check_input(const SequenceState& state, int64_t start, std::span<const int32_t> ids) {
+    const int64_t tokens = int64_t(ids.size()), V = config.vocab_size;
+    DSV4_CHECK(tokens > 0, "no input tokens");
+    const auto* seq = dynamic_cast<const CudaSequence*>(state.device.get());
+    DSV4_CHECK(seq && seq->owner == this && state.layers.empty(), "sequence state does not belong to this model");
+    for (int32_t id : ids) DSV4_CHECK(id >= 0 && id < V, "token id {} is outside the vocabulary [0, {})", id, V);
+    DSV4_CHECK(start + tokens <= pool.context,
+               "the sequence would reach {} positions, more than the {} the GPU state pool holds per sequence",
+               start + tokens, pool.context);
+    DSV4_CUDA_CHECK(cudaSetDevice(options.device));
+    return seq->slot;
+}
+
+void CudaModel::Impl::upload_piece(std::span<const PieceSequence> seqs) {
+    const int64_t W = config.sliding_window, C = pool.chunk;
+    // The pinned buffer is rewritten only once the previous piece's copy is done: known after any piece that ended
+    // with the logits copy (so a decode step never waits here), else waited for.
+    if (meta_in_flight) DSV4_CUDA_CHECK(cudaEventSynchronize(meta_copied->get()));
+    int32_t* h = meta_host;
+    const int64_t offset[] = {0, C, 2 * C, 3 * C, 4 * C, 5 * C};
+    const int64_t P = std::min(C, pool.sequences);
+    DSV4_CHECK(int64_t(seqs.size()) <= P, "a piece of {} sequences exceeds the {} the workspace holds", seqs.size(), P);
+    PieceShape shape;
+    int64_t row = 0;
+    bool identity = true;
+    for (size_t q = 0; q < seqs.size(); ++q) {
+        const PieceSequence& ps = seqs[q];
+        const int64_t ring_from = ps.tokens - std::min(ps.tokens, W);
+        for (int64_t t = 0; t < ps.tokens; ++t, ++row) {
+            const int64_t position = ps.start + t;
+            h[offset[0] + row] = ps.ids[t];
+            h[offset[1] + row] = int32_t(position);
+            h[offset[2] + row] = ps.slot;
+            h[offset[3] + row] = int32_t(q);
+            h[offset[4] + row] = t >= ring_from ? int32_t(ps.slot * W + position % W) : -1;
+            if (t >= ps.first_logit) {
+                identity = identity && shape.logit_rows == row;
+                h[offset[5] + shape.logit_rows++] = int32_t(row);
+            }
+        }
+        h[6 * C + q] = int32_t(row - ps.tokens);
+        h[6 * C + P + q] = int32_t(ps.tokens);
+        h[6 * C + 2 * P + q] = int32_t(ps.start);
+        h[6 * C + 3 * P + q] = ps.slot;
+        shape.max_end = std::max(shape.max_end, ps.start + ps.tokens);
+    }
+    DSV4_CHECK(row <= C, "a piece of {} rows exceeds the chunk of {}", row, C);
+    shape.tokens = row;
+    shape.seqs = int64_t(seqs.size());
+    shape.gather = !identity;
+    if (seqs.size() == 1) shape.slot = seqs[0].slot, shape.start = seqs[0].start;
+    {
+        std::lock_guard lock(slots->mutex);
+        std::copy(slots->table.begin(), slots->table.end(), h + 6 * C + 4 * P);
+    }
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(ws.meta, h, sizeof(int32_t) * size_t(ws.meta_ints), cudaMemcpyHostToDevice,
+                                    stream->get()));
+    meta_copied->record(stream->get());
+    meta_in_flight = true;
+    piece = shape;
+}
+
+void CudaModel::Impl::run_block_piece(int layer, int slot, int64_t start, const int32_t* ids,
+                                      const float* streams_in, int64_t tokens, std::vector<float>& streams_out) {
+    const size_t n = size_t(tokens * config.hc_mult * config.hidden_size);
+    cudaStream_t s = stream->get();
+    const PieceSequence ps{slot, start, ids, tokens, tokens, nullptr};
+    upload_piece(std::span(&ps, 1));
+    std::vector<uint16_t> raw(n);
+    for (size_t i = 0; i < n; ++i) {
+        raw[i] = f32_to_bf16(streams_in[i]);
+        DSV4_CHECK(bf16_to_f32(raw[i]) == streams_in[i] || std::isnan(streams_in[i]),
+                   "input stream value {} is not a bf16 value", streams_in[i]);
+    }
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(ws.streams, raw.data(), n * 2, cudaMemcpyHostToDevice, s));
+    block(layer);
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(raw.data(), ws.streams, n * 2, cudaMemcpyDeviceToHost, s));
+    DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
+    meta_in_flight = false;
+    for (uint16_t b : raw) streams_out.push_back(bf16_to_f32(b));
+}
+
+void CudaModel::Impl::run_piece(std::span<const PieceSequence> seqs) {
+    const int64_t V = config.vocab_size;
+    cudaStream_t s = stream->get();
+    upload_piece(seqs);
+    const bool decode = std::all_of(seqs.begin(), seqs.end(),
+                                    [](const PieceSequence& ps) { return ps.tokens == 1 && ps.first_logit == 0; });
+    if (decode && options.decode_graphs && !observer) {
+        // The graph of this batch size was captured with bounds from the pool (max_end = context), so it serves
+        // every step of any sequences; its launches read positions, slots and ring targets from ws.meta.
+        const int64_t batch = piece.tokens;
+        if (!decode_graphs.count(batch)) capture_decode_graph(batch);
+        DSV4_CUDA_CHECK(cudaGraphLaunch(decode_graphs.at(batch), s));
+    } else {
+        enqueue_piece();
+    }
+    if (piece.logit_rows == 0) return;
+    std::vector<float> host(size_t(piece.logit_rows * V));
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(host.data(), ws.logits, sizeof(float) * host.size(), cudaMemcpyDeviceToHost, s));
+    DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
+    meta_in_flight = false;
+    const float* from = host.data();
+    for (const PieceSequence& ps : seqs) {
+        const size_t n = size_t((ps.tokens - ps.first_logit) * V);
+        ps.logits->insert(ps.logits->end(), from, from + n);
+        from += n;
+    }
+}
+
+void CudaModel::Impl::capture_decode_graph(int64_t batch) {
+    cudaStream_t s = stream->get();
+    const PieceShape uploaded = piece;
+    piece = PieceShape{};
+    piece.tokens = piece.seqs = piece.logit_rows = batch;
+    piece.max_end = pool.context;
+    // Global capture mode: any call that could synchronize with the host or allocate (cudaMalloc, a synchronous
+    // copy, a stream or event wait from the host) fails the capture instead of being recorded.
+    DSV4_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    try {
+        enqueue_piece();
+    } catch (...) {
+        cudaGraph_t broken = nullptr;
+        cudaStreamEndCapture(s, &broken);
+        if (broken) cudaGraphDestroy(broken);
+        piece = uploaded;
+        throw;
+    }
+    cudaGraph_t graph = nullptr;
+    DSV4_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    DSV4_CUDA_CHECK(instantiated);
+    decode_graphs[batch] = exec;
+    piece = uploaded;
+}
+
+void CudaModel::Impl::enqueue_piece() {
+    const ModelConfig& c = config;
+    const int64_t D = c.hidden_size, n_hc = c.hc_mult, V = c.vocab_size, T = piece.tokens;
+    cudaStream_t s = stream->get();
+
+    cuda::EmbedParams ep;
+    ep.ids = ws.ids;
+    ep.table = w.embed;
+    ep.streams = ws.streams;
+    ep.tokens = T;
+    ep.vocab = V;
+    ep.dim = D;
+    ep.n_hc = n_hc;
+    cuda::embed(ep, s);
+
+    for (int64_t layer = 0; layer < c.num_layers; ++layer) block(layer);
+
+    // mHC head, final norm, f32 head for the rows whose logits are wanted.
+    const int64_t rows = piece.logit_rows;
+    if (rows == 0) return;
+    const bf16* streams = ws.streams;
+    if (piece.gather) {
+        cuda::gather_rows_bf16({ws.streams, ws.logit_rows, ws.streams_next, rows, n_hc * D}, s);
+        streams = ws.streams_next;
+    }
+    cuda::HcMixParams hp;
+    hp.streams = streams;
+    hp.fn = w.hc_head.fn;
+    hp.base = w.hc_head.base;
+    hp.scale = w.hc_head.scale;
+    hp.x_out = ws.x;
+    hp.mix = ws.mix;
+    hp.tokens = rows;
+    hp.n_hc = n_hc;
+    hp.dim = D;
+    hp.sinkhorn_iters = c.hc_sinkhorn_iters;
+    hp.hc_eps = float(c.hc_eps);
+    hp.norm_eps = float(c.rms_norm_eps);
+    cuda::hc_head(hp, s);
+    cuda::RmsNormParams np;
+    np.x = ws.x;
+    np.weight = w.norm;
+    np.y = ws.x;
+    np.rows = rows;
+    np.dim = D;
+    np.x_stride = np.y_stride = D;
+    np.eps = float(c.rms_norm_eps);
+    cuda::rms_norm(np, s);
+    linear_f32(w.head, ws.x, rows, ws.logits);
+}
+
+}  // namespace dsv4

@@ -1,0 +1,113 @@
+// The per-sequence state pool of CudaModel: its layout (window rings, paged compressed entries and indexer keys,
+// compressor states; see PoolLayout in cuda_model_impl.h), sequence slots and the cache pages they hold.
+#include <algorithm>
+#include <numeric>
+
+#include "core/error.h"
+#include "kernels/cuda/compressor/kv_entry_layout.h"
+#include "runtime/cuda/cuda_model_impl.h"
+
+namespace dsv4 {
+namespace {
+
+// Positions per cache page: a multiple of every compress ratio (so a page holds whole entries of every layer), at
+// least 256 so a page table stays short.
+int64_t page_positions(const ModelConfig& c) {
+    int64_t lcm = 1;
+    for (int64_t r : c.compress_ratios)
+        if (r > 0) lcm = std::lcm(lcm, r);
+    return (std::max<int64_t>(256, lcm) + lcm - 1) / lcm * lcm;
+}
+
+}  // namespace
+
+CudaSequence::~CudaSequence() {
+    if (slot < 0) return;  // new_sequence failed before a slot was taken
+    std::lock_guard lock(pool->mutex);
+    auto& held = pool->pages[size_t(slot)];
+    pool->free_pages.insert(pool->free_pages.end(), held.begin(), held.end());
+    held.clear();
+    std::fill_n(pool->table.begin() + slot * pool->max_pages, pool->max_pages, -1);
+    pool->used[size_t(slot)] = false;
+}
+
+PoolLayout plan_pool(const ModelConfig& c, const CudaOptions& o) {
+    PoolLayout p;
+    p.sequences = o.max_sequences;
+    p.context = o.max_context;
+    p.chunk = o.max_chunk_tokens;
+    p.entry_bytes = cuda::main_entry_layout(c.head_dim, c.rope_head_dim).bytes();
+    p.index_entry_bytes = c.index_head_dim > 0 ? cuda::IndexEntryLayout{c.index_head_dim}.bytes() : 0;
+    p.page_positions = page_positions(c);
+    p.max_pages = (p.context + p.page_positions - 1) / p.page_positions;
+    // Default: every sequence can reach max_context at once (a sequence holds whole pages).
+    const int64_t pool_positions =
+        o.pool_positions > 0 ? o.pool_positions : o.max_sequences * p.max_pages * p.page_positions;
+    p.pages = (pool_positions + p.page_positions - 1) / p.page_positions;
+    const int64_t L = c.num_layers, S = p.sequences, W = c.sliding_window;
+    p.ring_row = 0;
+    p.chunk_row = L * S * W;
+    int64_t row = p.chunk_row + p.chunk, index_row = 0, floats = 0;
+    for (int64_t l = 0; l < L; ++l) {
+        const int64_t ratio = c.compress_ratios[size_t(l)];
+        const int64_t per_page = ratio > 0 ? p.page_positions / ratio : 0;
+        p.page_entries.push_back(per_page);
+        p.compressed_row.push_back(ratio > 0 ? row : -1);
+        row += p.pages * per_page;
+        p.index_row.push_back(ratio == 4 ? index_row : -1);
+        index_row += ratio == 4 ? p.pages * per_page : 0;
+        auto state = [&](int64_t head_dim) {
+            const int64_t width = (ratio == 4 ? 2 : 1) * head_dim, slots = (ratio == 4 ? 2 : 1) * ratio;
+            const int64_t at = floats;
+            floats += 2 * S * slots * width;  // kv then score
+            return at;
+        };
+        p.state_offset.push_back(ratio > 0 ? state(c.head_dim) : -1);
+        p.index_state_offset.push_back(ratio == 4 ? state(c.index_head_dim) : -1);
+    }
+    p.rows = row;
+    p.index_rows = index_row;
+    p.state_floats = floats;
+    DSV4_CHECK(p.rows < (int64_t(1) << 31) && p.index_rows < (int64_t(1) << 31),
+               "the GPU state pool of {} positions has more entries than int32 rows can address", pool_positions);
+    return p;
+}
+
+int64_t PoolLayout::attention_slots(const ModelConfig& c, int64_t layer) const {
+    const int64_t ratio = c.compress_ratios[size_t(layer)];
+    if (ratio == 0) return c.sliding_window;
+    return c.sliding_window + (ratio == 4 ? c.index_topk : context / ratio);
+}
+
+size_t PoolLayout::bytes() const {
+    return size_t(rows * entry_bytes) + size_t(index_rows * index_entry_bytes) + size_t(state_floats) * 4 + 3 * kArenaAlign;
+}
+
+void CudaModel::Impl::reserve_pages(std::span<const std::pair<int, int64_t>> needs) {
+    std::lock_guard lock(slots->mutex);
+    int64_t wanted = 0;
+    for (const auto& [slot, end] : needs) {
+        const int64_t pages = (end + pool.page_positions - 1) / pool.page_positions;
+        wanted += std::max<int64_t>(0, pages - int64_t(slots->pages[size_t(slot)].size()));
+    }
+    DSV4_CHECK(wanted <= int64_t(slots->free_pages.size()),
+               "the GPU cache pool is full: this step needs {} more pages of {} positions, {} of {} are free; finish "
+               "or release sequences, or give the pool more positions",
+               wanted, pool.page_positions, slots->free_pages.size(), pool.pages);
+    for (const auto& [slot, end] : needs) {
+        auto& held = slots->pages[size_t(slot)];
+        while (int64_t(held.size()) * pool.page_positions < end) {
+            slots->table[size_t(slot * pool.max_pages) + held.size()] = slots->free_pages.back();
+            held.push_back(slots->free_pages.back());
+            slots->free_pages.pop_back();
+        }
+    }
+}
+
+int64_t CudaModel::Impl::entry_row(int64_t layer, int slot, int64_t e, bool index) const {
+    const int64_t per_page = pool.page_entries[size_t(layer)];
+    const int64_t page = slots->table[size_t(slot * pool.max_pages + e / per_page)];
+    return (index ? pool.index_row : pool.compressed_row)[size_t(layer)] + page * per_page + e % per_page;
+}
+
+}  // namespace dsv4
