@@ -1,4 +1,4 @@
-// gemm_fp8 launcher: tile heuristic, contract checks and the cuBLASLt block-scaled FP8 call (see gemm_fp8.h).
+// gemm_fp8 launcher: tile heuristics, contract checks and the cuBLASLt block-scaled FP8 call (see gemm_fp8.h).
 // cuBLASLt is column-major: row-major y[M,N] = A W^T is D[N,M] = op_T(W stored [K,N]) * (A stored [K,M]), the TN
 // form FP8 requires; cuBLASLt's "A" is our weight (128x128 scales) and its "B" our activations (1x128 scales).
 #include "kernels/cuda/gemm_fp8/gemm_fp8.h"
@@ -18,6 +18,10 @@ constexpr int64_t kSkinnySuper = 512;         // K columns one warp covers per p
 constexpr int64_t kSkinnySmemFloats = 16384;  // 64 KiB of staged f32 activations per block
 constexpr int64_t kSkinnyRowsPerBlock = 32;
 constexpr int kSkinnyMaxTile = 16;
+// kMma: decode tiles (16 rows, K blocks shared out over the CTA's warps) up to this many rows, 64 x 128 tiles
+// beyond; decode tiles are at most this much staged shared memory (two CTAs per SM).
+constexpr int64_t kMmaDecodeMaxRows = 64;
+constexpr size_t kMmaMaxSmem = size_t(96) << 10;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
@@ -41,6 +45,7 @@ const char* fp8_gemm_path_name(Fp8GemmPath path) {
         case Fp8GemmPath::kAuto: return "auto";
         case Fp8GemmPath::kSkinny: return "skinny";
         case Fp8GemmPath::kCublasLt: return "cublaslt";
+        case Fp8GemmPath::kMma: return "mma";
     }
     return "?";
 }
@@ -52,12 +57,31 @@ const char* fp8_gemm_path_name(Fp8GemmPath path) {
 // further until the grid has about four blocks per SM (blocks of 32 rows) or each range is one 512-column
 // super-chunk. At V4-Flash decode shapes on 132 SMs: wq_b (32768 x 1024) one range, wo_b (4096 x 8192) eight, the
 // shared expert w1/w3 (2048 x 4096) eight.
+//
+// kMma tiles: they fix nothing about the numerics (every tile runs the same per-output chain), only speed. Up to
+// kMmaDecodeMaxRows rows, 16-row tiles whose 8 warps share out the K blocks, so that a decode GEMV has enough CTAs
+// and loads in flight: the wider column tile (16 or 8) that still gives >= 1.5 CTAs per SM. Beyond, 64 x 128
+// tiles (warp tiles 32 x 32) summing in registers.
 Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8GemmPath requested) {
     Fp8GemmConfig c;
-    c.path = requested;
-    if (requested == Fp8GemmPath::kAuto)
-        c.path = (m > kSkinnyMaxTile && cublaslt_shape_ok(m, n, k)) ? Fp8GemmPath::kCublasLt : Fp8GemmPath::kSkinny;
+    c.path = requested == Fp8GemmPath::kAuto ? Fp8GemmPath::kMma : requested;
     if (c.path == Fp8GemmPath::kCublasLt) return c;
+    if (c.path == Fp8GemmPath::kMma) {
+        const int64_t m_tiles = ceil_div(std::max<int64_t>(m, 1), 16);
+        if (m <= kMmaDecodeMaxRows && fp8_mma_smem_bytes(16, 8, m, k) <= kMmaMaxSmem) {
+            c.block_m = 16;
+            for (int bn : {16, 8}) {
+                c.block_n = bn;
+                if (fp8_mma_smem_bytes(16, bn, m, k) <= kMmaMaxSmem &&
+                    2 * ceil_div(n, bn) * m_tiles >= 3 * int64_t(std::max(num_sms, 1)))
+                    break;
+            }
+        } else {
+            c.block_m = 64;
+            c.block_n = 128;
+        }
+        return c;
+    }
     const int64_t rows = std::clamp<int64_t>(m, 1, kSkinnyMaxTile);
     while (c.m_tile < rows) c.m_tile *= 2;
     const int64_t max_span = kSkinnySmemFloats / kSkinnyMaxTile / kSkinnySuper * kSkinnySuper;
@@ -72,6 +96,7 @@ Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8G
 
 size_t fp8_gemm_workspace_bytes(const Fp8GemmConfig& c, int64_t m, int64_t n, int64_t k) {
     if (c.path == Fp8GemmPath::kSkinny) return c.splits > 1 ? size_t(c.splits) * m * n * sizeof(float) : 0;
+    if (c.path == Fp8GemmPath::kMma) return 0;
     const int64_t kb = ceil_div(k, 128), nb = ceil_div(n, 128);
     return align256(size_t(kb * round_up(m, 4)) * sizeof(float)) +
            align256(size_t(nb * round_up(kb, 4)) * sizeof(float)) + kCublasLtWorkspaceBytes;
@@ -88,6 +113,17 @@ std::string fp8_gemm_can_implement(const Fp8GemmParams& p, const Fp8GemmConfig& 
         if (reinterpret_cast<uintptr_t>(ptr) % 16) return "A and W must be 16-byte aligned";
     if (c.path == Fp8GemmPath::kSkinny) {
         if (p.k % 16) return fmt::format("skinny path needs K % 16 == 0, got K={}", p.k);
+        return {};
+    }
+    if (c.path == Fp8GemmPath::kMma) {
+        if (p.k % 16) return fmt::format("mma path needs K % 16 == 0, got K={}", p.k);
+        if (!((c.block_m == 16 && (c.block_n == 8 || c.block_n == 16)) || (c.block_m == 64 && c.block_n == 128)))
+            return fmt::format("mma path has no {}x{} tile", c.block_m, c.block_n);
+        if (ceil_div(p.n, c.block_n) > 65535 || ceil_div(p.m, c.block_m) > int64_t{0x7FFFFFFF})
+            return fmt::format("mma path: grid too large for M={} N={}", p.m, p.n);
+        if (fp8_mma_smem_bytes(c.block_m, c.block_n, p.m, p.k) > kMmaMaxSmem)
+            return fmt::format("mma path: K={} needs more staged shared memory than {} bytes with {}-row tiles", p.k,
+                               kMmaMaxSmem, c.block_m);
         return {};
     }
     if (c.path != Fp8GemmPath::kCublasLt) return "no path chosen";
@@ -145,6 +181,8 @@ void fp8_gemm(const CublasLt& lt, const Fp8GemmParams& p, cudaStream_t stream) {
         fail("gemm_fp8 (M={} N={} K={}, {} path): {}", p.m, p.n, p.k, fp8_gemm_path_name(config.path), why);
     if (config.path == Fp8GemmPath::kCublasLt) {
         run_cublaslt(lt, p, stream);
+    } else if (config.path == Fp8GemmPath::kMma) {
+        DSV4_CUDA_CHECK(launch_fp8_mma(p, config, stream));
     } else {
         DSV4_CUDA_CHECK(launch_fp8_skinny(p, config, static_cast<float*>(p.workspace), stream));
     }

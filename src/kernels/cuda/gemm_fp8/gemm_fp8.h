@@ -1,15 +1,20 @@
 // y[M, N] bf16 = (A e4m3 [M, K] x pow2 f32 scale per 128 along K) (W e4m3 [N, K] x f32 scale per 128x128)^T with
-// f32 accumulation: the official fp8_gemm of DeepSeek-V4 (spec §3, docs/numerics.md `model` linear). Two paths,
+// f32 accumulation: the official fp8_gemm of DeepSeek-V4 (spec §3, docs/numerics.md `model` linear). Three paths,
 // chosen by the pure function fp8_gemm_config():
+//   kMma      - tensor-core kernel for every row count (mma_gemm.cu): each 128-column K block is multiplied on the
+//               tensor cores into a fresh f32 accumulator (exact e4m3 products), scaled by a_scale * w_scale and
+//               added to the output's f32 sum, K blocks in ascending order. The K order and blocking are fixed, so
+//               a row's bits do not depend on M, on the other rows of the launch or on the tile it lands in (batch
+//               and chunk invariance). Contract: K % 16 == 0 (a partial last K block is zero-padded); any M, N.
+//               No workspace.
 //   kSkinny   - CUDA-core kernel for decode (M <= 16 rows per pass): each weight byte read once per pass with
 //               16-byte loads, split-K for small N. Exact products, f32 sums: matches cpu::linear up to order.
 //               Contract: K % 16 == 0; any N; any M (M > 16 re-reads W once per 16 rows).
 //   kCublasLt - cuBLASLt FP8 tensor cores with VEC128_32F (A) and BLK128x128_32F (W) block scaling (promotion to
 //               f32 every 128 K). Contract: M % 4 == 0, K % 128 == 0, N % 16 == 0, 16-byte aligned operands. Scales are
 //               repacked into the workspace in cuBLASLt's order (A scales [K/128, round_up(M,4)] M-major, W scales
-//               [ceil(N/128), round_up(K/128,4)]).
-// Auto picks kCublasLt for M > 16 when its contract holds, else kSkinny (slow for large M: W is re-read per 16 rows;
-// padding M to a multiple of 4 in the workspace is the next step); an explicit path that cannot run throws.
+//               [ceil(N/128), round_up(K/128,4)]). Its summation depends on M (algorithm choice): not batch-invariant.
+// Auto picks kMma; an explicit path that cannot run throws.
 // Tested in tests/gpu/gemm_fp8_test.cpp; timed in bench/gemm_bench.cu.
 #pragma once
 
@@ -24,7 +29,7 @@
 
 namespace dsv4::cuda {
 
-enum class Fp8GemmPath { kAuto, kSkinny, kCublasLt };
+enum class Fp8GemmPath { kAuto, kSkinny, kCublasLt, kMma };
 const char* fp8_gemm_path_name(Fp8GemmPath path);
 
 struct Fp8GemmParams {
@@ -44,11 +49,13 @@ struct Fp8GemmConfig {
     int m_tile = 1;           // kSkinny: tokens per pass (1, 2, 4, 8, 16)
     int splits = 1;           // kSkinny: K ranges, partial sums reduced in f32 in split order
     int64_t k_per_split = 0;  // kSkinny: multiple of 512
+    int block_m = 0;          // kMma: rows per CTA: 16 (decode tiles, the 8 warps share out the K blocks) or 64
+    int block_n = 0;          // kMma: columns per CTA: 8 or 16 (decode tiles) or 128 (with block_m 64)
 };
 
 // The tile heuristic (pure): `num_sms` of the device, `requested` path (kAuto lets the shape decide).
 Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8GemmPath requested);
-// Workspace the run needs: skinny split partials, or cuBLASLt scale repacks plus kCublasLtWorkspaceBytes.
+// Workspace the run needs: skinny split partials, cuBLASLt scale repacks plus kCublasLtWorkspaceBytes, none for kMma.
 size_t fp8_gemm_workspace_bytes(const Fp8GemmConfig& config, int64_t m, int64_t n, int64_t k);
 inline constexpr size_t kCublasLtWorkspaceBytes = size_t(32) << 20;
 

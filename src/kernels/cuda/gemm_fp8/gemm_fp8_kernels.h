@@ -1,5 +1,6 @@
-// Host entry points of the gemm_fp8 kernels (gemm_fp8_kernels.cu), for the launcher in gemm_fp8.cpp and for the
-// grouped_linear / moe_gemm launchers that reuse the split reduction. Contracts are checked by the callers.
+// Host entry points of the gemm_fp8 kernels (gemm_fp8_kernels.cu, mma_gemm.cu), for the launcher in gemm_fp8.cpp
+// and for the grouped_linear / moe_gemm launchers that reuse the split reduction. Contracts are checked by the
+// callers.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,6 +15,11 @@ namespace dsv4::cuda {
 // Skinny FP8 GEMM; `partial` ([splits, m, n] f32) is used when config.splits > 1.
 cudaError_t launch_fp8_skinny(const Fp8GemmParams& p, const Fp8GemmConfig& config, float* partial,
                               cudaStream_t stream);
+
+// Tensor-core FP8 GEMM (mma_gemm.cu) with config.block_m / block_n as chosen by fp8_gemm_config; no workspace.
+cudaError_t launch_fp8_mma(const Fp8GemmParams& p, const Fp8GemmConfig& config, cudaStream_t stream);
+// Dynamic shared memory of that launch: decode tiles (block_m 16) stage [ceil(k/128), min(m, 16), block_n] f32.
+size_t fp8_mma_smem_bytes(int block_m, int block_n, int64_t m, int64_t k);
 
 // y[i] = bf16(sum_s partial[s * count + i]), summed in split order.
 cudaError_t launch_reduce_splits(const float* partial, int splits, int64_t count, __nv_bfloat16* y,
