@@ -237,7 +237,8 @@ int main() {
             if (m <= 256) run(m, Fp8GemmPath::kSkinny, 0, 0);
             run(m, Fp8GemmPath::kMma, 0, 0);
             if (m == 1 || (m >= 16 && m <= 256))
-                for (const auto& [bm, bn] : {std::pair{16, 8}, std::pair{16, 16}, std::pair{64, 128}})
+                for (const auto& [bm, bn] :
+                     {std::pair{16, 8}, std::pair{16, 16}, std::pair{16, 32}, std::pair{64, 128}})
                     if (fp8_mma_smem_bytes(bm, bn, m, s.k) <= (size_t(96) << 10)) run(m, Fp8GemmPath::kMma, bm, bn);
             if (m == 4096) run(m, Fp8GemmPath::kCublasLt, 0, 0);
         }

@@ -28,6 +28,7 @@ struct Case {
     int64_t m, n, k;
     cuda::Fp8GemmPath path;
     bool pow2_scales = true;
+    int block_m = 0, block_n = 0;  // mma: a forced tile (0: fp8_gemm_config's choice)
 };
 
 int device_sms() {
@@ -67,7 +68,8 @@ void run_case(Rng& rng, const cuda::CublasLt& lt, const Case& c) {
     auto wd = to_device(w.data);
     auto sd = weight_scales_on_device(w);
     auto y = poisoned<uint16_t>(size_t(c.m * c.n));
-    const cuda::Fp8GemmConfig config = cuda::fp8_gemm_config(c.m, c.n, c.k, device_sms(), c.path);
+    cuda::Fp8GemmConfig config = cuda::fp8_gemm_config(c.m, c.n, c.k, device_sms(), c.path);
+    if (c.block_m) config.block_m = c.block_m, config.block_n = c.block_n;
     cuda::DeviceBuffer<uint8_t> ws(std::max<size_t>(256, cuda::fp8_gemm_workspace_bytes(config, c.m, c.n, c.k)));
 
     cuda::Fp8GemmParams p;
@@ -82,7 +84,13 @@ void run_case(Rng& rng, const cuda::CublasLt& lt, const Case& c) {
     p.workspace = ws.get();
     p.workspace_bytes = ws.bytes();
     p.path = c.path;
-    cuda::fp8_gemm(lt, p, nullptr);
+    if (c.block_m) {
+        const std::string why = cuda::fp8_gemm_can_implement(p, config);
+        ASSERT_TRUE(why.empty()) << why;
+        DSV4_CUDA_CHECK(cuda::launch_fp8_mma(p, config, nullptr));
+    } else {
+        cuda::fp8_gemm(lt, p, nullptr);
+    }
     const std::vector<uint16_t> got = to_host(y);
 
     char what[160];
@@ -134,24 +142,34 @@ TEST(GemmFp8, MmaMatchesCpuLinear) {
                           Case{200, 96, 528, T}, Case{256, 1024, 4096, T}, Case{300, 400, 1024, T, false},
                           Case{9, 300, 1536, T, false}, Case{1, 37, 16, T}, Case{1000, 136, 640, T}})
         run_case(rng, lt, c);
+    // Every tile shape on odd sizes, whatever fp8_gemm_config would pick.
+    for (const Case& c : {Case{65, 96, 528, T, true, 64, 128}, Case{300, 400, 1024, T, false, 64, 128},
+                          Case{1000, 136, 640, T, true, 64, 128}, Case{1, 1000, 4096, T, true, 64, 128},
+                          Case{33, 200, 400, T, true, 16, 32}, Case{5, 1000, 4096, T, false, 16, 32},
+                          Case{3, 333, 1024, T, true, 16, 16}, Case{70, 130, 272, T, true, 16, 8}})
+        run_case(rng, lt, c);
 }
 
 TEST(GemmFp8, AutoPicksByShape) {
     const auto auto_path = cuda::Fp8GemmPath::kAuto;
     for (int64_t m : {1, 16, 17, 64, 65, 4096})
         EXPECT_EQ(cuda::fp8_gemm_config(m, 4096, 8192, 132, auto_path).path, cuda::Fp8GemmPath::kMma) << m;
-    // Decode tiles up to 64 rows: 16 columns where that still gives >= 1.5 CTAs per SM, else 8; 64 x 128 beyond.
-    const cuda::Fp8GemmConfig wo_b = cuda::fp8_gemm_config(1, 4096, 8192, 132, auto_path);
-    EXPECT_EQ(wo_b.block_m, 16);
-    EXPECT_EQ(wo_b.block_n, 16);
-    const cuda::Fp8GemmConfig wq_a = cuda::fp8_gemm_config(1, 1024, 4096, 132, auto_path);
-    EXPECT_EQ(wq_a.block_m, 16);
-    EXPECT_EQ(wq_a.block_n, 8);
-    EXPECT_EQ(cuda::fp8_gemm_config(64, 1024, 4096, 132, auto_path).block_m, 16);
-    const cuda::Fp8GemmConfig prefill = cuda::fp8_gemm_config(65, 1024, 4096, 132, auto_path);
-    EXPECT_EQ(prefill.block_m, 64);
-    EXPECT_EQ(prefill.block_n, 128);
-    EXPECT_EQ(cuda::fp8_gemm_workspace_bytes(prefill, 65, 1024, 4096), 0u);
+    // Decode tiles: the widest of 32, 16, 8 columns that gives >= 1.5 CTAs per SM; 64 x 128 tiles where the cost
+    // model (decode tiles ~3 TB/s of W per 16 rows, a 64 x 128 CTA ~1.1 us per K block) says they are faster.
+    auto tile = [](int64_t m, int64_t n, int64_t k) {
+        const cuda::Fp8GemmConfig c = cuda::fp8_gemm_config(m, n, k, 132, cuda::Fp8GemmPath::kAuto);
+        return std::pair<int, int>{c.block_m, c.block_n};
+    };
+    EXPECT_EQ(tile(1, 32768, 1024), (std::pair<int, int>{16, 32}));  // wq_b
+    EXPECT_EQ(tile(1, 4096, 8192), (std::pair<int, int>{16, 16}));   // wo_b
+    EXPECT_EQ(tile(1, 1024, 4096), (std::pair<int, int>{16, 8}));    // wq_a
+    EXPECT_EQ(tile(16, 32768, 1024), (std::pair<int, int>{16, 32}));
+    EXPECT_EQ(tile(32, 32768, 1024), (std::pair<int, int>{64, 128}));
+    EXPECT_EQ(tile(64, 4096, 8192), (std::pair<int, int>{16, 16}));  // 64 KiB of staged products: no 32 columns
+    EXPECT_EQ(tile(128, 4096, 8192), (std::pair<int, int>{64, 128}));
+    EXPECT_EQ(tile(4096, 1024, 4096), (std::pair<int, int>{64, 128}));
+    const cuda::Fp8GemmConfig prefill = cuda::fp8_gemm_config(4096, 1024, 4096, 132, auto_path);
+    EXPECT_EQ(cuda::fp8_gemm_workspace_bytes(prefill, 4096, 1024, 4096), 0u);
     const cuda::Fp8GemmConfig skinny = cuda::fp8_gemm_config(1, 4096, 8192, 132, cuda::Fp8GemmPath::kSkinny);
     EXPECT_EQ(skinny.splits * skinny.k_per_split >= 8192, true);
     EXPECT_EQ(skinny.m_tile, 1);
@@ -302,7 +320,8 @@ TEST(GemmFp8, MmaRowsBitwiseIndependentOfBatchAndTile) {
         for (int64_t r : probes) alone[r] = run_mma(lt, o, r, 1);
         for (const Call& c :
              {Call{0, 37, 0, 0}, Call{0, 256, 0, 0}, Call{7, 256, 0, 0}, Call{0, 300, 16, 8}, Call{0, 300, 16, 16},
-              Call{3, 297, 64, 128}, Call{100, 1, 64, 128}, Call{262, 1, 16, 8}, Call{5, 1, 16, 16}}) {
+              Call{3, 297, 64, 128}, Call{100, 1, 64, 128}, Call{262, 1, 16, 8}, Call{5, 1, 16, 16},
+              Call{0, 300, 16, 32}, Call{299, 1, 16, 32}}) {
             const std::vector<uint16_t> got = run_mma(lt, o, c.row0, c.rows, c.block_m, c.block_n);
             const cuda::Fp8GemmConfig chosen =
                 cuda::fp8_gemm_config(c.rows, n, k, device_sms(), cuda::Fp8GemmPath::kMma);

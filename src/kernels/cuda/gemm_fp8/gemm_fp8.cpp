@@ -18,9 +18,8 @@ constexpr int64_t kSkinnySuper = 512;         // K columns one warp covers per p
 constexpr int64_t kSkinnySmemFloats = 16384;  // 64 KiB of staged f32 activations per block
 constexpr int64_t kSkinnyRowsPerBlock = 32;
 constexpr int kSkinnyMaxTile = 16;
-// kMma: decode tiles (16 rows, K blocks shared out over the CTA's warps) up to this many rows, 64 x 128 tiles
-// beyond; decode tiles are at most this much staged shared memory (two CTAs per SM).
-constexpr int64_t kMmaDecodeMaxRows = 64;
+// kMma decode tiles (16 rows, K blocks shared out over the CTA's warps) stage at most this much shared memory (two
+// CTAs per SM).
 constexpr size_t kMmaMaxSmem = size_t(96) << 10;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -58,24 +57,29 @@ const char* fp8_gemm_path_name(Fp8GemmPath path) {
 // super-chunk. At V4-Flash decode shapes on 132 SMs: wq_b (32768 x 1024) one range, wo_b (4096 x 8192) eight, the
 // shared expert w1/w3 (2048 x 4096) eight.
 //
-// kMma tiles: they fix nothing about the numerics (every tile runs the same per-output chain), only speed. Up to
-// kMmaDecodeMaxRows rows, 16-row tiles whose 8 warps share out the K blocks, so that a decode GEMV has enough CTAs
-// and loads in flight: the wider column tile (16 or 8) that still gives >= 1.5 CTAs per SM. Beyond, 64 x 128
-// tiles (warp tiles 32 x 32) summing in registers.
+// kMma tiles: they fix nothing about the numerics (every tile runs the same per-output chain), only speed. Decode
+// tiles: 16 rows, 8, 16 or 32 columns (32: two column groups of 4 warps, each warp two K blocks in flight), the
+// widest that still gives >= 1.5 CTAs per SM, the CTA's warps sharing out the K blocks. 64 x 128 tiles (warp tiles
+// 32 x 32, sums in registers) instead where a rough cost model says they are faster: measured on an H200
+// (docs/perf.md, kMma section), decode tiles stream W at ~3 TB/s once per 16-row tile, and a 64 x 128 CTA (one per
+// SM) takes ~1.1 us per 128-column K block.
 Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8GemmPath requested) {
     Fp8GemmConfig c;
     c.path = requested == Fp8GemmPath::kAuto ? Fp8GemmPath::kMma : requested;
     if (c.path == Fp8GemmPath::kCublasLt) return c;
     if (c.path == Fp8GemmPath::kMma) {
-        const int64_t m_tiles = ceil_div(std::max<int64_t>(m, 1), 16);
-        if (m <= kMmaDecodeMaxRows && fp8_mma_smem_bytes(16, 8, m, k) <= kMmaMaxSmem) {
+        const int64_t sms = std::max(num_sms, 1), m_tiles = ceil_div(std::max<int64_t>(m, 1), 16);
+        int decode_n = 0;
+        for (int bn : {32, 16, 8}) {
+            if (fp8_mma_smem_bytes(16, bn, m, k) > kMmaMaxSmem) continue;
+            decode_n = bn;
+            if (2 * ceil_div(n, bn) * m_tiles >= 3 * sms) break;
+        }
+        const double decode_us = double(m_tiles) * double(n) * double(k) / 3e6;
+        const double tiles_us = 1.1 * double(ceil_div(ceil_div(m, 64) * ceil_div(n, 128), sms) * ceil_div(k, 128));
+        if (decode_n && decode_us <= tiles_us) {
             c.block_m = 16;
-            for (int bn : {16, 8}) {
-                c.block_n = bn;
-                if (fp8_mma_smem_bytes(16, bn, m, k) <= kMmaMaxSmem &&
-                    2 * ceil_div(n, bn) * m_tiles >= 3 * int64_t(std::max(num_sms, 1)))
-                    break;
-            }
+            c.block_n = decode_n;
         } else {
             c.block_m = 64;
             c.block_n = 128;
@@ -117,7 +121,8 @@ std::string fp8_gemm_can_implement(const Fp8GemmParams& p, const Fp8GemmConfig& 
     }
     if (c.path == Fp8GemmPath::kMma) {
         if (p.k % 16) return fmt::format("mma path needs K % 16 == 0, got K={}", p.k);
-        if (!((c.block_m == 16 && (c.block_n == 8 || c.block_n == 16)) || (c.block_m == 64 && c.block_n == 128)))
+        if (!((c.block_m == 16 && (c.block_n == 8 || c.block_n == 16 || c.block_n == 32)) ||
+              (c.block_m == 64 && c.block_n == 128)))
             return fmt::format("mma path has no {}x{} tile", c.block_m, c.block_n);
         if (ceil_div(p.n, c.block_n) > 65535 || ceil_div(p.m, c.block_m) > int64_t{0x7FFFFFFF})
             return fmt::format("mma path: grid too large for M={} N={}", p.m, p.n);

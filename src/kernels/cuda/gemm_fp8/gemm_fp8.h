@@ -49,8 +49,8 @@ struct Fp8GemmConfig {
     int m_tile = 1;           // kSkinny: tokens per pass (1, 2, 4, 8, 16)
     int splits = 1;           // kSkinny: K ranges, partial sums reduced in f32 in split order
     int64_t k_per_split = 0;  // kSkinny: multiple of 512
-    int block_m = 0;          // kMma: rows per CTA: 16 (decode tiles, the 8 warps share out the K blocks) or 64
-    int block_n = 0;          // kMma: columns per CTA: 8 or 16 (decode tiles) or 128 (with block_m 64)
+    int block_m = 0;          // kMma: rows per CTA: 16 (decode tiles, the warps share out the K blocks) or 64
+    int block_n = 0;          // kMma: columns per CTA: 8, 16 or 32 (decode tiles) or 128 (with block_m 64)
 };
 
 // The tile heuristic (pure): `num_sms` of the device, `requested` path (kAuto lets the shape decide).

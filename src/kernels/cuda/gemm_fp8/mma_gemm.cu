@@ -10,8 +10,9 @@
 //     sum = sum + p                                          (sum starts at +0)
 //   y = bf16_rn(sum)
 // mma.sync computes each output element from its own row of A and column of W only, so a row's bits do not
-// depend on which rows share the launch. Decode tiles (16 rows) share a CTA's K blocks out over its 8 warps and
-// stage p per block in shared memory; the sum then runs over the staged values in ascending kb: the same chain.
+// depend on which rows share the launch. Decode tiles (16 rows) share a CTA's K blocks out over its warps (8, or 4
+// per column group) and stage p per block in shared memory; the sum then runs over the staged values in ascending
+// kb: the same chain.
 //
 // Why f16 MMAs: ptxas lowers `mma.sync.m16n8k32.row.col.f32.e4m3.e4m3.f32` on sm_90a and sm_100a into 12 F2FP
 // unpacks (e4m3 pairs -> f16 pairs, exact) and two HMMA.16816.F32 (cuobjdump of a one-MMA kernel, nvcc 13.0). We do
@@ -221,8 +222,8 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaAr
                             sum[mt][nt][2 * h + e] = __fadd_rn(sum[mt][nt][2 * h + e], p);
                         } else {
                             const int row = h * 8 + g;  // MT == 1, WM == 1: the CTA's row
-                            if (row < rows_valid)
-                                staged[(int64_t(kb) * args.rows_alloc + row) * kBN + nt * 8 + 2 * t + e] = p;
+                            const int col = wn * NT * 8 + nt * 8 + 2 * t + e;
+                            if (row < rows_valid) staged[(int64_t(kb) * args.rows_alloc + row) * kBN + col] = p;
                         }
                     }
             }
@@ -314,10 +315,9 @@ cudaError_t launch_fp8_mma(const Fp8GemmParams& p, const Fp8GemmConfig& config, 
     args.pair_stores = p.n % 2 == 0 && reinterpret_cast<uintptr_t>(p.y) % 4 == 0;
     if (config.block_m == 16) {
         switch (config.block_n) {
-            case 8:
-                return launch<1, 1, 1, 1, 8>(args, stream);
-            case 16:
-                return launch<1, 2, 1, 1, 8>(args, stream);
+            case 8: return launch<1, 1, 1, 1, 8>(args, stream);
+            case 16: return launch<1, 2, 1, 1, 8>(args, stream);
+            case 32: return launch<1, 2, 1, 2, 4>(args, stream);
             default:
                 return cudaErrorInvalidValue;
         }
