@@ -32,7 +32,7 @@ namespace {
 // (chunk-invariant, bitwise), while the cuBLASLt block-scaled path (taken by kAuto for M > 16 when K % 128 == 0)
 // disagreed with the CPU and with itself across chunkings on the first device run (native-mxfp4-mtp and
 // official-numerics-a: cosine 0.81-0.87 at prefill positions, GPU chunked vs full 0.83). To be found in gemm_fp8.
-constexpr cuda::Fp8GemmPath kFp8Path = cuda::Fp8GemmPath::kSkinny;
+constexpr cuda::Fp8GemmPath kFp8Path = cuda::Fp8GemmPath::kMma;
 
 // (s_k - s_k+1) / |s_k| of the k-th and (k+1)-th best of `scores` (ties to the lower index): how close a top-k
 // choice was to flipping, as the CPU's top_k / route_tokens report it. +inf when nothing is left out.
