@@ -58,11 +58,12 @@ const char* fp8_gemm_path_name(Fp8GemmPath path) {
 // shared expert w1/w3 (2048 x 4096) eight.
 //
 // kMma tiles: they fix nothing about the numerics (every tile runs the same per-output chain), only speed. Decode
-// tiles: 16 rows, 8, 16 or 32 columns (32: two column groups of 4 warps, each warp two K blocks in flight), the
-// widest that still gives >= 1.5 CTAs per SM, the CTA's warps sharing out the K blocks. 64 x 128 tiles (warp tiles
-// 32 x 32, sums in registers) instead where a rough cost model says they are faster: measured on an H200
-// (docs/perf.md, kMma section), decode tiles stream W at ~3 TB/s once per 16-row tile, and a 64 x 128 CTA (one per
-// SM) takes ~1.1 us per 128-column K block.
+// tiles: 16 rows, 8, 16 or 32 columns, the widest that still gives >= 1.5 CTAs per SM, the CTA's warps sharing out
+// the K blocks; 32 columns (two column groups of 4 warps) only where K <= 1024, so that each warp still gets two K
+// blocks in flight (H200: wq_b at M = 1 14.4 us against 18.2 with 16 columns; with more K blocks 16 columns won by
+// 5-15 %). 64 x 128 tiles (warp tiles 32 x 32, sums in registers) instead where a rough cost model says they are
+// faster: measured on an H200 (docs/perf.md, kMma section), decode tiles stream W at ~3 TB/s once per 16-row tile,
+// and a 64 x 128 CTA (one per SM) takes ~1.1 us per 128-column K block.
 Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8GemmPath requested) {
     Fp8GemmConfig c;
     c.path = requested == Fp8GemmPath::kAuto ? Fp8GemmPath::kMma : requested;
@@ -71,7 +72,7 @@ Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8G
         const int64_t sms = std::max(num_sms, 1), m_tiles = ceil_div(std::max<int64_t>(m, 1), 16);
         int decode_n = 0;
         for (int bn : {32, 16, 8}) {
-            if (fp8_mma_smem_bytes(16, bn, m, k) > kMmaMaxSmem) continue;
+            if (fp8_mma_smem_bytes(16, bn, m, k) > kMmaMaxSmem || (bn == 32 && ceil_div(k, 128) > 8)) continue;
             decode_n = bn;
             if (2 * ceil_div(n, bn) * m_tiles >= 3 * sms) break;
         }
