@@ -28,10 +28,10 @@
 namespace dsv4 {
 namespace {
 
-// The skinny FP8 kernel for every row count for now: it computes each output row the same way whatever M is
-// (chunk-invariant, bitwise), while the cuBLASLt block-scaled path (taken by kAuto for M > 16 when K % 128 == 0)
-// disagreed with the CPU and with itself across chunkings on the first device run (native-mxfp4-mtp and
-// official-numerics-a: cosine 0.81-0.87 at prefill positions, GPU chunked vs full 0.83). To be found in gemm_fp8.
+// Every FP8 linear, whatever its row count, runs gemm_fp8's tensor-core path: fixed 128-column K blocks promoted to
+// f32 in ascending order, so each output row has the same bits whatever M is and whichever rows share the launch
+// (chunk and batch invariance; GemmFp8.MmaRowsBitwiseIndependentOfBatchAndTile). cuBLASLt's block-scaled path is
+// faster for large M but picks its summation by shape: a row's bits would change with the batch.
 constexpr cuda::Fp8GemmPath kFp8Path = cuda::Fp8GemmPath::kMma;
 
 // (s_k - s_k+1) / |s_k| of the k-th and (k+1)-th best of `scores` (ties to the lower index): how close a top-k
