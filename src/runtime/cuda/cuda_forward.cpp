@@ -256,29 +256,8 @@ void CudaModel::Impl::enqueue_piece() {
         cuda::gather_rows_bf16({ws.streams, ws.logit_rows, ws.streams_next, rows, n_hc * D}, s);
         streams = ws.streams_next;
     }
-    cuda::HcMixParams hp;
-    hp.streams = streams;
-    hp.fn = w.hc_head.fn;
-    hp.base = w.hc_head.base;
-    hp.scale = w.hc_head.scale;
-    hp.x_out = ws.x;
-    hp.mix = ws.mix;
-    hp.tokens = rows;
-    hp.n_hc = n_hc;
-    hp.dim = D;
-    hp.sinkhorn_iters = c.hc_sinkhorn_iters;
-    hp.hc_eps = float(c.hc_eps);
-    hp.norm_eps = float(c.rms_norm_eps);
-    cuda::hc_head(hp, s);
-    cuda::RmsNormParams np;
-    np.x = ws.x;
-    np.weight = w.norm;
-    np.y = ws.x;
-    np.rows = rows;
-    np.dim = D;
-    np.x_stride = np.y_stride = D;
-    np.eps = float(c.rms_norm_eps);
-    cuda::rms_norm(np, s);
+    cuda::hc_head(hc_mix_params(w.hc_head, streams, rows), s);
+    cuda::rms_norm({ws.x, w.norm, ws.x, rows, D, D, D, float(c.rms_norm_eps)}, s);
     linear_f32(w.head, ws.x, rows, ws.logits);
 }
 

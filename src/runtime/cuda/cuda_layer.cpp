@@ -50,6 +50,23 @@ float top_k_margin(const float* scores, int64_t count, int64_t k) {
 
 }  // namespace
 
+cuda::HcMixParams CudaModel::Impl::hc_mix_params(const cuda::DeviceHc& hw, const bf16* streams, int64_t tokens) {
+    cuda::HcMixParams p;
+    p.streams = streams;
+    p.fn = hw.fn;
+    p.base = hw.base;
+    p.scale = hw.scale;
+    p.x_out = ws.x;
+    p.mix = ws.mix;
+    p.tokens = tokens;
+    p.n_hc = config.hc_mult;
+    p.dim = config.hidden_size;
+    p.sinkhorn_iters = config.hc_sinkhorn_iters;
+    p.hc_eps = float(config.hc_eps);
+    p.norm_eps = float(config.rms_norm_eps);
+    return p;
+}
+
 const float* CudaModel::Impl::inv_freq(int64_t layer) const {
     return config.compress_ratios[size_t(layer)] ? compress_inv_freq.get() : main_inv_freq.get();
 }
@@ -164,20 +181,7 @@ void CudaModel::Impl::block(int64_t layer) {
     const int64_t D = c.hidden_size, n_hc = c.hc_mult;
     cudaStream_t s = stream->get();
     auto hc_pre = [&](const cuda::DeviceHc& hw, const float* norm) {
-        cuda::HcMixParams p;
-        p.streams = ws.streams;
-        p.fn = hw.fn;
-        p.base = hw.base;
-        p.scale = hw.scale;
-        p.x_out = ws.x;
-        p.mix = ws.mix;
-        p.tokens = T;
-        p.n_hc = n_hc;
-        p.dim = D;
-        p.sinkhorn_iters = c.hc_sinkhorn_iters;
-        p.hc_eps = float(c.hc_eps);
-        p.norm_eps = float(c.rms_norm_eps);
-        cuda::hc_pre(p, s);
+        cuda::hc_pre(hc_mix_params(hw, ws.streams, T), s);
         cuda::rms_norm({ws.x, norm, ws.x, T, D, D, D, float(c.rms_norm_eps)}, s);
     };
     auto hc_post = [&]() {

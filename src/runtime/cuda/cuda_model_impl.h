@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/common/device_buffer.h"
 #include "kernels/cuda/gemm_bf16/cublaslt.h"
+#include "kernels/cuda/mhc/mhc.h"
 #include "runtime/cuda/cuda_model.h"
 #include "runtime/cuda/device_weights.h"
 
@@ -190,6 +191,8 @@ struct CudaModel::Impl {
     void observe_bf16(std::string_view name, int64_t layer, const bf16* data, int64_t rows, int64_t cols);
     void observe_host(std::string_view name, int64_t layer, const std::vector<float>& data, int64_t rows, int64_t cols);
     const float* inv_freq(int64_t layer) const;
+    // mHC mixing of `tokens` rows of `streams` with the mixer `hw`, into ws.x and ws.mix (hc_pre and hc_head).
+    cuda::HcMixParams hc_mix_params(const cuda::DeviceHc& hw, const bf16* streams, int64_t tokens);
 };
 
 }  // namespace dsv4
