@@ -130,17 +130,17 @@ class CudaBatch : public ::testing::TestWithParam<std::string> {
     std::shared_ptr<const Checkpoint> checkpoint_;
 };
 
+// The logits of every step, one after another.
+std::vector<float> all_steps(const Trace& t) {
+    std::vector<float> v;
+    for (const auto& step : t.logits) v.insert(v.end(), step.begin(), step.end());
+    return v;
+}
+
 void expect_same(const Trace& got, const Trace& want, const std::string& what) {
     EXPECT_EQ(got.tokens, want.tokens) << what << ": greedy tokens differ";
     ASSERT_EQ(got.logits.size(), want.logits.size()) << what;
-    for (size_t s = 0; s < got.logits.size(); ++s) {
-        const auto& a = got.logits[s];
-        const auto& b = want.logits[s];
-        ASSERT_EQ(a.size(), b.size());
-        size_t differ = 0;
-        for (size_t v = 0; v < a.size(); ++v) differ += float_bits(a[v]) != float_bits(b[v]);
-        EXPECT_EQ(differ, 0u) << what << ": step " << s << " has " << differ << " logits differing in bits";
-    }
+    gpu_test::expect_bitwise_f32(what + ": logits of every step", all_steps(got), all_steps(want));
 }
 
 TEST_P(CudaBatch, SixteenMixedLengthSequencesEqualAlone) {
@@ -244,15 +244,12 @@ TEST(CudaBatchApi, PagedPoolSharesPagesAndRefusesWhatDoesNotFit) {
         if (who != 'a') continue;
         const std::vector<float> logits = fresh.forward(alone, ids(fed, n), true);
         fed += n;
-        ASSERT_EQ(logits.size(), got[k].size());
-        size_t differ = 0;
-        for (size_t i = 0; i < logits.size(); ++i) differ += float_bits(logits[i]) != float_bits(got[k][i]);
-        EXPECT_EQ(differ, 0u) << "turn " << k << " of A: logits differ from A alone";
+        gpu_test::expect_bitwise_f32("turn " + std::to_string(k) + " of A, shared pool vs A alone", got[k], logits);
         ++k;
     }
     SequenceState c_alone = fresh.new_sequence();
     const std::vector<float> c_fresh = fresh.forward(c_alone, ids(3, 600), false);
-    EXPECT_EQ(c_fresh, c_logits) << "C on B's recycled pages differs from C alone";
+    gpu_test::expect_bitwise_f32("C on B's recycled pages vs C alone", c_logits, c_fresh);
 }
 
 #ifdef DSV4_HAVE_CUPTI

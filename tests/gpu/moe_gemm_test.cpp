@@ -38,6 +38,27 @@ Routing route(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, bool skew
     return r;
 }
 
+// The launch parameters of routed activations `a` against stacked experts (w, w_scale, global: NVFP4 only).
+cuda::MoeGemmParams moe_params(const DeviceFp8Act& a, const int32_t* row_index, const int32_t* offsets,
+                               const uint8_t* w, const uint8_t* w_scale, const float* global, bool nvfp4,
+                               int64_t experts, int64_t n, int64_t k, int slot_bound, uint16_t* y) {
+    cuda::MoeGemmParams p;
+    p.a = a.q.get();
+    p.a_scale = a.scale.get();
+    p.row_index = row_index;
+    p.expert_offsets = offsets;
+    p.format = nvfp4 ? cuda::ExpertFormat::kNvfp4 : cuda::ExpertFormat::kMxfp4;
+    p.w = w;
+    p.w_scale = w_scale;
+    p.w_global = nvfp4 ? global : nullptr;
+    p.y = reinterpret_cast<__nv_bfloat16*>(y);
+    p.experts = experts;
+    p.n = n;
+    p.k = k;
+    p.max_slots_per_expert = slot_bound;
+    return p;
+}
+
 void run_case(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n, int64_t k, bool nvfp4, bool skewed) {
     std::vector<HostWeight> w;
     for (int64_t e = 0; e < experts; ++e) w.push_back(random_fp4_weight(rng, n, k, nvfp4));
@@ -73,21 +94,9 @@ void run_case(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n
     auto od = to_device(offsets);
     auto rd = to_device(row_index);
     auto y = poisoned<uint16_t>(ref.size());
-    cuda::MoeGemmParams p;
-    p.a = a.q.get();
-    p.a_scale = a.scale.get();
-    p.row_index = rd.get();
-    p.expert_offsets = od.get();
-    p.format = nvfp4 ? cuda::ExpertFormat::kNvfp4 : cuda::ExpertFormat::kMxfp4;
-    p.w = wd.get();
-    p.w_scale = sd.get();
-    p.w_global = nvfp4 ? gd.get() : nullptr;
-    p.y = reinterpret_cast<__nv_bfloat16*>(y.get());
-    p.experts = experts;
-    p.n = n;
-    p.k = k;
-    p.max_slots_per_expert = max_slots;
-    cuda::moe_gemm(p, nullptr);
+    cuda::moe_gemm(moe_params(a, rd.get(), od.get(), wd.get(), sd.get(), gd.get(), nvfp4, experts, n, k, max_slots,
+                              y.get()),
+                   nullptr);
     char what[192];
     std::snprintf(what, sizeof what, "moe_gemm %s tokens=%lld experts=%lld topk=%lld N=%lld K=%lld max_slots=%d",
                   nvfp4 ? "nvfp4" : "mxfp4", (long long)tokens, (long long)experts, (long long)topk, (long long)n,
@@ -128,20 +137,8 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
     auto rd = to_device(routing.row_index);
     auto y_new = poisoned<uint16_t>(size_t(slots * n));
     auto y_old = poisoned<uint16_t>(size_t(slots * n), 0x7F);
-    cuda::MoeGemmParams p;
-    p.a = a.q.get();
-    p.a_scale = a.scale.get();
-    p.row_index = rd.get();
-    p.expert_offsets = od.get();
-    p.format = nvfp4 ? cuda::ExpertFormat::kNvfp4 : cuda::ExpertFormat::kMxfp4;
-    p.w = wd.get();
-    p.w_scale = sd.get();
-    p.w_global = nvfp4 ? gd.get() : nullptr;
-    p.experts = experts;
-    p.n = n;
-    p.k = k;
-    p.max_slots_per_expert = std::max(routing.max_slots, slot_bound);
-    p.y = reinterpret_cast<__nv_bfloat16*>(y_new.get());
+    cuda::MoeGemmParams p = moe_params(a, rd.get(), od.get(), wd.get(), sd.get(), gd.get(), nvfp4, experts, n, k,
+                                       std::max(routing.max_slots, slot_bound), y_new.get());
     cuda::moe_gemm(p, nullptr);
     p.y = reinterpret_cast<__nv_bfloat16*>(y_old.get());
     DSV4_CUDA_CHECK(cuda::detail::launch_moe_gemm_strided(
@@ -193,21 +190,9 @@ TEST(MoeGemm, RowsIndependentOfBatch) {
                 auto od = to_device(offsets);
                 auto rd = to_device(rows);
                 auto y = poisoned<uint16_t>(rows.size() * size_t(n));
-                cuda::MoeGemmParams p;
-                p.a = a.q.get();
-                p.a_scale = a.scale.get();
-                p.row_index = rd.get();
-                p.expert_offsets = od.get();
-                p.format = nvfp4 ? cuda::ExpertFormat::kNvfp4 : cuda::ExpertFormat::kMxfp4;
-                p.w = wd.get();
-                p.w_scale = sd.get();
-                p.w_global = nvfp4 ? gd.get() : nullptr;
-                p.y = reinterpret_cast<__nv_bfloat16*>(y.get());
-                p.experts = experts;
-                p.n = n;
-                p.k = k;
-                p.max_slots_per_expert = bound;
-                cuda::moe_gemm(p, nullptr);
+                cuda::moe_gemm(moe_params(a, rd.get(), od.get(), wd.get(), sd.get(), gd.get(), nvfp4, experts, n, k,
+                                          bound, y.get()),
+                               nullptr);
                 return to_host(y);
             };
             const std::vector<uint16_t> all = run(routing.offsets, routing.row_index, int(tokens));
