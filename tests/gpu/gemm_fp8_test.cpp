@@ -189,50 +189,7 @@ TEST(GemmFp8, SkinnyKRangesIndependentOfRows) {
         }
 }
 
-// On the device: 37 rows in one call equal each row computed alone (M = 1), bit for bit, at decode shapes.
-TEST(GemmFp8, SkinnyRowsBitwiseIndependentOfM) {
-    DSV4_REQUIRE_GPU();
-    Rng rng;
-    cuda::CublasLt lt;
-    int sms = 0;
-    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{4096, 8192}, {2048, 4096}, {96, 528}}) {
-        const int64_t m = 37;
-        const HostWeight w = random_fp8_weight(rng, n, k, true);
-        const std::vector<float> x = random_activations(rng, m, k);
-        DeviceFp8Act a = quantize_on_device(x, m, k);
-        auto wd = to_device(w.data);
-        auto sd = to_device(std::vector<float>(reinterpret_cast<const float*>(w.scale.data()),
-                                               reinterpret_cast<const float*>(w.scale.data()) + w.scale.size() / 4));
-        auto run = [&](int64_t row0, int64_t rows) {
-            const cuda::Fp8GemmConfig config = cuda::fp8_gemm_config(rows, n, k, sms, cuda::Fp8GemmPath::kSkinny);
-            cuda::DeviceBuffer<uint8_t> ws(std::max<size_t>(256, cuda::fp8_gemm_workspace_bytes(config, rows, n, k)));
-            auto y = poisoned<uint16_t>(size_t(rows * n));
-            cuda::Fp8GemmParams p;
-            p.a = a.q.get() + row0 * k;
-            p.a_scale = a.scale.get() + row0 * ((k + 127) / 128);
-            p.w = wd.get();
-            p.w_scale = sd.get();
-            p.y = reinterpret_cast<__nv_bfloat16*>(y.get());
-            p.m = rows;
-            p.n = n;
-            p.k = k;
-            p.workspace = ws.get();
-            p.workspace_bytes = ws.bytes();
-            p.path = cuda::Fp8GemmPath::kSkinny;
-            cuda::fp8_gemm(lt, p, nullptr);
-            return to_host(y);
-        };
-        const std::vector<uint16_t> all = run(0, m);
-        for (int64_t r : {int64_t(0), int64_t(5), int64_t(36)}) {
-            const std::vector<uint16_t> alone = run(r, 1);
-            EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + r * n))
-                << n << "x" << k << " row " << r << " alone differs from the 37-row call";
-        }
-    }
-}
-
-// Device operands of the mma invariance tests: `rows` rows of FP8 activations and an [n, k] FP8 weight.
+// Device operands of the row-invariance tests: `rows` rows of FP8 activations and an [n, k] FP8 weight.
 struct Fp8Operands {
     DeviceFp8Act a;
     cuda::DeviceBuffer<uint8_t> w;
@@ -246,11 +203,15 @@ Fp8Operands make_operands(Rng& rng, int64_t rows, int64_t n, int64_t k) {
             weight_scales_on_device(w), n, k};
 }
 
-// y of rows [row0, row0 + rows) through fp8_gemm's own tile choice, or through launch_fp8_mma with a given tile
-// (block_m > 0); empty when the contract refuses that tile for this shape (decode tiles stage at most 96 KiB).
-std::vector<uint16_t> run_mma(const cuda::CublasLt& lt, const Fp8Operands& o, int64_t row0, int64_t rows,
-                              int block_m = 0, int block_n = 0, cudaStream_t stream = nullptr) {
+// y of rows [row0, row0 + rows) through fp8_gemm on `path` with its own tiling, or through launch_fp8_mma with a
+// given tile (block_m > 0); empty when the contract refuses that tile for this shape (decode tiles stage at most
+// 96 KiB).
+std::vector<uint16_t> run_rows(const cuda::CublasLt& lt, const Fp8Operands& o, int64_t row0, int64_t rows,
+                               cuda::Fp8GemmPath path = cuda::Fp8GemmPath::kMma, int block_m = 0, int block_n = 0,
+                               cudaStream_t stream = nullptr) {
     auto y = poisoned<uint16_t>(size_t(rows * o.n));
+    const cuda::Fp8GemmConfig own = cuda::fp8_gemm_config(rows, o.n, o.k, device_sms(), path);
+    cuda::DeviceBuffer<uint8_t> ws(std::max<size_t>(256, cuda::fp8_gemm_workspace_bytes(own, rows, o.n, o.k)));
     cuda::Fp8GemmParams p;
     p.a = o.a.q.get() + row0 * o.k;
     p.a_scale = o.a.scale.get() + row0 * ((o.k + 127) / 128);
@@ -260,7 +221,9 @@ std::vector<uint16_t> run_mma(const cuda::CublasLt& lt, const Fp8Operands& o, in
     p.m = rows;
     p.n = o.n;
     p.k = o.k;
-    p.path = cuda::Fp8GemmPath::kMma;
+    p.workspace = ws.get();
+    p.workspace_bytes = ws.bytes();
+    p.path = path;
     if (block_m == 0) {
         cuda::fp8_gemm(lt, p, stream);
     } else {
@@ -271,6 +234,22 @@ std::vector<uint16_t> run_mma(const cuda::CublasLt& lt, const Fp8Operands& o, in
         DSV4_CUDA_CHECK(cuda::launch_fp8_mma(p, config, stream));
     }
     return to_host(y);
+}
+
+// On the device: 37 rows in one call equal each row computed alone (M = 1), bit for bit, at decode shapes.
+TEST(GemmFp8, SkinnyRowsBitwiseIndependentOfM) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    cuda::CublasLt lt;
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{4096, 8192}, {2048, 4096}, {96, 528}}) {
+        const Fp8Operands o = make_operands(rng, 37, n, k);
+        const std::vector<uint16_t> all = run_rows(lt, o, 0, 37, cuda::Fp8GemmPath::kSkinny);
+        for (int64_t r : {int64_t(0), int64_t(5), int64_t(36)}) {
+            const std::vector<uint16_t> alone = run_rows(lt, o, r, 1, cuda::Fp8GemmPath::kSkinny);
+            EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + r * n))
+                << n << "x" << k << " row " << r << " alone differs from the 37-row call";
+        }
+    }
 }
 
 // bf16 bits as an ordered integer (difference = distance in ulps).
@@ -317,12 +296,13 @@ TEST(GemmFp8, MmaRowsBitwiseIndependentOfBatchAndTile) {
          {std::pair<int64_t, int64_t>{4096, 8192}, {2048, 4096}, {32768, 1024}, {96, 528}, {130, 272}}) {
         const Fp8Operands o = make_operands(rng, total, n, k);
         std::map<int64_t, std::vector<uint16_t>> alone;
-        for (int64_t r : probes) alone[r] = run_mma(lt, o, r, 1);
+        for (int64_t r : probes) alone[r] = run_rows(lt, o, r, 1);
         for (const Call& c :
              {Call{0, 37, 0, 0}, Call{0, 256, 0, 0}, Call{7, 256, 0, 0}, Call{0, 300, 16, 8}, Call{0, 300, 16, 16},
               Call{3, 297, 64, 128}, Call{100, 1, 64, 128}, Call{262, 1, 16, 8}, Call{5, 1, 16, 16},
               Call{0, 300, 16, 32}, Call{299, 1, 16, 32}}) {
-            const std::vector<uint16_t> got = run_mma(lt, o, c.row0, c.rows, c.block_m, c.block_n);
+            const std::vector<uint16_t> got =
+                run_rows(lt, o, c.row0, c.rows, cuda::Fp8GemmPath::kMma, c.block_m, c.block_n);
             if (got.empty()) continue;  // e.g. 16 x 32 tiles of 300 rows at K = 8192: 128 KiB of staged products
             const cuda::Fp8GemmConfig chosen =
                 cuda::fp8_gemm_config(c.rows, n, k, device_sms(), cuda::Fp8GemmPath::kMma);
@@ -343,7 +323,7 @@ TEST(GemmFp8, MmaCapturedGraphReplaysBitwise) {
     Rng rng;
     cuda::CublasLt lt;
     const Fp8Operands o = make_operands(rng, 100, 4096, 8192);
-    const std::vector<uint16_t> eager37 = run_mma(lt, o, 0, 37), eager100 = run_mma(lt, o, 0, 100);
+    const std::vector<uint16_t> eager37 = run_rows(lt, o, 0, 37), eager100 = run_rows(lt, o, 0, 100);
     cuda::Stream stream;
     auto y37 = poisoned<uint16_t>(size_t(37 * o.n)), y100 = poisoned<uint16_t>(size_t(100 * o.n));
     cuda::Fp8GemmParams p;
