@@ -1,26 +1,26 @@
 #!/usr/bin/env bash
-# Sets up, builds, writes the embedded tiny DeepSeek-V4 model (.embedded/tiny, random weights, the real
-# tokenizer) if it is not there yet, and generates text with it. Works on a fresh Debian/Ubuntu machine.
+# Sets up, builds and generates text with the embedded trained tiny DeepSeek-V4 (tests/fixtures/trained-bytes: every
+# V4 layer type, FP8 weights and FP4 experts in the Hub layout, a byte-level vocabulary, trained for five minutes on
+# English text: Python docstrings and software licenses). Works on a fresh Debian/Ubuntu machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
 dsv4="${DSV4_BUILD_DIR:-build}/tools/dsv4/dsv4"
-model=.embedded/tiny
-if [ ! -f "$model/config.json" ]; then
-    echo "demo: writing the tiny model to $model"
-    rm -rf "$model"
-    "$dsv4" synth --preset tiny --seed 0 -o "$model"
-fi
+model=tests/fixtures/trained-bytes
 
-prompt="The three most important ideas in computer science are"
 echo
-echo "demo: the tiny model has random weights, so expect a random walk through DeepSeek's real vocabulary."
-echo "demo: $dsv4 generate -m $model --prompt \"$prompt\" -n 24"
-echo
-"$dsv4" generate -q -m "$model" --prompt "$prompt" -n 24
+echo "demo: a 5.6 M-parameter DeepSeek-V4 that learned English bytes: expect words and half-sentences in the style"
+echo "demo: of Python docstrings and licenses (tools/fixtures/make_trained_fixture.py says how it was made)."
+for prompt in "Return the" "This License"; do
+    echo
+    echo "demo: $dsv4 generate -m $model --prompt \"$prompt\" -n 160"
+    echo
+    "$dsv4" generate -q -m "$model" --prompt "$prompt" -n 160
+    echo
+done
 echo
 echo "demo: $dsv4 inspect -m $model (first lines)"
 "$dsv4" inspect -m "$model" | sed -n '1,12p'
 echo
-echo "demo: to chat with it: $dsv4 chat -m $model   (/reset, /quit; --thinking to see reasoning)"
+echo "demo: the same engine on DeepSeek's real 129k vocabulary with random weights: $dsv4 synth --preset tiny -o DIR"
