@@ -31,8 +31,9 @@ namespace {
 // Every FP8 linear, whatever its row count, runs gemm_fp8's tensor-core path: fixed 128-column K blocks promoted to
 // f32 in ascending order, so each output row has the same bits whatever M is and whichever rows share the launch
 // (chunk and batch invariance; GemmFp8.MmaRowsBitwiseIndependentOfBatchAndTile). cuBLASLt's block-scaled path is
-// faster for large M but picks its summation by shape: a row's bits would change with the batch.
-constexpr cuda::Fp8GemmPath kFp8Path = cuda::Fp8GemmPath::kMma;
+// faster for large M but picks its summation by shape: a row's bits would change with the batch. A K the tensor-core
+// path does not take (K % 16 != 0, small models only) runs the generic path, batch-invariant too
+// (cuda::fp8_gemm_path_for).
 
 // (s_k - s_k+1) / |s_k| of the k-th and (k+1)-th best of `scores` (ties to the lower index): how close a top-k
 // choice was to flipping, as the CPU's top_k / route_tokens report it. +inf when nothing is left out.
@@ -127,7 +128,7 @@ void CudaModel::Impl::linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t
         p.k = w.cols;
         p.workspace = ws.gemm;
         p.workspace_bytes = ws.gemm_bytes;
-        p.path = kFp8Path;
+        p.path = cuda::fp8_gemm_path_for(w.cols);
         cuda::fp8_gemm(*lt, p, stream->get());
         return;
     }

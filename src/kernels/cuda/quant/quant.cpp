@@ -23,7 +23,8 @@ void check_kv(const char* op, int64_t rows, int64_t head_dim, int64_t rope_dim, 
 }
 
 void check_indexer_dim(const char* op, int64_t dim) {
-    DSV4_CHECK(dim == 32 || dim == 64 || dim == 128, "{}: dim {} is not 32, 64 or 128", op, dim);
+    DSV4_CHECK(dim >= 2 && dim <= kMaxIndexerDim && (dim & (dim - 1)) == 0,
+               "{}: dim {} is not a power of two in [2, {}] (the Hadamard transform's size)", op, dim, kMaxIndexerDim);
 }
 
 }  // namespace
