@@ -202,8 +202,9 @@ void run_case(const Case& c) {
     }
     // The generic path sums each dot in the CPU's order, so its bits never depend on exactness; the tensor cores'
     // order differs, so there the test data must make every dot exact.
-    if (!generic)
+    if (!generic) {
         ASSERT_EQ(inexact, 0) << "test data: some q.k dot products are not exact in f32, bitwise scores not implied";
+    }
     gpu_test::expect_bitwise_bf16(std::string(what) + " scores", got_bits, want_bits);
     EXPECT_EQ(mismatched_tokens, 0) << what;
     std::printf("[ top-k    ] %s: %d tokens, %lld with a different selection\n", what, tokens,
