@@ -189,7 +189,7 @@ TEST(GpuQuant, PackedKvEntriesDecodeToCpuRoundTrip) {
     EXPECT_EQ(cuda::kv_entry_layout(512, 64).bytes, 584);
     for (int64_t rows : {1, 7, 33})
         for (Shape sh : {Shape{512, 64}, Shape{96, 32}, Shape{80, 16}, Shape{228, 64}, Shape{33, 16}, Shape{40, 12},
-                         Shape{257, 6}}) {
+                         Shape{257, 6}, Shape{32, 32}}) {
             const cuda::KvEntryLayout l = cuda::kv_entry_layout(sh.head_dim, sh.rope);
             const int64_t n_slots = 2 * rows + 1, stride = sh.head_dim + 8;
             const std::vector<float> x = varied_rows(rng, rows, stride);
@@ -248,6 +248,6 @@ TEST(GpuQuant, LaunchersRejectBadContracts) {
     EXPECT_THROW(cuda::act_quant_fp8({nullptr, nullptr, nullptr, 1, 128, 128}, nullptr), Error);
     uint8_t* fake = reinterpret_cast<uint8_t*>(uintptr_t(64));
     EXPECT_THROW(
-        cuda::pack_kv_entries({reinterpret_cast<const __nv_bfloat16*>(fake), fake, nullptr, 1, 96, 96, 96}, nullptr),
-        Error);
+        cuda::pack_kv_entries({reinterpret_cast<const __nv_bfloat16*>(fake), fake, nullptr, 1, 96, 98, 96}, nullptr),
+        Error) << "rope_dim above head_dim";
 }

@@ -212,14 +212,15 @@ TEST(SparseAttentionGpu, OneValidSlotAndNoValidSlot) {
 
 // The generic path: head_dims of small models (32, 64, 256), an odd nope part (33 = 17 + 16), a nope part that is
 // not a multiple of 8 and a rope dim that is not a multiple of 4 (40 = 34 + 6), a head_dim above the largest
-// built one (640); prefill and decode shapes, empty slots, one valid slot, none.
+// built one (640), entries without a nope part (head_dim == rope_dim, also at a built head_dim); prefill and decode
+// shapes, empty slots, one valid slot, none.
 TEST(SparseAttentionGpu, GenericPathShapes) {
     DSV4_REQUIRE_GPU();
     EXPECT_EQ(cuda::sparse_attention_path(512, 64), cuda::SparseAttentionPath::kTensorCore);
     EXPECT_EQ(cuda::sparse_attention_path(96, 32), cuda::SparseAttentionPath::kTensorCore);
     EXPECT_EQ(cuda::sparse_attention_path(96, 30), cuda::SparseAttentionPath::kGeneric);
     for (const auto& [d, rope] : std::vector<std::pair<int, int>>{{32, 16}, {64, 32}, {256, 64}, {33, 16}, {40, 6},
-                                                                   {640, 64}}) {
+                                                                   {640, 64}, {32, 32}, {128, 128}}) {
         EXPECT_EQ(cuda::sparse_attention_path(d, rope), cuda::SparseAttentionPath::kGeneric) << d << " " << rope;
         run_case({5, 4, d, rope, 37, 0.2});
         run_case({1, 4, d, rope, 128 + 150, 0.1});

@@ -14,10 +14,8 @@ void check_kv(const char* op, int64_t rows, int64_t head_dim, int64_t rope_dim, 
               const void* cache) {
     DSV4_CHECK(kv && cache, "{}: null pointer", op);
     DSV4_CHECK(rows >= 0, "{}: rows {} is negative", op, rows);
-    DSV4_CHECK(rope_dim >= 0 && rope_dim < head_dim, "{}: rope_dim {} must lie in [0, head_dim {})", op, rope_dim,
-               head_dim);
-    DSV4_CHECK((head_dim - rope_dim) % 2 == 0, "{}: {} nope dims must be even (the bf16 rope values follow them)", op,
-               head_dim - rope_dim);
+    DSV4_CHECK(head_dim > 0 && rope_dim >= 0 && rope_dim <= head_dim, "{}: rope_dim {} must lie in [0, head_dim {}]",
+               op, rope_dim, head_dim);
     DSV4_CHECK(stride >= head_dim, "{}: row stride {} is smaller than head_dim {}", op, stride, head_dim);
     DSV4_CHECK(aligned(cache, kKvEntryAlign), "{}: cache is not {}-byte aligned", op, kKvEntryAlign);
 }

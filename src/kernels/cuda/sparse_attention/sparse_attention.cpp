@@ -28,15 +28,15 @@ SparseAttentionPlan plan_sparse_attention(int32_t heads, int32_t head_dim, int32
 // part in 8-byte and its rope part in 4-value chunks.
 SparseAttentionPath sparse_attention_path(int32_t head_dim, int32_t rope_dim) {
     const bool built = head_dim == 512 || head_dim == 128 || head_dim == 96 || head_dim == 80;
-    const bool chunked = rope_dim % 4 == 0 && (head_dim - rope_dim) % 8 == 0;
+    const bool chunked = rope_dim % 4 == 0 && (head_dim - rope_dim) % 8 == 0 && head_dim > rope_dim;
     return built && chunked ? SparseAttentionPath::kTensorCore : SparseAttentionPath::kGeneric;
 }
 
 void sparse_attention(const SparseAttentionParams& p, cudaStream_t stream) {
     DSV4_CHECK(p.tokens >= 0, "sparse_attention: negative token count {}", p.tokens);
     if (p.tokens == 0) return;
-    DSV4_CHECK(p.head_dim > 0 && p.head_dim <= kMaxGenericHeadDim && p.rope_dim >= 0 && p.rope_dim < p.head_dim,
-               "sparse_attention: head_dim {} must be in [1, {}] and rope_dim {} in [0, head_dim)", p.head_dim,
+    DSV4_CHECK(p.head_dim > 0 && p.head_dim <= kMaxGenericHeadDim && p.rope_dim >= 0 && p.rope_dim <= p.head_dim,
+               "sparse_attention: head_dim {} must be in [1, {}] and rope_dim {} in [0, head_dim]", p.head_dim,
                kMaxGenericHeadDim, p.rope_dim);
     DSV4_CHECK(p.heads > 0 && p.slots >= 0 && p.splits >= 1, "sparse_attention: heads {} slots {} splits {}", p.heads,
                p.slots, p.splits);

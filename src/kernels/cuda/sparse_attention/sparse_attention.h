@@ -8,7 +8,7 @@
 // (tests: SparseAttentionGpu.TokenResultIndependentOfLaunch); trailing empty tiles add exact zeros. Output bf16
 // before the inverse RoPE.
 // Two paths, chosen explicitly by sparse_attention_path: the tensor-core kernels above for the head_dims they are
-// built for (512: V4; 128, 96, 80: the repository's fixtures) with rope_dim % 4 == 0 and nope % 8 == 0, and a
+// built for (512: V4; 128, 96, 80: the repository's fixtures) with rope_dim % 4 == 0 and nope % 8 == 0 (> 0), and a
 // generic CUDA-core kernel for every other shape (sparse_attention_generic.cu: one CTA per token and head, the CPU
 // reference's operations in its order; slower).
 // Tested in tests/gpu/sparse_attention_test.cpp against cpu::sparse_attention_head on the dequantized entries.
@@ -31,7 +31,7 @@ struct SparseAttentionParams {
     int32_t tokens = 0;
     int32_t heads = 0;
     int32_t head_dim = 0;     // 512 (V4), a fixture dim 80, 96, 128, or any other (generic path)
-    int32_t rope_dim = 0;     // trailing bf16 dims of the entry, < head_dim
+    int32_t rope_dim = 0;     // trailing bf16 dims of the entry, <= head_dim (equal: no nope part)
     int32_t slots = 0;        // slots per token (W + top-k in the model)
     int32_t splits = 1;       // from plan_sparse_attention (tests may force others); the generic path ignores it
     float scale = 0.0f;       // head_dim^-0.5
