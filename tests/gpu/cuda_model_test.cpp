@@ -1,15 +1,15 @@
 // CudaModel against CpuModel end to end, in `model` numerics, on every fixture (tests/fixtures/* and, when present,
-// DSV4_SHARED_DIR/fixtures/official-numerics-a) and on the small-shape synthetic models (SmallShapes/*). On these random tiny models ulp-level differences (f32 summation
-// order, device libm) are amplified by FP8 activation quantization, the KV / indexer round trips and the top-k
-// choices and compound across layers (docs/numerics.md, "GPU vs CPU"), so a fixed logit bound says more about the
-// fixture than about the GPU. The per-position logits are held to a yardstick measured here: the CPU against
-// itself with one element of every embedding row moved by one bf16 ulp (CPU', cuda_fixtures::kYardsticks choices);
-// the GPU's median and smallest per-position cosine must reach the smallest CPU' median and minimum, for the full
-// prefill and the mixed chunk schedule. Whether the issue's fixed bound (cosine >= 0.9999 and max|diff| <= 1 % of
-// max|logit| at every position) holds is printed for GPU and CPU' alike. Also asserted: no NaN, bitwise chunk
-// invariance of the GPU path, and greedy decoding: the GPU keeps the CPU's tokens for at least as many steps as
-// every CPU' does (the steps where the CPU's gap is >= 1 % of max|logit| are reported, not assumed robust).
-// Block by block: cuda_layer_test.cpp.
+// DSV4_SHARED_DIR/fixtures/official-numerics-a) and on the small-shape synthetic models (SmallShapes/*). On these
+// random tiny models ulp-level differences (f32 summation order, device libm) are amplified by FP8 activation
+// quantization, the KV / indexer round trips and the top-k choices and compound across layers (docs/numerics.md, "GPU
+// vs CPU"), so a fixed logit bound says more about the fixture than about the GPU. The per-position logits are held to
+// a yardstick measured here: the CPU against itself with one element of every embedding row moved by one bf16 ulp
+// (CPU', cuda_fixtures::kYardsticks choices); the GPU's median and smallest per-position cosine must reach the smallest
+// CPU' median and minimum, for the full prefill and the mixed chunk schedule. Whether the issue's fixed bound (cosine
+// >= 0.9999 and max|diff| <= 1 % of max|logit| at every position) holds is printed for GPU and CPU' alike. Also
+// asserted: no NaN, bitwise chunk invariance of the GPU path, and greedy decoding: the GPU keeps the CPU's tokens for
+// at least as many steps as every CPU' does (the steps where the CPU's gap is >= 1 % of max|logit| are reported, not
+// assumed robust). Block by block: cuda_layer_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -181,9 +181,9 @@ TEST(GemmFp8, GenericMatchesCpuLinearBitwise) {
         p.k = k;
         p.path = cuda::Fp8GemmPath::kGeneric;
         cuda::fp8_gemm(lt, p, nullptr);
-        expect_bitwise_bf16("gemm_fp8 generic M=" + std::to_string(m) + " N=" + std::to_string(n) +
-                                " K=" + std::to_string(k),
-                            to_host(y), to_bf16(ref));
+        expect_bitwise_bf16(
+            "gemm_fp8 generic M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k),
+            to_host(y), to_bf16(ref));
     }
 }
 

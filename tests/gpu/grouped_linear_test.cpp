@@ -64,8 +64,8 @@ TEST(GroupedLinear, MatchesCpuGroupedLinear) {
 TEST(GroupedLinear, GenericPathMatchesCpuBitwise) {
     DSV4_REQUIRE_GPU();
     Rng rng;
-    run_case(rng, 1, 2, 40, 32);    // H 4 x head_dim 20 over 2 groups
-    run_case(rng, 7, 2, 66, 48);    // head_dim 33
+    run_case(rng, 1, 2, 40, 32);     // H 4 x head_dim 20 over 2 groups
+    run_case(rng, 7, 2, 66, 48);     // head_dim 33
     run_case(rng, 37, 4, 200, 130);  // partial 128-blocks along K and N
     run_case(rng, 3, 1, 8, 5);
 }

@@ -93,8 +93,8 @@ void check_mix_op(bool head) {
         int64_t n, dim;
     };
     for (int64_t tokens : {1, 7, 33})
-        for (Shape sh : {Shape{4, 7168}, Shape{2, 320}, Shape{4, 64}, Shape{2, 4096 + 40}, Shape{1, 200},
-                         Shape{3, 64}, Shape{3, 1000 + 3}, Shape{8, 128}}) {
+        for (Shape sh : {Shape{4, 7168}, Shape{2, 320}, Shape{4, 64}, Shape{2, 4096 + 40}, Shape{1, 200}, Shape{3, 64},
+                         Shape{3, 1000 + 3}, Shape{8, 128}}) {
             const int64_t n = sh.n, dim = sh.dim, W = n * dim, rows = head ? n : cuda::hc_pre_mix_size(n);
             const Inputs in = make_inputs(rng, tokens, n, dim, rows, head ? 1 : 3);
             const DeviceResult got = run_mix(in, tokens, n, dim, rows, head);
@@ -266,8 +266,12 @@ TEST(GpuMhc, HcPostMatchesCpuBitwise) {
                 auto d_mix = to_device(mix);
                 auto d_out = poisoned<uint16_t>(size_t(tokens * n * dim));
                 const cuda::HcPostParams post{reinterpret_cast<const __nv_bfloat16*>(d_f.get()),
-                                              reinterpret_cast<const __nv_bfloat16*>(d_X.get()), d_mix.get(),
-                                              reinterpret_cast<__nv_bfloat16*>(d_out.get()), tokens, n, dim};
+                                              reinterpret_cast<const __nv_bfloat16*>(d_X.get()),
+                                              d_mix.get(),
+                                              reinterpret_cast<__nv_bfloat16*>(d_out.get()),
+                                              tokens,
+                                              n,
+                                              dim};
                 cuda::hc_post(post, nullptr);
                 const std::vector<uint16_t> got = to_host(d_out);
                 // The generic kernel forced at 2 and 4 (it runs by itself for other n) gives the same bits.
@@ -285,8 +289,8 @@ TEST(GpuMhc, HcPostMatchesCpuBitwise) {
                     cm.comb.assign(m + 2 * n, m + mix_size);
                     cpu::hc_post(f.data() + t * dim, X.data() + t * n * dim, cm, hp, want.data() + t * n * dim);
                 }
-                const std::string what =
-                    "hc_post tokens " + std::to_string(tokens) + " n_hc " + std::to_string(n) + " dim " + std::to_string(dim);
+                const std::string what = "hc_post tokens " + std::to_string(tokens) + " n_hc " + std::to_string(n) +
+                                         " dim " + std::to_string(dim);
                 expect_bitwise_bf16(what, got, to_bf16(want));
                 expect_bitwise_bf16(what + " generic kernel", to_host(d_generic), to_bf16(want));
             }

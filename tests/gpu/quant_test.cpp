@@ -249,5 +249,6 @@ TEST(GpuQuant, LaunchersRejectBadContracts) {
     uint8_t* fake = reinterpret_cast<uint8_t*>(uintptr_t(64));
     EXPECT_THROW(
         cuda::pack_kv_entries({reinterpret_cast<const __nv_bfloat16*>(fake), fake, nullptr, 1, 96, 98, 96}, nullptr),
-        Error) << "rope_dim above head_dim";
+        Error)
+        << "rope_dim above head_dim";
 }

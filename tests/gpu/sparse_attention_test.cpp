@@ -219,8 +219,8 @@ TEST(SparseAttentionGpu, GenericPathShapes) {
     EXPECT_EQ(cuda::sparse_attention_path(512, 64), cuda::SparseAttentionPath::kTensorCore);
     EXPECT_EQ(cuda::sparse_attention_path(96, 32), cuda::SparseAttentionPath::kTensorCore);
     EXPECT_EQ(cuda::sparse_attention_path(96, 30), cuda::SparseAttentionPath::kGeneric);
-    for (const auto& [d, rope] : std::vector<std::pair<int, int>>{{32, 16}, {64, 32}, {256, 64}, {33, 16}, {40, 6},
-                                                                   {640, 64}, {32, 32}, {128, 128}}) {
+    for (const auto& [d, rope] : std::vector<std::pair<int, int>>{
+             {32, 16}, {64, 32}, {256, 64}, {33, 16}, {40, 6}, {640, 64}, {32, 32}, {128, 128}}) {
         EXPECT_EQ(cuda::sparse_attention_path(d, rope), cuda::SparseAttentionPath::kGeneric) << d << " " << rope;
         run_case({5, 4, d, rope, 37, 0.2});
         run_case({1, 4, d, rope, 128 + 150, 0.1});

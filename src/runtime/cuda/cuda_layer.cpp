@@ -357,8 +357,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     if (a.indexer && observer) {  // the top-k margins, from the device's scores, as the CPU computes them
         std::vector<uint16_t> raw(static_cast<size_t>(T * visible));
         if (visible > 0)
-            DSV4_CUDA_CHECK(
-                cudaMemcpyAsync(raw.data(), ws.index_scores, raw.size() * 2, cudaMemcpyDeviceToHost, s));
+            DSV4_CUDA_CHECK(cudaMemcpyAsync(raw.data(), ws.index_scores, raw.size() * 2, cudaMemcpyDeviceToHost, s));
         stream->synchronize();
         std::vector<float> margin(static_cast<size_t>(T)), row;
         for (int64_t t = 0; t < T; ++t) {
@@ -369,8 +368,7 @@ void CudaModel::Impl::attention(int64_t layer) {
         }
         observe_host("attn.index_margin", layer, margin, T, 1);
         std::vector<int32_t> chosen(static_cast<size_t>(T * c.index_topk));
-        DSV4_CUDA_CHECK(
-            cudaMemcpyAsync(chosen.data(), ws.selected, chosen.size() * 4, cudaMemcpyDeviceToHost, s));
+        DSV4_CUDA_CHECK(cudaMemcpyAsync(chosen.data(), ws.selected, chosen.size() * 4, cudaMemcpyDeviceToHost, s));
         stream->synchronize();
         observe_host("attn.selected", layer, std::vector<float>(chosen.begin(), chosen.end()), T, c.index_topk);
     }

@@ -45,7 +45,8 @@ const char* fp8_gemm_path_name(Fp8GemmPath path) {
         case Fp8GemmPath::kSkinny: return "skinny";
         case Fp8GemmPath::kCublasLt: return "cublaslt";
         case Fp8GemmPath::kMma: return "mma";
-        case Fp8GemmPath::kGeneric: return "generic";
+        case Fp8GemmPath::kGeneric:
+            return "generic";
     }
     return "?";
 }

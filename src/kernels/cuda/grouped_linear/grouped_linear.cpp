@@ -11,8 +11,8 @@ namespace dsv4::cuda {
 
 // The skinny kernel reads W in 16-byte and x in 8-byte chunks along each group's K.
 GroupedLinearPath grouped_linear_path(const GroupedLinearParams& p) {
-    const bool chunked = p.in % 16 == 0 && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 &&
-                         reinterpret_cast<uintptr_t>(p.x) % 8 == 0;
+    const bool chunked =
+        p.in % 16 == 0 && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 && reinterpret_cast<uintptr_t>(p.x) % 8 == 0;
     return chunked ? GroupedLinearPath::kSkinny : GroupedLinearPath::kGeneric;
 }
 

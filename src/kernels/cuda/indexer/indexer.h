@@ -24,8 +24,8 @@ struct IndexerScoresParams {
     const int32_t* token_position; // [tokens] absolute position
     uint16_t* scores;              // [tokens, max_visible] bf16; only w < visible(t) is written
     int32_t tokens = 0;
-    int32_t heads = 0;        // index_n_heads (64; tiny 8)
-    int32_t dim = 0;          // index_head_dim (128; tiny 32, 64; any even dim on the generic path)
+    int32_t heads = 0;  // index_n_heads (64; tiny 8)
+    int32_t dim = 0;    // index_head_dim (128; tiny 32, 64; any even dim on the generic path)
     int32_t ratio = 4;
     int32_t max_visible = 0;  // >= (max position + 1) / ratio
     int32_t max_pages = 0;
@@ -39,7 +39,7 @@ struct IndexerTopkParams {
     int32_t tokens = 0;
     int32_t ratio = 4;
     int32_t max_visible = 0;
-    int32_t topk = 0;                // index_topk (512 in V4), at most kMaxIndexerTopk
+    int32_t topk = 0;  // index_topk (512 in V4), at most kMaxIndexerTopk
 };
 
 // The top-k kernel sorts its candidates in shared memory: topk rounded up to a power of two, 8 bytes each.

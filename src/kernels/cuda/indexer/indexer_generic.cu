@@ -18,7 +18,9 @@ namespace {
 
 constexpr int kKeys = 64;  // keys per CTA, one per thread
 
-__device__ __forceinline__ float bf16_bits(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
+__device__ __forceinline__ float bf16_bits(uint16_t b) {
+    return __uint_as_float(uint32_t(b) << 16);
+}
 
 __global__ void __launch_bounds__(kKeys) indexer_scores_generic_kernel(const IndexerScoresParams p) {
     const int token = blockIdx.x, w = blockIdx.y * kKeys + threadIdx.x;

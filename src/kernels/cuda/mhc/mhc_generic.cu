@@ -55,8 +55,8 @@ __device__ void sinkhorn(float* c, int n, int64_t iters, float eps) {
 __global__ void __launch_bounds__(kHcThreads) hc_mix_generic_kernel(HcMixParams p, bool head) {
     extern __shared__ float smem[];
     const int n = int(p.n_hc), rows = head ? n : (2 + n) * n;
-    float* partial = smem;                           // [kWarps][rows + 1]
-    float* mix_s = smem + kWarps * (rows + 1);       // [rows]
+    float* partial = smem;                      // [kWarps][rows + 1]
+    float* mix_s = smem + kWarps * (rows + 1);  // [rows]
     const int64_t t = blockIdx.x, width = int64_t(n) * p.dim;
     const __nv_bfloat16* v = p.streams + t * width;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;

@@ -203,7 +203,8 @@ __device__ uint32_t fp4_block_exponent_generic(const float* v, int64_t dim, int6
     return fp4_scale_exponent(group_max<32>(i < dim ? fabsf(v[i]) : 0.0f));
 }
 
-__global__ void __launch_bounds__(kGenericThreads) indexer_rotate_fp4_generic_kernel(IndexerRotateParams p, float scale) {
+__global__ void __launch_bounds__(kGenericThreads)
+    indexer_rotate_fp4_generic_kernel(IndexerRotateParams p, float scale) {
     extern __shared__ float row_values[];  // [dim]
     __nv_bfloat16* x = p.x + int64_t(blockIdx.x) * p.row_stride;
     for (int64_t i = threadIdx.x; i < p.dim; i += kGenericThreads) row_values[i] = bf16_to_f32(x[i]);
@@ -217,7 +218,8 @@ __global__ void __launch_bounds__(kGenericThreads) indexer_rotate_fp4_generic_ke
     }
 }
 
-__global__ void __launch_bounds__(kGenericThreads) pack_indexer_keys_generic_kernel(IndexerKeyPackParams p, float scale) {
+__global__ void __launch_bounds__(kGenericThreads)
+    pack_indexer_keys_generic_kernel(IndexerKeyPackParams p, float scale) {
     extern __shared__ float row_values[];  // [dim]
     const int64_t row = blockIdx.x;
     const __nv_bfloat16* x = p.x + row * p.x_stride;
@@ -311,8 +313,12 @@ void launch_indexer_rotate_fp4(const IndexerRotateParams& p, cudaStream_t stream
     const float scale = hadamard_scale(p.dim);
     const dim3 grid = warp_grid(p.rows);
     switch (indexer_hadamard_path(p.dim)) {
-        case IndexerHadamardPath::kWarp32: indexer_rotate_fp4_kernel<32><<<grid, kThreads, 0, stream>>>(p, scale); break;
-        case IndexerHadamardPath::kWarp64: indexer_rotate_fp4_kernel<64><<<grid, kThreads, 0, stream>>>(p, scale); break;
+        case IndexerHadamardPath::kWarp32:
+            indexer_rotate_fp4_kernel<32><<<grid, kThreads, 0, stream>>>(p, scale);
+            break;
+        case IndexerHadamardPath::kWarp64:
+            indexer_rotate_fp4_kernel<64><<<grid, kThreads, 0, stream>>>(p, scale);
+            break;
         case IndexerHadamardPath::kWarp128:
             indexer_rotate_fp4_kernel<128><<<grid, kThreads, 0, stream>>>(p, scale);
             break;
@@ -329,9 +335,15 @@ void launch_pack_indexer_keys(const IndexerKeyPackParams& p, cudaStream_t stream
     const float scale = hadamard_scale(p.dim);
     const dim3 grid = warp_grid(p.rows);
     switch (indexer_hadamard_path(p.dim)) {
-        case IndexerHadamardPath::kWarp32: pack_indexer_keys_kernel<32><<<grid, kThreads, 0, stream>>>(p, scale); break;
-        case IndexerHadamardPath::kWarp64: pack_indexer_keys_kernel<64><<<grid, kThreads, 0, stream>>>(p, scale); break;
-        case IndexerHadamardPath::kWarp128: pack_indexer_keys_kernel<128><<<grid, kThreads, 0, stream>>>(p, scale); break;
+        case IndexerHadamardPath::kWarp32:
+            pack_indexer_keys_kernel<32><<<grid, kThreads, 0, stream>>>(p, scale);
+            break;
+        case IndexerHadamardPath::kWarp64:
+            pack_indexer_keys_kernel<64><<<grid, kThreads, 0, stream>>>(p, scale);
+            break;
+        case IndexerHadamardPath::kWarp128:
+            pack_indexer_keys_kernel<128><<<grid, kThreads, 0, stream>>>(p, scale);
+            break;
         case IndexerHadamardPath::kGeneric:
             pack_indexer_keys_generic_kernel<<<unsigned(p.rows), kGenericThreads, size_t(p.dim) * sizeof(float),
                                                stream>>>(p, scale);

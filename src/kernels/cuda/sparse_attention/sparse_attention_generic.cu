@@ -89,7 +89,8 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_generic_kernel(cons
         const int s = s0 + int(threadIdx.x);
         const int32_t row = s < p.slots ? idx[s] : -1;
         float prob = 0.0f;
-        if (row >= 0) prob = expf(__fsub_rn(logit(q, p.kv + int64_t(row) * layout.bytes(), layout, d, p.scale), max_logit));
+        if (row >= 0)
+            prob = expf(__fsub_rn(logit(q, p.kv + int64_t(row) * layout.bytes(), layout, d, p.scale), max_logit));
         rows[threadIdx.x] = row;
         unrounded[threadIdx.x] = prob;
         weight[threadIdx.x] = round_bf16(prob);
@@ -105,7 +106,8 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_generic_kernel(cons
             float a = acc[i];
             for (int j = 0; j < n; ++j)
                 if (rows[j] >= 0)
-                    a = __fadd_rn(a, __fmul_rn(weight[j], entry_value(p.kv + int64_t(rows[j]) * layout.bytes(), layout, i)));
+                    a = __fadd_rn(
+                        a, __fmul_rn(weight[j], entry_value(p.kv + int64_t(rows[j]) * layout.bytes(), layout, i)));
             acc[i] = a;
         }
         __syncthreads();
