@@ -1,7 +1,9 @@
 // The device compressor vs the CPU reference: dsv4::CompressorState / compressor_step (src/model/compressor.cpp)
 // plus the finishing steps of run_compressor (src/model/attention.cpp, model numerics), transcribed below.
 // CSA (ratio 4, overlap) main and indexer, HCA (ratio 128) main, a tiny HCA; every split point of a short
-// sequence gives bitwise identical packed entries and state; two sequences in one launch.
+// sequence gives bitwise identical packed entries and state; two sequences in one launch. Shapes of small models
+// too: an odd nope part (one pad byte in the entry), a head_dim above 1024, an entry that is all rope, indexer dims
+// 4, 16 and 256, and an indexer whose keys are all rotary (index_head_dim == qk_rope_head_dim: no non-rotary part).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -296,6 +298,16 @@ TEST(CompressorGpu, HcaMain) {
 TEST(CompressorGpu, TinyHca) {
     DSV4_REQUIRE_GPU();
     run_setup({96, 32, 16, cuda::CompressorKind::kMain, 53});
+}
+TEST(CompressorGpu, SmallModelShapes) {
+    DSV4_REQUIRE_GPU();
+    run_setup({33, 16, 4, cuda::CompressorKind::kMain, 37});
+    run_setup({64, 32, 16, cuda::CompressorKind::kMain, 53});
+    run_setup({1100, 64, 4, cuda::CompressorKind::kMain, 23});
+    run_setup({32, 32, 16, cuda::CompressorKind::kMain, 53});  // head_dim == rope dim: no FP8 part
+    run_setup({16, 16, 4, cuda::CompressorKind::kIndexer, 23});
+    run_setup({4, 2, 4, cuda::CompressorKind::kIndexer, 23});
+    run_setup({256, 64, 4, cuda::CompressorKind::kIndexer, 23});
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The model fixtures the CudaModel tests run on: tests/fixtures/* and, when DSV4_SHARED_DIR holds it,
-// official-numerics-a (skipped at run time otherwise), with each fixture's mixed chunk schedule, and the one-ulp
+// official-numerics-a (skipped at run time otherwise), with each fixture's mixed chunk schedule; the small-shape
+// synthetic models of tests/model/small_shapes.h (shapes no specialised GPU kernel covers); and the one-ulp
 // perturbation both tests build their CPU-vs-CPU yardstick from (docs/numerics.md, "GPU vs CPU").
 // Used by tests/gpu/cuda_model_test.cpp (end to end) and tests/gpu/cuda_layer_test.cpp (block by block).
 #pragma once
@@ -12,6 +13,7 @@
 
 #include "core/number_formats.h"
 #include "model/golden_io.h"
+#include "model/small_shapes.h"
 
 namespace dsv4::cuda_fixtures {
 
@@ -39,6 +41,43 @@ inline std::vector<std::string> fixtures() {
 inline std::vector<int64_t> chunk_schedule(const testing::Golden& golden) {
     if (golden.has("chunk_sizes")) return golden.ints("chunk_sizes");
     return {37, 1, 1, 20, 69, 3, 1, 128, 5, 1, 1, 1, 2, 31, 74};
+}
+
+// The small-shape models, by test parameter name ("small-" + small_shapes name).
+inline const std::string kSmallPrefix = "small-";
+inline std::vector<std::string> small_shape_models() {
+    std::vector<std::string> names;
+    for (const std::string& n : small_shapes::names()) names.push_back(kSmallPrefix + n);
+    return names;
+}
+
+// What a model test runs: the checkpoint, the ids, the mixed chunk schedule over them, and the prompt length that
+// greedy decoding starts from. `found` is false when a fixture is absent (the test skips).
+struct ModelInputs {
+    bool found = false;
+    std::string dir;
+    std::vector<int32_t> ids;
+    std::vector<int64_t> schedule;
+    int64_t greedy_prompt = 0;
+};
+inline ModelInputs model_inputs(const std::string& name) {
+    ModelInputs in;
+    if (name.rfind(kSmallPrefix, 0) == 0) {
+        in.found = true;
+        in.dir = small_shapes::checkpoint_dir(name.substr(kSmallPrefix.size()));
+        in.ids = small_shapes::ids();
+        in.schedule = small_shapes::schedule();
+        in.greedy_prompt = small_shapes::kGreedyPrompt;
+        return in;
+    }
+    in.dir = fixture_dir(name);
+    if (!std::filesystem::exists(in.dir + "/golden.safetensors")) return in;
+    const testing::Golden golden(in.dir + "/golden.safetensors");
+    in.found = true;
+    in.ids = testing::to_ids(golden.ints("input_ids"));
+    in.schedule = chunk_schedule(golden);
+    in.greedy_prompt = golden.has("greedy_prompt_len") ? golden.ints("greedy_prompt_len")[0] : int64_t(in.ids.size());
+    return in;
 }
 
 // The yardstick: how far the CPU moves from itself when one input element per token moves by one bf16 ulp, for

@@ -4,7 +4,8 @@
 // chunk schedule, so L's state (window ring, compressor states and closes, compressed entries, indexer keys) is
 // advanced exactly as in a full forward. Two schedules per fixture: the fixture's mixed prefill schedule, and a
 // prefill of half the ids followed by one decode step per remaining id (decode kernels, ring, closes, indexer over
-// the cache). Every fixture of tests/fixtures and official-numerics-a (DSV4_SHARED_DIR) when present.
+// the cache). Every fixture of tests/fixtures and official-numerics-a (DSV4_SHARED_DIR) when present, and the
+// small-shape synthetic models (SmallShapes/*: shapes only the generic GPU paths run).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,7 +29,6 @@
 namespace dsv4 {
 namespace {
 
-using cuda_fixtures::fixture_dir;
 using Activations = std::map<std::pair<std::string, int64_t>, std::vector<float>>;  // (name, layer) -> rows
 
 // The criterion on one block's output streams, GPU against CPU on identical inputs, is a yardstick measured here,
@@ -254,11 +254,10 @@ class CudaLayerFixture : public ::testing::TestWithParam<std::string> {
   protected:
     void SetUp() override {
         DSV4_REQUIRE_GPU();
-        const std::string dir = fixture_dir(GetParam());
-        if (!std::filesystem::exists(dir + "/golden.safetensors")) GTEST_SKIP() << "no fixture at " << dir;
-        golden_ = std::make_unique<testing::Golden>(dir + "/golden.safetensors");
-        ids_ = testing::to_ids(golden_->ints("input_ids"));
-        auto checkpoint = Checkpoint::open(dir);
+        inputs_ = cuda_fixtures::model_inputs(GetParam());
+        if (!inputs_.found) GTEST_SKIP() << "no fixture at " << inputs_.dir;
+        ids_ = inputs_.ids;
+        auto checkpoint = Checkpoint::open(inputs_.dir);
         const ModelConfig& config = checkpoint->config();
         weights_ = std::make_unique<ModelWeights>(load_model_weights(checkpoint, config));
         cpu_ = std::make_unique<CpuModel>(config, load_model_weights(checkpoint, config), Numerics::kModel);
@@ -348,7 +347,7 @@ class CudaLayerFixture : public ::testing::TestWithParam<std::string> {
         }
     }
 
-    std::unique_ptr<testing::Golden> golden_;
+    cuda_fixtures::ModelInputs inputs_;
     std::vector<int32_t> ids_;
     std::unique_ptr<ModelWeights> weights_;  // the embedding, for layer 0's input streams
     std::unique_ptr<CpuModel> cpu_;
@@ -356,7 +355,7 @@ class CudaLayerFixture : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(CudaLayerFixture, PrefillBlocksMatchCpu) {
-    check(GetParam() + " prefill", cuda_fixtures::chunk_schedule(*golden_));
+    check(GetParam() + " prefill", inputs_.schedule);
 }
 
 // Half the ids as one prefill, then one decode step per id: the decode paths over a state built by the prefill
@@ -369,6 +368,10 @@ TEST_P(CudaLayerFixture, DecodeBlocksMatchCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaLayerFixture, ::testing::ValuesIn(cuda_fixtures::fixtures()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                             return cuda_fixtures::test_name(info.param);
+                         });
+INSTANTIATE_TEST_SUITE_P(SmallShapes, CudaLayerFixture, ::testing::ValuesIn(cuda_fixtures::small_shape_models()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                              return cuda_fixtures::test_name(info.param);
                          });

@@ -1,15 +1,15 @@
 // CudaModel against CpuModel end to end, in `model` numerics, on every fixture (tests/fixtures/* and, when present,
-// DSV4_SHARED_DIR/fixtures/official-numerics-a). On these random tiny models ulp-level differences (f32 summation
-// order, device libm) are amplified by FP8 activation quantization, the KV / indexer round trips and the top-k
-// choices and compound across layers (docs/numerics.md, "GPU vs CPU"), so a fixed logit bound says more about the
-// fixture than about the GPU. The per-position logits are held to a yardstick measured here: the CPU against
-// itself with one element of every embedding row moved by one bf16 ulp (CPU', cuda_fixtures::kYardsticks choices);
-// the GPU's median and smallest per-position cosine must reach the smallest CPU' median and minimum, for the full
-// prefill and the mixed chunk schedule. Whether the issue's fixed bound (cosine >= 0.9999 and max|diff| <= 1 % of
-// max|logit| at every position) holds is printed for GPU and CPU' alike. Also asserted: no NaN, bitwise chunk
-// invariance of the GPU path, and greedy decoding: the GPU keeps the CPU's tokens for at least as many steps as
-// every CPU' does (the steps where the CPU's gap is >= 1 % of max|logit| are reported, not assumed robust).
-// Block by block: cuda_layer_test.cpp.
+// DSV4_SHARED_DIR/fixtures/official-numerics-a) and on the small-shape synthetic models (SmallShapes/*). On these
+// random tiny models ulp-level differences (f32 summation order, device libm) are amplified by FP8 activation
+// quantization, the KV / indexer round trips and the top-k choices and compound across layers (docs/numerics.md, "GPU
+// vs CPU"), so a fixed logit bound says more about the fixture than about the GPU. The per-position logits are held to
+// a yardstick measured here: the CPU against itself with one element of every embedding row moved by one bf16 ulp
+// (CPU', cuda_fixtures::kYardsticks choices); the GPU's median and smallest per-position cosine must reach the smallest
+// CPU' median and minimum, for the full prefill and the mixed chunk schedule. Whether the issue's fixed bound (cosine
+// >= 0.9999 and max|diff| <= 1 % of max|logit| at every position) holds is printed for GPU and CPU' alike. Also
+// asserted: no NaN, bitwise chunk invariance of the GPU path, and greedy decoding: the GPU keeps the CPU's tokens for
+// at least as many steps as every CPU' does (the steps where the CPU's gap is >= 1 % of max|logit| are reported, not
+// assumed robust). Block by block: cuda_layer_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -35,11 +35,9 @@
 namespace dsv4 {
 namespace {
 
-namespace fs = std::filesystem;
 using cuda_fixtures::fixture_dir;
 using testing::compare;
 using testing::Comparison;
-using testing::Golden;
 
 constexpr int kGreedySteps = 16;
 // A greedy step is asserted while the CPU's choice is clear: its top-1/top-2 gap at least this share of
@@ -209,11 +207,10 @@ class CudaModelFixture : public ::testing::TestWithParam<std::string> {
   protected:
     void SetUp() override {
         DSV4_REQUIRE_GPU();
-        dir_ = fixture_dir(GetParam());
-        if (!fs::exists(dir_ + "/golden.safetensors")) GTEST_SKIP() << "no fixture at " << dir_;
-        golden_ = std::make_unique<Golden>(dir_ + "/golden.safetensors");
-        ids_ = testing::to_ids(golden_->ints("input_ids"));
-        checkpoint_ = Checkpoint::open(dir_);
+        inputs_ = cuda_fixtures::model_inputs(GetParam());
+        if (!inputs_.found) GTEST_SKIP() << "no fixture at " << inputs_.dir;
+        ids_ = inputs_.ids;
+        checkpoint_ = Checkpoint::open(inputs_.dir);
         const ModelConfig& config = checkpoint_->config();
         cpu_ = std::make_unique<CpuModel>(config, load_model_weights(checkpoint_, config), Numerics::kModel);
         CudaOptions options;
@@ -246,9 +243,8 @@ class CudaModelFixture : public ::testing::TestWithParam<std::string> {
             << "perturbation (position " << g.worst_at << ")";
     }
 
-    std::string dir_;
+    cuda_fixtures::ModelInputs inputs_;
     std::shared_ptr<const Checkpoint> checkpoint_;
-    std::unique_ptr<Golden> golden_;
     std::vector<int32_t> ids_;
     std::unique_ptr<CpuModel> cpu_;
     std::unique_ptr<CudaModel> gpu_;
@@ -262,7 +258,7 @@ TEST_P(CudaModelFixture, FullPrefillWithinYardstick) {
 // bitwise (every output row computed the same way whatever the piece length: docs/numerics.md, "Chunk invariance").
 TEST_P(CudaModelFixture, ChunkScheduleWithinYardstickAndBitwiseChunkInvariant) {
     const int64_t V = cpu_->config().vocab_size, n = int64_t(ids_.size());
-    const std::vector<int64_t> chunks = cuda_fixtures::chunk_schedule(*golden_);
+    const std::vector<int64_t> chunks = inputs_.schedule;
     int64_t total = 0;
     for (int64_t c : chunks) total += c;
     ASSERT_EQ(total, n);
@@ -279,8 +275,7 @@ TEST_P(CudaModelFixture, ChunkScheduleWithinYardstickAndBitwiseChunkInvariant) {
 
 TEST_P(CudaModelFixture, GreedyTokensWithinYardstick) {
     const int64_t V = cpu_->config().vocab_size;
-    const int64_t prompt_len =
-        golden_->has("greedy_prompt_len") ? golden_->ints("greedy_prompt_len")[0] : int64_t(ids_.size());
+    const int64_t prompt_len = inputs_.greedy_prompt;
     const std::vector<int32_t> prompt(ids_.begin(), ids_.begin() + prompt_len);
     std::vector<int32_t> cpu_tokens, gpu_tokens;
     const Logits cpu = Recorder(*cpu_, true).greedy(prompt, cpu_tokens);
@@ -368,6 +363,12 @@ TEST_P(CudaModelFixture, ActivationsTrackCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModelFixture, ::testing::ValuesIn(cuda_fixtures::fixtures()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                             return cuda_fixtures::test_name(info.param);
+                         });
+// Small V4-architecture models whose shapes no specialised kernel covers (tests/model/small_shapes.h): the generic
+// GPU paths held to the same yardstick.
+INSTANTIATE_TEST_SUITE_P(SmallShapes, CudaModelFixture, ::testing::ValuesIn(cuda_fixtures::small_shape_models()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                              return cuda_fixtures::test_name(info.param);
                          });

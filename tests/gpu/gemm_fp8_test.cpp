@@ -13,6 +13,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "core/error.h"
 #include "gemm_test_common.h"
@@ -148,6 +149,42 @@ TEST(GemmFp8, MmaMatchesCpuLinear) {
                           Case{33, 200, 400, T, true, 16, 32}, Case{5, 1000, 4096, T, false, 16, 32},
                           Case{3, 333, 1024, T, true, 16, 16}, Case{70, 130, 272, T, true, 16, 8}})
         run_case(rng, lt, c);
+}
+
+// The generic path (K % 16 != 0 in small models; it takes any K) sums in cpu::linear's order on the same quantized
+// operands: the bf16 rounding of the reference, bit for bit.
+TEST(GemmFp8, GenericMatchesCpuLinearBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    cuda::CublasLt lt;
+    EXPECT_EQ(cuda::fp8_gemm_path_for(8192), cuda::Fp8GemmPath::kMma);
+    EXPECT_EQ(cuda::fp8_gemm_path_for(40), cuda::Fp8GemmPath::kGeneric);
+    for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+             {1, 64, 40}, {7, 130, 100}, {33, 200, 264}, {3, 5, 8}, {2, 300, 1000 + 4}, {5, 96, 512}}) {
+        const HostWeight w = random_fp8_weight(rng, n, k);
+        const std::vector<float> x = random_activations(rng, m, k);
+        const std::vector<float> xq = fp8_quantized_reference(x, m, k);
+        std::vector<float> ref(size_t(m * n));
+        cpu::linear(test_pool(), xq.data(), m, w.view, ref.data());
+        DeviceFp8Act a = quantize_on_device(x, m, k);
+        auto wd = to_device(w.data);
+        auto sd = weight_scales_on_device(w);
+        auto y = poisoned<uint16_t>(size_t(m * n));
+        cuda::Fp8GemmParams p;
+        p.a = a.q.get();
+        p.a_scale = a.scale.get();
+        p.w = wd.get();
+        p.w_scale = sd.get();
+        p.y = reinterpret_cast<__nv_bfloat16*>(y.get());
+        p.m = m;
+        p.n = n;
+        p.k = k;
+        p.path = cuda::Fp8GemmPath::kGeneric;
+        cuda::fp8_gemm(lt, p, nullptr);
+        expect_bitwise_bf16(
+            "gemm_fp8 generic M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k),
+            to_host(y), to_bf16(ref));
+    }
 }
 
 TEST(GemmFp8, AutoPicksByShape) {

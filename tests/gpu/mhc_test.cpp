@@ -1,4 +1,6 @@
-// mHC kernels (kernels/cuda/mhc) against the CPU reference on random streams, n_hc 2 and 4, odd token counts.
+// mHC kernels (kernels/cuda/mhc) against the CPU reference on random streams, odd token counts: n_hc 2 and 4 (the
+// specialised kernels) and 1, 3, 8 (the generic kernels, which must also give the specialised kernels' bits at 2
+// and 4).
 // hc_pre / hc_head are checked in stages, each as tight as its arithmetic allows:
 //   logits    vs a double evaluation: |err| <= rho * g * sum|f v| + |l| (g / 2 + 5u), g = (ceil(W / kHcThreads) + 10) u
 //             (the f32 chain of each thread plus the 8-level tree, the rsqrt steps and the final product);
@@ -91,7 +93,8 @@ void check_mix_op(bool head) {
         int64_t n, dim;
     };
     for (int64_t tokens : {1, 7, 33})
-        for (Shape sh : {Shape{4, 7168}, Shape{2, 320}, Shape{4, 64}, Shape{2, 4096 + 40}}) {
+        for (Shape sh : {Shape{4, 7168}, Shape{2, 320}, Shape{4, 64}, Shape{2, 4096 + 40}, Shape{1, 200}, Shape{3, 64},
+                         Shape{3, 1000 + 3}, Shape{8, 128}}) {
             const int64_t n = sh.n, dim = sh.dim, W = n * dim, rows = head ? n : cuda::hc_pre_mix_size(n);
             const Inputs in = make_inputs(rng, tokens, n, dim, rows, head ? 1 : 3);
             const DeviceResult got = run_mix(in, tokens, n, dim, rows, head);
@@ -220,11 +223,34 @@ TEST(GpuMhc, SplitPathMatchesPerTokenBitwise) {
             }
 }
 
+TEST(GpuMhc, GenericPathMatchesSpecialisedBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    struct Shape {
+        int64_t n, dim;
+    };
+    using cuda::detail::HcMixPath;
+    for (bool head : {false, true})
+        for (int64_t tokens : {1, 19})
+            for (Shape sh : {Shape{4, 4096}, Shape{2, 320}, Shape{4, 1000 + 3}}) {
+                const int64_t n = sh.n, dim = sh.dim, rows = head ? n : cuda::hc_pre_mix_size(n);
+                const Inputs in = make_inputs(rng, tokens, n, dim, rows, head ? 1 : 3);
+                const DeviceResult generic = run_mix(in, tokens, n, dim, rows, head, HcMixPath::kGeneric);
+                const DeviceResult per_token = run_mix(in, tokens, n, dim, rows, head, HcMixPath::kPerToken);
+                const std::string what = std::string(head ? "hc_head" : "hc_pre") + " generic vs per-token tokens " +
+                                         std::to_string(tokens) + " n_hc " + std::to_string(n) + " dim " +
+                                         std::to_string(dim);
+                expect_bitwise_f32(what + " logits", generic.logits, per_token.logits);
+                expect_bitwise_f32(what + " mix", generic.mix, per_token.mix);
+                expect_bitwise_f32(what + " x_out", generic.x_out, per_token.x_out);
+            }
+}
+
 TEST(GpuMhc, HcPostMatchesCpuBitwise) {
     DSV4_REQUIRE_GPU();
     Rng rng;
     for (int64_t tokens : {1, 7, 33})
-        for (int64_t n : {2, 4})
+        for (int64_t n : {2, 4, 1, 3, 8})
             for (int64_t dim : {64, 320, 7168, 1000 + 3}) {
                 const int64_t mix_size = cuda::hc_pre_mix_size(n);
                 const std::vector<float> f = rng.normal_bf16(tokens * dim);
@@ -239,10 +265,20 @@ TEST(GpuMhc, HcPostMatchesCpuBitwise) {
                 auto d_X = to_device(to_bf16(X));
                 auto d_mix = to_device(mix);
                 auto d_out = poisoned<uint16_t>(size_t(tokens * n * dim));
-                cuda::hc_post({reinterpret_cast<const __nv_bfloat16*>(d_f.get()),
-                               reinterpret_cast<const __nv_bfloat16*>(d_X.get()), d_mix.get(),
-                               reinterpret_cast<__nv_bfloat16*>(d_out.get()), tokens, n, dim},
-                              nullptr);
+                const cuda::HcPostParams post{reinterpret_cast<const __nv_bfloat16*>(d_f.get()),
+                                              reinterpret_cast<const __nv_bfloat16*>(d_X.get()),
+                                              d_mix.get(),
+                                              reinterpret_cast<__nv_bfloat16*>(d_out.get()),
+                                              tokens,
+                                              n,
+                                              dim};
+                cuda::hc_post(post, nullptr);
+                const std::vector<uint16_t> got = to_host(d_out);
+                // The generic kernel forced at 2 and 4 (it runs by itself for other n) gives the same bits.
+                auto d_generic = poisoned<uint16_t>(size_t(tokens * n * dim));
+                cuda::HcPostParams forced = post;
+                forced.out = reinterpret_cast<__nv_bfloat16*>(d_generic.get());
+                cuda::detail::launch_hc_post(forced, nullptr, /*generic=*/true);
                 std::vector<float> want(static_cast<size_t>(tokens * n * dim));
                 const cpu::HcParams hp{n, dim, kIters, kHcEps, kNormEps};
                 for (int64_t t = 0; t < tokens; ++t) {
@@ -253,8 +289,9 @@ TEST(GpuMhc, HcPostMatchesCpuBitwise) {
                     cm.comb.assign(m + 2 * n, m + mix_size);
                     cpu::hc_post(f.data() + t * dim, X.data() + t * n * dim, cm, hp, want.data() + t * n * dim);
                 }
-                expect_bitwise_bf16("hc_post tokens " + std::to_string(tokens) + " n_hc " + std::to_string(n) +
-                                        " dim " + std::to_string(dim),
-                                    to_host(d_out), to_bf16(want));
+                const std::string what = "hc_post tokens " + std::to_string(tokens) + " n_hc " + std::to_string(n) +
+                                         " dim " + std::to_string(dim);
+                expect_bitwise_bf16(what, got, to_bf16(want));
+                expect_bitwise_bf16(what + " generic kernel", to_host(d_generic), to_bf16(want));
             }
 }

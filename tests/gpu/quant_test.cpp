@@ -1,7 +1,9 @@
 // The quantization kernels (kernels/cuda/quant) against the CPU reference of `model` numerics, bit for bit:
 // FP8 GEMM-input quantization (codes, scales and dequantized values), the KV nope FP8 round trip, the indexer
 // Hadamard + FP4 round trip, and the packed KV / indexer-key cache entries (decoded here on the host, unpacked on
-// the device). Random inputs with odd sizes and partial blocks; outputs poisoned before every launch.
+// the device). Random inputs with odd sizes and partial blocks; outputs poisoned before every launch. The indexer
+// dims beyond 32, 64 and 128 (2 .. 16, 256, 1024: small models) run the generic CTA-per-row kernel, and entries with
+// an odd nope part (one pad byte before the rope values) are packed and decoded too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,7 +48,17 @@ float fp8_block_scale(const float* x, int64_t n) {
 void indexer_reference(float* x, int64_t n) {
     cpu::hadamard_transform(x, n);
     cpu::round_bf16(x, n);
-    for (int64_t b = 0; b < n; b += 32) cpu::fp4_round_trip(x + b, 32, 32);
+    for (int64_t b = 0; b < n; b += 32) {
+        const int64_t len = std::min<int64_t>(32, n - b);  // a dim below 32 is one partial block
+        cpu::fp4_round_trip(x + b, len, len);
+    }
+}
+
+// index_head_dims: the warp-per-row kernels (32, 64, 128) and the generic path (the others).
+const std::vector<int64_t> kIndexerDims = {32, 64, 128, 2, 4, 8, 16, 256, 1024};
+
+std::string indexer_path_name(int64_t dim) {
+    return cuda::indexer_hadamard_path(dim) == cuda::IndexerHadamardPath::kGeneric ? " (generic)" : " (warp)";
 }
 
 }  // namespace
@@ -112,7 +124,7 @@ TEST(GpuQuant, KvNopeFp8RoundTripMatchesCpuBitwise) {
 TEST(GpuQuant, IndexerRotateFp4MatchesCpuBitwise) {
     DSV4_REQUIRE_GPU();
     Rng rng;
-    for (int64_t dim : {32, 64, 128})
+    for (int64_t dim : kIndexerDims)
         for (int64_t rows : {1, 7, 33}) {
             const int64_t stride = dim + 16;
             const std::vector<float> x = varied_rows(rng, rows, stride);
@@ -120,7 +132,8 @@ TEST(GpuQuant, IndexerRotateFp4MatchesCpuBitwise) {
             for (int64_t r = 0; r < rows; ++r) indexer_reference(want.data() + r * stride, dim);
             auto d_x = to_device(to_bf16(x));
             cuda::indexer_rotate_fp4({reinterpret_cast<__nv_bfloat16*>(d_x.get()), rows, dim, stride}, nullptr);
-            expect_bitwise_bf16("indexer rotate fp4 dim " + std::to_string(dim) + " rows " + std::to_string(rows),
+            expect_bitwise_bf16("indexer rotate fp4 dim " + std::to_string(dim) + indexer_path_name(dim) + " rows " +
+                                    std::to_string(rows),
                                 to_host(d_x), to_bf16(want));
         }
 }
@@ -128,7 +141,7 @@ TEST(GpuQuant, IndexerRotateFp4MatchesCpuBitwise) {
 TEST(GpuQuant, PackedIndexerKeysDecodeToCpuRoundTrip) {
     DSV4_REQUIRE_GPU();
     Rng rng;
-    for (int64_t dim : {32, 64, 128})
+    for (int64_t dim : kIndexerDims)
         for (int64_t rows : {1, 7, 33}) {
             const int64_t bytes = cuda::indexer_key_bytes(dim), n_slots = 2 * rows;
             const std::vector<float> x = varied_rows(rng, rows, dim);
@@ -144,7 +157,8 @@ TEST(GpuQuant, PackedIndexerKeysDecodeToCpuRoundTrip) {
                     nullptr);
                 caches.push_back(to_host(d_cache));
             }
-            const std::string what = "indexer keys dim " + std::to_string(dim) + " rows " + std::to_string(rows);
+            const std::string what =
+                "indexer keys dim " + std::to_string(dim) + indexer_path_name(dim) + " rows " + std::to_string(rows);
             std::vector<uint8_t> written[2];
             std::vector<float> got, want;
             for (int64_t r = 0; r < rows; ++r) {
@@ -174,7 +188,8 @@ TEST(GpuQuant, PackedKvEntriesDecodeToCpuRoundTrip) {
     };
     EXPECT_EQ(cuda::kv_entry_layout(512, 64).bytes, 584);
     for (int64_t rows : {1, 7, 33})
-        for (Shape sh : {Shape{512, 64}, Shape{96, 32}, Shape{80, 16}, Shape{228, 64}}) {
+        for (Shape sh : {Shape{512, 64}, Shape{96, 32}, Shape{80, 16}, Shape{228, 64}, Shape{33, 16}, Shape{40, 12},
+                         Shape{257, 6}, Shape{32, 32}}) {
             const cuda::KvEntryLayout l = cuda::kv_entry_layout(sh.head_dim, sh.rope);
             const int64_t n_slots = 2 * rows + 1, stride = sh.head_dim + 8;
             const std::vector<float> x = varied_rows(rng, rows, stride);
@@ -213,6 +228,7 @@ TEST(GpuQuant, PackedKvEntriesDecodeToCpuRoundTrip) {
                     decoded.push_back(bf16_to_f32(b));
                 }
                 pad.insert(pad.end(), e + l.scale_offset + l.n_scales, e + l.bytes);
+                if (l.rope_offset > l.nope) pad.push_back(e[l.nope]);  // the byte after an odd nope part
             }
             zeros.assign(pad.size(), 0);
             const std::string what =
@@ -226,9 +242,13 @@ TEST(GpuQuant, PackedKvEntriesDecodeToCpuRoundTrip) {
 TEST(GpuQuant, LaunchersRejectBadContracts) {
     DSV4_REQUIRE_GPU();
     EXPECT_THROW(cuda::indexer_rotate_fp4({nullptr, 1, 96, 96}, nullptr), Error);
+    __nv_bfloat16* any = reinterpret_cast<__nv_bfloat16*>(uintptr_t(64));
+    EXPECT_THROW(cuda::indexer_rotate_fp4({any, 1, 96, 96}, nullptr), Error) << "96 is no power of two";
+    EXPECT_THROW(cuda::indexer_rotate_fp4({any, 1, 1, 1}, nullptr), Error) << "dim 1 has no packed pair";
     EXPECT_THROW(cuda::act_quant_fp8({nullptr, nullptr, nullptr, 1, 128, 128}, nullptr), Error);
     uint8_t* fake = reinterpret_cast<uint8_t*>(uintptr_t(64));
     EXPECT_THROW(
-        cuda::pack_kv_entries({reinterpret_cast<const __nv_bfloat16*>(fake), fake, nullptr, 1, 96, 96, 96}, nullptr),
-        Error);
+        cuda::pack_kv_entries({reinterpret_cast<const __nv_bfloat16*>(fake), fake, nullptr, 1, 96, 98, 96}, nullptr),
+        Error)
+        << "rope_dim above head_dim";
 }

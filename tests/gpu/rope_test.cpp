@@ -3,7 +3,8 @@
 // double and rounds (error <= 0.5 ulp); glibc's cosf/sinf are within 1 ulp; so the f32 pair results may differ by
 // at most 2^-22 (|a| + |b|) before the bf16 cast (two ulps of c and s times the inputs, plus the product and sum
 // roundings). The device value must be a bf16 rounding within that; channels outside the rope slice must be
-// untouched bit for bit.
+// untouched bit for bit. Both paths: paired (even head_dim and stride) and generic (odd head_dim or stride, rope_dim
+// above 1024), which rotates with the same operations.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -26,10 +27,11 @@ TEST(GpuRope, MatchesCpuApplyRopeThenBf16) {
     };
     for (int64_t tokens : {1, 7, 33})
         for (Case c :
-             {Case{64, 512, 64, &yarn}, Case{1, 512, 64, &yarn}, Case{3, 96, 32, &plain}, Case{5, 80, 16, &plain}})
+             {Case{64, 512, 64, &yarn}, Case{1, 512, 64, &yarn}, Case{3, 96, 32, &plain}, Case{5, 80, 16, &plain},
+              Case{4, 33, 16, &plain}, Case{2, 35, 10, &yarn}, Case{3, 32, 32, &plain}, Case{1, 1100, 1040, &plain}})
             for (bool inverse : {false, true}) {
                 const cpu::RopeTable table = cpu::make_rope_table(c.rope_dim, *c.params);
-                const int64_t stride = c.heads * c.head_dim + 2 * (tokens % 3);
+                const int64_t stride = c.heads * c.head_dim + 2 * (tokens % 3) + (c.head_dim % 2 ? tokens % 2 : 0);
                 std::vector<float> x = rng.normal_bf16(tokens * stride, 2.0f);
                 std::vector<int32_t> positions(static_cast<size_t>(tokens));
                 for (int64_t t = 0; t < tokens; ++t)
@@ -37,13 +39,23 @@ TEST(GpuRope, MatchesCpuApplyRopeThenBf16) {
                 auto d_x = to_device(to_bf16(x));
                 auto d_freq = to_device(table.inv_freq);
                 auto d_pos = to_device(positions);
-                cuda::apply_rope({reinterpret_cast<__nv_bfloat16*>(d_x.get()), d_freq.get(), d_pos.get(), tokens,
-                                  c.heads, c.head_dim, c.rope_dim, stride, inverse},
-                                 nullptr);
+                const cuda::ApplyRopeParams p{reinterpret_cast<__nv_bfloat16*>(d_x.get()),
+                                              d_freq.get(),
+                                              d_pos.get(),
+                                              tokens,
+                                              c.heads,
+                                              c.head_dim,
+                                              c.rope_dim,
+                                              stride,
+                                              inverse};
+                const bool generic = cuda::rope_path(p) == cuda::RopePath::kGeneric;
+                cuda::apply_rope(p, nullptr);
                 const std::vector<float> got = from_bf16(to_host(d_x));
 
                 const std::string what = "rope tokens " + std::to_string(tokens) + " heads " + std::to_string(c.heads) +
-                                         " head_dim " + std::to_string(c.head_dim) + (inverse ? " inverse" : "");
+                                         " head_dim " + std::to_string(c.head_dim) + " rope " +
+                                         std::to_string(c.rope_dim) + (inverse ? " inverse" : "") +
+                                         (generic ? " (generic)" : " (paired)");
                 Bf16Bracket check(what);
                 std::vector<float> untouched_got, untouched_want;
                 for (int64_t t = 0; t < tokens; ++t) {

@@ -1,11 +1,13 @@
 // Sparse attention on the device vs cpu::sparse_attention_head on the dequantized entries (model numerics:
 // probabilities rounded to bf16). Decode (1 token, 128 + 512 slots, split over CTAs) and prefill shapes, Flash and
-// Pro head counts, the tiny test dims, -1 slots, a single valid slot, no valid slot.
+// Pro head counts, the tiny test dims, -1 slots, a single valid slot, no valid slot; the generic path on the shapes
+// the tensor-core kernels are not built for (head_dim 32, 64, 256, odd nope parts, rope dims not multiples of 4).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -114,9 +116,10 @@ void run_case(const Case& c, int forced_splits = 0) {
     const float ms = stop.elapsed_since(start);
     const std::vector<float> got = gpu_test::from_bf16(gpu_test::to_host(d_out));
 
-    char what[160];
-    std::snprintf(what, sizeof what, "sparse_attention tokens %d heads %d d %d slots %d splits %d", c.tokens, c.heads,
-                  c.d, c.slots, plan.splits);
+    char what[200];
+    const bool generic = cuda::sparse_attention_path(c.d, c.rope) == cuda::SparseAttentionPath::kGeneric;
+    std::snprintf(what, sizeof what, "sparse_attention tokens %d heads %d d %d rope %d slots %d splits %d (%s)",
+                  c.tokens, c.heads, c.d, c.rope, c.slots, plan.splits, generic ? "generic" : "tensor cores");
     std::printf("[ time     ] %s: %.1f us (first launch, includes setup)\n", what, ms * 1e3);
     gpu_test::Bf16Bracket check(what);
     std::vector<float> want(static_cast<size_t>(c.d));
@@ -205,6 +208,73 @@ TEST(SparseAttentionGpu, OneValidSlotAndNoValidSlot) {
     run_case({5, 64, 512, 64, 130, 0.0, /*valid_only=*/129});
     run_case({3, 64, 512, 64, 130, 0.0, /*valid_only=*/-2});
     run_case({3, 64, 512, 64, 130, 0.0, /*valid_only=*/-2}, /*forced_splits=*/3);
+}
+
+// The generic path: head_dims of small models (32, 64, 256), an odd nope part (33 = 17 + 16), a nope part that is
+// not a multiple of 8 and a rope dim that is not a multiple of 4 (40 = 34 + 6), a head_dim above the largest
+// built one (640), entries without a nope part (head_dim == rope_dim, also at a built head_dim); prefill and decode
+// shapes, empty slots, one valid slot, none.
+TEST(SparseAttentionGpu, GenericPathShapes) {
+    DSV4_REQUIRE_GPU();
+    EXPECT_EQ(cuda::sparse_attention_path(512, 64), cuda::SparseAttentionPath::kTensorCore);
+    EXPECT_EQ(cuda::sparse_attention_path(96, 32), cuda::SparseAttentionPath::kTensorCore);
+    EXPECT_EQ(cuda::sparse_attention_path(96, 30), cuda::SparseAttentionPath::kGeneric);
+    for (const auto& [d, rope] : std::vector<std::pair<int, int>>{
+             {32, 16}, {64, 32}, {256, 64}, {33, 16}, {40, 6}, {640, 64}, {32, 32}, {128, 128}}) {
+        EXPECT_EQ(cuda::sparse_attention_path(d, rope), cuda::SparseAttentionPath::kGeneric) << d << " " << rope;
+        run_case({5, 4, d, rope, 37, 0.2});
+        run_case({1, 4, d, rope, 128 + 150, 0.1});
+    }
+    run_case({3, 2, 64, 32, 130, 0.0, /*valid_only=*/129});
+    run_case({3, 2, 64, 32, 130, 0.0, /*valid_only=*/-2});
+}
+
+// The generic path computes each (token, head) alone: a token gets the same bits alone as among 19.
+TEST(SparseAttentionGpu, GenericPathTokenResultIndependentOfLaunch) {
+    DSV4_REQUIRE_GPU();
+    const int T = 19, H = 4, d = 64, rope = 32, slots = 96;
+    Rng rng;
+    const int entries = 200;
+    const int64_t stride = cuda::main_entry_layout(d, rope).bytes();
+    std::vector<uint8_t> kv(static_cast<size_t>(entries * stride));
+    std::vector<float> scratch(static_cast<size_t>(d));
+    for (int e = 0; e < entries; ++e) {
+        auto b = pack_entry(rng, d, rope, scratch.data());
+        std::copy(b.begin(), b.end(), kv.begin() + int64_t(e) * stride);
+    }
+    std::vector<int32_t> idx(size_t(T) * slots);
+    for (int32_t& v : idx) v = rng.uniform(0.0f, 1.0f) < 0.2f ? -1 : int32_t(rng.engine()() % uint32_t(entries));
+    std::vector<float> sink(static_cast<size_t>(H));
+    for (float& s : sink) s = rng.normal(1.0f);
+    auto d_q = gpu_test::to_device(gpu_test::to_bf16(rng.normal_bf16(int64_t(T) * H * d, 2.0f)));
+    auto d_kv = gpu_test::to_device(kv);
+    auto d_idx = gpu_test::to_device(idx);
+    auto d_sink = gpu_test::to_device(sink);
+    auto run = [&](int t0, int n) {
+        auto out = gpu_test::poisoned<uint16_t>(size_t(n) * H * d);
+        cuda::SparseAttentionParams p;
+        p.q = d_q.get() + int64_t(t0) * H * d;
+        p.kv = d_kv.get();
+        p.indices = d_idx.get() + int64_t(t0) * slots;
+        p.sink = d_sink.get();
+        p.out = out.get();
+        p.workspace = nullptr;
+        p.tokens = n;
+        p.heads = H;
+        p.head_dim = d;
+        p.rope_dim = rope;
+        p.slots = slots;
+        p.splits = 1;
+        p.scale = float(std::pow(double(d), -0.5));
+        cuda::sparse_attention(p, nullptr);
+        return gpu_test::to_host(out);
+    };
+    const std::vector<uint16_t> all = run(0, T);
+    for (int t : {0, 7, 18}) {
+        const std::vector<uint16_t> alone = run(t, 1);
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + int64_t(t) * H * d))
+            << "token " << t << " alone differs from the 19-token launch";
+    }
 }
 
 // A token's output must not depend on the launch: alone (T = 1) or among 37 tokens, in groups forced by a small

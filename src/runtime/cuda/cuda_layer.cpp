@@ -31,8 +31,9 @@ namespace {
 // Every FP8 linear, whatever its row count, runs gemm_fp8's tensor-core path: fixed 128-column K blocks promoted to
 // f32 in ascending order, so each output row has the same bits whatever M is and whichever rows share the launch
 // (chunk and batch invariance; GemmFp8.MmaRowsBitwiseIndependentOfBatchAndTile). cuBLASLt's block-scaled path is
-// faster for large M but picks its summation by shape: a row's bits would change with the batch.
-constexpr cuda::Fp8GemmPath kFp8Path = cuda::Fp8GemmPath::kMma;
+// faster for large M but picks its summation by shape: a row's bits would change with the batch. A K the tensor-core
+// path does not take (K % 16 != 0, small models only) runs the generic path, batch-invariant too
+// (cuda::fp8_gemm_path_for).
 
 // (s_k - s_k+1) / |s_k| of the k-th and (k+1)-th best of `scores` (ties to the lower index): how close a top-k
 // choice was to flipping, as the CPU's top_k / route_tokens report it. +inf when nothing is left out.
@@ -127,7 +128,7 @@ void CudaModel::Impl::linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t
         p.k = w.cols;
         p.workspace = ws.gemm;
         p.workspace_bytes = ws.gemm_bytes;
-        p.path = kFp8Path;
+        p.path = cuda::fp8_gemm_path_for(w.cols);
         cuda::fp8_gemm(*lt, p, stream->get());
         return;
     }
@@ -290,13 +291,17 @@ void CudaModel::Impl::attention(int64_t layer) {
     // Entries visible to the piece's last rows (the indexer's score columns, the HCA slot list): from the sequences'
     // furthest position, or from the pool's context when a decode graph is captured for any step.
     const int64_t visible = ratio > 0 ? piece.max_end / ratio : 0;
+    uint8_t* const keys = a.indexer ? index_keys + pool.index_row[size_t(layer)] * pool.index_entry_bytes : nullptr;
+    // With index_topk 0 a CSA layer selects no compressed entry: no queries or scores, but its keys are still built
+    // (as the CPU does).
+    if (a.indexer && c.index_topk > 0) {
+        linear(a.indexer->wq_b, ws.qr, T, ws.qi);
+        rope(ws.qi, c.index_n_heads, c.index_head_dim, false);
+        cuda::indexer_rotate_fp4({ws.qi, T * c.index_n_heads, c.index_head_dim, c.index_head_dim}, s);
+    }
     if (a.indexer) {
         const cuda::DeviceIndexer& ix = *a.indexer;
-        const int64_t nI = c.index_n_heads, dI = c.index_head_dim;
-        linear(ix.wq_b, ws.qr, T, ws.qi);
-        rope(ws.qi, nI, dI, false);
-        cuda::indexer_rotate_fp4({ws.qi, T * nI, dI, dI}, s);
-        uint8_t* keys = index_keys + pool.index_row[size_t(layer)] * pool.index_entry_bytes;
+        const int64_t dI = c.index_head_dim;
         compress(ix.compressor, cuda::CompressorKind::kIndexer, keys, pool.index_state_offset[size_t(layer)]);
         if (observer && closed > 0) {  // the keys this piece closed, decoded as the indexer reads them
             const int64_t bytes = pool.index_entry_bytes;
@@ -317,6 +322,10 @@ void CudaModel::Impl::attention(int64_t layer) {
             }
             observe_host("attn.index_keys", layer, values, closed, dI);
         }
+    }
+    if (a.indexer && c.index_topk > 0) {
+        const cuda::DeviceIndexer& ix = *a.indexer;
+        const int64_t nI = c.index_n_heads, dI = c.index_head_dim;
         linear(ix.weights_proj, ws.x, T, ws.head_weights);
         cuda::scale_bf16(ws.head_weights, T * nI, float(std::pow(double(dI), -0.5) * std::pow(double(nI), -0.5)), s);
         cuda::IndexerScoresParams sp;
@@ -344,26 +353,24 @@ void CudaModel::Impl::attention(int64_t layer) {
         tp.max_visible = int32_t(visible);
         tp.topk = int32_t(c.index_topk);
         cuda::indexer_topk(tp, s);
-        if (observer) {  // the top-k margins, from the device's scores, as the CPU computes them
-            std::vector<uint16_t> raw(static_cast<size_t>(T * visible));
-            if (visible > 0)
-                DSV4_CUDA_CHECK(
-                    cudaMemcpyAsync(raw.data(), ws.index_scores, raw.size() * 2, cudaMemcpyDeviceToHost, s));
-            stream->synchronize();
-            std::vector<float> margin(static_cast<size_t>(T)), row;
-            for (int64_t t = 0; t < T; ++t) {
-                const int64_t vis = (start + t + 1) / ratio;
-                row.resize(size_t(vis));
-                for (int64_t e = 0; e < vis; ++e) row[size_t(e)] = bf16_to_f32(raw[size_t(t * visible + e)]);
-                margin[size_t(t)] = top_k_margin(row.data(), vis, std::min(c.index_topk, vis));
-            }
-            observe_host("attn.index_margin", layer, margin, T, 1);
-            std::vector<int32_t> chosen(static_cast<size_t>(T * c.index_topk));
-            DSV4_CUDA_CHECK(
-                cudaMemcpyAsync(chosen.data(), ws.selected, chosen.size() * 4, cudaMemcpyDeviceToHost, s));
-            stream->synchronize();
-            observe_host("attn.selected", layer, std::vector<float>(chosen.begin(), chosen.end()), T, c.index_topk);
+    }
+    if (a.indexer && observer) {  // the top-k margins, from the device's scores, as the CPU computes them
+        std::vector<uint16_t> raw(static_cast<size_t>(T * visible));
+        if (visible > 0)
+            DSV4_CUDA_CHECK(cudaMemcpyAsync(raw.data(), ws.index_scores, raw.size() * 2, cudaMemcpyDeviceToHost, s));
+        stream->synchronize();
+        std::vector<float> margin(static_cast<size_t>(T)), row;
+        for (int64_t t = 0; t < T; ++t) {
+            const int64_t vis = (start + t + 1) / ratio;
+            row.resize(size_t(vis));
+            for (int64_t e = 0; e < vis; ++e) row[size_t(e)] = bf16_to_f32(raw[size_t(t * visible + e)]);
+            margin[size_t(t)] = top_k_margin(row.data(), vis, std::min(c.index_topk, vis));
         }
+        observe_host("attn.index_margin", layer, margin, T, 1);
+        std::vector<int32_t> chosen(static_cast<size_t>(T * c.index_topk));
+        DSV4_CUDA_CHECK(cudaMemcpyAsync(chosen.data(), ws.selected, chosen.size() * 4, cudaMemcpyDeviceToHost, s));
+        stream->synchronize();
+        observe_host("attn.selected", layer, std::vector<float>(chosen.begin(), chosen.end()), T, c.index_topk);
     }
 
     // 4. Main compressor (CSA/HCA).

@@ -157,11 +157,6 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
                "CudaOptions: max_sequences {}, max_chunk_tokens {}, max_context {}, pool_positions {} must be positive",
                options.max_sequences, options.max_chunk_tokens, options.max_context, options.pool_positions);
     if (options.max_context == 0) options.max_context = std::min<int64_t>(config.max_position_embeddings, 16384);
-    DSV4_CHECK(config.index_n_heads == 0 || config.compress_ratios.empty() ||
-                   std::none_of(config.compress_ratios.begin(), config.compress_ratios.end(),
-                                [](int64_t r) { return r == 4; }) ||
-                   config.index_topk > 0,
-               "CSA layers need index_topk > 0");
     m.config = config;
     m.host = std::move(weights);
     for (const BlockWeights& l : m.host.layers) {

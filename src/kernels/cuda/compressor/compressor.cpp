@@ -10,12 +10,10 @@ void compressor(const CompressorParams& p, cudaStream_t stream) {
     if (p.tokens == 0) return;
     DSV4_CHECK(p.seqs > 0 && p.seqs <= 65535, "compressor: {} sequences (1 to 65535 per launch)", p.seqs);
     DSV4_CHECK(p.ratio > 0, "compressor: ratio {} must be positive", p.ratio);
-    DSV4_CHECK(p.head_dim > 0 && p.head_dim <= 1024, "compressor: head_dim {} outside [1, 1024]", p.head_dim);
+    DSV4_CHECK(p.head_dim > 0 && p.head_dim <= kMaxCompressorDim, "compressor: head_dim {} outside [1, {}]", p.head_dim,
+               kMaxCompressorDim);
     DSV4_CHECK(p.rope_dim >= 0 && p.rope_dim % 2 == 0 && p.rope_dim <= p.head_dim,
                "compressor: rope_dim {} must be even and at most head_dim {}", p.rope_dim, p.head_dim);
-    if (p.kind == CompressorKind::kMain)
-        DSV4_CHECK((p.head_dim - p.rope_dim) % 2 == 0, "compressor: nope dims {} must be even (bf16 rope alignment)",
-                   p.head_dim - p.rope_dim);
     if (p.kind == CompressorKind::kIndexer)
         DSV4_CHECK((p.head_dim & (p.head_dim - 1)) == 0 && p.head_dim >= 2,
                    "compressor: indexer head_dim {} must be a power of two (Hadamard)", p.head_dim);

@@ -22,7 +22,6 @@ namespace dsv4::cuda {
 namespace {
 
 constexpr int kEmitThreads = 256;
-constexpr int kMaxHeadDim = 1024;
 constexpr int kStateThreads = 256;
 static_assert(kEmitThreads % 32 == 0 && kEmitThreads >= 64, "whole warps; rope pairs up to 64 per pass");
 
@@ -69,7 +68,7 @@ __device__ __forceinline__ float warp_max(float x) {
 }
 
 __global__ void __launch_bounds__(kEmitThreads) compressor_emit_kernel(const CompressorParams p) {
-    __shared__ float x[kMaxHeadDim];
+    extern __shared__ float x[];  // [head_dim]: the entry being finished
     __shared__ double scratch[kEmitThreads / 32];
 
     const int row = blockIdx.x;
@@ -155,9 +154,10 @@ __global__ void __launch_bounds__(kEmitThreads) compressor_emit_kernel(const Com
             for (int i = lo + lane; i < hi; i += 32) out[i] = entry::f32_to_e4m3(__fdiv_rn(x[i], s));
             if (lane == 0) out[layout.scale_offset() + b] = uint8_t(e);
         }
+        if (threadIdx.x == 0 && layout.rope_offset() > layout.nope) out[layout.nope] = 0;  // pad after an odd nope
         // One 16-bit store per value: writing the two bytes of the bf16 separately stored wrong low bytes on the
         // H200 with nvcc 13.0 (st.global.u8 of the cvt.rn.bf16.f32 register; seen in the compressor test).
-        uint16_t* rope_out = reinterpret_cast<uint16_t*>(out + layout.rope_offset());  // 2-byte aligned: nope even
+        uint16_t* rope_out = reinterpret_cast<uint16_t*>(out + layout.rope_offset());  // 2-byte aligned (layout)
         for (int i = threadIdx.x; i < layout.rope; i += kEmitThreads)
             rope_out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[layout.nope + i]));
         for (int i = int(layout.scale_offset() + layout.scales()) + threadIdx.x; i < layout.bytes(); i += kEmitThreads)
@@ -237,7 +237,11 @@ namespace detail {
 
 void compressor_launch(const CompressorParams& p, cudaStream_t stream) {
     if (p.tokens == 0) return;
-    compressor_emit_kernel<<<p.tokens, kEmitThreads, 0, stream>>>(p);
+    const size_t entry_bytes = size_t(p.head_dim) * sizeof(float);
+    if (entry_bytes > (size_t(48) << 10))
+        DSV4_CUDA_CHECK(cudaFuncSetAttribute(compressor_emit_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             int(entry_bytes)));
+    compressor_emit_kernel<<<p.tokens, kEmitThreads, entry_bytes, stream>>>(p);
     DSV4_CUDA_CHECK(cudaGetLastError());
     const int width = (p.ratio == 4 ? 2 : 1) * p.head_dim;
     const dim3 grid((p.ratio * width + kStateThreads - 1) / kStateThreads, p.seqs);

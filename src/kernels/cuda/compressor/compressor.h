@@ -56,6 +56,9 @@ struct CompressorParams {
     CompressorKind kind = CompressorKind::kMain;
 };
 
+// The entry being finished sits in shared memory (head_dim f32 values): any head_dim up to this bound (V4: 512).
+inline constexpr int32_t kMaxCompressorDim = 16384;
+
 // Emits the entries closed by the chunk's tokens, then advances the states. Host-side contract checks throw
 // dsv4::Error. No allocation, no host synchronization (capturable in a CUDA graph).
 void compressor(const CompressorParams& params, cudaStream_t stream);

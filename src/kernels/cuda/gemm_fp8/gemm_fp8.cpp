@@ -45,6 +45,8 @@ const char* fp8_gemm_path_name(Fp8GemmPath path) {
         case Fp8GemmPath::kSkinny: return "skinny";
         case Fp8GemmPath::kCublasLt: return "cublaslt";
         case Fp8GemmPath::kMma: return "mma";
+        case Fp8GemmPath::kGeneric:
+            return "generic";
     }
     return "?";
 }
@@ -67,7 +69,7 @@ const char* fp8_gemm_path_name(Fp8GemmPath path) {
 Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8GemmPath requested) {
     Fp8GemmConfig c;
     c.path = requested == Fp8GemmPath::kAuto ? Fp8GemmPath::kMma : requested;
-    if (c.path == Fp8GemmPath::kCublasLt) return c;
+    if (c.path == Fp8GemmPath::kCublasLt || c.path == Fp8GemmPath::kGeneric) return c;
     if (c.path == Fp8GemmPath::kMma) {
         const int64_t sms = std::max(num_sms, 1), m_tiles = ceil_div(std::max<int64_t>(m, 1), 16);
         int decode_n = 0;
@@ -101,7 +103,7 @@ Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8G
 
 size_t fp8_gemm_workspace_bytes(const Fp8GemmConfig& c, int64_t m, int64_t n, int64_t k) {
     if (c.path == Fp8GemmPath::kSkinny) return c.splits > 1 ? size_t(c.splits) * m * n * sizeof(float) : 0;
-    if (c.path == Fp8GemmPath::kMma) return 0;
+    if (c.path == Fp8GemmPath::kMma || c.path == Fp8GemmPath::kGeneric) return 0;
     const int64_t kb = ceil_div(k, 128), nb = ceil_div(n, 128);
     return align256(size_t(kb * round_up(m, 4)) * sizeof(float)) +
            align256(size_t(nb * round_up(kb, 4)) * sizeof(float)) + kCublasLtWorkspaceBytes;
@@ -114,6 +116,7 @@ std::string fp8_gemm_can_implement(const Fp8GemmParams& p, const Fp8GemmConfig& 
         return fmt::format("workspace of {} bytes, {} path needs {}", p.workspace_bytes, fp8_gemm_path_name(c.path),
                            fp8_gemm_workspace_bytes(c, p.m, p.n, p.k));
     if (reinterpret_cast<uintptr_t>(p.workspace) % 256) return "workspace must be 256-byte aligned";
+    if (c.path == Fp8GemmPath::kGeneric) return p.m <= 65535 ? "" : fmt::format("generic path: M={} above 65535", p.m);
     for (const void* ptr : {static_cast<const void*>(p.a), static_cast<const void*>(p.w)})
         if (reinterpret_cast<uintptr_t>(ptr) % 16) return "A and W must be 16-byte aligned";
     if (c.path == Fp8GemmPath::kSkinny) {
@@ -189,6 +192,8 @@ void fp8_gemm(const CublasLt& lt, const Fp8GemmParams& p, cudaStream_t stream) {
         run_cublaslt(lt, p, stream);
     } else if (config.path == Fp8GemmPath::kMma) {
         DSV4_CUDA_CHECK(launch_fp8_mma(p, config, stream));
+    } else if (config.path == Fp8GemmPath::kGeneric) {
+        DSV4_CUDA_CHECK(launch_fp8_generic(p, stream));
     } else {
         DSV4_CUDA_CHECK(launch_fp8_skinny(p, config, static_cast<float*>(p.workspace), stream));
     }

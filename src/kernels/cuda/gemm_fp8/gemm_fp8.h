@@ -14,7 +14,10 @@
 //               f32 every 128 K). Contract: M % 4 == 0, K % 128 == 0, N % 16 == 0, 16-byte aligned operands. Scales are
 //               repacked into the workspace in cuBLASLt's order (A scales [K/128, round_up(M,4)] M-major, W scales
 //               [ceil(N/128), round_up(K/128,4)]). Its summation depends on M (algorithm choice): not batch-invariant.
-// Auto picks kMma; an explicit path that cannot run throws.
+//   kGeneric  - CUDA cores, one thread per output, the dequantized products summed in K order (cpu::linear's
+//               operations and order on the quantized input). For shapes the others do not take (K % 16 != 0: small
+//               models with odd widths); slow. Any M, N, K; no alignment; no workspace.
+// Auto picks kMma; an explicit path that cannot run throws (fp8_gemm_path_for picks kMma or kGeneric by K).
 // Tested in tests/gpu/gemm_fp8_test.cpp; timed in bench/gemm_bench.cu.
 #pragma once
 
@@ -29,8 +32,12 @@
 
 namespace dsv4::cuda {
 
-enum class Fp8GemmPath { kAuto, kSkinny, kCublasLt, kMma };
+enum class Fp8GemmPath { kAuto, kSkinny, kCublasLt, kMma, kGeneric };
 const char* fp8_gemm_path_name(Fp8GemmPath path);
+// The batch-invariant path for K: kMma where it runs (K % 16 == 0: V4 and the fixtures), else kGeneric.
+constexpr Fp8GemmPath fp8_gemm_path_for(int64_t k) {
+    return k % 16 == 0 ? Fp8GemmPath::kMma : Fp8GemmPath::kGeneric;
+}
 
 struct Fp8GemmParams {
     const uint8_t* a = nullptr;      // [m, k] e4m3, row stride k

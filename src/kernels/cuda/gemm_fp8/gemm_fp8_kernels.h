@@ -21,6 +21,9 @@ cudaError_t launch_fp8_mma(const Fp8GemmParams& p, const Fp8GemmConfig& config, 
 // Dynamic shared memory of that launch: decode tiles (block_m 16) stage [ceil(k/128), min(m, 16), block_n] f32.
 size_t fp8_mma_smem_bytes(int block_m, int block_n, int64_t m, int64_t k);
 
+// CUDA-core FP8 GEMM for any shape (generic_gemm.cu): one thread per output, K in order.
+cudaError_t launch_fp8_generic(const Fp8GemmParams& p, cudaStream_t stream);
+
 // y[i] = bf16(sum_s partial[s * count + i]), summed in split order.
 cudaError_t launch_reduce_splits(const float* partial, int splits, int64_t count, __nv_bfloat16* y,
                                  cudaStream_t stream);

@@ -9,6 +9,13 @@
 
 namespace dsv4::cuda {
 
+// The skinny kernel reads W in 16-byte and x in 8-byte chunks along each group's K.
+GroupedLinearPath grouped_linear_path(const GroupedLinearParams& p) {
+    const bool chunked =
+        p.in % 16 == 0 && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 && reinterpret_cast<uintptr_t>(p.x) % 8 == 0;
+    return chunked ? GroupedLinearPath::kSkinny : GroupedLinearPath::kGeneric;
+}
+
 Fp8GemmConfig grouped_linear_config(int64_t m, int64_t groups, int64_t in, int64_t out, int num_sms) {
     return fp8_gemm_config(m, groups * out, in, num_sms, Fp8GemmPath::kSkinny);
 }
@@ -31,6 +38,14 @@ std::string grouped_linear_can_implement(const GroupedLinearParams& p, const Fp8
 }
 
 void grouped_linear(const GroupedLinearParams& p, cudaStream_t stream) {
+    if (grouped_linear_path(p) == GroupedLinearPath::kGeneric) {
+        DSV4_CHECK(p.x && p.w && p.w_scale && p.y, "grouped_linear: null operand pointer");
+        DSV4_CHECK(p.m > 0 && p.m <= 65535 && p.groups > 0 && p.in > 0 && p.out > 0,
+                   "grouped_linear: shape m={} groups={} in={} out={} (generic path: m in [1, 65535])", p.m, p.groups,
+                   p.in, p.out);
+        DSV4_CUDA_CHECK(launch_grouped_linear_generic(p, stream));
+        return;
+    }
     int device = 0, sms = 0;
     DSV4_CUDA_CHECK(cudaGetDevice(&device));
     DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));

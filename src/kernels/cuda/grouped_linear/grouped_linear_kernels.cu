@@ -1,6 +1,8 @@
-// grouped_linear kernel: the skinny tile over one group's rows and K range (see grouped_linear.h).
+// grouped_linear kernels: the skinny tile over one group's rows and K range, and the generic one-thread-per-output
+// kernel (see grouped_linear.h).
 #include "kernels/cuda/grouped_linear/grouped_linear_kernels.h"
 
+#include "kernels/cuda/common/numeric.cuh"
 #include "kernels/cuda/gemm_fp8/gemm_fp8_kernels.h"
 #include "kernels/cuda/gemm_fp8/skinny_operands.cuh"
 
@@ -52,7 +54,27 @@ cudaError_t launch_m(const GroupedArgs& args, int splits, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
+// GroupedLinearPath::kGeneric, grid (ceil(groups * out / 128), m): output n of group n / out, its K in order.
+__global__ void __launch_bounds__(128) grouped_linear_generic_kernel(const GroupedLinearParams p) {
+    const int64_t n = int64_t(blockIdx.x) * 128 + threadIdx.x, m = blockIdx.y, n_total = p.groups * p.out;
+    if (n >= n_total) return;
+    const int64_t kb = (p.in + 127) / 128;
+    const __nv_bfloat16* x = p.x + m * p.groups * p.in + (n / p.out) * p.in;
+    const uint8_t* w = p.w + n * p.in;
+    const float* w_scale = p.w_scale + (n / 128) * kb;
+    float acc = 0.0f;
+    for (int64_t k = 0; k < p.in; ++k)
+        acc = __fadd_rn(acc, __fmul_rn(__bfloat162float(x[k]), e4m3_to_f32(w[k]) * w_scale[k / 128]));
+    p.y[m * n_total + n] = __float2bfloat16_rn(acc);
+}
+
 }  // namespace
+
+cudaError_t launch_grouped_linear_generic(const GroupedLinearParams& p, cudaStream_t stream) {
+    const int64_t n_total = p.groups * p.out;
+    grouped_linear_generic_kernel<<<dim3(unsigned((n_total + 127) / 128), unsigned(p.m)), 128, 0, stream>>>(p);
+    return cudaGetLastError();
+}
 
 cudaError_t launch_grouped_linear(const GroupedLinearParams& p, const Fp8GemmConfig& config, float* partial,
                                   cudaStream_t stream) {

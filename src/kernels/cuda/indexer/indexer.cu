@@ -107,7 +107,6 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const Ind
 // ---- top-k
 
 constexpr int kTopkThreads = 512;
-constexpr int kMaxTopk = 1024;
 
 // Order-preserving 16-bit key of a bf16 score (larger score -> larger key); -0 is keyed as +0 (they compare equal).
 __device__ __forceinline__ uint32_t order_key(uint16_t bits) {
@@ -138,7 +137,7 @@ __device__ int block_exclusive_scan(int x, int& total, int* scratch) {
 __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(const IndexerTopkParams p) {
     __shared__ int hist[256];
     __shared__ int scratch[kTopkThreads / 32];
-    __shared__ unsigned long long cand[kMaxTopk];
+    extern __shared__ unsigned long long cand[];  // [indexer_topk_candidates(topk)]
     __shared__ uint32_t threshold_shared;
     __shared__ int above_shared;
 
@@ -228,7 +227,11 @@ void indexer_scores_launch(const IndexerScoresParams& p, cudaStream_t stream) {
 
 void indexer_topk_launch(const IndexerTopkParams& p, cudaStream_t stream) {
     if (p.tokens == 0) return;
-    indexer_topk_kernel<<<p.tokens, kTopkThreads, 0, stream>>>(p);
+    const size_t bytes = size_t(indexer_topk_candidates(p.topk)) * sizeof(unsigned long long);
+    if (bytes > (size_t(48) << 10))
+        DSV4_CUDA_CHECK(
+            cudaFuncSetAttribute(indexer_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    indexer_topk_kernel<<<p.tokens, kTopkThreads, bytes, stream>>>(p);
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

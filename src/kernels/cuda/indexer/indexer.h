@@ -3,6 +3,9 @@
 // (q.k -> bf16, ReLU, x head weight -> bf16, sum over heads in f32 in head order -> bf16), then the top-k
 // (k = min(topk, visible); ties -> lower index; sorted by score descending, then index ascending: the slot order of
 // the CPU reference). Keys are read from the packed FP4 entries (kv_entry_layout.h) through the page table.
+// Scores have two paths, chosen explicitly by indexer_scores_path: tensor cores for dim 32, 64, 96 or 128 and at
+// most 64 heads (V4 and the fixtures), and a generic CUDA-core kernel for any other power-of-two dim (small models:
+// 2 .. 16, 256, ...) or head count, one thread per key doing the CPU's operations in its order.
 // Tested in tests/gpu/indexer_test.cpp against a transcription of the CPU reference.
 #pragma once
 
@@ -21,8 +24,8 @@ struct IndexerScoresParams {
     const int32_t* token_position; // [tokens] absolute position
     uint16_t* scores;              // [tokens, max_visible] bf16; only w < visible(t) is written
     int32_t tokens = 0;
-    int32_t heads = 0;        // index_n_heads (64; tiny 8), at most 64
-    int32_t dim = 0;          // index_head_dim (128; tiny 32, 64), a multiple of 32
+    int32_t heads = 0;  // index_n_heads (64; tiny 8)
+    int32_t dim = 0;    // index_head_dim (128; tiny 32, 64; any even dim on the generic path)
     int32_t ratio = 4;
     int32_t max_visible = 0;  // >= (max position + 1) / ratio
     int32_t max_pages = 0;
@@ -36,14 +39,26 @@ struct IndexerTopkParams {
     int32_t tokens = 0;
     int32_t ratio = 4;
     int32_t max_visible = 0;
-    int32_t topk = 0;                // index_topk, at most 1024
+    int32_t topk = 0;  // index_topk (512 in V4), at most kMaxIndexerTopk
 };
+
+// The top-k kernel sorts its candidates in shared memory: topk rounded up to a power of two, 8 bytes each.
+inline constexpr int32_t kMaxIndexerTopk = 16384;
+constexpr int32_t indexer_topk_candidates(int32_t topk) {
+    int32_t n = 1;
+    while (n < topk) n *= 2;
+    return n;
+}
+
+enum class IndexerScoresPath { kTensorCore, kGeneric };
+IndexerScoresPath indexer_scores_path(int32_t heads, int32_t dim);
 
 void indexer_scores(const IndexerScoresParams& params, cudaStream_t stream);
 void indexer_topk(const IndexerTopkParams& params, cudaStream_t stream);
 
 namespace detail {
 void indexer_scores_launch(const IndexerScoresParams& params, cudaStream_t stream);
+void indexer_scores_generic_launch(const IndexerScoresParams& params, cudaStream_t stream);
 void indexer_topk_launch(const IndexerTopkParams& params, cudaStream_t stream);
 }
 

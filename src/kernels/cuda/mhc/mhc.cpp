@@ -8,7 +8,7 @@ namespace {
 
 void check_mix(const char* op, const HcMixParams& p) {
     DSV4_CHECK(p.streams && p.fn && p.base && p.scale && p.x_out && p.mix, "{}: null pointer", op);
-    DSV4_CHECK(p.n_hc == 2 || p.n_hc == 4, "{}: n_hc {} is not 2 or 4", op, p.n_hc);
+    DSV4_CHECK(p.n_hc >= 1 && p.n_hc <= kMaxHcMult, "{}: n_hc {} outside [1, {}]", op, p.n_hc, kMaxHcMult);
     DSV4_CHECK(p.tokens >= 0 && p.dim > 0, "{}: bad shape tokens {} dim {}", op, p.tokens, p.dim);
 }
 
@@ -27,7 +27,7 @@ void hc_head(const HcMixParams& p, cudaStream_t stream) {
 
 void hc_post(const HcPostParams& p, cudaStream_t stream) {
     DSV4_CHECK(p.f && p.streams && p.mix && p.out, "hc_post: null pointer");
-    DSV4_CHECK(p.n_hc == 2 || p.n_hc == 4, "hc_post: n_hc {} is not 2 or 4", p.n_hc);
+    DSV4_CHECK(p.n_hc >= 1 && p.n_hc <= kMaxHcMult, "hc_post: n_hc {} outside [1, {}]", p.n_hc, kMaxHcMult);
     DSV4_CHECK(p.tokens >= 0 && p.dim > 0, "hc_post: bad shape tokens {} dim {}", p.tokens, p.dim);
     DSV4_CHECK(static_cast<const void*>(p.out) != static_cast<const void*>(p.streams),
                "hc_post: out may not alias streams");

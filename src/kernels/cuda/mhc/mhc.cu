@@ -319,7 +319,9 @@ __global__ void __launch_bounds__(kPostThreads) hc_post_kernel(HcPostParams p) {
 namespace detail {
 
 void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPath path) {
+    if (path == HcMixPath::kAuto && !hc_specialised(p.n_hc)) path = HcMixPath::kGeneric;
     if (path == HcMixPath::kAuto) path = hc_mix_split(p.tokens, head) ? HcMixPath::kSplit : HcMixPath::kPerToken;
+    if (path == HcMixPath::kGeneric) return launch_hc_mix_generic(p, head, stream);
     if (path == HcMixPath::kSplit) {
         const dim3 grid(kHcCluster, unsigned(p.tokens));
         if (p.n_hc == 2 && !head) hc_mix_split_kernel<2, false><<<grid, kHcThreads, 0, stream>>>(p);
@@ -336,7 +338,8 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_hc_post(const HcPostParams& p, cudaStream_t stream) {
+void launch_hc_post(const HcPostParams& p, cudaStream_t stream, bool generic) {
+    if (generic || !hc_specialised(p.n_hc)) return launch_hc_post_generic(p, stream);
     const dim3 grid(unsigned((p.dim + kPostThreads - 1) / kPostThreads), unsigned(p.tokens));
     if (p.n_hc == 2) hc_post_kernel<2><<<grid, kPostThreads, 0, stream>>>(p);
     if (p.n_hc == 4) hc_post_kernel<4><<<grid, kPostThreads, 0, stream>>>(p);

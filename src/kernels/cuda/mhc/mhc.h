@@ -5,7 +5,9 @@
 //   hc_post  streams_out[k] = bf16(post_k f + sum_j comb[j][k] X_j)
 // Streams are bf16 [tokens, n_hc, dim]; the mix stays f32. Elementwise math repeats the CPU's f32 operations in the
 // CPU's order (unfused), so given the same mix the outputs are bitwise; the mixer logits differ by the f32
-// reduction order and exp() by a few ulps. Tested in tests/gpu/mhc_test.cpp.
+// reduction order and exp() by a few ulps. n_hc 2 and 4 (V4, the fixtures) run kernels specialised for them;
+// any other n_hc a generic kernel with the same arithmetic (mhc_generic.cu; the same bits at 2 and 4).
+// Tested in tests/gpu/mhc_test.cpp.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -32,6 +34,9 @@ constexpr int64_t hc_pre_mix_size(int64_t n_hc) {
     return (2 + n_hc) * n_hc;
 }
 
+// The generic kernel keeps its per-warp partial sums of the (2 + n) n + 1 reduced values in shared memory.
+inline constexpr int64_t kMaxHcMult = 64;
+
 struct HcMixParams {
     const __nv_bfloat16* streams = nullptr;  // [tokens, n_hc, dim] bf16
     const float* fn = nullptr;       // [rows, n_hc * dim] f32; rows = hc_pre_mix_size(n_hc) (hc_pre) or n_hc (hc_head)
@@ -57,9 +62,16 @@ void hc_post(const HcPostParams& p, cudaStream_t stream);
 
 // The kernel launches behind the checked launchers (mhc.cu); they assume a valid contract.
 namespace detail {
-enum class HcMixPath { kAuto, kPerToken, kSplit };  // kAuto: hc_mix_split(tokens, head)
+// kAuto: the specialised kernels for n_hc 2 and 4 (split or per token by hc_mix_split), kGeneric otherwise. Tests
+// force the others (kGeneric works for every n_hc).
+enum class HcMixPath { kAuto, kPerToken, kSplit, kGeneric };
+constexpr bool hc_specialised(int64_t n_hc) {
+    return n_hc == 2 || n_hc == 4;
+}
 void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPath path = HcMixPath::kAuto);
-void launch_hc_post(const HcPostParams& p, cudaStream_t stream);
+void launch_hc_post(const HcPostParams& p, cudaStream_t stream, bool generic = false);
+void launch_hc_mix_generic(const HcMixParams& p, bool head, cudaStream_t stream);  // mhc_generic.cu
+void launch_hc_post_generic(const HcPostParams& p, cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace dsv4::cuda

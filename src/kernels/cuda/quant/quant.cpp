@@ -14,16 +14,15 @@ void check_kv(const char* op, int64_t rows, int64_t head_dim, int64_t rope_dim, 
               const void* cache) {
     DSV4_CHECK(kv && cache, "{}: null pointer", op);
     DSV4_CHECK(rows >= 0, "{}: rows {} is negative", op, rows);
-    DSV4_CHECK(rope_dim >= 0 && rope_dim < head_dim, "{}: rope_dim {} must lie in [0, head_dim {})", op, rope_dim,
-               head_dim);
-    DSV4_CHECK((head_dim - rope_dim) % 2 == 0, "{}: {} nope dims must be even (the bf16 rope values follow them)", op,
-               head_dim - rope_dim);
+    DSV4_CHECK(head_dim > 0 && rope_dim >= 0 && rope_dim <= head_dim, "{}: rope_dim {} must lie in [0, head_dim {}]",
+               op, rope_dim, head_dim);
     DSV4_CHECK(stride >= head_dim, "{}: row stride {} is smaller than head_dim {}", op, stride, head_dim);
     DSV4_CHECK(aligned(cache, kKvEntryAlign), "{}: cache is not {}-byte aligned", op, kKvEntryAlign);
 }
 
 void check_indexer_dim(const char* op, int64_t dim) {
-    DSV4_CHECK(dim == 32 || dim == 64 || dim == 128, "{}: dim {} is not 32, 64 or 128", op, dim);
+    DSV4_CHECK(dim >= 2 && dim <= kMaxIndexerDim && (dim & (dim - 1)) == 0,
+               "{}: dim {} is not a power of two in [2, {}] (the Hadamard transform's size)", op, dim, kMaxIndexerDim);
 }
 
 }  // namespace

@@ -174,6 +174,71 @@ __global__ void __launch_bounds__(kThreads) pack_indexer_keys_kernel(IndexerKeyP
     if ((lane * kVals) % kFp4Block == 0) entry[kDim / 2 + lane * kVals / kFp4Block] = uint8_t(e);
 }
 
+// ---- (c') The same for any power-of-two dim (index_head_dim of a small model: 2 .. 16, 256, ...): one CTA per row,
+// the row in shared memory, butterflies stage by stage with a barrier between stages (every element goes through
+// the additions and subtractions of cpu::hadamard_transform, so the bits are the same), then x n^-0.5 -> bf16 and
+// the FP4 round trip per 32-block, one warp per block (a row shorter than 32 is one partial block, as the CPU
+// quantizes it). Slower than the warp-per-row kernels above, which keep 32, 64 and 128.
+constexpr int kGenericThreads = 128;
+
+// Rotates v [dim] in shared memory (all threads of the CTA), then rounds to bf16 in place.
+__device__ void hadamard_bf16_generic(float* v, int64_t dim, float scale) {
+    for (int64_t h = 1; h < dim; h *= 2) {
+        for (int64_t k = threadIdx.x; k < dim / 2; k += kGenericThreads) {
+            const int64_t i = (k / h) * 2 * h + k % h;
+            const float a = v[i], b = v[i + h];
+            v[i] = __fadd_rn(a, b);
+            v[i + h] = __fsub_rn(a, b);
+        }
+        __syncthreads();
+    }
+    for (int64_t i = threadIdx.x; i < dim; i += kGenericThreads) v[i] = round_bf16(__fmul_rn(v[i], scale));
+    __syncthreads();
+}
+
+// The FP4 scale exponent of block b of v (whole warp; every lane gets it).
+__device__ uint32_t fp4_block_exponent_generic(const float* v, int64_t dim, int64_t b) {
+    const int lane = threadIdx.x % 32;
+    const int64_t i = b * kFp4Block + lane;
+    return fp4_scale_exponent(group_max<32>(i < dim ? fabsf(v[i]) : 0.0f));
+}
+
+__global__ void __launch_bounds__(kGenericThreads)
+    indexer_rotate_fp4_generic_kernel(IndexerRotateParams p, float scale) {
+    extern __shared__ float row_values[];  // [dim]
+    __nv_bfloat16* x = p.x + int64_t(blockIdx.x) * p.row_stride;
+    for (int64_t i = threadIdx.x; i < p.dim; i += kGenericThreads) row_values[i] = bf16_to_f32(x[i]);
+    __syncthreads();
+    hadamard_bf16_generic(row_values, p.dim, scale);
+    const int lane = threadIdx.x % 32;
+    for (int64_t b = threadIdx.x / 32; b < ceil_div(p.dim, kFp4Block); b += kGenericThreads / 32) {
+        const float s = e8m0_to_f32(fp4_block_exponent_generic(row_values, p.dim, b));
+        const int64_t i = b * kFp4Block + lane;
+        if (i < p.dim) x[i] = f32_to_bf16(__fmul_rn(fp4_value(row_values[i], s), s));
+    }
+}
+
+__global__ void __launch_bounds__(kGenericThreads)
+    pack_indexer_keys_generic_kernel(IndexerKeyPackParams p, float scale) {
+    extern __shared__ float row_values[];  // [dim]
+    const int64_t row = blockIdx.x;
+    const __nv_bfloat16* x = p.x + row * p.x_stride;
+    for (int64_t i = threadIdx.x; i < p.dim; i += kGenericThreads) row_values[i] = bf16_to_f32(x[i]);
+    __syncthreads();
+    hadamard_bf16_generic(row_values, p.dim, scale);
+    const int64_t slot = p.slots ? int64_t(p.slots[row]) : row;
+    uint8_t* entry = p.cache + slot * indexer_key_bytes(p.dim);
+    const int lane = threadIdx.x % 32;
+    for (int64_t b = threadIdx.x / 32; b < ceil_div(p.dim, kFp4Block); b += kGenericThreads / 32) {
+        const uint32_t e = fp4_block_exponent_generic(row_values, p.dim, b);
+        const float s = e8m0_to_f32(e);
+        const int64_t i = b * kFp4Block + 2 * lane;  // dim is even: pairs are whole
+        if (2 * lane < kFp4Block && i < p.dim)
+            entry[i / 2] = pack_e2m1(fp4_scaled(row_values[i], s), fp4_scaled(row_values[i + 1], s));
+        if (lane == 0) entry[p.dim / 2 + b] = uint8_t(e);
+    }
+}
+
 // ---- (d) KV entries: one warp per row; nope in 64-blocks of 2 values per lane, rope copied, pad zeroed.
 __global__ void __launch_bounds__(kThreads) pack_kv_entries_kernel(KvPackParams p, KvEntryLayout l) {
     const int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
@@ -199,6 +264,7 @@ __global__ void __launch_bounds__(kThreads) pack_kv_entries_kernel(KvPackParams 
             if (col0 + i < l.nope) entry[col0 + i] = fp8_code(v[i], s);
         if (lane == 0) entry[l.scale_offset + b] = uint8_t(e);
     }
+    if (lane == 0 && l.rope_offset > l.nope) entry[l.nope] = 0;  // the pad byte after an odd nope part
     __nv_bfloat16* rope = reinterpret_cast<__nv_bfloat16*>(entry + l.rope_offset);
     for (int64_t i = lane; i < l.rope; i += 32) rope[i] = x[l.nope + i];
     for (int64_t i = l.scale_offset + l.n_scales + lane; i < l.bytes; i += 32) entry[i] = 0;
@@ -246,9 +312,21 @@ void launch_indexer_rotate_fp4(const IndexerRotateParams& p, cudaStream_t stream
     if (p.rows == 0) return;
     const float scale = hadamard_scale(p.dim);
     const dim3 grid = warp_grid(p.rows);
-    if (p.dim == 32) indexer_rotate_fp4_kernel<32><<<grid, kThreads, 0, stream>>>(p, scale);
-    if (p.dim == 64) indexer_rotate_fp4_kernel<64><<<grid, kThreads, 0, stream>>>(p, scale);
-    if (p.dim == 128) indexer_rotate_fp4_kernel<128><<<grid, kThreads, 0, stream>>>(p, scale);
+    switch (indexer_hadamard_path(p.dim)) {
+        case IndexerHadamardPath::kWarp32:
+            indexer_rotate_fp4_kernel<32><<<grid, kThreads, 0, stream>>>(p, scale);
+            break;
+        case IndexerHadamardPath::kWarp64:
+            indexer_rotate_fp4_kernel<64><<<grid, kThreads, 0, stream>>>(p, scale);
+            break;
+        case IndexerHadamardPath::kWarp128:
+            indexer_rotate_fp4_kernel<128><<<grid, kThreads, 0, stream>>>(p, scale);
+            break;
+        case IndexerHadamardPath::kGeneric:
+            indexer_rotate_fp4_generic_kernel<<<unsigned(p.rows), kGenericThreads, size_t(p.dim) * sizeof(float),
+                                                stream>>>(p, scale);
+            break;
+    }
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -256,9 +334,21 @@ void launch_pack_indexer_keys(const IndexerKeyPackParams& p, cudaStream_t stream
     if (p.rows == 0) return;
     const float scale = hadamard_scale(p.dim);
     const dim3 grid = warp_grid(p.rows);
-    if (p.dim == 32) pack_indexer_keys_kernel<32><<<grid, kThreads, 0, stream>>>(p, scale);
-    if (p.dim == 64) pack_indexer_keys_kernel<64><<<grid, kThreads, 0, stream>>>(p, scale);
-    if (p.dim == 128) pack_indexer_keys_kernel<128><<<grid, kThreads, 0, stream>>>(p, scale);
+    switch (indexer_hadamard_path(p.dim)) {
+        case IndexerHadamardPath::kWarp32:
+            pack_indexer_keys_kernel<32><<<grid, kThreads, 0, stream>>>(p, scale);
+            break;
+        case IndexerHadamardPath::kWarp64:
+            pack_indexer_keys_kernel<64><<<grid, kThreads, 0, stream>>>(p, scale);
+            break;
+        case IndexerHadamardPath::kWarp128:
+            pack_indexer_keys_kernel<128><<<grid, kThreads, 0, stream>>>(p, scale);
+            break;
+        case IndexerHadamardPath::kGeneric:
+            pack_indexer_keys_generic_kernel<<<unsigned(p.rows), kGenericThreads, size_t(p.dim) * sizeof(float),
+                                               stream>>>(p, scale);
+            break;
+    }
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

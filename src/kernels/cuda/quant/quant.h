@@ -37,7 +37,17 @@ struct KvNopeFp8Params {
 };
 void kv_nope_fp8_round_trip(const KvNopeFp8Params& p, cudaStream_t stream);
 
-// dim is 32, 64 or 128 (index_head_dim of every DeepSeek-V4 config and test model).
+// dim: index_head_dim, a power of two (the Hadamard transform's size), at most kMaxIndexerDim. 32, 64 and 128 (V4
+// and the repository's fixtures) run warp-per-row kernels; any other power of two (small models) a CTA-per-row
+// kernel with the same arithmetic, so the same bits (indexer_hadamard_path).
+inline constexpr int64_t kMaxIndexerDim = 8192;  // the row in 32 KiB of shared memory
+enum class IndexerHadamardPath { kWarp32, kWarp64, kWarp128, kGeneric };
+constexpr IndexerHadamardPath indexer_hadamard_path(int64_t dim) {
+    return dim == 32 ? IndexerHadamardPath::kWarp32
+                     : (dim == 64 ? IndexerHadamardPath::kWarp64
+                                  : (dim == 128 ? IndexerHadamardPath::kWarp128 : IndexerHadamardPath::kGeneric));
+}
+
 struct IndexerRotateParams {
     __nv_bfloat16* x = nullptr;  // [rows, row_stride] bf16; x[r, 0..dim) is rewritten in place
     int64_t rows = 0, dim = 0, row_stride = 0;

@@ -65,6 +65,26 @@ __global__ void __launch_bounds__(kHeadWarps * 32) head_rms_norm_kernel(HeadRmsN
     for (int64_t i = lane; i < p.head_dim; i += 32) q[i] = f32_to_bf16(__fmul_rn(bf16_to_f32(q[i]), r));
 }
 
+// head_dim > kStagedHeadDim: lane 0 squares, rounds and sums in index order straight from q.
+__global__ void __launch_bounds__(kHeadWarps * 32) head_rms_norm_generic_kernel(HeadRmsNormParams p) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t head = int64_t(blockIdx.x) * kHeadWarps + warp;
+    if (head >= p.rows * p.heads) return;
+    __nv_bfloat16* q = p.q + (head / p.heads) * p.row_stride + (head % p.heads) * p.head_dim;
+    float r = 0.0f;
+    if (lane == 0) {
+        float sum = 0.0f;
+        for (int64_t i = 0; i < p.head_dim; ++i) {
+            const float v = bf16_to_f32(q[i]);
+            sum = __fadd_rn(sum, round_bf16(__fmul_rn(v, v)));
+        }
+        const float mean = round_bf16(__fdiv_rn(sum, float(p.head_dim)));
+        r = round_bf16(__fdiv_rn(1.0f, __fsqrt_rn(round_bf16(__fadd_rn(mean, p.eps)))));
+    }
+    r = __shfl_sync(kFull, r, 0);
+    for (int64_t i = lane; i < p.head_dim; i += 32) q[i] = f32_to_bf16(__fmul_rn(bf16_to_f32(q[i]), r));
+}
+
 }  // namespace
 
 namespace detail {
@@ -76,8 +96,13 @@ void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream) {
 
 void launch_head_rms_norm(const HeadRmsNormParams& p, cudaStream_t stream) {
     const int64_t heads = p.rows * p.heads;
-    const size_t smem = size_t(kHeadWarps) * size_t(p.head_dim) * sizeof(float);  // <= 32 KiB for head_dim 1024
-    head_rms_norm_kernel<<<unsigned((heads + kHeadWarps - 1) / kHeadWarps), kHeadWarps * 32, smem, stream>>>(p);
+    const unsigned blocks = unsigned((heads + kHeadWarps - 1) / kHeadWarps);
+    if (p.head_dim > kStagedHeadDim) {
+        head_rms_norm_generic_kernel<<<blocks, kHeadWarps * 32, 0, stream>>>(p);
+    } else {
+        const size_t smem = size_t(kHeadWarps) * size_t(p.head_dim) * sizeof(float);  // <= 32 KiB
+        head_rms_norm_kernel<<<blocks, kHeadWarps * 32, smem, stream>>>(p);
+    }
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -23,7 +23,10 @@ struct RmsNormParams {
 };
 void rms_norm(const RmsNormParams& p, cudaStream_t stream);
 
-// Head h of row r is q[r * row_stride + h * head_dim + (0 .. head_dim)], normalized in place. head_dim <= 1024.
+// Head h of row r is q[r * row_stride + h * head_dim + (0 .. head_dim)], normalized in place. Up to
+// kStagedHeadDim the squares are staged in shared memory; a larger head_dim (no DeepSeek-V4 shape) takes the
+// generic kernel, whose lane 0 squares as it sums: the same operations, so the same bits.
+inline constexpr int64_t kStagedHeadDim = 1024;
 struct HeadRmsNormParams {
     __nv_bfloat16* q = nullptr;  // [rows, heads, head_dim] bf16, row stride row_stride elements
     int64_t rows = 0, heads = 0, head_dim = 0, row_stride = 0;

@@ -37,12 +37,34 @@ __global__ void __launch_bounds__(kThreads) apply_rope_kernel(ApplyRopeParams p)
     }
 }
 
+// RopePath::kGeneric: one thread per (token, head, pair), bf16 elements loaded one by one, cos/sin evaluated per
+// pair with apply_rope_kernel's operations.
+__global__ void __launch_bounds__(kThreads) apply_rope_generic_kernel(ApplyRopeParams p) {
+    const int64_t half = p.rope_dim / 2;
+    const int64_t k = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+    if (k >= p.tokens * p.heads * half) return;
+    const int64_t t = k / (p.heads * half), h = (k / half) % p.heads, i = k % half;
+    const float angle = __fmul_rn(__int2float_rn(p.positions[t]), p.inv_freq[i]);
+    double sd, cd;
+    sincos(double(angle), &sd, &cd);
+    const float c = float(cd), s = p.inverse ? -float(sd) : float(sd);
+    __nv_bfloat16* pair = p.x + t * p.token_stride + h * p.head_dim + (p.head_dim - p.rope_dim) + 2 * i;
+    const float a = bf16_to_f32(pair[0]), b = bf16_to_f32(pair[1]);
+    pair[0] = f32_to_bf16(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
+    pair[1] = f32_to_bf16(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
+}
+
 }  // namespace
 
 namespace detail {
-void launch_apply_rope(const ApplyRopeParams& p, cudaStream_t stream) {
-    static_assert(kMaxPairs * 2 >= 1024, "the launcher admits rope_dim up to 1024");
-    apply_rope_kernel<<<unsigned(p.tokens), kThreads, 0, stream>>>(p);
+void launch_apply_rope(const ApplyRopeParams& p, RopePath path, cudaStream_t stream) {
+    static_assert(kMaxPairs * 2 >= 1024, "the paired path admits rope_dim up to 1024");
+    if (path == RopePath::kPaired) {
+        apply_rope_kernel<<<unsigned(p.tokens), kThreads, 0, stream>>>(p);
+    } else {
+        const int64_t pairs = p.tokens * p.heads * (p.rope_dim / 2);
+        apply_rope_generic_kernel<<<unsigned((pairs + kThreads - 1) / kThreads), kThreads, 0, stream>>>(p);
+    }
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 }  // namespace detail

@@ -21,8 +21,14 @@ struct ApplyRopeParams {
 };
 void apply_rope(const ApplyRopeParams& p, cudaStream_t stream);
 
+// kPaired: V4 and the fixtures (even head_dim and token stride, rope_dim <= 1024): one cos/sin table per token in
+// shared memory, bf16 pairs loaded as one word. kGeneric: any head_dim (an odd one leaves the pairs unaligned) and
+// any rope_dim: element loads, cos/sin evaluated per pair; the same operations, so the same bits.
+enum class RopePath { kPaired, kGeneric };
+RopePath rope_path(const ApplyRopeParams& p);
+
 namespace detail {
-void launch_apply_rope(const ApplyRopeParams& p, cudaStream_t stream);  // unchecked (rope.cu)
+void launch_apply_rope(const ApplyRopeParams& p, RopePath path, cudaStream_t stream);  // unchecked (rope.cu)
 }
 
 }  // namespace dsv4::cuda

@@ -24,17 +24,29 @@ SparseAttentionPlan plan_sparse_attention(int32_t heads, int32_t head_dim, int32
     return plan;
 }
 
+// The tensor-core kernels are instantiated for these head_dims only (sparse_attention.cu) and load the entry's nope
+// part in 8-byte and its rope part in 4-value chunks.
+SparseAttentionPath sparse_attention_path(int32_t head_dim, int32_t rope_dim) {
+    const bool built = head_dim == 512 || head_dim == 128 || head_dim == 96 || head_dim == 80;
+    const bool chunked = rope_dim % 4 == 0 && (head_dim - rope_dim) % 8 == 0 && head_dim > rope_dim;
+    return built && chunked ? SparseAttentionPath::kTensorCore : SparseAttentionPath::kGeneric;
+}
+
 void sparse_attention(const SparseAttentionParams& p, cudaStream_t stream) {
     DSV4_CHECK(p.tokens >= 0, "sparse_attention: negative token count {}", p.tokens);
     if (p.tokens == 0) return;
-    DSV4_CHECK(p.head_dim == 512 || p.head_dim == 128 || p.head_dim == 96 || p.head_dim == 80,
-               "sparse_attention: head_dim {} is not built (512, or the tiny test dims 128, 96, 80)", p.head_dim);
-    DSV4_CHECK(p.rope_dim >= 0 && p.rope_dim % 4 == 0 && (p.head_dim - p.rope_dim) % 8 == 0 &&
-                   p.rope_dim < p.head_dim,
-               "sparse_attention: rope_dim {} must be a multiple of 4 leaving a multiple of 8 nope dims of {}",
-               p.rope_dim, p.head_dim);
+    DSV4_CHECK(p.head_dim > 0 && p.head_dim <= kMaxGenericHeadDim && p.rope_dim >= 0 && p.rope_dim <= p.head_dim,
+               "sparse_attention: head_dim {} must be in [1, {}] and rope_dim {} in [0, head_dim]", p.head_dim,
+               kMaxGenericHeadDim, p.rope_dim);
     DSV4_CHECK(p.heads > 0 && p.slots >= 0 && p.splits >= 1, "sparse_attention: heads {} slots {} splits {}", p.heads,
                p.slots, p.splits);
+    if (sparse_attention_path(p.head_dim, p.rope_dim) == SparseAttentionPath::kGeneric) {
+        DSV4_CHECK(p.heads <= 65535, "sparse_attention: {} heads exceed the generic path's grid", p.heads);
+        DSV4_CHECK(p.q && p.out && p.sink && (p.slots == 0 || (p.kv && p.indices)), "sparse_attention: null pointer");
+        DSV4_CHECK(reinterpret_cast<uintptr_t>(p.kv) % 8 == 0, "sparse_attention: kv must be 8-byte aligned");
+        detail::sparse_attention_generic_launch(p, stream);
+        return;
+    }
     DSV4_CHECK(p.tokens <= 2147483647 && (p.heads + kHeadsPerCta - 1) / kHeadsPerCta <= 65535 && p.splits <= 65535,
                "sparse_attention: grid too large (tokens {}, heads {}, splits {})", p.tokens, p.heads, p.splits);
     DSV4_CHECK(p.q && p.out && p.sink && (p.slots == 0 || (p.kv && p.indices)), "sparse_attention: null pointer");

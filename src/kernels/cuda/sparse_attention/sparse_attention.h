@@ -7,6 +7,10 @@
 // tokens share the launch, so a token's output is the same bits alone, in a prefill chunk or in a decode batch
 // (tests: SparseAttentionGpu.TokenResultIndependentOfLaunch); trailing empty tiles add exact zeros. Output bf16
 // before the inverse RoPE.
+// Two paths, chosen explicitly by sparse_attention_path: the tensor-core kernels above for the head_dims they are
+// built for (512: V4; 128, 96, 80: the repository's fixtures) with rope_dim % 4 == 0 and nope % 8 == 0 (> 0), and a
+// generic CUDA-core kernel for every other shape (sparse_attention_generic.cu: one CTA per token and head, the CPU
+// reference's operations in its order; slower).
 // Tested in tests/gpu/sparse_attention_test.cpp against cpu::sparse_attention_head on the dequantized entries.
 #pragma once
 
@@ -26,10 +30,10 @@ struct SparseAttentionParams {
     int64_t workspace_floats = 0;  // its size: tokens run in groups of workspace_floats / per-token need
     int32_t tokens = 0;
     int32_t heads = 0;
-    int32_t head_dim = 0;     // 512 (V4) or a tiny test dim: 80, 96, 128
-    int32_t rope_dim = 0;     // trailing bf16 dims of the entry
+    int32_t head_dim = 0;     // 512 (V4), a fixture dim 80, 96, 128, or any other (generic path)
+    int32_t rope_dim = 0;     // trailing bf16 dims of the entry, <= head_dim (equal: no nope part)
     int32_t slots = 0;        // slots per token (W + top-k in the model)
-    int32_t splits = 1;       // from plan_sparse_attention (tests may force others)
+    int32_t splits = 1;       // from plan_sparse_attention (tests may force others); the generic path ignores it
     float scale = 0.0f;       // head_dim^-0.5
 };
 
@@ -42,11 +46,16 @@ struct SparseAttentionPlan {
 SparseAttentionPlan plan_sparse_attention(int32_t heads, int32_t head_dim, int32_t slots);
 int64_t sparse_attention_workspace_per_token(int32_t heads, int32_t head_dim, int32_t splits);
 
+enum class SparseAttentionPath { kTensorCore, kGeneric };
+SparseAttentionPath sparse_attention_path(int32_t head_dim, int32_t rope_dim);
+inline constexpr int32_t kMaxGenericHeadDim = 16384;  // q and the accumulator in shared memory (128 KiB)
+
 // Checks the contract on the host (dsv4::Error), then launches; no allocation, no synchronization.
 void sparse_attention(const SparseAttentionParams& params, cudaStream_t stream);
 
 namespace detail {
 void sparse_attention_launch(const SparseAttentionParams& params, cudaStream_t stream);
+void sparse_attention_generic_launch(const SparseAttentionParams& params, cudaStream_t stream);
 }
 
 }  // namespace dsv4::cuda
