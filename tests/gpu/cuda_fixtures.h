@@ -22,13 +22,25 @@ inline std::string fixture_dir(const std::string& name) {
     return (std::filesystem::path(DSV4_SOURCE_DIR) / "tests" / "fixtures" / name).string();
 }
 
+// Fixtures whose config the CUDA backend refuses, with a word its error must name (docs/config.md): the
+// GPU-vs-CPU tests leave them out, CudaModel.RefusesFixturesBeyondItsKernels checks each refusal.
+struct RefusedFixture {
+    std::string name, limit;
+};
+inline const std::vector<RefusedFixture> kRefusedByCuda = {{"hf-edge-all-rope", "index_topk 0"}};
+
 inline std::vector<std::string> fixtures() {
     namespace fs = std::filesystem;
     std::vector<std::string> names;
     const fs::path root = fs::path(DSV4_SOURCE_DIR) / "tests" / "fixtures";
+    auto refused = [](const std::string& name) {
+        return std::any_of(kRefusedByCuda.begin(), kRefusedByCuda.end(),
+                           [&](const RefusedFixture& r) { return r.name == name; });
+    };
     if (fs::exists(root))
         for (const auto& entry : fs::directory_iterator(root))
-            if (fs::exists(entry.path() / "golden.safetensors")) names.push_back(entry.path().filename().string());
+            if (fs::exists(entry.path() / "golden.safetensors") && !refused(entry.path().filename().string()))
+                names.push_back(entry.path().filename().string());
     std::sort(names.begin(), names.end());
     names.push_back(kOfficial);
     return names;

@@ -393,6 +393,28 @@ TEST(CudaModel, RefusesReferenceNumericsAndForeignSequences) {
     EXPECT_THROW(gpu.forward(b, long_ids, false), Error) << "past the pool's context";
 }
 
+// A config the CPU computes but the CUDA kernels cannot is refused with an error naming the limit, before
+// anything runs.
+TEST(CudaModel, RefusesFixturesBeyondItsKernels) {
+    DSV4_REQUIRE_GPU();
+    for (const cuda_fixtures::RefusedFixture& r : cuda_fixtures::kRefusedByCuda) {
+        SCOPED_TRACE(r.name);
+        auto checkpoint = Checkpoint::open(fixture_dir(r.name));
+        const ModelConfig& config = checkpoint->config();
+        CudaOptions options;
+        options.max_context = 256;
+        options.print_plan = false;
+        try {
+            CudaModel gpu(config, load_model_weights(checkpoint, config), Numerics::kModel, options);
+            ADD_FAILURE() << "the CUDA backend accepted " << r.name;
+        } catch (const Error& e) {
+            const std::string message = e.what();
+            EXPECT_NE(message.find(r.limit), std::string::npos) << message;
+            EXPECT_NE(message.find("not supported by the CUDA backend"), std::string::npos) << message;
+        }
+    }
+}
+
 // The observer sees the same named activations on both backends (the GPU downloads them on request).
 TEST(CudaModel, ObserverNamesMatchCpu) {
     DSV4_REQUIRE_GPU();

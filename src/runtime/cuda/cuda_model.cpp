@@ -158,11 +158,17 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
                "CudaOptions: max_sequences {}, max_chunk_tokens {}, max_context {}, pool_positions {} must be positive",
                options.max_sequences, options.max_chunk_tokens, options.max_context, options.pool_positions);
     if (options.max_context == 0) options.max_context = std::min<int64_t>(config.max_position_embeddings, 16384);
-    DSV4_CHECK(config.index_n_heads == 0 || config.compress_ratios.empty() ||
-                   std::none_of(config.compress_ratios.begin(), config.compress_ratios.end(),
-                                [](int64_t r) { return r == 4; }) ||
-                   config.index_topk > 0,
-               "CSA layers need index_topk > 0");
+    // Configs the CPU computes but these kernels do not (docs/config.md): refused before anything is allocated.
+    bool any_csa = false;
+    for (int64_t block = 0; block < config.num_layers + config.num_mtp_layers; ++block)
+        any_csa |= config.block_compress_ratio(block) == 4;
+    DSV4_CHECK(!any_csa || config.index_topk > 0,
+               "index_topk 0 (CSA layers that select no compressed entry) is not supported by the CUDA backend; "
+               "use --backend cpu");
+    DSV4_CHECK(config.hc_mult == 2 || config.hc_mult == 4,
+               "hc_mult {} is not supported by the CUDA backend (its mHC kernels are built for 2 and 4 streams); "
+               "use --backend cpu",
+               config.hc_mult);
     m.config = config;
     m.host = std::move(weights);
     for (const BlockWeights& l : m.host.layers) {
