@@ -284,7 +284,8 @@ void parse_transformers_schedule(const Fields& f, ModelConfig& c, double& main_t
     if (const json* v = f.find("layer_types")) {
         layer_types = f.string_list("layer_types", *v);
         if (int64_t(layer_types.size()) < L)  // transformers keeps the first num_hidden_layers of a longer list
-            f.bad("layer_types", fmt::format("has {} entries, fewer than num_hidden_layers ({})", layer_types.size(), L));
+            f.bad("layer_types",
+                  fmt::format("has {} entries, fewer than num_hidden_layers ({})", layer_types.size(), L));
         layer_types.resize(size_t(L));
     } else if (!legacy_ratios.empty()) {
         if (int64_t(legacy_ratios.size()) < L)
@@ -371,7 +372,8 @@ void parse_transformers_schedule(const Fields& f, ModelConfig& c, double& main_t
                                   *p, factor));
         }
     } else if (rp) {
-        c.compress_rope.yarn = parse_rope_dict(f.sub(rp_key, *rp), c.max_position_embeddings, /*magnitude_pinned=*/true);
+        c.compress_rope.yarn =
+            parse_rope_dict(f.sub(rp_key, *rp), c.max_position_embeddings, /*magnitude_pinned=*/true);
     }
 }
 
@@ -424,9 +426,10 @@ void validate(const Fields& f, const ModelConfig& c) {
         positive("index_n_heads", c.index_n_heads);
         if (c.index_topk < 0) f.bad("index_topk", fmt::format("must be >= 0, got {}", c.index_topk));
         if (c.index_head_dim < c.rope_head_dim)  // equal: the indexer heads have no non-rotary part
-            f.bad("index_head_dim", fmt::format("{} is smaller than the rope dim {} (RoPE rotates the last rope dims of "
-                                                "an indexer head)",
-                                                c.index_head_dim, c.rope_head_dim));
+            f.bad("index_head_dim",
+                  fmt::format("{} is smaller than the rope dim {} (RoPE rotates the last rope dims of "
+                              "an indexer head)",
+                              c.index_head_dim, c.rope_head_dim));
     }
     if (c.scoring_func != "sqrtsoftplus")
         f.bad("scoring_func", fmt::format("'{}' is not supported by dsv4: it routes with 'sqrtsoftplus', the function "
@@ -460,9 +463,10 @@ ParsedConfig parse_config_json(const std::string& json_text, const std::string& 
         f.bad("model_type", fmt::format("'{}' is not 'deepseek_v4'{}", *type,
                                         *type == "deepseek_v41" ? " (DeepSeek-V4.1 is a different architecture)" : ""));
     if (auto act = f.opt_string("hidden_act"); act && *act != "silu")
-        f.bad("hidden_act", fmt::format("'{}' is not supported by dsv4: its experts use SwiGLU with 'silu', as DeepSeek's "
-                                        "code (transformers would apply '{}')",
-                                        *act, *act));
+        f.bad("hidden_act",
+              fmt::format("'{}' is not supported by dsv4: its experts use SwiGLU with 'silu', as DeepSeek's "
+                          "code (transformers would apply '{}')",
+                          *act, *act));
 
     ParsedConfig out;
     bool hf = false;
@@ -524,8 +528,9 @@ ParsedConfig parse_config_json(const std::string& json_text, const std::string& 
     // The schedule code below sizes lists by these two; the rest is validated once everything is read.
     // The upper bounds are far beyond any release (61 + 3); they stop a corrupt value from sizing huge lists.
     if (c.num_layers == 0)
-        f.bad("num_hidden_layers", "0 (embedding straight to the head) is not supported by dsv4: it needs at least one "
-                                   "decoder layer");
+        f.bad("num_hidden_layers",
+              "0 (embedding straight to the head) is not supported by dsv4: it needs at least one "
+              "decoder layer");
     if (c.num_layers < 0 || c.num_layers > 4096)
         f.bad("num_hidden_layers", fmt::format("must be in [1, 4096], got {}", c.num_layers));
     if (c.num_mtp_layers < 0 || c.num_mtp_layers > 64)

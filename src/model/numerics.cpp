@@ -40,7 +40,8 @@ const char* numerics_name(Numerics n) { return n == Numerics::kModel ? "model" :
 void check_numerics_support(const ModelConfig& c, Numerics numerics) {
     if (numerics != Numerics::kModel) return;
     bool any_csa = false;
-    for (int64_t block = 0; block < c.num_layers + c.num_mtp_layers; ++block) any_csa |= c.block_compress_ratio(block) == 4;
+    for (int64_t block = 0; block < c.num_layers + c.num_mtp_layers; ++block)
+        any_csa |= c.block_compress_ratio(block) == 4;
     const int64_t n = c.index_head_dim;
     DSV4_CHECK(!any_csa || (n > 0 && (n & (n - 1)) == 0),
                "index_head_dim {} is not supported in model numerics: the indexer's Hadamard rotation needs a power "

@@ -320,7 +320,8 @@ TEST(ConfigJson, NamesWhatDsv4DoesNotSupport) {
         {"hf attention factor", true, [](json& j) { j["rope_parameters"]["compress"]["attention_factor"] = 1.2; },
          "'rope_parameters.compress.attention_factor'"},
         // A nested yarn dict without attention_factor: transformers infers 0.1 ln(4) + 1 and scales cos/sin.
-        {"hf inferred attention factor", true, [](json& j) { j["rope_parameters"]["compress"].erase("attention_factor"); },
+        {"hf inferred attention factor", true,
+         [](json& j) { j["rope_parameters"]["compress"].erase("attention_factor"); },
          "'rope_parameters.compress.attention_factor'"},
         {"hf linear rope", true, [](json& j) { j["rope_parameters"]["compress"]["rope_type"] = "linear"; },
          "'rope_parameters.compress.rope_type'"},
@@ -377,7 +378,9 @@ TEST(ConfigJson, AcceptsTheEdgesTheReferencesCompute) {
     });
     EXPECT_TRUE(no_mtp.mtp_compress_ratios.empty());
     // HCA at any ratio other than 4.
-    EXPECT_EQ(hub([](json& j) { j["compress_ratios"] = {1, 4, 3, 5, 0}; }).compress_ratios,
+    EXPECT_EQ(hub([](json& j) {
+                  j["compress_ratios"] = {1, 4, 3, 5, 0};
+              }).compress_ratios,
               (std::vector<int64_t>{1, 4, 3, 5}));
     // Zero epsilons, no SwiGLU clamp, any routed scale.
     ModelConfig zeros = hub([](json& j) {

@@ -113,7 +113,9 @@ std::vector<size_t> split_points(size_t n, const ModelConfig& c) {
     return splits;
 }
 
-TEST(HfFixtures, AreCommitted) { EXPECT_GE(fixture_dirs().size(), 7u) << "tests/fixtures/ lost its golden fixtures"; }
+TEST(HfFixtures, AreCommitted) {
+    EXPECT_GE(fixture_dirs().size(), 7u) << "tests/fixtures/ lost its golden fixtures";
+}
 
 TEST_P(HfFixture, SplitPointsAreBitwiseChunkInvariant) {
     SequenceState full_state = model_->new_sequence();
