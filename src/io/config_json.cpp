@@ -380,26 +380,31 @@ void parse_transformers_schedule(const Fields& f, ModelConfig& c, double& main_t
 // What the model cannot compute, or dsv4 cannot yet; docs/config.md gives the reason for every rule (and for
 // the fields accepted although a stricter reading would refuse them).
 void validate(const Fields& f, const ModelConfig& c) {
-    auto positive = [&](const char* key, int64_t v) {  // a width or count of 0 leaves an empty weight
+    auto positive = [&](const char* key, int64_t v) {  // 0 fails in both references (an empty weight, a division)
         if (v <= 0) f.bad(key, fmt::format("must be > 0, got {}", v));
+    };
+    // 0 where transformers still computes something constant from an empty weight; negative is malformed.
+    auto nonzero = [&](const char* key, int64_t v, const char* what_zero_means) {
+        if (v < 0) f.bad(key, fmt::format("must be > 0, got {}", v));
+        if (v == 0) f.bad(key, fmt::format("0 is not supported by dsv4: {}", what_zero_means));
     };
     auto non_negative = [&](const char* key, double v) {
         if (v < 0) f.bad(key, fmt::format("must be >= 0, got {}", v));
     };
     positive("vocab_size", c.vocab_size);
-    positive("hidden_size", c.hidden_size);
+    nonzero("hidden_size", c.hidden_size, "an empty hidden state (every logit 0)");
     positive("num_hidden_layers", c.num_layers);
     positive("num_attention_heads", c.num_heads);
     positive("head_dim", c.head_dim);
-    positive("q_lora_rank", c.q_lora_rank);
+    nonzero("q_lora_rank", c.q_lora_rank, "every query would be 0");
     positive("o_groups", c.o_groups);
     positive("o_lora_rank", c.o_lora_rank);
     positive("sliding_window", c.sliding_window);  // DeepSeek's ring buffer takes positions modulo the window
-    positive("max_position_embeddings", c.max_position_embeddings);
+    nonzero("max_position_embeddings", c.max_position_embeddings, "dsv4 limits every sequence to it");
     positive("n_routed_experts", c.n_routed_experts);
-    positive("num_experts_per_tok", c.num_experts_per_tok);
-    positive("moe_intermediate_size", c.moe_intermediate_size);
-    positive("hc_mult", c.hc_mult);
+    nonzero("num_experts_per_tok", c.num_experts_per_tok, "no routed expert (the MoE would be its shared expert)");
+    nonzero("moe_intermediate_size", c.moe_intermediate_size, "experts of width 0 (the MoE would output 0)");
+    nonzero("hc_mult", c.hc_mult, "no residual stream (every logit 0)");
     // 0 Sinkhorn iterations: both references still do the first column normalization, so 0 computes as 1.
     if (c.hc_sinkhorn_iters < 0) f.bad("hc_sinkhorn_iters", fmt::format("must be >= 0, got {}", c.hc_sinkhorn_iters));
     if (c.rope_head_dim <= 0 || c.rope_head_dim % 2 != 0)

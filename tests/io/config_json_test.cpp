@@ -213,7 +213,6 @@ TEST(ConfigJson, RejectsBrokenConfigs) {
         {"wrong type", false, [](json& j) { j["hidden_size"] = "256"; }, "'hidden_size'"},
         {"float for int", false, [](json& j) { j["num_attention_heads"] = 4.5; }, "'num_attention_heads'"},
         {"bool for number", false, [](json& j) { j["rope_theta"] = true; }, "'rope_theta'"},
-        {"hidden size zero", false, [](json& j) { j["hidden_size"] = 0; }, "'hidden_size'"},
         {"hidden size negative", false, [](json& j) { j["hidden_size"] = -8; }, "'hidden_size'"},
         {"ratios shorter than layers", false,
          [](json& j) {
@@ -268,9 +267,9 @@ TEST(ConfigJson, RejectsBrokenConfigs) {
         {"index top-k negative", false, [](json& j) { j["index_topk"] = -1; }, "'index_topk'"},
         {"index heads zero", false, [](json& j) { j["index_n_heads"] = 0; }, "'index_n_heads'"},
         {"sinkhorn negative", false, [](json& j) { j["hc_sinkhorn_iters"] = -1; }, "'hc_sinkhorn_iters'"},
-        {"hc_mult zero", false, [](json& j) { j["hc_mult"] = 0; }, "'hc_mult'"},
+        {"hc_mult negative", false, [](json& j) { j["hc_mult"] = -1; }, "'hc_mult'"},
+        {"o_lora_rank zero", false, [](json& j) { j["o_lora_rank"] = 0; }, "'o_lora_rank'"},
         {"window zero", false, [](json& j) { j["sliding_window"] = 0; }, "'sliding_window'"},
-        {"no routed expert per token", false, [](json& j) { j["num_experts_per_tok"] = 0; }, "'num_experts_per_tok'"},
         {"hc eps negative", false, [](json& j) { j["hc_eps"] = -1e-6; }, "'hc_eps'"},
         {"rms eps negative", false, [](json& j) { j["rms_norm_eps"] = -1e-6; }, "'rms_norm_eps'"},
         {"swiglu limit negative", false, [](json& j) { j["swiglu_limit"] = -1.0; }, "'swiglu_limit'"},
@@ -309,6 +308,12 @@ TEST(ConfigJson, RejectsBrokenConfigs) {
 TEST(ConfigJson, NamesWhatDsv4DoesNotSupport) {
     const std::vector<BadCase> cases = {
         {"no decoder layer", false, [](json& j) { j["num_hidden_layers"] = 0; }, "'num_hidden_layers'"},
+        {"no routed expert per token", false, [](json& j) { j["num_experts_per_tok"] = 0; }, "'num_experts_per_tok'"},
+        {"zero-width experts", false, [](json& j) { j["moe_intermediate_size"] = 0; }, "'moe_intermediate_size'"},
+        {"zero-width queries", false, [](json& j) { j["q_lora_rank"] = 0; }, "'q_lora_rank'"},
+        {"no residual stream", false, [](json& j) { j["hc_mult"] = 0; }, "'hc_mult'"},
+        {"no hidden state", false, [](json& j) { j["hidden_size"] = 0; }, "'hidden_size'"},
+        {"no context", false, [](json& j) { j["max_position_embeddings"] = 0; }, "'max_position_embeddings'"},
         {"softmax routing", false, [](json& j) { j["scoring_func"] = "softmax"; }, "'scoring_func'"},
         {"sigmoid routing", false, [](json& j) { j["scoring_func"] = "sigmoid"; }, "'scoring_func'"},
         {"activation", false, [](json& j) { j["hidden_act"] = "gelu"; }, "'hidden_act'"},
