@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "core/error.h"
 
@@ -123,25 +124,51 @@ class Fields {
     std::string prefix_;
 };
 
+// YaRN's attention (magnitude) factor as transformers infers it when a rope dict does not set
+// attention_factor: get_mscale(factor [, mscale]) / get_mscale(factor [, mscale_all_dim]).
+double inferred_yarn_attention_factor(double factor, std::optional<double> mscale, std::optional<double> mscale_all) {
+    auto get_mscale = [&](double m) { return factor <= 1.0 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; };
+    if (mscale && *mscale != 0.0 && mscale_all && *mscale_all != 0.0)
+        return get_mscale(*mscale) / get_mscale(*mscale_all);
+    return get_mscale(1.0);
+}
+
 // A RoPE dict: the Hub's rope_scaling, or one of transformers' rope_parameters.{main,compress} (which may also
 // carry rope_theta and partial_rotary_factor, read by the caller). Returns the YaRN parameters or nullopt for
-// plain RoPE. Keys other than the ones read here (mscale, ...) do not change V4's RoPE and are ignored.
-std::optional<YarnParams> parse_rope_dict(const Fields& f) {
+// plain RoPE, read the way transformers reads them: original_max_position_embeddings defaults to
+// max_position_embeddings, a beta of 0 or null means its default (`beta_fast or 32`). `magnitude_pinned`: the
+// dict came flat (rope_scaling, or a flat rope_parameters), which DeepseekV4Config nests with attention_factor
+// forced to 1.0; a dict already nested is taken as-is, so a missing attention_factor is inferred from the factor.
+// V4 has no YaRN magnitude scaling (spec §6): a factor other than 1 is not supported. `truncate` is ignored, as
+// transformers reads it from the top level of the nested dict, where it never is.
+std::optional<YarnParams> parse_rope_dict(const Fields& f, int64_t max_position_embeddings, bool magnitude_pinned) {
     std::string type = f.opt_string("rope_type").value_or(f.opt_string("type").value_or("default"));
     if (type == "default") return std::nullopt;
     if (type != "yarn")
         f.bad(f.has("rope_type") ? "rope_type" : "type",
-              fmt::format("unsupported RoPE type '{}' (DeepSeek-V4 uses 'default' or 'yarn')", type));
+              fmt::format("RoPE type '{}' is not supported by dsv4 (DeepSeek-V4 uses 'default' or 'yarn')", type));
     YarnParams y;
     y.factor = f.req_number("factor");
-    y.original_max_position_embeddings = f.req_int("original_max_position_embeddings");
-    y.beta_fast = f.opt_number("beta_fast").value_or(32.0);
-    y.beta_slow = f.opt_number("beta_slow").value_or(1.0);
-    if (!(y.factor > 0)) f.bad("factor", "must be > 0");
-    if (y.original_max_position_embeddings <= 0) f.bad("original_max_position_embeddings", "must be > 0");
-    // V4 applies YaRN frequencies without YaRN's attention (magnitude) factor; transformers pins it to 1.0.
-    if (auto af = f.opt_number("attention_factor"); af && *af != 1.0)
-        f.bad("attention_factor", fmt::format("{} is not supported: DeepSeek-V4 uses no YaRN magnitude scaling", *af));
+    y.original_max_position_embeddings =
+        f.opt_int("original_max_position_embeddings").value_or(max_position_embeddings);
+    if (!(y.factor > 0)) f.bad("factor", fmt::format("must be > 0, got {}", y.factor));
+    if (y.original_max_position_embeddings <= 0)
+        f.bad("original_max_position_embeddings",
+              fmt::format("must be > 0, got {}", y.original_max_position_embeddings));
+    for (auto [key, fallback, out] : {std::tuple{"beta_fast", 32.0, &y.beta_fast}, {"beta_slow", 1.0, &y.beta_slow}}) {
+        double v = f.opt_number(key).value_or(0.0);
+        if (v < 0)  // YaRN's correction range takes log(original / (beta * 2 pi))
+            f.bad(key, fmt::format("must be >= 0 (0 means the default {}), got {}", fallback, v));
+        *out = v == 0.0 ? fallback : v;
+    }
+    std::optional<double> af = f.opt_number("attention_factor");
+    if (!af && !magnitude_pinned)
+        af = inferred_yarn_attention_factor(y.factor, f.opt_number("mscale"), f.opt_number("mscale_all_dim"));
+    if (af && *af != 1.0)
+        f.bad("attention_factor",
+              fmt::format("{} YaRN magnitude scaling{} is not supported by dsv4: DeepSeek-V4 scales no cos/sin "
+                          "(set \"attention_factor\": 1.0, as transformers does for a flat rope dict)",
+                          *af, f.has("attention_factor") ? "" : " (transformers' default for this nested dict)"));
     return y;
 }
 
@@ -230,22 +257,25 @@ void parse_transformers_schedule(const Fields& f, ModelConfig& c, double& main_t
     const int64_t L = c.num_layers;
 
     int64_t csa_rate = 4, hca_rate = 128;
-    if (const json* rates = f.find("compress_rates")) {
+    if (const json* rates = f.find("compress_rates")) {  // transformers reads these two keys and no others
         Fields r = f.sub("compress_rates", *rates);
-        for (const auto& [key, value] : rates->items()) {
-            (void)value;
-            if (key != kCsa && key != kHca)
-                r.bad(key, "unknown layer type (expected " + std::string(kCsa) + " or " + kHca + ")");
-        }
         csa_rate = r.opt_int(kCsa).value_or(csa_rate);
         hca_rate = r.opt_int(kHca).value_or(hca_rate);
     }
     csa_rate = f.opt_int("compress_rate_csa").value_or(csa_rate);
     hca_rate = f.opt_int("compress_rate_hca").value_or(hca_rate);
-    // The CSA/HCA distinction (overlapping compressor + indexer) is keyed on m == 4 throughout the model.
-    if (csa_rate != 4) f.bad("compress_rates", fmt::format("the {} rate must be 4, got {}", kCsa, csa_rate));
-    if (hca_rate <= 0 || hca_rate == 4)
-        f.bad("compress_rates", fmt::format("the {} rate must be > 0 and != 4, got {}", kHca, hca_rate));
+    if (csa_rate <= 0 || hca_rate <= 0)  // a window of m tokens; transformers divides by m
+        f.bad("compress_rates", fmt::format("rates must be > 0, got {} {} and {} {}", kCsa, csa_rate, kHca, hca_rate));
+    // transformers would run CSA at any rate and HCA at rate 4, but DeepSeek's code and this engine tell the two
+    // apart by the ratio alone (overlapping compressor + indexer <=> m == 4, spec §2.3), so neither is expressible.
+    if (csa_rate != 4)
+        f.bad("compress_rates", fmt::format("a {} rate of {} is not supported by dsv4: CSA is the ratio-4 layer "
+                                            "(overlapping windows and the indexer are keyed on m == 4)",
+                                            kCsa, csa_rate));
+    if (hca_rate == 4)
+        f.bad("compress_rates", fmt::format("a {} rate of 4 is not supported by dsv4: ratio 4 means CSA (overlapping "
+                                            "windows and an indexer); use any other rate",
+                                            kHca));
 
     std::vector<int64_t> legacy_ratios;
     if (const json* v = f.find("compress_ratios")) legacy_ratios = f.int_list("compress_ratios", *v);
@@ -253,8 +283,10 @@ void parse_transformers_schedule(const Fields& f, ModelConfig& c, double& main_t
     std::vector<std::string> layer_types;
     if (const json* v = f.find("layer_types")) {
         layer_types = f.string_list("layer_types", *v);
-        if (int64_t(layer_types.size()) != L)
-            f.bad("layer_types", fmt::format("has {} entries, num_hidden_layers is {}", layer_types.size(), L));
+        if (int64_t(layer_types.size()) < L)  // transformers keeps the first num_hidden_layers of a longer list
+            f.bad("layer_types",
+                  fmt::format("has {} entries, fewer than num_hidden_layers ({})", layer_types.size(), L));
+        layer_types.resize(size_t(L));
     } else if (!legacy_ratios.empty()) {
         if (int64_t(legacy_ratios.size()) < L)
             f.bad("compress_ratios",
@@ -286,9 +318,9 @@ void parse_transformers_schedule(const Fields& f, ModelConfig& c, double& main_t
 
     if (const json* v = f.find("mlp_layer_types")) {
         auto types = f.string_list("mlp_layer_types", *v);
-        if (int64_t(types.size()) != L)
-            f.bad("mlp_layer_types", fmt::format("has {} entries, num_hidden_layers is {}", types.size(), L));
-        for (size_t i = 0; i < types.size(); ++i)
+        if (int64_t(types.size()) < L)
+            f.bad("mlp_layer_types", fmt::format("has {} entries, fewer than num_hidden_layers ({})", types.size(), L));
+        for (size_t i = 0; i < size_t(L); ++i)
             c.mlp_types.push_back(parse_mlp_type(f, fmt::format("mlp_layer_types[{}]", i), types[i]));
     } else {
         int64_t n_hash = f.opt_int("num_hash_layers").value_or(3);
@@ -296,78 +328,99 @@ void parse_transformers_schedule(const Fields& f, ModelConfig& c, double& main_t
         for (int64_t i = 0; i < L; ++i) c.mlp_types.push_back(i < n_hash ? MlpType::kHashMoe : MlpType::kMoe);
     }
 
-    // partial_rotary_factor (or legacy qk_rope_head_dim) sizes the rope slice of every head.
+    // partial_rotary_factor (or legacy qk_rope_head_dim) sizes the rope slice of every head; transformers takes
+    // int(head_dim * factor), truncating, and the same double arithmetic here gives the same number.
     double factor = 64.0 / 512.0;
     if (auto p = f.opt_number("partial_rotary_factor"))
         factor = *p;
     else if (auto r = f.opt_int("qk_rope_head_dim"))
         factor = double(*r) / double(c.head_dim);
-    double rope_dim = double(c.head_dim) * factor;
-    c.rope_head_dim = factor > 0 && factor <= 1 ? int64_t(std::lround(rope_dim)) : 0;
-    if (c.rope_head_dim == 0 || std::fabs(rope_dim - double(c.rope_head_dim)) > 1e-6)
+    const double rope_dim = std::trunc(double(c.head_dim) * factor);
+    c.rope_head_dim = rope_dim >= 0 && rope_dim <= double(c.head_dim) ? int64_t(rope_dim) : -1;
+    if (c.rope_head_dim <= 0 || c.rope_head_dim % 2 != 0)
         f.bad("partial_rotary_factor",
-              fmt::format("{} times head_dim {} is not a whole number of dimensions in (0, head_dim]", factor,
-                          c.head_dim));
+              fmt::format("{} x head_dim {} gives a rope slice of {} dims; it must be even (RoPE rotates pairs) and "
+                          "in [2, head_dim]",
+                          factor, c.head_dim, rope_dim));
     if (auto r = f.opt_int("qk_rope_head_dim"); r && *r != c.rope_head_dim)
         f.bad("qk_rope_head_dim",
-              fmt::format("{} disagrees with partial_rotary_factor * head_dim = {}", *r, c.rope_head_dim));
+              fmt::format("{} disagrees with partial_rotary_factor x head_dim = {}", *r, c.rope_head_dim));
 
-    // rope_parameters: nested {main, compress} as saved by transformers, or a flat dict (older saves; it then
-    // describes the compress rope, with the thetas at the top level). Legacy rope_scaling is the same flat dict.
-    const json* rp = f.find("rope_parameters");
-    std::string rp_key = "rope_parameters";
-    if (!rp) {
-        rp = f.find("rope_scaling");
-        rp_key = "rope_scaling";
+    // The rope dict: rope_scaling if set (transformers' `rope_scaling or rope_parameters`), else rope_parameters;
+    // nested {main, compress} as saved by transformers, or a flat dict (older saves; it then describes the
+    // compress rope, with the thetas at the top level). A nested sub-dict without rope_theta takes the top-level
+    // rope_theta, for both labels, as transformers' standardize_rope_params does.
+    const json* rp = f.find("rope_scaling");
+    std::string rp_key = "rope_scaling";
+    if (!rp || (rp->is_object() && rp->empty())) {
+        rp = f.find("rope_parameters");
+        rp_key = "rope_parameters";
     }
     if (rp && rp->is_object() && rp->contains("main") && rp->contains("compress")) {
         Fields all = f.sub(rp_key, *rp);
+        const double top_theta = main_theta;
         for (const char* label : {"main", "compress"}) {
             Fields d = all.sub(label, all.require(label));
-            RopeParams& out = std::string(label) == "main" ? c.main_rope : c.compress_rope;
-            out.yarn = parse_rope_dict(d);
-            (std::string(label) == "main" ? main_theta : compress_theta) =
-                d.opt_number("rope_theta").value_or(std::string(label) == "main" ? main_theta : compress_theta);
+            const bool main = std::string(label) == "main";
+            (main ? c.main_rope : c.compress_rope).yarn =
+                parse_rope_dict(d, c.max_position_embeddings, /*magnitude_pinned=*/false);
+            (main ? main_theta : compress_theta) = d.opt_number("rope_theta").value_or(top_theta);
             if (auto p = d.opt_number("partial_rotary_factor"); p && std::fabs(*p - factor) > 1e-9)
-                d.bad("partial_rotary_factor", fmt::format("{} disagrees with the top-level value {}", *p, factor));
+                d.bad("partial_rotary_factor",
+                      fmt::format("{} disagrees with the top-level value {} (dsv4 has one rope slice for both "
+                                  "RoPE types, as DeepSeek's code)",
+                                  *p, factor));
         }
     } else if (rp) {
-        c.compress_rope.yarn = parse_rope_dict(f.sub(rp_key, *rp));
+        c.compress_rope.yarn =
+            parse_rope_dict(f.sub(rp_key, *rp), c.max_position_embeddings, /*magnitude_pinned=*/true);
     }
 }
 
+// What the model cannot compute, or dsv4 cannot yet; docs/config.md gives the reason for every rule (and for
+// the fields accepted although a stricter reading would refuse them).
 void validate(const Fields& f, const ModelConfig& c) {
-    auto positive = [&](const char* key, int64_t v) {
+    auto positive = [&](const char* key, int64_t v) {  // 0 fails in both references (an empty weight, a division)
         if (v <= 0) f.bad(key, fmt::format("must be > 0, got {}", v));
     };
+    // 0 where transformers still computes something constant from an empty weight; negative is malformed.
+    auto nonzero = [&](const char* key, int64_t v, const char* what_zero_means) {
+        if (v < 0) f.bad(key, fmt::format("must be > 0, got {}", v));
+        if (v == 0) f.bad(key, fmt::format("0 is not supported by dsv4: {}", what_zero_means));
+    };
+    auto non_negative = [&](const char* key, double v) {
+        if (v < 0) f.bad(key, fmt::format("must be >= 0, got {}", v));
+    };
     positive("vocab_size", c.vocab_size);
-    positive("hidden_size", c.hidden_size);
+    nonzero("hidden_size", c.hidden_size, "an empty hidden state (every logit 0)");
     positive("num_hidden_layers", c.num_layers);
     positive("num_attention_heads", c.num_heads);
     positive("head_dim", c.head_dim);
-    positive("q_lora_rank", c.q_lora_rank);
+    nonzero("q_lora_rank", c.q_lora_rank, "every query would be 0");
     positive("o_groups", c.o_groups);
     positive("o_lora_rank", c.o_lora_rank);
-    positive("sliding_window", c.sliding_window);
-    positive("max_position_embeddings", c.max_position_embeddings);
+    positive("sliding_window", c.sliding_window);  // DeepSeek's ring buffer takes positions modulo the window
+    nonzero("max_position_embeddings", c.max_position_embeddings, "dsv4 limits every sequence to it");
     positive("n_routed_experts", c.n_routed_experts);
-    positive("num_experts_per_tok", c.num_experts_per_tok);
-    positive("moe_intermediate_size", c.moe_intermediate_size);
-    positive("hc_mult", c.hc_mult);
-    positive("hc_sinkhorn_iters", c.hc_sinkhorn_iters);
-    if (c.num_kv_heads != 1)
-        f.bad("num_key_value_heads", fmt::format("must be 1 (one shared latent K=V head), got {}", c.num_kv_heads));
+    nonzero("num_experts_per_tok", c.num_experts_per_tok, "no routed expert (the MoE would be its shared expert)");
+    nonzero("moe_intermediate_size", c.moe_intermediate_size, "experts of width 0 (the MoE would output 0)");
+    nonzero("hc_mult", c.hc_mult, "no residual stream (every logit 0)");
+    // 0 Sinkhorn iterations: both references still do the first column normalization, so 0 computes as 1.
+    if (c.hc_sinkhorn_iters < 0) f.bad("hc_sinkhorn_iters", fmt::format("must be >= 0, got {}", c.hc_sinkhorn_iters));
     if (c.rope_head_dim <= 0 || c.rope_head_dim % 2 != 0)
         f.bad("qk_rope_head_dim", fmt::format("must be even and > 0 (RoPE rotates pairs), got {}", c.rope_head_dim));
-    if (c.head_dim <= c.rope_head_dim)
-        f.bad("head_dim", fmt::format("{} must exceed the rope dim {} (the rest is the no-rope part)", c.head_dim,
-                                      c.rope_head_dim));
-    if (c.num_heads % c.o_groups != 0)
-        f.bad("o_groups", fmt::format("{} does not divide num_attention_heads {}", c.o_groups, c.num_heads));
+    if (c.head_dim < c.rope_head_dim)  // equal: every dim rotates, no nope part
+        f.bad("head_dim", fmt::format("{} is smaller than the rope dim {} (RoPE rotates the last rope dims of a head)",
+                                      c.head_dim, c.rope_head_dim));
+    // The grouped output projection splits the H * head_dim outputs into o_groups equal runs; a group may end
+    // inside a head.
+    if ((c.num_heads * c.head_dim) % c.o_groups != 0)
+        f.bad("o_groups", fmt::format("{} does not divide num_attention_heads x head_dim = {}", c.o_groups,
+                                      c.num_heads * c.head_dim));
     if (c.num_experts_per_tok > c.n_routed_experts)
         f.bad("num_experts_per_tok",
               fmt::format("{} exceeds n_routed_experts {}", c.num_experts_per_tok, c.n_routed_experts));
-    if (c.n_shared_experts != 1)
+    if (c.n_shared_experts != 1)  // DeepSeek's MoE asserts it; transformers ignores the field and builds one
         f.bad("n_shared_experts",
               fmt::format("must be 1 (DeepSeek-V4 has one shared expert), got {}", c.n_shared_experts));
 
@@ -376,22 +429,27 @@ void validate(const Fields& f, const ModelConfig& c) {
     for (int64_t m : c.mtp_compress_ratios) any_csa |= m == 4;
     if (any_csa) {  // only CSA layers have an indexer
         positive("index_n_heads", c.index_n_heads);
-        positive("index_topk", c.index_topk);
-        if (c.index_head_dim <= c.rope_head_dim)
-            f.bad("index_head_dim", fmt::format("{} must exceed the rope dim {}", c.index_head_dim, c.rope_head_dim));
+        if (c.index_topk < 0) f.bad("index_topk", fmt::format("must be >= 0, got {}", c.index_topk));
+        if (c.index_head_dim < c.rope_head_dim)  // equal: the indexer heads have no non-rotary part
+            f.bad("index_head_dim",
+                  fmt::format("{} is smaller than the rope dim {} (RoPE rotates the last rope dims of "
+                              "an indexer head)",
+                              c.index_head_dim, c.rope_head_dim));
     }
-    if (c.scoring_func != "sqrtsoftplus" && c.scoring_func != "softmax" && c.scoring_func != "sigmoid")
-        f.bad("scoring_func", fmt::format("unknown scoring function '{}'", c.scoring_func));
-    if (c.topk_method != "noaux_tc")
-        f.bad("topk_method", fmt::format("'{}' is not supported (expected 'noaux_tc')", c.topk_method));
-    if (!(c.routed_scaling_factor > 0)) f.bad("routed_scaling_factor", "must be > 0");
-    if (c.swiglu_limit < 0) f.bad("swiglu_limit", "must be >= 0 (0 disables the clamp)");
-    if (!(c.hc_eps > 0)) f.bad("hc_eps", "must be > 0");
-    if (!(c.rms_norm_eps > 0)) f.bad("rms_norm_eps", "must be > 0");
-    if (!(c.main_rope.theta > 0)) f.bad("rope_theta", "must be > 0");
-    if (!(c.compress_rope.theta > 0)) f.bad("compress_rope_theta", "must be > 0");
-    if (c.bos_token_id < 0 || c.bos_token_id >= c.vocab_size) f.bad("bos_token_id", "is outside the vocabulary");
-    if (c.eos_token_id < 0 || c.eos_token_id >= c.vocab_size) f.bad("eos_token_id", "is outside the vocabulary");
+    if (c.scoring_func != "sqrtsoftplus")
+        f.bad("scoring_func", fmt::format("'{}' is not supported by dsv4: it routes with 'sqrtsoftplus', the function "
+                                          "of every DeepSeek-V4 release",
+                                          c.scoring_func));
+    // swiglu_limit 0 disables the clamp (DeepSeek's `if swiglu_limit > 0`); transformers would clamp to [0, 0].
+    if (c.swiglu_limit < 0)
+        f.bad("swiglu_limit", fmt::format("must be >= 0 (0 disables the clamp), got {}", c.swiglu_limit));
+    non_negative("hc_eps", c.hc_eps);
+    non_negative("rms_norm_eps", c.rms_norm_eps);
+    for (auto [key, rope] : {std::pair{"rope_theta", &c.main_rope}, {"compress_rope_theta", &c.compress_rope}}) {
+        if (!(rope->theta > 0)) f.bad(key, fmt::format("must be > 0, got {}", rope->theta));
+        if (rope->yarn && rope->theta == 1.0)  // YaRN's correction range divides by ln(theta)
+            f.bad(key, "must not be 1 with YaRN (its correction range divides by ln theta)");
+    }
 }
 
 }  // namespace
@@ -410,7 +468,10 @@ ParsedConfig parse_config_json(const std::string& json_text, const std::string& 
         f.bad("model_type", fmt::format("'{}' is not 'deepseek_v4'{}", *type,
                                         *type == "deepseek_v41" ? " (DeepSeek-V4.1 is a different architecture)" : ""));
     if (auto act = f.opt_string("hidden_act"); act && *act != "silu")
-        f.bad("hidden_act", fmt::format("'{}' is not supported (DeepSeek-V4 uses 'silu')", *act));
+        f.bad("hidden_act",
+              fmt::format("'{}' is not supported by dsv4: its experts use SwiGLU with 'silu', as DeepSeek's "
+                          "code (transformers would apply '{}')",
+                          *act, *act));
 
     ParsedConfig out;
     bool hf = false;
@@ -425,6 +486,7 @@ ParsedConfig parse_config_json(const std::string& json_text, const std::string& 
     c.hidden_size = f.int_or_default("hidden_size", req, 4096);
     c.num_layers = f.int_or_default("num_hidden_layers", req, 43);
     c.num_heads = f.int_or_default("num_attention_heads", req, 64);
+    // Read, never used: transformers' V4 ignores it and DeepSeek's code has no such field; both run one K=V head.
     c.num_kv_heads = f.opt_int("num_key_value_heads").value_or(1);
     c.head_dim = f.int_or_default("head_dim", req, 512);
     c.q_lora_rank = f.int_or_default("q_lora_rank", req, 1024);
@@ -440,6 +502,8 @@ ParsedConfig parse_config_json(const std::string& json_text, const std::string& 
     c.num_experts_per_tok = f.int_or_default("num_experts_per_tok", req, 6);
     c.moe_intermediate_size = f.int_or_default("moe_intermediate_size", req, 2048);
     c.scoring_func = f.opt_string("scoring_func").value_or("sqrtsoftplus");
+    // topk_method and norm_topk_prob: read, never used; neither reference reads them (flat top-k over score + bias,
+    // weights always normalized).
     c.topk_method = f.opt_string("topk_method").value_or("noaux_tc");
     c.norm_topk_prob = f.opt_bool("norm_topk_prob").value_or(true);
     c.routed_scaling_factor = f.number_or_default("routed_scaling_factor", req, 1.5);
@@ -468,7 +532,11 @@ ParsedConfig parse_config_json(const std::string& json_text, const std::string& 
     double compress_theta = f.number_or_default("compress_rope_theta", req, 160000.0);
     // The schedule code below sizes lists by these two; the rest is validated once everything is read.
     // The upper bounds are far beyond any release (61 + 3); they stop a corrupt value from sizing huge lists.
-    if (c.num_layers <= 0 || c.num_layers > 4096)
+    if (c.num_layers == 0)
+        f.bad("num_hidden_layers",
+              "0 (embedding straight to the head) is not supported by dsv4: it needs at least one "
+              "decoder layer");
+    if (c.num_layers < 0 || c.num_layers > 4096)
         f.bad("num_hidden_layers", fmt::format("must be in [1, 4096], got {}", c.num_layers));
     if (c.num_mtp_layers < 0 || c.num_mtp_layers > 64)
         f.bad("num_nextn_predict_layers", fmt::format("must be in [0, 64], got {}", c.num_mtp_layers));
@@ -478,12 +546,13 @@ ParsedConfig parse_config_json(const std::string& json_text, const std::string& 
     } else {
         c.rope_head_dim = f.req_int("qk_rope_head_dim");
         split_hub_compress_ratios(f, f.int_list("compress_ratios", f.require("compress_ratios")), c);
-        int64_t n_hash = f.req_int("num_hash_layers");
-        if (n_hash < 0 || n_hash > c.num_layers)
-            f.bad("num_hash_layers", fmt::format("{} is outside [0, num_hidden_layers = {}]", n_hash, c.num_layers));
+        int64_t n_hash = f.req_int("num_hash_layers");  // more than num_hidden_layers: every layer, as both references
+        if (n_hash < 0) f.bad("num_hash_layers", fmt::format("must be >= 0, got {}", n_hash));
         for (int64_t i = 0; i < c.num_layers; ++i)
             c.mlp_types.push_back(i < n_hash ? MlpType::kHashMoe : MlpType::kMoe);
-        if (const json* rs = f.find("rope_scaling")) c.compress_rope.yarn = parse_rope_dict(f.sub("rope_scaling", *rs));
+        if (const json* rs = f.find("rope_scaling"))
+            c.compress_rope.yarn =
+                parse_rope_dict(f.sub("rope_scaling", *rs), c.max_position_embeddings, /*magnitude_pinned=*/true);
     }
     c.main_rope.theta = main_theta;
     c.compress_rope.theta = compress_theta;

@@ -26,7 +26,9 @@ CpuModel::CpuModel(const ModelConfig& config, ModelWeights weights, Numerics num
       pool_(std::make_unique<ThreadPool>(threads)),
       precision_(numerics, *pool_),
       main_rope_(cpu::make_rope_table(config.rope_head_dim, config.main_rope)),
-      compress_rope_(cpu::make_rope_table(config.rope_head_dim, config.compress_rope)) {}
+      compress_rope_(cpu::make_rope_table(config.rope_head_dim, config.compress_rope)) {
+    check_numerics_support(config, numerics);
+}
 
 SequenceState CpuModel::new_sequence() const {
     SequenceState s;

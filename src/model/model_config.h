@@ -31,9 +31,9 @@ struct ModelConfig {
     int64_t hidden_size = 0;            // D
     int64_t num_layers = 0;             // L, trunk layers (MTP not counted)
     int64_t num_heads = 0;              // H
-    int64_t num_kv_heads = 1;           // always 1 (shared latent K=V head)
+    int64_t num_kv_heads = 1;           // as written; unused: the model has one shared latent K=V head
     int64_t head_dim = 0;               // d
-    int64_t rope_head_dim = 0;          // r: trailing dims of each head that get RoPE
+    int64_t rope_head_dim = 0;          // r: trailing dims of each head that get RoPE (may be all of them)
     int64_t q_lora_rank = 0;
     int64_t o_groups = 0;               // g
     int64_t o_lora_rank = 0;

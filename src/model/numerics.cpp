@@ -37,6 +37,18 @@ Numerics parse_numerics(std::string_view name) {
 
 const char* numerics_name(Numerics n) { return n == Numerics::kModel ? "model" : "reference"; }
 
+void check_numerics_support(const ModelConfig& c, Numerics numerics) {
+    if (numerics != Numerics::kModel) return;
+    bool any_csa = false;
+    for (int64_t block = 0; block < c.num_layers + c.num_mtp_layers; ++block)
+        any_csa |= c.block_compress_ratio(block) == 4;
+    const int64_t n = c.index_head_dim;
+    DSV4_CHECK(!any_csa || (n > 0 && (n & (n - 1)) == 0),
+               "index_head_dim {} is not supported in model numerics: the indexer's Hadamard rotation needs a power "
+               "of two (DeepSeek's code too); use --numerics reference",
+               n);
+}
+
 void Precision::activation(float* x, int64_t n) const {
     if (model()) cpu::round_bf16(x, n);
 }

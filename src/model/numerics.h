@@ -10,6 +10,7 @@
 
 #include "core/quantized_matrix.h"
 #include "core/thread_pool.h"
+#include "model/model_config.h"
 
 namespace dsv4 {
 
@@ -17,6 +18,11 @@ enum class Numerics { kReference, kModel };
 
 Numerics parse_numerics(std::string_view name);  // "reference" | "model"; throws dsv4::Error otherwise
 const char* numerics_name(Numerics n);
+
+// Refuses, with a dsv4::Error naming the field, a config whose shapes `numerics` cannot compute: in model numerics
+// the indexer's Hadamard rotation needs a power-of-two index_head_dim (DeepSeek's code too). Reference numerics
+// computes every config the config reader accepts.
+void check_numerics_support(const ModelConfig& config, Numerics numerics);
 
 class Precision {
 public:

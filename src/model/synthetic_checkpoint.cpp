@@ -455,8 +455,9 @@ void check_writable(const ModelConfig& c) {
                "synthetic checkpoint: the config's per-layer lists do not match its layer counts");
     DSV4_CHECK(c.expert_dtype == ExpertDtype::kBf16 || c.fp8_quantized,
                "synthetic checkpoint: quantized experts need an fp8-quantized config");
-    DSV4_CHECK(c.num_heads % c.o_groups == 0, "synthetic checkpoint: o_groups {} does not divide {} heads", c.o_groups,
-               c.num_heads);
+    DSV4_CHECK((c.num_heads * c.head_dim) % c.o_groups == 0,
+               "synthetic checkpoint: o_groups {} does not divide {} heads x {} dims", c.o_groups, c.num_heads,
+               c.head_dim);
 }
 
 }  // namespace

@@ -30,7 +30,8 @@ inline std::vector<std::string> fixtures() {
     const fs::path root = fs::path(DSV4_SOURCE_DIR) / "tests" / "fixtures";
     if (fs::exists(root))
         for (const auto& entry : fs::directory_iterator(root))
-            if (fs::exists(entry.path() / "golden.safetensors")) names.push_back(entry.path().filename().string());
+            if (fs::exists(entry.path() / "golden.safetensors"))
+                names.push_back(entry.path().filename().string());
     std::sort(names.begin(), names.end());
     names.push_back(kOfficial);
     return names;

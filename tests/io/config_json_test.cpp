@@ -213,7 +213,6 @@ TEST(ConfigJson, RejectsBrokenConfigs) {
         {"wrong type", false, [](json& j) { j["hidden_size"] = "256"; }, "'hidden_size'"},
         {"float for int", false, [](json& j) { j["num_attention_heads"] = 4.5; }, "'num_attention_heads'"},
         {"bool for number", false, [](json& j) { j["rope_theta"] = true; }, "'rope_theta'"},
-        {"hidden size zero", false, [](json& j) { j["hidden_size"] = 0; }, "'hidden_size'"},
         {"hidden size negative", false, [](json& j) { j["hidden_size"] = -8; }, "'hidden_size'"},
         {"ratios shorter than layers", false,
          [](json& j) {
@@ -227,20 +226,10 @@ TEST(ConfigJson, RejectsBrokenConfigs) {
          "'compress_ratios'"},
         {"negative ratio", false, [](json& j) { j["compress_ratios"][1] = -4; }, "'compress_ratios[1]'"},
         {"ratios not a list", false, [](json& j) { j["compress_ratios"] = 4; }, "'compress_ratios'"},
-        {"head dim not > rope", false, [](json& j) { j["qk_rope_head_dim"] = 128; }, "'head_dim'"},
         {"rope dim odd", false, [](json& j) { j["qk_rope_head_dim"] = 63; }, "'qk_rope_head_dim'"},
         {"top-k > experts", false, [](json& j) { j["num_experts_per_tok"] = 9; }, "'num_experts_per_tok'"},
-        {"o_groups", false, [](json& j) { j["o_groups"] = 3; }, "'o_groups'"},
-        {"kv heads", false, [](json& j) { j["num_key_value_heads"] = 2; }, "'num_key_value_heads'"},
         {"shared experts", false, [](json& j) { j["n_shared_experts"] = 2; }, "'n_shared_experts'"},
-        {"hash layers > L", false, [](json& j) { j["num_hash_layers"] = 5; }, "'num_hash_layers'"},
-        {"index head dim", false, [](json& j) { j["index_head_dim"] = 64; }, "'index_head_dim'"},
-        {"scoring", false, [](json& j) { j["scoring_func"] = "relu"; }, "'scoring_func'"},
-        {"topk method", false, [](json& j) { j["topk_method"] = "group_limited_greedy"; }, "'topk_method'"},
-        {"activation", false, [](json& j) { j["hidden_act"] = "gelu"; }, "'hidden_act'"},
         {"model type", false, [](json& j) { j["model_type"] = "deepseek_v41"; }, "'model_type'"},
-        {"eos outside vocab", false, [](json& j) { j["eos_token_id"] = 512; }, "'eos_token_id'"},
-        {"rope type", false, [](json& j) { j["rope_scaling"]["type"] = "longrope"; }, "'rope_scaling.type'"},
         {"yarn factor", false, [](json& j) { j["rope_scaling"].erase("factor"); }, "'rope_scaling.factor'"},
         {"yarn factor type", false, [](json& j) { j["rope_scaling"]["factor"] = "4"; }, "'rope_scaling.factor'"},
         {"quant method", false, [](json& j) { j["quantization_config"]["quant_method"] = "gptq"; },
@@ -259,24 +248,53 @@ TEST(ConfigJson, RejectsBrokenConfigs) {
         {"hf unknown layer type", true, [](json& j) { j["layer_types"][2] = "full_attention"; }, "'layer_types[2]'"},
         {"hf layer types length", true, [](json& j) { j["layer_types"].erase(3); }, "'layer_types'"},
         {"hf unknown mlp type", true, [](json& j) { j["mlp_layer_types"][0] = "dense"; }, "'mlp_layer_types[0]'"},
-        {"hf mlp types length", true, [](json& j) { j["mlp_layer_types"].push_back("moe"); }, "'mlp_layer_types'"},
-        {"hf csa rate", true, [](json& j) { j["compress_rates"]["compressed_sparse_attention"] = 8; },
-         "'compress_rates'"},
-        {"hf unknown rate key", true, [](json& j) { j["compress_rates"]["sliding_attention"] = 1; },
-         "'compress_rates.sliding_attention'"},
-        {"hf partial factor", true, [](json& j) { j["partial_rotary_factor"] = 0.3; }, "'partial_rotary_factor'"},
+        {"hf partial factor odd", true, [](json& j) { j["partial_rotary_factor"] = 0.3; }, "'partial_rotary_factor'"},
         {"hf partial factor disagrees", true,
          [](json& j) { j["rope_parameters"]["compress"]["partial_rotary_factor"] = 0.5; },
          "'rope_parameters.compress.partial_rotary_factor'"},
-        {"hf attention factor", true, [](json& j) { j["rope_parameters"]["compress"]["attention_factor"] = 1.2; },
-         "'rope_parameters.compress.attention_factor'"},
         {"hf rope dim odd", true,
          [](json& j) {
              for (auto* p : {&j, &j["rope_parameters"]["main"], &j["rope_parameters"]["compress"]})
                  (*p)["partial_rotary_factor"] = 7.0 / 32.0;
          },
-         "'qk_rope_head_dim'"},
+         "'partial_rotary_factor'"},
         {"hf layer types not strings", true, [](json& j) { j["layer_types"][0] = 0; }, "'layer_types[0]'"},
+        // What neither reference can compute.
+        {"head dim < rope", false, [](json& j) { j["qk_rope_head_dim"] = 130; }, "'head_dim'"},
+        {"index head dim < rope", false, [](json& j) { j["index_head_dim"] = 32; }, "'index_head_dim'"},
+        {"o_groups splits no H x d evenly", false, [](json& j) { j["o_groups"] = 3; }, "'o_groups'"},
+        {"hash layers negative", false, [](json& j) { j["num_hash_layers"] = -1; }, "'num_hash_layers'"},
+        {"index top-k negative", false, [](json& j) { j["index_topk"] = -1; }, "'index_topk'"},
+        {"index heads zero", false, [](json& j) { j["index_n_heads"] = 0; }, "'index_n_heads'"},
+        {"sinkhorn negative", false, [](json& j) { j["hc_sinkhorn_iters"] = -1; }, "'hc_sinkhorn_iters'"},
+        {"hc_mult negative", false, [](json& j) { j["hc_mult"] = -1; }, "'hc_mult'"},
+        {"o_lora_rank zero", false, [](json& j) { j["o_lora_rank"] = 0; }, "'o_lora_rank'"},
+        {"window zero", false, [](json& j) { j["sliding_window"] = 0; }, "'sliding_window'"},
+        {"hc eps negative", false, [](json& j) { j["hc_eps"] = -1e-6; }, "'hc_eps'"},
+        {"rms eps negative", false, [](json& j) { j["rms_norm_eps"] = -1e-6; }, "'rms_norm_eps'"},
+        {"swiglu limit negative", false, [](json& j) { j["swiglu_limit"] = -1.0; }, "'swiglu_limit'"},
+        {"rope theta zero", false, [](json& j) { j["rope_theta"] = 0.0; }, "'rope_theta'"},
+        {"yarn theta one", false, [](json& j) { j["compress_rope_theta"] = 1.0; }, "'compress_rope_theta'"},
+        {"yarn factor zero", false, [](json& j) { j["rope_scaling"]["factor"] = 0.0; }, "'rope_scaling.factor'"},
+        {"yarn beta negative", false, [](json& j) { j["rope_scaling"]["beta_fast"] = -32; },
+         "'rope_scaling.beta_fast'"},
+        {"yarn original length zero", false, [](json& j) { j["rope_scaling"]["original_max_position_embeddings"] = 0; },
+         "'rope_scaling.original_max_position_embeddings'"},
+        {"hf hca rate zero", true, [](json& j) { j["compress_rates"]["heavily_compressed_attention"] = 0; },
+         "'compress_rates'"},
+        {"hf mlp types short", true, [](json& j) { j["mlp_layer_types"].erase(3); }, "'mlp_layer_types'"},
+        {"hf partial factor > 1", true,
+         [](json& j) {
+             for (auto* p : {&j, &j["rope_parameters"]["main"], &j["rope_parameters"]["compress"]})
+                 (*p)["partial_rotary_factor"] = 1.5;
+         },
+         "'partial_rotary_factor'"},
+        {"hf partial factor zero", true,
+         [](json& j) {
+             for (auto* p : {&j, &j["rope_parameters"]["main"], &j["rope_parameters"]["compress"]})
+                 (*p)["partial_rotary_factor"] = 0.0;
+         },
+         "'partial_rotary_factor'"},
     };
     for (const auto& bc : cases) {
         SCOPED_TRACE(bc.what);
@@ -284,6 +302,178 @@ TEST(ConfigJson, RejectsBrokenConfigs) {
         bc.edit(j);
         expect_error([&] { parse(j); }, {"test/config.json", bc.field});
     }
+}
+
+// What a reference computes but dsv4 does not: the error says so and names the limit.
+TEST(ConfigJson, NamesWhatDsv4DoesNotSupport) {
+    const std::vector<BadCase> cases = {
+        {"no decoder layer", false, [](json& j) { j["num_hidden_layers"] = 0; }, "'num_hidden_layers'"},
+        {"no routed expert per token", false, [](json& j) { j["num_experts_per_tok"] = 0; }, "'num_experts_per_tok'"},
+        {"zero-width experts", false, [](json& j) { j["moe_intermediate_size"] = 0; }, "'moe_intermediate_size'"},
+        {"zero-width queries", false, [](json& j) { j["q_lora_rank"] = 0; }, "'q_lora_rank'"},
+        {"no residual stream", false, [](json& j) { j["hc_mult"] = 0; }, "'hc_mult'"},
+        {"no hidden state", false, [](json& j) { j["hidden_size"] = 0; }, "'hidden_size'"},
+        {"no context", false, [](json& j) { j["max_position_embeddings"] = 0; }, "'max_position_embeddings'"},
+        {"softmax routing", false, [](json& j) { j["scoring_func"] = "softmax"; }, "'scoring_func'"},
+        {"sigmoid routing", false, [](json& j) { j["scoring_func"] = "sigmoid"; }, "'scoring_func'"},
+        {"activation", false, [](json& j) { j["hidden_act"] = "gelu"; }, "'hidden_act'"},
+        {"rope type", false, [](json& j) { j["rope_scaling"]["type"] = "longrope"; }, "'rope_scaling.type'"},
+        {"hf csa rate", true, [](json& j) { j["compress_rates"]["compressed_sparse_attention"] = 8; },
+         "'compress_rates'"},
+        {"hf hca rate 4", true, [](json& j) { j["compress_rates"]["heavily_compressed_attention"] = 4; },
+         "'compress_rates'"},
+        {"hf attention factor", true, [](json& j) { j["rope_parameters"]["compress"]["attention_factor"] = 1.2; },
+         "'rope_parameters.compress.attention_factor'"},
+        // A nested yarn dict without attention_factor: transformers infers 0.1 ln(4) + 1 and scales cos/sin.
+        {"hf inferred attention factor", true,
+         [](json& j) { j["rope_parameters"]["compress"].erase("attention_factor"); },
+         "'rope_parameters.compress.attention_factor'"},
+        {"hf linear rope", true, [](json& j) { j["rope_parameters"]["compress"]["rope_type"] = "linear"; },
+         "'rope_parameters.compress.rope_type'"},
+    };
+    for (const auto& bc : cases) {
+        SCOPED_TRACE(bc.what);
+        json j = bc.hf ? hf_config() : hub_config();
+        bc.edit(j);
+        expect_error([&] { parse(j); }, {"test/config.json", bc.field, "not supported by dsv4"});
+    }
+}
+
+// The edges both references compute (docs/config.md): equalities, ones and the zeros that mean something.
+TEST(ConfigJson, AcceptsTheEdgesTheReferencesCompute) {
+    auto hub = [](const std::function<void(json&)>& edit) {
+        json j = hub_config();
+        edit(j);
+        return parse(j).config;
+    };
+    // The indexer with no non-rotary part, and heads with none.
+    EXPECT_EQ(hub([](json& j) { j["index_head_dim"] = 64; }).index_head_dim, 64);
+    ModelConfig all_rope = hub([](json& j) { j["qk_rope_head_dim"] = 128; });
+    EXPECT_EQ(all_rope.nope_head_dim(), 0);
+    // Output groups that end inside a head (4 heads x 128 = 8 groups of 64), and one head in one group.
+    EXPECT_EQ(hub([](json& j) { j["o_groups"] = 8; }).o_groups, 8);
+    ModelConfig one_head = hub([](json& j) {
+        j["num_attention_heads"] = 1;
+        j["o_groups"] = 1;
+        j["index_n_heads"] = 1;
+    });
+    EXPECT_EQ(one_head.num_heads, 1);
+    EXPECT_EQ(one_head.index_n_heads, 1);
+    // Every expert active, one expert.
+    EXPECT_EQ(hub([](json& j) { j["num_experts_per_tok"] = 8; }).num_experts_per_tok, 8);
+    ModelConfig one_expert = hub([](json& j) {
+        j["n_routed_experts"] = 1;
+        j["num_experts_per_tok"] = 1;
+    });
+    EXPECT_EQ(one_expert.n_routed_experts, 1);
+    // No hash layer; every layer hashed, also when num_hash_layers exceeds the layers (both references: i < n).
+    for (int n_hash : {0, 4, 9}) {
+        ModelConfig c = hub([&](json& j) { j["num_hash_layers"] = n_hash; });
+        for (int64_t i = 0; i < c.num_layers; ++i)
+            EXPECT_EQ(c.mlp_types[size_t(i)], i < n_hash ? MlpType::kHashMoe : MlpType::kMoe) << n_hash;
+    }
+    // Window 1, one stream, 0 Sinkhorn iterations (computes as 1), a CSA layer that selects nothing, no MTP.
+    EXPECT_EQ(hub([](json& j) { j["sliding_window"] = 1; }).sliding_window, 1);
+    EXPECT_EQ(hub([](json& j) { j["hc_mult"] = 1; }).hc_mult, 1);
+    EXPECT_EQ(hub([](json& j) { j["hc_sinkhorn_iters"] = 0; }).hc_sinkhorn_iters, 0);
+    EXPECT_EQ(hub([](json& j) { j["index_topk"] = 0; }).index_topk, 0);
+    ModelConfig no_mtp = hub([](json& j) {
+        j["num_nextn_predict_layers"] = 0;
+        j["compress_ratios"] = {0, 4, 128, 0};
+    });
+    EXPECT_TRUE(no_mtp.mtp_compress_ratios.empty());
+    // HCA at any ratio other than 4.
+    EXPECT_EQ(hub([](json& j) {
+                  j["compress_ratios"] = {1, 4, 3, 5, 0};
+              }).compress_ratios,
+              (std::vector<int64_t>{1, 4, 3, 5}));
+    // Zero epsilons, no SwiGLU clamp, any routed scale.
+    ModelConfig zeros = hub([](json& j) {
+        j["hc_eps"] = 0.0;
+        j["rms_norm_eps"] = 0.0;
+        j["swiglu_limit"] = 0.0;
+        j["routed_scaling_factor"] = 0.0;
+    });
+    EXPECT_EQ(zeros.swiglu_limit, 0.0);
+    EXPECT_EQ(zeros.routed_scaling_factor, 0.0);
+    EXPECT_EQ(hub([](json& j) { j["routed_scaling_factor"] = -1.0; }).routed_scaling_factor, -1.0);
+    // Fields neither reference reads, and special tokens outside the vocabulary (transformers only warns).
+    ModelConfig ignored = hub([](json& j) {
+        j["num_key_value_heads"] = 8;
+        j["topk_method"] = "greedy";
+        j["norm_topk_prob"] = false;
+        j["eos_token_id"] = 512;
+        j["bos_token_id"] = -1;
+    });
+    EXPECT_EQ(ignored.eos_token_id, 512);
+    // YaRN as transformers reads it: beta 0 is the default, original length defaults to max_position_embeddings.
+    ModelConfig yarn = hub([](json& j) {
+        j["rope_scaling"]["beta_fast"] = 0;
+        j["rope_scaling"]["beta_slow"] = nullptr;
+        j["rope_scaling"].erase("original_max_position_embeddings");
+        j["rope_scaling"]["mscale"] = 1.0;  // a flat dict: transformers pins attention_factor to 1
+    });
+    ASSERT_TRUE(yarn.compress_rope.yarn.has_value());
+    EXPECT_EQ(yarn.compress_rope.yarn->beta_fast, 32.0);
+    EXPECT_EQ(yarn.compress_rope.yarn->beta_slow, 1.0);
+    EXPECT_EQ(yarn.compress_rope.yarn->original_max_position_embeddings, 1048576);
+}
+
+TEST(ConfigJson, AcceptsTheTransformersEdges) {
+    auto hf = [](const std::function<void(json&)>& edit) {
+        json j = hf_config();
+        edit(j);
+        return parse(j).config;
+    };
+    auto set_factor = [](json& j, double f) {
+        for (auto* p : {&j, &j["rope_parameters"]["main"], &j["rope_parameters"]["compress"]})
+            (*p)["partial_rotary_factor"] = f;
+    };
+    // int(head_dim x factor) truncates, as transformers: 32 x 0.28 = 8.96 -> 8.
+    EXPECT_EQ(hf([&](json& j) { set_factor(j, 0.28); }).rope_head_dim, 8);
+    // Every dim rotary; the indexer (16 dims) must then be at least as wide as the rope slice.
+    ModelConfig full = hf([&](json& j) {
+        set_factor(j, 1.0);
+        j["index_head_dim"] = 32;
+    });
+    EXPECT_EQ(full.rope_head_dim, 32);
+    EXPECT_EQ(full.nope_head_dim(), 0);
+    // The indexer with no non-rotary part (the config this reader used to refuse).
+    EXPECT_EQ(hf([](json& j) { j["index_head_dim"] = 8; }).index_head_dim, 8);
+    // Longer schedules: transformers keeps the first num_hidden_layers entries.
+    ModelConfig longer = hf([](json& j) {
+        j["layer_types"].push_back("sliding_attention");
+        j["mlp_layer_types"].push_back("hash_moe");
+    });
+    EXPECT_EQ(longer.compress_ratios, (std::vector<int64_t>{0, 4, 16, 4}));
+    EXPECT_EQ(longer.mlp_types.size(), 4u);
+    // compress_rates keys transformers does not read; HCA rates 1 and 3; all layers hashed; 0 iterations.
+    EXPECT_EQ(hf([](json& j) { j["compress_rates"]["sliding_attention"] = 1; }).compress_ratios[2], 16);
+    for (int rate : {1, 3})
+        EXPECT_EQ(hf([&](json& j) { j["compress_rates"]["heavily_compressed_attention"] = rate; }).compress_ratios[2],
+                  rate);
+    ModelConfig hashed = hf([](json& j) { j["mlp_layer_types"] = {"hash_moe", "hash_moe", "hash_moe", "hash_moe"}; });
+    EXPECT_EQ(hashed.mlp_types, std::vector<MlpType>(4, MlpType::kHashMoe));
+    // A nested yarn dict without attention_factor whose inferred factor is 1: factor <= 1, or mscale equal to
+    // mscale_all_dim.
+    EXPECT_TRUE(hf([](json& j) {
+                    j["rope_parameters"]["compress"].erase("attention_factor");
+                    j["rope_parameters"]["compress"]["factor"] = 1.0;
+                }).compress_rope.yarn.has_value());
+    EXPECT_TRUE(hf([](json& j) {
+                    j["rope_parameters"]["compress"].erase("attention_factor");
+                    j["rope_parameters"]["compress"]["mscale"] = 0.707;
+                    j["rope_parameters"]["compress"]["mscale_all_dim"] = 0.707;
+                }).compress_rope.yarn.has_value());
+    // A nested sub-dict without rope_theta takes the top-level rope_theta (transformers' standardize_rope_params).
+    EXPECT_EQ(hf([](json& j) { j["rope_parameters"]["compress"].erase("rope_theta"); }).compress_rope.theta, 10000.0);
+    // rope_scaling, when set, wins over rope_parameters (`rope_scaling or rope_parameters`).
+    ModelConfig scaled = hf([](json& j) {
+        j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 8.0}, {"original_max_position_embeddings", 128}};
+    });
+    ASSERT_TRUE(scaled.compress_rope.yarn.has_value());
+    EXPECT_EQ(scaled.compress_rope.yarn->factor, 8.0);
+    EXPECT_FALSE(scaled.main_rope.yarn.has_value());
 }
 
 TEST(ConfigJson, RejectsNonJsonAndNonObjects) {

@@ -409,6 +409,8 @@ TEST(Weights, ReadsADenseTransformersSavedCheckpoint) {
     cfg["rope_parameters"] = {{"main", {{"rope_type", "default"}, {"rope_theta", 10000.0}}},
                               {"compress", hub["rope_scaling"]}};
     cfg["rope_parameters"]["compress"]["rope_theta"] = 160000.0;
+    // save_pretrained writes the 1.0 DeepseekV4Config pinned; a nested dict without it would scale cos/sin.
+    cfg["rope_parameters"]["compress"]["attention_factor"] = 1.0;
     cfg["dtype"] = "float32";
     ModelWeights w = load(set, cfg);
     EXPECT_TRUE(w.mtp.empty());

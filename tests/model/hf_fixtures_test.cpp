@@ -98,21 +98,26 @@ TEST_P(HfFixture, GreedyTokensMatchTransformers) {
     EXPECT_EQ(got, expected);
 }
 
-// Every split of sequences up to 160 tokens; on longer ones every split within 2 tokens of a window, CSA or HCA
-// boundary plus an even sample of the rest (the full sweep of the 300-token fixtures takes minutes).
+// Every split of sequences up to 160 tokens; on longer ones every split within 2 tokens of a window boundary or
+// a compressor window of the fixture plus an even sample of the rest (the full sweep of the 300-token fixtures
+// takes minutes).
 std::vector<size_t> split_points(size_t n, const ModelConfig& c) {
+    std::vector<int64_t> periods = c.compress_ratios;
+    periods.push_back(c.sliding_window);
     std::vector<size_t> splits;
     const size_t stride = n <= 160 ? 1 : 7;
     for (size_t s = 1; s < n; ++s) {
         bool near_boundary = false;
-        for (int64_t m : {c.sliding_window, int64_t(4), int64_t(16), int64_t(128)})
-            near_boundary |= (s % size_t(m)) <= 1 || (s % size_t(m)) == size_t(m) - 1;
+        for (int64_t m : periods)
+            if (m > 0) near_boundary |= (s % size_t(m)) <= 1 || (s % size_t(m)) == size_t(m) - 1;
         if (s % stride == 0 || near_boundary) splits.push_back(s);
     }
     return splits;
 }
 
-TEST(HfFixtures, AreCommitted) { EXPECT_GE(fixture_dirs().size(), 4u) << "tests/fixtures/ lost its golden fixtures"; }
+TEST(HfFixtures, AreCommitted) {
+    EXPECT_GE(fixture_dirs().size(), 7u) << "tests/fixtures/ lost its golden fixtures";
+}
 
 TEST_P(HfFixture, SplitPointsAreBitwiseChunkInvariant) {
     SequenceState full_state = model_->new_sequence();

@@ -152,6 +152,7 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     DSV4_CHECK(numerics == Numerics::kModel,
                "the CUDA backend computes `model` numerics only (FP8 KV cache, FP8/FP4 tensor cores): use --numerics "
                "model, or --backend cpu for reference numerics");
+    check_numerics_support(config, numerics);
     DSV4_CHECK(options.max_sequences > 0 && options.max_chunk_tokens > 0 && options.max_context >= 0 &&
                    options.pool_positions >= 0,
                "CudaOptions: max_sequences {}, max_chunk_tokens {}, max_context {}, pool_positions {} must be positive",

@@ -16,7 +16,8 @@ void check_mix(const char* op, const HcMixParams& p) {
 
 void hc_pre(const HcMixParams& p, cudaStream_t stream) {
     check_mix("hc_pre", p);
-    DSV4_CHECK(p.sinkhorn_iters >= 1, "hc_pre: sinkhorn_iters {} must be at least 1", p.sinkhorn_iters);
+    // 0 computes as 1, as in both references: the first column normalization always runs.
+    DSV4_CHECK(p.sinkhorn_iters >= 0, "hc_pre: sinkhorn_iters {} must be >= 0", p.sinkhorn_iters);
     if (p.tokens) detail::launch_hc_mix(p, false, stream);
 }
 
