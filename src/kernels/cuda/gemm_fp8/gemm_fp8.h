@@ -14,6 +14,10 @@
 //               f32 every 128 K). Contract: M % 4 == 0, K % 128 == 0, N % 16 == 0, 16-byte aligned operands. Scales are
 //               repacked into the workspace in cuBLASLt's order (A scales [K/128, round_up(M,4)] M-major, W scales
 //               [ceil(N/128), round_up(K/128,4)]). Its summation depends on M (algorithm choice): not batch-invariant.
+//               Its block sums are not exact: measured on an H200, each addend (the running sum included) is cut
+//               towards zero to 13 fraction bits of the largest one, so products below 2^-13 of it vanish
+//               (bound and probes in tests/gpu/gemm_fp8_test.cpp). Unused by the executor; kept for prefill
+//               speed comparisons (bench/gemm_bench.cu).
 //   kGeneric  - CUDA cores, one thread per output, the dequantized products summed in K order (cpu::linear's
 //               operations and order on the quantized input). For shapes the others do not take (K % 16 != 0: small
 //               models with odd widths); slow. Any M, N, K; no alignment; no workspace.
