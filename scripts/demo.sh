@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up, builds and generates text with the embedded trained tiny DeepSeek-V4 (tests/fixtures/trained-bytes: every
+# Sets up, builds and generates text with the embedded trained tiny DeepSeek-V4 (tests/fixtures/official-trained-bytes: every
 # V4 layer type, FP8 weights and FP4 experts in the Hub layout, a byte-level vocabulary, trained for five minutes on
 # English text: Python docstrings and software licenses). Works on a fresh Debian/Ubuntu machine.
 set -euo pipefail
@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
 dsv4="${DSV4_BUILD_DIR:-build}/tools/dsv4/dsv4"
-model=tests/fixtures/trained-bytes
+model=tests/fixtures/official-trained-bytes
 
 echo
 echo "demo: a 5.6 M-parameter DeepSeek-V4 that learned English bytes: expect words and half-sentences in the style"

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build everything with CUDA, run every test (GPU tests included),
 # and print a short table last. The GPU machine has no network: it does not run scripts/setup.sh; carry
-# `.embedded/tokenizer.json` (the installed tokenizer) with the call, and a copy of shared/ (which does not travel)
-# if its fixtures should run: `tools/gpu_check.sh -DDSV4_SHARED_DIR=$PWD/.scratch/shared`. Extra arguments go to
-# CMake. Logs go to $OUT when set.
+# `.embedded/tokenizer.json` (the installed tokenizer) with the call. The fixtures are in the tree
+# (tests/fixtures/) and travel with it. Extra arguments go to CMake. Logs go to $OUT when set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/dsv4_gpu_check}"
@@ -19,7 +18,7 @@ build_s=$(($(date +%s) - start))
 tail -5 "$out/build.log"
 
 start=$(date +%s)
-ctest --test-dir build-gpu -j 8 --output-on-failure >"$out/ctest.log" 2>&1
+ctest --test-dir build-gpu -j 8 --output-on-failure --output-junit "$out/ctest-junit.xml" >"$out/ctest.log" 2>&1
 test_rc=$?
 test_s=$(($(date +%s) - start))
 grep -E "tests passed|tests failed|Skipped|Failed|\(Failed\)" "$out/ctest.log" | tail -15
@@ -28,5 +27,5 @@ printf '\n%-24s %s\n' "check" "result"
 printf '%-24s %s\n' "device" "$(cat "$out/device.txt")"
 printf '%-24s %s (%ss)\n' "build (CUDA sm_90a)" "$([ $build_rc -eq 0 ] && echo ok || echo FAILED)" "$build_s"
 printf '%-24s %s (%ss)\n' "tests" "$([ $test_rc -eq 0 ] && echo ok || echo FAILED): $(grep -E 'tests passed' "$out/ctest.log" | tail -1)" "$test_s"
-printf '%-24s %s\n' "skipped" "$(grep -c '(Skipped)' "$out/ctest.log")"
+printf '%-24s %s\n' "skipped" "$(python3 scripts/skip_summary.py "$out/ctest-junit.xml")"
 exit $((build_rc | test_rc))

@@ -1,41 +1,25 @@
-// The model fixtures the CudaModel tests run on: tests/fixtures/* and, when DSV4_SHARED_DIR holds it,
-// official-numerics-a (skipped at run time otherwise), with each fixture's mixed chunk schedule; the small-shape
-// synthetic models of tests/model/small_shapes.h (shapes no specialised GPU kernel covers); and the one-ulp
+// The model fixtures the CudaModel tests run on: every fixture of tests/fixtures (transformers' and DeepSeek's
+// official-*), with each fixture's mixed chunk schedule; the small-shape synthetic models of tests/model/
+// small_shapes.h (shapes no specialised GPU kernel covers); and the one-ulp
 // perturbation both tests build their CPU-vs-CPU yardstick from (docs/numerics.md, "GPU vs CPU").
 // Used by tests/gpu/cuda_model_test.cpp (end to end) and tests/gpu/cuda_layer_test.cpp (block by block).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "core/number_formats.h"
+#include "fixture_paths.h"
 #include "model/golden_io.h"
 #include "model/small_shapes.h"
 
 namespace dsv4::cuda_fixtures {
 
-inline const std::string kOfficial = "official-numerics-a";
+inline std::string fixture_dir(const std::string& name) { return test_fixtures::dir(name); }
 
-inline std::string fixture_dir(const std::string& name) {
-    if (name == kOfficial) return std::string(DSV4_SHARED_DIR) + "/fixtures/" + kOfficial;
-    return (std::filesystem::path(DSV4_SOURCE_DIR) / "tests" / "fixtures" / name).string();
-}
-
-inline std::vector<std::string> fixtures() {
-    namespace fs = std::filesystem;
-    std::vector<std::string> names;
-    const fs::path root = fs::path(DSV4_SOURCE_DIR) / "tests" / "fixtures";
-    if (fs::exists(root))
-        for (const auto& entry : fs::directory_iterator(root))
-            if (fs::exists(entry.path() / "golden.safetensors"))
-                names.push_back(entry.path().filename().string());
-    std::sort(names.begin(), names.end());
-    names.push_back(kOfficial);
-    return names;
-}
+inline std::vector<std::string> fixtures() { return test_fixtures::all_fixtures(); }
 
 // The fixture's mixed schedule of prefill chunks and single-token steps (official-numerics-a has none stored:
 // the schedule of its OfficialNumerics test, 375 ids).

@@ -4,7 +4,7 @@
 // chunk schedule, so L's state (window ring, compressor states and closes, compressed entries, indexer keys) is
 // advanced exactly as in a full forward. Two schedules per fixture: the fixture's mixed prefill schedule, and a
 // prefill of half the ids followed by one decode step per remaining id (decode kernels, ring, closes, indexer over
-// the cache). Every fixture of tests/fixtures and official-numerics-a (DSV4_SHARED_DIR) when present, and the
+// the cache). Every fixture of tests/fixtures (official-numerics-a included) and the
 // small-shape synthetic models (SmallShapes/*: shapes only the generic GPU paths run).
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
-// CudaModel against CpuModel end to end, in `model` numerics, on every fixture (tests/fixtures/* and, when present,
-// DSV4_SHARED_DIR/fixtures/official-numerics-a) and on the small-shape synthetic models (SmallShapes/*). On these
+// CudaModel against CpuModel end to end, in `model` numerics, on every fixture of tests/fixtures (official-numerics-a
+// included) and on the small-shape synthetic models (SmallShapes/*). On these
 // random tiny models ulp-level differences (f32 summation order, device libm) are amplified by FP8 activation
 // quantization, the KV / indexer round trips and the top-k choices and compound across layers (docs/numerics.md, "GPU
 // vs CPU"), so a fixed logit bound says more about the fixture than about the GPU. The per-position logits are held to
@@ -16,7 +16,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <map>
 #include <memory>

@@ -1,12 +1,13 @@
-// The GPU backend in `model` numerics against DeepSeek's reference on the trained fixture (tests/fixtures/
-// trained-bytes), held to the reference's own one-ulp noise exactly as the CPU is (tests/model/reference_yardstick.h,
-// tests/model/trained_reference_test.cpp): every step inside the perturbed reruns' spread, the whole run closer
-// than every rerun, identical greedy tokens. Decode steps run as graph replays.
+// The GPU backend in `model` numerics against DeepSeek's reference on the trained fixture
+// (tests/fixtures/official-trained-bytes), held to the reference's own one-ulp noise exactly as the CPU is
+// (tests/model/reference_yardstick.h, trained_reference_test.cpp): every step inside the perturbed reruns' spread,
+// the whole run closer than every rerun, identical greedy tokens. Decode steps run as graph replays.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "gpu_test_util.h"
+#include "fixture_paths.h"
 #include "io/checkpoint.h"
 #include "model/reference_yardstick.h"
 #include "runtime/cuda/cuda_model.h"
@@ -16,7 +17,7 @@ using namespace dsv4::testing;
 
 TEST(CudaTrainedReference, GpuModelNumericsWithinTheReferenceOwnUlpNoise) {
     DSV4_REQUIRE_GPU();
-    const std::string dir = std::string(DSV4_SOURCE_DIR) + "/tests/fixtures/trained-bytes";
+    const std::string dir = test_fixtures::dir("official-trained-bytes");
     ReferenceRun reference = load_reference_run(dir);
     auto checkpoint = Checkpoint::open(dir);
     const ModelConfig& config = checkpoint->config();

@@ -1,4 +1,4 @@
-// Checkpoint::open: the sharded shared fixture, the single-file and directory-glob layouts, transformers'
+// Checkpoint::open: the sharded official-numerics-a, the single-file and directory-glob layouts, transformers'
 // save_pretrained names, and broken directories and indexes (each error checked to name the file or tensor).
 #include <gtest/gtest.h>
 
@@ -27,7 +27,6 @@ TensorSet fixture_tensors() {
 }
 
 TEST(Checkpoint, OpensTheShardedFixture) {
-    DSV4_REQUIRE_FIXTURE();
     auto ck = Checkpoint::open(test::fixture_dir());
     EXPECT_EQ(ck->dir(), test::fixture_dir());
     EXPECT_EQ(ck->config().num_layers, 4);
@@ -53,7 +52,6 @@ TEST(Checkpoint, OpensTheShardedFixture) {
 }
 
 TEST(Checkpoint, ProgressStaysOffWhenStderrIsNotATerminal) {
-    DSV4_REQUIRE_FIXTURE();
     testing::internal::CaptureStderr();  // stderr becomes a file, so it is no terminal
     auto ck = Checkpoint::open(test::fixture_dir(), {.show_progress = true});
     EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
@@ -93,7 +91,6 @@ std::string transformers_saved_name(const std::string& native) {
 }
 
 TEST(Checkpoint, ReadsTransformersSavedNames) {
-    DSV4_REQUIRE_FIXTURE();
     TensorSet set = fixture_tensors();
     std::erase_if(set.tensors, [](const test::OwnedTensor& t) { return t.name.rfind("mtp.", 0) == 0; });
     std::vector<std::string> native;
@@ -110,7 +107,6 @@ TEST(Checkpoint, ReadsTransformersSavedNames) {
 }
 
 TEST(Checkpoint, RejectsTensorsThatNormalizeToTheSameName) {
-    DSV4_REQUIRE_FIXTURE();
     TensorSet set = fixture_tensors();
     set.add("model.embed_tokens.weight", DType::kBF16, {512, 256});
     TempDir dir;
@@ -119,7 +115,6 @@ TEST(Checkpoint, RejectsTensorsThatNormalizeToTheSameName) {
 }
 
 TEST(Checkpoint, SingleFileAndDirectoryGlob) {
-    DSV4_REQUIRE_FIXTURE();
     TensorSet set = fixture_tensors();
     {
         TempDir dir;
@@ -157,7 +152,6 @@ void write_sharded(const TempDir& dir, const std::function<void(json&)>& edit = 
 }
 
 TEST(Checkpoint, ChecksTheShardIndex) {
-    DSV4_REQUIRE_FIXTURE();
     {
         TempDir dir;
         write_sharded(dir);
@@ -216,7 +210,6 @@ TEST(Checkpoint, RejectsIncompleteDirectories) {
     expect_error([&] { Checkpoint::open(dir.path()); }, {dir.path(), "config.json"});
     dir.write("config.json", "{\"model_type\": \"deepseek_v4\"}");
     expect_error([&] { Checkpoint::open(dir.path()); }, {"config.json", "missing required field"});
-    DSV4_REQUIRE_FIXTURE();
     dir.write("config.json", fixture_config());
     expect_error([&] { Checkpoint::open(dir.path()); }, {dir.path(), "*.safetensors"});
     dir.write("model.safetensors", "garbage!");

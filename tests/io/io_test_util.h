@@ -1,5 +1,5 @@
 // Helpers shared by the tests of src/io and model/weights.cpp: scratch directories, raw safetensors images,
-// an editable in-memory copy of a checkpoint (to derive broken or re-encoded variants of the shared fixture),
+// an editable in-memory copy of a checkpoint (to derive broken or re-encoded variants of the official fixture),
 // and an expectation that a call throws dsv4::Error mentioning given words.
 #pragma once
 
@@ -13,22 +13,14 @@
 #include <vector>
 
 #include "core/error.h"
+#include "fixture_paths.h"
 #include "io/checkpoint.h"
 #include "io/safetensors_writer.h"
 
 namespace dsv4::test {
 
-// The tiny official-numerics checkpoint in shared/fixtures (empty if the shared folder is not there).
-inline std::string fixture_dir() {
-    std::string dir = std::string(DSV4_SHARED_DIR) + "/fixtures/official-numerics-a";
-    return std::filesystem::exists(dir + "/config.json") ? dir : std::string();
-}
-
-#define DSV4_REQUIRE_FIXTURE()                                                                     \
-    do {                                                                                           \
-        if (::dsv4::test::fixture_dir().empty())                                                   \
-            GTEST_SKIP() << "shared fixture official-numerics-a not found under " DSV4_SHARED_DIR; \
-    } while (0)
+// The tiny Hub-layout checkpoint tests/fixtures/official-numerics-a (FP8 + FP4, MTP, two shards).
+inline std::string fixture_dir() { return test_fixtures::official_numerics_a(); }
 
 class TempDir {
   public:

@@ -1,4 +1,4 @@
-// load_model_weights: the shared fixture end to end (formats, shapes, decoded vectors, MTP), re-encodings of it
+// load_model_weights: official-numerics-a end to end (formats, shapes, decoded vectors, MTP), re-encodings of it
 // (NVFP4 experts, dense BF16, transformers-saved names with a transformers config, F32 FP8 scales, I32 tid2eid),
 // and broken variants: missing, unexpected, mis-shaped and mis-typed tensors, out-of-range tid2eid, and
 // formats that contradict the config. Each error is checked to name the tensor (and file or directory).
@@ -42,7 +42,6 @@ void expect_load_error(const TensorSet& set, const json& config, std::initialize
 }
 
 TEST(Weights, LoadsTheFixture) {
-    DSV4_REQUIRE_FIXTURE();
     auto ck = Checkpoint::open(test::fixture_dir());
     ModelWeights w = load_model_weights(ck, ck->config());
     EXPECT_EQ(w.checkpoint, ck);
@@ -111,7 +110,6 @@ TEST(Weights, LoadsTheFixture) {
 }
 
 TEST(Weights, ViewsAndDecodedVectorsMatchTheFile) {
-    DSV4_REQUIRE_FIXTURE();
     auto ck = Checkpoint::open(test::fixture_dir());
     ModelWeights w = load_model_weights(ck, ck->config());
     const TensorRef& norm = ck->get("layers.2.attn.kv_norm.weight");  // BF16 -> f32
@@ -137,7 +135,6 @@ TEST(Weights, ViewsAndDecodedVectorsMatchTheFile) {
 }
 
 TEST(Weights, RejectsMissingAndUnexpectedTensors) {
-    DSV4_REQUIRE_FIXTURE();
     json cfg = fixture_config();
     {
         TensorSet set = fixture_tensors();
@@ -177,7 +174,6 @@ TEST(Weights, RejectsMissingAndUnexpectedTensors) {
 }
 
 TEST(Weights, RejectsWrongShapesAndDtypes) {
-    DSV4_REQUIRE_FIXTURE();
     json cfg = fixture_config();
     struct Case {
         const char* what;
@@ -278,7 +274,6 @@ TEST(Weights, RejectsWrongShapesAndDtypes) {
 }
 
 TEST(Weights, AcceptsBaseStyleF32ScalesAndI32Tid2eid) {
-    DSV4_REQUIRE_FIXTURE();
     json cfg = fixture_config();
     cfg["quantization_config"].erase("scale_fmt");  // Base checkpoints: float32 block scales
     TensorSet set = fixture_tensors();
@@ -327,7 +322,6 @@ void to_nvfp4(TensorSet& set, const ModelConfig& c) {
 }
 
 TEST(Weights, ReadsNvfp4Experts) {
-    DSV4_REQUIRE_FIXTURE();
     TensorSet set = fixture_tensors();
     json cfg = fixture_config();
     to_nvfp4(set, parse_model_config(cfg.dump(), "cfg"));
@@ -353,7 +347,6 @@ TEST(Weights, ReadsNvfp4Experts) {
 }
 
 TEST(Weights, FormatsMustAgreeWithTheConfig) {
-    DSV4_REQUIRE_FIXTURE();
     TensorSet set = fixture_tensors();
     json cfg = fixture_config();
     cfg["expert_dtype"] = "fp8";
@@ -382,7 +375,6 @@ TensorSet to_dense(const TensorSet& in) {
 }
 
 TEST(Weights, ReadsADenseTransformersSavedCheckpoint) {
-    DSV4_REQUIRE_FIXTURE();
     TensorSet set = to_dense(fixture_tensors());
     std::erase_if(set.tensors, [](const test::OwnedTensor& t) { return t.name.rfind("mtp.", 0) == 0; });
     for (auto& t : set.tensors) {  // save_pretrained's spelling (spec §16.2)
@@ -421,7 +413,6 @@ TEST(Weights, ReadsADenseTransformersSavedCheckpoint) {
 }
 
 TEST(Weights, TiedEmbeddingsShareTheEmbedding) {
-    DSV4_REQUIRE_FIXTURE();
     TensorSet set = fixture_tensors();
     set.remove("head.weight");
     json cfg = fixture_config();
@@ -437,10 +428,9 @@ TEST(Weights, TiedEmbeddingsShareTheEmbedding) {
 namespace dsv4 {
 namespace {
 
-// The repository's own golden fixtures (tests/fixtures, made by tools/fixtures): two transformers save_pretrained
+// The transformers fixtures of tests/fixtures (made by tools/fixtures): two transformers save_pretrained
 // checkpoints and two Hub-native ones (FP8 + MXFP4 with MTP, FP8 + NVFP4), each opened and loaded completely.
 TEST(Weights, LoadsTheRepositoryFixtures) {
-    const std::string root = std::string(DSV4_SOURCE_DIR) + "/tests/fixtures/";
     struct Expect {
         const char* name;
         size_t mtp;
@@ -451,8 +441,7 @@ TEST(Weights, LoadsTheRepositoryFixtures) {
                             Expect{"native-mxfp4-mtp", 1, WeightFormat::kFp8Block, WeightFormat::kFp4Mx},
                             Expect{"native-nvfp4", 0, WeightFormat::kFp8Block, WeightFormat::kNvfp4}}) {
         SCOPED_TRACE(e.name);
-        if (!std::filesystem::exists(root + e.name + "/config.json")) GTEST_SKIP() << root << e.name << " not found";
-        auto ck = Checkpoint::open(root + e.name);
+        auto ck = Checkpoint::open(test_fixtures::dir(e.name));
         ModelWeights w = load_model_weights(ck, ck->config());
         EXPECT_EQ(w.layers.size(), size_t(ck->config().num_layers));
         EXPECT_EQ(w.mtp.size(), e.mtp);

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 
+#include "fixture_paths.h"
 #include "golden_io.h"
 #include "io/checkpoint.h"
 #include "model/cpu_model.h"
@@ -15,28 +15,17 @@
 
 using namespace dsv4;
 using namespace dsv4::testing;
-namespace fs = std::filesystem;
 
 namespace {
 
 constexpr double kTolerance = 1e-4;  // of max|logit|, the bound for f32 against f32
 
-std::vector<std::string> fixture_dirs() {
-    std::vector<std::string> dirs;
-    const fs::path root = fs::path(DSV4_SOURCE_DIR) / "tests" / "fixtures";
-    if (fs::exists(root))
-        for (const auto& entry : fs::directory_iterator(root))
-            if (fs::exists(entry.path() / "golden.safetensors") &&
-                Golden((entry.path() / "golden.safetensors").string()).has("prefill_logits"))
-                dirs.push_back(entry.path().filename().string());  // transformers goldens only
-    std::sort(dirs.begin(), dirs.end());
-    return dirs;
-}
+std::vector<std::string> fixture_dirs() { return test_fixtures::transformers_fixtures(); }
 
 class HfFixture : public ::testing::TestWithParam<std::string> {
 protected:
     void SetUp() override {
-        dir_ = (fs::path(DSV4_SOURCE_DIR) / "tests" / "fixtures" / GetParam()).string();
+        dir_ = test_fixtures::dir(GetParam());
         golden_ = std::make_unique<Golden>(dir_ + "/golden.safetensors");
         auto checkpoint = Checkpoint::open(dir_);
         model_ = std::make_unique<CpuModel>(checkpoint->config(),

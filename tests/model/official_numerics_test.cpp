@@ -1,4 +1,4 @@
-// `model` numerics against DeepSeek's own reference code (shared/fixtures/official-numerics-a: FP8 weights, FP4
+// `model` numerics against DeepSeek's own reference code (tests/fixtures/official-numerics-a: FP8 weights, FP4
 // experts, MTP layer, two shards): prefill then decode of the recorded greedy tokens, per-step logit cosine and
 // greedy tokens within the official implementation's own spread (see the thresholds below). Also chunk invariance
 // in model numerics on the same checkpoint.
@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <filesystem>
 #include <limits>
 
+#include "fixture_paths.h"
 #include "golden_io.h"
 #include "io/checkpoint.h"
 #include "model/cpu_model.h"
@@ -21,7 +21,7 @@ using namespace dsv4::testing;
 
 namespace {
 
-const std::string kFixture = std::string(DSV4_SHARED_DIR) + "/fixtures/official-numerics-a";
+const std::string kFixture = test_fixtures::official_numerics_a();
 
 std::unique_ptr<CpuModel> load(Numerics numerics) {
     auto checkpoint = Checkpoint::open(kFixture);
@@ -55,7 +55,6 @@ double relative_top_gap(const float* logits, int64_t vocab) {
 }
 
 TEST(OfficialNumerics, PrefillAndDecodeMatchDeepSeekReference) {
-    if (!std::filesystem::exists(kFixture)) GTEST_SKIP() << "no shared fixture at " << kFixture;
     Golden golden(kFixture + "/golden.safetensors");
     const std::vector<int32_t> prompt = to_ids(golden.ints("input_ids"));
     const std::vector<int64_t> greedy = golden.ints("greedy_tokens");
@@ -109,7 +108,6 @@ TEST(OfficialNumerics, PrefillAndDecodeMatchDeepSeekReference) {
 }
 
 TEST(OfficialNumerics, ChunkedPrefillEqualsFullPrefill) {
-    if (!std::filesystem::exists(kFixture)) GTEST_SKIP() << "no shared fixture at " << kFixture;
     Golden golden(kFixture + "/golden.safetensors");
     std::vector<int32_t> ids = to_ids(golden.ints("input_ids"));
     auto model = load(Numerics::kModel);

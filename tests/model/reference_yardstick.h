@@ -1,7 +1,7 @@
 // Holding a backend to DeepSeek's reference on a fixture that records the reference's own one-ulp sensitivity
-// (tests/fixtures/trained-bytes, made by tools/fixtures/make_trained_fixture.py): the reference run (prefill, then
-// 16 greedy decode steps) and P reruns of it, each with 1 % of the embedding entries moved by one bf16 ulp,
-// teacher-forced on the same tokens. Their distance from the reference is what ulp-level noise alone does to
+// (tests/fixtures/official-trained-bytes, made by tools/fixtures/make_trained_fixture.py): the reference run
+// (prefill, then 16 greedy decode steps) and P reruns of it, each with 1 % of the embedding entries moved by one
+// bf16 ulp, teacher-forced on the same tokens. Their distance from the reference is what ulp-level noise alone does to
 // this model; a faithful engine must stay inside it (docs/numerics.md, "The trained fixture"):
 //   * every step: cosine to the reference >= the smallest cosine of the perturbed reruns at that step;
 //   * the whole run: sum over steps of (1 - cosine) below that of every perturbed rerun;

@@ -1,11 +1,12 @@
-// `model` numerics on the CPU against DeepSeek's reference on the trained fixture (tests/fixtures/trained-bytes: a
-// tiny DeepSeek-V4 trained on English bytes, FP8 weights and MXFP4 experts in the Hub layout, every layer type,
-// hash and score routing). The bound is the reference's own one-ulp sensitivity (reference_yardstick.h); a calm
+// `model` numerics on the CPU against DeepSeek's reference on the trained fixture (tests/fixtures/
+// official-trained-bytes: a tiny DeepSeek-V4 trained on English bytes, FP8 weights and MXFP4 experts in the Hub
+// layout, every layer type, hash and score routing). The bound is the reference's own one-ulp sensitivity (reference_yardstick.h); a calm
 // trained model makes it tight (per-step cosines 0.9975-0.99997) where tiny random models are chaotic.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
+#include "fixture_paths.h"
 #include "io/checkpoint.h"
 #include "model/cpu_model.h"
 #include "model/reference_yardstick.h"
@@ -15,7 +16,7 @@ using namespace dsv4::testing;
 
 namespace {
 
-const std::string kFixture = std::string(DSV4_SOURCE_DIR) + "/tests/fixtures/trained-bytes";
+const std::string kFixture = test_fixtures::dir("official-trained-bytes");
 
 std::unique_ptr<CpuModel> load_cpu_model() {
     auto checkpoint = Checkpoint::open(kFixture);

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "../model/golden_io.h"
+#include "fixture_paths.h"
 
 using namespace dsv4::testing;
 namespace fs = std::filesystem;
@@ -36,24 +37,16 @@ std::string join(const std::vector<int64_t>& v, const char* sep) {
     return s.str();
 }
 
-std::vector<std::string> fixtures() {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(fs::path(DSV4_SOURCE_DIR) / "tests" / "fixtures"))
-        if (fs::exists(e.path() / "golden.safetensors")) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-}
-
 }  // namespace
 
 TEST(CliFixtures, LogitsAndGreedyMatchTransformers) {
     const fs::path tmp = fs::temp_directory_path() / ("dsv4_cli_fixtures_" + std::to_string(::getpid()));
     fs::create_directories(tmp);
-    auto names = fixtures();
+    auto names = dsv4::test_fixtures::transformers_fixtures();
     ASSERT_GE(names.size(), 4u);
     for (const auto& name : names) {
         SCOPED_TRACE(name);
-        const std::string dir = (fs::path(DSV4_SOURCE_DIR) / "tests" / "fixtures" / name).string();
+        const std::string dir = dsv4::test_fixtures::dir(name);
         Golden golden(dir + "/golden.safetensors");
         const std::vector<int64_t> ids = golden.ints("input_ids");
         const std::string ids_file = (tmp / (name + ".ids")).string();

@@ -4,23 +4,22 @@
 
 #include <array>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
 
 #include "../model/golden_io.h"
+#include "fixture_paths.h"
 #include "runtime/sampler.h"
 #include "tool_test_util.h"
 
 using namespace dsv4;
 using namespace dsv4::testing;
-namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kFixture = std::string(DSV4_SHARED_DIR) + "/fixtures/official-numerics-a";
+const std::string kFixture = test_fixtures::official_numerics_a();
 
 std::string ids_text(const std::vector<int64_t>& ids) {
     std::ostringstream s;
@@ -40,7 +39,6 @@ TEST(Cli, VersionAndHelp) {
 }
 
 TEST(Cli, LogitsMatchDeepSeekReferenceInChunks) {
-    if (!fs::exists(kFixture)) GTEST_SKIP() << "no shared fixture";
     Golden golden(kFixture + "/golden.safetensors");
     std::vector<int64_t> ids = golden.ints("input_ids");
     std::string ids_file = write_text("prompt.txt", ids_text(ids));
@@ -57,7 +55,6 @@ TEST(Cli, LogitsMatchDeepSeekReferenceInChunks) {
 }
 
 TEST(Cli, GenerateGreedyPrintsDeepSeekTokens) {
-    if (!fs::exists(kFixture)) GTEST_SKIP() << "no shared fixture";
     Golden golden(kFixture + "/golden.safetensors");
     std::string ids_file = write_text("prompt2.txt", ids_text(golden.ints("input_ids")));
     Result r = run("generate -q -m " + kFixture + " --ids-file " + ids_file + " -n 6 --greedy --print-ids");
@@ -68,7 +65,6 @@ TEST(Cli, GenerateGreedyPrintsDeepSeekTokens) {
 }
 
 TEST(Cli, InspectShowsScheduleAndFormats) {
-    if (!fs::exists(kFixture)) GTEST_SKIP() << "no shared fixture";
     Result r = run("inspect -m " + kFixture);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("CSA"), std::string::npos) << r.output;
@@ -97,7 +93,6 @@ TEST(Cli, BadInputGivesOneClearError) {
         {"generate -m " + kFixture + " --ids-file " + good_ids + " --temp 0", "--temp"},
     };
     for (const auto& c : cases) {
-        if (c.args.find(kFixture) != std::string::npos && !fs::exists(kFixture)) continue;
         Result r = run(c.args);
         EXPECT_EQ(r.exit_code, 1) << c.args << "\n" << r.output;
         EXPECT_NE(r.output.find(c.expected), std::string::npos) << c.args << "\n" << r.output;
@@ -111,7 +106,6 @@ TEST(Cli, BadInputGivesOneClearError) {
 // On a machine without a GPU `--backend cuda` is one clear error; with a GPU it runs (GPU numerics are tested in
 // tests/gpu/). Either way the process never crashes.
 TEST(Cli, CudaBackendRunsOrSaysWhyNot) {
-    if (!fs::exists(kFixture)) GTEST_SKIP() << "no shared fixture";
     std::string ids = write_text("cuda_ids.txt", "1 2 3");
     Result r = run("generate -q -m " + kFixture + " --ids-file " + ids + " --backend cuda -n 2 --greedy --print-ids");
     if (r.exit_code == 0) {
