@@ -31,6 +31,11 @@ class Backend {
     // A fresh sequence at position 0.
     virtual SequenceState new_sequence() const = 0;
 
+    // An independent copy of `state` (made by this backend): fed the same ids, both give the same logits, bit for
+    // bit, as `state` would. The prefix cache (runtime/prefix_cache.h) keeps such copies of computed prefixes.
+    // Throws dsv4::Error when the backend has no room for another sequence.
+    virtual SequenceState copy_sequence(const SequenceState& state) const = 0;
+
     // Feeds `ids` at positions state.position, ... and advances the state. Returns the logits after every
     // position ([ids.size(), vocab], f32, on the host) when `all_logits`, else only after the last one ([1, vocab]).
     virtual std::vector<float> forward(SequenceState& state, std::span<const int32_t> ids, bool all_logits) = 0;

@@ -43,6 +43,15 @@ SequenceState CpuModel::new_sequence() const {
     return s;
 }
 
+SequenceState CpuModel::copy_sequence(const SequenceState& state) const {
+    DSV4_CHECK(!state.device && int64_t(state.layers.size()) == config_.num_layers,
+               "sequence state does not belong to this model");
+    SequenceState copy;
+    copy.position = state.position;
+    copy.layers = state.layers;
+    return copy;
+}
+
 void CpuModel::block_forward(int64_t layer, const BlockWeights& w, LayerState& state, int64_t start_position,
                              const int32_t* ids, int64_t tokens, std::vector<float>& streams) {
     const int64_t D = config_.hidden_size, n_hc = config_.hc_mult;

@@ -26,6 +26,7 @@ public:
     Numerics numerics() const override { return numerics_; }
 
     SequenceState new_sequence() const override;
+    SequenceState copy_sequence(const SequenceState& state) const override;
 
     // Feeds `ids` at positions state.position, ... and advances the state. Returns the logits after every
     // position ([ids.size(), vocab], f32) when `all_logits`, else only after the last one ([1, vocab]).

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/compressor/kv_entry_layout.h"
 #include "runtime/cuda/cuda_model_impl.h"
 
@@ -108,6 +109,66 @@ int64_t CudaModel::Impl::entry_row(int64_t layer, int slot, int64_t e, bool inde
     const int64_t per_page = pool.page_entries[size_t(layer)];
     const int64_t page = slots->table[size_t(slot * pool.max_pages + e / per_page)];
     return (index ? pool.index_row : pool.compressed_row)[size_t(layer)] + page * per_page + e % per_page;
+}
+
+SequenceState CudaModel::copy_sequence(const SequenceState& state) const {
+    Impl& m = *impl_;
+    const auto* from_seq = dynamic_cast<const CudaSequence*>(state.device.get());
+    DSV4_CHECK(from_seq && from_seq->owner == &m && state.layers.empty(), "sequence state does not belong to this model");
+    DSV4_CUDA_CHECK(cudaSetDevice(m.options.device));
+    SequenceState copy = new_sequence();
+    const int from = from_seq->slot, to = static_cast<const CudaSequence*>(copy.device.get())->slot;
+    const std::pair<int, int64_t> need{to, state.position};
+    m.reserve_pages(std::span(&need, 1));  // throws when the pool is full; `copy` then gives its slot back
+
+    cudaStream_t stream = m.stream->get();
+    auto copy_bytes = [&](uint8_t* base, int64_t from_offset, int64_t to_offset, int64_t bytes) {
+        DSV4_CUDA_CHECK(cudaMemcpyAsync(base + to_offset, base + from_offset, size_t(bytes), cudaMemcpyDeviceToDevice,
+                                        stream));
+    };
+    const PoolLayout& p = m.pool;
+    const int64_t S = p.sequences, W = m.config.sliding_window;
+    const int64_t pages = (state.position + p.page_positions - 1) / p.page_positions;
+    std::vector<int32_t> from_pages, to_pages;
+    {
+        std::lock_guard lock(m.slots->mutex);
+        from_pages = m.slots->pages[size_t(from)];
+        to_pages = m.slots->pages[size_t(to)];
+    }
+    DSV4_ASSERT(int64_t(from_pages.size()) >= pages && int64_t(to_pages.size()) >= pages, "pages of a copied sequence");
+    auto* entries = m.entries;
+    auto* state_bytes = reinterpret_cast<uint8_t*>(m.comp_state);
+    for (int64_t l = 0; l < m.config.num_layers; ++l) {
+        const int64_t ring = p.ring_row + l * S * W;
+        copy_bytes(entries, (ring + from * W) * p.entry_bytes, (ring + to * W) * p.entry_bytes, W * p.entry_bytes);
+        const int64_t ratio = m.config.compress_ratios[size_t(l)];
+        // Compressor states: kv [S, slots, width] then score [S, slots, width] (plan_pool).
+        auto copy_state = [&](int64_t offset, int64_t head_dim) {
+            const int64_t width = (ratio == 4 ? 2 : 1) * head_dim, slots = (ratio == 4 ? 2 : 1) * ratio;
+            const int64_t n = slots * width * int64_t(sizeof(float));
+            for (int64_t half = 0; half < 2; ++half) {
+                const int64_t at = offset * int64_t(sizeof(float)) + half * S * n;
+                copy_bytes(state_bytes, at + from * n, at + to * n, n);
+            }
+        };
+        if (p.state_offset[size_t(l)] >= 0) copy_state(p.state_offset[size_t(l)], m.config.head_dim);
+        if (p.index_state_offset[size_t(l)] >= 0) copy_state(p.index_state_offset[size_t(l)], m.config.index_head_dim);
+        // Compressed entries and indexer keys, page by page (a partly written last page is copied whole: its
+        // unwritten rows are never read before the copy writes them).
+        const int64_t per_page = p.page_entries[size_t(l)];
+        for (int64_t g = 0; g < pages && per_page > 0; ++g) {
+            const int64_t src = from_pages[size_t(g)] * per_page, dst = to_pages[size_t(g)] * per_page;
+            const int64_t row = p.compressed_row[size_t(l)];
+            copy_bytes(entries, (row + src) * p.entry_bytes, (row + dst) * p.entry_bytes, per_page * p.entry_bytes);
+            if (p.index_row[size_t(l)] >= 0) {
+                const int64_t index_row = p.index_row[size_t(l)];
+                copy_bytes(m.index_keys, (index_row + src) * p.index_entry_bytes, (index_row + dst) * p.index_entry_bytes,
+                           per_page * p.index_entry_bytes);
+            }
+        }
+    }
+    copy.position = state.position;
+    return copy;
 }
 
 }  // namespace dsv4

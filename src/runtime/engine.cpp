@@ -1,0 +1,328 @@
+// Engine: see engine.h. One step: take in new requests and cancellations, admit waiting requests while there are
+// free places (each starts from a copy of its longest cached prefix, or a fresh sequence), build one batch (every
+// decode, then prompt chunks within the token budget), run it, sample, finish what is done.
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <span>
+
+#include "core/error.h"
+
+namespace dsv4 {
+
+const char* finish_reason_name(FinishReason reason) {
+    switch (reason) {
+        case FinishReason::kEos: return "eos";
+        case FinishReason::kLength: return "length";
+        case FinishReason::kCancelled: return "cancelled";
+        case FinishReason::kError: return "error";
+    }
+    return "?";
+}
+
+SampledToken token_logprobs(const float* logits, int64_t vocab, int32_t id, int top) {
+    double max_logit = logits[0];
+    for (int64_t i = 1; i < vocab; ++i) max_logit = std::max(max_logit, double(logits[i]));
+    double total = 0.0;
+    for (int64_t i = 0; i < vocab; ++i) total += std::exp(double(logits[i]) - max_logit);
+    const double log_total = max_logit + std::log(total);
+    SampledToken t;
+    t.id = id;
+    t.logprob = float(double(logits[id]) - log_total);
+    if (top > 0) {
+        std::vector<int32_t> ids(static_cast<size_t>(vocab));
+        std::iota(ids.begin(), ids.end(), 0);
+        const auto n = std::min<int64_t>(top, vocab);
+        std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
+            return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+        });
+        for (int64_t i = 0; i < n; ++i) {
+            const int32_t choice = ids[static_cast<size_t>(i)];
+            t.top.push_back({choice, float(double(logits[choice]) - log_total)});
+        }
+    }
+    return t;
+}
+
+struct Engine::Active {
+    uint64_t id = 0;
+    EngineRequest request;
+    Sampler sampler;
+    std::optional<SequenceState> state;
+    int64_t fed = 0;     // prompt ids the state has consumed
+    int64_t cached = 0;  // of those, from the prefix cache
+    std::vector<int32_t> generated;
+    std::vector<float> ready_logits;  // the prompt's last logits from the cache: sample without a forward
+    bool cancelled = false;
+
+    Active(uint64_t id, EngineRequest r) : id(id), request(std::move(r)), sampler(request.sampling) {}
+    int64_t prompt_size() const { return int64_t(request.prompt.size()); }
+    bool decoding() const { return fed == prompt_size(); }
+};
+
+Engine::Engine(Backend& backend, EngineOptions options)
+    : backend_(backend), options_(options), cache_(options.prefix_cache_entries) {
+    DSV4_CHECK(options_.max_context > 0, "the engine needs a context length");
+    DSV4_CHECK(options_.max_running >= 1, "the engine needs room for at least one running request");
+    DSV4_CHECK(options_.step_tokens > options_.max_running,
+               "a step's token budget ({}) must exceed the running requests ({}) so prompts always progress",
+               options_.step_tokens, options_.max_running);
+    thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+    {
+        std::lock_guard lock(mutex_);
+        stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+}
+
+uint64_t Engine::submit(EngineRequest request) {
+    const ModelConfig& c = backend_.config();
+    const int64_t n = int64_t(request.prompt.size());
+    DSV4_CHECK(n > 0, "the prompt is empty");
+    for (int32_t id : request.prompt)
+        DSV4_CHECK(id >= 0 && id < c.vocab_size, "token id {} is outside the vocabulary [0, {})", id, c.vocab_size);
+    DSV4_CHECK(request.max_new_tokens >= 1, "at least one token must be generated (max_tokens >= 1)");
+    DSV4_CHECK(n + request.max_new_tokens <= options_.max_context,
+               "this model's context is {} tokens; the prompt has {} and {} more were asked for ({} in all): shorten "
+               "the prompt or ask for fewer tokens",
+               options_.max_context, n, request.max_new_tokens, n + request.max_new_tokens);
+    validate_sampling(request.sampling);
+    std::lock_guard lock(mutex_);
+    DSV4_CHECK(!stop_, "the engine is shutting down");
+    const uint64_t id = next_id_++;
+    incoming_.push_back(std::make_unique<Active>(id, std::move(request)));
+    wake_.notify_all();
+    return id;
+}
+
+void Engine::cancel(uint64_t id) {
+    std::lock_guard lock(mutex_);
+    cancelled_.insert(id);
+    wake_.notify_all();
+}
+
+Engine::Stats Engine::stats() const {
+    std::lock_guard lock(mutex_);
+    return stats_;
+}
+
+bool Engine::idle() const {
+    std::lock_guard lock(mutex_);
+    return stats_.running == 0 && stats_.waiting == 0 && incoming_.empty();
+}
+
+void Engine::loop() {
+    while (true) {
+        {
+            std::unique_lock lock(mutex_);
+            wake_.wait(lock, [&] {
+                return stop_ || !incoming_.empty() || !running_.empty() || !waiting_.empty() || !cancelled_.empty();
+            });
+            if (stop_) break;
+        }
+        step();
+    }
+    // Shutting down: every request still here ends cancelled.
+    std::deque<std::unique_ptr<Active>> rest;
+    {
+        std::lock_guard lock(mutex_);
+        rest.swap(incoming_);
+    }
+    for (auto& a : rest) finish(*a, FinishReason::kCancelled);
+    for (auto& a : waiting_) finish(*a, FinishReason::kCancelled);
+    for (auto& a : running_) finish(*a, FinishReason::kCancelled);
+    waiting_.clear();
+    running_.clear();
+}
+
+void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
+    EngineEvent e;
+    e.kind = EngineEvent::Kind::kFinished;
+    e.reason = reason;
+    e.error = error;
+    e.prompt_tokens = a.prompt_size();
+    e.cached_tokens = a.cached;
+    a.request.on_event(e);
+    // A sequence that finished normally has consumed the prompt and every sampled id but the last: keep it for a
+    // later request that extends it (the next turn of a conversation).
+    if ((reason == FinishReason::kEos || reason == FinishReason::kLength) && a.state && cache_.enabled()) {
+        std::vector<int32_t> ids = a.request.prompt;
+        ids.insert(ids.end(), a.generated.begin(), a.generated.end() - 1);
+        if (int64_t(ids.size()) == a.state->position) cache_.insert(std::move(ids), std::move(*a.state), {});
+    }
+    a.state.reset();
+    std::lock_guard lock(mutex_);
+    ++stats_.requests_finished;
+}
+
+void Engine::emit_token(Active& a, const std::vector<float>& logits) {
+    const int64_t V = backend_.config().vocab_size;
+    const int32_t id = a.sampler.sample(logits.data(), V);
+    EngineEvent e;
+    if (a.request.logprobs >= 0)
+        e.token = token_logprobs(logits.data(), V, id, a.request.logprobs);
+    else
+        e.token.id = id;
+    e.prompt_tokens = a.prompt_size();
+    e.cached_tokens = a.cached;
+    a.generated.push_back(id);
+    a.request.on_event(e);
+    {
+        std::lock_guard lock(mutex_);
+        ++stats_.generated_tokens;
+    }
+    const bool eos = id == backend_.config().eos_token_id && a.request.stop_at_eos;
+    if (eos)
+        finish(a, FinishReason::kEos);
+    else if (int64_t(a.generated.size()) >= a.request.max_new_tokens)
+        finish(a, FinishReason::kLength);
+}
+
+// Waiting requests take free places in arrival order. A request whose sequence does not fit the backend waits,
+// after the prefix cache has given up what it can; if nothing runs and it still does not fit, it never will.
+void Engine::admit() {
+    while (!waiting_.empty() && int64_t(running_.size()) < options_.max_running) {
+        Active& a = *waiting_.front();
+        {
+            std::lock_guard lock(mutex_);
+            ++stats_.prefix_queries;
+        }
+        if (auto hit = cache_.find(backend_, a.request.prompt)) {
+            a.state = std::move(hit->state);
+            a.fed = a.cached = hit->tokens;
+            a.ready_logits = std::move(hit->logits);
+            std::lock_guard lock(mutex_);
+            ++stats_.prefix_hits;
+            stats_.cached_tokens += a.cached;
+        } else {
+            while (!a.state) {
+                try {
+                    a.state = backend_.new_sequence();
+                } catch (const Error& e) {
+                    if (cache_.evict_one()) continue;
+                    if (running_.empty()) {
+                        finish(a, FinishReason::kError, e.what());
+                        waiting_.pop_front();
+                    }
+                    return;
+                }
+            }
+        }
+        {
+            std::lock_guard lock(mutex_);
+            stats_.prompt_tokens += a.prompt_size();
+        }
+        running_.push_back(std::move(waiting_.front()));
+        waiting_.pop_front();
+    }
+}
+
+void Engine::step() {
+    // New requests and cancellations.
+    {
+        std::lock_guard lock(mutex_);
+        while (!incoming_.empty()) {
+            waiting_.push_back(std::move(incoming_.front()));
+            incoming_.pop_front();
+        }
+        stats_.waiting = int64_t(waiting_.size());
+        for (auto& a : waiting_) a->cancelled |= cancelled_.erase(a->id) > 0;
+        for (auto& a : running_) a->cancelled |= cancelled_.erase(a->id) > 0;
+        cancelled_.clear();  // ids of requests that have finished already
+    }
+    auto drop_cancelled = [&](auto& list) {
+        for (auto& a : list)
+            if (a->cancelled) finish(*a, FinishReason::kCancelled);
+        std::erase_if(list, [](const auto& a) { return a->cancelled; });
+    };
+    drop_cancelled(waiting_);
+    drop_cancelled(running_);
+    admit();
+
+    // The batch: decodes (one token each), then prompt chunks while the budget lasts. A chunk ends at a multiple of
+    // snapshot_interval when it crosses one, so the prompt's state there can be cached.
+    std::vector<BatchItem> items;
+    std::vector<Active*> owners;
+    std::vector<Active*> ready;  // whole prompt cached with its logits: sample without a forward
+    int64_t budget = options_.step_tokens;
+    for (auto& a : running_)
+        if (!a->ready_logits.empty())
+            ready.push_back(a.get());
+        else if (a->decoding()) {
+            items.push_back({&*a->state, std::span(&a->generated.back(), 1), false});
+            owners.push_back(a.get());
+            --budget;
+        }
+    for (auto& a : running_) {
+        if (a->decoding() || budget <= 0) continue;
+        int64_t end = std::min(a->prompt_size(), a->fed + budget);
+        const int64_t k = options_.snapshot_interval;
+        if (k > 0 && cache_.enabled() && end / k * k > a->fed) end = end / k * k;
+        items.push_back({&*a->state, std::span(a->request.prompt).subspan(size_t(a->fed), size_t(end - a->fed)),
+                         false});
+        owners.push_back(a.get());
+        budget -= end - a->fed;
+    }
+
+    std::vector<std::vector<float>> logits;
+    if (!items.empty()) {
+        try {
+            logits = backend_.forward_batch(items);
+        } catch (const Error&) {
+            // The batch was refused before it ran (e.g. the GPU pool is full). Run the items one at a time so one
+            // request's failure does not end the others.
+            logits.assign(items.size(), {});
+            for (size_t i = 0; i < items.size(); ++i) {
+                try {
+                    logits[i] = backend_.forward(*items[i].state, items[i].ids, false);
+                } catch (const Error& e) {
+                    owners[i]->cancelled = true;
+                    finish(*owners[i], FinishReason::kError, e.what());
+                }
+            }
+        }
+    }
+    {
+        std::lock_guard lock(mutex_);
+        ++stats_.steps;
+    }
+
+    std::vector<Active*> done;
+    for (Active* a : ready) {
+        std::vector<float> l = std::move(a->ready_logits);
+        a->ready_logits.clear();
+        emit_token(*a, l);
+    }
+    for (size_t i = 0; i < items.size(); ++i) {
+        Active& a = *owners[i];
+        if (a.cancelled) continue;  // failed above
+        if (!a.decoding()) {
+            a.fed += int64_t(items[i].ids.size());
+            const int64_t k = options_.snapshot_interval;
+            const bool boundary = k > 0 && a.fed % k == 0;
+            if (boundary && cache_.enabled()) {
+                try {
+                    cache_.insert({a.request.prompt.begin(), a.request.prompt.begin() + a.fed},
+                                  backend_.copy_sequence(*a.state), a.decoding() ? logits[i] : std::vector<float>{});
+                } catch (const Error&) {  // no room for a copy: the cache is an optimisation only
+                }
+            }
+            if (!a.decoding()) continue;  // more of the prompt to come
+        }
+        emit_token(a, logits[i]);
+    }
+    // Whatever finished (its on_event saw kFinished and its state is gone) leaves the running list.
+    std::erase_if(running_, [](const auto& a) { return a->cancelled || !a->state; });
+    std::lock_guard lock(mutex_);
+    stats_.running = int64_t(running_.size());
+    stats_.waiting = int64_t(waiting_.size() + incoming_.size());
+    stats_.prefix_entries = cache_.entries();
+}
+
+}  // namespace dsv4

@@ -1,0 +1,128 @@
+// The serving engine: one thread owns the model (any Backend) and runs steps of continuous batching. Requests
+// join and leave at every step; a step is one Backend::forward_batch over every running decode (one token each)
+// and as many prompt tokens as the step's token budget leaves, so a long prompt is prefilled in chunks between
+// the others' decode steps instead of stalling them. Prompts start from the longest cached prefix (prefix_cache.h).
+// Results are bit-identical to running each request alone (the backends are batch- and chunk-invariant), so the
+// same request with greedy decoding gives the same tokens whatever else runs. Tested in
+// tests/runtime/engine_test.cpp against the CPU backend on the embedded trained model.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "model/backend.h"
+#include "runtime/prefix_cache.h"
+#include "runtime/sampler.h"
+
+namespace dsv4 {
+
+struct EngineOptions {
+    int64_t max_running = 16;          // requests computed at once (each holds one backend sequence)
+    int64_t step_tokens = 256;         // tokens per step: running decodes first, then prompt chunks (> max_running)
+    int64_t max_context = 0;           // positions per sequence (prompt + output); required
+    int64_t prefix_cache_entries = 0;  // 0: no prefix cache
+    int64_t snapshot_interval = 256;   // prompts are also cached every this many tokens (shared system prompts)
+};
+
+struct TokenChoice {
+    int32_t id = 0;
+    float logprob = 0.0f;  // natural log of the softmax of the raw logits (temperature 1)
+};
+
+struct SampledToken {
+    int32_t id = 0;
+    float logprob = 0.0f;
+    std::vector<TokenChoice> top;  // the most likely tokens of the step, most likely first (when asked)
+};
+
+enum class FinishReason { kEos, kLength, kCancelled, kError };
+const char* finish_reason_name(FinishReason reason);
+
+struct EngineEvent {
+    enum class Kind { kToken, kFinished };
+    Kind kind = Kind::kToken;
+    SampledToken token;                       // kToken: every sampled id, EOS included
+    FinishReason reason = FinishReason::kEos;  // kFinished
+    std::string error;                        // kFinished with kError: a sentence for the client
+    int64_t prompt_tokens = 0;
+    int64_t cached_tokens = 0;  // prompt tokens taken from the prefix cache (known from the first token on)
+};
+
+struct EngineRequest {
+    std::vector<int32_t> prompt;  // non-empty, ids in the vocabulary
+    int64_t max_new_tokens = 1;   // >= 1; prompt + max_new_tokens <= max_context
+    SamplingParams sampling;
+    bool stop_at_eos = true;
+    int logprobs = -1;  // -1: none; 0: the sampled token's; N > 0: and the N most likely
+    // Called on the engine thread for every event, in order, ending with one kFinished. Must be quick (hand the
+    // event to another thread) and must not throw or call back into the engine except cancel().
+    std::function<void(const EngineEvent&)> on_event;
+};
+
+class Engine {
+  public:
+    // The engine thread starts at once; `backend` must outlive the engine and is used by that thread only.
+    Engine(Backend& backend, EngineOptions options);
+    ~Engine();  // cancels every request (each gets its kFinished) and joins the thread
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    // Checks the request (throws dsv4::Error with a sentence for the client: empty prompt, an id outside the
+    // vocabulary, a request that cannot fit the context, bad sampling parameters) and queues it. Returns its id.
+    uint64_t submit(EngineRequest request);
+    // From any thread: the request ends with kCancelled at the next step and its sequence is released, unless it
+    // finished already.
+    void cancel(uint64_t id);
+
+    struct Stats {
+        int64_t running = 0, waiting = 0;
+        int64_t prompt_tokens = 0;     // prompt tokens of finished and running requests, cached ones included
+        int64_t cached_tokens = 0;     // of those, taken from the prefix cache
+        int64_t generated_tokens = 0;  // sampled tokens
+        int64_t prefix_queries = 0, prefix_hits = 0, prefix_entries = 0;
+        int64_t steps = 0;
+        int64_t requests_finished = 0;
+    };
+    Stats stats() const;
+    // True when no request is queued or running.
+    bool idle() const;
+
+  private:
+    struct Active;
+    void loop();
+    void step();
+    void admit();
+    void finish(Active& a, FinishReason reason, const std::string& error = {});
+    void emit_token(Active& a, const std::vector<float>& logits);
+
+    Backend& backend_;
+    EngineOptions options_;
+    PrefixCache cache_;
+
+    mutable std::mutex mutex_;  // guards incoming_, cancelled_, stats_, stop_
+    std::condition_variable wake_;
+    std::deque<std::unique_ptr<Active>> incoming_;
+    std::unordered_set<uint64_t> cancelled_;
+    Stats stats_;
+    bool stop_ = false;
+    uint64_t next_id_ = 1;
+
+    std::deque<std::unique_ptr<Active>> waiting_;  // engine thread only
+    std::vector<std::unique_ptr<Active>> running_;  // engine thread only
+    std::thread thread_;
+};
+
+// The logprob of `id` and the `top` most likely tokens under the softmax of the raw logits.
+SampledToken token_logprobs(const float* logits, int64_t vocab, int32_t id, int top);
+
+}  // namespace dsv4

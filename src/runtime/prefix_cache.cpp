@@ -1,0 +1,48 @@
+// PrefixCache: see prefix_cache.h. A linear scan over the entries: there are few (tens), and a match is a
+// comparison of ids, far cheaper than the forward it saves.
+#include "runtime/prefix_cache.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace dsv4 {
+
+std::optional<PrefixCache::Hit> PrefixCache::find(const Backend& backend, std::span<const int32_t> prompt) {
+    if (!enabled()) return std::nullopt;
+    auto best = entries_.end();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+        const size_t n = it->ids.size();
+        const bool usable = n < prompt.size() || (n == prompt.size() && !it->logits.empty());
+        if (!usable || n == 0 || !std::equal(it->ids.begin(), it->ids.end(), prompt.begin())) continue;
+        if (best == entries_.end() || n > best->ids.size()) best = it;
+    }
+    if (best == entries_.end()) return std::nullopt;
+    entries_.splice(entries_.begin(), entries_, best);  // most recently used
+    while (true) {
+        try {
+            Hit hit{backend.copy_sequence(entries_.front().state), int64_t(entries_.front().ids.size()), {}};
+            if (hit.tokens == int64_t(prompt.size())) hit.logits = entries_.front().logits;
+            return hit;
+        } catch (const Error&) {
+            // No room for the copy: make room from the other entries, least recently used first.
+            if (entries_.size() < 2) return std::nullopt;
+            entries_.pop_back();
+        }
+    }
+}
+
+void PrefixCache::insert(std::vector<int32_t> ids, SequenceState state, std::vector<float> logits) {
+    if (!enabled() || ids.empty()) return;
+    entries_.remove_if([&](const Entry& e) { return e.ids == ids; });
+    entries_.push_front(Entry{std::move(ids), std::move(state), std::move(logits)});
+    while (int64_t(entries_.size()) > max_entries_) entries_.pop_back();
+}
+
+bool PrefixCache::evict_one() {
+    if (entries_.empty()) return false;
+    entries_.pop_back();
+    return true;
+}
+
+}  // namespace dsv4

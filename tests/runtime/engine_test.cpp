@@ -1,0 +1,264 @@
+// The serving engine (runtime/engine.h) on the CPU backend and the embedded trained model
+// (tests/fixtures/official-trained-bytes, model numerics): many requests of mixed lengths submitted at once give
+// each the tokens and logprobs it gets alone, whatever the step budget chops its prompt into; the prefix cache
+// serves the next turn of a conversation and a shared prompt start, with identical output and the cached tokens
+// counted; cancellation ends a request at once and releases it; bad requests are refused at submit.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <map>
+#include <mutex>
+
+#include "core/error.h"
+#include "fixture_paths.h"
+#include "io/checkpoint.h"
+#include "model/cpu_model.h"
+#include "runtime/engine.h"
+
+namespace dsv4 {
+namespace {
+
+std::unique_ptr<CpuModel> load_model() {
+    auto checkpoint = Checkpoint::open(test_fixtures::dir("official-trained-bytes"));
+    return std::make_unique<CpuModel>(checkpoint->config(), load_model_weights(checkpoint, checkpoint->config()),
+                                      Numerics::kModel, 1);
+}
+
+CpuModel& model() {
+    static std::unique_ptr<CpuModel> m = load_model();
+    return *m;
+}
+
+struct Result {
+    std::vector<int32_t> tokens;
+    std::vector<float> logprobs;
+    FinishReason reason = FinishReason::kError;
+    int64_t cached = 0;
+    std::string error;
+};
+
+// Collects a request's events; wait() returns once kFinished arrived.
+class Collector {
+  public:
+    std::function<void(const EngineEvent&)> callback() {
+        return [this](const EngineEvent& e) {
+            std::lock_guard lock(mutex_);
+            if (e.kind == EngineEvent::Kind::kToken) {
+                result_.tokens.push_back(e.token.id);
+                result_.logprobs.push_back(e.token.logprob);
+                if (on_token_) on_token_(int64_t(result_.tokens.size()));
+            } else {
+                EXPECT_FALSE(done_) << "two kFinished events";
+                result_.reason = e.reason;
+                result_.cached = e.cached_tokens;
+                result_.error = e.error;
+                done_ = true;
+                cv_.notify_all();
+            }
+        };
+    }
+    Result wait() {
+        std::unique_lock lock(mutex_);
+        EXPECT_TRUE(cv_.wait_for(lock, std::chrono::seconds(120), [&] { return done_; })) << "request never finished";
+        return result_;
+    }
+    std::function<void(int64_t)> on_token_;
+
+  private:
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    Result result_;
+    bool done_ = false;
+};
+
+std::vector<int32_t> prompt_of(int64_t length, int seed) {
+    std::vector<int32_t> p;
+    const std::string text = "The quick brown fox jumps over the lazy dog. Licensed under the Apache License. ";
+    for (int64_t i = 0; i < length; ++i) p.push_back(int32_t(uint8_t(text[size_t((i * 7 + seed * 13) % text.size())])));
+    return p;
+}
+
+// The reference: the request alone, straight on the backend (prompt in one call, then one token at a time).
+Result alone(const std::vector<int32_t>& prompt, int64_t max_new) {
+    Backend& m = model();
+    SequenceState state = m.new_sequence();
+    std::vector<float> logits = m.forward(state, prompt, false);
+    Result r;
+    const int64_t V = m.config().vocab_size;
+    while (true) {
+        const int32_t id = argmax(logits.data(), V);
+        r.tokens.push_back(id);
+        r.logprobs.push_back(token_logprobs(logits.data(), V, id, 0).logprob);
+        if (id == m.config().eos_token_id) return r.reason = FinishReason::kEos, r;
+        if (int64_t(r.tokens.size()) == max_new) return r.reason = FinishReason::kLength, r;
+        logits = m.forward(state, std::span(&id, 1), false);
+    }
+}
+
+EngineRequest greedy_request(std::vector<int32_t> prompt, int64_t max_new, Collector& c) {
+    EngineRequest r;
+    r.prompt = std::move(prompt);
+    r.max_new_tokens = max_new;
+    r.sampling.greedy = true;
+    r.logprobs = 0;
+    r.on_event = c.callback();
+    return r;
+}
+
+EngineOptions options(int64_t step_tokens, int64_t cache_entries) {
+    EngineOptions o;
+    o.max_running = 6;
+    o.step_tokens = step_tokens;
+    o.max_context = model().config().max_position_embeddings;
+    o.prefix_cache_entries = cache_entries;
+    o.snapshot_interval = 32;
+    return o;
+}
+
+TEST(Engine, ConcurrentRequestsEqualEachAlone) {
+    const int64_t lengths[] = {1, 5, 90, 17, 64, 3, 200, 33, 48, 2};
+    const int64_t max_new[] = {12, 7, 10, 1, 16, 9, 5, 12, 3, 20};
+    for (int64_t budget : {7, 64}) {  // 7: prompts in many chunks beside the decodes; 64: fewer, larger ones
+        Engine engine(model(), options(budget, 0));
+        std::vector<std::unique_ptr<Collector>> collectors;
+        for (size_t i = 0; i < std::size(lengths); ++i) {
+            collectors.push_back(std::make_unique<Collector>());
+            engine.submit(greedy_request(prompt_of(lengths[i], int(i)), max_new[i], *collectors.back()));
+        }
+        for (size_t i = 0; i < std::size(lengths); ++i) {
+            const Result got = collectors[i]->wait();
+            const Result want = alone(prompt_of(lengths[i], int(i)), max_new[i]);
+            EXPECT_EQ(got.tokens, want.tokens) << "request " << i << ", step budget " << budget;
+            EXPECT_EQ(got.logprobs, want.logprobs) << "request " << i << " (bitwise)";
+            EXPECT_EQ(got.reason, want.reason) << "request " << i;
+            EXPECT_EQ(got.cached, 0);
+        }
+        const Engine::Stats s = engine.stats();
+        EXPECT_EQ(s.requests_finished, int64_t(std::size(lengths)));
+        EXPECT_EQ(s.running, 0);
+        EXPECT_EQ(s.waiting, 0);
+        EXPECT_TRUE(engine.idle());
+    }
+}
+
+TEST(Engine, PrefixCacheServesTheNextTurnAndSharedStartsWithTheSameOutput) {
+    Engine engine(model(), options(64, 8));
+    // Turn 1, then turn 2 = turn 1's prompt + its reply + more text: only the new part is computed.
+    const std::vector<int32_t> turn1 = prompt_of(40, 1);
+    Collector c1;
+    engine.submit(greedy_request(turn1, 6, c1));
+    const Result r1 = c1.wait();
+    ASSERT_EQ(r1.reason, FinishReason::kLength);
+    std::vector<int32_t> turn2 = turn1;
+    turn2.insert(turn2.end(), r1.tokens.begin(), r1.tokens.end());
+    const std::vector<int32_t> more = prompt_of(9, 5);
+    turn2.insert(turn2.end(), more.begin(), more.end());
+    Collector c2;
+    engine.submit(greedy_request(turn2, 8, c2));
+    const Result r2 = c2.wait();
+    const Result want2 = alone(turn2, 8);
+    EXPECT_EQ(r2.cached, int64_t(turn1.size() + r1.tokens.size() - 1)) << "the state kept from turn 1";
+    EXPECT_EQ(r2.tokens, want2.tokens);
+    EXPECT_EQ(r2.logprobs, want2.logprobs);
+
+    // Two prompts sharing their first 70 ids: the second starts from the first's snapshot at 64 (interval 32).
+    std::vector<int32_t> a = prompt_of(70, 9), b = a;
+    a.push_back(10);
+    b.push_back(11);
+    b.push_back(12);
+    Collector ca, cb;
+    engine.submit(greedy_request(a, 4, ca));
+    EXPECT_EQ(ca.wait().cached, 0);
+    engine.submit(greedy_request(b, 4, cb));
+    const Result rb = cb.wait();
+    EXPECT_EQ(rb.cached, 64);
+    EXPECT_EQ(rb.tokens, alone(b, 4).tokens);
+    EXPECT_EQ(rb.logprobs, alone(b, 4).logprobs);
+
+    // The same prompt again: served whole from the cache (its logits were kept at the prompt's end, 64 = 2 x 32).
+    const std::vector<int32_t> whole = prompt_of(64, 3);
+    Collector w1, w2;
+    engine.submit(greedy_request(whole, 3, w1));
+    const Result first = w1.wait();
+    engine.submit(greedy_request(whole, 3, w2));
+    const Result second = w2.wait();
+    EXPECT_EQ(second.cached, 64);
+    EXPECT_EQ(second.tokens, first.tokens);
+    EXPECT_EQ(second.logprobs, first.logprobs);
+    const Engine::Stats s = engine.stats();
+    EXPECT_GE(s.prefix_hits, 3);
+    EXPECT_LE(s.prefix_entries, 8);
+}
+
+TEST(Engine, CancelEndsARequestAndTheOthersGoOn) {
+    Engine engine(model(), options(16, 4));
+    Collector slow, other;
+    std::promise<void> third_token;
+    bool signalled = false;
+    slow.on_token_ = [&](int64_t n) {
+        if (n == 3 && !signalled) signalled = true, third_token.set_value();
+    };
+    const uint64_t id = engine.submit(greedy_request(prompt_of(20, 2), 200, slow));
+    engine.submit(greedy_request(prompt_of(30, 3), 10, other));
+    third_token.get_future().wait();
+    engine.cancel(id);
+    const Result cancelled = slow.wait();
+    EXPECT_EQ(cancelled.reason, FinishReason::kCancelled);
+    EXPECT_LT(cancelled.tokens.size(), 200u);
+    const Result r = other.wait();
+    EXPECT_EQ(r.tokens, alone(prompt_of(30, 3), 10).tokens);
+    engine.cancel(id);  // again, after it ended: nothing happens
+    Collector after;
+    engine.submit(greedy_request(prompt_of(5, 4), 2, after));
+    EXPECT_EQ(after.wait().reason, FinishReason::kLength);
+    EXPECT_EQ(engine.stats().running, 0);
+}
+
+TEST(Engine, BadRequestsAreRefusedAtSubmit) {
+    Engine engine(model(), options(16, 0));
+    Collector c;
+    const int64_t context = model().config().max_position_embeddings;
+    auto refused = [&](EngineRequest r, const char* words) {
+        try {
+            engine.submit(std::move(r));
+            ADD_FAILURE() << "accepted a request that should be refused (" << words << ")";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+        }
+    };
+    refused(greedy_request({}, 1, c), "empty");
+    refused(greedy_request({1, int32_t(model().config().vocab_size)}, 1, c), "outside the vocabulary");
+    refused(greedy_request({1, -1}, 1, c), "outside the vocabulary");
+    refused(greedy_request(prompt_of(10, 0), 0, c), "at least one token");
+    refused(greedy_request(prompt_of(context, 0), 1, c), "context");
+    refused(greedy_request(prompt_of(10, 0), context - 9, c), "context");
+    EngineRequest hot = greedy_request(prompt_of(10, 0), 1, c);
+    hot.sampling.greedy = false;
+    hot.sampling.temperature = -1;
+    refused(std::move(hot), "temp");
+    // The engine still serves.
+    Collector ok;
+    engine.submit(greedy_request(prompt_of(10, 0), context - 10, ok));
+    engine.cancel(1);  // an id that was never given out: ignored
+}
+
+TEST(Engine, LogprobsAreLogSoftmaxWithTheTopChoicesFirst) {
+    const Backend& m = model();
+    SequenceState state = model().new_sequence();
+    const std::vector<float> logits = model().forward(state, prompt_of(12, 1), false);
+    const int64_t V = m.config().vocab_size;
+    const int32_t best = argmax(logits.data(), V);
+    const SampledToken t = token_logprobs(logits.data(), V, best, 5);
+    ASSERT_EQ(t.top.size(), 5u);
+    EXPECT_EQ(t.top[0].id, best);
+    EXPECT_EQ(t.top[0].logprob, t.logprob);
+    double total = 0;
+    for (int64_t i = 0; i < V; ++i) total += std::exp(double(token_logprobs(logits.data(), V, int32_t(i), 0).logprob));
+    EXPECT_NEAR(total, 1.0, 1e-5);
+    for (size_t i = 1; i < t.top.size(); ++i) EXPECT_GE(t.top[i - 1].logprob, t.top[i].logprob);
+}
+
+}  // namespace
+}  // namespace dsv4
