@@ -58,6 +58,13 @@ class Backend {
     virtual std::vector<float> forward_block(SequenceState& state, int64_t layer, int64_t start_position,
                                              std::span<const int32_t> ids, const float* streams_in) = 0;
 
+    // How full the backend's state pool is (the CUDA backend's cache pages; zeros for a backend without a pool).
+    struct PoolUsage {
+        int64_t pages_used = 0, pages_total = 0;
+        int64_t sequences_used = 0, sequences_total = 0;
+    };
+    virtual PoolUsage pool_usage() const { return {}; }
+
     // Optional: receives named intermediate activations (attn_in, attn.q, ..., ffn.router_margin) for debugging
     // and golden diffs. A GPU backend downloads them only while an observer is set.
     virtual void set_observer(ActivationObserver observer) = 0;

@@ -304,9 +304,10 @@ void Engine::step() {
         if (a.cancelled) continue;  // failed above
         if (!a.decoding()) {
             a.fed += int64_t(items[i].ids.size());
+            // Cache the prompt's state every snapshot_interval tokens (prompts sharing a start) and at its end
+            // with its last logits (the same prompt again costs no forward).
             const int64_t k = options_.snapshot_interval;
-            const bool boundary = k > 0 && a.fed % k == 0;
-            if (boundary && cache_.enabled()) {
+            if (cache_.enabled() && ((k > 0 && a.fed % k == 0) || a.decoding())) {
                 try {
                     cache_.insert({a.request.prompt.begin(), a.request.prompt.begin() + a.fed},
                                   backend_.copy_sequence(*a.state), a.decoding() ? logits[i] : std::vector<float>{});
@@ -319,7 +320,10 @@ void Engine::step() {
     }
     // Whatever finished (its on_event saw kFinished and its state is gone) leaves the running list.
     std::erase_if(running_, [](const auto& a) { return a->cancelled || !a->state; });
+    const Backend::PoolUsage pool = backend_.pool_usage();
     std::lock_guard lock(mutex_);
+    stats_.pool = pool;
+    stats_.sequences_held = int64_t(running_.size()) + cache_.entries();
     stats_.running = int64_t(running_.size());
     stats_.waiting = int64_t(waiting_.size() + incoming_.size());
     stats_.prefix_entries = cache_.entries();

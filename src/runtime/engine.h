@@ -31,7 +31,7 @@ struct EngineOptions {
     int64_t step_tokens = 256;         // tokens per step: running decodes first, then prompt chunks (> max_running)
     int64_t max_context = 0;           // positions per sequence (prompt + output); required
     int64_t prefix_cache_entries = 0;  // 0: no prefix cache
-    int64_t snapshot_interval = 256;   // prompts are also cached every this many tokens (shared system prompts)
+    int64_t snapshot_interval = 256;   // prompts are cached at their end and every this many tokens (shared starts)
 };
 
 struct TokenChoice {
@@ -92,8 +92,11 @@ class Engine {
         int64_t prefix_queries = 0, prefix_hits = 0, prefix_entries = 0;
         int64_t steps = 0;
         int64_t requests_finished = 0;
+        int64_t sequences_held = 0;  // running requests' and prefix-cache entries' sequences
+        Backend::PoolUsage pool;     // after the last step
     };
     Stats stats() const;
+    const ModelConfig& config() const { return backend_.config(); }
     // True when no request is queued or running.
     bool idle() const;
 

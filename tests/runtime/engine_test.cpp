@@ -177,16 +177,17 @@ TEST(Engine, PrefixCacheServesTheNextTurnAndSharedStartsWithTheSameOutput) {
     EXPECT_EQ(rb.tokens, alone(b, 4).tokens);
     EXPECT_EQ(rb.logprobs, alone(b, 4).logprobs);
 
-    // The same prompt again: served whole from the cache (its logits were kept at the prompt's end, 64 = 2 x 32).
-    const std::vector<int32_t> whole = prompt_of(64, 3);
+    // The same prompt again: served whole from the cache (its state and last logits were kept at the prompt's end).
+    const std::vector<int32_t> whole = prompt_of(61, 3);
     Collector w1, w2;
     engine.submit(greedy_request(whole, 3, w1));
     const Result first = w1.wait();
     engine.submit(greedy_request(whole, 3, w2));
     const Result second = w2.wait();
-    EXPECT_EQ(second.cached, 64);
+    EXPECT_EQ(second.cached, 61);
     EXPECT_EQ(second.tokens, first.tokens);
     EXPECT_EQ(second.logprobs, first.logprobs);
+    EXPECT_EQ(second.tokens, alone(whole, 3).tokens);
     const Engine::Stats s = engine.stats();
     EXPECT_GE(s.prefix_hits, 3);
     EXPECT_LE(s.prefix_entries, 8);

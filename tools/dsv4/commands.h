@@ -11,5 +11,6 @@ void add_inspect_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_serve_command(CLI::App& app);  // when built with cpp-httplib (DSV4_WITH_SERVER)
 
 }  // namespace dsv4::cli

@@ -48,6 +48,9 @@ std::unique_ptr<Backend> load_model(const ModelOptions& o) {
     if (o.backend == "cuda") {
         CudaOptions cuda_options;
         cuda_options.print_plan = !o.quiet;
+        if (o.max_sequences > 0) cuda_options.max_sequences = o.max_sequences;
+        if (o.max_context > 0) cuda_options.max_context = o.max_context;
+        if (o.max_chunk_tokens > 0) cuda_options.max_chunk_tokens = o.max_chunk_tokens;
         return std::make_unique<CudaModel>(config, std::move(weights), numerics, cuda_options);
     }
 #endif

@@ -26,6 +26,9 @@ struct ModelOptions {
     std::string backend = "cpu";
     int threads = 0;
     bool quiet = false;
+    // Runtime shape for backends with a state pool (CUDA; 0: the backend's default): sequences held at once,
+    // positions per sequence, tokens per forward piece.
+    int64_t max_sequences = 0, max_context = 0, max_chunk_tokens = 0;
 };
 
 void add_model_options(CLI::App* command, ModelOptions& options);

@@ -19,6 +19,9 @@ int main(int argc, char** argv) {
     dsv4::cli::add_synth_command(app);
     dsv4::cli::add_chat_command(app);
     dsv4::cli::add_bench_command(app);
+#ifdef DSV4_WITH_SERVER
+    dsv4::cli::add_serve_command(app);
+#endif
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

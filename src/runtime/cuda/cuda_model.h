@@ -47,6 +47,7 @@ class CudaModel final : public Backend {
     // A new slot with the same window ring, compressor states and cache pages (device-to-device copies on the
     // model's stream, ordered before any later forward).
     SequenceState copy_sequence(const SequenceState& state) const override;
+    PoolUsage pool_usage() const override;
     std::vector<float> forward(SequenceState& state, std::span<const int32_t> ids, bool all_logits) override;
     // The items' tokens packed into shared pieces; a step of one token per sequence is one piece replayed from the
     // decode graph of its batch size. Not thread-safe: one caller at a time (one stream, one workspace).

@@ -111,6 +111,17 @@ int64_t CudaModel::Impl::entry_row(int64_t layer, int slot, int64_t e, bool inde
     return (index ? pool.index_row : pool.compressed_row)[size_t(layer)] + page * per_page + e % per_page;
 }
 
+Backend::PoolUsage CudaModel::pool_usage() const {
+    const Impl& m = *impl_;
+    std::lock_guard lock(m.slots->mutex);
+    PoolUsage u;
+    u.pages_total = m.pool.pages;
+    u.pages_used = m.pool.pages - int64_t(m.slots->free_pages.size());
+    u.sequences_total = int64_t(m.slots->used.size());
+    u.sequences_used = std::count(m.slots->used.begin(), m.slots->used.end(), true);
+    return u;
+}
+
 SequenceState CudaModel::copy_sequence(const SequenceState& state) const {
     Impl& m = *impl_;
     const auto* from_seq = dynamic_cast<const CudaSequence*>(state.device.get());

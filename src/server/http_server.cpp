@@ -1,0 +1,443 @@
+// HttpServer: see http_server.h. A generation request becomes one engine request whose events land in a channel;
+// the connection's thread takes them from there (a plain response waits for the last one, a stream writes each
+// delta as an SSE chunk). The engine thread never waits on a client.
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <random>
+
+#include "core/error.h"
+#include "server/reply_builder.h"
+#include "tokenizer/prompt.h"
+
+namespace dsv4::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string dump(const ordered_json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+void send_json(httplib::Response& res, int status, const ordered_json& body) {
+    res.status = status;
+    res.set_content(dump(body), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status(), e.to_json()); }
+
+// An engine request's events, handed from the engine thread to the connection's thread.
+struct Channel {
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::deque<EngineEvent> events;
+
+    void push(const EngineEvent& e) {
+        {
+            std::lock_guard lock(mutex);
+            events.push_back(e);
+        }
+        cv.notify_one();
+    }
+    // The next event, or nullopt after `timeout` without one.
+    std::optional<EngineEvent> pop(std::chrono::milliseconds timeout) {
+        std::unique_lock lock(mutex);
+        if (!cv.wait_for(lock, timeout, [&] { return !events.empty(); })) return std::nullopt;
+        EngineEvent e = std::move(events.front());
+        events.pop_front();
+        return e;
+    }
+};
+
+std::string random_suffix() {
+    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    return fmt::format("{:016x}", rng());
+}
+
+}  // namespace
+
+// One generation in flight: the engine request, its channel, the reply so far, timing for the metrics.
+struct Generation {
+    bool chat = false;
+    std::string id, model;
+    int64_t created = 0;
+    GenerationOptions options;
+    Engine* engine = nullptr;
+    Metrics* metrics = nullptr;
+    std::shared_ptr<Channel> channel = std::make_shared<Channel>();
+    uint64_t engine_id = 0;
+    std::optional<ReplyBuilder> builder;
+    Usage usage;
+    Clock::time_point arrival = Clock::now(), last_token;
+    bool finished = false, cancel_sent = false, reported = false;
+    FinishReason reason = FinishReason::kEos;
+    std::string error;
+
+    // Takes one event into the reply; returns the delta to stream (tokens) or nothing (kFinished).
+    ReplyBuilder::Delta take(const EngineEvent& e) {
+        usage.prompt_tokens = e.prompt_tokens;
+        usage.cached_tokens = e.cached_tokens;
+        if (e.kind == EngineEvent::Kind::kFinished) {
+            finished = true;
+            reason = e.reason;
+            error = e.error;
+            return {};
+        }
+        const Clock::time_point now = Clock::now();
+        if (usage.completion_tokens == 0)
+            metrics->time_to_first_token(std::chrono::duration<double>(now - arrival).count());
+        else
+            metrics->inter_token_latency(std::chrono::duration<double>(now - last_token).count());
+        last_token = now;
+        ReplyBuilder::Delta d = builder->push(e.token);
+        usage.completion_tokens = builder->tokens();
+        if (builder->stopped()) cancel();
+        return d;
+    }
+    void cancel() {
+        if (cancel_sent || finished) return;
+        cancel_sent = true;
+        engine->cancel(engine_id);
+    }
+    // Counts the request in the metrics once, by how it ended.
+    void report(const std::string& how) {
+        if (reported) return;
+        reported = true;
+        metrics->finished(how);
+    }
+    // The finish reason the client sees and the metrics count.
+    std::string outcome(const ReplyBuilder::Final& f) const {
+        if (builder->stopped()) return f.finish_reason;
+        if (reason == FinishReason::kCancelled) return "cancelled";
+        if (reason == FinishReason::kError) return "error";
+        return f.finish_reason;
+    }
+};
+
+HttpServer::HttpServer(ServerOptions options) : options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
+    created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                   .count();
+    const int threads = options_.max_connections;
+    http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+    http_->set_payload_max_length(options_.max_body_bytes);
+    http_->set_read_timeout(30);
+    http_->set_write_timeout(30);
+    http_->set_tcp_nodelay(true);
+    routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+int HttpServer::bind() {
+    const int port = options_.port == 0 ? http_->bind_to_any_port(options_.host)
+                                        : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
+    DSV4_CHECK(port > 0, "cannot listen on {}:{} (in use, or not an address of this machine)", options_.host,
+               options_.port);
+    return port;
+}
+
+void HttpServer::attach(const tok::Tokenizer& tokenizer, Engine& engine, const RequestLimits& limits) {
+    tokenizer_ = &tokenizer;
+    engine_ = &engine;
+    limits_ = limits;
+    ready_ = true;
+}
+
+void HttpServer::serve() { http_->listen_after_bind(); }
+
+void HttpServer::drain(std::chrono::seconds grace) {
+    draining_ = true;
+    if (!ready_) return;
+    const Clock::time_point end = Clock::now() + grace;
+    while (!engine_->idle() && Clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+void HttpServer::stop() { http_->stop(); }
+
+bool HttpServer::authorized(const httplib::Request& req, httplib::Response& res) {
+    if (options_.api_key.empty()) return true;
+    if (req.get_header_value("Authorization") == "Bearer " + options_.api_key) return true;
+    send_error(res, ApiError(401, "authentication_error", "a valid API key is required (Authorization: Bearer KEY)"));
+    metrics_.rejected();
+    return false;
+}
+
+void HttpServer::routes() {
+    http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+        res.status = ready_ && !draining_ ? 200 : 503;
+        res.set_content(ready_ ? (draining_ ? "draining" : "ok") : "loading", "text/plain");
+    });
+    http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+        std::optional<Engine::Stats> stats;
+        if (ready_) stats = engine_->stats();
+        res.set_content(metrics_.render(stats ? &*stats : nullptr), "text/plain; version=0.0.4");
+    });
+    http_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+        if (!authorized(req, res)) return;
+        send_json(res, 200, models_response(options_.model_name, created_, limits_.max_context));
+    });
+    http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { chat(req, res); });
+    http_->Post("/v1/completions",
+                [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
+    // Statuses httplib sets by itself (404 no route, 413 body too large, 400 bad request line): OpenAI's error form.
+    http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return;
+        metrics_.rejected();
+        std::string message = fmt::format("HTTP {} for {} {}", res.status, req.method, req.path);
+        if (res.status == 404) message = fmt::format("no route {} {} (see /v1/models, /v1/chat/completions, "
+                                                     "/v1/completions, /health, /metrics)", req.method, req.path);
+        if (res.status == 413)
+            message = fmt::format("the request body is larger than this server accepts ({} bytes)",
+                                  options_.max_body_bytes);
+        send_json(res, res.status, ApiError(res.status, "invalid_request_error", message).to_json());
+    });
+    http_->set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string message = "internal error";
+        try {
+            std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+            message = e.what();
+        } catch (...) {
+        }
+        metrics_.rejected();
+        send_json(res, 500, ApiError(500, "internal_error", message).to_json());
+    });
+}
+
+namespace {
+
+// Parses the body as JSON (400 on failure) and refuses work while loading or draining (503).
+json request_body(const httplib::Request& req, bool ready, bool draining) {
+    if (!ready) throw ApiError(503, "service_unavailable", "the model is still loading: retry shortly");
+    if (draining) throw ApiError(503, "service_unavailable", "the server is shutting down");
+    try {
+        return json::parse(req.body);
+    } catch (const json::exception& e) {
+        throw ApiError(400, "invalid_request_error", fmt::format("the body is not valid JSON: {}", e.what()));
+    }
+}
+
+// Plain (non-streamed) answer: waits for the whole reply.
+void answer_whole(Generation& g, httplib::Response& res) {
+    while (!g.finished)
+        if (auto e = g.channel->pop(std::chrono::milliseconds(1000))) g.take(*e);
+    if (g.reason == FinishReason::kError) throw ApiError(500, "internal_error", g.error);
+    if (g.reason == FinishReason::kCancelled && !g.builder->stopped())
+        throw ApiError(503, "service_unavailable", "the server is shutting down");
+    const ReplyBuilder::Final f = g.builder->finish(g.reason);
+    const std::string reason = g.outcome(f);
+    g.report(reason);
+    if (g.chat) {
+        ChatResult r{f.parsed, reason, f.logprobs, g.usage};
+        send_json(res, 200, chat_response(g.id, g.created, g.model, r, g.options.logprobs));
+    } else {
+        send_json(res, 200, completion_response(g.id, g.created, g.model, f.parsed.content, reason, f.logprobs,
+                                                g.options.logprobs, g.usage));
+    }
+}
+
+// Streamed answer: SSE chunks as deltas become final. Returns false (and cancels) when the client is gone.
+void answer_stream(std::shared_ptr<Generation> g, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    auto started = std::make_shared<bool>(false);
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [g, started](size_t, httplib::DataSink& sink) {
+            auto send = [&](const ordered_json& chunk) {
+                const std::string line = "data: " + dump(chunk) + "\n\n";
+                return sink.write(line.data(), line.size());
+            };
+            const bool usage_field = g->options.include_usage;
+            if (!*started) {
+                *started = true;
+                if (g->chat) {
+                    ChatDelta first;
+                    first.role = "assistant";
+                    if (!send(chat_chunk(g->id, g->created, g->model, first, std::nullopt, usage_field, false)))
+                        return g->cancel(), false;
+                }
+            }
+            while (!g->finished) {
+                std::optional<EngineEvent> e = g->channel->pop(std::chrono::milliseconds(200));
+                if (!e) {
+                    if (!sink.is_writable()) return g->cancel(), false;
+                    continue;
+                }
+                ReplyBuilder::Delta d = g->take(*e);
+                if (d.empty()) continue;
+                bool ok;
+                if (g->chat) {
+                    ChatDelta cd;
+                    cd.reasoning_content = std::move(d.reasoning_content);
+                    cd.content = std::move(d.content);
+                    cd.logprobs = std::move(d.logprobs);
+                    ok = send(chat_chunk(g->id, g->created, g->model, cd, std::nullopt, usage_field,
+                                         g->options.logprobs));
+                } else {
+                    ok = send(completion_chunk(g->id, g->created, g->model, d.content, std::nullopt, d.logprobs,
+                                               g->options.logprobs, usage_field));
+                }
+                if (!ok) return g->cancel(), false;
+            }
+            if (g->reason == FinishReason::kError || (g->reason == FinishReason::kCancelled && !g->builder->stopped())) {
+                // Mid-stream the status is sent already: an error object as the last event, as OpenAI's API does.
+                g->report(g->reason == FinishReason::kError ? "error" : "cancelled");
+                const std::string why = g->reason == FinishReason::kError ? g->error : "the server is shutting down";
+                send(ApiError(500, "internal_error", why).to_json());
+                const std::string done = "data: [DONE]\n\n";
+                sink.write(done.data(), done.size());
+                sink.done();
+                return true;
+            }
+            const ReplyBuilder::Final f = g->builder->finish(g->reason);
+            const std::string reason = g->outcome(f);
+            g->report(reason);
+            bool ok = true;
+            if (g->chat) {
+                ChatDelta last;
+                last.reasoning_content = f.last.reasoning_content;
+                last.content = f.last.content;
+                last.logprobs = f.last.logprobs;
+                if (!last.reasoning_content.empty() || !last.content.empty())
+                    ok = send(chat_chunk(g->id, g->created, g->model, last, std::nullopt, usage_field,
+                                         g->options.logprobs));
+                if (ok && !f.parsed.tool_calls.empty()) {
+                    ChatDelta calls;
+                    calls.tool_calls = f.parsed.tool_calls;
+                    ok = send(chat_chunk(g->id, g->created, g->model, calls, std::nullopt, usage_field, false));
+                }
+                if (ok) ok = send(chat_chunk(g->id, g->created, g->model, ChatDelta{}, reason, usage_field, false));
+            } else {
+                ok = send(completion_chunk(g->id, g->created, g->model, f.last.content, reason, f.last.logprobs,
+                                           g->options.logprobs, usage_field));
+            }
+            if (ok && usage_field) ok = send(usage_chunk(g->id, g->created, g->model, g->chat, g->usage));
+            const std::string done = "data: [DONE]\n\n";
+            if (ok) ok = sink.write(done.data(), done.size());
+            if (ok) sink.done();
+            return ok;
+        },
+        [g](bool) {  // whatever happened to the connection, the engine request ends
+            g->cancel();
+            g->report("cancelled");  // unless it was counted as finished already
+        });
+}
+
+}  // namespace
+
+int32_t HttpServer::eos_id(const GenerationOptions& o) const {
+    return o.ignore_eos ? -1 : int32_t(engine_->config().eos_token_id);  // with ignore_eos, EOS is a token like others
+}
+
+void HttpServer::chat(const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    auto g = std::make_shared<Generation>();
+    try {
+        const json body = request_body(req, ready_, draining_);
+        ChatRequest r = parse_chat_request(body, limits_, options_.model_name);
+        r.render.era = options_.era;
+        std::vector<int32_t> prompt;
+        try {
+            prompt = tokenizer_->encode(tok::render_prompt(r.messages, r.render));
+        } catch (const Error& e) {
+            throw ApiError(400, "invalid_request_error", e.what(), "messages");
+        }
+        g->chat = true;
+        g->id = "chatcmpl-" + random_suffix();
+        g->model = options_.model_name;
+        g->created = created_;
+        g->options = r.options;
+        g->engine = engine_;
+        g->metrics = &metrics_;
+        g->builder.emplace(*tokenizer_, eos_id(r.options), true, r.render.thinking_mode,
+                           r.options.stop, r.options.logprobs);
+        submit(*g, std::move(prompt));
+    } catch (const ApiError& e) {
+        metrics_.rejected();
+        return send_error(res, e);
+    }
+    if (g->options.stream)
+        answer_stream(g, res);
+    else
+        try {
+            answer_whole(*g, res);
+        } catch (const ApiError& e) {
+            g->report(g->reason == FinishReason::kError ? "error" : "cancelled");
+            send_error(res, e);
+        }
+}
+
+void HttpServer::completions(const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    auto g = std::make_shared<Generation>();
+    try {
+        const json body = request_body(req, ready_, draining_);
+        CompletionRequest r = parse_completion_request(body, limits_, options_.model_name);
+        std::vector<int32_t> prompt = r.prompt_ids;
+        if (r.prompt_text) {
+            // As `dsv4 generate --prompt`: BOS, then the text's tokens.
+            prompt = {int32_t(engine_->config().bos_token_id)};
+            tokenizer_->encode_append(*r.prompt_text, prompt);
+        }
+        g->id = "cmpl-" + random_suffix();
+        g->model = options_.model_name;
+        g->created = created_;
+        g->options = r.options;
+        g->engine = engine_;
+        g->metrics = &metrics_;
+        g->builder.emplace(*tokenizer_, eos_id(r.options), false, tok::ThinkingMode::kChat,
+                           r.options.stop, r.options.logprobs);
+        submit(*g, std::move(prompt));
+    } catch (const ApiError& e) {
+        metrics_.rejected();
+        return send_error(res, e);
+    }
+    if (g->options.stream)
+        answer_stream(g, res);
+    else
+        try {
+            answer_whole(*g, res);
+        } catch (const ApiError& e) {
+            g->report(g->reason == FinishReason::kError ? "error" : "cancelled");
+            send_error(res, e);
+        }
+}
+
+void HttpServer::submit(Generation& g, std::vector<int32_t> prompt) {
+    const int64_t n = int64_t(prompt.size()), context = limits_.max_context;
+    if (n >= context)
+        throw ApiError(400, "invalid_request_error",
+                       fmt::format("this model's maximum context length is {} tokens; the prompt has {} (nothing is "
+                                   "truncated: shorten it)",
+                                   context, n),
+                       "messages", "context_length_exceeded");
+    int64_t max_new = context - n;
+    if (limits_.max_output > 0) max_new = std::min(max_new, limits_.max_output);
+    if (g.options.max_tokens) {
+        if (n + *g.options.max_tokens > context)
+            throw ApiError(400, "invalid_request_error",
+                           fmt::format("this model's maximum context length is {} tokens; the prompt has {} and "
+                                       "max_tokens asks for {} more ({} in all)",
+                                       context, n, *g.options.max_tokens, n + *g.options.max_tokens),
+                           "max_tokens", "context_length_exceeded");
+        max_new = *g.options.max_tokens;
+    }
+    EngineRequest r;
+    r.prompt = std::move(prompt);
+    r.max_new_tokens = max_new;
+    r.sampling = g.options.sampling;
+    r.stop_at_eos = !g.options.ignore_eos;
+    r.logprobs = g.options.logprobs ? g.options.top_logprobs : -1;
+    std::shared_ptr<Channel> channel = g.channel;
+    r.on_event = [channel](const EngineEvent& e) { channel->push(e); };
+    try {
+        g.engine_id = engine_->submit(std::move(r));
+    } catch (const Error& e) {
+        throw ApiError(400, "invalid_request_error", e.what());
+    }
+}
+
+}  // namespace dsv4::server
