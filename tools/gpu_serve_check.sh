@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: `dsv4 serve` on the GPU backend against `dsv4 bench`, on a synthetic V4-Flash
+# checkpoint of LAYERS trunk layers (default 4; written by `dsv4 synth --preset flash`, real shapes and formats).
+# Builds dsv4 with the server (carry .httplib from tools/carry_httplib.sh and .embedded for the tokenizer), serves
+# the checkpoint, runs tools/bench_serve.py at concurrency CONCURRENCY (default 1,16,64; completions with token-id
+# prompts of INPUT_LEN ids and ignore_eos, OUTPUT_LEN tokens each), stops the server with SIGTERM, then times the
+# same batch sizes with `dsv4 bench`. Logs to $OUT when set; the tables last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-/tmp/dsv4_serve_check}"
+mkdir -p "$out"
+export PATH="$PATH:/usr/local/cuda/bin"
+layers="${LAYERS:-4}" concurrency="${CONCURRENCY:-1,16,64}"
+input_len="${INPUT_LEN:-128}" output_len="${OUTPUT_LEN:-128}"
+fetch() { python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' "$1"; }
+max_running=$(echo "$concurrency" | tr ',' '\n' | sort -n | tail -1)
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/device.txt"
+start=$SECONDS
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV4_HTTPLIB_ROOT="$PWD/.httplib" >"$out/configure.log" 2>&1 &&
+    cmake --build build-gpu -j "$(nproc)" --target dsv4 >"$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+echo "build: $((SECONDS - start)) s"
+dsv4=build-gpu/tools/dsv4/dsv4
+model=/tmp/dsv4-flash-$layers
+start=$SECONDS
+[ -f "$model/config.json" ] || "$dsv4" synth -o "$model" --preset flash --layers "$layers" -q || exit 1
+echo "synth: $((SECONDS - start)) s ($(du -sh "$model" | cut -f1))"
+
+start=$SECONDS
+"$dsv4" serve -m "$model" --backend cuda --port 0 --max-running "$max_running" --max-context 4096 \
+    --prefix-cache 0 2>"$out/serve.log" &
+server=$!
+port=""
+for _ in $(seq 600); do
+    port=$(grep -o 'listening on http://[^ ]*' "$out/serve.log" | sed 's/.*://')
+    [ -n "$port" ] && fetch "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    kill -0 $server 2>/dev/null || { cat "$out/serve.log"; exit 1; }
+    sleep 0.5
+done
+echo "serve ready: $((SECONDS - start)) s (load included)"
+python3 tools/bench_serve.py --url "http://127.0.0.1:$port" --concurrency "$concurrency" --input-len "$input_len" \
+    --output-len "$output_len" --vocab 129280 2>&1 | tee "$out/bench_serve.log"
+serve_rc=${PIPESTATUS[0]}
+fetch "http://127.0.0.1:$port/metrics" >"$out/metrics.txt"
+kill -TERM $server
+wait $server
+stop_rc=$?
+echo "server exit status after SIGTERM: $stop_rc"
+
+"$dsv4" bench --layers "$layers" --batch "$concurrency" --batch-context "$input_len" 2>&1 | tee "$out/bench.log"
+exit $((serve_rc | stop_rc))
