@@ -107,6 +107,12 @@ void Engine::cancel(uint64_t id) {
     wake_.notify_all();
 }
 
+void Engine::cancel_all() {
+    std::lock_guard lock(mutex_);
+    cancel_all_ = true;
+    wake_.notify_all();
+}
+
 Engine::Stats Engine::stats() const {
     std::lock_guard lock(mutex_);
     return stats_;
@@ -122,7 +128,8 @@ void Engine::loop() {
         {
             std::unique_lock lock(mutex_);
             wake_.wait(lock, [&] {
-                return stop_ || !incoming_.empty() || !running_.empty() || !waiting_.empty() || !cancelled_.empty();
+                return stop_ || cancel_all_ || !incoming_.empty() || !running_.empty() || !waiting_.empty() ||
+                       !cancelled_.empty();
             });
             if (stop_) break;
         }
@@ -232,9 +239,10 @@ void Engine::step() {
             incoming_.pop_front();
         }
         stats_.waiting = int64_t(waiting_.size());
-        for (auto& a : waiting_) a->cancelled |= cancelled_.erase(a->id) > 0;
-        for (auto& a : running_) a->cancelled |= cancelled_.erase(a->id) > 0;
+        for (auto& a : waiting_) a->cancelled |= cancelled_.erase(a->id) > 0 || cancel_all_;
+        for (auto& a : running_) a->cancelled |= cancelled_.erase(a->id) > 0 || cancel_all_;
         cancelled_.clear();  // ids of requests that have finished already
+        cancel_all_ = false;
     }
     auto drop_cancelled = [&](auto& list) {
         for (auto& a : list)

@@ -83,6 +83,8 @@ class Engine {
     // From any thread: the request ends with kCancelled at the next step and its sequence is released, unless it
     // finished already.
     void cancel(uint64_t id);
+    // Every queued and running request ends with kCancelled at the next step (the end of a drain).
+    void cancel_all();
 
     struct Stats {
         int64_t running = 0, waiting = 0;
@@ -118,6 +120,7 @@ class Engine {
     std::unordered_set<uint64_t> cancelled_;
     Stats stats_;
     bool stop_ = false;
+    bool cancel_all_ = false;
     uint64_t next_id_ = 1;
 
     std::deque<std::unique_ptr<Active>> waiting_;  // engine thread only

@@ -152,6 +152,9 @@ void HttpServer::drain(std::chrono::seconds grace) {
     if (!ready_) return;
     const Clock::time_point end = Clock::now() + grace;
     while (!engine_->idle() && Clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (engine_->idle()) return;
+    engine_->cancel_all();  // the grace period is over: what still runs ends now (its clients get an error event)
+    while (!engine_->idle()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
 void HttpServer::stop() { http_->stop(); }
