@@ -1,4 +1,5 @@
-// Sampler: see sampler.h. Top-k, then top-p over the tempered softmax, then one draw.
+// Sampler: see sampler.h. Top-k and min-p (both cut the sorted list), then top-p over the tempered softmax of what
+// is left, then one draw: vLLM's order (min-p before top-p, so the nucleus is taken of the renormalized rest).
 #include "runtime/sampler.h"
 
 #include <algorithm>
@@ -16,6 +17,7 @@ void validate_sampling(const SamplingParams& p) {
                "--temp must be a positive number (use --greedy for argmax decoding), got {}", p.temperature);
     DSV4_CHECK(p.top_p > 0.0f && p.top_p <= 1.0f, "--top-p must be in (0, 1], got {}", p.top_p);
     DSV4_CHECK(p.top_k >= 0, "--top-k must be >= 0 (0 disables it), got {}", p.top_k);
+    DSV4_CHECK(p.min_p >= 0.0f && p.min_p <= 1.0f, "min_p must be in [0, 1] (0 disables it), got {}", p.min_p);
 }
 
 int32_t argmax(const float* logits, int64_t vocab) {
@@ -38,10 +40,15 @@ int32_t Sampler::sample(const float* logits, int64_t vocab) {
     size_t keep = ids.size();
     if (params_.top_k > 0) keep = std::min(keep, static_cast<size_t>(params_.top_k));
 
+    // probs[i] is relative to the most likely token (probs[0] == 1), so min-p compares it with min_p directly.
     std::vector<double> probs(keep);
     const double max_logit = logits[ids[0]];
+    for (size_t i = 0; i < keep; ++i) probs[i] = std::exp((logits[ids[i]] - max_logit) / params_.temperature);
+    if (params_.min_p > 0.0f)
+        keep = size_t(std::find_if(probs.begin(), probs.end(), [&](double p) { return p < params_.min_p; }) -
+                      probs.begin());
     double total = 0.0;
-    for (size_t i = 0; i < keep; ++i) total += probs[i] = std::exp((logits[ids[i]] - max_logit) / params_.temperature);
+    for (size_t i = 0; i < keep; ++i) total += probs[i];
     double cumulative = 0.0;
     size_t nucleus = keep;
     for (size_t i = 0; i < keep; ++i) {

@@ -1,5 +1,5 @@
-// Next-token sampling from logits: greedy (argmax, ties to the lowest id) or temperature / top-k / top-p with a
-// seeded generator, so a run is reproducible. Tested in tests/runtime/sampler_test.cpp.
+// Next-token sampling from logits: greedy (argmax, ties to the lowest id) or temperature / top-k / min-p / top-p
+// with a seeded generator, so a run is reproducible. Tested in tests/runtime/sampler_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -12,10 +12,13 @@ struct SamplingParams {
     float temperature = 1.0f;  // > 0 when not greedy
     float top_p = 1.0f;        // (0, 1]
     int64_t top_k = 0;         // 0: no limit
+    float min_p = 0.0f;        // [0, 1]: after temperature, drop tokens less likely than min_p times the most likely
+                               // one (vLLM / OpenAI-compatible servers); 0: off
     uint64_t seed = 0;
 };
 
-// Throws dsv4::Error for parameters a user cannot mean (temperature <= 0 without --greedy, top_p outside (0, 1]).
+// Throws dsv4::Error for parameters a user cannot mean (temperature <= 0 without --greedy, top_p outside (0, 1],
+// min_p outside [0, 1]).
 void validate_sampling(const SamplingParams& params);
 
 class Sampler {

@@ -1,5 +1,6 @@
 // Sampler: greedy picks the argmax; top-k 1 equals greedy; a fixed seed reproduces; the draw frequencies follow
-// the tempered softmax; bad parameters are errors.
+// the tempered softmax; min-p drops the unlikely tail after temperature and before top-p, and min_p = 0 draws
+// exactly what the sampler drew before min-p existed; bad parameters are errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,9 +41,66 @@ TEST(Sampler, TopPKeepsTheNucleusOnly) {
     for (int i = 0; i < 200; ++i) EXPECT_EQ(s.sample(logits.data(), 3), 0);
 }
 
+TEST(Sampler, MinPZeroDrawsAsBeforeMinP) {
+    // Draws recorded with the sampler of 363380f (before min_p): min_p = 0 must not change a single one.
+    const std::vector<float> logits = {1.5f,   -0.25f, 2.75f, 0.5f,  2.5f,   -1.0f,
+                                       0.125f, 2.0f,   1.0f,  -2.5f, 2.875f, 0.75f};
+    const std::vector<int32_t> want_k8 = {2, 4, 10, 10, 10, 10, 7, 2, 10, 2,  2,  2, 7,  4,  10, 10, 10, 7,  4, 2,
+                                          7, 2, 10, 4,  10, 2,  2, 4, 7,  10, 10, 2, 10, 10, 2,  4,  10, 10, 2, 10};
+    const std::vector<int32_t> want_t13 = {7, 10, 10, 7, 10, 10, 10, 7, 0,  10, 10, 4,  2,  3, 2,  2, 10, 4,  1, 8,
+                                           2, 0,  10, 4, 2,  0,  10, 4, 10, 7,  8,  10, 10, 2, 10, 2, 8,  10, 0, 8};
+    Sampler k8({.greedy = false, .temperature = 0.7f, .top_p = 0.9f, .top_k = 8, .min_p = 0.0f, .seed = 2024});
+    Sampler t13({.greedy = false, .temperature = 1.3f, .top_p = 1.0f, .top_k = 0, .min_p = 0.0f, .seed = 5});
+    for (size_t i = 0; i < want_k8.size(); ++i) EXPECT_EQ(k8.sample(logits.data(), 12), want_k8[i]) << i;
+    for (size_t i = 0; i < want_t13.size(); ++i) EXPECT_EQ(t13.sample(logits.data(), 12), want_t13[i]) << i;
+}
+
+TEST(Sampler, MinPDropsTokensBelowTheFractionOfTheMostLikely) {
+    // p = 0.5, 0.3, 0.15, 0.05; min_p 0.35 keeps p >= 0.175: tokens 0 and 1, drawn 0.625 : 0.375.
+    const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+    Sampler s({.greedy = false, .temperature = 1.0f, .top_p = 1.0f, .top_k = 0, .min_p = 0.35f, .seed = 11});
+    int counts[4] = {};
+    const int n = 20000;
+    for (int i = 0; i < n; ++i) ++counts[s.sample(logits.data(), 4)];
+    EXPECT_EQ(counts[2] + counts[3], 0);
+    EXPECT_NEAR(double(counts[0]) / n, 0.625, 0.015);
+    // min_p 1 keeps only the most likely token.
+    Sampler one({.greedy = false, .temperature = 1.0f, .top_p = 1.0f, .top_k = 0, .min_p = 1.0f, .seed = 4});
+    for (int i = 0; i < 100; ++i) EXPECT_EQ(one.sample(logits.data(), 4), 0);
+}
+
+TEST(Sampler, MinPComesAfterTemperature) {
+    // Relative probability of token 1: 0.2 at temperature 1 (below min_p 0.3), sqrt(0.2) = 0.447 at temperature 2.
+    const std::vector<float> logits = {0.0f, std::log(0.2f)};
+    Sampler cold({.greedy = false, .temperature = 1.0f, .top_p = 1.0f, .top_k = 0, .min_p = 0.3f, .seed = 9});
+    Sampler hot({.greedy = false, .temperature = 2.0f, .top_p = 1.0f, .top_k = 0, .min_p = 0.3f, .seed = 9});
+    int cold_ones = 0, hot_ones = 0;
+    for (int i = 0; i < 2000; ++i) {
+        cold_ones += cold.sample(logits.data(), 2);
+        hot_ones += hot.sample(logits.data(), 2);
+    }
+    EXPECT_EQ(cold_ones, 0);
+    EXPECT_NEAR(hot_ones / 2000.0, 0.447 / 1.447, 0.03);
+}
+
+TEST(Sampler, MinPComesBeforeTopP) {
+    // p = 0.5, 0.3, 0.2. min_p 0.5 leaves 0.5, 0.3, renormalized 0.625, 0.375; top_p 0.6 then keeps token 0 only.
+    // (top-p first would keep tokens 0 and 1: 0.5 < 0.6 <= 0.8.)
+    const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
+    Sampler s({.greedy = false, .temperature = 1.0f, .top_p = 0.6f, .top_k = 0, .min_p = 0.5f, .seed = 13});
+    for (int i = 0; i < 500; ++i) EXPECT_EQ(s.sample(logits.data(), 3), 0);
+    Sampler no_min_p({.greedy = false, .temperature = 1.0f, .top_p = 0.6f, .top_k = 0, .seed = 13});
+    int ones = 0;
+    for (int i = 0; i < 500; ++i) ones += no_min_p.sample(logits.data(), 3) == 1;
+    EXPECT_GT(ones, 100);
+}
+
 TEST(Sampler, RejectsBadParametersAndNaN) {
     EXPECT_THROW(Sampler({.greedy = false, .temperature = 0.0f}), Error);
     EXPECT_THROW(Sampler({.greedy = false, .temperature = 1.0f, .top_p = 1.5f}), Error);
+    EXPECT_THROW(Sampler({.greedy = false, .temperature = 1.0f, .min_p = -0.1f}), Error);
+    EXPECT_THROW(Sampler({.greedy = false, .temperature = 1.0f, .min_p = 1.01f}), Error);
+    EXPECT_THROW(Sampler({.greedy = false, .temperature = 1.0f, .min_p = NAN}), Error);
     std::vector<float> logits = {0.0f, NAN};
     Sampler s({});
     EXPECT_THROW(s.sample(logits.data(), 2), Error);

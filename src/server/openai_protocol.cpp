@@ -1,0 +1,555 @@
+// Requests of the OpenAI-compatible protocol (see openai_protocol.h): the body is read field by field through typed
+// getters that turn every mistake into a 400 naming the field, so nothing a client sends reaches the engine
+// unchecked and nothing but ApiError leaves parse_*. Responses are in openai_response.cpp. Tested by
+// tests/server/openai_protocol_test.cpp.
+#include "server/openai_protocol.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "core/error.h"
+#include "tokenizer/unicode.h"
+
+namespace dsv4::server {
+
+ApiError::ApiError(int status, std::string type, const std::string& message, std::string param, std::string code)
+    : std::runtime_error(tok::utf8_lossy(message)),
+      status_(status),
+      type_(std::move(type)),
+      param_(tok::utf8_lossy(param)),
+      code_(std::move(code)) {}
+
+ordered_json ApiError::to_json() const {
+    auto or_null = [](const std::string& s) { return s.empty() ? ordered_json(nullptr) : ordered_json(s); };
+    ordered_json error = {{"message", what()}, {"type", type_}, {"param", or_null(param_)}, {"code", or_null(code_)}};
+    return {{"error", std::move(error)}};
+}
+
+void bad_request(const std::string& param, const std::string& message) {
+    throw ApiError(400, "invalid_request_error", message, param);
+}
+
+ordered_json parse_json_body(std::string_view text) {
+    // Copying, comparing and dumping a JSON value recurse; parsing does not. A callback that refuses to keep a
+    // too-deep container keeps a 1 MB body of '[' from overflowing the stack later.
+    constexpr int kMaxDepth = 128;
+    bool too_deep = false;
+    const ordered_json::parser_callback_t keep = [&](int depth, ordered_json::parse_event_t event, ordered_json&) {
+        const bool opens =
+            event == ordered_json::parse_event_t::object_start || event == ordered_json::parse_event_t::array_start;
+        if (opens && depth >= kMaxDepth) too_deep = true;
+        return !too_deep;
+    };
+    ordered_json body;
+    try {
+        body = ordered_json::parse(text.begin(), text.end(), keep);
+    } catch (const ordered_json::exception& e) {
+        bad_request("", fmt::format("the request body is not valid JSON: {}", e.what()));
+    }
+    if (too_deep) bad_request("", fmt::format("the request body nests JSON deeper than {} levels", kMaxDepth));
+    if (!body.is_object()) bad_request("", "the request body must be a JSON object");
+    return body;
+}
+
+std::string safe_dump(const ordered_json& j) {
+    return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+}
+
+namespace {
+
+std::string describe(const ordered_json& v) {
+    switch (v.type()) {
+        case ordered_json::value_t::null:
+            return "null";
+        case ordered_json::value_t::boolean:
+            return v.get<bool>() ? "true" : "false";
+        case ordered_json::value_t::string:
+            return "a string";
+        case ordered_json::value_t::array:
+            return "an array";
+        case ordered_json::value_t::object:
+            return "an object";
+        default:
+            return v.dump();  // a number
+    }
+}
+
+// The fields of one JSON object, each read as the type it must have. A JSON null is the field left out: clients
+// send explicit nulls for what they do not set. `prefix` makes nested params ("stream_options.include_usage").
+class Fields {
+  public:
+    Fields(const ordered_json& object, std::string prefix = {}) : object_(object), prefix_(std::move(prefix)) {}
+
+    std::string param(std::string_view key) const { return prefix_ + std::string(key); }
+
+    const ordered_json* get(const char* key) const {
+        const auto it = object_.find(key);
+        return it == object_.end() || it->is_null() ? nullptr : &*it;
+    }
+
+    [[noreturn]] void wrong(const char* key, std::string_view what) const {
+        bad_request(param(key), fmt::format("'{}' must be {}, got {}", param(key), what, describe(*get(key))));
+    }
+
+    std::optional<bool> boolean(const char* key) const {
+        const ordered_json* v = get(key);
+        if (!v) return std::nullopt;
+        if (!v->is_boolean()) wrong(key, "a boolean");
+        return v->get<bool>();
+    }
+
+    std::optional<double> number(const char* key) const {
+        const ordered_json* v = get(key);
+        if (!v) return std::nullopt;
+        if (!v->is_number()) wrong(key, "a number");
+        return v->get<double>();
+    }
+
+    // An integer; 100.0 counts (some clients write every number as a float), 1.5 does not. Values beyond int64
+    // saturate, so range checks still say "too large".
+    std::optional<int64_t> integer(const char* key) const {
+        const ordered_json* v = get(key);
+        if (!v) return std::nullopt;
+        if (v->is_number_unsigned()) return int64_t(std::min<uint64_t>(v->get<uint64_t>(), INT64_MAX));
+        if (v->is_number_integer()) return v->get<int64_t>();
+        if (!v->is_number_float() || v->get<double>() != std::floor(v->get<double>())) wrong(key, "an integer");
+        const double d = v->get<double>();
+        return d >= 0x1p63 ? INT64_MAX : d < -0x1p63 ? INT64_MIN : int64_t(d);
+    }
+
+    std::optional<std::string> string(const char* key) const {
+        const ordered_json* v = get(key);
+        if (!v) return std::nullopt;
+        if (!v->is_string()) wrong(key, "a string");
+        return v->get<std::string>();
+    }
+
+    const ordered_json* object(const char* key) const {
+        const ordered_json* v = get(key);
+        if (v && !v->is_object()) wrong(key, "an object");
+        return v;
+    }
+
+    const ordered_json* array(const char* key) const {
+        const ordered_json* v = get(key);
+        if (v && !v->is_array()) wrong(key, "an array");
+        return v;
+    }
+
+  private:
+    const ordered_json& object_;
+    std::string prefix_;
+};
+
+void check_model(const Fields& f, const std::string& served_model) {
+    const auto model = f.string("model");
+    if (model && *model != served_model)
+        throw ApiError(404, "invalid_request_error",
+                       fmt::format("The model '{}' does not exist: this server serves '{}'", *model, served_model),
+                       "model", "model_not_found");
+}
+
+uint64_t random_seed() {
+    std::random_device device;
+    return (uint64_t(device()) << 32) ^ device();
+}
+
+// Known fields whose effect we do not implement: refused when set to anything but their neutral value, so that a
+// client never gets output it did not ask for without being told.
+void refuse_unsupported(const Fields& f) {
+    for (const char* key : {"presence_penalty", "frequency_penalty"})
+        if (const auto v = f.number(key); v && *v != 0.0)
+            bad_request(key, fmt::format("'{}' is not supported by this server: leave it out or set it to 0", key));
+    if (const auto v = f.number("repetition_penalty"); v && *v != 1.0)
+        bad_request("repetition_penalty",
+                    "'repetition_penalty' is not supported by this server: leave it out or set it to 1");
+    if (const ordered_json* v = f.object("logit_bias"); v && !v->empty())
+        bad_request("logit_bias", "'logit_bias' is not supported by this server");
+}
+
+std::vector<std::string> parse_stop(const Fields& f, const RequestLimits& limits) {
+    const ordered_json* v = f.get("stop");
+    std::vector<std::string> stop;
+    if (!v) return stop;
+    if (v->is_string()) {
+        stop.push_back(v->get<std::string>());
+    } else if (v->is_array()) {
+        for (const ordered_json& s : *v) {
+            if (!s.is_string()) bad_request("stop", "'stop' must be a string or an array of strings");
+            stop.push_back(s.get<std::string>());
+        }
+    } else {
+        f.wrong("stop", "a string or an array of strings");
+    }
+    if (int64_t(stop.size()) > limits.max_stop_strings)
+        bad_request("stop", fmt::format("'stop' holds {} strings; this server allows at most {}", stop.size(),
+                                        limits.max_stop_strings));
+    for (const std::string& s : stop)
+        if (s.empty()) bad_request("stop", "stop strings must not be empty");
+    return stop;
+}
+
+// The fields both endpoints share: sampling, length, stop strings, logprobs, streaming.
+GenerationOptions parse_options(const Fields& f, const RequestLimits& limits, bool chat) {
+    GenerationOptions o;
+    SamplingParams& s = o.sampling;
+    const double temperature = f.number("temperature").value_or(1.0);
+    if (!(temperature >= 0.0 && temperature <= 2.0))
+        bad_request("temperature", fmt::format("'temperature' must be in [0, 2] (0: greedy), got {}", temperature));
+    s.greedy = temperature == 0.0;
+    if (!s.greedy) s.temperature = float(temperature);
+    const double top_p = f.number("top_p").value_or(1.0);
+    if (!(top_p > 0.0 && top_p <= 1.0)) bad_request("top_p", fmt::format("'top_p' must be in (0, 1], got {}", top_p));
+    s.top_p = float(top_p);
+    const int64_t top_k = f.integer("top_k").value_or(0);
+    if (top_k < -1)
+        bad_request("top_k", fmt::format("'top_k' must be -1 or 0 (no limit) or a positive count, got {}", top_k));
+    s.top_k = std::max<int64_t>(top_k, 0);
+    const double min_p = f.number("min_p").value_or(0.0);
+    if (!(min_p >= 0.0 && min_p <= 1.0)) bad_request("min_p", fmt::format("'min_p' must be in [0, 1], got {}", min_p));
+    s.min_p = float(min_p);
+    const ordered_json* seed = f.get("seed");  // any 64-bit integer; negative ones wrap, as vLLM's
+    s.seed = seed && seed->is_number_unsigned() ? seed->get<uint64_t>()
+             : seed                             ? uint64_t(*f.integer("seed"))
+                                                : random_seed();
+    try {
+        validate_sampling(s);  // the checks above cover it; a disagreement must still reach the client as a 400
+    } catch (const Error& e) {
+        bad_request("", e.what());
+    }
+
+    if (const auto n = f.integer("n"); n && *n != 1)
+        bad_request("n", fmt::format("'n' must be 1 (one choice per request), got {}", *n));
+    refuse_unsupported(f);
+
+    for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+        if (!chat && std::string_view(key) == "max_completion_tokens") continue;
+        const auto v = f.integer(key);
+        if (!v) continue;
+        if (*v < 1) bad_request(key, fmt::format("'{}' must be at least 1, got {}", key, *v));
+        if (limits.max_output > 0 && *v > limits.max_output)
+            bad_request(key, fmt::format("'{}' is {}; this server generates at most {} tokens per request", key, *v,
+                                         limits.max_output));
+        o.max_tokens = *v;  // max_completion_tokens comes second and wins
+    }
+    o.stop = parse_stop(f, limits);
+
+    const int max_top = limits.max_top_logprobs;
+    if (chat) {
+        o.logprobs = f.boolean("logprobs").value_or(false);
+        const int64_t top = f.integer("top_logprobs").value_or(0);
+        if (top < 0 || top > max_top)
+            bad_request("top_logprobs", fmt::format("'top_logprobs' must be in [0, {}], got {}", max_top, top));
+        if (top > 0 && !o.logprobs) bad_request("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        o.top_logprobs = int(top);
+    } else if (const auto n = f.integer("logprobs")) {
+        if (*n < 0 || *n > max_top)
+            bad_request("logprobs", fmt::format("'logprobs' must be in [0, {}], got {}", max_top, *n));
+        o.logprobs = true;
+        o.top_logprobs = int(*n);
+    }
+
+    o.stream = f.boolean("stream").value_or(false);
+    if (const ordered_json* so = f.object("stream_options")) {
+        if (!o.stream) bad_request("stream_options", "'stream_options' is only allowed with 'stream': true");
+        o.include_usage = Fields(*so, "stream_options.").boolean("include_usage").value_or(false);
+    }
+    o.ignore_eos = f.boolean("ignore_eos").value_or(false);
+    return o;
+}
+
+// OpenAI's list content [{"type":"text","text":...}] as one string, joined as the 0731 encoder joins text blocks
+// (spec §3.7: "\n\n"); done here so that both encoder eras accept it. Other part types (images, audio) are refused:
+// the model reads text only.
+std::string join_text_parts(const ordered_json& parts, const std::string& param) {
+    std::string text;
+    for (size_t i = 0; i < parts.size(); ++i) {
+        const std::string part = fmt::format("{}[{}]", param, i);
+        if (!parts[i].is_object())
+            bad_request(part, fmt::format("'{}' must be an object {{\"type\": \"text\", \"text\": ...}}", part));
+        const Fields f(parts[i], part + ".");
+        const auto type = f.string("type");
+        if (type != "text")
+            bad_request(part + ".type", fmt::format("'{}.type' must be \"text\": only text content parts are "
+                                                    "supported, got {}",
+                                                    part, type ? "'" + *type + "'" : "none"));
+        const auto t = f.string("text");
+        if (!t) bad_request(part + ".text", fmt::format("'{}.text' is required", part));
+        text += (i == 0 ? "" : "\n\n") + *t;
+    }
+    return text;
+}
+
+void check_tool_calls(const ordered_json& calls, const std::string& param) {
+    for (size_t i = 0; i < calls.size(); ++i) {
+        const std::string call = fmt::format("{}[{}]", param, i);
+        if (!calls[i].is_object()) bad_request(call, fmt::format("'{}' must be an object", call));
+        const Fields f(calls[i], call + ".");
+        f.string("id");  // type check only (here and below): the renderer reads them as given
+        if (const auto type = f.string("type"); type && *type != "function")
+            bad_request(call + ".type", fmt::format("'{}.type' must be \"function\"", call));
+        const ordered_json* fn = f.object("function");
+        if (!fn) bad_request(call + ".function", fmt::format("'{}.function' is required", call));
+        const Fields ff(*fn, call + ".function.");
+        if (!ff.string("name")) bad_request(ff.param("name"), fmt::format("'{}' is required", ff.param("name")));
+        const ordered_json* args = ff.get("arguments");
+        if (!args || !(args->is_string() || args->is_object()))
+            bad_request(ff.param("arguments"),
+                        fmt::format("'{}' must be a JSON string (or an object)", ff.param("arguments")));
+    }
+}
+
+// Messages checked for the types the renderer relies on, list contents joined; the rest (roles it does not know,
+// an empty developer message, arguments that are not a JSON object) is the renderer's to refuse.
+ordered_json parse_messages(const Fields& body) {
+    const ordered_json* messages = body.array("messages");
+    if (!messages || messages->empty())
+        bad_request("messages", "'messages' must be a non-empty array of message objects");
+    ordered_json out = ordered_json::array();
+    for (size_t i = 0; i < messages->size(); ++i) {
+        const ordered_json& m = (*messages)[i];
+        const std::string param = fmt::format("messages[{}]", i);
+        if (!m.is_object()) bad_request(param, fmt::format("'{}' must be an object, got {}", param, describe(m)));
+        const Fields f(m, param + ".");
+        const auto role = f.string("role");
+        if (!role) bad_request(f.param("role"), fmt::format("'{}' is required", f.param("role")));
+        f.string("name");  // type check only: the encoder does not render names
+        ordered_json message = m;
+        const ordered_json* content = f.get("content");
+        if (content && content->is_array()) {
+            message["content"] = join_text_parts(*content, f.param("content"));
+        } else if (content && !content->is_string()) {
+            f.wrong("content", "a string or an array of text parts");
+        } else if (!content && (role == "system" || role == "developer" || role == "user" || role == "tool")) {
+            bad_request(f.param("content"), fmt::format("'{}' is required in a {} message: a string or an array "
+                                                        "of text parts",
+                                                        f.param("content"), *role));
+        }
+        if (*role == "assistant") {
+            // vLLM's copy of the encoder calls it `reasoning`; both spellings are read.
+            const auto reasoning = f.string("reasoning_content");
+            if (const auto alias = f.string("reasoning"); alias && !reasoning) message["reasoning_content"] = *alias;
+            if (const ordered_json* calls = f.array("tool_calls")) check_tool_calls(*calls, f.param("tool_calls"));
+        }
+        if (*role == "tool" && !f.string("tool_call_id"))
+            bad_request(f.param("tool_call_id"), fmt::format("a tool message needs '{}'", f.param("tool_call_id")));
+        out.push_back(std::move(message));
+    }
+    return out;
+}
+
+ordered_json parse_tools(const Fields& body) {
+    const ordered_json* tools = body.array("tools");
+    if (!tools) return ordered_json::array();
+    for (size_t i = 0; i < tools->size(); ++i) {
+        const std::string param = fmt::format("tools[{}]", i);
+        const char* shape = R"(must be {"type": "function", "function": {"name": ..., "parameters": {...}}})";
+        if (!(*tools)[i].is_object()) bad_request(param, fmt::format("'{}' {}", param, shape));
+        const Fields f((*tools)[i], param + ".");
+        if (f.string("type").value_or("function") != "function")
+            bad_request(f.param("type"), fmt::format("'{}' must be \"function\"", f.param("type")));
+        const ordered_json* fn = f.object("function");
+        if (!fn) bad_request(f.param("function"), fmt::format("'{}' {}", param, shape));
+        const Fields ff(*fn, param + ".function.");
+        if (ff.string("name").value_or("").empty())
+            bad_request(ff.param("name"), fmt::format("'{}' must be a non-empty string", ff.param("name")));
+        ff.string("description");
+        ff.object("parameters");
+    }
+    return *tools;
+}
+
+// "none", "auto", "required" or the name of a tool. Nothing forces the model to call a tool ("required" or a
+// named one): the prompt is the same as for "auto", and the reply says what the model did.
+std::string parse_tool_choice(const Fields& body, const ordered_json& tools) {
+    const ordered_json* v = body.get("tool_choice");
+    if (!v) return "auto";
+    if (v->is_string()) {
+        const std::string choice = v->get<std::string>();
+        if (choice != "none" && choice != "auto" && choice != "required")
+            bad_request("tool_choice", fmt::format("'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                                                   "{{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, got "
+                                                   "\"{}\"",
+                                                   choice));
+        if (choice == "required" && tools.empty())
+            bad_request("tool_choice", "'tool_choice': \"required\" needs 'tools'");
+        return choice;
+    }
+    if (!v->is_object()) body.wrong("tool_choice", "a string or an object");
+    const Fields f(*v, "tool_choice.");
+    if (f.string("type") != "function") bad_request("tool_choice.type", "'tool_choice.type' must be \"function\"");
+    const ordered_json* fn = f.object("function");
+    const auto name = fn ? Fields(*fn, "tool_choice.function.").string("name") : std::nullopt;
+    if (!name) bad_request("tool_choice.function.name", "'tool_choice.function.name' is required");
+    for (const ordered_json& t : tools)
+        if (t.at("function").at("name") == *name) return *name;
+    bad_request("tool_choice", fmt::format("'tool_choice' names the function '{}', which is not in 'tools'", *name));
+}
+
+// §3.8: request-level tools go to messages[0] when it is a system or developer message, else into a new,
+// contentless system message in front.
+void attach_tools(ordered_json& messages, const ordered_json& tools) {
+    const std::string role = messages[0].value("role", "");
+    if (role == "system" || role == "developer") {
+        messages[0]["tools"] = tools;
+    } else {
+        messages.insert(messages.begin(), ordered_json{{"role", "system"}, {"tools", tools}});
+    }
+}
+
+tok::RenderOptions parse_thinking(const Fields& body) {
+    std::optional<bool> thinking;  // set when the request says it; on when any of its switches says on
+    auto turn = [&](bool on) { thinking = thinking.value_or(false) || on; };
+    if (const ordered_json* kwargs = body.object("chat_template_kwargs")) {
+        const Fields k(*kwargs, "chat_template_kwargs.");
+        if (const auto on = k.boolean("thinking")) turn(*on);
+        if (const auto on = k.boolean("enable_thinking")) turn(*on);
+    }
+    if (const ordered_json* t = body.get("thinking")) {
+        if (t->is_boolean()) {
+            turn(t->get<bool>());
+        } else if (t->is_object()) {
+            const auto type = Fields(*t, "thinking.").string("type");
+            if (type != "enabled" && type != "disabled")
+                bad_request("thinking.type", "'thinking.type' must be \"enabled\" or \"disabled\"");
+            turn(type == "enabled");
+        } else {
+            body.wrong("thinking", R"(a boolean or {"type": "enabled" | "disabled"})");
+        }
+    }
+    const ordered_json* e = body.get("reasoning_effort");
+    if (e && !e->is_string()) body.wrong("reasoning_effort", "a string or null");
+    const std::optional<std::string> effort = e ? std::optional(e->get<std::string>()) : std::nullopt;
+
+    tok::RenderOptions render;
+    bool on = thinking.value_or(effort && *effort != "none");
+    if (on && effort == "none") on = false;
+    if (on) {
+        render.thinking_mode = tok::ThinkingMode::kThinking;
+        if (effort == "max") {
+            render.reasoning_effort = "max";
+        } else if (effort == "low" || effort == "minimal" || effort == "medium") {
+            render.reasoning_effort = "low";
+        } else if (effort) {
+            render.reasoning_effort = "high";
+        }
+    }
+    return render;
+}
+
+// Everything but ApiError becomes one: a JSON access the checks missed is still the client's bad request.
+template <typename F>
+auto guarded(F&& parse) {
+    try {
+        return parse();
+    } catch (const ApiError&) {
+        throw;
+    } catch (const ordered_json::exception& e) {
+        bad_request("", fmt::format("invalid request: {}", e.what()));
+    } catch (const std::exception& e) {
+        throw ApiError(500, "internal_error", fmt::format("the request could not be read: {}", e.what()));
+    }
+}
+
+}  // namespace
+
+ChatRequest parse_chat_request(const ordered_json& body, const RequestLimits& limits, const std::string& served_model) {
+    return guarded([&] {
+        if (!body.is_object()) bad_request("", "the request body must be a JSON object");
+        const Fields f(body);
+        check_model(f, served_model);
+        ChatRequest r;
+        r.model = served_model;
+        r.messages = parse_messages(f);
+        const ordered_json tools = parse_tools(f);
+        const std::string tool_choice = parse_tool_choice(f, tools);
+        r.has_tools = !tools.empty() && tool_choice != "none";
+        if (r.has_tools) attach_tools(r.messages, tools);
+        r.render = parse_thinking(f);
+        r.options = parse_options(f, limits, /*chat=*/true);
+        return r;
+    });
+}
+
+namespace {
+
+std::vector<int32_t> parse_token_ids(const ordered_json& ids, const std::string& param, const RequestLimits& limits) {
+    std::vector<int32_t> out;
+    out.reserve(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+        const ordered_json& id = ids[i];
+        if (!id.is_number_integer())
+            bad_request(param,
+                        fmt::format("'{}' must be token ids (integers); element {} is {}", param, i, describe(id)));
+        const bool in_range = id.is_number_unsigned() ? id.get<uint64_t>() < uint64_t(limits.vocab_size)
+                                                      : id.get<int64_t>() >= 0 && id.get<int64_t>() < limits.vocab_size;
+        if (!in_range)
+            bad_request(param, fmt::format("token id {} (element {} of '{}') is outside the vocabulary [0, {})",
+                                           id.dump(), i, param, limits.vocab_size));
+        out.push_back(int32_t(id.get<int64_t>()));
+    }
+    return out;
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(const ordered_json& body, const RequestLimits& limits,
+                                           const std::string& served_model) {
+    return guarded([&] {
+        if (!body.is_object()) bad_request("", "the request body must be a JSON object");
+        const Fields f(body);
+        check_model(f, served_model);
+        CompletionRequest r;
+        r.model = served_model;
+        const ordered_json* p = f.get("prompt");
+        const char* forms = "a string, an array of token ids, or an array holding one string";
+        if (!p) bad_request("prompt", fmt::format("'prompt' is required: {}", forms));
+        if (p->is_array() && p->size() == 1 && (p->at(0).is_string() || p->at(0).is_array())) p = &p->at(0);
+        if (p->is_string()) {
+            if (p->get_ref<const std::string&>().empty()) bad_request("prompt", "'prompt' must not be empty");
+            r.prompt_text = p->get<std::string>();
+        } else if (p->is_array()) {
+            if (p->empty()) bad_request("prompt", "'prompt' must not be empty");
+            if (p->at(0).is_string() || p->at(0).is_array())
+                bad_request("prompt", "several prompts in one request are not supported: send one per request");
+            r.prompt_ids = parse_token_ids(*p, "prompt", limits);
+        } else {
+            f.wrong("prompt", forms);
+        }
+        if (f.boolean("echo").value_or(false)) bad_request("echo", "'echo' is not supported by this server");
+        if (!f.string("suffix").value_or("").empty()) bad_request("suffix", "'suffix' is not supported by this server");
+        if (const auto best_of = f.integer("best_of"); best_of && *best_of != 1)
+            bad_request("best_of", fmt::format("'best_of' must be 1, got {}", *best_of));
+        r.options = parse_options(f, limits, /*chat=*/false);
+        return r;
+    });
+}
+
+int64_t resolve_max_tokens(int64_t prompt_tokens, const GenerationOptions& options, const RequestLimits& limits,
+                           const std::string& prompt_param) {
+    const int64_t context = limits.max_context;
+    if (context > 0 && prompt_tokens >= context)
+        throw ApiError(400, "invalid_request_error",
+                       fmt::format("This model's maximum context length is {} tokens, and the prompt has {} tokens: "
+                                   "no room is left for output. Shorten the prompt.",
+                                   context, prompt_tokens),
+                       prompt_param, "context_length_exceeded");
+    if (options.max_tokens) {
+        if (context > 0 && prompt_tokens + *options.max_tokens > context)
+            throw ApiError(
+                400, "invalid_request_error",
+                fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
+                            "tokens ({} in the prompt, {} for the output). Reduce the prompt or max_tokens.",
+                            context, prompt_tokens + *options.max_tokens, prompt_tokens, *options.max_tokens),
+                "max_tokens", "context_length_exceeded");
+        return *options.max_tokens;
+    }
+    int64_t budget = context > 0 ? context - prompt_tokens : std::numeric_limits<int64_t>::max();
+    if (limits.max_output > 0) budget = std::min(budget, limits.max_output);
+    return budget;
+}
+
+}  // namespace dsv4::server
