@@ -19,11 +19,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string dump(const ordered_json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
-
 void send_json(httplib::Response& res, int status, const ordered_json& body) {
     res.status = status;
-    res.set_content(dump(body), "application/json");
+    res.set_content(safe_dump(body), "application/json");
 }
 
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status(), e.to_json()); }
@@ -72,6 +70,7 @@ struct Generation {
     Usage usage;
     Clock::time_point arrival = Clock::now(), last_token;
     bool finished = false, cancel_sent = false, reported = false;
+    int64_t text_sent = 0;  // completions: characters streamed so far (the next chunk's text_offset)
     FinishReason reason = FinishReason::kEos;
     std::string error;
 
@@ -211,15 +210,12 @@ void HttpServer::routes() {
 
 namespace {
 
-// Parses the body as JSON (400 on failure) and refuses work while loading or draining (503).
-json request_body(const httplib::Request& req, bool ready, bool draining) {
+// Parses the body as JSON, keeping key order (tool schemas are rendered in the caller's order; 400 on failure) and
+// refuses work while loading or draining (503).
+ordered_json request_body(const httplib::Request& req, bool ready, bool draining) {
     if (!ready) throw ApiError(503, "service_unavailable", "the model is still loading: retry shortly");
     if (draining) throw ApiError(503, "service_unavailable", "the server is shutting down");
-    try {
-        return json::parse(req.body);
-    } catch (const json::exception& e) {
-        throw ApiError(400, "invalid_request_error", fmt::format("the body is not valid JSON: {}", e.what()));
-    }
+    return parse_json_body(req.body);
 }
 
 // Plain (non-streamed) answer: waits for the whole reply.
@@ -250,7 +246,7 @@ void answer_stream(std::shared_ptr<Generation> g, httplib::Response& res) {
         "text/event-stream",
         [g, started](size_t, httplib::DataSink& sink) {
             auto send = [&](const ordered_json& chunk) {
-                const std::string line = "data: " + dump(chunk) + "\n\n";
+                const std::string line = "data: " + safe_dump(chunk) + "\n\n";
                 return sink.write(line.data(), line.size());
             };
             const bool usage_field = g->options.include_usage;
@@ -281,7 +277,8 @@ void answer_stream(std::shared_ptr<Generation> g, httplib::Response& res) {
                                          g->options.logprobs));
                 } else {
                     ok = send(completion_chunk(g->id, g->created, g->model, d.content, std::nullopt, d.logprobs,
-                                               g->options.logprobs, usage_field));
+                                               g->options.logprobs, usage_field, g->text_sent));
+                    for (unsigned char c : d.content) g->text_sent += (c & 0xC0) != 0x80;  // characters, not bytes
                 }
                 if (!ok) return g->cancel(), false;
             }
@@ -315,7 +312,7 @@ void answer_stream(std::shared_ptr<Generation> g, httplib::Response& res) {
                 if (ok) ok = send(chat_chunk(g->id, g->created, g->model, ChatDelta{}, reason, usage_field, false));
             } else {
                 ok = send(completion_chunk(g->id, g->created, g->model, f.last.content, reason, f.last.logprobs,
-                                           g->options.logprobs, usage_field));
+                                           g->options.logprobs, usage_field, g->text_sent));
             }
             if (ok && usage_field) ok = send(usage_chunk(g->id, g->created, g->model, g->chat, g->usage));
             const std::string done = "data: [DONE]\n\n";
@@ -339,7 +336,7 @@ void HttpServer::chat(const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res)) return;
     auto g = std::make_shared<Generation>();
     try {
-        const json body = request_body(req, ready_, draining_);
+        const ordered_json body = request_body(req, ready_, draining_);
         ChatRequest r = parse_chat_request(body, limits_, options_.model_name);
         r.render.era = options_.era;
         std::vector<int32_t> prompt;
@@ -377,7 +374,7 @@ void HttpServer::completions(const httplib::Request& req, httplib::Response& res
     if (!authorized(req, res)) return;
     auto g = std::make_shared<Generation>();
     try {
-        const json body = request_body(req, ready_, draining_);
+        const ordered_json body = request_body(req, ready_, draining_);
         CompletionRequest r = parse_completion_request(body, limits_, options_.model_name);
         std::vector<int32_t> prompt = r.prompt_ids;
         if (r.prompt_text) {
@@ -410,24 +407,8 @@ void HttpServer::completions(const httplib::Request& req, httplib::Response& res
 }
 
 void HttpServer::submit(Generation& g, std::vector<int32_t> prompt) {
-    const int64_t n = int64_t(prompt.size()), context = limits_.max_context;
-    if (n >= context)
-        throw ApiError(400, "invalid_request_error",
-                       fmt::format("this model's maximum context length is {} tokens; the prompt has {} (nothing is "
-                                   "truncated: shorten it)",
-                                   context, n),
-                       "messages", "context_length_exceeded");
-    int64_t max_new = context - n;
-    if (limits_.max_output > 0) max_new = std::min(max_new, limits_.max_output);
-    if (g.options.max_tokens) {
-        if (n + *g.options.max_tokens > context)
-            throw ApiError(400, "invalid_request_error",
-                           fmt::format("this model's maximum context length is {} tokens; the prompt has {} and "
-                                       "max_tokens asks for {} more ({} in all)",
-                                       context, n, *g.options.max_tokens, n + *g.options.max_tokens),
-                           "max_tokens", "context_length_exceeded");
-        max_new = *g.options.max_tokens;
-    }
+    const int64_t max_new =
+        resolve_max_tokens(int64_t(prompt.size()), g.options, limits_, g.chat ? "messages" : "prompt");
     EngineRequest r;
     r.prompt = std::move(prompt);
     r.max_new_tokens = max_new;
