@@ -180,9 +180,10 @@ void HttpServer::routes() {
         if (!authorized(req, res)) return;
         send_json(res, 200, models_response(options_.model_name, created_, limits_.max_context));
     });
-    http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { chat(req, res); });
+    http_->Post("/v1/chat/completions",
+                [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); });
     http_->Post("/v1/completions",
-                [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
+                [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); });
     // Statuses httplib sets by itself (404 no route, 413 body too large, 400 bad request line): OpenAI's error form.
     http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return;
@@ -332,78 +333,69 @@ int32_t HttpServer::eos_id(const GenerationOptions& o) const {
     return o.ignore_eos ? -1 : int32_t(engine_->config().eos_token_id);  // with ignore_eos, EOS is a token like others
 }
 
-void HttpServer::chat(const httplib::Request& req, httplib::Response& res) {
-    if (!authorized(req, res)) return;
-    auto g = std::make_shared<Generation>();
+namespace {
+
+// A validated request, ready for the engine: its prompt ids, options, and how its reply is read.
+struct Prepared {
+    std::vector<int32_t> prompt;
+    GenerationOptions options;
+    tok::ThinkingMode mode = tok::ThinkingMode::kChat;
+};
+
+Prepared prepare_chat(const ordered_json& body, const RequestLimits& limits, const ServerOptions& server,
+                      const tok::Tokenizer& tokenizer) {
+    ChatRequest r = parse_chat_request(body, limits, server.model_name);
+    r.render.era = server.era;
+    Prepared p{{}, r.options, r.render.thinking_mode};
     try {
-        const ordered_json body = request_body(req, ready_, draining_);
-        ChatRequest r = parse_chat_request(body, limits_, options_.model_name);
-        r.render.era = options_.era;
-        std::vector<int32_t> prompt;
-        try {
-            prompt = tokenizer_->encode(tok::render_prompt(r.messages, r.render));
-        } catch (const Error& e) {
-            throw ApiError(400, "invalid_request_error", e.what(), "messages");
-        }
-        g->chat = true;
-        g->id = "chatcmpl-" + random_suffix();
-        g->model = options_.model_name;
-        g->created = created_;
-        g->options = r.options;
-        g->engine = engine_;
-        g->metrics = &metrics_;
-        g->builder.emplace(*tokenizer_, eos_id(r.options), true, r.render.thinking_mode,
-                           r.options.stop, r.options.logprobs);
-        submit(*g, std::move(prompt));
-    } catch (const ApiError& e) {
-        metrics_.rejected();
-        return send_error(res, e);
+        p.prompt = tokenizer.encode(tok::render_prompt(r.messages, r.render));
+    } catch (const Error& e) {  // what the DeepSeek-V4 encoder refuses (spec/dsv4-encoding.md §3.9)
+        throw ApiError(400, "invalid_request_error", e.what(), "messages");
     }
-    if (g->options.stream)
-        answer_stream(g, res);
-    else
-        try {
-            answer_whole(*g, res);
-        } catch (const ApiError& e) {
-            g->report(g->reason == FinishReason::kError ? "error" : "cancelled");
-            send_error(res, e);
-        }
+    return p;
 }
 
-void HttpServer::completions(const httplib::Request& req, httplib::Response& res) {
+Prepared prepare_completion(const ordered_json& body, const RequestLimits& limits, const ServerOptions& server,
+                            const tok::Tokenizer& tokenizer, int32_t bos_id) {
+    CompletionRequest r = parse_completion_request(body, limits, server.model_name);
+    Prepared p{r.prompt_ids, r.options, tok::ThinkingMode::kChat};
+    if (r.prompt_text) {  // as `dsv4 generate --prompt`: BOS, then the text's tokens
+        p.prompt = {bos_id};
+        tokenizer.encode_append(*r.prompt_text, p.prompt);
+    }
+    return p;
+}
+
+}  // namespace
+
+void HttpServer::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
     if (!authorized(req, res)) return;
     auto g = std::make_shared<Generation>();
     try {
         const ordered_json body = request_body(req, ready_, draining_);
-        CompletionRequest r = parse_completion_request(body, limits_, options_.model_name);
-        std::vector<int32_t> prompt = r.prompt_ids;
-        if (r.prompt_text) {
-            // As `dsv4 generate --prompt`: BOS, then the text's tokens.
-            prompt = {int32_t(engine_->config().bos_token_id)};
-            tokenizer_->encode_append(*r.prompt_text, prompt);
-        }
-        g->id = "cmpl-" + random_suffix();
+        Prepared p = chat ? prepare_chat(body, limits_, options_, *tokenizer_)
+                          : prepare_completion(body, limits_, options_, *tokenizer_,
+                                               int32_t(engine_->config().bos_token_id));
+        g->chat = chat;
+        g->id = (chat ? "chatcmpl-" : "cmpl-") + random_suffix();
         g->model = options_.model_name;
         g->created = created_;
-        g->options = r.options;
+        g->options = p.options;
         g->engine = engine_;
         g->metrics = &metrics_;
-        g->builder.emplace(*tokenizer_, eos_id(r.options), false, tok::ThinkingMode::kChat,
-                           r.options.stop, r.options.logprobs);
-        submit(*g, std::move(prompt));
+        g->builder.emplace(*tokenizer_, eos_id(p.options), chat, p.mode, p.options.stop, p.options.logprobs);
+        submit(*g, std::move(p.prompt));
     } catch (const ApiError& e) {
         metrics_.rejected();
         return send_error(res, e);
     }
-    if (g->options.stream)
-        answer_stream(g, res);
-    else
-        try {
-            answer_whole(*g, res);
-        } catch (const ApiError& e) {
-            g->report(g->reason == FinishReason::kError ? "error" : "cancelled");
-            send_error(res, e);
-        }
+    if (g->options.stream) return answer_stream(g, res);
+    try {
+        answer_whole(*g, res);
+    } catch (const ApiError& e) {
+        g->report(g->reason == FinishReason::kError ? "error" : "cancelled");
+        send_error(res, e);
+    }
 }
 
 void HttpServer::submit(Generation& g, std::vector<int32_t> prompt) {

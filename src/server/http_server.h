@@ -58,8 +58,8 @@ class HttpServer {
   private:
     void routes();
     bool authorized(const httplib::Request& req, httplib::Response& res);
-    void chat(const httplib::Request& req, httplib::Response& res);
-    void completions(const httplib::Request& req, httplib::Response& res);
+    // POST /v1/chat/completions (chat) and /v1/completions: validate, tokenize, submit, answer (whole or streamed).
+    void generate(const httplib::Request& req, httplib::Response& res, bool chat);
     // Checks the prompt against the context, sets max_tokens, hands the request to the engine (ApiError on refusal).
     void submit(Generation& g, std::vector<int32_t> prompt);
     int32_t eos_id(const GenerationOptions& o) const;  // the id that ends a reply (-1: none, ignore_eos)
