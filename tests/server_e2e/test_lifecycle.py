@@ -64,6 +64,35 @@ class LifecycleTest(unittest.TestCase):
         finally:
             server.kill()
 
+    def test_connection_burst(self):
+        """64 clients connecting at the same instant are all answered (the listen backlog holds them)."""
+        server = harness.shared_server()
+        failures = []
+
+        def client(barrier):
+            conn = server.connection(60)
+            try:
+                barrier.wait(30)
+                conn.request("POST", "/v1/completions", body=json.dumps({"prompt": "Hi", "max_tokens": 1}),
+                             headers={"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                resp.read()
+                if resp.status != 200:
+                    failures.append(f"HTTP {resp.status}")
+            except Exception as e:  # collected: the test reports how many of the 64 failed and how
+                failures.append(repr(e))
+            finally:
+                conn.close()
+
+        for _ in range(3):
+            barrier = threading.Barrier(64)
+            threads = [threading.Thread(target=client, args=(barrier,)) for _ in range(64)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+        self.assertEqual(failures, [], f"{len(failures)} of 3 x 64 simultaneous requests failed")
+
     def test_disconnect_cancels(self):
         server = harness.shared_server()
         before = server.metrics()
