@@ -39,7 +39,7 @@ for _ in $(seq 600); do
 done
 echo "serve ready: $((SECONDS - start)) s (load included)"
 python3 tools/bench_serve.py --url "http://127.0.0.1:$port" --concurrency "$concurrency" --input-len "$input_len" \
-    --output-len "$output_len" --vocab 129280 2>&1 | tee "$out/bench_serve.log"
+    --output-len "$output_len" 2>&1 | tee "$out/bench_serve.log"
 serve_rc=${PIPESTATUS[0]}
 fetch "http://127.0.0.1:$port/metrics" >"$out/metrics.txt"
 kill -TERM $server
