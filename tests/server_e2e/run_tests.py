@@ -4,7 +4,7 @@ HTTP against the built binary on a model directory. CTest runs it per group (tes
 
     python3 tests/server_e2e/run_tests.py --dsv4 build/tools/dsv4/dsv4 --model tests/fixtures/official-trained-bytes
     python3 tests/server_e2e/run_tests.py ... test_load            # one module
-    python3 tests/server_e2e/run_tests.py ... test_api.Chat.test_streaming_equals_non_streaming
+    python3 tests/server_e2e/run_tests.py ... test_chat.ChatTest.test_streaming_equals_non_streaming
 
 No test skips: a missing `openai` package or curl binary is a failure (scripts/setup.sh installs both)."""
 

@@ -4,6 +4,7 @@
 
 import json
 import signal
+import socket
 import threading
 import time
 import unittest
@@ -63,6 +64,30 @@ class LifecycleTest(unittest.TestCase):
             self.assertEqual(rc, 0, server.stderr())
         finally:
             server.kill()
+
+    def test_disconnect_cancels_non_streaming(self):
+        """A non-streaming client that goes away is cancelled too (nothing is written to it until the end, so the
+        server has to notice the closed socket while it computes)."""
+        server = harness.shared_server()
+        before = server.metrics()
+        body = json.dumps({"prompt": "Impatient: ", "max_tokens": 600, "temperature": 0, "ignore_eos": True}).encode()
+        sock = socket.create_connection((server.host, server.port))
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: e2e\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        harness.wait_for(lambda: server.metrics()["dsv4_requests_running"] > 0, timeout=10)
+        sock.close()
+
+        def settled():
+            m = server.metrics()
+            return m if m["dsv4_requests_running"] == 0 and m["dsv4_requests_waiting"] == 0 else None
+
+        after = harness.wait_for(settled, timeout=6)
+        if after is None:  # let it end before the next test, then fail
+            harness.wait_for(settled, timeout=60)
+            self.fail("a non-streaming request whose client closed the connection was still running 6 s later")
+        self.assertEqual(after['dsv4_requests_total{finish_reason="cancelled"}'] -
+                         before['dsv4_requests_total{finish_reason="cancelled"}'], 1)
+        self.assertLess(after["dsv4_generation_tokens_total"] - before["dsv4_generation_tokens_total"], 600)
 
     def test_connection_burst(self):
         """64 clients connecting at the same instant are all answered (the listen backlog holds them)."""
