@@ -4,6 +4,7 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <condition_variable>
 #include <deque>
@@ -124,6 +125,13 @@ HttpServer::HttpServer(ServerOptions options) : options_(std::move(options)), ht
     http_->set_read_timeout(30);
     http_->set_write_timeout(30);
     http_->set_tcp_nodelay(true);
+    // The listening socket: SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, which lets a second server bind
+    // the same port silently), and kept to raise its backlog after bind (below).
+    http_->set_socket_options([this](int fd) {
+        const int yes = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+        listen_fd_ = fd;
+    });
     routes();
 }
 
@@ -134,6 +142,10 @@ int HttpServer::bind() {
                                         : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
     DSV4_CHECK(port > 0, "cannot listen on {}:{} (in use, or not an address of this machine)", options_.host,
                options_.port);
+    // cpp-httplib 0.11 listens with a backlog of 5 (built into Debian's library): a burst of clients connecting at
+    // once would be reset. Listening again on the socket sets the backlog (Linux).
+    DSV4_CHECK(listen_fd_ >= 0 && ::listen(listen_fd_, SOMAXCONN) == 0, "cannot set the listen backlog of port {}",
+               port);
     return port;
 }
 
@@ -219,23 +231,58 @@ ordered_json request_body(const httplib::Request& req, bool ready, bool draining
     return parse_json_body(req.body);
 }
 
-// Plain (non-streamed) answer: waits for the whole reply.
-void answer_whole(Generation& g, httplib::Response& res) {
-    while (!g.finished)
-        if (auto e = g.channel->pop(std::chrono::milliseconds(1000))) g.take(*e);
-    if (g.reason == FinishReason::kError) throw ApiError(500, "internal_error", g.error);
-    if (g.reason == FinishReason::kCancelled && !g.builder->stopped())
-        throw ApiError(503, "service_unavailable", "the server is shutting down");
+// Takes the generation's events until it finished (true) or `until` passed (false).
+bool wait_events(Generation& g, Clock::time_point until) {
+    while (!g.finished) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+        if (left.count() <= 0) return false;
+        if (auto e = g.channel->pop(left)) g.take(*e);
+    }
+    return true;
+}
+
+// The status and body of a finished plain reply.
+std::pair<int, ordered_json> whole_reply(Generation& g) {
+    if (g.reason == FinishReason::kError) {
+        g.report("error");
+        return {500, ApiError(500, "internal_error", g.error).to_json()};
+    }
+    if (g.reason == FinishReason::kCancelled && !g.builder->stopped()) {
+        g.report("cancelled");
+        return {503, ApiError(503, "service_unavailable", "the server is shutting down").to_json()};
+    }
     const ReplyBuilder::Final f = g.builder->finish(g.reason);
     const std::string reason = g.outcome(f);
     g.report(reason);
-    if (g.chat) {
-        ChatResult r{f.parsed, reason, f.logprobs, g.usage};
-        send_json(res, 200, chat_response(g.id, g.created, g.model, r, g.options.logprobs));
-    } else {
-        send_json(res, 200, completion_response(g.id, g.created, g.model, f.parsed.content, reason, f.logprobs,
-                                                g.options.logprobs, g.usage));
+    if (g.chat) return {200, chat_response(g.id, g.created, g.model, ChatResult{f.parsed, reason, f.logprobs, g.usage},
+                                           g.options.logprobs)};
+    return {200, completion_response(g.id, g.created, g.model, f.parsed.content, reason, f.logprobs,
+                                     g.options.logprobs, g.usage)};
+}
+
+// Plain (non-streamed) answer. Most come within a second and are sent whole, with their status. A longer one is
+// sent chunked so that the wait notices a client that went away: a space every second (JSON allows leading
+// whitespace; a write to a closed connection fails by the second one) and the reply last. Its status is then 200
+// whatever follows: an error after that point arrives as an OpenAI error object in the body.
+void answer_whole(std::shared_ptr<Generation> g, httplib::Response& res) {
+    if (wait_events(*g, Clock::now() + std::chrono::seconds(1))) {
+        const auto [status, body] = whole_reply(*g);
+        return send_json(res, status, body);
     }
+    res.set_chunked_content_provider(
+        "application/json",
+        [g](size_t, httplib::DataSink& sink) {
+            while (!wait_events(*g, Clock::now() + std::chrono::seconds(1)))
+                if (!sink.write(" ", 1)) return g->cancel(), false;
+            const std::string body = safe_dump(whole_reply(*g).second);
+            if (!sink.write(body.data(), body.size())) return false;
+            sink.done();
+            return true;
+        },
+        [g](bool) {  // whatever happened to the connection, the engine request ends
+            g->cancel();
+            g->report("cancelled");  // unless it was counted as finished already
+        });
 }
 
 // Streamed answer: SSE chunks as deltas become final. Returns false (and cancels) when the client is gone.
@@ -389,13 +436,10 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
         metrics_.rejected();
         return send_error(res, e);
     }
-    if (g->options.stream) return answer_stream(g, res);
-    try {
-        answer_whole(*g, res);
-    } catch (const ApiError& e) {
-        g->report(g->reason == FinishReason::kError ? "error" : "cancelled");
-        send_error(res, e);
-    }
+    if (g->options.stream)
+        answer_stream(g, res);
+    else
+        answer_whole(g, res);
 }
 
 void HttpServer::submit(Generation& g, std::vector<int32_t> prompt) {

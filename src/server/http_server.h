@@ -73,6 +73,7 @@ class HttpServer {
     Metrics metrics_;
     int64_t created_ = 0;
     std::atomic<uint64_t> next_id_{1};
+    int listen_fd_ = -1;  // the listening socket (httplib's), to set its backlog
 };
 
 }  // namespace dsv4::server
