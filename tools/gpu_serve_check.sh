@@ -21,7 +21,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV4_HTTPLIB_ROOT=
     cmake --build build-gpu -j "$(nproc)" --target dsv4 >"$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 echo "build: $((SECONDS - start)) s"
 dsv4=build-gpu/tools/dsv4/dsv4
-model=/tmp/dsv4-flash-$layers
+model=${MODEL_DIR:-/dev/shm}/dsv4-flash-$layers  # RAM: writing 19 GB to disk took minutes
 start=$SECONDS
 [ -f "$model/config.json" ] || "$dsv4" synth -o "$model" --preset flash --layers "$layers" -q || exit 1
 echo "synth: $((SECONDS - start)) s ($(du -sh "$model" | cut -f1))"

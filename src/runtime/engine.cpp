@@ -63,7 +63,10 @@ struct Engine::Active {
 };
 
 Engine::Engine(Backend& backend, EngineOptions options)
-    : backend_(backend), options_(options), cache_(options.prefix_cache_entries) {
+    : backend_(backend),
+      options_(options),
+      cache_(options.prefix_cache_entries),
+      sampling_pool_(int(std::min<int64_t>(options.max_running, 8))) {
     DSV4_CHECK(options_.max_context > 0, "the engine needs a context length");
     DSV4_CHECK(options_.max_running >= 1, "the engine needs room for at least one running request");
     DSV4_CHECK(options_.step_tokens > options_.max_running,
@@ -168,23 +171,27 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
     ++stats_.requests_finished;
 }
 
-void Engine::emit_token(Active& a, const std::vector<float>& logits) {
+SampledToken Engine::sample(Active& a, const std::vector<float>& logits) const {
     const int64_t V = backend_.config().vocab_size;
     const int32_t id = a.sampler.sample(logits.data(), V);
+    if (a.request.logprobs >= 0) return token_logprobs(logits.data(), V, id, a.request.logprobs);
+    SampledToken t;
+    t.id = id;
+    return t;
+}
+
+void Engine::deliver(Active& a, const SampledToken& token) {
     EngineEvent e;
-    if (a.request.logprobs >= 0)
-        e.token = token_logprobs(logits.data(), V, id, a.request.logprobs);
-    else
-        e.token.id = id;
+    e.token = token;
     e.prompt_tokens = a.prompt_size();
     e.cached_tokens = a.cached;
-    a.generated.push_back(id);
+    a.generated.push_back(token.id);
     a.request.on_event(e);
     {
         std::lock_guard lock(mutex_);
         ++stats_.generated_tokens;
     }
-    const bool eos = id == backend_.config().eos_token_id && a.request.stop_at_eos;
+    const bool eos = token.id == backend_.config().eos_token_id && a.request.stop_at_eos;
     if (eos)
         finish(a, FinishReason::kEos);
     else if (int64_t(a.generated.size()) >= a.request.max_new_tokens)
@@ -301,12 +308,9 @@ void Engine::step() {
         ++stats_.steps;
     }
 
-    std::vector<Active*> done;
-    for (Active* a : ready) {
-        std::vector<float> l = std::move(a->ready_logits);
-        a->ready_logits.clear();
-        emit_token(*a, l);
-    }
+    // Requests with logits to sample from: whole prompts from the cache, finished prompts and decodes.
+    std::vector<std::pair<Active*, const std::vector<float>*>> to_sample;
+    for (Active* a : ready) to_sample.emplace_back(a, &a->ready_logits);
     for (size_t i = 0; i < items.size(); ++i) {
         Active& a = *owners[i];
         if (a.cancelled) continue;  // failed above
@@ -324,7 +328,18 @@ void Engine::step() {
             }
             if (!a.decoding()) continue;  // more of the prompt to come
         }
-        emit_token(a, logits[i]);
+        to_sample.emplace_back(&a, &logits[i]);
+    }
+    // Sampling scans the vocabulary per request (129k logits for V4): in parallel, each request with its own
+    // sampler, so the tokens are the same as one after another. Then the events, in batch order.
+    std::vector<SampledToken> tokens(to_sample.size());
+    sampling_pool_.parallel_for(int64_t(to_sample.size()), [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) tokens[size_t(i)] = sample(*to_sample[size_t(i)].first,
+                                                                         *to_sample[size_t(i)].second);
+    });
+    for (size_t i = 0; i < to_sample.size(); ++i) {
+        to_sample[i].first->ready_logits.clear();
+        deliver(*to_sample[i].first, tokens[i]);
     }
     // Whatever finished (its on_event saw kFinished and its state is gone) leaves the running list.
     std::erase_if(running_, [](const auto& a) { return a->cancelled || !a->state; });

@@ -20,6 +20,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "model/backend.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
@@ -108,11 +109,13 @@ class Engine {
     void step();
     void admit();
     void finish(Active& a, FinishReason reason, const std::string& error = {});
-    void emit_token(Active& a, const std::vector<float>& logits);
+    SampledToken sample(Active& a, const std::vector<float>& logits) const;  // any thread: a's own sampler
+    void deliver(Active& a, const SampledToken& token);                     // the event; finishes a if done
 
     Backend& backend_;
     EngineOptions options_;
     PrefixCache cache_;
+    ThreadPool sampling_pool_;
 
     mutable std::mutex mutex_;  // guards incoming_, cancelled_, stats_, stop_
     std::condition_variable wake_;
