@@ -1,0 +1,67 @@
+// Metrics (src/server/metrics.h): histogram buckets are cumulative with +Inf equal to the count and a sum of the
+// observations; the exposition carries the engine's numbers only once the model is loaded, and every finish reason
+// as a labelled counter. The end-to-end tests parse the same text from a running server (tests/server_e2e).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "server/metrics.h"
+
+namespace dsv4::server {
+namespace {
+
+bool has_line(const std::string& text, const std::string& line) {
+    return text.find("\n" + line + "\n") != std::string::npos || text.rfind(line + "\n", 0) == 0;
+}
+
+TEST(Metrics, HistogramBucketsAreCumulative) {
+    Histogram h({0.1, 1.0});
+    h.observe(0.05);
+    h.observe(0.1);  // on a bound: in that bucket (le)
+    h.observe(0.5);
+    h.observe(7.0);
+    std::string out;
+    h.render("x", out);
+    EXPECT_TRUE(has_line(out, "x_bucket{le=\"0.1\"} 2")) << out;
+    EXPECT_TRUE(has_line(out, "x_bucket{le=\"1\"} 3")) << out;
+    EXPECT_TRUE(has_line(out, "x_bucket{le=\"+Inf\"} 4")) << out;
+    EXPECT_TRUE(has_line(out, "x_sum 7.65")) << out;
+    EXPECT_TRUE(has_line(out, "x_count 4")) << out;
+}
+
+TEST(Metrics, ExpositionHasTheEngineOnlyWhenLoadedAndEveryFinishReason) {
+    Metrics m;
+    m.finished("length");
+    m.finished("length");
+    m.finished("cancelled");
+    m.rejected();
+    m.time_to_first_token(0.02);
+    m.inter_token_latency(0.004);
+    const std::string loading = m.render(nullptr);
+    EXPECT_EQ(loading.find("dsv4_requests_running"), std::string::npos);
+    EXPECT_TRUE(has_line(loading, "dsv4_requests_total{finish_reason=\"length\"} 2")) << loading;
+    EXPECT_TRUE(has_line(loading, "dsv4_requests_total{finish_reason=\"cancelled\"} 1"));
+    EXPECT_TRUE(has_line(loading, "dsv4_requests_total{finish_reason=\"stop\"} 0"));
+    EXPECT_TRUE(has_line(loading, "dsv4_requests_rejected_total 1"));
+    EXPECT_TRUE(has_line(loading, "dsv4_time_to_first_token_seconds_count 1"));
+    EXPECT_TRUE(has_line(loading, "dsv4_inter_token_latency_seconds_count 1"));
+
+    Engine::Stats s;
+    s.running = 3;
+    s.waiting = 2;
+    s.generated_tokens = 40;
+    s.cached_tokens = 17;
+    s.pool.pages_used = 5;
+    s.pool.pages_total = 64;
+    const std::string ready = m.render(&s);
+    EXPECT_TRUE(has_line(ready, "dsv4_requests_running 3")) << ready;
+    EXPECT_TRUE(has_line(ready, "dsv4_requests_waiting 2"));
+    EXPECT_TRUE(has_line(ready, "dsv4_generation_tokens_total 40"));
+    EXPECT_TRUE(has_line(ready, "dsv4_prefix_cache_hit_tokens_total 17"));
+    EXPECT_TRUE(has_line(ready, "dsv4_state_pool_pages_used 5"));
+    EXPECT_TRUE(has_line(ready, "dsv4_state_pool_pages_total 64"));
+    EXPECT_TRUE(has_line(ready, "# TYPE dsv4_time_to_first_token_seconds histogram"));
+}
+
+}  // namespace
+}  // namespace dsv4::server
