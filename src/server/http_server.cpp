@@ -116,9 +116,10 @@ struct Generation {
     }
 };
 
-HttpServer::HttpServer(ServerOptions options) : options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
-    created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-                   .count();
+HttpServer::HttpServer(ServerOptions options)
+    : options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
+    created_ =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     const int threads = options_.max_connections;
     http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
     http_->set_payload_max_length(options_.max_body_bytes);
@@ -330,7 +331,8 @@ void answer_stream(std::shared_ptr<Generation> g, httplib::Response& res) {
                 }
                 if (!ok) return g->cancel(), false;
             }
-            if (g->reason == FinishReason::kError || (g->reason == FinishReason::kCancelled && !g->builder->stopped())) {
+            if (g->reason == FinishReason::kError ||
+                (g->reason == FinishReason::kCancelled && !g->builder->stopped())) {
                 // Mid-stream the status is sent already: an error object as the last event, as OpenAI's API does.
                 g->report(g->reason == FinishReason::kError ? "error" : "cancelled");
                 const std::string why = g->reason == FinishReason::kError ? g->error : "the server is shutting down";

@@ -113,7 +113,8 @@ TEST(ReplyBuilder, ChatSplitsReasoningContentAndToolCallsWithoutMarkup) {
     {
         ReplyBuilder b(tokenizer(), kEos, true, tok::ThinkingMode::kChat, {}, false);
         const std::string calls =
-            "Checking.\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"city\" "
+            "Checking.\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter "
+            "name=\"city\" "
             "string=\"true\">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
         const Reply r = run(b, calls, true, FinishReason::kEos);
         ASSERT_TRUE(r.final.parsed.ok()) << r.final.parsed.error->message;

@@ -398,17 +398,25 @@ int64_t count_nonfinite(const std::vector<float>& v) {
 
 struct BenchArgs {
     std::string preset = "flash";
-    int64_t layers = 2, context = 4096, steps = 64, warmup = 8, chunk = 256;
+    std::vector<int64_t> layers = {2};  // one model per layer count; two or more also give the cost per added layer
+    int64_t context = 4096, steps = 64, warmup = 8, chunk = 256;
     std::vector<int64_t> batches;  // batched decode: batch sizes to time (each sequence prefilled with batch_context)
     int64_t batch_context = 128;
     uint64_t seed = 0;
     int threads = 0;
 };
 
-void run_bench(const BenchArgs& a) {
-    const int devices = cuda::device_count();
-    DSV4_CHECK(devices > 0, "dsv4 bench needs a CUDA GPU; none was found");
-    ModelConfig config = synthetic_preset(a.preset, a.layers);
+// One model's timings: the single-sequence decode step and each batch size's step, with the bytes each must move.
+struct LayerRun {
+    int64_t layers = 0;
+    double step_ms = 0, bytes = 0;
+    std::vector<double> batch_ms, batch_bytes;  // per BenchArgs::batches
+};
+
+LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs) {
+    LayerRun run;
+    run.layers = layers;
+    ModelConfig config = synthetic_preset(a.preset, layers);
     config.num_mtp_layers = 0;  // the forward does not run MTP layers; they are not uploaded
     config.mtp_compress_ratios.clear();
     const int64_t max_context = std::max(a.context, a.batch_context) + a.warmup + a.steps + 2;  // + warm-up steps
@@ -424,12 +432,7 @@ void run_bench(const BenchArgs& a) {
     std::printf("dsv4 bench: preset %s, %lld layers (%s), context %lld, %lld decode steps (+%lld warm-up), seed %llu\n",
                 a.preset.c_str(), (long long)config.num_layers, pattern.c_str(), (long long)a.context,
                 (long long)a.steps, (long long)a.warmup, (unsigned long long)a.seed);
-    std::printf("device: %s\n", cuda::describe_device(0).c_str());
     std::fflush(stdout);
-
-    // 1. Copy bandwidth, before the model takes the memory.
-    const double copy_gbs = copy_bandwidth_gbs();
-    std::printf("device-to-device copy (1 GiB, read + write, median of 10): %.0f GB/s\n", copy_gbs);
 
     // 2. Weights in host memory, then the model.
     auto t0 = std::chrono::steady_clock::now();
@@ -527,6 +530,8 @@ void run_bench(const BenchArgs& a) {
     std::printf("non-finite logits: %lld\n", (long long)bad);
     DSV4_CHECK(bad == 0, "the synthetic model produced {} non-finite logits", bad);
     state = SequenceState{};  // its pool slot back for the batches
+    run.step_ms = step_ms;
+    run.bytes = total;
 
     // 5. Batched decode: B sequences (prefilled together with batch_context random ids each), one token each per
     // step through forward_batch (one piece, one decode graph per B). Bytes per step: the dense weights once, the
@@ -566,15 +571,52 @@ void run_bench(const BenchArgs& a) {
             }
             const double E = double(config.n_routed_experts), k = double(config.num_experts_per_tok);
             const double distinct = E * (1.0 - std::pow(1.0 - k / E, double(B)));
-            const double step_b = one.total() - one.routed - one.kv - one.index_keys +
-                                  one.routed / k * distinct + double(B) * (one.kv + one.index_keys);
+            const double step_b = one.total() - one.routed - one.kv - one.index_keys + one.routed / k * distinct +
+                                  double(B) * (one.kv + one.index_keys);
             const double step = median(ms), floor = step_b / (copy_gbs * 1e9) * 1e3;
             std::printf("  %5lld %10.3f %12.0f %9.1f MB %10.3f %9.2fx %8s\n", (long long)B, step,
                         double(B) / (step * 1e-3), step_b / 1e6, floor, step / floor, nonfinite ? "NO" : "yes");
             DSV4_CHECK(nonfinite == 0, "batch {}: {} non-finite logits", B, nonfinite);
+            run.batch_ms.push_back(step);
+            run.batch_bytes.push_back(step_b);
         }
-        std::printf("  (host clock around forward_batch: upload, graph replay, logits copy and host synchronization)\n");
+        std::printf(
+            "  (host clock around forward_batch: upload, graph replay, logits copy and host synchronization)\n");
     }
+    return run;
+}
+
+void run_bench(const BenchArgs& a) {
+    DSV4_CHECK(cuda::device_count() > 0, "dsv4 bench needs a CUDA GPU; none was found");
+    std::printf("device: %s\n", cuda::describe_device(0).c_str());
+    // Copy bandwidth, before a model takes the memory: the limit every floor below is measured against.
+    const double copy_gbs = copy_bandwidth_gbs();
+    std::printf("device-to-device copy (1 GiB, read + write, median of 10): %.0f GB/s\n", copy_gbs);
+    std::vector<LayerRun> runs;
+    for (int64_t layers : a.layers) runs.push_back(run_model(a, layers, copy_gbs));  // one model at a time
+    if (runs.size() < 2) return;
+
+    // The cost of one more layer: the difference between the smallest and the largest model over the layers between
+    // them, so the lm_head, embedding and per-step overheads cancel. Its floor: the bytes those layers add.
+    const LayerRun& lo =
+        *std::min_element(runs.begin(), runs.end(), [](auto& x, auto& y) { return x.layers < y.layers; });
+    const LayerRun& hi =
+        *std::max_element(runs.begin(), runs.end(), [](auto& x, auto& y) { return x.layers < y.layers; });
+    DSV4_CHECK(hi.layers > lo.layers, "--layers: give two different layer counts for the cost per layer");
+    const double n = double(hi.layers - lo.layers);
+    std::printf(
+        "per added layer (%lld -> %lld layers; the layer pattern's mix of SWA/CSA/HCA and hash/score layers):\n",
+        (long long)lo.layers, (long long)hi.layers);
+    std::printf("  %5s %12s %12s %12s %9s\n", "batch", "ms / layer", "MB / layer", "floor ms", "x floor");
+    auto row = [&](const char* batch, double ms_lo, double ms_hi, double b_lo, double b_hi) {
+        const double ms = (ms_hi - ms_lo) / n, bytes = (b_hi - b_lo) / n, floor = bytes / (copy_gbs * 1e9) * 1e3;
+        std::printf("  %5s %12.4f %12.2f %12.4f %8.2fx\n", batch, ms, bytes / 1e6, floor, ms / floor);
+    };
+    row("1", lo.step_ms, hi.step_ms, lo.bytes, hi.bytes);
+    for (size_t i = 0; i < a.batches.size(); ++i)
+        row(std::to_string(a.batches[i]).c_str(), lo.batch_ms[i], hi.batch_ms[i], lo.batch_bytes[i], hi.batch_bytes[i]);
+    std::printf(
+        "  (batch 1: the single-sequence step at --context; other rows: the batched steps at --batch-context)\n");
 }
 
 }  // namespace
@@ -587,7 +629,8 @@ void add_bench_command(CLI::App& app) {
 #else
     struct BenchArgs {
         std::string preset = "flash";
-        int64_t layers = 2, context = 4096, steps = 64, warmup = 8, chunk = 256;
+        std::vector<int64_t> layers = {2};
+        int64_t context = 4096, steps = 64, warmup = 8, chunk = 256;
         std::vector<int64_t> batches;
         int64_t batch_context = 128;
         uint64_t seed = 0;
@@ -596,7 +639,10 @@ void add_bench_command(CLI::App& app) {
     auto a = std::make_shared<BenchArgs>();
 #endif
     cmd->add_option("--preset", a->preset, "Model shapes (flash: V4-Flash)")->check(CLI::IsMember({"flash"}));
-    cmd->add_option("--layers", a->layers, "Trunk layers, continuing the preset's layer pattern")
+    cmd->add_option("--layers", a->layers,
+                    "Trunk layers, continuing the preset's layer pattern; two or more counts (e.g. 4,12) also give "
+                    "the cost per added layer against its floor")
+        ->delimiter(',')
         ->check(CLI::PositiveNumber);
     cmd->add_option("--context", a->context, "Prefill tokens before the timed decode steps")
         ->check(CLI::PositiveNumber);
