@@ -10,6 +10,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "core/error.h"
 #include "fixture_paths.h"
@@ -107,6 +108,12 @@ EngineRequest greedy_request(std::vector<int32_t> prompt, int64_t max_new, Colle
     return r;
 }
 
+// The engine's counters are updated at the end of the step that delivered a request's last event: wait for it.
+bool becomes_idle(const Engine& engine) {
+    for (int i = 0; i < 5000 && !engine.idle(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return engine.idle();
+}
+
 EngineOptions options(int64_t step_tokens, int64_t cache_entries) {
     EngineOptions o;
     o.max_running = 6;
@@ -135,11 +142,11 @@ TEST(Engine, ConcurrentRequestsEqualEachAlone) {
             EXPECT_EQ(got.reason, want.reason) << "request " << i;
             EXPECT_EQ(got.cached, 0);
         }
+        ASSERT_TRUE(becomes_idle(engine));
         const Engine::Stats s = engine.stats();
         EXPECT_EQ(s.requests_finished, int64_t(std::size(lengths)));
         EXPECT_EQ(s.running, 0);
         EXPECT_EQ(s.waiting, 0);
-        EXPECT_TRUE(engine.idle());
     }
 }
 
@@ -214,6 +221,7 @@ TEST(Engine, CancelEndsARequestAndTheOthersGoOn) {
     Collector after;
     engine.submit(greedy_request(prompt_of(5, 4), 2, after));
     EXPECT_EQ(after.wait().reason, FinishReason::kLength);
+    ASSERT_TRUE(becomes_idle(engine));
     EXPECT_EQ(engine.stats().running, 0);
 }
 
