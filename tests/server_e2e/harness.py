@@ -341,6 +341,13 @@ def shared_server():
     return _shared
 
 
+def openai_client(server, api_key="unused"):
+    """The openai SDK's client on `server`: no retries (a failure must show), a generous timeout for the CPU."""
+    import openai  # only the tests that use the SDK need it; run_tests.py checks it is installed
+
+    return openai.OpenAI(base_url=server.base_url, api_key=api_key, max_retries=0, timeout=120)
+
+
 def stop_shared_server():
     global _shared
     if _shared is not None:

@@ -38,7 +38,7 @@ class ChatTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.server = harness.shared_server()
-        cls.client = openai.OpenAI(base_url=cls.server.base_url, api_key="unused", max_retries=0, timeout=120)
+        cls.client = harness.openai_client(cls.server)
 
     def create(self, **kw):
         kw.setdefault("model", harness.MODEL_NAME)

@@ -4,7 +4,6 @@ HTTP against the shared `dsv4 serve`."""
 
 import unittest
 
-import openai
 
 import harness
 
@@ -15,7 +14,7 @@ class CompletionsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.server = harness.shared_server()
-        cls.client = openai.OpenAI(base_url=cls.server.base_url, api_key="unused", max_retries=0, timeout=120)
+        cls.client = harness.openai_client(cls.server)
 
     def create(self, **kw):
         kw.setdefault("model", harness.MODEL_NAME)

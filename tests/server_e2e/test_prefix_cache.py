@@ -4,7 +4,6 @@ a prefix cache; a long shared system prompt is reused across users (snapshots ev
 
 import unittest
 
-import openai
 
 import harness
 
@@ -28,7 +27,7 @@ class PrefixCacheTest(unittest.TestCase):
         cls.fresh.stop()
 
     def client(self, server):
-        return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120)
+        return harness.openai_client(server)
 
     def chat(self, server, messages, **kw):
         return self.client(server).chat.completions.create(model=harness.MODEL_NAME, messages=messages,
