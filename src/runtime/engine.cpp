@@ -56,6 +56,7 @@ struct Engine::Active {
     std::vector<int32_t> generated;
     std::vector<float> ready_logits;  // the prompt's last logits from the cache: sample without a forward
     bool cancelled = false;
+    bool admitted = false;  // counted in Stats::running
 
     Active(uint64_t id, EngineRequest r) : id(id), request(std::move(r)), sampler(request.sampling) {}
     int64_t prompt_size() const { return int64_t(request.prompt.size()); }
@@ -169,6 +170,8 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
     a.state.reset();
     std::lock_guard lock(mutex_);
     ++stats_.requests_finished;
+    // Counted out now, not at the end of the step: a client that got its last event sees itself gone from /metrics.
+    if (a.admitted) --stats_.running, a.admitted = false;
 }
 
 SampledToken Engine::sample(Active& a, const std::vector<float>& logits) const {
@@ -231,6 +234,9 @@ void Engine::admit() {
         {
             std::lock_guard lock(mutex_);
             stats_.prompt_tokens += a.prompt_size();
+            ++stats_.running;
+            --stats_.waiting;
+            a.admitted = true;
         }
         running_.push_back(std::move(waiting_.front()));
         waiting_.pop_front();
