@@ -153,13 +153,6 @@ void Engine::loop() {
 }
 
 void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
-    EngineEvent e;
-    e.kind = EngineEvent::Kind::kFinished;
-    e.reason = reason;
-    e.error = error;
-    e.prompt_tokens = a.prompt_size();
-    e.cached_tokens = a.cached;
-    a.request.on_event(e);
     // A sequence that finished normally has consumed the prompt and every sampled id but the last: keep it for a
     // later request that extends it (the next turn of a conversation).
     if ((reason == FinishReason::kEos || reason == FinishReason::kLength) && a.state && cache_.enabled()) {
@@ -168,10 +161,20 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
         if (int64_t(ids.size()) == a.state->position) cache_.insert(std::move(ids), std::move(*a.state), {});
     }
     a.state.reset();
-    std::lock_guard lock(mutex_);
-    ++stats_.requests_finished;
-    // Counted out now, not at the end of the step: a client that got its last event sees itself gone from /metrics.
-    if (a.admitted) --stats_.running, a.admitted = false;
+    {
+        // Counted out before the client hears of it: once it has its reply, /metrics no longer shows it running.
+        std::lock_guard lock(mutex_);
+        ++stats_.requests_finished;
+        if (a.admitted) --stats_.running, a.admitted = false;
+        stats_.prefix_entries = cache_.entries();
+    }
+    EngineEvent e;
+    e.kind = EngineEvent::Kind::kFinished;
+    e.reason = reason;
+    e.error = error;
+    e.prompt_tokens = a.prompt_size();
+    e.cached_tokens = a.cached;
+    a.request.on_event(e);
 }
 
 SampledToken Engine::sample(Active& a, const std::vector<float>& logits) const {
