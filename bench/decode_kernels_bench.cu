@@ -181,8 +181,9 @@ void bench_moe(const char* name, int64_t n, int64_t k, int slot_bound) {
     row_index.upload(rows.data(), rows.size());
     DeviceBuffer<__nv_bfloat16> y_new{size_t(active * n)}, y_old{size_t(active * n)};
     check_launch(0);
-    auto params = [&](int i, __nv_bfloat16* y) {
+    auto params = [&](int i, __nv_bfloat16* y, MoeGemmPath path = MoeGemmPath::kCudaCore) {
         MoeGemmParams p;
+        p.path = path;
         p.a = a.get();
         p.a_scale = a_scale.get();
         p.row_index = row_index.get();
@@ -201,6 +202,8 @@ void bench_moe(const char* name, int64_t n, int64_t k, int slot_bound) {
     const double strided = graph_us([&](int i, cudaStream_t s) {
         DSV4_CUDA_CHECK(detail::launch_moe_gemm_strided(params(i, y_old.get()), config, s));
     });
+    const double mma =
+        graph_us([&](int i, cudaStream_t s) { moe_gemm(params(i, y_new.get(), MoeGemmPath::kMma), s); });
     bool same = true;
     for (int i = 0; i < kRoutings; ++i) {
         moe_gemm(params(i, y_new.get()), nullptr);
@@ -209,8 +212,9 @@ void bench_moe(const char* name, int64_t n, int64_t k, int slot_bound) {
         same = same && same_bits(y_new, y_old);
     }
     const double bytes = double(active) * double(n * k / 2 + n * k / 32) + double(k) + 2.0 * double(active * n);
-    std::printf("%-8s %6lld %6lld %5d %12.2f %12.2f %8.1fx %9.0f   %s\n", name, (long long)n, (long long)k,
-                config.m_tile, strided, compact, strided / compact, bytes / (compact * 1e-6) / 1e9, verdict(same));
+    std::printf("%-8s %6lld %6lld %5d %12.2f %12.2f %8.1fx %9.0f   %s   tensor cores %.2f us (%.0f GB/s)\n", name,
+                (long long)n, (long long)k, config.m_tile, strided, compact, strided / compact,
+                bytes / (compact * 1e-6) / 1e9, verdict(same), mma, bytes / (mma * 1e-6) / 1e9);
 }
 
 void bench_combine() {

@@ -59,7 +59,8 @@ cuda::MoeGemmParams moe_params(const DeviceFp8Act& a, const int32_t* row_index, 
     return p;
 }
 
-void run_case(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n, int64_t k, bool nvfp4, bool skewed) {
+void run_case(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n, int64_t k, bool nvfp4, bool skewed,
+              cuda::MoeGemmPath path) {
     std::vector<HostWeight> w;
     for (int64_t e = 0; e < experts; ++e) w.push_back(random_fp4_weight(rng, n, k, nvfp4));
     const std::vector<float> x = random_activations(rng, tokens, k);
@@ -94,13 +95,14 @@ void run_case(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n
     auto od = to_device(offsets);
     auto rd = to_device(row_index);
     auto y = poisoned<uint16_t>(ref.size());
-    cuda::moe_gemm(moe_params(a, rd.get(), od.get(), wd.get(), sd.get(), gd.get(), nvfp4, experts, n, k, max_slots,
-                              y.get()),
-                   nullptr);
+    cuda::MoeGemmParams p =
+        moe_params(a, rd.get(), od.get(), wd.get(), sd.get(), gd.get(), nvfp4, experts, n, k, max_slots, y.get());
+    p.path = path;
+    cuda::moe_gemm(p, nullptr);
     char what[192];
-    std::snprintf(what, sizeof what, "moe_gemm %s tokens=%lld experts=%lld topk=%lld N=%lld K=%lld max_slots=%d",
-                  nvfp4 ? "nvfp4" : "mxfp4", (long long)tokens, (long long)experts, (long long)topk, (long long)n,
-                  (long long)k, max_slots);
+    std::snprintf(what, sizeof what, "moe_gemm %s %s tokens=%lld experts=%lld topk=%lld N=%lld K=%lld max_slots=%d",
+                  path == cuda::MoeGemmPath::kMma ? "tensor cores" : "cuda cores", nvfp4 ? "nvfp4" : "mxfp4",
+                  (long long)tokens, (long long)experts, (long long)topk, (long long)n, (long long)k, max_slots);
     expect_bf16_close(what, to_host(y), ref, absdot, k);
 }
 
@@ -139,6 +141,7 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
     auto y_old = poisoned<uint16_t>(size_t(slots * n), 0x7F);
     cuda::MoeGemmParams p = moe_params(a, rd.get(), od.get(), wd.get(), sd.get(), gd.get(), nvfp4, experts, n, k,
                                        std::max(routing.max_slots, slot_bound), y_new.get());
+    p.path = cuda::MoeGemmPath::kCudaCore;
     cuda::moe_gemm(p, nullptr);
     p.y = reinterpret_cast<__nv_bfloat16*>(y_old.get());
     DSV4_CUDA_CHECK(cuda::detail::launch_moe_gemm_strided(
@@ -166,10 +169,13 @@ TEST(MoeGemm, CompactGridMatchesStridedBitwise) {
 }
 
 // A token's expert outputs must not depend on the batch: 16 tokens in one launch against each token alone (one
-// slot per expert it selected), bitwise, at V4-Flash shapes where K spans several ranges.
+// slot per expert it selected), bitwise, at V4-Flash shapes where K spans several ranges; on both paths, the
+// tensor-core one also with a bound that makes passes of 64 slots.
 TEST(MoeGemm, RowsIndependentOfBatch) {
     DSV4_REQUIRE_GPU();
     Rng rng;
+    for (auto [path, batch_bound] : {std::pair{cuda::MoeGemmPath::kCudaCore, 16}, {cuda::MoeGemmPath::kMma, 16},
+                                     {cuda::MoeGemmPath::kMma, 256}})
     for (bool nvfp4 : {false, true})
         for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
             const int64_t tokens = 16, experts = 64, topk = 6;
@@ -190,12 +196,13 @@ TEST(MoeGemm, RowsIndependentOfBatch) {
                 auto od = to_device(offsets);
                 auto rd = to_device(rows);
                 auto y = poisoned<uint16_t>(rows.size() * size_t(n));
-                cuda::moe_gemm(moe_params(a, rd.get(), od.get(), wd.get(), sd.get(), gd.get(), nvfp4, experts, n, k,
-                                          bound, y.get()),
-                               nullptr);
+                cuda::MoeGemmParams p = moe_params(a, rd.get(), od.get(), wd.get(), sd.get(), gd.get(), nvfp4,
+                                                   experts, n, k, bound, y.get());
+                p.path = path;
+                cuda::moe_gemm(p, nullptr);
                 return to_host(y);
             };
-            const std::vector<uint16_t> all = run(routing.offsets, routing.row_index, int(tokens));
+            const std::vector<uint16_t> all = run(routing.offsets, routing.row_index, batch_bound);
             for (int32_t t : {0, 7, 15}) {
                 std::vector<int32_t> offsets{0}, rows, full_slot;
                 for (int64_t e = 0; e < experts; ++e) {
@@ -207,6 +214,7 @@ TEST(MoeGemm, RowsIndependentOfBatch) {
                 for (size_t j = 0; j < rows.size(); ++j)
                     EXPECT_TRUE(std::equal(alone.begin() + int64_t(j) * n, alone.begin() + int64_t(j + 1) * n,
                                            all.begin() + int64_t(full_slot[j]) * n))
+                        << (path == cuda::MoeGemmPath::kMma ? "tensor cores " : "cuda cores ")
                         << (nvfp4 ? "nvfp4" : "mxfp4") << " N=" << n << " K=" << k << " token " << t << " slot " << j
                         << ": alone differs from the 16-token launch";
             }
@@ -215,19 +223,73 @@ TEST(MoeGemm, RowsIndependentOfBatch) {
 
 TEST(MoeGemm, Mxfp4MatchesCpuLinear) {
     DSV4_REQUIRE_GPU();
-    Rng rng;
-    run_case(rng, 1, 16, 6, 2048, 2048, false, false);  // V4-Flash w1/w3 decode
-    run_case(rng, 3, 8, 2, 4096, 2048, false, false);   // V4-Flash w2 (stored [4096, 1024] packed)
-    run_case(rng, 17, 4, 2, 200, 352, false, true);     // expert 0 holds 17 slots
-    run_case(rng, 200, 8, 3, 96, 2080, false, true);
+    for (cuda::MoeGemmPath path : {cuda::MoeGemmPath::kMma, cuda::MoeGemmPath::kCudaCore}) {
+        Rng rng;
+        run_case(rng, 1, 16, 6, 2048, 2048, false, false, path);  // V4-Flash w1/w3 decode
+        run_case(rng, 3, 8, 2, 4096, 2048, false, false, path);   // V4-Flash w2 (stored [4096, 1024] packed)
+        run_case(rng, 17, 4, 2, 200, 352, false, true, path);     // expert 0 holds 17 slots, partial K stage
+        run_case(rng, 200, 8, 3, 96, 2080, false, true, path);    // passes of 64 slots (tensor cores), odd scale rows
+        run_case(rng, 5, 3, 2, 40, 32, false, false, path);       // K = one block, N under one tile
+    }
 }
 
 TEST(MoeGemm, Nvfp4MatchesCpuLinear) {
     DSV4_REQUIRE_GPU();
+    for (cuda::MoeGemmPath path : {cuda::MoeGemmPath::kMma, cuda::MoeGemmPath::kCudaCore}) {
+        Rng rng;
+        run_case(rng, 1, 16, 6, 2048, 2048, true, false, path);
+        run_case(rng, 17, 4, 2, 200, 352, true, true, path);
+        run_case(rng, 200, 8, 3, 96, 2080, true, true, path);
+        run_case(rng, 5, 3, 2, 40, 32, true, false, path);
+    }
+}
+
+// One launch of two matrices (w1 and w3 of the executor) gives each the bits of its own launch, on both paths.
+TEST(MoeGemm, PairLaunchEqualsTwoLaunches) {
+    DSV4_REQUIRE_GPU();
     Rng rng;
-    run_case(rng, 1, 16, 6, 2048, 2048, true, false);
-    run_case(rng, 17, 4, 2, 200, 352, true, true);
-    run_case(rng, 200, 8, 3, 96, 2080, true, true);
+    for (cuda::MoeGemmPath path : {cuda::MoeGemmPath::kMma, cuda::MoeGemmPath::kCudaCore})
+        for (bool nvfp4 : {false, true}) {
+            const int64_t tokens = 9, experts = 32, topk = 6, n = 520, k = 1056;
+            const Routing routing = route(rng, tokens, experts, topk, false);
+            const int64_t slots = int64_t(routing.row_index.size());
+            std::vector<std::vector<uint8_t>> data(2), scale(2);
+            std::vector<std::vector<float>> global(2);
+            for (int mat = 0; mat < 2; ++mat)
+                for (int64_t e = 0; e < experts; ++e) {
+                    HostWeight we = random_fp4_weight(rng, n, k, nvfp4);
+                    data[size_t(mat)].insert(data[size_t(mat)].end(), we.data.begin(), we.data.end());
+                    scale[size_t(mat)].insert(scale[size_t(mat)].end(), we.scale.begin(), we.scale.end());
+                    global[size_t(mat)].push_back(we.global_scale);
+                }
+            DeviceFp8Act a = quantize_on_device(random_activations(rng, tokens, k), tokens, k);
+            auto w0 = to_device(data[0]), w1 = to_device(data[1]);
+            auto s0 = to_device(scale[0]), s1 = to_device(scale[1]);
+            auto g0 = to_device(global[0]), g1 = to_device(global[1]);
+            auto od = to_device(routing.offsets);
+            auto rd = to_device(routing.row_index);
+            auto y0 = poisoned<uint16_t>(size_t(slots * n)), y1 = poisoned<uint16_t>(size_t(slots * n));
+            auto alone0 = poisoned<uint16_t>(size_t(slots * n)), alone1 = poisoned<uint16_t>(size_t(slots * n));
+            cuda::MoeGemmParams p = moe_params(a, rd.get(), od.get(), w0.get(), s0.get(), g0.get(), nvfp4, experts, n,
+                                               k, routing.max_slots, y0.get());
+            p.path = path;
+            p.second = {w1.get(), s1.get(), nvfp4 ? g1.get() : nullptr, reinterpret_cast<__nv_bfloat16*>(y1.get())};
+            cuda::moe_gemm(p, nullptr);
+            cuda::MoeGemmParams q = p;
+            q.second = {};
+            q.y = reinterpret_cast<__nv_bfloat16*>(alone0.get());
+            cuda::moe_gemm(q, nullptr);
+            q.w = w1.get();
+            q.w_scale = s1.get();
+            q.w_global = nvfp4 ? g1.get() : nullptr;
+            q.y = reinterpret_cast<__nv_bfloat16*>(alone1.get());
+            cuda::moe_gemm(q, nullptr);
+            const char* what = path == cuda::MoeGemmPath::kMma ? "tensor cores" : "cuda cores";
+            expect_bitwise_bf16(std::string("pair launch, first matrix, ") + what + (nvfp4 ? " nvfp4" : " mxfp4"),
+                                to_host(y0), to_host(alone0));
+            expect_bitwise_bf16(std::string("pair launch, second matrix, ") + what + (nvfp4 ? " nvfp4" : " mxfp4"),
+                                to_host(y1), to_host(alone1));
+        }
 }
 
 }  // namespace

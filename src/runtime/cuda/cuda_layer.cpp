@@ -485,10 +485,11 @@ void CudaModel::Impl::moe(int64_t layer) {
     }
     cuda::moe_row_index({ws.sorted, ws.row_index, T * k, int32_t(k)}, s);
 
-    // Routed experts on the gathered slots: gate/up, SwiGLU with the routing weight, down.
+    // Routed experts on the gathered slots: gate/up (one launch for both FP4 matrices), SwiGLU with the routing
+    // weight, down.
     const int64_t slots = T * k;
     auto experts = [&](const cuda::DeviceExperts& e, const bf16* x, int64_t rows, int64_t cols,
-                       const int32_t* row_index, bf16* y) {
+                       const int32_t* row_index, bf16* y, const cuda::DeviceExperts* second, bf16* y_second) {
         if (e.format == WeightFormat::kFp4Mx || e.format == WeightFormat::kNvfp4) {
             act_quant(x, rows, cols);
             cuda::MoeGemmParams p;
@@ -501,6 +502,7 @@ void CudaModel::Impl::moe(int64_t layer) {
             p.w_scale = e.scale;
             p.w_global = e.global;
             p.y = y;
+            if (second) p.second = {static_cast<const uint8_t*>(second->data), second->scale, second->global, y_second};
             p.experts = E;
             p.n = e.rows;
             p.k = e.cols;
@@ -508,23 +510,27 @@ void CudaModel::Impl::moe(int64_t layer) {
             // distinct at load), so no expert holds more than T slots.
             p.max_slots_per_expert = int(m.tid2eid && !hash_rows_distinct ? slots : T);
             cuda::moe_gemm(p, s);
-        } else {
+            return;
+        }
+        for (int i = 0; i < (second ? 2 : 1); ++i) {
+            const cuda::DeviceExperts& ei = i ? *second : e;
             cuda::DenseExpertGemmParams p;
             p.x = x;
             p.row_index = row_index;
             p.expert_offsets = ws.offsets;
-            p.w = e.data;
-            p.w_f32 = e.format == WeightFormat::kF32;
-            p.y = y;
+            p.w = ei.data;
+            p.w_f32 = ei.format == WeightFormat::kF32;
+            p.y = i ? y_second : y;
             p.experts = E;
-            p.n = e.rows;
-            p.k = e.cols;
+            p.n = ei.rows;
+            p.k = ei.cols;
             p.max_slots = slots;
             cuda::dense_expert_gemm(p, s);
         }
     };
-    experts(m.w1, ws.x, T, D, ws.row_index, ws.gate);
-    experts(m.w3, ws.x, T, D, ws.row_index, ws.up);
+    DSV4_CHECK(m.w1.format == m.w3.format && m.w1.rows == m.w3.rows && m.w1.cols == m.w3.cols,
+               "w1 and w3 of layer {} differ in format or shape", layer);
+    experts(m.w1, ws.x, T, D, ws.row_index, ws.gate, &m.w3, ws.up);
     cuda::SwigluParams sw;
     sw.gate = ws.gate;
     sw.up = ws.up;
@@ -536,7 +542,7 @@ void CudaModel::Impl::moe(int64_t layer) {
     sw.inter = I;
     sw.limit = float(c.swiglu_limit);
     cuda::swiglu(sw, s);
-    experts(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out);
+    experts(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out, nullptr, nullptr);
 
     // Shared expert.
     linear(m.s1, ws.x, T, ws.gate);

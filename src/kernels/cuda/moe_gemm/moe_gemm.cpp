@@ -38,6 +38,14 @@ std::string moe_gemm_can_implement(const MoeGemmParams& p) {
     if (p.k % 32) return fmt::format("K must be a multiple of 32, got {}", p.k);
     if (reinterpret_cast<uintptr_t>(p.w) % 16) return "W must be 16-byte aligned";
     if (p.max_slots_per_expert < 1) return "max_slots_per_expert must be >= 1";
+    if (p.path == MoeGemmPath::kMma) {  // cp.async sources: 16-byte activation rows, 4-byte scale words
+        if (reinterpret_cast<uintptr_t>(p.a) % 16) return "the activations must be 16-byte aligned";
+        if (reinterpret_cast<uintptr_t>(p.w_scale) % 4 || reinterpret_cast<uintptr_t>(p.second.w_scale) % 4)
+            return "the weight scales must be 4-byte aligned";
+    }
+    if (p.second.w && (!p.second.w_scale || !p.second.y || (p.format == ExpertFormat::kNvfp4 && !p.second.w_global)))
+        return "the second matrix needs its scales, outputs (and NVFP4 global scales)";
+    if (p.second.w && reinterpret_cast<uintptr_t>(p.second.w) % 16) return "the second W must be 16-byte aligned";
     if (p.experts > 4096)
         return fmt::format("at most 4096 experts (the active list lives in shared memory), got {}", p.experts);
     return {};
@@ -45,7 +53,20 @@ std::string moe_gemm_can_implement(const MoeGemmParams& p) {
 
 void moe_gemm(const MoeGemmParams& p, cudaStream_t stream) {
     if (std::string why = moe_gemm_can_implement(p); !why.empty()) fail("moe_gemm: {}", why);
-    DSV4_CUDA_CHECK(launch_moe_gemm(p, moe_gemm_config(p.experts, p.n, p.k, p.max_slots_per_expert), stream));
+    if (p.path == MoeGemmPath::kMma) {
+        DSV4_CUDA_CHECK(launch_moe_mma(p, stream));
+        return;
+    }
+    const MoeGemmConfig config = moe_gemm_config(p.experts, p.n, p.k, p.max_slots_per_expert);
+    DSV4_CUDA_CHECK(launch_moe_gemm(p, config, stream));
+    if (p.second.w) {
+        MoeGemmParams q = p;
+        q.w = p.second.w;
+        q.w_scale = p.second.w_scale;
+        q.w_global = p.second.w_global;
+        q.y = p.second.y;
+        DSV4_CUDA_CHECK(launch_moe_gemm(q, config, stream));
+    }
 }
 
 }  // namespace dsv4::cuda

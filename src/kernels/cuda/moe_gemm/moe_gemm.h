@@ -2,12 +2,18 @@
 // [expert_offsets[e], expert_offsets[e+1]): y[p, :] = bf16(W_e x[row(p)]) with x FP8-quantized (e4m3 + pow2 f32 scale
 // per 128, as the official FP4 linear) and W_e MXFP4 (e2m1 + E8M0 per 32) or NVFP4 (e2m1 + e4m3 per 16, x f32
 // global), decoded in the kernel (no bf16 copy of any weight), f32 accumulation. row(p) = row_index[p], or p when
-// row_index is null (activations already gathered). Runs on the skinny kernel: tokens of an expert in passes of
-// up to 16, K in ranges accumulated in registers; a persistent grid takes (active expert, 32-row tile) items from
-// a list of the non-empty experts built on the device, so a decode step's few experts spread over the whole GPU
-// without a host sync (moe_gemm_kernels.cu). The bits depend on k_span only (moe_gemm_config), never on the grid.
-// Contract: K % 32 == 0. Tested in tests/gpu/moe_gemm_test.cpp against cpu::linear per expert, and bitwise against
-// the former grid (detail::launch_moe_gemm_strided).
+// row_index is null (activations already gathered). Two paths, each batch-invariant (a slot's bits never depend on
+// the other slots of the launch), with different summation structures:
+//   kMma (default)  tensor cores, the official FP4 linear's structure: per 32-column block (16 for NVFP4) a partial
+//                   product from zero, rescaled by a_scale x w_scale and added in ascending K (moe_mma.cu).
+//   kCudaCore       the former kernel: f32 FMA chains on the CUDA cores, K in ranges of k_span summed by warp trees
+//                   (moe_gemm_kernels.cu); kept as the second opinion the tests and benchmarks compare with.
+// Both take persistent grids over a list of the non-empty experts built on the device, so a decode step's few
+// experts spread over the whole GPU without a host sync, and the launch is capturable.
+// `second` (optional): another matrix of the same shape and format read from the same activations and slots (w3
+// beside w1): one launch computes both, each output as if launched alone.
+// Contract: K % 32 == 0. Tested in tests/gpu/moe_gemm_test.cpp against cpu::linear per expert, rows independent of
+// the batch, and the CUDA-core grids bitwise against each other (detail::launch_moe_gemm_strided).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -19,6 +25,15 @@
 namespace dsv4::cuda {
 
 enum class ExpertFormat { kMxfp4, kNvfp4 };
+enum class MoeGemmPath { kMma, kCudaCore };
+
+// One more matrix for the same launch (see `second` above).
+struct MoeGemmMatrix {
+    const uint8_t* w = nullptr;
+    const uint8_t* w_scale = nullptr;
+    const float* w_global = nullptr;
+    __nv_bfloat16* y = nullptr;
+};
 
 struct MoeGemmParams {
     const uint8_t* a = nullptr;               // [rows, k] e4m3, row stride k
@@ -32,6 +47,8 @@ struct MoeGemmParams {
     __nv_bfloat16* y = nullptr;         // [slots, n] bf16, slot order
     int64_t experts = 0, n = 0, k = 0;
     int max_slots_per_expert = 1;  // host bound on any expert's slot count (the batch's token count); picks the tile
+    MoeGemmMatrix second;          // optional: w == nullptr for one matrix
+    MoeGemmPath path = MoeGemmPath::kMma;
 };
 
 struct MoeGemmConfig {

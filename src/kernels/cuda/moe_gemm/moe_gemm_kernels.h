@@ -5,7 +5,12 @@
 
 namespace dsv4::cuda {
 
-// The compact grid over the active experts (what moe_gemm runs).
+// The tensor-core path (moe_mma.cu), both matrices when p.second is set.
+cudaError_t launch_moe_mma(const MoeGemmParams& p, cudaStream_t stream);
+// Slots per pass of the tensor-core kernel for a host bound on any expert's slot count (8 to 64).
+int moe_mma_pass_tokens(int max_slots_per_expert);
+
+// The CUDA-core compact grid over the active experts (p.second ignored).
 cudaError_t launch_moe_gemm(const MoeGemmParams& p, const MoeGemmConfig& config, cudaStream_t stream);
 
 namespace detail {

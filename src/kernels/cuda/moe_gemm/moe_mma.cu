@@ -1,0 +1,443 @@
+// moe_gemm on the tensor cores (MoeGemmPath::kMma, the default): FP4 experts times FP8-quantized activations as
+// f16 mma.sync, with the official FP4 linear's structure (spec §3): per 32-column block (MXFP4; per 16-column half
+// for NVFP4, whose scales are per 16) a partial product from zero on the tensor cores, rescaled by
+// a_scale[k/128] x w_scale and added to the output's f32 sum in ascending K.
+//
+// Arithmetic of one output y[slot, n] (the same instructions whatever the tile, the batch or the grid):
+//   for each weight-scale block b of K (32 columns MXFP4, 16 NVFP4), ascending:
+//     acc = tensor-core sum (f32 accumulate, from +0) of x[k] * (w[k] * 2^-14), k in b, order fixed below
+//     p   = acc * (a_scale[k/128] * (w_scale[b] * 2^14))      (f32 roundings as written, no contraction)
+//     sum = sum + p                                           (sum starts at +0)
+//   y = bf16_rn(sum)
+// with x[k] the e4m3 activation and w[k] the e2m1 value, both exact in f16, so every product is exact. w_scale is
+// the E8M0 power of two (MXFP4) or f32(e4m3 scale) * global (NVFP4). Why 2^-14: an e2m1 nibble s e1 e0 m placed
+// at f16 bits 15 | 11 10 | 9 is exactly its value times 2^-14 (0.5 becomes the subnormal 2^-15), so the decode is
+// two shifts and two masks; the 2^14 goes back into the scale, where it is exact. mma.sync computes each output from
+// its own row of W and column of x, so a token's results do not depend on which tokens share the launch.
+//
+// Roles: D (16 weight rows x 8 tokens) += W (16 x 16, the A operand) x^T (16 x 8, the B operand). Lane = 4 g + t.
+//   a0 = (row g, k 2t, 2t+1) a1 = (row g+8, same k) a2 = (row g, k 2t+8, 2t+9) a3 = (row g+8, same k)
+//   b0 = (k 2t, 2t+1, token g) b1 = (k 2t+8, 2t+9, token g)
+//   c0, c1 = (row g, tokens 2t, 2t+1) c2, c3 = (row g+8, tokens 2t, 2t+1)
+// Physical columns of logical k (two MMAs per 32-column block; lane t's columns):
+//   MXFP4: lane t holds columns 8t..8t+7 (one 32-bit word of nibbles). MMA 0 takes pairs (8t, 8t+4) as k 2t, 2t+1
+//          and (8t+1, 8t+5) as k 2t+8, 2t+9; MMA 1 the pairs (8t+2, 8t+6), (8t+3, 8t+7). Both MMAs sum into one acc.
+//   NVFP4: lane t holds columns 4t..4t+3 and 16+4t..16+4t+3. MMA 0 takes (4t, 4t+2), (4t+1, 4t+3): the first 16
+//          columns only; MMA 1 the same of the second 16. Each MMA has its own acc and its own scale.
+// Activation columns are paired the same way (prmt + cvt.rn.f16x2.e4m3x2), so W and x meet at the same k.
+//
+// Grid: persistent, 1-D; every CTA lists the active experts (non-empty slot ranges of expert_offsets, on the device,
+// so the launch needs no host sync and is capturable), then takes items (matrix, active expert, 64-row tile). A
+// CTA of 4 warps computes 64 weight rows (16 per warp) for passes of kTokens slots of its expert; K streams through
+// shared memory in stages of 128 columns (4 stages in flight, 16-byte cp.async), padded so the fragment reads are
+// bank-conflict-free. Tested in tests/gpu/moe_gemm_test.cpp (cpu::linear per expert, rows independent of the
+// batch, the pair launch equal to two launches).
+#include <mutex>
+#include <vector>
+
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/gemm_fp8/skinny_operands.cuh"
+#include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kThreads = 128, kWarps = 4;
+constexpr int kRowsPerCta = 16 * kWarps;
+constexpr int kStageCols = 128;  // one activation-scale block
+constexpr int kStages = 4;
+constexpr int kWRowBytes = kStageCols / 2 + 16;  // 64 bytes of nibbles + pad: rows g land on distinct bank groups
+constexpr int kARowBytes = kStageCols + 32;      // 128 e4m3 + pad: 8-byte reads of 16 lanes conflict-free
+constexpr int kScaleRowBytes = 16;               // the aligned words covering a row's scales of one stage
+constexpr float kTwoTo14 = 16384.0f;
+constexpr unsigned kFull = 0xFFFFFFFFu;
+
+// Shared-memory layout of one stage.
+template <int kTokens>
+struct Stage {
+    static constexpr int w = 0;
+    static constexpr int a = w + kRowsPerCta * kWRowBytes;
+    static constexpr int w_scale = a + kTokens * kARowBytes;
+    static constexpr int a_scale = w_scale + kRowsPerCta * kScaleRowBytes;
+    static constexpr int bytes = (a_scale + kTokens * 4 + 15) / 16 * 16;
+};
+
+__host__ __device__ constexpr int list_bytes(int64_t experts) {
+    return int((experts * 4 + 15) / 16 * 16);
+}
+template <int kTokens>
+__host__ __device__ constexpr int smem_bytes(int64_t experts) {
+    return list_bytes(experts) + kStages * Stage<kTokens>::bytes;
+}
+
+template <int kTokens>
+constexpr int min_blocks() {
+    return kTokens <= 16 ? 4 : 2;
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return unsigned(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async4(unsigned dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
+    return r;
+}
+
+// Nibbles i and i + 4 of `q` as an f16 pair (low half = nibble i), each the e2m1 value times 2^-14, exactly.
+__device__ __forceinline__ uint32_t e2m1_pair_scaled(uint32_t q, int i) {
+    const uint32_t t = q >> (4 * i);
+    return ((t << 9) & 0x0E000E00u) | ((t << 12) & 0x80008000u);
+}
+
+// The e4m3 bytes 0, 1 of `w` as an f16 pair (exact; byte 0 in the low half).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t w) {
+    uint32_t r;
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.rn.f16x2.e4m3x2 %0, l;\n}" : "=r"(r) : "r"(w));
+    return r;
+}
+
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// One matrix of a launch: W_e = w + e * n * k/2, its scales, its outputs.
+struct Matrix {
+    const uint8_t* w;
+    const uint8_t* w_scale;
+    const float* w_global;
+    __nv_bfloat16* y;
+};
+
+struct Args {
+    const uint8_t* a;
+    const float* a_scale;
+    const int32_t* row_index;
+    const int32_t* offsets;
+    Matrix mats[2];
+    int mat_count;
+    int64_t experts, n, k;
+};
+
+// sum += (acc * (a_s * w_s)) for the four outputs of a lane; w_s already carries the 2^14.
+__device__ __forceinline__ void promote(float (&sum)[4], const float (&acc)[4], float ws_g, float ws_g8, float as0,
+                                        float as1) {
+    sum[0] = __fadd_rn(sum[0], __fmul_rn(acc[0], __fmul_rn(as0, ws_g)));
+    sum[1] = __fadd_rn(sum[1], __fmul_rn(acc[1], __fmul_rn(as1, ws_g)));
+    sum[2] = __fadd_rn(sum[2], __fmul_rn(acc[2], __fmul_rn(as0, ws_g8)));
+    sum[3] = __fadd_rn(sum[3], __fmul_rn(acc[3], __fmul_rn(as1, ws_g8)));
+}
+
+template <int kTokens, ExpertFormat kFormat>
+__global__ void __launch_bounds__(kThreads, min_blocks<kTokens>()) moe_mma_kernel(Args p) {
+    constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
+    constexpr int kTn = kTokens / 8;                  // 8-token MMA tiles per pass
+    constexpr int kScaleBytesPerStage = kNv ? 8 : 4;  // scale bytes of one row per 128 columns
+    constexpr int kScaleWords = kNv ? 3 : 2;          // aligned words that cover them whatever their offset
+    using L = Stage<kTokens>;
+    extern __shared__ __align__(16) uint8_t smem[];
+    __shared__ int warp_counts[kWarps];
+    int* active = reinterpret_cast<int*>(smem);
+    uint8_t* stages = smem + list_bytes(p.experts);
+
+    const int64_t total = p.offsets[p.experts];
+    const int64_t n_tiles = (p.n + kRowsPerCta - 1) / kRowsPerCta;
+    if (int64_t(blockIdx.x) >= (total < p.experts ? total : p.experts) * n_tiles * p.mat_count) return;
+
+    // 1. The active experts in ascending order.
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+    int count = 0;
+    for (int64_t base = 0; base < p.experts; base += kThreads) {
+        const int64_t e = base + tid;
+        const bool live = e < p.experts && p.offsets[e + 1] > p.offsets[e];
+        const unsigned ballot = __ballot_sync(kFull, live);
+        if (lane == 0) warp_counts[warp] = __popc(ballot);
+        __syncthreads();
+        int before = count;
+        for (int w = 0; w < kWarps; ++w) {
+            if (w == warp) before = count;
+            count += warp_counts[w];
+        }
+        if (live) active[before + __popc(ballot & ((1u << lane) - 1u))] = int(e);
+        __syncthreads();
+    }
+
+    const int64_t k_half = p.k / 2, scale_cols = kNv ? p.k / 16 : p.k / 32, kb = (p.k + 127) / 128;
+    const int kt_count = int(kb);
+    const int64_t items = int64_t(count) * n_tiles * p.mat_count;
+    for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+        const int64_t e = active[item / (n_tiles * p.mat_count)];
+        const int mat_i = int(item / n_tiles % p.mat_count);
+        const Matrix m = mat_i ? p.mats[1] : p.mats[0];  // no dynamic index into the parameters (a local copy)
+        const int64_t n0 = item % n_tiles * kRowsPerCta;
+        const float global = kNv ? __ldg(m.w_global + e) : 1.0f;
+        const int64_t begin = p.offsets[e], end = p.offsets[e + 1];
+
+        // Loader roles (fixed per item): W chunks (2 per thread), the scale words of row `tid` (tid < 64).
+        const uint8_t* w_src[2];
+        int w_dst[2], w_part[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int c = tid + kThreads * i, r = c / 4;
+            int64_t n = n0 + r;
+            n = n < p.n ? n : p.n - 1;
+            w_part[i] = c % 4;
+            w_src[i] = m.w + (e * p.n + n) * k_half + w_part[i] * 16;
+            w_dst[i] = L::w + r * kWRowBytes + w_part[i] * 16;
+        }
+        const int64_t scale_total = p.experts * p.n * scale_cols;
+        int64_t scale_first = 0;  // offset of row tid's scales in the scale array
+        if (tid < kRowsPerCta) {
+            int64_t n = n0 + tid;
+            n = n < p.n ? n : p.n - 1;
+            scale_first = (e * p.n + n) * scale_cols;
+        }
+        // Byte offset of this lane's rows g and g + 8 within their staged scale words (the same every stage:
+        // a stage advances by 4 or 8 bytes).
+        auto lead = [&](int r) {
+            int64_t n = n0 + r;
+            n = n < p.n ? n : p.n - 1;
+            return int(((e * p.n + n) * scale_cols) & 3);
+        };
+        const int row_g = warp * 16 + g, lead_g = lead(row_g), lead_g8 = lead(row_g + 8);
+
+        for (int64_t s0 = begin; s0 < end; s0 += kTokens) {
+            const int tokens = end - s0 < kTokens ? int(end - s0) : kTokens;
+            auto act_row = [&](int r) -> int64_t {
+                const int64_t slot = s0 + (r < tokens ? r : tokens - 1);
+                return p.row_index ? p.row_index[slot] : slot;
+            };
+            constexpr int kAChunks = kTokens * 8, kAPerThread = (kAChunks + kThreads - 1) / kThreads;
+            const uint8_t* a_src[kAPerThread];
+            int a_dst[kAPerThread], a_part[kAPerThread];
+#pragma unroll
+            for (int i = 0; i < kAPerThread; ++i) {
+                const int c = tid + kThreads * i, r = c / 8;
+                a_part[i] = c % 8;
+                a_src[i] = c < kAChunks ? p.a + act_row(r) * p.k + a_part[i] * 16 : nullptr;
+                a_dst[i] = L::a + r * kARowBytes + a_part[i] * 16;
+            }
+            const float* as_src = tid < kTokens ? p.a_scale + act_row(tid) * kb : nullptr;
+
+            auto load = [&](int slot, int kt) {
+                uint8_t* st = stages + slot * L::bytes;
+                const unsigned base = smem_addr(st);
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const bool ok = int64_t(kt) * 64 + w_part[i] * 16 < k_half;
+                    cp_async16(base + w_dst[i], ok ? w_src[i] + int64_t(kt) * 64 : w_src[i], ok ? 16 : 0);
+                }
+#pragma unroll
+                for (int i = 0; i < kAPerThread; ++i)
+                    if (a_src[i]) {
+                        const bool ok = int64_t(kt) * 128 + a_part[i] * 16 < p.k;
+                        cp_async16(base + a_dst[i], ok ? a_src[i] + int64_t(kt) * 128 : a_src[i], ok ? 16 : 0);
+                    }
+                if (tid < kRowsPerCta) {
+                    const int64_t first = scale_first + int64_t(kt) * kScaleBytesPerStage, word0 = first & ~int64_t(3);
+#pragma unroll
+                    for (int j = 0; j < kScaleWords; ++j) {
+                        const int64_t at = word0 + 4 * j;
+                        const int64_t left = scale_total - at;
+                        const int bytes = left >= 4 ? 4 : left > 0 ? int(left) : 0;
+                        cp_async4(base + L::w_scale + tid * kScaleRowBytes + 4 * j, bytes ? m.w_scale + at : m.w_scale,
+                                  bytes);
+                    }
+                }
+                if (as_src) cp_async4(base + L::a_scale + tid * 4, as_src + kt, 4);
+            };
+
+            float sum[kTn][4];
+#pragma unroll
+            for (int nt = 0; nt < kTn; ++nt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) sum[nt][i] = 0.0f;
+
+#pragma unroll
+            for (int s = 0; s < kStages - 1; ++s) {
+                if (s < kt_count) load(s, s);
+                cp_async_commit();
+            }
+            for (int kt = 0; kt < kt_count; ++kt) {
+                cp_async_wait<kStages - 2>();
+                __syncthreads();
+                if (kt + kStages - 1 < kt_count) load((kt + kStages - 1) % kStages, kt + kStages - 1);
+                cp_async_commit();
+
+                const uint8_t* st = stages + (kt % kStages) * L::bytes;
+                const uint8_t* w_g = st + L::w + row_g * kWRowBytes;
+                const uint8_t* w_g8 = w_g + 8 * kWRowBytes;
+                const uint8_t* sc_g = st + L::w_scale + row_g * kScaleRowBytes + lead_g;
+                const uint8_t* sc_g8 = st + L::w_scale + (row_g + 8) * kScaleRowBytes + lead_g8;
+                float as[kTn][2];
+#pragma unroll
+                for (int nt = 0; nt < kTn; ++nt) {
+                    const float* a_s = reinterpret_cast<const float*>(st + L::a_scale) + nt * 8 + 2 * t;
+                    as[nt][0] = a_s[0];
+                    as[nt][1] = a_s[1];
+                }
+                const int64_t left = p.k - int64_t(kt) * kStageCols;
+                const int blocks = left >= kStageCols ? 4 : int(left / 32);
+#pragma unroll
+                for (int b = 0; b < 4; ++b) {
+                    if (b >= blocks) break;
+                    // W fragments: word of row g / g + 8 whose pairs 0, 1 feed MMA 0 and pairs 2, 3 MMA 1.
+                    uint32_t qa, qb;
+                    if constexpr (kNv) {
+                        qa = prmt(*reinterpret_cast<const uint16_t*>(w_g + 16 * b + 2 * t),
+                                  *reinterpret_cast<const uint16_t*>(w_g + 16 * b + 8 + 2 * t), 0x5140);
+                        qb = prmt(*reinterpret_cast<const uint16_t*>(w_g8 + 16 * b + 2 * t),
+                                  *reinterpret_cast<const uint16_t*>(w_g8 + 16 * b + 8 + 2 * t), 0x5140);
+                    } else {
+                        qa = *reinterpret_cast<const uint32_t*>(w_g + 16 * b + 4 * t);
+                        qb = *reinterpret_cast<const uint32_t*>(w_g8 + 16 * b + 4 * t);
+                    }
+                    const uint32_t w0[4] = {e2m1_pair_scaled(qa, 0), e2m1_pair_scaled(qb, 0), e2m1_pair_scaled(qa, 1),
+                                            e2m1_pair_scaled(qb, 1)};
+                    const uint32_t w1[4] = {e2m1_pair_scaled(qa, 2), e2m1_pair_scaled(qb, 2), e2m1_pair_scaled(qa, 3),
+                                            e2m1_pair_scaled(qb, 3)};
+                    float ws_g[2], ws_g8[2];  // per MMA (NVFP4) or both the block's (MXFP4), times 2^14
+                    if constexpr (kNv) {
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            ws_g[h] = __fmul_rn(__fmul_rn(skinny::e4m3_to_float(sc_g[2 * b + h]), global), kTwoTo14);
+                            ws_g8[h] = __fmul_rn(__fmul_rn(skinny::e4m3_to_float(sc_g8[2 * b + h]), global), kTwoTo14);
+                        }
+                    } else {
+                        ws_g[0] = ws_g[1] = __fmul_rn(skinny::e8m0_to_float(sc_g[b]), kTwoTo14);
+                        ws_g8[0] = ws_g8[1] = __fmul_rn(skinny::e8m0_to_float(sc_g8[b]), kTwoTo14);
+                    }
+#pragma unroll
+                    for (int nt = 0; nt < kTn; ++nt) {
+                        const uint8_t* x = st + L::a + (nt * 8 + g) * kARowBytes + 32 * b;
+                        uint32_t x0, x1;  // f16-pair sources of MMA 0 and MMA 1 (low half: b0, high half: b1)
+                        if constexpr (kNv) {
+                            const uint32_t v0 = *reinterpret_cast<const uint32_t*>(x + 4 * t);
+                            const uint32_t v1 = *reinterpret_cast<const uint32_t*>(x + 16 + 4 * t);
+                            x0 = prmt(v0, v0, 0x3120);
+                            x1 = prmt(v1, v1, 0x3120);
+                        } else {
+                            const uint2 u = *reinterpret_cast<const uint2*>(x + 8 * t);
+                            x0 = prmt(u.x, u.y, 0x5140);
+                            x1 = prmt(u.x, u.y, 0x7362);
+                        }
+                        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        mma_f16(acc, w0, e4m3x2_to_f16x2(x0), e4m3x2_to_f16x2(x0 >> 16));
+                        if constexpr (kNv) {
+                            promote(sum[nt], acc, ws_g[0], ws_g8[0], as[nt][0], as[nt][1]);
+#pragma unroll
+                            for (int i = 0; i < 4; ++i) acc[i] = 0.0f;
+                        }
+                        mma_f16(acc, w1, e4m3x2_to_f16x2(x1), e4m3x2_to_f16x2(x1 >> 16));
+                        promote(sum[nt], acc, ws_g[1], ws_g8[1], as[nt][0], as[nt][1]);
+                    }
+                }
+            }
+            cp_async_wait<0>();
+            __syncthreads();  // the next pass (or item) refills every stage
+
+#pragma unroll
+            for (int nt = 0; nt < kTn; ++nt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int token = nt * 8 + 2 * t + (i & 1);
+                    const int64_t n = n0 + row_g + (i >= 2 ? 8 : 0);
+                    if (token < tokens && n < p.n) m.y[(s0 + token) * p.n + n] = __float2bfloat16_rn(sum[nt][i]);
+                }
+        }
+    }
+}
+
+// Resident CTAs of a kernel on the current device (SMs x CTAs per SM), cached per (device, kernel).
+template <int kTokens, ExpertFormat kFormat>
+int64_t resident_ctas(int smem) {
+    struct Entry {
+        int device, smem;
+        int64_t ctas;
+    };
+    static std::mutex mutex;
+    static std::vector<Entry> cache;
+    int device = 0;
+    DSV4_CUDA_CHECK(cudaGetDevice(&device));
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const Entry& e : cache)
+        if (e.device == device && e.smem == smem) return e.ctas;
+    int sms = 0, per_sm = 0;
+    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    DSV4_CUDA_CHECK(
+        cudaFuncSetAttribute(moe_mma_kernel<kTokens, kFormat>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    DSV4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_mma_kernel<kTokens, kFormat>, kThreads,
+                                                                  size_t(smem)));
+    cache.push_back({device, smem, int64_t(sms) * (per_sm > 0 ? per_sm : 1)});
+    return cache.back().ctas;
+}
+
+template <int kTokens, ExpertFormat kFormat>
+cudaError_t launch(const Args& args, cudaStream_t stream) {
+    const int smem = smem_bytes<kTokens>(args.experts);
+    const int64_t n_tiles = (args.n + kRowsPerCta - 1) / kRowsPerCta;
+    const int64_t items = args.experts * n_tiles * args.mat_count, resident = resident_ctas<kTokens, kFormat>(smem);
+    const int64_t grid = items < resident ? items : resident;
+    moe_mma_kernel<kTokens, kFormat><<<unsigned(grid), kThreads, smem, stream>>>(args);
+    return cudaGetLastError();
+}
+
+template <ExpertFormat kFormat>
+cudaError_t launch(const Args& args, int tokens, cudaStream_t stream) {
+    switch (tokens) {
+        case 8:
+            return launch<8, kFormat>(args, stream);
+        case 16:
+            return launch<16, kFormat>(args, stream);
+        case 32:
+            return launch<32, kFormat>(args, stream);
+        case 64:
+            return launch<64, kFormat>(args, stream);
+        default:
+            return cudaErrorInvalidValue;
+    }
+}
+
+}  // namespace
+
+int moe_mma_pass_tokens(int max_slots_per_expert) {
+    int tokens = 8;
+    while (tokens < 64 && tokens * 4 < max_slots_per_expert) tokens *= 2;
+    return tokens;
+}
+
+cudaError_t launch_moe_mma(const MoeGemmParams& p, cudaStream_t stream) {
+    Args args;
+    args.a = p.a;
+    args.a_scale = p.a_scale;
+    args.row_index = p.row_index;
+    args.offsets = p.expert_offsets;
+    args.mats[0] = {p.w, p.w_scale, p.w_global, p.y};
+    args.mats[1] = {p.second.w, p.second.w_scale, p.second.w_global, p.second.y};
+    args.mat_count = p.second.w ? 2 : 1;
+    args.experts = p.experts;
+    args.n = p.n;
+    args.k = p.k;
+    const int tokens = moe_mma_pass_tokens(p.max_slots_per_expert);
+    return p.format == ExpertFormat::kMxfp4 ? launch<ExpertFormat::kMxfp4>(args, tokens, stream)
+                                            : launch<ExpertFormat::kNvfp4>(args, tokens, stream);
+}
+
+}  // namespace dsv4::cuda
