@@ -12,11 +12,16 @@
 //      with the logits copy and its stream synchronization, so the time is the whole step as the engine serves it.
 // It prints the bytes one decode step must read (weights by stage, KV entries attended, indexer keys scanned),
 // the floor time at the measured copy bandwidth, the median step, achieved GB/s and the fraction of bandwidth.
+// With --stages, each measured step (the single sequence and every --batch size) runs again with CudaModel's stage
+// profiler on: CUDA events at the stage boundaries, recorded by event-record nodes of the replayed decode graph;
+// the table gives each stage's GPU time per step and per layer, its share, and the bytes floor of what it reads,
+// and checks that the stages add up to the step timed without the profiler.
 // CUDA builds only.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <span>
@@ -36,6 +41,7 @@
 #include "kernels/cuda/smoke/device_info.h"
 #include "model/weights.h"
 #include "runtime/cuda/cuda_model.h"
+#include "runtime/stage_profile.h"
 #endif
 
 namespace dsv4::cli {
@@ -355,6 +361,54 @@ StepBytes step_bytes(const ModelConfig& c, const ModelWeights& w, int64_t positi
     return b;
 }
 
+// The bytes of step_bytes by the stage that reads them (runtime/stage_profile.h): weights once per step, KV entries
+// and indexer keys once per token, routed experts once per distinct expert selected. Same terms, same conditions:
+// the stages sum to step_bytes' total (checked where used).
+struct StageFloor {
+    double weights = 0, per_token = 0, per_expert = 0;
+    double bytes(double tokens, double experts) const { return weights + per_token * tokens + per_expert * experts; }
+};
+
+std::map<std::string, StageFloor> stage_floors(const ModelConfig& c, const ModelWeights& w, int64_t position) {
+    std::map<std::string, StageFloor> f;
+    const double entry = double(cuda::main_entry_layout(c.head_dim, c.rope_head_dim).bytes());
+    const double index_entry = double(cuda::IndexEntryLayout{c.index_head_dim}.bytes());
+    const int64_t visible = position + 1;
+    const int64_t k = c.num_experts_per_tok;
+    f["embed"].weights = 2.0 * double(c.hidden_size);
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const BlockWeights& L = w.layers[size_t(l)];
+        const AttentionWeights& a = L.attn;
+        f["attn_hc_pre"].weights += hc_bytes(L.hc_attn) + vec_bytes(L.attn_norm);
+        f["q_proj"].weights += matrix_bytes(a.wq_a) + vec_bytes(a.q_norm) + matrix_bytes(a.wq_b);
+        f["window_kv"].weights += matrix_bytes(a.wkv) + vec_bytes(a.kv_norm);
+        if (a.indexer)
+            f["indexer"].weights += matrix_bytes(a.indexer->wq_b) + matrix_bytes(a.indexer->weights_proj) +
+                                    compressor_bytes(a.indexer->compressor);
+        if (a.compressor) f["compressor"].weights += compressor_bytes(*a.compressor);
+        const int64_t ratio = c.compress_ratios[size_t(l)];
+        int64_t entries = std::min(visible, c.sliding_window);
+        if (ratio == 4) {
+            entries += std::min(c.index_topk, visible / 4);
+            f["indexer"].per_token += double(visible / 4) * index_entry;
+        } else if (ratio > 0) {
+            entries += visible / ratio;
+        }
+        f["sparse_attn"].weights += vec_bytes(a.attn_sink);
+        f["sparse_attn"].per_token += double(entries) * entry;
+        f["o_proj"].weights += matrix_bytes(a.wo_a) + matrix_bytes(a.wo_b);
+        f["ffn_hc_pre"].weights += hc_bytes(L.hc_ffn) + vec_bytes(L.ffn_norm);
+        f["router"].weights +=
+            matrix_bytes(L.ffn.gate) + vec_bytes(L.ffn.gate_bias) + (L.ffn.tid2eid.empty() ? 0.0 : 4.0 * double(k));
+        const ExpertWeights& e = L.ffn.experts.front();
+        f["routed_experts"].per_expert += matrix_bytes(e.w1) + matrix_bytes(e.w2) + matrix_bytes(e.w3);
+        f["shared_expert"].weights +=
+            matrix_bytes(L.ffn.shared.w1) + matrix_bytes(L.ffn.shared.w2) + matrix_bytes(L.ffn.shared.w3);
+    }
+    f["head"].weights = hc_bytes(w.hc_head) + vec_bytes(w.norm) + matrix_bytes(w.head);
+    return f;
+}
+
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     const size_t n = v.size();
@@ -404,7 +458,43 @@ struct BenchArgs {
     int64_t batch_context = 128;
     uint64_t seed = 0;
     int threads = 0;
+    bool stages = false;  // also the per-stage table of every measured step (CudaModel's stage profiler)
 };
+
+// --stages: `step` (which returns its host-clock ms) again `warmup` (at least one: it captures the profiled decode
+// graph) + `steps` times with the stage profiler on; the table of the timed steps and their median time.
+struct StageRun {
+    StageTable table;
+    double step_ms = 0;
+};
+
+template <typename Step>
+StageRun profile_stages(CudaModel& model, const BenchArgs& a, Step step) {
+    model.set_stage_profiling(true);
+    std::vector<std::vector<StageTime>> recorded;
+    std::vector<double> ms;
+    for (int64_t i = 0; i < std::max<int64_t>(a.warmup, 1) + a.steps; ++i) {
+        const double h = step();
+        if (i < std::max<int64_t>(a.warmup, 1)) continue;
+        recorded.push_back(model.stage_times());
+        ms.push_back(h);
+    }
+    model.set_stage_profiling(false);
+    return {stage_table(recorded), median(ms)};
+}
+
+// The stage table of one measured step: `tokens` sequences selecting `experts` distinct routed experts in all;
+// `step_ms` is the step timed without the profiler, by the host clock as the profiled steps.
+void print_stages(const std::string& what, const StageRun& run, const std::map<std::string, StageFloor>& floors,
+                  double tokens, double experts, double copy_gbs, double step_ms) {
+    StageYardstick against{{}, copy_gbs, step_ms, run.step_ms};
+    for (const auto& [stage, floor] : floors) against.floor_bytes[stage] = floor.bytes(tokens, experts);
+    std::printf(
+        "stages of the decode step, %s (GPU time between the CUDA events at consecutive stage boundaries, "
+        "recorded inside the replayed decode graph; mean of %lld steps; MB = 1e6 B; the steps without and "
+        "with the profiler by the host clock):\n%s",
+        what.c_str(), (long long)run.table.steps, format_stage_table(run.table, against).c_str());
+}
 
 // One model's timings: the single-sequence decode step and each batch size's step, with the bytes each must move.
 struct LayerRun {
@@ -419,7 +509,8 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs) {
     ModelConfig config = synthetic_preset(a.preset, layers);
     config.num_mtp_layers = 0;  // the forward does not run MTP layers; they are not uploaded
     config.mtp_compress_ratios.clear();
-    const int64_t max_context = std::max(a.context, a.batch_context) + a.warmup + a.steps + 2;  // + warm-up steps
+    const int64_t decode_steps = a.warmup + a.steps + (a.stages ? std::max<int64_t>(a.warmup, 1) + a.steps : 0);
+    const int64_t max_context = std::max(a.context, a.batch_context) + decode_steps + 2;  // + warm-up steps
     DSV4_CHECK(max_context <= config.max_position_embeddings, "--context {} + steps exceeds the model's {} positions",
                a.context, config.max_position_embeddings);
 
@@ -442,6 +533,14 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs) {
     std::printf("host weights generated: %.2f GB in %.1f s\n", double(synth.host_bytes()) / 1e9, seconds_since(t0));
     const StepBytes bytes = step_bytes(config, weights, a.context + a.warmup + a.steps / 2);
     const StepBytes batch_bytes = step_bytes(config, weights, a.batch_context);  // one token of a batch
+    const auto floors = stage_floors(config, weights, a.context + a.warmup + a.steps / 2);
+    const auto batch_floors = stage_floors(config, weights, a.batch_context);
+    for (const auto& [f, b] : {std::pair{&floors, &bytes}, std::pair{&batch_floors, &batch_bytes}}) {
+        double sum = 0;
+        for (const auto& [stage, floor] : *f) sum += floor.bytes(1, double(config.num_experts_per_tok));
+        DSV4_CHECK(std::fabs(sum - b->total()) <= 1e-9 * b->total(), "stage floors {} B != step bytes {} B", sum,
+                   b->total());
+    }
     t0 = std::chrono::steady_clock::now();
     CudaOptions options;
     const int64_t max_batch = a.batches.empty() ? 1 : *std::max_element(a.batches.begin(), a.batches.end());
@@ -529,6 +628,19 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs) {
                 total / (step_ms * 1e-3) / 1e9, 100.0 * total / (step_ms * 1e-3) / 1e9 / copy_gbs, step_ms / floor_ms);
     std::printf("non-finite logits: %lld\n", (long long)bad);
     DSV4_CHECK(bad == 0, "the synthetic model produced {} non-finite logits", bad);
+    if (a.stages) {
+        const StageRun stages = profile_stages(model, a, [&] {
+            const int32_t id = random_id();
+            const auto h0 = std::chrono::steady_clock::now();
+            logits = model.forward(state, std::span<const int32_t>(&id, 1), false);
+            const double h = seconds_since(h0) * 1e3;
+            bad += count_nonfinite(logits);
+            return h;
+        });
+        DSV4_CHECK(bad == 0, "the synthetic model produced {} non-finite logits with the stage profiler", bad);
+        print_stages("batch 1 @ " + std::to_string(a.context), stages, floors, 1, double(config.num_experts_per_tok),
+                     copy_gbs, median(host_ms));
+    }
     state = SequenceState{};  // its pool slot back for the batches
     run.step_ms = step_ms;
     run.bytes = total;
@@ -543,6 +655,7 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs) {
                     (long long)a.steps, (long long)a.warmup, (long long)a.batch_context);
         std::printf("  %5s %10s %12s %11s %10s %10s %8s\n", "batch", "step ms", "tokens/s", "bytes/step", "floor ms",
                     "x floor", "finite");
+        std::vector<std::pair<StageRun, double>> stage_runs;  // --stages: per batch size, with its step
         for (int64_t B : a.batches) {
             std::vector<SequenceState> seqs;
             std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B));
@@ -555,9 +668,8 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs) {
             for (int64_t b = 0; b < B; ++b) items.push_back({&seqs[size_t(b)], prompts[size_t(b)], false});
             model.forward_batch(items);
             std::vector<int32_t> next(static_cast<size_t>(B));
-            std::vector<double> ms;
             int64_t nonfinite = 0;
-            for (int64_t i = 0; i < a.warmup + a.steps; ++i) {
+            auto step = [&] {  // one token per sequence; ms of forward_batch by the host clock
                 items.clear();
                 for (int64_t b = 0; b < B; ++b) {
                     next[size_t(b)] = random_id();
@@ -567,21 +679,34 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs) {
                 const auto out = model.forward_batch(items);
                 const double h = seconds_since(h0) * 1e3;
                 for (const auto& l : out) nonfinite += count_nonfinite(l);
+                return h;
+            };
+            std::vector<double> ms;
+            for (int64_t i = 0; i < a.warmup + a.steps; ++i) {
+                const double h = step();
                 if (i >= a.warmup) ms.push_back(h);
             }
+            if (a.stages) stage_runs.emplace_back(profile_stages(model, a, step), median(ms));
             const double E = double(config.n_routed_experts), k = double(config.num_experts_per_tok);
             const double distinct = E * (1.0 - std::pow(1.0 - k / E, double(B)));
             const double step_b = one.total() - one.routed - one.kv - one.index_keys + one.routed / k * distinct +
                                   double(B) * (one.kv + one.index_keys);
-            const double step = median(ms), floor = step_b / (copy_gbs * 1e9) * 1e3;
-            std::printf("  %5lld %10.3f %12.0f %9.1f MB %10.3f %9.2fx %8s\n", (long long)B, step,
-                        double(B) / (step * 1e-3), step_b / 1e6, floor, step / floor, nonfinite ? "NO" : "yes");
+            const double step_ms = median(ms), floor = step_b / (copy_gbs * 1e9) * 1e3;
+            std::printf("  %5lld %10.3f %12.0f %9.1f MB %10.3f %9.2fx %8s\n", (long long)B, step_ms,
+                        double(B) / (step_ms * 1e-3), step_b / 1e6, floor, step_ms / floor, nonfinite ? "NO" : "yes");
             DSV4_CHECK(nonfinite == 0, "batch {}: {} non-finite logits", B, nonfinite);
-            run.batch_ms.push_back(step);
+            run.batch_ms.push_back(step_ms);
             run.batch_bytes.push_back(step_b);
         }
         std::printf(
             "  (host clock around forward_batch: upload, graph replay, logits copy and host synchronization)\n");
+        for (size_t i = 0; i < stage_runs.size(); ++i) {
+            const double B = double(a.batches[i]), E = double(config.n_routed_experts);
+            const double k = double(config.num_experts_per_tok);
+            const std::string what = "batch " + std::to_string(a.batches[i]) + " @ " + std::to_string(a.batch_context);
+            print_stages(what, stage_runs[i].first, batch_floors, B, E * (1.0 - std::pow(1.0 - k / E, B)), copy_gbs,
+                         stage_runs[i].second);
+        }
     }
     return run;
 }
@@ -634,6 +759,7 @@ void add_bench_command(CLI::App& app) {
         int64_t batch_context = 128;
         uint64_t seed = 0;
         int threads = 0;
+        bool stages = false;
     };
     auto a = std::make_shared<BenchArgs>();
 #endif
@@ -657,6 +783,9 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--seed", a->seed, "Seed of the random weights and ids");
     cmd->add_option("--threads", a->threads, "Host threads generating the weights (0: all cores)")
         ->check(CLI::NonNegativeNumber);
+    cmd->add_flag("--stages", a->stages,
+                  "Also time every measured step with the stage profiler on and print its per-stage table (GPU time "
+                  "per step and per layer, share, bytes floor)");
     cmd->callback([a] {
 #ifdef DSV4_WITH_CUDA
         run_bench(*a);

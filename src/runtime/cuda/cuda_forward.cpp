@@ -148,6 +148,8 @@ void CudaModel::Impl::upload_piece(std::span<const PieceSequence> seqs) {
         std::lock_guard lock(slots->mutex);
         std::copy(slots->table.begin(), slots->table.end(), h + 6 * C + 4 * P);
     }
+    stages.restart();
+    stages.mark("upload");
     DSV4_CUDA_CHECK(cudaMemcpyAsync(ws.meta, h, sizeof(int32_t) * size_t(ws.meta_ints), cudaMemcpyHostToDevice,
                                     stream->get()));
     meta_copied->record(stream->get());
@@ -169,6 +171,7 @@ void CudaModel::Impl::run_block_piece(int layer, int slot, int64_t start, const 
     }
     DSV4_CUDA_CHECK(cudaMemcpyAsync(ws.streams, raw.data(), n * 2, cudaMemcpyHostToDevice, s));
     block(layer);
+    stages.finish();
     DSV4_CUDA_CHECK(cudaMemcpyAsync(raw.data(), ws.streams, n * 2, cudaMemcpyDeviceToHost, s));
     DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
     meta_in_flight = false;
@@ -183,16 +186,24 @@ void CudaModel::Impl::run_piece(std::span<const PieceSequence> seqs) {
                                     [](const PieceSequence& ps) { return ps.tokens == 1 && ps.first_logit == 0; });
     if (decode && options.decode_graphs && !observer) {
         // The graph of this batch size was captured with bounds from the pool (max_end = context), so it serves
-        // every step of any sequences; its launches read positions, slots and ring targets from ws.meta.
-        const int64_t batch = piece.tokens;
-        if (!decode_graphs.count(batch)) capture_decode_graph(batch);
-        DSV4_CUDA_CHECK(cudaGraphLaunch(decode_graphs.at(batch), s));
+        // every step of any sequences; its launches read positions, slots and ring targets from ws.meta. With the
+        // stage profiler on, a graph of its own: the same launches with event-record nodes between the stages.
+        const std::pair<int64_t, bool> key{piece.tokens, stages.on()};
+        if (!decode_graphs.count(key)) capture_decode_graph(piece.tokens);
+        const DecodeGraph& graph = decode_graphs.at(key);
+        DSV4_CUDA_CHECK(cudaGraphLaunch(graph.exec, s));
+        stages.replayed(graph.first_mark, graph.marks);
     } else {
         enqueue_piece();
     }
-    if (piece.logit_rows == 0) return;
+    if (piece.logit_rows == 0) {
+        stages.finish();
+        return;
+    }
     std::vector<float> host(size_t(piece.logit_rows * V));
+    stages.mark("logits_copy");
     DSV4_CUDA_CHECK(cudaMemcpyAsync(host.data(), ws.logits, sizeof(float) * host.size(), cudaMemcpyDeviceToHost, s));
+    stages.finish();
     DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
     meta_in_flight = false;
     const float* from = host.data();
@@ -209,6 +220,7 @@ void CudaModel::Impl::capture_decode_graph(int64_t batch) {
     piece = PieceShape{};
     piece.tokens = piece.seqs = piece.logit_rows = batch;
     piece.max_end = pool.context;
+    const size_t first_mark = stages.count();  // the marks recorded before the graph (upload)
     // Global capture mode: any call that could synchronize with the host or allocate (cudaMalloc, a synchronous
     // copy, a stream or event wait from the host) fails the capture instead of being recorded.
     DSV4_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
@@ -227,7 +239,7 @@ void CudaModel::Impl::capture_decode_graph(int64_t batch) {
     const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     DSV4_CUDA_CHECK(instantiated);
-    decode_graphs[batch] = exec;
+    decode_graphs[{batch, stages.on()}] = {exec, first_mark, stages.take_graph_marks(first_mark)};
     piece = uploaded;
 }
 
@@ -236,6 +248,7 @@ void CudaModel::Impl::enqueue_piece() {
     const int64_t D = c.hidden_size, n_hc = c.hc_mult, V = c.vocab_size, T = piece.tokens;
     cudaStream_t s = stream->get();
 
+    stages.mark("embed");
     cuda::EmbedParams ep;
     ep.ids = ws.ids;
     ep.table = w.embed;
@@ -251,6 +264,7 @@ void CudaModel::Impl::enqueue_piece() {
     // mHC head, final norm, f32 head for the rows whose logits are wanted.
     const int64_t rows = piece.logit_rows;
     if (rows == 0) return;
+    stages.mark("head");
     const bf16* streams = ws.streams;
     if (piece.gather) {
         cuda::gather_rows_bf16({ws.streams, ws.logit_rows, ws.streams_next, rows, n_hc * D}, s);

@@ -191,17 +191,21 @@ void CudaModel::Impl::block(int64_t layer) {
     };
 
     // 1. Attention sub-block.
+    stages.mark("attn_hc_pre", layer);
     hc_pre(b.hc_attn, b.attn_norm);
     observe_bf16("attn_in", layer, ws.x, T, D);
     attention(layer);
     observe_bf16("attn_out", layer, ws.y, T, D);
+    stages.mark("attn_hc_post", layer);
     hc_post();
 
     // 2. MoE sub-block.
+    stages.mark("ffn_hc_pre", layer);
     hc_pre(b.hc_ffn, b.ffn_norm);
     observe_bf16("ffn_in", layer, ws.x, T, D);
     moe(layer);
     observe_bf16("ffn_out", layer, ws.y, T, D);
+    stages.mark("ffn_hc_post", layer);
     hc_post();
     observe_bf16("streams", layer, ws.streams, T, n_hc * D);
 }
@@ -262,6 +266,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     };
 
     // 1. Queries.
+    stages.mark("q_proj", layer);
     linear(a.wq_a, ws.x, T, ws.qr);
     cuda::rms_norm({ws.qr, a.q_norm, ws.qr, T, c.q_lora_rank, c.q_lora_rank, c.q_lora_rank, eps}, s);
     observe_bf16("attn.qr", layer, ws.qr, T, c.q_lora_rank);
@@ -272,6 +277,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     observe_bf16("attn.q", layer, ws.q, T, H * d);
 
     // 2. Window KV: projection, kv_norm, RoPE; packed (FP8 nope) as the chunk's own entries.
+    stages.mark("window_kv", layer);
     linear(a.wkv, ws.x, T, ws.kv);
     cuda::rms_norm({ws.kv, a.kv_norm, ws.kv, T, d, d, d, eps}, s);
     rope(ws.kv, 1, d, false);
@@ -283,6 +289,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     }
 
     // 3. Lightning indexer (CSA).
+    if (a.indexer) stages.mark("indexer", layer);
     // Observer downloads (single-sequence pieces only): the entries this piece closes.
     const int slot = piece.slot;
     const int64_t start = piece.start;
@@ -374,6 +381,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     }
 
     // 4. Main compressor (CSA/HCA).
+    if (a.compressor) stages.mark("compressor", layer);
     if (a.compressor) {
         compress(*a.compressor, cuda::CompressorKind::kMain,
                  entries + pool.compressed_row[size_t(layer)] * pool.entry_bytes, pool.state_offset[size_t(layer)]);
@@ -387,6 +395,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     }
 
     // 5. Sparse attention over the window slots and the compressed entries, then the inverse RoPE.
+    stages.mark("sparse_attn", layer);
     const int64_t slots = a.indexer ? W + c.index_topk : (a.compressor ? W + visible : W);
     const int64_t ring_row = pool.ring_row + layer * S * W;  // this layer's ring of state slot 0
     cuda::AttentionSlotsParams ap;
@@ -430,11 +439,13 @@ void CudaModel::Impl::attention(int64_t layer) {
     observe_bf16("attn.o", layer, ws.o, T, H * d);
 
     // 6. Grouped low-rank output projection.
+    stages.mark("o_proj", layer);
     grouped_linear(a.wo_a, ws.o, T, c.o_groups, ws.z);
     observe_bf16("attn.z", layer, ws.z, T, c.o_groups * c.o_lora_rank);
     linear(a.wo_b, ws.z, T, ws.y);
 
     // 7. Each sequence's ring keeps its last W entries (written after the attention read the old ones).
+    stages.mark("ring_update", layer);
     cuda::pack_kv_entries({ws.kv, entries + ring_row * pool.entry_bytes, ws.ring_target, T, d, r, d}, s);
     (void)D;
 }
@@ -448,6 +459,7 @@ void CudaModel::Impl::moe(int64_t layer) {
     cudaStream_t s = stream->get();
 
     // Router (f32) and the device permutation.
+    stages.mark("router", layer);
     linear_f32(m.gate, ws.x, T, ws.router_logits);
     cuda::MoeRoutingParams rp;
     rp.logits = ws.router_logits;
@@ -487,6 +499,7 @@ void CudaModel::Impl::moe(int64_t layer) {
 
     // Routed experts on the gathered slots: gate/up (one launch for both FP4 matrices), SwiGLU with the routing
     // weight, down.
+    stages.mark("routed_experts", layer);
     const int64_t slots = T * k;
     auto experts = [&](const cuda::DeviceExperts& e, const bf16* x, int64_t rows, int64_t cols,
                        const int32_t* row_index, bf16* y, const cuda::DeviceExperts* second, bf16* y_second) {
@@ -545,6 +558,7 @@ void CudaModel::Impl::moe(int64_t layer) {
     experts(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out, nullptr, nullptr);
 
     // Shared expert.
+    stages.mark("shared_expert", layer);
     linear(m.s1, ws.x, T, ws.gate);
     linear(m.s3, ws.x, T, ws.up);
     cuda::SwigluParams sh = sw;
@@ -557,6 +571,7 @@ void CudaModel::Impl::moe(int64_t layer) {
     linear(m.s2, ws.hidden, T, ws.shared_out);
 
     // Sum in f32 (routed in ascending expert order, then the shared expert), bf16.
+    stages.mark("moe_combine", layer);
     cuda::MoeCombineParams cp;
     cp.routed = ws.routed_out;
     cp.experts = ws.experts;

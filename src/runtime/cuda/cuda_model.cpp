@@ -233,7 +233,7 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
 
 CudaModel::~CudaModel() {
     if (!impl_) return;
-    for (auto& [batch, exec] : impl_->decode_graphs) cudaGraphExecDestroy(exec);
+    for (auto& [key, graph] : impl_->decode_graphs) cudaGraphExecDestroy(graph.exec);  // before the events they record
     if (impl_->meta_host) cudaFreeHost(impl_->meta_host);
 }
 
@@ -245,6 +245,16 @@ Numerics CudaModel::numerics() const {
 }
 void CudaModel::set_observer(ActivationObserver observer) {
     impl_->observer = std::move(observer);
+}
+void CudaModel::set_stage_profiling(bool on) {
+    Impl& m = *impl_;
+    DSV4_CUDA_CHECK(cudaSetDevice(m.options.device));
+    // Every stage at most once per layer and once for the step, and the closing mark.
+    m.stages.enable(on, m.stream->get(), kStages.size() * size_t(m.config.num_layers + 1) + 1);
+}
+std::vector<StageTime> CudaModel::stage_times() const {
+    DSV4_CUDA_CHECK(cudaSetDevice(impl_->options.device));
+    return impl_->stages.times();
 }
 
 SequenceState CudaModel::new_sequence() const {

@@ -17,6 +17,7 @@
 
 #include "model/backend.h"
 #include "model/weights.h"
+#include "runtime/stage_profile.h"
 
 namespace dsv4 {
 
@@ -55,6 +56,14 @@ class CudaModel final : public Backend {
     std::vector<float> forward_block(SequenceState& state, int64_t layer, int64_t start_position,
                                      std::span<const int32_t> ids, const float* streams_in) override;
     void set_observer(ActivationObserver observer) override;
+    // Stage profiling (runtime/stage_profile.h, dsv4 bench --stages): while on, every forward piece records a CUDA
+    // event at each stage boundary on the model's stream; a decode step replays a graph of its own, captured with
+    // the events as event-record nodes, so its stages are timed as the step runs. Off (the default), nothing is
+    // recorded and the plain graphs replay.
+    void set_stage_profiling(bool on);
+    // The intervals of the last forward piece, in forward order (waits for its end); empty when it ran with the
+    // profiler off.
+    std::vector<StageTime> stage_times() const;
 
     struct Impl;
 

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/common/device_buffer.h"
@@ -16,6 +17,7 @@
 #include "kernels/cuda/mhc/mhc.h"
 #include "runtime/cuda/cuda_model.h"
 #include "runtime/cuda/device_weights.h"
+#include "runtime/cuda/stage_marks.h"
 
 namespace dsv4 {
 
@@ -128,6 +130,14 @@ struct Workspace {
     int64_t index_columns = 0;  // row stride of index_scores
 };
 
+// A captured decode step. Captured with the stage profiler on, its event-record nodes stand for `marks`, which
+// follow the piece's first `first_mark` marks (recorded outside the graph).
+struct DecodeGraph {
+    cudaGraphExec_t exec = nullptr;
+    size_t first_mark = 0;
+    std::vector<StageMark> marks;
+};
+
 struct CudaModel::Impl {
     ModelConfig config;
     ModelWeights host;
@@ -149,9 +159,10 @@ struct CudaModel::Impl {
     bool meta_in_flight = false;  // meta_copied not yet known complete by a stream synchronization
     ActivationObserver observer;
     std::shared_ptr<SlotPool> slots;
-    std::map<int64_t, cudaGraphExec_t> decode_graphs;  // by batch size, captured on first use
-    PieceShape piece;                                   // the piece being enqueued
+    std::map<std::pair<int64_t, bool>, DecodeGraph> decode_graphs;  // by batch size and profiler on; on first use
+    PieceShape piece;                                               // the piece being enqueued
     bool hash_rows_distinct = true;  // every tid2eid row names k distinct experts (bounds an expert's slots by T)
+    StageMarks stages;               // the stage profiler: off unless CudaModel::set_stage_profiling
 
     // Runs one forward piece (the sequences' rows in order, at most `chunk` tokens and one entry per sequence):
     // a decode piece (one token per sequence, every logit wanted) replays the captured graph of its size, any
