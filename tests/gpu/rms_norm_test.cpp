@@ -2,7 +2,8 @@
 // the weighted (and unweighted) row norm as cpu::rms_norm + bf16 cast, checked as a bf16 rounding of the CPU's f32
 // value within 8 f32 unit roundoffs (both accumulate the mean of squares in double, so only a one-ulp flip of
 // the f32 mean can separate them); and the model-numerics per-head q norm, bitwise against
-// Precision::head_rms_norm (head_dims up to 1024 staged in shared memory, larger ones on the generic kernel).
+// Precision::head_rms_norm (head_dims up to 1024 staged in shared memory, larger ones on the generic kernel). A
+// column range of wider rows normalizes to the bits of the same rows stored densely.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -57,6 +58,41 @@ TEST(GpuRmsNorm, RowsMatchCpuRmsNormThenBf16) {
                               8 * kF32Unit * std::fabs(ref[size_t(i)]));
             }
             check.expect_ok();
+        }
+}
+
+// The executor normalizes column ranges of a stacked projection ([T, q + d]: wq_a x | wkv x) into dense buffers: a
+// row's bits do not depend on the strides it is read and written with.
+TEST(GpuRmsNorm, ColumnRangeOfWiderRowsEqualsDenseRowsBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    for (int64_t rows : {1, 7, 33})
+        for (const auto& [left, dim] : {std::pair<int64_t, int64_t>{1024, 512}, {128, 128}, {64, 96}, {40, 33}}) {
+            const int64_t stride = left + dim;
+            std::vector<float> wide(static_cast<size_t>(rows * stride)), dense(static_cast<size_t>(rows * dim));
+            for (int64_t r = 0; r < rows; ++r)
+                for (int64_t i = 0; i < stride; ++i) {
+                    const float v = round_bf16(rng.normal(std::ldexp(1.0f, int(r % 9) - 4)));
+                    wide[size_t(r * stride + i)] = v;
+                    if (i >= left) dense[size_t(r * dim + i - left)] = v;
+                }
+            std::vector<float> weight(static_cast<size_t>(dim));
+            for (float& w : weight) w = 1.0f + rng.normal(0.2f);
+            auto d_wide = to_device(to_bf16(wide));
+            auto d_dense = to_device(to_bf16(dense));
+            auto d_w = to_device(weight);
+            auto from_wide = poisoned<uint16_t>(size_t(rows * dim));
+            auto from_dense = poisoned<uint16_t>(size_t(rows * dim));
+            const auto* wide_x = reinterpret_cast<const __nv_bfloat16*>(d_wide.get());
+            cuda::rms_norm({wide_x + left, d_w.get(), reinterpret_cast<__nv_bfloat16*>(from_wide.get()), rows, dim,
+                            stride, dim, kEps},
+                           nullptr);
+            cuda::rms_norm({reinterpret_cast<const __nv_bfloat16*>(d_dense.get()), d_w.get(),
+                            reinterpret_cast<__nv_bfloat16*>(from_dense.get()), rows, dim, dim, dim, kEps},
+                           nullptr);
+            expect_bitwise_bf16("rms_norm columns [" + std::to_string(left) + ", " + std::to_string(stride) + ") of " +
+                                    std::to_string(rows) + " rows vs dense rows",
+                                to_host(from_wide), to_host(from_dense));
         }
 }
 

@@ -206,6 +206,24 @@ void CudaModel::Impl::block(int64_t layer) {
     observe_bf16("streams", layer, ws.streams, T, n_hc * D);
 }
 
+void CudaModel::Impl::query_and_kv_latents(const cuda::DeviceAttention& a) {
+    const int64_t T = piece.tokens, q = config.q_lora_rank, d = config.head_dim;
+    const float eps = float(config.rms_norm_eps);
+    cudaStream_t s = stream->get();
+    if (options.stacked_projections && a.wq_a_wkv.data) {
+        // One GEMM: ws.qr_kv [T, q + d] holds wq_a x in columns [0, q) and wkv x in [q, q + d); each norm reads its
+        // columns with the row stride q + d and writes its dense buffer.
+        linear(a.wq_a_wkv, ws.x, T, ws.qr_kv);
+        cuda::rms_norm({ws.qr_kv, a.q_norm, ws.qr, T, q, q + d, q, eps}, s);
+        cuda::rms_norm({ws.qr_kv + q, a.kv_norm, ws.kv, T, d, q + d, d, eps}, s);
+        return;
+    }
+    linear(a.wq_a, ws.x, T, ws.qr);
+    cuda::rms_norm({ws.qr, a.q_norm, ws.qr, T, q, q, q, eps}, s);
+    linear(a.wkv, ws.x, T, ws.kv);
+    cuda::rms_norm({ws.kv, a.kv_norm, ws.kv, T, d, d, d, eps}, s);
+}
+
 // attention_forward: x = ws.x [T, D] -> ws.y [T, D].
 void CudaModel::Impl::attention(int64_t layer) {
     const ModelConfig& c = config;
@@ -261,9 +279,9 @@ void CudaModel::Impl::attention(int64_t layer) {
         cuda::compressor(p, s);
     };
 
-    // 1. Queries.
-    linear(a.wq_a, ws.x, T, ws.qr);
-    cuda::rms_norm({ws.qr, a.q_norm, ws.qr, T, c.q_lora_rank, c.q_lora_rank, c.q_lora_rank, eps}, s);
+    // 1. Queries: qr = q_norm(wq_a x) (beside kv = kv_norm(wkv x), the other projection of x), wq_b, the per-head
+    //    norm, RoPE.
+    query_and_kv_latents(a);
     observe_bf16("attn.qr", layer, ws.qr, T, c.q_lora_rank);
     linear(a.wq_b, ws.qr, T, ws.q);
     observe_bf16("attn.q_proj", layer, ws.q, T, H * d);
@@ -271,9 +289,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     rope(ws.q, H, d, false);
     observe_bf16("attn.q", layer, ws.q, T, H * d);
 
-    // 2. Window KV: projection, kv_norm, RoPE; packed (FP8 nope) as the chunk's own entries.
-    linear(a.wkv, ws.x, T, ws.kv);
-    cuda::rms_norm({ws.kv, a.kv_norm, ws.kv, T, d, d, d, eps}, s);
+    // 2. Window KV: RoPE on kv; packed (FP8 nope) as the chunk's own entries.
     rope(ws.kv, 1, d, false);
     uint8_t* chunk_entries = entries + pool.chunk_row * pool.entry_bytes;
     cuda::pack_kv_entries({ws.kv, chunk_entries, nullptr, T, d, r, d}, s);

@@ -50,7 +50,8 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     const int64_t nI = c.index_n_heads, dI = c.index_head_dim, V = c.vocab_size;
     const int64_t qo = c.o_groups * c.o_lora_rank;
     const int64_t max_k = std::max({D, c.q_lora_rank, qo, I, H * d});
-    const int64_t max_n = std::max({c.q_lora_rank, H * d, d, nI * dI, nI, qo, D, I});
+    // Rows of any weight (or stack of weights, device_weights.h) whose dense product goes through ws.y_f32.
+    const int64_t max_n = std::max({c.q_lora_rank + d, H * d, nI * dI, nI, qo, D, I});
     const int64_t P = std::min(T, pool.sequences);
     ws.meta_ints = 6 * T + 4 * P + pool.sequences * pool.max_pages;
     ws.meta = b.take<int32_t>(ws.meta_ints);
@@ -67,6 +68,7 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     ws.mix = b.take<float>(T * cuda::hc_pre_mix_size(n_hc));
     ws.x = b.take<bf16>(T * D);
     ws.y = b.take<bf16>(T * D);
+    ws.qr_kv = b.take<bf16>(T * (c.q_lora_rank + d));
     ws.qr = b.take<bf16>(T * c.q_lora_rank);
     ws.q = b.take<bf16>(T * H * d);
     ws.kv = b.take<bf16>(T * d);

@@ -108,6 +108,7 @@ struct Workspace {
     bf16 *streams = nullptr, *streams_next = nullptr;  // [T, n_hc, D]
     float* mix = nullptr;                              // [T, (2 + n_hc) n_hc]
     bf16 *x = nullptr, *y = nullptr;                   // [T, D]
+    bf16* qr_kv = nullptr;  // [T, q_lora_rank + d] wq_a x | wkv x, before their norms (stacked projection)
     bf16 *qr = nullptr, *q = nullptr, *kv = nullptr, *kv_view = nullptr, *o = nullptr, *z = nullptr;
     uint8_t* act_q = nullptr;  // FP8 GEMM inputs
     float* act_scale = nullptr;
@@ -178,6 +179,9 @@ struct CudaModel::Impl {
     void block(int64_t layer);
     void attention(int64_t layer);
     void moe(int64_t layer);
+    // attention_forward's first step: qr = q_norm(wq_a x) into ws.qr and kv = kv_norm(wkv x) into ws.kv, the two
+    // projections in one GEMM where their weights stack.
+    void query_and_kv_latents(const cuda::DeviceAttention& a);
 
     // Precision::linear: FP8 weights get FP8-quantized inputs; y bf16 [m, rows].
     void linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y);

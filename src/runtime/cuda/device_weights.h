@@ -1,8 +1,10 @@
 // The model's weights on one GPU, in their checkpoint formats (docs/gpu-design.md "Data on the device"): FP8
 // e4m3 + f32 block scales (E8M0 decoded at upload, exact), routed experts of a layer concatenated per projection
 // (packed e2m1 + E8M0/e4m3 scales as stored, or dense), dense matrices as stored (F32 or BF16), the embedding as a
-// bf16 table (the forward rounds it to bf16 anyway), small vectors as f32. Everything lives in one device arena,
-// filled through a pinned staging buffer. measure_weights() gives the size before anything is allocated.
+// bf16 table (the forward rounds it to bf16 anyway), small vectors as f32. Matrices that read the same input are
+// stacked by rows where the stack is itself a valid matrix of their format (one launch for all; each part stays
+// addressable as a view into the stack, no second copy). Everything lives in one device arena, filled through a
+// pinned staging buffer. measure_weights() gives the size before anything is allocated.
 // Tested through tests/gpu/cuda_model_test.cpp.
 #pragma once
 
@@ -58,15 +60,19 @@ struct DeviceIndexer {
 
 struct DeviceAttention {
     const float* sink = nullptr;     // [H]
-    DeviceMatrix wq_a;               // [q_lora_rank, D]
+    DeviceMatrix wq_a;               // [q_lora_rank, D] (the first rows of wq_a_wkv where they stack)
     const float* q_norm = nullptr;   // [q_lora_rank]
     DeviceMatrix wq_b;               // [H * d, q_lora_rank]
-    DeviceMatrix wkv;                // [d, D]
+    DeviceMatrix wkv;                // [d, D] (the last rows of wq_a_wkv where they stack)
     const float* kv_norm = nullptr;  // [d]
     DeviceMatrix wo_a;               // [g * o_lora_rank, H * d / g]
     DeviceMatrix wo_b;               // [D, g * o_lora_rank]
     std::optional<DeviceCompressor> compressor;
     std::optional<DeviceIndexer> indexer;
+    // wq_a and wkv stacked by rows, [q_lora_rank + d, D]: one launch for the two projections of x. Only where the
+    // stack is a matrix of their format itself: one dense format, or FP8 with q_lora_rank % 128 == 0 (wkv's 128-row
+    // scale blocks then follow wq_a's unchanged); data == nullptr otherwise.
+    DeviceMatrix wq_a_wkv;
 };
 
 struct DeviceMoe {
