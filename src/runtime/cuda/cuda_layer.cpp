@@ -98,7 +98,7 @@ void CudaModel::Impl::act_quant(const bf16* x, int64_t rows, int64_t cols) {
     cuda::act_quant_fp8(p, stream->get());
 }
 
-void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y) {
+void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y, int64_t ldy) {
     DSV4_CHECK(w.format == WeightFormat::kF32 || w.format == WeightFormat::kBF16,
                "linear_f32 needs a dense weight ({} given)", weight_format_name(w.format));
     cuda::DenseLinearParams p;
@@ -110,7 +110,7 @@ void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int
     p.n = w.rows;
     p.k = w.cols;
     p.ldx = p.ldw = w.cols;
-    p.ldy = w.rows;
+    p.ldy = ldy ? ldy : w.rows;
     cuda::dense_linear(p, stream->get());
 }
 
@@ -224,6 +224,30 @@ void CudaModel::Impl::query_and_kv_latents(const cuda::DeviceAttention& a) {
     cuda::rms_norm({ws.kv, a.kv_norm, ws.kv, T, d, d, d, eps}, s);
 }
 
+const float* F32Projections::of(const cuda::DeviceMatrix& w) const {
+    const auto at = std::find(weights.begin(), weights.end(), &w);
+    DSV4_CHECK(at != weights.end(), "no f32 projection of x with this weight");
+    return outputs[size_t(at - weights.begin())];
+}
+
+F32Projections CudaModel::Impl::f32_projections_of_x(const cuda::DeviceAttention& a) {
+    F32Projections out;
+    out.weights = cuda::f32_projections(a);
+    std::vector<int64_t> column;
+    for (const cuda::DeviceMatrix* w : out.weights) {
+        column.push_back(out.width);
+        out.outputs.push_back(ws.f32_proj + out.width);
+        out.width += w->rows;
+    }
+    if (options.stacked_projections && a.f32_proj.data) {
+        linear_f32(a.f32_proj, ws.x, piece.tokens, ws.f32_proj);  // the stack's rows are the outputs' columns
+        return out;
+    }
+    for (size_t i = 0; i < out.weights.size(); ++i)
+        linear_f32(*out.weights[i], ws.x, piece.tokens, ws.f32_proj + column[i], out.width);
+    return out;
+}
+
 // attention_forward: x = ws.x [T, D] -> ws.y [T, D].
 void CudaModel::Impl::attention(int64_t layer) {
     const ModelConfig& c = config;
@@ -246,15 +270,15 @@ void CudaModel::Impl::attention(int64_t layer) {
         p.inverse = inverse;
         cuda::apply_rope(p, s);
     };
-    // run_compressor: f32 projections of x, then the device state machine writes the closed entries.
-    auto compress = [&](const cuda::DeviceCompressor& cw, cuda::CompressorKind kind, uint8_t* cache,
-                        int64_t state_offset) {
-        linear_f32(cw.wkv, ws.x, T, ws.comp_kv);
-        linear_f32(cw.wgate, ws.x, T, ws.comp_score);
+    // run_compressor on its f32 projections of x (wkv x, wgate x): the device state machine writes the closed
+    // entries.
+    auto compress = [&](const cuda::DeviceCompressor& cw, const F32Projections& proj, cuda::CompressorKind kind,
+                        uint8_t* cache, int64_t state_offset) {
         const int64_t width = (cw.overlap ? 2 : 1) * cw.head_dim, slots = (cw.overlap ? 2 : 1) * cw.ratio;
         cuda::CompressorParams p;
-        p.kv = ws.comp_kv;
-        p.score = ws.comp_score;
+        p.kv = proj.of(cw.wkv);
+        p.score = proj.of(cw.wgate);
+        p.row_stride = proj.width;
         p.token_seq = ws.token_seq;
         p.seq_first_row = ws.seq_first_row;
         p.seq_tokens = ws.seq_tokens;
@@ -298,7 +322,9 @@ void CudaModel::Impl::attention(int64_t layer) {
         observe_bf16("attn.kv", layer, ws.kv_view, T, d);
     }
 
-    // 3. Lightning indexer (CSA).
+    // 3. Lightning indexer (CSA). First the f32 projections of x that it and the main compressor read (CSA, HCA):
+    //    every compressor's wkv x and wgate x, the indexer's weights_proj x.
+    const F32Projections proj = f32_projections_of_x(a);
     // Observer downloads (single-sequence pieces only): the entries this piece closes.
     const int slot = piece.slot;
     const int64_t start = piece.start;
@@ -318,7 +344,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     if (a.indexer) {
         const cuda::DeviceIndexer& ix = *a.indexer;
         const int64_t dI = c.index_head_dim;
-        compress(ix.compressor, cuda::CompressorKind::kIndexer, keys, pool.index_state_offset[size_t(layer)]);
+        compress(ix.compressor, proj, cuda::CompressorKind::kIndexer, keys, pool.index_state_offset[size_t(layer)]);
         if (observer && closed > 0) {  // the keys this piece closed, decoded as the indexer reads them
             const int64_t bytes = pool.index_entry_bytes;
             std::vector<uint8_t> raw(static_cast<size_t>(closed * bytes));
@@ -342,7 +368,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     if (a.indexer && c.index_topk > 0) {
         const cuda::DeviceIndexer& ix = *a.indexer;
         const int64_t nI = c.index_n_heads, dI = c.index_head_dim;
-        linear(ix.weights_proj, ws.x, T, ws.head_weights);
+        cuda::f32_to_bf16({proj.of(ix.weights_proj), ws.head_weights, T, nI, proj.width, nI}, s);
         cuda::scale_bf16(ws.head_weights, T * nI, float(std::pow(double(dI), -0.5) * std::pow(double(nI), -0.5)), s);
         cuda::IndexerScoresParams sp;
         sp.q = reinterpret_cast<const uint16_t*>(ws.qi);
@@ -391,7 +417,7 @@ void CudaModel::Impl::attention(int64_t layer) {
 
     // 4. Main compressor (CSA/HCA).
     if (a.compressor) {
-        compress(*a.compressor, cuda::CompressorKind::kMain,
+        compress(*a.compressor, proj, cuda::CompressorKind::kMain,
                  entries + pool.compressed_row[size_t(layer)] * pool.entry_bytes, pool.state_offset[size_t(layer)]);
         if (observer && closed > 0) {  // the entries this piece closed, unpacked (closed <= T rows of kv_view)
             std::vector<int32_t> rows(static_cast<size_t>(closed));

@@ -51,7 +51,7 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     const int64_t qo = c.o_groups * c.o_lora_rank;
     const int64_t max_k = std::max({D, c.q_lora_rank, qo, I, H * d});
     // Rows of any weight (or stack of weights, device_weights.h) whose dense product goes through ws.y_f32.
-    const int64_t max_n = std::max({c.q_lora_rank + d, H * d, nI * dI, nI, qo, D, I});
+    const int64_t max_n = std::max({c.q_lora_rank + d, H * d, nI * dI, qo, D, I});
     const int64_t P = std::min(T, pool.sequences);
     ws.meta_ints = 6 * T + 4 * P + pool.sequences * pool.max_pages;
     ws.meta = b.take<int32_t>(ws.meta_ints);
@@ -80,9 +80,13 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     ws.act_q = b.take<uint8_t>(act_values);
     ws.act_scale = b.take<float>(act_blocks);
     ws.y_f32 = b.take<float>(T * max_n);
-    const int64_t comp_width = std::max(2 * d, 2 * dI);
-    ws.comp_kv = b.take<float>(T * comp_width);
-    ws.comp_score = b.take<float>(T * comp_width);
+    int64_t f32_width = 0;
+    for (const BlockWeights& l : w.layers) {
+        int64_t width = 0;
+        for (const QuantizedMatrix* m : cuda::f32_projections(l.attn)) width += m->rows;
+        f32_width = std::max(f32_width, width);
+    }
+    ws.f32_proj = b.take<float>(T * f32_width);
     ws.index_columns = std::max<int64_t>(pool.context / 4, 1);
     ws.qi = b.take<bf16>(T * std::max<int64_t>(nI * dI, 1));
     ws.head_weights = b.take<bf16>(T * std::max<int64_t>(nI, 1));

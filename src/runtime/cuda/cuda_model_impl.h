@@ -112,8 +112,8 @@ struct Workspace {
     bf16 *qr = nullptr, *q = nullptr, *kv = nullptr, *kv_view = nullptr, *o = nullptr, *z = nullptr;
     uint8_t* act_q = nullptr;  // FP8 GEMM inputs
     float* act_scale = nullptr;
-    float* y_f32 = nullptr;                           // dense linear f32 output
-    float *comp_kv = nullptr, *comp_score = nullptr;  // [T, width] compressor projections
+    float* y_f32 = nullptr;     // dense linear f32 output
+    float* f32_proj = nullptr;  // [T, width] the f32 projections of x side by side (F32Projections)
     bf16 *qi = nullptr, *head_weights = nullptr, *index_scores = nullptr;
     int32_t *selected = nullptr, *attn_indices = nullptr;
     float* attn_partials = nullptr;
@@ -127,6 +127,15 @@ struct Workspace {
     size_t gemm_bytes = 0;
     int64_t attn_partial_floats = 0;
     int64_t index_columns = 0;  // row stride of index_scores
+};
+
+// The f32 projections of x an attention sub-block computed (cuda::f32_projections: compressor and indexer), side by
+// side in rows of ws.f32_proj.
+struct F32Projections {
+    std::vector<const cuda::DeviceMatrix*> weights;  // in cuda::f32_projections order
+    std::vector<const float*> outputs;               // [T, weights[i]->rows] f32 each, row stride `width`
+    int64_t width = 0;
+    const float* of(const cuda::DeviceMatrix& w) const;  // the output of weight w
 };
 
 struct CudaModel::Impl {
@@ -182,11 +191,13 @@ struct CudaModel::Impl {
     // attention_forward's first step: qr = q_norm(wq_a x) into ws.qr and kv = kv_norm(wkv x) into ws.kv, the two
     // projections in one GEMM where their weights stack.
     void query_and_kv_latents(const cuda::DeviceAttention& a);
+    // The f32 projections of x into ws.f32_proj: one dense_linear where their weights stack, else one per weight.
+    F32Projections f32_projections_of_x(const cuda::DeviceAttention& a);
 
     // Precision::linear: FP8 weights get FP8-quantized inputs; y bf16 [m, rows].
     void linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y);
-    // Precision::linear_f32 on a dense weight: y f32 [m, rows] (row stride ldy, default rows).
-    void linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y);
+    // Precision::linear_f32 on a dense weight: y f32 [m, rows] (row stride ldy; 0: rows).
+    void linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y, int64_t ldy = 0);
     // Precision::grouped_linear (wo_a).
     void grouped_linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, int64_t groups, bf16* y);
     void act_quant(const bf16* x, int64_t rows, int64_t cols);

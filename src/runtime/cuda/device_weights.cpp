@@ -264,13 +264,12 @@ DeviceHc put_hc(Uploader& up, const HcWeights& h) {
     return {up.put_vec(h.fn), up.put_vec(h.base), up.put_vec(h.scale)};
 }
 
+// Everything but wkv and wgate, which go up with the layer's other f32 projections (f32_projections).
 DeviceCompressor put_compressor(Uploader& up, const CompressorWeights& c) {
     DeviceCompressor d;
     d.ratio = c.ratio;
     d.head_dim = c.head_dim;
     d.overlap = c.overlap;
-    d.wkv = put_matrix(up, c.wkv, true);
-    d.wgate = put_matrix(up, c.wgate, true);
     d.ape = up.put_vec(c.ape);
     d.norm = up.put_vec(c.norm);
     return d;
@@ -318,10 +317,10 @@ DeviceWeights build(Uploader& up, const ModelConfig& config, const ModelWeights&
         if (a.indexer) {
             DeviceIndexer ix;
             ix.wq_b = put_matrix(up, a.indexer->wq_b, false);
-            ix.weights_proj = put_matrix(up, a.indexer->weights_proj, true);
             ix.compressor = put_compressor(up, a.indexer->compressor);
             da.indexer = ix;
         }
+        da.f32_proj = put_shared_input(up, f32_projections(a), f32_projections(da), true);
         const MoeWeights& m = b.ffn;
         DeviceMoe& dm = db.ffn;
         dm.gate = put_matrix(up, m.gate, true);

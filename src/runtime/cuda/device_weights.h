@@ -47,14 +47,14 @@ struct DeviceHc {
 struct DeviceCompressor {
     int64_t ratio = 0, head_dim = 0;
     bool overlap = false;
-    DeviceMatrix wkv, wgate;      // [c * head_dim, D] dense, used in f32
+    DeviceMatrix wkv, wgate;      // [c * head_dim, D] dense, used in f32 (in DeviceAttention::f32_proj if stacked)
     const float* ape = nullptr;   // [ratio, c * head_dim]
     const float* norm = nullptr;  // [head_dim]
 };
 
 struct DeviceIndexer {
     DeviceMatrix wq_b;          // [nI * dI, q_lora_rank]
-    DeviceMatrix weights_proj;  // [nI, D] dense
+    DeviceMatrix weights_proj;  // [nI, D] dense (in DeviceAttention::f32_proj if stacked)
     DeviceCompressor compressor;
 };
 
@@ -73,7 +73,28 @@ struct DeviceAttention {
     // stack is a matrix of their format itself: one dense format, or FP8 with q_lora_rank % 128 == 0 (wkv's 128-row
     // scale blocks then follow wq_a's unchanged); data == nullptr otherwise.
     DeviceMatrix wq_a_wkv;
+    // The f32 projections of x (f32_projections below) stacked by rows, [sum of their rows, D]: one dense_linear for
+    // all. Only where they share one dense format; data == nullptr otherwise (and on layers without a compressor).
+    DeviceMatrix f32_proj;
 };
+
+// The dense projections of x that an attention sub-block computes with f32 outputs, in one fixed order: the main
+// compressor's wkv and wgate, the indexer compressor's wkv and wgate, the indexer's weights_proj (the present ones).
+// DeviceAttention::f32_proj stacks their rows in this order. For AttentionWeights (host) and DeviceAttention alike.
+template <typename Attention>
+auto f32_projections(Attention& a) {
+    std::vector<decltype(&a.compressor->wkv)> parts;
+    if (a.compressor) {
+        parts.push_back(&a.compressor->wkv);
+        parts.push_back(&a.compressor->wgate);
+    }
+    if (a.indexer) {
+        parts.push_back(&a.indexer->compressor.wkv);
+        parts.push_back(&a.indexer->compressor.wgate);
+        parts.push_back(&a.indexer->weights_proj);
+    }
+    return parts;
+}
 
 struct DeviceMoe {
     DeviceMatrix gate;                 // [E, D] dense, used in f32
