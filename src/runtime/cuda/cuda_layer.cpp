@@ -481,6 +481,29 @@ void CudaModel::Impl::attention(int64_t layer) {
     (void)D;
 }
 
+void CudaModel::Impl::shared_expert(const cuda::DeviceMoe& m) {
+    const int64_t T = piece.tokens, I = m.s1.rows;
+    cuda::SwigluParams p;
+    if (options.stacked_projections && m.s1_s3.data) {
+        linear(m.s1_s3, ws.x, T, ws.shared_gate_up);  // [T, 2 I]: gate in columns [0, I), up in [I, 2 I)
+        p.gate = ws.shared_gate_up;
+        p.up = ws.shared_gate_up + I;
+        p.gate_up_stride = 2 * I;
+    } else {
+        linear(m.s1, ws.x, T, ws.shared_gate_up);
+        linear(m.s3, ws.x, T, ws.shared_gate_up + T * I);
+        p.gate = ws.shared_gate_up;
+        p.up = ws.shared_gate_up + T * I;
+        p.gate_up_stride = I;
+    }
+    p.out = ws.shared_hidden;
+    p.rows = T;
+    p.inter = I;
+    p.limit = float(config.swiglu_limit);
+    cuda::swiglu(p, stream->get());
+    linear(m.s2, ws.shared_hidden, T, ws.shared_out);
+}
+
 // moe_forward: x = ws.x [T, D] -> ws.y [T, D].
 void CudaModel::Impl::moe(int64_t layer) {
     const ModelConfig& c = config;
@@ -581,16 +604,7 @@ void CudaModel::Impl::moe(int64_t layer) {
     experts(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out);
 
     // Shared expert.
-    linear(m.s1, ws.x, T, ws.gate);
-    linear(m.s3, ws.x, T, ws.up);
-    cuda::SwigluParams sh = sw;
-    sh.routing_weights = nullptr;
-    sh.sorted_assignment = nullptr;
-    sh.row_count = nullptr;
-    sh.rows = T;
-    sh.inter = m.s1.rows;
-    cuda::swiglu(sh, s);
-    linear(m.s2, ws.hidden, T, ws.shared_out);
+    shared_expert(m);
 
     // Sum in f32 (routed in ascending expert order, then the shared expert), bf16.
     cuda::MoeCombineParams cp;

@@ -49,9 +49,11 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     const int64_t k = c.num_experts_per_tok, I = c.moe_intermediate_size, E = c.n_routed_experts;
     const int64_t nI = c.index_n_heads, dI = c.index_head_dim, V = c.vocab_size;
     const int64_t qo = c.o_groups * c.o_lora_rank;
-    const int64_t max_k = std::max({D, c.q_lora_rank, qo, I, H * d});
+    int64_t shared_I = 0;  // the shared expert's intermediate size
+    for (const BlockWeights& l : w.layers) shared_I = std::max(shared_I, l.ffn.shared.w1.rows);
+    const int64_t max_k = std::max({D, c.q_lora_rank, qo, I, H * d, shared_I});
     // Rows of any weight (or stack of weights, device_weights.h) whose dense product goes through ws.y_f32.
-    const int64_t max_n = std::max({c.q_lora_rank + d, H * d, nI * dI, qo, D, I});
+    const int64_t max_n = std::max({c.q_lora_rank + d, H * d, nI * dI, qo, D, I, 2 * shared_I});
     const int64_t P = std::min(T, pool.sequences);
     ws.meta_ints = 6 * T + 4 * P + pool.sequences * pool.max_pages;
     ws.meta = b.take<int32_t>(ws.meta_ints);
@@ -119,6 +121,8 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     ws.hidden = b.take<bf16>(T * k * I);
     ws.routed_out = b.take<bf16>(T * k * D);
     ws.shared_out = b.take<bf16>(T * D);
+    ws.shared_gate_up = b.take<bf16>(T * 2 * shared_I);
+    ws.shared_hidden = b.take<bf16>(T * shared_I);
     ws.logits = b.take<float>(T * V);
 
     // GEMM workspace: the largest any FP8 product or grouped projection of a piece of 1 .. T rows asks for, and

@@ -122,6 +122,8 @@ struct Workspace {
             *row_index = nullptr;
     float* routing_weights = nullptr;
     bf16 *gate = nullptr, *up = nullptr, *hidden = nullptr, *routed_out = nullptr, *shared_out = nullptr;
+    bf16* shared_gate_up = nullptr;  // [T, 2 I] shared expert: gate | up per row (stacked), or [T, I] gate, [T, I] up
+    bf16* shared_hidden = nullptr;   // [T, I] shared expert SwiGLU output
     float* logits = nullptr;  // [T, V]
     void* gemm = nullptr;     // GEMM workspace
     size_t gemm_bytes = 0;
@@ -193,6 +195,9 @@ struct CudaModel::Impl {
     void query_and_kv_latents(const cuda::DeviceAttention& a);
     // The f32 projections of x into ws.f32_proj: one dense_linear where their weights stack, else one per weight.
     F32Projections f32_projections_of_x(const cuda::DeviceAttention& a);
+    // moe_forward's shared expert on ws.x into ws.shared_out: gate and up in one GEMM where s1 and s3 stack, SwiGLU,
+    // down.
+    void shared_expert(const cuda::DeviceMoe& m);
 
     // Precision::linear: FP8 weights get FP8-quantized inputs; y bf16 [m, rows].
     void linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y);

@@ -329,9 +329,10 @@ DeviceWeights build(Uploader& up, const ModelConfig& config, const ModelWeights&
         dm.w1 = put_experts(up, m.experts, &ExpertWeights::w1);
         dm.w2 = put_experts(up, m.experts, &ExpertWeights::w2);
         dm.w3 = put_experts(up, m.experts, &ExpertWeights::w3);
-        dm.s1 = put_matrix(up, m.shared.w1, false);
+        const QuantizedMatrix* gate_up[] = {&m.shared.w1, &m.shared.w3};
+        DeviceMatrix* gate_up_views[] = {&dm.s1, &dm.s3};
+        dm.s1_s3 = put_shared_input(up, gate_up, gate_up_views, false);
         dm.s2 = put_matrix(up, m.shared.w2, false);
-        dm.s3 = put_matrix(up, m.shared.w3, false);
         d.layers.push_back(std::move(db));
     }
     return d;

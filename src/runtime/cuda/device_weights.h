@@ -101,7 +101,10 @@ struct DeviceMoe {
     const float* bias = nullptr;       // [E] (score routing); null on hash layers
     const int32_t* tid2eid = nullptr;  // [vocab, k] (hash layers)
     DeviceExperts w1, w2, w3;          // routed: [E][I, D], [E][D, I], [E][I, D]
-    DeviceMatrix s1, s2, s3;           // shared expert
+    DeviceMatrix s1, s2, s3;           // shared expert: [I, D], [D, I], [I, D] (s1, s3 in s1_s3 if stacked)
+    // s1 (gate) and s3 (up) stacked by rows, [2 I, D]: one launch for both. Only where the stack is a matrix of their
+    // format: one dense format, or FP8 with I % 128 == 0; data == nullptr otherwise.
+    DeviceMatrix s1_s3;
 };
 
 struct DeviceBlock {
