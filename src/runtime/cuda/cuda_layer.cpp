@@ -368,8 +368,9 @@ void CudaModel::Impl::attention(int64_t layer) {
     if (a.indexer && c.index_topk > 0) {
         const cuda::DeviceIndexer& ix = *a.indexer;
         const int64_t nI = c.index_n_heads, dI = c.index_head_dim;
-        cuda::f32_to_bf16({proj.of(ix.weights_proj), ws.head_weights, T, nI, proj.width, nI}, s);
-        cuda::scale_bf16(ws.head_weights, T * nI, float(std::pow(double(dI), -0.5) * std::pow(double(nI), -0.5)), s);
+        // Head weights: bf16(weights_proj x) * (dI^-0.5 nI^-0.5), rounded to bf16 again, in the cast.
+        const float weight_scale = float(std::pow(double(dI), -0.5) * std::pow(double(nI), -0.5));
+        cuda::f32_to_bf16({proj.of(ix.weights_proj), ws.head_weights, T, nI, proj.width, nI, weight_scale}, s);
         cuda::IndexerScoresParams sp;
         sp.q = reinterpret_cast<const uint16_t*>(ws.qi);
         sp.head_weights = reinterpret_cast<const uint16_t*>(ws.head_weights);
