@@ -211,11 +211,12 @@ void CudaModel::Impl::query_and_kv_latents(const cuda::DeviceAttention& a) {
     const float eps = float(config.rms_norm_eps);
     cudaStream_t s = stream->get();
     if (options.stacked_projections && a.wq_a_wkv.data) {
-        // One GEMM: ws.qr_kv [T, q + d] holds wq_a x in columns [0, q) and wkv x in [q, q + d); each norm reads its
-        // columns with the row stride q + d and writes its dense buffer.
+        // One GEMM: ws.qr_kv [T, q + d] holds wq_a x in columns [0, q) and wkv x in [q, q + d); the two norms (one
+        // launch) read their columns with the row stride q + d and write their dense buffers.
         linear(a.wq_a_wkv, ws.x, T, ws.qr_kv);
-        cuda::rms_norm({ws.qr_kv, a.q_norm, ws.qr, T, q, q + d, q, eps}, s);
-        cuda::rms_norm({ws.qr_kv + q, a.kv_norm, ws.kv, T, d, q + d, d, eps}, s);
+        const cuda::RmsNormParams norms[] = {{ws.qr_kv, a.q_norm, ws.qr, T, q, q + d, q, eps},
+                                             {ws.qr_kv + q, a.kv_norm, ws.kv, T, d, q + d, d, eps}};
+        cuda::rms_norms(norms, s);
         return;
     }
     linear(a.wq_a, ws.x, T, ws.qr);
