@@ -258,7 +258,8 @@ void CudaModel::Impl::attention(int64_t layer) {
     const int64_t ratio = c.compress_ratios[size_t(layer)], S = pool.sequences;
     const float eps = float(c.rms_norm_eps);
     cudaStream_t s = stream->get();
-    auto rope = [&](bf16* x, int64_t heads, int64_t head_dim, bool inverse) {
+    // RoPE (or its inverse) of the layer on the trailing r channels of every head of x [T, heads, head_dim].
+    auto rope_of = [&](bf16* x, int64_t heads, int64_t head_dim, bool inverse) {
         cuda::ApplyRopeParams p;
         p.x = x;
         p.inv_freq = inv_freq(layer);
@@ -269,7 +270,10 @@ void CudaModel::Impl::attention(int64_t layer) {
         p.rope_dim = r;
         p.token_stride = heads * head_dim;
         p.inverse = inverse;
-        cuda::apply_rope(p, s);
+        return p;
+    };
+    auto rope = [&](bf16* x, int64_t heads, int64_t head_dim, bool inverse) {
+        cuda::apply_rope(rope_of(x, heads, head_dim, inverse), s);
     };
     // run_compressor on its f32 projections of x (wkv x, wgate x): the device state machine writes the closed
     // entries.
@@ -304,18 +308,18 @@ void CudaModel::Impl::attention(int64_t layer) {
         cuda::compressor(p, s);
     };
 
-    // 1. Queries: qr = q_norm(wq_a x) (beside kv = kv_norm(wkv x), the other projection of x), wq_b, the per-head
-    //    norm, RoPE.
+    // 1. Queries and window KV: qr = q_norm(wq_a x) and kv = kv_norm(wkv x); q = wq_b qr, the per-head norm; RoPE on
+    //    q and kv (one launch: same positions and table).
     query_and_kv_latents(a);
     observe_bf16("attn.qr", layer, ws.qr, T, c.q_lora_rank);
     linear(a.wq_b, ws.qr, T, ws.q);
     observe_bf16("attn.q_proj", layer, ws.q, T, H * d);
     cuda::head_rms_norm({ws.q, T, H, d, H * d, eps}, s);
-    rope(ws.q, H, d, false);
+    const cuda::ApplyRopeParams q_and_kv[] = {rope_of(ws.q, H, d, false), rope_of(ws.kv, 1, d, false)};
+    cuda::apply_ropes(q_and_kv, s);
     observe_bf16("attn.q", layer, ws.q, T, H * d);
 
-    // 2. Window KV: RoPE on kv; packed (FP8 nope) as the chunk's own entries.
-    rope(ws.kv, 1, d, false);
+    // 2. Window KV packed (FP8 nope) as the chunk's own entries.
     uint8_t* chunk_entries = entries + pool.chunk_row * pool.entry_bytes;
     cuda::pack_kv_entries({ws.kv, chunk_entries, nullptr, T, d, r, d}, s);
     if (observer) {
