@@ -19,9 +19,10 @@ namespace dsv4 {
 //   upload          the piece's metadata to the device, then the wait for the launch of the step (graph or kernels)
 //   embed           embedding rows into the mHC streams
 //   attn_hc_pre     mHC pre-mix + attn_norm
-//   q_proj          wq_a, q_norm, wq_b, head norm, RoPE
-//   window_kv       wkv, kv_norm, RoPE, packing the chunk's own entries
-//   indexer         indexer queries, its compressor (keys), weights_proj, scores, top-k
+//   q_proj          wq_a | wkv (one GEMM), q_norm and kv_norm, wq_b, head norm, RoPE of q and kv
+//   window_kv       packing the chunk's own entries; on HCA layers also the compressor's f32 projections of x
+//   indexer         the f32 projections of x (compressors, weights_proj), indexer queries, its compressor (keys),
+//                   scores, top-k
 //   compressor      the main compressor
 //   sparse_attn     slot lists, sparse attention, inverse RoPE
 //   o_proj          grouped wo_a, wo_b

@@ -1,7 +1,8 @@
 // The device compressor vs the CPU reference: dsv4::CompressorState / compressor_step (src/model/compressor.cpp)
 // plus the finishing steps of run_compressor (src/model/attention.cpp, model numerics), transcribed below.
 // CSA (ratio 4, overlap) main and indexer, HCA (ratio 128) main, a tiny HCA; every split point of a short
-// sequence gives bitwise identical packed entries and state; two sequences in one launch. Shapes of small models
+// sequence gives bitwise identical packed entries and state; two sequences in one launch; kv and score read as
+// column ranges of one wider buffer, as the executor stacks its projections. Shapes of small models
 // too: an odd nope part (one pad byte in the entry), a head_dim above 1024, an entry that is all rope, indexer dims
 // 4, 16 and 256, and an indexer whose keys are all rotary (index_head_dim == qk_rope_head_dim: no non-rotary part).
 #include <gtest/gtest.h>
@@ -133,9 +134,12 @@ GpuResult run_gpu(const Setup& s, const std::vector<const Inputs*>& seqs, const 
     auto d_norm = gpu_test::to_device(seqs[0]->w.norm);
     auto d_freq = gpu_test::to_device(seqs[0]->rope.inv_freq);
 
+    // The chunk's projections as the executor lays them out: kv and score are column ranges of one buffer (columns
+    // [0, width) and [width + 1, 2 width + 1) of rows of 2 width + 3 floats; the gaps hold NaN).
+    const int64_t row_stride = 2 * int64_t(width) + 3, score_column = width + 1;
     for (size_t c = 0; c + 1 < cuts.size(); ++c) {
         const int begin = cuts[c], len = cuts[c + 1] - cuts[c];
-        std::vector<float> kv, score;
+        std::vector<float> projections;
         std::vector<int32_t> token_seq, first, tokens, start, state;
         for (int q = 0; q < n; ++q) {
             first.push_back(int32_t(token_seq.size()));
@@ -144,22 +148,23 @@ GpuResult run_gpu(const Setup& s, const std::vector<const Inputs*>& seqs, const 
             state.push_back(q);
             for (int t = begin; t < begin + len; ++t) {
                 token_seq.push_back(q);
-                kv.insert(kv.end(), seqs[size_t(q)]->kv.begin() + int64_t(t) * width,
-                          seqs[size_t(q)]->kv.begin() + int64_t(t + 1) * width);
-                score.insert(score.end(), seqs[size_t(q)]->score.begin() + int64_t(t) * width,
-                             seqs[size_t(q)]->score.begin() + int64_t(t + 1) * width);
+                const size_t row = projections.size();
+                projections.resize(row + size_t(row_stride), NAN);
+                std::copy_n(seqs[size_t(q)]->kv.begin() + int64_t(t) * width, width, projections.begin() + row);
+                std::copy_n(seqs[size_t(q)]->score.begin() + int64_t(t) * width, width,
+                            projections.begin() + row + score_column);
             }
         }
-        auto d_kv = gpu_test::to_device(kv);
-        auto d_score = gpu_test::to_device(score);
+        auto d_projections = gpu_test::to_device(projections);
         auto d_token_seq = gpu_test::to_device(token_seq);
         auto d_first = gpu_test::to_device(first);
         auto d_tokens = gpu_test::to_device(tokens);
         auto d_start = gpu_test::to_device(start);
         auto d_state = gpu_test::to_device(state);
         cuda::CompressorParams p;
-        p.kv = d_kv.get();
-        p.score = d_score.get();
+        p.kv = d_projections.get();
+        p.score = d_projections.get() + score_column;
+        p.row_stride = row_stride;
         p.token_seq = d_token_seq.get();
         p.seq_first_row = d_first.get();
         p.seq_tokens = d_tokens.get();

@@ -272,6 +272,29 @@ TEST_P(CudaModelFixture, ChunkScheduleWithinYardstickAndBitwiseChunkInvariant) {
                           << first / size_t(V);
 }
 
+// The projections that read one input run as one launch where their weights stack (CudaOptions::
+// stacked_projections: wq_a | wkv, the compressors' and the indexer's f32 projections, the shared expert's gate |
+// up); one launch per weight must give the same bits, prefill chunks and decode steps alike. On fixtures where
+// nothing stacks (FP8 q_lora_rank % 128 != 0) both runs take the same path and agree trivially.
+TEST_P(CudaModelFixture, StackedProjectionsEqualSeparateLaunchesBitwise) {
+    const int64_t V = cpu_->config().vocab_size;
+    const ModelConfig& config = checkpoint_->config();
+    CudaOptions options;
+    options.max_context = 1024;
+    options.max_chunk_tokens = 128;
+    options.print_plan = false;
+    options.stacked_projections = false;
+    CudaModel separate(config, load_model_weights(checkpoint_, config), Numerics::kModel, options);
+    const Logits stacked = Recorder(*gpu_, false).chunks(ids_, inputs_.schedule);
+    const Logits alone = Recorder(separate, false).chunks(ids_, inputs_.schedule);
+    ASSERT_EQ(stacked.logits.size(), alone.logits.size());
+    size_t differ = 0, first = 0;
+    for (size_t i = stacked.logits.size(); i-- > 0;)
+        if (float_bits(stacked.logits[i]) != float_bits(alone.logits[i])) ++differ, first = i;
+    EXPECT_EQ(differ, 0u) << GetParam() << ": stacked vs separate projections, first difference at position "
+                          << first / size_t(V);
+}
+
 TEST_P(CudaModelFixture, GreedyTokensWithinYardstick) {
     const int64_t V = cpu_->config().vocab_size;
     const int64_t prompt_len = inputs_.greedy_prompt;

@@ -6,8 +6,8 @@
 // of sum |x w| (never needed so far: 0 elements outside the f32-chain bound in every run); the cuBLASLt path the
 // bound of its measured block accumulation (kCublasLtGroupsPerBlock below, probed by
 // CublasLtBlockSumsStayInTheirModel). The mma path is also checked bitwise: a row's output is the same alone, in
-// 37-, 256- and 300-row calls, at another offset and under every tile shape (batch and chunk invariance), and a
-// captured graph replays it bit for bit.
+// 37-, 256- and 300-row calls, at another offset and under every tile shape (batch and chunk invariance), a weight's
+// columns are the same stacked under another weight (mma and generic), and a captured graph replays it bit for bit.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -522,6 +522,57 @@ TEST(GemmFp8, MmaRowsBitwiseIndependentOfBatchAndTile) {
                           (long long)k, (long long)c.row0, (long long)(c.row0 + c.rows - 1),
                           c.block_m ? c.block_m : chosen.block_m, c.block_m ? c.block_n : chosen.block_n);
             expect_rows_bitwise(what, got, c.row0, c.rows, alone, n);
+        }
+    }
+}
+
+// A weight's outputs have the same bits whether it runs alone or stacked by rows with another weight of the same
+// input (CudaModel runs wq_a | wkv and the shared expert's w1 | w3 as one GEMM, device_weights.h): the stack's
+// columns [0, top) against the top part alone and [top, top + bottom) against the bottom part alone (its data and
+// scale rows offset into the stack, top % 128 == 0), at 1 to 300 rows, on the mma path with fp8_gemm's own tiles
+// (decode tiles with staged products, 64 x 128 tiles) and on the generic path.
+TEST(GemmFp8, ColumnsBitwiseIndependentOfStacking) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    cuda::CublasLt lt;
+    struct Stack {
+        int64_t top, bottom, k;
+        cuda::Fp8GemmPath path;
+    };
+    const auto mma = cuda::Fp8GemmPath::kMma, generic = cuda::Fp8GemmPath::kGeneric;
+    for (const Stack& st : {Stack{1024, 512, 4096, mma}, Stack{2048, 2048, 4096, mma}, Stack{128, 128, 256, mma},
+                            Stack{128, 80, 272, mma}, Stack{128, 40, 40, generic}, Stack{256, 33, 100, generic}}) {
+        const int64_t n = st.top + st.bottom, kb = (st.k + 127) / 128, rows = 300;
+        const Fp8Operands o = make_operands(rng, rows, n, st.k);
+        for (int64_t m : {int64_t(1), int64_t(3), int64_t(16), int64_t(37), rows}) {
+            // y [m, cols] of weight rows [w_row, w_row + cols) of the stack.
+            auto run = [&](int64_t w_row, int64_t cols) {
+                auto y = poisoned<uint16_t>(size_t(m * cols));
+                cuda::Fp8GemmParams p;
+                p.a = o.a.q.get();
+                p.a_scale = o.a.scale.get();
+                p.w = o.w.get() + w_row * st.k;
+                p.w_scale = o.w_scale.get() + w_row / 128 * kb;
+                p.y = reinterpret_cast<__nv_bfloat16*>(y.get());
+                p.m = m;
+                p.n = cols;
+                p.k = st.k;
+                p.path = st.path;
+                cuda::fp8_gemm(lt, p, nullptr);
+                return to_host(y);
+            };
+            const std::vector<uint16_t> stacked = run(0, n), top = run(0, st.top), bottom = run(st.top, st.bottom);
+            int64_t differ = 0;
+            for (int64_t r = 0; r < m; ++r)
+                for (int64_t j = 0; j < n; ++j) {
+                    const uint16_t alone =
+                        j < st.top ? top[size_t(r * st.top + j)] : bottom[size_t(r * st.bottom + j - st.top)];
+                    differ += stacked[size_t(r * n + j)] != alone;
+                }
+            std::printf("[ bitwise  ] %s %lld | %lld x %lld, M=%lld: stacked vs alone, %lld of %lld elements differ\n",
+                        cuda::fp8_gemm_path_name(st.path), (long long)st.top, (long long)st.bottom, (long long)st.k,
+                        (long long)m, (long long)differ, (long long)(m * n));
+            EXPECT_EQ(differ, 0) << st.top << " | " << st.bottom << " x " << st.k << " M=" << m;
         }
     }
 }

@@ -1,6 +1,7 @@
 // moe_combine (kernels/cuda/moe_expert) bitwise against the CPU's accumulation (src/model/moe.cpp moe_forward:
 // routed outputs added in f32 in ascending expert order, then the shared expert's, then bf16), on odd sizes, with
-// dropped assignments (expert -1 or slot -1) and tokens whose experts arrive unsorted; output poisoned first.
+// dropped assignments (expert -1 or slot -1) and tokens whose experts arrive unsorted; output poisoned first. swiglu
+// reading gate and up as halves of stacked rows, bitwise against dense gate and up.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -69,6 +70,45 @@ TEST(GpuMoeExpert, CombineMatchesCpuBitwise) {
     combine_case(rng, 7, 1000 + 3, 6, 64);
     combine_case(rng, 33, 300, 2, 8);
     combine_case(rng, 3, 7, 16, 16);
+}
+
+// The shared expert's stacked gate/up GEMM leaves [rows, 2 inter], gate | up per row: swiglu reading the halves with
+// the row stride 2 inter gives the bits of the same values stored as two dense [rows, inter] buffers.
+TEST(GpuMoeExpert, SwigluWithARowStrideEqualsDenseBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    for (const auto& [rows, inter] : {std::pair<int64_t, int64_t>{1, 2048}, {7, 128}, {33, 300}, {3, 17}})
+        for (float limit : {0.0f, 7.0f}) {
+            const std::vector<float> stacked = rng.normal_bf16(rows * 2 * inter, 4.0f);
+            std::vector<float> gate, up;
+            for (int64_t r = 0; r < rows; ++r) {
+                gate.insert(gate.end(), stacked.begin() + r * 2 * inter, stacked.begin() + r * 2 * inter + inter);
+                up.insert(up.end(), stacked.begin() + r * 2 * inter + inter, stacked.begin() + (r + 1) * 2 * inter);
+            }
+            auto d_stacked = to_device(to_bf16(stacked));
+            auto d_gate = to_device(to_bf16(gate));
+            auto d_up = to_device(to_bf16(up));
+            auto from_stacked = poisoned<uint16_t>(size_t(rows * inter));
+            auto from_dense = poisoned<uint16_t>(size_t(rows * inter));
+            const auto* y = reinterpret_cast<const __nv_bfloat16*>(d_stacked.get());
+            cuda::SwigluParams p;
+            p.rows = rows;
+            p.inter = inter;
+            p.limit = limit;
+            p.gate = y;
+            p.up = y + inter;
+            p.gate_up_stride = 2 * inter;
+            p.out = reinterpret_cast<__nv_bfloat16*>(from_stacked.get());
+            cuda::swiglu(p, nullptr);
+            p.gate = reinterpret_cast<const __nv_bfloat16*>(d_gate.get());
+            p.up = reinterpret_cast<const __nv_bfloat16*>(d_up.get());
+            p.gate_up_stride = 0;
+            p.out = reinterpret_cast<__nv_bfloat16*>(from_dense.get());
+            cuda::swiglu(p, nullptr);
+            expect_bitwise_bf16("swiglu rows " + std::to_string(rows) + " inter " + std::to_string(inter) + " limit " +
+                                    std::to_string(limit) + ": stacked gate | up vs dense",
+                                to_host(from_stacked), to_host(from_dense));
+        }
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // the weighted (and unweighted) row norm as cpu::rms_norm + bf16 cast, checked as a bf16 rounding of the CPU's f32
 // value within 8 f32 unit roundoffs (both accumulate the mean of squares in double, so only a one-ulp flip of
 // the f32 mean can separate them); and the model-numerics per-head q norm, bitwise against
-// Precision::head_rms_norm (head_dims up to 1024 staged in shared memory, larger ones on the generic kernel).
+// Precision::head_rms_norm (head_dims up to 1024 staged in shared memory, larger ones on the generic kernel). A
+// column range of wider rows normalizes to the bits of the same rows stored densely, and two norms in one rms_norms
+// launch to the bits of each alone.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -57,6 +59,51 @@ TEST(GpuRmsNorm, RowsMatchCpuRmsNormThenBf16) {
                               8 * kF32Unit * std::fabs(ref[size_t(i)]));
             }
             check.expect_ok();
+        }
+}
+
+// The executor normalizes the two column ranges of a stacked projection ([T, q + d]: wq_a x | wkv x) into dense
+// buffers, both in one rms_norms launch: a row's bits do not depend on the strides it is read and written with, nor
+// on sharing the launch with another norm.
+TEST(GpuRmsNorm, ColumnRangesOfWiderRowsInOneLaunchEqualDenseRowsBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    for (int64_t rows : {1, 7, 33})
+        for (const auto& [left, dim] : {std::pair<int64_t, int64_t>{1024, 512}, {128, 128}, {64, 96}, {40, 33}}) {
+            const int64_t stride = left + dim;
+            std::vector<float> wide(static_cast<size_t>(rows * stride)), dense(static_cast<size_t>(rows * dim));
+            for (int64_t r = 0; r < rows; ++r)
+                for (int64_t i = 0; i < stride; ++i) {
+                    const float v = round_bf16(rng.normal(std::ldexp(1.0f, int(r % 9) - 4)));
+                    wide[size_t(r * stride + i)] = v;
+                    if (i >= left) dense[size_t(r * dim + i - left)] = v;
+                }
+            std::vector<float> weight(static_cast<size_t>(dim));
+            for (float& w : weight) w = 1.0f + rng.normal(0.2f);
+            auto d_wide = to_device(to_bf16(wide));
+            auto d_dense = to_device(to_bf16(dense));
+            auto d_w = to_device(weight);
+            auto from_wide = poisoned<uint16_t>(size_t(rows * dim));
+            auto from_dense = poisoned<uint16_t>(size_t(rows * dim));
+            auto left_alone = poisoned<uint16_t>(size_t(rows * left));
+            auto left_paired = poisoned<uint16_t>(size_t(rows * left));
+            const auto* wide_x = reinterpret_cast<const __nv_bfloat16*>(d_wide.get());
+            // The left columns normalized unweighted, alone and in one launch with the right columns.
+            cuda::rms_norm(
+                {wide_x, nullptr, reinterpret_cast<__nv_bfloat16*>(left_alone.get()), rows, left, stride, left, kEps},
+                nullptr);
+            const cuda::RmsNormParams pair[] = {
+                {wide_x, nullptr, reinterpret_cast<__nv_bfloat16*>(left_paired.get()), rows, left, stride, left, kEps},
+                {wide_x + left, d_w.get(), reinterpret_cast<__nv_bfloat16*>(from_wide.get()), rows, dim, stride, dim,
+                 kEps}};
+            cuda::rms_norms(pair, nullptr);
+            cuda::rms_norm({reinterpret_cast<const __nv_bfloat16*>(d_dense.get()), d_w.get(),
+                            reinterpret_cast<__nv_bfloat16*>(from_dense.get()), rows, dim, dim, dim, kEps},
+                           nullptr);
+            const std::string what = "columns [" + std::to_string(left) + ", " + std::to_string(stride) + ") of " +
+                                     std::to_string(rows) + " rows";
+            expect_bitwise_bf16("rms_norms " + what + " vs dense rows", to_host(from_wide), to_host(from_dense));
+            expect_bitwise_bf16("rms_norms left columns vs rms_norm alone", to_host(left_paired), to_host(left_alone));
         }
 }
 

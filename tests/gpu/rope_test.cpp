@@ -4,9 +4,11 @@
 // at most 2^-22 (|a| + |b|) before the bf16 cast (two ulps of c and s times the inputs, plus the product and sum
 // roundings). The device value must be a bf16 rounding within that; channels outside the rope slice must be
 // untouched bit for bit. Both paths: paired (even head_dim and stride) and generic (odd head_dim or stride, rope_dim
-// above 1024), which rotates with the same operations.
+// above 1024), which rotates with the same operations. Two tensors in one apply_ropes launch: each bitwise as alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -81,4 +83,53 @@ TEST(GpuRope, MatchesCpuApplyRopeThenBf16) {
                 check.expect_ok();
                 expect_bitwise_f32(what + " nope channels and padding", untouched_got, untouched_want);
             }
+}
+
+// The executor rotates q and the window kv in one apply_ropes launch: each tensor gets the bits apply_rope gives it
+// alone, on the paired path (V4's q [T, 64, 512] with kv [T, 1, 512]), the generic path (odd head_dims), mixed paths
+// (two launches) and tensors of different token counts.
+TEST(GpuRope, TwoTensorsInOneLaunchEqualEachAloneBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    RopeParams yarn{160000.0, YarnParams{16.0, 65536, 32.0, 1.0}};
+    const cpu::RopeTable table = cpu::make_rope_table(64, yarn);
+    auto d_freq = to_device(table.inv_freq);
+    struct Shape {
+        int64_t tokens, heads, head_dim;
+    };
+    for (const auto& [first, second] : {std::pair<Shape, Shape>{{1, 64, 512}, {1, 1, 512}},
+                                        {{33, 8, 128}, {33, 1, 128}},
+                                        {{7, 3, 97}, {7, 1, 65}},
+                                        {{7, 4, 96}, {7, 1, 65}},
+                                        {{5, 2, 128}, {9, 1, 128}}})
+        for (bool inverse : {false, true}) {
+            const int64_t tokens = std::max(first.tokens, second.tokens);
+            std::vector<int32_t> positions(static_cast<size_t>(tokens));
+            for (auto& p : positions) p = int32_t(rng.engine()() % (1u << 20));
+            auto d_pos = to_device(positions);
+            const std::vector<uint16_t> a = random_bf16(rng, first.tokens * first.heads * first.head_dim, 2.0f);
+            const std::vector<uint16_t> b = random_bf16(rng, second.tokens * second.heads * second.head_dim, 2.0f);
+            auto a_alone = to_device(a), b_alone = to_device(b), a_paired = to_device(a), b_paired = to_device(b);
+            auto params = [&](cuda::DeviceBuffer<uint16_t>& x, const Shape& s) {
+                return cuda::ApplyRopeParams{reinterpret_cast<__nv_bfloat16*>(x.get()),
+                                             d_freq.get(),
+                                             d_pos.get(),
+                                             s.tokens,
+                                             s.heads,
+                                             s.head_dim,
+                                             64,
+                                             s.heads * s.head_dim,
+                                             inverse};
+            };
+            cuda::apply_rope(params(a_alone, first), nullptr);
+            cuda::apply_rope(params(b_alone, second), nullptr);
+            const cuda::ApplyRopeParams pair[] = {params(a_paired, first), params(b_paired, second)};
+            cuda::apply_ropes(pair, nullptr);
+            const std::string what = "apply_ropes " + std::to_string(first.tokens) + "x" + std::to_string(first.heads) +
+                                     "x" + std::to_string(first.head_dim) + " with " + std::to_string(second.tokens) +
+                                     "x" + std::to_string(second.heads) + "x" + std::to_string(second.head_dim) +
+                                     (inverse ? " inverse" : "");
+            expect_bitwise_bf16(what + ": first vs alone", to_host(a_paired), to_host(a_alone));
+            expect_bitwise_bf16(what + ": second vs alone", to_host(b_paired), to_host(b_alone));
+        }
 }

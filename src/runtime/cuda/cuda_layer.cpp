@@ -98,7 +98,7 @@ void CudaModel::Impl::act_quant(const bf16* x, int64_t rows, int64_t cols) {
     cuda::act_quant_fp8(p, stream->get());
 }
 
-void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y) {
+void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y, int64_t ldy) {
     DSV4_CHECK(w.format == WeightFormat::kF32 || w.format == WeightFormat::kBF16,
                "linear_f32 needs a dense weight ({} given)", weight_format_name(w.format));
     cuda::DenseLinearParams p;
@@ -110,7 +110,7 @@ void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int
     p.n = w.rows;
     p.k = w.cols;
     p.ldx = p.ldw = w.cols;
-    p.ldy = w.rows;
+    p.ldy = ldy ? ldy : w.rows;
     cuda::dense_linear(p, stream->get());
 }
 
@@ -210,6 +210,49 @@ void CudaModel::Impl::block(int64_t layer) {
     observe_bf16("streams", layer, ws.streams, T, n_hc * D);
 }
 
+void CudaModel::Impl::query_and_kv_latents(const cuda::DeviceAttention& a) {
+    const int64_t T = piece.tokens, q = config.q_lora_rank, d = config.head_dim;
+    const float eps = float(config.rms_norm_eps);
+    cudaStream_t s = stream->get();
+    if (options.stacked_projections && a.wq_a_wkv.data) {
+        // One GEMM: ws.qr_kv [T, q + d] holds wq_a x in columns [0, q) and wkv x in [q, q + d); the two norms (one
+        // launch) read their columns with the row stride q + d and write their dense buffers.
+        linear(a.wq_a_wkv, ws.x, T, ws.qr_kv);
+        const cuda::RmsNormParams norms[] = {{ws.qr_kv, a.q_norm, ws.qr, T, q, q + d, q, eps},
+                                             {ws.qr_kv + q, a.kv_norm, ws.kv, T, d, q + d, d, eps}};
+        cuda::rms_norms(norms, s);
+        return;
+    }
+    linear(a.wq_a, ws.x, T, ws.qr);
+    cuda::rms_norm({ws.qr, a.q_norm, ws.qr, T, q, q, q, eps}, s);
+    linear(a.wkv, ws.x, T, ws.kv);
+    cuda::rms_norm({ws.kv, a.kv_norm, ws.kv, T, d, d, d, eps}, s);
+}
+
+const float* F32Projections::of(const cuda::DeviceMatrix& w) const {
+    const auto at = std::find(weights.begin(), weights.end(), &w);
+    DSV4_CHECK(at != weights.end(), "no f32 projection of x with this weight");
+    return outputs[size_t(at - weights.begin())];
+}
+
+F32Projections CudaModel::Impl::f32_projections_of_x(const cuda::DeviceAttention& a) {
+    F32Projections out;
+    out.weights = cuda::f32_projections(a);
+    std::vector<int64_t> column;
+    for (const cuda::DeviceMatrix* w : out.weights) {
+        column.push_back(out.width);
+        out.outputs.push_back(ws.f32_proj + out.width);
+        out.width += w->rows;
+    }
+    if (options.stacked_projections && a.f32_proj.data) {
+        linear_f32(a.f32_proj, ws.x, piece.tokens, ws.f32_proj);  // the stack's rows are the outputs' columns
+        return out;
+    }
+    for (size_t i = 0; i < out.weights.size(); ++i)
+        linear_f32(*out.weights[i], ws.x, piece.tokens, ws.f32_proj + column[i], out.width);
+    return out;
+}
+
 // attention_forward: x = ws.x [T, D] -> ws.y [T, D].
 void CudaModel::Impl::attention(int64_t layer) {
     const ModelConfig& c = config;
@@ -219,7 +262,8 @@ void CudaModel::Impl::attention(int64_t layer) {
     const int64_t ratio = c.compress_ratios[size_t(layer)], S = pool.sequences;
     const float eps = float(c.rms_norm_eps);
     cudaStream_t s = stream->get();
-    auto rope = [&](bf16* x, int64_t heads, int64_t head_dim, bool inverse) {
+    // RoPE (or its inverse) of the layer on the trailing r channels of every head of x [T, heads, head_dim].
+    auto rope_of = [&](bf16* x, int64_t heads, int64_t head_dim, bool inverse) {
         cuda::ApplyRopeParams p;
         p.x = x;
         p.inv_freq = inv_freq(layer);
@@ -230,17 +274,20 @@ void CudaModel::Impl::attention(int64_t layer) {
         p.rope_dim = r;
         p.token_stride = heads * head_dim;
         p.inverse = inverse;
-        cuda::apply_rope(p, s);
+        return p;
     };
-    // run_compressor: f32 projections of x, then the device state machine writes the closed entries.
-    auto compress = [&](const cuda::DeviceCompressor& cw, cuda::CompressorKind kind, uint8_t* cache,
-                        int64_t state_offset) {
-        linear_f32(cw.wkv, ws.x, T, ws.comp_kv);
-        linear_f32(cw.wgate, ws.x, T, ws.comp_score);
+    auto rope = [&](bf16* x, int64_t heads, int64_t head_dim, bool inverse) {
+        cuda::apply_rope(rope_of(x, heads, head_dim, inverse), s);
+    };
+    // run_compressor on its f32 projections of x (wkv x, wgate x): the device state machine writes the closed
+    // entries.
+    auto compress = [&](const cuda::DeviceCompressor& cw, const F32Projections& proj, cuda::CompressorKind kind,
+                        uint8_t* cache, int64_t state_offset) {
         const int64_t width = (cw.overlap ? 2 : 1) * cw.head_dim, slots = (cw.overlap ? 2 : 1) * cw.ratio;
         cuda::CompressorParams p;
-        p.kv = ws.comp_kv;
-        p.score = ws.comp_score;
+        p.kv = proj.of(cw.wkv);
+        p.score = proj.of(cw.wgate);
+        p.row_stride = proj.width;
         p.token_seq = ws.token_seq;
         p.seq_first_row = ws.seq_first_row;
         p.seq_tokens = ws.seq_tokens;
@@ -265,22 +312,20 @@ void CudaModel::Impl::attention(int64_t layer) {
         cuda::compressor(p, s);
     };
 
-    // 1. Queries.
+    // 1. Queries and window KV: qr = q_norm(wq_a x) and kv = kv_norm(wkv x); q = wq_b qr, the per-head norm; RoPE on
+    //    q and kv (one launch: same positions and table).
     stages.mark("q_proj", layer);
-    linear(a.wq_a, ws.x, T, ws.qr);
-    cuda::rms_norm({ws.qr, a.q_norm, ws.qr, T, c.q_lora_rank, c.q_lora_rank, c.q_lora_rank, eps}, s);
+    query_and_kv_latents(a);
     observe_bf16("attn.qr", layer, ws.qr, T, c.q_lora_rank);
     linear(a.wq_b, ws.qr, T, ws.q);
     observe_bf16("attn.q_proj", layer, ws.q, T, H * d);
     cuda::head_rms_norm({ws.q, T, H, d, H * d, eps}, s);
-    rope(ws.q, H, d, false);
+    const cuda::ApplyRopeParams q_and_kv[] = {rope_of(ws.q, H, d, false), rope_of(ws.kv, 1, d, false)};
+    cuda::apply_ropes(q_and_kv, s);
     observe_bf16("attn.q", layer, ws.q, T, H * d);
 
-    // 2. Window KV: projection, kv_norm, RoPE; packed (FP8 nope) as the chunk's own entries.
+    // 2. Window KV packed (FP8 nope) as the chunk's own entries.
     stages.mark("window_kv", layer);
-    linear(a.wkv, ws.x, T, ws.kv);
-    cuda::rms_norm({ws.kv, a.kv_norm, ws.kv, T, d, d, d, eps}, s);
-    rope(ws.kv, 1, d, false);
     uint8_t* chunk_entries = entries + pool.chunk_row * pool.entry_bytes;
     cuda::pack_kv_entries({ws.kv, chunk_entries, nullptr, T, d, r, d}, s);
     if (observer) {
@@ -290,6 +335,9 @@ void CudaModel::Impl::attention(int64_t layer) {
 
     // 3. Lightning indexer (CSA).
     if (a.indexer) stages.mark("indexer", layer);
+    // 3. Lightning indexer (CSA). First the f32 projections of x that it and the main compressor read (CSA, HCA):
+    //    every compressor's wkv x and wgate x, the indexer's weights_proj x.
+    const F32Projections proj = f32_projections_of_x(a);
     // Observer downloads (single-sequence pieces only): the entries this piece closes.
     const int slot = piece.slot;
     const int64_t start = piece.start;
@@ -309,7 +357,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     if (a.indexer) {
         const cuda::DeviceIndexer& ix = *a.indexer;
         const int64_t dI = c.index_head_dim;
-        compress(ix.compressor, cuda::CompressorKind::kIndexer, keys, pool.index_state_offset[size_t(layer)]);
+        compress(ix.compressor, proj, cuda::CompressorKind::kIndexer, keys, pool.index_state_offset[size_t(layer)]);
         if (observer && closed > 0) {  // the keys this piece closed, decoded as the indexer reads them
             const int64_t bytes = pool.index_entry_bytes;
             std::vector<uint8_t> raw(static_cast<size_t>(closed * bytes));
@@ -333,8 +381,9 @@ void CudaModel::Impl::attention(int64_t layer) {
     if (a.indexer && c.index_topk > 0) {
         const cuda::DeviceIndexer& ix = *a.indexer;
         const int64_t nI = c.index_n_heads, dI = c.index_head_dim;
-        linear(ix.weights_proj, ws.x, T, ws.head_weights);
-        cuda::scale_bf16(ws.head_weights, T * nI, float(std::pow(double(dI), -0.5) * std::pow(double(nI), -0.5)), s);
+        // Head weights: bf16(weights_proj x) * (dI^-0.5 nI^-0.5), rounded to bf16 again, in the cast.
+        const float weight_scale = float(std::pow(double(dI), -0.5) * std::pow(double(nI), -0.5));
+        cuda::f32_to_bf16({proj.of(ix.weights_proj), ws.head_weights, T, nI, proj.width, nI, weight_scale}, s);
         cuda::IndexerScoresParams sp;
         sp.q = reinterpret_cast<const uint16_t*>(ws.qi);
         sp.head_weights = reinterpret_cast<const uint16_t*>(ws.head_weights);
@@ -383,7 +432,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     // 4. Main compressor (CSA/HCA).
     if (a.compressor) stages.mark("compressor", layer);
     if (a.compressor) {
-        compress(*a.compressor, cuda::CompressorKind::kMain,
+        compress(*a.compressor, proj, cuda::CompressorKind::kMain,
                  entries + pool.compressed_row[size_t(layer)] * pool.entry_bytes, pool.state_offset[size_t(layer)]);
         if (observer && closed > 0) {  // the entries this piece closed, unpacked (closed <= T rows of kv_view)
             std::vector<int32_t> rows(static_cast<size_t>(closed));
@@ -448,6 +497,29 @@ void CudaModel::Impl::attention(int64_t layer) {
     stages.mark("ring_update", layer);
     cuda::pack_kv_entries({ws.kv, entries + ring_row * pool.entry_bytes, ws.ring_target, T, d, r, d}, s);
     (void)D;
+}
+
+void CudaModel::Impl::shared_expert(const cuda::DeviceMoe& m) {
+    const int64_t T = piece.tokens, I = m.s1.rows;
+    cuda::SwigluParams p;
+    if (options.stacked_projections && m.s1_s3.data) {
+        linear(m.s1_s3, ws.x, T, ws.shared_gate_up);  // [T, 2 I]: gate in columns [0, I), up in [I, 2 I)
+        p.gate = ws.shared_gate_up;
+        p.up = ws.shared_gate_up + I;
+        p.gate_up_stride = 2 * I;
+    } else {
+        linear(m.s1, ws.x, T, ws.shared_gate_up);
+        linear(m.s3, ws.x, T, ws.shared_gate_up + T * I);
+        p.gate = ws.shared_gate_up;
+        p.up = ws.shared_gate_up + T * I;
+        p.gate_up_stride = I;
+    }
+    p.out = ws.shared_hidden;
+    p.rows = T;
+    p.inter = I;
+    p.limit = float(config.swiglu_limit);
+    cuda::swiglu(p, stream->get());
+    linear(m.s2, ws.shared_hidden, T, ws.shared_out);
 }
 
 // moe_forward: x = ws.x [T, D] -> ws.y [T, D].
@@ -559,16 +631,7 @@ void CudaModel::Impl::moe(int64_t layer) {
 
     // Shared expert.
     stages.mark("shared_expert", layer);
-    linear(m.s1, ws.x, T, ws.gate);
-    linear(m.s3, ws.x, T, ws.up);
-    cuda::SwigluParams sh = sw;
-    sh.routing_weights = nullptr;
-    sh.sorted_assignment = nullptr;
-    sh.row_count = nullptr;
-    sh.rows = T;
-    sh.inter = m.s1.rows;
-    cuda::swiglu(sh, s);
-    linear(m.s2, ws.hidden, T, ws.shared_out);
+    shared_expert(m);
 
     // Sum in f32 (routed in ascending expert order, then the shared expert), bf16.
     stages.mark("moe_combine", layer);

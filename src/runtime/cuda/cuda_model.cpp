@@ -49,8 +49,11 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     const int64_t k = c.num_experts_per_tok, I = c.moe_intermediate_size, E = c.n_routed_experts;
     const int64_t nI = c.index_n_heads, dI = c.index_head_dim, V = c.vocab_size;
     const int64_t qo = c.o_groups * c.o_lora_rank;
-    const int64_t max_k = std::max({D, c.q_lora_rank, qo, I, H * d});
-    const int64_t max_n = std::max({c.q_lora_rank, H * d, d, nI * dI, nI, qo, D, I});
+    int64_t shared_I = 0;  // the shared expert's intermediate size
+    for (const BlockWeights& l : w.layers) shared_I = std::max(shared_I, l.ffn.shared.w1.rows);
+    const int64_t max_k = std::max({D, c.q_lora_rank, qo, I, H * d, shared_I});
+    // Rows of any weight (or stack of weights, device_weights.h) whose dense product goes through ws.y_f32.
+    const int64_t max_n = std::max({c.q_lora_rank + d, H * d, nI * dI, qo, D, I, 2 * shared_I});
     const int64_t P = std::min(T, pool.sequences);
     ws.meta_ints = 6 * T + 4 * P + pool.sequences * pool.max_pages;
     ws.meta = b.take<int32_t>(ws.meta_ints);
@@ -67,6 +70,7 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     ws.mix = b.take<float>(T * cuda::hc_pre_mix_size(n_hc));
     ws.x = b.take<bf16>(T * D);
     ws.y = b.take<bf16>(T * D);
+    ws.qr_kv = b.take<bf16>(T * (c.q_lora_rank + d));
     ws.qr = b.take<bf16>(T * c.q_lora_rank);
     ws.q = b.take<bf16>(T * H * d);
     ws.kv = b.take<bf16>(T * d);
@@ -78,9 +82,13 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     ws.act_q = b.take<uint8_t>(act_values);
     ws.act_scale = b.take<float>(act_blocks);
     ws.y_f32 = b.take<float>(T * max_n);
-    const int64_t comp_width = std::max(2 * d, 2 * dI);
-    ws.comp_kv = b.take<float>(T * comp_width);
-    ws.comp_score = b.take<float>(T * comp_width);
+    int64_t f32_width = 0;
+    for (const BlockWeights& l : w.layers) {
+        int64_t width = 0;
+        for (const QuantizedMatrix* m : cuda::f32_projections(l.attn)) width += m->rows;
+        f32_width = std::max(f32_width, width);
+    }
+    ws.f32_proj = b.take<float>(T * f32_width);
     ws.index_columns = std::max<int64_t>(pool.context / 4, 1);
     ws.qi = b.take<bf16>(T * std::max<int64_t>(nI * dI, 1));
     ws.head_weights = b.take<bf16>(T * std::max<int64_t>(nI, 1));
@@ -113,6 +121,8 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     ws.hidden = b.take<bf16>(T * k * I);
     ws.routed_out = b.take<bf16>(T * k * D);
     ws.shared_out = b.take<bf16>(T * D);
+    ws.shared_gate_up = b.take<bf16>(T * 2 * shared_I);
+    ws.shared_hidden = b.take<bf16>(T * shared_I);
     ws.logits = b.take<float>(T * V);
 
     // GEMM workspace: the largest any FP8 product or grouped projection of a piece of 1 .. T rows asks for, and

@@ -110,11 +110,12 @@ struct Workspace {
     bf16 *streams = nullptr, *streams_next = nullptr;  // [T, n_hc, D]
     float* mix = nullptr;                              // [T, (2 + n_hc) n_hc]
     bf16 *x = nullptr, *y = nullptr;                   // [T, D]
+    bf16* qr_kv = nullptr;  // [T, q_lora_rank + d] wq_a x | wkv x, before their norms (stacked projection)
     bf16 *qr = nullptr, *q = nullptr, *kv = nullptr, *kv_view = nullptr, *o = nullptr, *z = nullptr;
     uint8_t* act_q = nullptr;  // FP8 GEMM inputs
     float* act_scale = nullptr;
-    float* y_f32 = nullptr;                           // dense linear f32 output
-    float *comp_kv = nullptr, *comp_score = nullptr;  // [T, width] compressor projections
+    float* y_f32 = nullptr;     // dense linear f32 output
+    float* f32_proj = nullptr;  // [T, width] the f32 projections of x side by side (F32Projections)
     bf16 *qi = nullptr, *head_weights = nullptr, *index_scores = nullptr;
     int32_t *selected = nullptr, *attn_indices = nullptr;
     float* attn_partials = nullptr;
@@ -123,6 +124,8 @@ struct Workspace {
             *row_index = nullptr;
     float* routing_weights = nullptr;
     bf16 *gate = nullptr, *up = nullptr, *hidden = nullptr, *routed_out = nullptr, *shared_out = nullptr;
+    bf16* shared_gate_up = nullptr;  // [T, 2 I] shared expert: gate | up per row (stacked), or [T, I] gate, [T, I] up
+    bf16* shared_hidden = nullptr;   // [T, I] shared expert SwiGLU output
     float* logits = nullptr;  // [T, V]
     void* gemm = nullptr;     // GEMM workspace
     size_t gemm_bytes = 0;
@@ -136,6 +139,15 @@ struct DecodeGraph {
     cudaGraphExec_t exec = nullptr;
     size_t first_mark = 0;
     std::vector<StageMark> marks;
+};
+
+// The f32 projections of x an attention sub-block computed (cuda::f32_projections: compressor and indexer), side by
+// side in rows of ws.f32_proj.
+struct F32Projections {
+    std::vector<const cuda::DeviceMatrix*> weights;  // in cuda::f32_projections order
+    std::vector<const float*> outputs;               // [T, weights[i]->rows] f32 each, row stride `width`
+    int64_t width = 0;
+    const float* of(const cuda::DeviceMatrix& w) const;  // the output of weight w
 };
 
 struct CudaModel::Impl {
@@ -189,11 +201,19 @@ struct CudaModel::Impl {
     void block(int64_t layer);
     void attention(int64_t layer);
     void moe(int64_t layer);
+    // attention_forward's first step: qr = q_norm(wq_a x) into ws.qr and kv = kv_norm(wkv x) into ws.kv, the two
+    // projections in one GEMM where their weights stack.
+    void query_and_kv_latents(const cuda::DeviceAttention& a);
+    // The f32 projections of x into ws.f32_proj: one dense_linear where their weights stack, else one per weight.
+    F32Projections f32_projections_of_x(const cuda::DeviceAttention& a);
+    // moe_forward's shared expert on ws.x into ws.shared_out: gate and up in one GEMM where s1 and s3 stack, SwiGLU,
+    // down.
+    void shared_expert(const cuda::DeviceMoe& m);
 
     // Precision::linear: FP8 weights get FP8-quantized inputs; y bf16 [m, rows].
     void linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y);
-    // Precision::linear_f32 on a dense weight: y f32 [m, rows] (row stride ldy, default rows).
-    void linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y);
+    // Precision::linear_f32 on a dense weight: y f32 [m, rows] (row stride ldy; 0: rows).
+    void linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y, int64_t ldy = 0);
     // Precision::grouped_linear (wo_a).
     void grouped_linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, int64_t groups, bf16* y);
     void act_quant(const bf16* x, int64_t rows, int64_t cols);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <span>
 
 #include "core/error.h"
 #include "core/number_formats.h"
@@ -123,6 +124,17 @@ void require(bool ok, const QuantizedMatrix& m, const char* what) {
                what);
 }
 
+// FP8 block scales as f32 [ceil(rows/128), scale_cols] (E8M0 decoded exactly).
+std::vector<float> fp8_scales(const QuantizedMatrix& m) {
+    const int64_t n = (m.rows + 127) / 128 * m.scale_cols;
+    std::vector<float> scale(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+        scale[size_t(i)] = m.scale_dtype == DType::kF8E8M0
+                               ? e8m0_to_f32(m.scale[i])
+                               : std::bit_cast<float>(reinterpret_cast<const uint32_t*>(m.scale)[i]);
+    return scale;
+}
+
 DeviceMatrix put_matrix(Uploader& up, const QuantizedMatrix& m, bool dense_only) {
     DeviceMatrix d;
     d.format = m.format;
@@ -133,22 +145,78 @@ DeviceMatrix put_matrix(Uploader& up, const QuantizedMatrix& m, bool dense_only)
         case WeightFormat::kBF16:
             d.data = up.put(m.data, size_t(m.rows * m.cols) * dense_bytes(m.format));
             break;
-        case WeightFormat::kFp8Block: {
+        case WeightFormat::kFp8Block:
             require(!dense_only, m, "this matrix is used in f32 and has no FP8 path");
             d.data = up.put(m.data, size_t(m.rows * m.cols));
-            const int64_t n = (m.rows + 127) / 128 * m.scale_cols;
-            std::vector<float> scale(static_cast<size_t>(n));
-            for (int64_t i = 0; i < n; ++i)
-                scale[size_t(i)] = m.scale_dtype == DType::kF8E8M0
-                                       ? e8m0_to_f32(m.scale[i])
-                                       : std::bit_cast<float>(reinterpret_cast<const uint32_t*>(m.scale)[i]);
-            d.scale = up.put_owned(std::move(scale));
+            d.scale = up.put_owned(fp8_scales(m));
             break;
-        }
         default:
             require(false, m, "F16 and packed FP4 weights are supported only for routed experts");
     }
     return d;
+}
+
+// Whether matrices that read one input stack by rows into one matrix of their format: one format and K, dense
+// (F32, BF16) or FP8 with every part but the last a whole number of 128-row scale blocks, so that each part's scale
+// rows follow the previous part's unchanged. gemm_fp8 and dense_linear compute every output element from its own
+// weight row (and scale row) alone, in an order that depends on neither N nor the tile (gemm_fp8.h kMma / kGeneric,
+// dense_linear.h), so one launch on the stack gives each part's bits.
+bool stackable(std::span<const QuantizedMatrix* const> parts, bool dense_only) {
+    if (parts.empty()) return false;
+    const QuantizedMatrix& first = *parts.front();
+    for (size_t i = 0; i < parts.size(); ++i) {
+        const QuantizedMatrix& m = *parts[i];
+        if (m.format != first.format || m.cols != first.cols) return false;
+        if (m.format == WeightFormat::kFp8Block) {
+            if (dense_only || m.scale_cols != first.scale_cols) return false;
+            if (i + 1 < parts.size() && m.rows % 128 != 0) return false;
+        } else if (m.format != WeightFormat::kF32 && m.format != WeightFormat::kBF16) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// Matrices that read one input: stacked by rows where stackable() (returns the stack and points each views[i] at
+// its part's rows in it), else uploaded one by one into views[i] (returns a matrix whose data is null).
+DeviceMatrix put_shared_input(Uploader& up, std::span<const QuantizedMatrix* const> parts,
+                              std::span<DeviceMatrix* const> views, bool dense_only) {
+    DSV4_CHECK(parts.size() == views.size(), "put_shared_input: {} parts, {} views", parts.size(), views.size());
+    if (!stackable(parts, dense_only)) {
+        for (size_t i = 0; i < parts.size(); ++i) *views[i] = put_matrix(up, *parts[i], dense_only);
+        return {};
+    }
+    const QuantizedMatrix& first = *parts.front();
+    const bool fp8 = first.format == WeightFormat::kFp8Block;
+    const size_t element = fp8 ? 1 : dense_bytes(first.format);
+    DeviceMatrix stack;
+    stack.format = first.format;
+    stack.cols = first.cols;
+    std::vector<Piece> data;
+    std::vector<float> scale;
+    for (const QuantizedMatrix* m : parts) {
+        data.push_back({m->data, size_t(m->rows * m->cols) * element});
+        if (fp8) {
+            const std::vector<float> s = fp8_scales(*m);
+            scale.insert(scale.end(), s.begin(), s.end());
+        }
+        stack.rows += m->rows;
+    }
+    stack.data = up.put(data);
+    if (fp8) stack.scale = up.put_owned(std::move(scale));
+    int64_t row = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+        DeviceMatrix& v = *views[i];
+        v.format = stack.format;
+        v.rows = parts[i]->rows;
+        v.cols = stack.cols;
+        if (stack.data) {  // null while measuring
+            v.data = static_cast<const uint8_t*>(stack.data) + size_t(row * stack.cols) * element;
+            if (fp8) v.scale = stack.scale + row / 128 * first.scale_cols;
+        }
+        row += v.rows;
+    }
+    return stack;
 }
 
 DeviceExperts put_experts(Uploader& up, const std::vector<ExpertWeights>& experts,
@@ -196,13 +264,12 @@ DeviceHc put_hc(Uploader& up, const HcWeights& h) {
     return {up.put_vec(h.fn), up.put_vec(h.base), up.put_vec(h.scale)};
 }
 
+// Everything but wkv and wgate, which go up with the layer's other f32 projections (f32_projections).
 DeviceCompressor put_compressor(Uploader& up, const CompressorWeights& c) {
     DeviceCompressor d;
     d.ratio = c.ratio;
     d.head_dim = c.head_dim;
     d.overlap = c.overlap;
-    d.wkv = put_matrix(up, c.wkv, true);
-    d.wgate = put_matrix(up, c.wgate, true);
     d.ape = up.put_vec(c.ape);
     d.norm = up.put_vec(c.norm);
     return d;
@@ -238,10 +305,11 @@ DeviceWeights build(Uploader& up, const ModelConfig& config, const ModelWeights&
         const AttentionWeights& a = b.attn;
         DeviceAttention& da = db.attn;
         da.sink = up.put_vec(a.attn_sink);
-        da.wq_a = put_matrix(up, a.wq_a, false);
+        const QuantizedMatrix* q_kv[] = {&a.wq_a, &a.wkv};
+        DeviceMatrix* q_kv_views[] = {&da.wq_a, &da.wkv};
+        da.wq_a_wkv = put_shared_input(up, q_kv, q_kv_views, false);
         da.q_norm = up.put_vec(a.q_norm);
         da.wq_b = put_matrix(up, a.wq_b, false);
-        da.wkv = put_matrix(up, a.wkv, false);
         da.kv_norm = up.put_vec(a.kv_norm);
         da.wo_a = put_matrix(up, a.wo_a, false);
         da.wo_b = put_matrix(up, a.wo_b, false);
@@ -249,10 +317,10 @@ DeviceWeights build(Uploader& up, const ModelConfig& config, const ModelWeights&
         if (a.indexer) {
             DeviceIndexer ix;
             ix.wq_b = put_matrix(up, a.indexer->wq_b, false);
-            ix.weights_proj = put_matrix(up, a.indexer->weights_proj, true);
             ix.compressor = put_compressor(up, a.indexer->compressor);
             da.indexer = ix;
         }
+        da.f32_proj = put_shared_input(up, f32_projections(a), f32_projections(da), true);
         const MoeWeights& m = b.ffn;
         DeviceMoe& dm = db.ffn;
         dm.gate = put_matrix(up, m.gate, true);
@@ -261,9 +329,10 @@ DeviceWeights build(Uploader& up, const ModelConfig& config, const ModelWeights&
         dm.w1 = put_experts(up, m.experts, &ExpertWeights::w1);
         dm.w2 = put_experts(up, m.experts, &ExpertWeights::w2);
         dm.w3 = put_experts(up, m.experts, &ExpertWeights::w3);
-        dm.s1 = put_matrix(up, m.shared.w1, false);
+        const QuantizedMatrix* gate_up[] = {&m.shared.w1, &m.shared.w3};
+        DeviceMatrix* gate_up_views[] = {&dm.s1, &dm.s3};
+        dm.s1_s3 = put_shared_input(up, gate_up, gate_up_views, false);
         dm.s2 = put_matrix(up, m.shared.w2, false);
-        dm.s3 = put_matrix(up, m.shared.w3, false);
         d.layers.push_back(std::move(db));
     }
     return d;

@@ -1,8 +1,10 @@
 // The model's weights on one GPU, in their checkpoint formats (docs/gpu-design.md "Data on the device"): FP8
 // e4m3 + f32 block scales (E8M0 decoded at upload, exact), routed experts of a layer concatenated per projection
 // (packed e2m1 + E8M0/e4m3 scales as stored, or dense), dense matrices as stored (F32 or BF16), the embedding as a
-// bf16 table (the forward rounds it to bf16 anyway), small vectors as f32. Everything lives in one device arena,
-// filled through a pinned staging buffer. measure_weights() gives the size before anything is allocated.
+// bf16 table (the forward rounds it to bf16 anyway), small vectors as f32. Matrices that read the same input are
+// stacked by rows where the stack is itself a valid matrix of their format (one launch for all; each part stays
+// addressable as a view into the stack, no second copy). Everything lives in one device arena, filled through a
+// pinned staging buffer. measure_weights() gives the size before anything is allocated.
 // Tested through tests/gpu/cuda_model_test.cpp.
 #pragma once
 
@@ -45,36 +47,64 @@ struct DeviceHc {
 struct DeviceCompressor {
     int64_t ratio = 0, head_dim = 0;
     bool overlap = false;
-    DeviceMatrix wkv, wgate;      // [c * head_dim, D] dense, used in f32
+    DeviceMatrix wkv, wgate;      // [c * head_dim, D] dense, used in f32 (in DeviceAttention::f32_proj if stacked)
     const float* ape = nullptr;   // [ratio, c * head_dim]
     const float* norm = nullptr;  // [head_dim]
 };
 
 struct DeviceIndexer {
     DeviceMatrix wq_b;          // [nI * dI, q_lora_rank]
-    DeviceMatrix weights_proj;  // [nI, D] dense
+    DeviceMatrix weights_proj;  // [nI, D] dense (in DeviceAttention::f32_proj if stacked)
     DeviceCompressor compressor;
 };
 
 struct DeviceAttention {
     const float* sink = nullptr;     // [H]
-    DeviceMatrix wq_a;               // [q_lora_rank, D]
+    DeviceMatrix wq_a;               // [q_lora_rank, D] (the first rows of wq_a_wkv where they stack)
     const float* q_norm = nullptr;   // [q_lora_rank]
     DeviceMatrix wq_b;               // [H * d, q_lora_rank]
-    DeviceMatrix wkv;                // [d, D]
+    DeviceMatrix wkv;                // [d, D] (the last rows of wq_a_wkv where they stack)
     const float* kv_norm = nullptr;  // [d]
     DeviceMatrix wo_a;               // [g * o_lora_rank, H * d / g]
     DeviceMatrix wo_b;               // [D, g * o_lora_rank]
     std::optional<DeviceCompressor> compressor;
     std::optional<DeviceIndexer> indexer;
+    // wq_a and wkv stacked by rows, [q_lora_rank + d, D]: one launch for the two projections of x. Only where the
+    // stack is a matrix of their format itself: one dense format, or FP8 with q_lora_rank % 128 == 0 (wkv's 128-row
+    // scale blocks then follow wq_a's unchanged); data == nullptr otherwise.
+    DeviceMatrix wq_a_wkv;
+    // The f32 projections of x (f32_projections below) stacked by rows, [sum of their rows, D]: one dense_linear for
+    // all. Only where they share one dense format; data == nullptr otherwise (and on layers without a compressor).
+    DeviceMatrix f32_proj;
 };
+
+// The dense projections of x that an attention sub-block computes with f32 outputs, in one fixed order: the main
+// compressor's wkv and wgate, the indexer compressor's wkv and wgate, the indexer's weights_proj (the present ones).
+// DeviceAttention::f32_proj stacks their rows in this order. For AttentionWeights (host) and DeviceAttention alike.
+template <typename Attention>
+auto f32_projections(Attention& a) {
+    std::vector<decltype(&a.compressor->wkv)> parts;
+    if (a.compressor) {
+        parts.push_back(&a.compressor->wkv);
+        parts.push_back(&a.compressor->wgate);
+    }
+    if (a.indexer) {
+        parts.push_back(&a.indexer->compressor.wkv);
+        parts.push_back(&a.indexer->compressor.wgate);
+        parts.push_back(&a.indexer->weights_proj);
+    }
+    return parts;
+}
 
 struct DeviceMoe {
     DeviceMatrix gate;                 // [E, D] dense, used in f32
     const float* bias = nullptr;       // [E] (score routing); null on hash layers
     const int32_t* tid2eid = nullptr;  // [vocab, k] (hash layers)
     DeviceExperts w1, w2, w3;          // routed: [E][I, D], [E][D, I], [E][I, D]
-    DeviceMatrix s1, s2, s3;           // shared expert
+    DeviceMatrix s1, s2, s3;           // shared expert: [I, D], [D, I], [I, D] (s1, s3 in s1_s3 if stacked)
+    // s1 (gate) and s3 (up) stacked by rows, [2 I, D]: one launch for both. Only where the stack is a matrix of their
+    // format: one dense format, or FP8 with I % 128 == 0; data == nullptr otherwise.
+    DeviceMatrix s1_s3;
 };
 
 struct DeviceBlock {

@@ -14,6 +14,9 @@ void compressor(const CompressorParams& p, cudaStream_t stream) {
                kMaxCompressorDim);
     DSV4_CHECK(p.rope_dim >= 0 && p.rope_dim % 2 == 0 && p.rope_dim <= p.head_dim,
                "compressor: rope_dim {} must be even and at most head_dim {}", p.rope_dim, p.head_dim);
+    const int64_t width = (p.ratio == 4 ? 2 : 1) * int64_t(p.head_dim);
+    DSV4_CHECK(p.row_stride >= width, "compressor: row stride {} of kv and score below their width {}", p.row_stride,
+               width);
     if (p.kind == CompressorKind::kIndexer)
         DSV4_CHECK((p.head_dim & (p.head_dim - 1)) == 0 && p.head_dim >= 2,
                    "compressor: indexer head_dim {} must be a power of two (Hadamard)", p.head_dim);

@@ -40,7 +40,7 @@ __device__ __forceinline__ Geometry geometry(const CompressorParams& p) {
 __device__ __forceinline__ void fetch(const CompressorParams& p, const Geometry& g, int state, int first_row,
                                       int start, int q, int state_slot, int col, float& z, float& v) {
     if (q >= start) {
-        const int64_t at = int64_t(first_row + (q - start)) * g.width + col;
+        const int64_t at = int64_t(first_row + (q - start)) * p.row_stride + col;
         z = __fadd_rn(p.score[at], p.ape[int64_t(q % g.m) * g.width + col]);
         v = p.kv[at];
     } else {

@@ -19,9 +19,11 @@ enum class CompressorKind {
 };
 
 struct CompressorParams {
-    // The chunk: `tokens` rows, f32 projections from the GEMM (ape not yet added).
-    const float* kv;     // [tokens, width] f32, wkv x; width = (overlap ? 2 : 1) * head_dim
-    const float* score;  // [tokens, width] f32, wgate x
+    // The chunk: `tokens` rows, f32 projections from the GEMM (ape not yet added). Both may be column ranges of one
+    // wider buffer (the executor's stacked projections of x).
+    const float* kv;         // [tokens, width] f32, wkv x, row stride row_stride; width = (overlap ? 2 : 1) * head_dim
+    const float* score;      // [tokens, width] f32, wgate x, row stride row_stride
+    int64_t row_stride = 0;  // elements between consecutive rows of kv and of score (>= width)
     const int32_t* token_seq;  // [tokens] the sequence (index into the seq_* arrays) of each row
 
     // Per sequence of the chunk.

@@ -21,11 +21,6 @@ void f32_to_bf16(const F32ToBf16Params& p, cudaStream_t stream) {
     detail::launch_f32_to_bf16(p, stream);
 }
 
-void scale_bf16(__nv_bfloat16* x, int64_t n, float scale, cudaStream_t stream) {
-    DSV4_CHECK(n >= 0 && (n == 0 || x), "scale_bf16: n {} or null pointer", n);
-    if (n) detail::launch_scale_bf16(x, n, scale, stream);
-}
-
 void fill_f32(float* x, int64_t n, float value, cudaStream_t stream) {
     DSV4_CHECK(n >= 0 && (n == 0 || x), "fill_f32: n {} or null pointer", n);
     if (n) detail::launch_fill_f32(x, n, value, stream);

@@ -25,13 +25,9 @@ __global__ void f32_to_bf16_kernel(const F32ToBf16Params p) {
     const int64_t n = p.rows * p.cols;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         const int64_t r = i / p.cols, c = i % p.cols;
-        p.y[r * p.y_stride + c] = f32_to_bf16(p.x[r * p.x_stride + c]);
+        const __nv_bfloat16 v = f32_to_bf16(p.x[r * p.x_stride + c]);
+        p.y[r * p.y_stride + c] = p.scale == 1.0f ? v : f32_to_bf16(__fmul_rn(bf16_to_f32(v), p.scale));
     }
-}
-
-__global__ void scale_bf16_kernel(__nv_bfloat16* x, int64_t n, float scale) {
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-        x[i] = f32_to_bf16(bf16_to_f32(x[i]) * scale);
 }
 
 __global__ void fill_f32_kernel(float* x, int64_t n, float value) {
@@ -56,10 +52,6 @@ void launch_bf16_to_f32(const Bf16ToF32Params& p, cudaStream_t stream) {
 }
 void launch_f32_to_bf16(const F32ToBf16Params& p, cudaStream_t stream) {
     f32_to_bf16_kernel<<<blocks_for(p.rows * p.cols), kThreads, 0, stream>>>(p);
-    DSV4_CUDA_CHECK(cudaGetLastError());
-}
-void launch_scale_bf16(__nv_bfloat16* x, int64_t n, float scale, cudaStream_t stream) {
-    scale_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, scale);
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 void launch_fill_f32(float* x, int64_t n, float value, cudaStream_t stream) {

@@ -14,6 +14,8 @@ void moe_row_index(const MoeRowIndexParams& p, cudaStream_t stream) {
 
 void swiglu(const SwigluParams& p, cudaStream_t stream) {
     DSV4_CHECK(p.rows >= 0 && p.inter > 0, "swiglu: rows {} inter {}", p.rows, p.inter);
+    DSV4_CHECK(p.gate_up_stride == 0 || p.gate_up_stride >= p.inter, "swiglu: gate/up row stride {} below inter {}",
+               p.gate_up_stride, p.inter);
     if (p.rows == 0) return;
     DSV4_CHECK(p.gate && p.up && p.out, "swiglu: null pointer");
     DSV4_CHECK((p.routing_weights == nullptr) == (p.sorted_assignment == nullptr),

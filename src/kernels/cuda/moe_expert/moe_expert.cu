@@ -23,8 +23,9 @@ __global__ void swiglu_kernel(const SwigluParams p) {
     if (p.row_count && r >= *p.row_count) return;
     float weight = 1.0f;
     if (p.routing_weights) weight = p.routing_weights[p.sorted_assignment[r]];
+    const int64_t in = r * (p.gate_up_stride ? p.gate_up_stride : p.inter);  // the row's gate and up
     for (int64_t i = threadIdx.x; i < p.inter; i += blockDim.x) {
-        float g = bf16_to_f32(p.gate[r * p.inter + i]), u = bf16_to_f32(p.up[r * p.inter + i]);
+        float g = bf16_to_f32(p.gate[in + i]), u = bf16_to_f32(p.up[in + i]);
         if (p.limit > 0) {
             u = fminf(fmaxf(u, -p.limit), p.limit);
             g = fminf(g, p.limit);

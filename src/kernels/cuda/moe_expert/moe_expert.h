@@ -26,9 +26,12 @@ struct MoeRowIndexParams {
 void moe_row_index(const MoeRowIndexParams& p, cudaStream_t stream);
 
 struct SwigluParams {
-    const __nv_bfloat16* gate = nullptr;  // [rows, inter] bf16 (W1 x)
-    const __nv_bfloat16* up = nullptr;    // [rows, inter] bf16 (W3 x)
+    const __nv_bfloat16* gate = nullptr;  // [rows, inter] bf16 (W1 x), row stride gate_up_stride
+    const __nv_bfloat16* up = nullptr;    // [rows, inter] bf16 (W3 x), row stride gate_up_stride
     __nv_bfloat16* out = nullptr;         // [rows, inter] bf16
+    // Row stride of gate and up; 0: inter. The shared expert's stacked GEMM gives [rows, 2 inter], gate | up per row:
+    // gate = y, up = y + inter, stride 2 inter.
+    int64_t gate_up_stride = 0;
     // Routed experts: slot p is weighted by routing_weights[sorted_assignment[p]]; both null for the shared expert.
     const float* routing_weights = nullptr;      // [tokens * k] f32
     const int32_t* sorted_assignment = nullptr;  // [rows]

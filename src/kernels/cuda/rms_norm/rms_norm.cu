@@ -10,11 +10,19 @@ constexpr int kThreads = 256;
 constexpr int kHeadWarps = 8;
 constexpr unsigned kFull = 0xFFFFFFFFu;
 
-__global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
+struct RmsNorms {
+    RmsNormParams norm[kMaxRmsNorms];
+};
+
+// grid (max rows, norms): CTA (row, i) normalizes row `row` of norm i; its code does not depend on i or on the other
+// norms of the launch.
+__global__ void __launch_bounds__(kThreads) rms_norm_kernel(const RmsNorms norms) {
     static_assert(kThreads % 32 == 0 && kThreads / 32 <= 32);
     __shared__ double warp_sums[kThreads / 32];
     __shared__ float r_shared;
+    const RmsNormParams& p = norms.norm[blockIdx.y];
     const int64_t row = blockIdx.x;
+    if (row >= p.rows) return;  // a norm with fewer rows than the launch (whole CTAs, before any barrier)
     const __nv_bfloat16* x = p.x + row * p.x_stride;
     double sum = 0.0;  // squares of bf16 values are exact; only the order of this sum differs from the CPU
     for (int64_t i = threadIdx.x; i < p.dim; i += kThreads) {
@@ -89,8 +97,14 @@ __global__ void __launch_bounds__(kHeadWarps * 32) head_rms_norm_generic_kernel(
 
 namespace detail {
 
-void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream) {
-    rms_norm_kernel<<<unsigned(p.rows), kThreads, 0, stream>>>(p);
+void launch_rms_norms(std::span<const RmsNormParams> norms, cudaStream_t stream) {
+    RmsNorms batch{};
+    int64_t rows = 0;
+    for (size_t i = 0; i < norms.size(); ++i) {
+        batch.norm[i] = norms[i];
+        rows = rows > norms[i].rows ? rows : norms[i].rows;
+    }
+    rms_norm_kernel<<<dim3(unsigned(rows), unsigned(norms.size())), kThreads, 0, stream>>>(batch);
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

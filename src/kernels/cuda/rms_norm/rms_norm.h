@@ -2,15 +2,18 @@
 //   rms_norm       y = bf16(weight * (x * r)), r = 1 / sqrt(mean(x^2) + eps) in f32, as cpu::rms_norm followed by the
 //                  bf16 cast of model numerics. The mean of squares accumulates in double like the CPU reference (it
 //                  costs nothing in a memory-bound kernel), so only its summation order differs.
+//   rms_norms      up to kMaxRmsNorms independent rms_norms in one launch, each row computed exactly as rms_norm
+//                  computes it (the same CTA code on the same row), so the same bits.
 //   head_rms_norm  the per-head unweighted q norm of model numerics (Precision::head_rms_norm): bf16 step by step,
 //                  the bf16 squares summed in f32 in index order, exactly as the CPU does, so results are bitwise.
-// Tested in tests/gpu/rms_norm_test.cpp against the CPU reference.
+// Tested in tests/gpu/rms_norm_test.cpp against the CPU reference (rms_norms bitwise against rms_norm).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <span>
 
 namespace dsv4::cuda {
 
@@ -22,6 +25,11 @@ struct RmsNormParams {
     float eps = 0.0f;
 };
 void rms_norm(const RmsNormParams& p, cudaStream_t stream);
+
+// The executor's q_norm and kv_norm, which read the two column ranges of one stacked projection (wq_a | wkv). No
+// norm may write what another one of the launch reads (each may be in place).
+inline constexpr size_t kMaxRmsNorms = 2;
+void rms_norms(std::span<const RmsNormParams> norms, cudaStream_t stream);
 
 // Head h of row r is q[r * row_stride + h * head_dim + (0 .. head_dim)], normalized in place. Up to
 // kStagedHeadDim the squares are staged in shared memory; a larger head_dim (no DeepSeek-V4 shape) takes the
@@ -36,7 +44,7 @@ void head_rms_norm(const HeadRmsNormParams& p, cudaStream_t stream);
 
 // The kernel launches behind the checked launchers (rms_norm.cu); they assume a valid contract.
 namespace detail {
-void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream);
+void launch_rms_norms(std::span<const RmsNormParams> norms, cudaStream_t stream);  // 1 .. kMaxRmsNorms, rows > 0
 void launch_head_rms_norm(const HeadRmsNormParams& p, cudaStream_t stream);
 }  // namespace detail
 

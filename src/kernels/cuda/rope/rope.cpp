@@ -11,7 +11,9 @@ RopePath rope_path(const ApplyRopeParams& p) {
     return paired ? RopePath::kPaired : RopePath::kGeneric;
 }
 
-void apply_rope(const ApplyRopeParams& p, cudaStream_t stream) {
+namespace {
+
+void check(const ApplyRopeParams& p) {
     DSV4_CHECK(p.x && p.inv_freq && p.positions, "apply_rope: null pointer");
     DSV4_CHECK(p.tokens >= 0 && p.heads > 0, "apply_rope: bad shape [{}, {}, {}]", p.tokens, p.heads, p.head_dim);
     DSV4_CHECK(p.rope_dim > 0 && p.rope_dim % 2 == 0 && p.rope_dim <= p.head_dim,
@@ -19,7 +21,30 @@ void apply_rope(const ApplyRopeParams& p, cudaStream_t stream) {
     DSV4_CHECK(p.token_stride >= p.heads * p.head_dim, "apply_rope: token stride {} is less than heads * head_dim {}",
                p.token_stride, p.heads * p.head_dim);
     DSV4_CHECK(reinterpret_cast<uintptr_t>(p.x) % 2 == 0, "apply_rope: x is not 2-byte aligned");
-    if (p.tokens) detail::launch_apply_rope(p, rope_path(p), stream);
+}
+
+}  // namespace
+
+void apply_rope(const ApplyRopeParams& p, cudaStream_t stream) {
+    check(p);
+    if (p.tokens) detail::launch_apply_ropes(std::span(&p, 1), rope_path(p), stream);
+}
+
+void apply_ropes(std::span<const ApplyRopeParams> ropes, cudaStream_t stream) {
+    DSV4_CHECK(!ropes.empty() && ropes.size() <= kMaxRopes, "apply_ropes: {} tensors (1 to {} per launch)",
+               ropes.size(), kMaxRopes);
+    bool one_path = true, any_tokens = false;
+    for (const ApplyRopeParams& p : ropes) {
+        check(p);
+        one_path = one_path && rope_path(p) == rope_path(ropes.front());
+        any_tokens = any_tokens || p.tokens > 0;
+    }
+    if (!any_tokens) return;
+    if (one_path) {
+        detail::launch_apply_ropes(ropes, rope_path(ropes.front()), stream);
+        return;
+    }
+    for (const ApplyRopeParams& p : ropes) apply_rope(p, stream);
 }
 
 }  // namespace dsv4::cuda

@@ -10,9 +10,17 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kMaxPairs = 512;
 
-__global__ void __launch_bounds__(kThreads) apply_rope_kernel(ApplyRopeParams p) {
+struct Ropes {
+    ApplyRopeParams rope[kMaxRopes];
+};
+
+// grid (max tokens, tensors): CTA (t, j) rotates token t of tensor j; its code does not depend on j or on the
+// other tensors of the launch.
+__global__ void __launch_bounds__(kThreads) apply_rope_kernel(const Ropes ropes) {
     __shared__ float cos_s[kMaxPairs], sin_s[kMaxPairs];
+    const ApplyRopeParams& p = ropes.rope[blockIdx.y];
     const int64_t t = blockIdx.x;
+    if (t >= p.tokens) return;  // a tensor with fewer tokens than the launch (whole CTAs, before the barrier)
     const int half = int(p.rope_dim / 2);
     const float position = __int2float_rn(p.positions[t]);
     for (int i = threadIdx.x; i < half; i += kThreads) {
@@ -38,8 +46,9 @@ __global__ void __launch_bounds__(kThreads) apply_rope_kernel(ApplyRopeParams p)
 }
 
 // RopePath::kGeneric: one thread per (token, head, pair), bf16 elements loaded one by one, cos/sin evaluated per
-// pair with apply_rope_kernel's operations.
-__global__ void __launch_bounds__(kThreads) apply_rope_generic_kernel(ApplyRopeParams p) {
+// pair with apply_rope_kernel's operations. grid (blocks of the largest tensor, tensors).
+__global__ void __launch_bounds__(kThreads) apply_rope_generic_kernel(const Ropes ropes) {
+    const ApplyRopeParams& p = ropes.rope[blockIdx.y];
     const int64_t half = p.rope_dim / 2;
     const int64_t k = int64_t(blockIdx.x) * kThreads + threadIdx.x;
     if (k >= p.tokens * p.heads * half) return;
@@ -57,13 +66,22 @@ __global__ void __launch_bounds__(kThreads) apply_rope_generic_kernel(ApplyRopeP
 }  // namespace
 
 namespace detail {
-void launch_apply_rope(const ApplyRopeParams& p, RopePath path, cudaStream_t stream) {
+void launch_apply_ropes(std::span<const ApplyRopeParams> ropes, RopePath path, cudaStream_t stream) {
     static_assert(kMaxPairs * 2 >= 1024, "the paired path admits rope_dim up to 1024");
+    Ropes batch{};
+    int64_t tokens = 0, pairs = 0;
+    for (size_t j = 0; j < ropes.size(); ++j) {
+        const ApplyRopeParams& p = ropes[j];
+        batch.rope[j] = p;
+        tokens = tokens > p.tokens ? tokens : p.tokens;
+        pairs = pairs > p.tokens * p.heads * (p.rope_dim / 2) ? pairs : p.tokens * p.heads * (p.rope_dim / 2);
+    }
+    const unsigned count = unsigned(ropes.size());
     if (path == RopePath::kPaired) {
-        apply_rope_kernel<<<unsigned(p.tokens), kThreads, 0, stream>>>(p);
+        apply_rope_kernel<<<dim3(unsigned(tokens), count), kThreads, 0, stream>>>(batch);
     } else {
-        const int64_t pairs = p.tokens * p.heads * (p.rope_dim / 2);
-        apply_rope_generic_kernel<<<unsigned((pairs + kThreads - 1) / kThreads), kThreads, 0, stream>>>(p);
+        apply_rope_generic_kernel<<<dim3(unsigned((pairs + kThreads - 1) / kThreads), count), kThreads, 0, stream>>>(
+            batch);
     }
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
