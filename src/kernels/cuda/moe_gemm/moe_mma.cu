@@ -4,11 +4,11 @@
 // a_scale[k/128] x w_scale and added to the output's f32 sum in ascending K.
 //
 // Arithmetic of one output y[slot, n] (the same instructions whatever the tile, the batch or the grid):
-//   for each weight-scale block b of K (32 columns MXFP4, 16 NVFP4), ascending:
-//     acc = tensor-core sum (f32 accumulate, from +0) of x[k] * (w[k] * 2^-14), k in b, order fixed below
-//     p   = acc * (a_scale[k/128] * (w_scale[b] * 2^14))      (f32 roundings as written, no contraction)
-//     sum = sum + p                                           (sum starts at +0)
-//   y = bf16_rn(sum)
+//   for part = 0, 1 (the 32-column blocks j of K with j % 2 == part; two warps share a row tile):
+//     for each weight-scale block b in those 32-column blocks (32 columns MXFP4, 16 NVFP4), ascending:
+//       acc = tensor-core sum (f32 accumulate, from +0) of x[k] * (w[k] * 2^-14), k in b, order fixed below
+//       sum_part = fma(acc, a_scale[k/128] * (w_scale[b] * 2^14), sum_part)   (from +0; f32 products rounded)
+//   y = bf16_rn(sum_0 + sum_1)
 // with x[k] the e4m3 activation and w[k] the e2m1 value, both exact in f16, so every product is exact. w_scale is
 // the E8M0 power of two (MXFP4) or f32(e4m3 scale) * global (NVFP4). Why 2^-14: an e2m1 nibble s e1 e0 m placed
 // at f16 bits 15 | 11 10 | 9 is exactly its value times 2^-14 (0.5 becomes the subnormal 2^-15), so the decode is
@@ -28,10 +28,10 @@
 //
 // Grid: persistent, 1-D; every CTA lists the active experts (non-empty slot ranges of expert_offsets, on the device,
 // so the launch needs no host sync and is capturable), then takes items (matrix, active expert, 64-row tile). A
-// CTA of 4 warps computes 64 weight rows (16 per warp) for passes of kTokens slots of its expert; K streams through
-// shared memory in stages of 128 columns (4 stages in flight, 16-byte cp.async), padded so the fragment reads are
-// bank-conflict-free. Tested in tests/gpu/moe_gemm_test.cpp (cpu::linear per expert, rows independent of the
-// batch, the pair launch equal to two launches).
+// CTA of 8 warps computes 64 weight rows (16 per warp pair, one warp per K part) for passes of kTokens slots of its
+// expert; K streams through shared memory in stages of 128 columns (4 stages in flight, 16-byte cp.async), padded
+// so the fragment reads are bank-conflict-free. Tested in tests/gpu/moe_gemm_test.cpp (cpu::linear per expert, rows
+// independent of the batch, the pair launch equal to two launches).
 #include <mutex>
 #include <vector>
 
@@ -42,8 +42,8 @@
 namespace dsv4::cuda {
 namespace {
 
-constexpr int kThreads = 128, kWarps = 4;
-constexpr int kRowsPerCta = 16 * kWarps;
+constexpr int kRowGroups = 4;  // warps along the weight rows, 16 rows each
+constexpr int kRowsPerCta = 16 * kRowGroups;
 constexpr int kStageCols = 128;  // one activation-scale block
 constexpr int kStages = 4;
 constexpr int kWRowBytes = kStageCols / 2 + 16;  // 64 bytes of nibbles + pad: rows g land on distinct bank groups
@@ -70,9 +70,17 @@ __host__ __device__ constexpr int smem_bytes(int64_t experts) {
     return list_bytes(experts) + kStages * Stage<kTokens>::bytes;
 }
 
+// Warp groups that share out the 32-column blocks of every stage: a decode step has few items per SM, and one warp
+// per 16 rows would leave the schedulers idle on its dependent chain (decode, MMA, rescale). The split fixes the
+// summation, so it must not depend on the pass width (which follows the batch).
+constexpr int kSplit = 2;
 template <int kTokens>
-constexpr int min_blocks() {
-    return kTokens <= 16 ? 4 : 2;
+__host__ __device__ constexpr int threads() {
+    return 32 * kRowGroups * kSplit;
+}
+template <int kTokens>
+__host__ __device__ constexpr int min_blocks() {
+    return kTokens == 8 ? 3 : kTokens == 16 ? 2 : 1;  // 3 x 8 warps per SM where decode steps run
 }
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
@@ -136,17 +144,25 @@ struct Args {
     int64_t experts, n, k;
 };
 
-// sum += (acc * (a_s * w_s)) for the four outputs of a lane; w_s already carries the 2^14.
+// sum = fma(acc, a_s * w_s, sum) for the four outputs of a lane (w_s already carries the 2^14).
 __device__ __forceinline__ void promote(float (&sum)[4], const float (&acc)[4], float ws_g, float ws_g8, float as0,
                                         float as1) {
-    sum[0] = __fadd_rn(sum[0], __fmul_rn(acc[0], __fmul_rn(as0, ws_g)));
-    sum[1] = __fadd_rn(sum[1], __fmul_rn(acc[1], __fmul_rn(as1, ws_g)));
-    sum[2] = __fadd_rn(sum[2], __fmul_rn(acc[2], __fmul_rn(as0, ws_g8)));
-    sum[3] = __fadd_rn(sum[3], __fmul_rn(acc[3], __fmul_rn(as1, ws_g8)));
+    sum[0] = __fmaf_rn(acc[0], __fmul_rn(as0, ws_g), sum[0]);
+    sum[1] = __fmaf_rn(acc[1], __fmul_rn(as1, ws_g), sum[1]);
+    sum[2] = __fmaf_rn(acc[2], __fmul_rn(as0, ws_g8), sum[2]);
+    sum[3] = __fmaf_rn(acc[3], __fmul_rn(as1, ws_g8), sum[3]);
 }
 
+// E8M0 code e as 2^(e - 127) * 2^14 = 2^(e - 113): the normal f32 with exponent field e + 14 up to e = 240; beyond,
+// the product overflows to +inf, and 255 is NaN (what e8m0_to_float(e) * 2^14 gives, in one or two instructions).
+__device__ __forceinline__ float e8m0_times_2_14(uint32_t e) {
+    return e <= 240u   ? __uint_as_float((e + 14u) << 23)
+           : e == 255u ? __uint_as_float(0x7FC00000u)
+                       : __int_as_float(0x7F800000);
+}
 template <int kTokens, ExpertFormat kFormat>
-__global__ void __launch_bounds__(kThreads, min_blocks<kTokens>()) moe_mma_kernel(Args p) {
+__global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe_mma_kernel(Args p) {
+    constexpr int kThreads = threads<kTokens>(), kWarps = kThreads / 32;
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
     constexpr int kTn = kTokens / 8;                  // 8-token MMA tiles per pass
     constexpr int kScaleBytesPerStage = kNv ? 8 : 4;  // scale bytes of one row per 128 columns
@@ -163,6 +179,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kTokens>()) moe_mma_kerne
 
     // 1. The active experts in ascending order.
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+    const int row_group = warp % kRowGroups, k_part = warp / kRowGroups;
     int count = 0;
     for (int64_t base = 0; base < p.experts; base += kThreads) {
         const int64_t e = base + tid;
@@ -190,11 +207,12 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kTokens>()) moe_mma_kerne
         const float global = kNv ? __ldg(m.w_global + e) : 1.0f;
         const int64_t begin = p.offsets[e], end = p.offsets[e + 1];
 
-        // Loader roles (fixed per item): W chunks (2 per thread), the scale words of row `tid` (tid < 64).
-        const uint8_t* w_src[2];
-        int w_dst[2], w_part[2];
+        // Loader roles (fixed per item): W chunks (256 per stage), the scale words of row `tid` (tid < 64).
+        constexpr int kWPerThread = kRowsPerCta * 4 / kThreads;
+        const uint8_t* w_src[kWPerThread];
+        int w_dst[kWPerThread], w_part[kWPerThread];
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
+        for (int i = 0; i < kWPerThread; ++i) {
             const int c = tid + kThreads * i, r = c / 4;
             int64_t n = n0 + r;
             n = n < p.n ? n : p.n - 1;
@@ -216,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kTokens>()) moe_mma_kerne
             n = n < p.n ? n : p.n - 1;
             return int(((e * p.n + n) * scale_cols) & 3);
         };
-        const int row_g = warp * 16 + g, lead_g = lead(row_g), lead_g8 = lead(row_g + 8);
+        const int row_g = row_group * 16 + g, lead_g = lead(row_g), lead_g8 = lead(row_g + 8);
 
         for (int64_t s0 = begin; s0 < end; s0 += kTokens) {
             const int tokens = end - s0 < kTokens ? int(end - s0) : kTokens;
@@ -240,7 +258,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kTokens>()) moe_mma_kerne
                 uint8_t* st = stages + slot * L::bytes;
                 const unsigned base = smem_addr(st);
 #pragma unroll
-                for (int i = 0; i < 2; ++i) {
+                for (int i = 0; i < kWPerThread; ++i) {
                     const bool ok = int64_t(kt) * 64 + w_part[i] * 16 < k_half;
                     cp_async16(base + w_dst[i], ok ? w_src[i] + int64_t(kt) * 64 : w_src[i], ok ? 16 : 0);
                 }
@@ -296,7 +314,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kTokens>()) moe_mma_kerne
                 const int64_t left = p.k - int64_t(kt) * kStageCols;
                 const int blocks = left >= kStageCols ? 4 : int(left / 32);
 #pragma unroll
-                for (int b = 0; b < 4; ++b) {
+                for (int b = k_part; b < 4; b += kSplit) {  // this warp's blocks: b = k_part (mod kSplit)
                     if (b >= blocks) break;
                     // W fragments: word of row g / g + 8 whose pairs 0, 1 feed MMA 0 and pairs 2, 3 MMA 1.
                     uint32_t qa, qb;
@@ -321,8 +339,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kTokens>()) moe_mma_kerne
                             ws_g8[h] = __fmul_rn(__fmul_rn(skinny::e4m3_to_float(sc_g8[2 * b + h]), global), kTwoTo14);
                         }
                     } else {
-                        ws_g[0] = ws_g[1] = __fmul_rn(skinny::e8m0_to_float(sc_g[b]), kTwoTo14);
-                        ws_g8[0] = ws_g8[1] = __fmul_rn(skinny::e8m0_to_float(sc_g8[b]), kTwoTo14);
+                        ws_g[0] = ws_g[1] = e8m0_times_2_14(sc_g[b]);
+                        ws_g8[0] = ws_g8[1] = e8m0_times_2_14(sc_g8[b]);
                     }
 #pragma unroll
                     for (int nt = 0; nt < kTn; ++nt) {
@@ -351,7 +369,26 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kTokens>()) moe_mma_kerne
                 }
             }
             cp_async_wait<0>();
-            __syncthreads();  // the next pass (or item) refills every stage
+            __syncthreads();  // every stage read: the partial sums may reuse them, the next pass refills them
+
+            // The K parts' sums, added in ascending part order by part 0's warps.
+            float* partial = reinterpret_cast<float*>(stages);  // [kSplit - 1][kRowGroups][32 lanes][kTn * 4]
+            auto at = [&](int part, int nt, int i) {
+                return partial + (((part - 1) * kRowGroups + row_group) * 32 + lane) * (kTn * 4) + nt * 4 + i;
+            };
+            if (k_part > 0)
+#pragma unroll
+                for (int nt = 0; nt < kTn; ++nt)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) *at(k_part, nt, i) = sum[nt][i];
+            __syncthreads();
+            if (k_part == 0)
+                for (int part = 1; part < kSplit; ++part)
+#pragma unroll
+                    for (int nt = 0; nt < kTn; ++nt)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) sum[nt][i] = __fadd_rn(sum[nt][i], *at(part, nt, i));
+            __syncthreads();
 
 #pragma unroll
             for (int nt = 0; nt < kTn; ++nt)
@@ -359,7 +396,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kTokens>()) moe_mma_kerne
                 for (int i = 0; i < 4; ++i) {
                     const int token = nt * 8 + 2 * t + (i & 1);
                     const int64_t n = n0 + row_g + (i >= 2 ? 8 : 0);
-                    if (token < tokens && n < p.n) m.y[(s0 + token) * p.n + n] = __float2bfloat16_rn(sum[nt][i]);
+                    if (k_part == 0 && token < tokens && n < p.n)
+                        m.y[(s0 + token) * p.n + n] = __float2bfloat16_rn(sum[nt][i]);
                 }
         }
     }
@@ -383,8 +421,8 @@ int64_t resident_ctas(int smem) {
     DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     DSV4_CUDA_CHECK(
         cudaFuncSetAttribute(moe_mma_kernel<kTokens, kFormat>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    DSV4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_mma_kernel<kTokens, kFormat>, kThreads,
-                                                                  size_t(smem)));
+    DSV4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_mma_kernel<kTokens, kFormat>,
+                                                                  threads<kTokens>(), size_t(smem)));
     cache.push_back({device, smem, int64_t(sms) * (per_sm > 0 ? per_sm : 1)});
     return cache.back().ctas;
 }
@@ -395,7 +433,7 @@ cudaError_t launch(const Args& args, cudaStream_t stream) {
     const int64_t n_tiles = (args.n + kRowsPerCta - 1) / kRowsPerCta;
     const int64_t items = args.experts * n_tiles * args.mat_count, resident = resident_ctas<kTokens, kFormat>(smem);
     const int64_t grid = items < resident ? items : resident;
-    moe_mma_kernel<kTokens, kFormat><<<unsigned(grid), kThreads, smem, stream>>>(args);
+    moe_mma_kernel<kTokens, kFormat><<<unsigned(grid), threads<kTokens>(), smem, stream>>>(args);
     return cudaGetLastError();
 }
 
