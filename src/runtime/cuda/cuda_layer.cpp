@@ -594,6 +594,8 @@ void CudaModel::Impl::moe(int64_t layer) {
             // A token reaches an expert at most once (score routing picks k distinct experts; hash rows were checked
             // distinct at load), so no expert holds more than T slots.
             p.max_slots_per_expert = int(m.tid2eid && !hash_rows_distinct ? slots : T);
+            // Twice the mean over all experts: under balanced routing few active experts hold more.
+            p.expected_slots_per_expert = int((2 * slots + E - 1) / E);
             cuda::moe_gemm(p, s);
             return;
         }

@@ -47,7 +47,8 @@ struct MoeGemmParams {
     __nv_bfloat16* y = nullptr;         // [slots, n] bf16, slot order
     int64_t experts = 0, n = 0, k = 0;
     int max_slots_per_expert = 1;  // host bound on any expert's slot count (the batch's token count); picks the tile
-    MoeGemmMatrix second;          // optional: w == nullptr for one matrix
+    int expected_slots_per_expert = 0;  // optional: slots a busy active expert holds (picks the pass width; no bits)
+    MoeGemmMatrix second;               // optional: w == nullptr for one matrix
     MoeGemmPath path = MoeGemmPath::kMma;
 };
 

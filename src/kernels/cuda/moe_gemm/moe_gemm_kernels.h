@@ -7,8 +7,9 @@ namespace dsv4::cuda {
 
 // The tensor-core path (moe_mma.cu), both matrices when p.second is set.
 cudaError_t launch_moe_mma(const MoeGemmParams& p, cudaStream_t stream);
-// Slots per pass of the tensor-core kernel for a host bound on any expert's slot count (8 to 64).
-int moe_mma_pass_tokens(int max_slots_per_expert);
+// Slots per pass of the tensor-core kernel (8 to 64) from the host's bound on any expert's slot count and its
+// expectation for an active expert (0: none).
+int moe_mma_pass_tokens(int max_slots_per_expert, int expected_slots_per_expert);
 
 // The CUDA-core compact grid over the active experts (p.second ignored).
 cudaError_t launch_moe_gemm(const MoeGemmParams& p, const MoeGemmConfig& config, cudaStream_t stream);

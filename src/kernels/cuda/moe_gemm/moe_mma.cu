@@ -32,6 +32,7 @@
 // expert; K streams through shared memory in stages of 128 columns (4 stages in flight, 16-byte cp.async), padded
 // so the fragment reads are bank-conflict-free. Tested in tests/gpu/moe_gemm_test.cpp (cpu::linear per expert, rows
 // independent of the batch, the pair launch equal to two launches).
+#include <algorithm>
 #include <mutex>
 #include <vector>
 
@@ -455,9 +456,13 @@ cudaError_t launch(const Args& args, int tokens, cudaStream_t stream) {
 
 }  // namespace
 
-int moe_mma_pass_tokens(int max_slots_per_expert) {
+int moe_mma_pass_tokens(int max_slots_per_expert, int expected_slots_per_expert) {
+    // Wide enough for a typical active expert in one pass (a wider pass stages and multiplies duplicated rows), at
+    // least 8 (one MMA tile); an expert above it takes further passes, each streaming its weights again.
+    const int target = expected_slots_per_expert > 0 ? std::min(max_slots_per_expert, expected_slots_per_expert)
+                                                     : (max_slots_per_expert + 3) / 4;
     int tokens = 8;
-    while (tokens < 64 && tokens * 4 < max_slots_per_expert) tokens *= 2;
+    while (tokens < 64 && tokens < target) tokens *= 2;
     return tokens;
 }
 
@@ -473,7 +478,7 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, cudaStream_t stream) {
     args.experts = p.experts;
     args.n = p.n;
     args.k = p.k;
-    const int tokens = moe_mma_pass_tokens(p.max_slots_per_expert);
+    const int tokens = moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert);
     return p.format == ExpertFormat::kMxfp4 ? launch<ExpertFormat::kMxfp4>(args, tokens, stream)
                                             : launch<ExpertFormat::kNvfp4>(args, tokens, stream);
 }
