@@ -11,10 +11,9 @@
 //   strided (detail::)    the former kernel: grid (32-row tiles, expert_blocks), block y walking experts y,
 //                         y + expert_blocks, ..., skinny's decoders; kept for the bitwise comparison.
 // Tested in tests/gpu/moe_gemm_test.cpp (vs cpu::linear, and compact vs strided bitwise).
-#include <mutex>
-#include <vector>
 
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/gemm_fp8/skinny_operands.cuh"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
 
@@ -149,36 +148,14 @@ __global__ void __launch_bounds__(skinny::kThreads, compact_min_blocks<kM>())
     }
 }
 
-// Resident blocks of a compact kernel on the current device with `smem` bytes per block (SMs x blocks per SM),
-// cached per (device, smem): host queries on every launch would cost more than a decode launch's kernel time.
-template <int kM, ExpertFormat kFormat>
-int64_t resident_blocks(int smem) {
-    struct Entry {
-        int device, smem;
-        int64_t blocks;
-    };
-    static std::mutex mutex;
-    static std::vector<Entry> cache;
-    int device = 0;
-    DSV4_CUDA_CHECK(cudaGetDevice(&device));
-    std::lock_guard<std::mutex> lock(mutex);
-    for (const Entry& e : cache)
-        if (e.device == device && e.smem == smem) return e.blocks;
-    int sms = 0, per_sm = 0;
-    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    DSV4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_gemm_compact_kernel<kM, kFormat>,
-                                                                  skinny::kThreads, size_t(smem)));
-    cache.push_back({device, smem, int64_t(sms) * (per_sm > 0 ? per_sm : 1)});
-    return cache.back().blocks;
-}
-
 template <int kM, ExpertFormat kFormat>
 cudaError_t launch_compact(const MoeGemmParams& p, const MoeGemmConfig& c, cudaStream_t stream) {
     auto kernel = moe_gemm_compact_kernel<kM, kFormat>;
     const int smem = int(list_bytes(p.experts) + kM * c.k_span * int64_t(sizeof(float)));
     if (cudaError_t e = skinny::allow_smem(kernel, smem); e != cudaSuccess) return e;
     const int64_t row_tiles = (p.n + skinny::kRowsPerBlock - 1) / skinny::kRowsPerBlock;
-    const int64_t items = p.experts * row_tiles, resident = resident_blocks<kM, kFormat>(smem);
+    const int64_t items = p.experts * row_tiles,
+                  resident = resident_ctas(reinterpret_cast<const void*>(kernel), skinny::kThreads, smem);
     const int64_t grid = items < resident ? items : resident;
     kernel<<<unsigned(grid), skinny::kThreads, smem, stream>>>(p, c.k_span, row_tiles);
     return cudaGetLastError();

@@ -33,10 +33,9 @@
 // so the fragment reads are bank-conflict-free. Tested in tests/gpu/moe_gemm_test.cpp (cpu::linear per expert, rows
 // independent of the batch, the pair launch equal to two launches).
 #include <algorithm>
-#include <mutex>
-#include <vector>
 
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/gemm_fp8/skinny_operands.cuh"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
 
@@ -404,35 +403,13 @@ __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe
     }
 }
 
-// Resident CTAs of a kernel on the current device (SMs x CTAs per SM), cached per (device, kernel).
-template <int kTokens, ExpertFormat kFormat>
-int64_t resident_ctas(int smem) {
-    struct Entry {
-        int device, smem;
-        int64_t ctas;
-    };
-    static std::mutex mutex;
-    static std::vector<Entry> cache;
-    int device = 0;
-    DSV4_CUDA_CHECK(cudaGetDevice(&device));
-    std::lock_guard<std::mutex> lock(mutex);
-    for (const Entry& e : cache)
-        if (e.device == device && e.smem == smem) return e.ctas;
-    int sms = 0, per_sm = 0;
-    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    DSV4_CUDA_CHECK(
-        cudaFuncSetAttribute(moe_mma_kernel<kTokens, kFormat>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    DSV4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_mma_kernel<kTokens, kFormat>,
-                                                                  threads<kTokens>(), size_t(smem)));
-    cache.push_back({device, smem, int64_t(sms) * (per_sm > 0 ? per_sm : 1)});
-    return cache.back().ctas;
-}
-
 template <int kTokens, ExpertFormat kFormat>
 cudaError_t launch(const Args& args, cudaStream_t stream) {
     const int smem = smem_bytes<kTokens>(args.experts);
     const int64_t n_tiles = (args.n + kRowsPerCta - 1) / kRowsPerCta;
-    const int64_t items = args.experts * n_tiles * args.mat_count, resident = resident_ctas<kTokens, kFormat>(smem);
+    const int64_t items = args.experts * n_tiles * args.mat_count,
+                  resident = resident_ctas(reinterpret_cast<const void*>(moe_mma_kernel<kTokens, kFormat>),
+                                           threads<kTokens>(), smem);
     const int64_t grid = items < resident ? items : resident;
     moe_mma_kernel<kTokens, kFormat><<<unsigned(grid), threads<kTokens>(), smem, stream>>>(args);
     return cudaGetLastError();

@@ -1,0 +1,34 @@
+#include "kernels/cuda/common/resident_ctas.h"
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <vector>
+
+#include "kernels/cuda/common/cuda_check.h"
+
+namespace dsv4::cuda {
+
+int64_t resident_ctas(const void* kernel, int threads, int smem) {
+    struct Entry {
+        const void* kernel;
+        int device, threads, smem;
+        int64_t ctas;
+    };
+    static std::mutex mutex;
+    static std::vector<Entry> cache;
+    int device = 0;
+    DSV4_CUDA_CHECK(cudaGetDevice(&device));
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const Entry& e : cache)
+        if (e.kernel == kernel && e.device == device && e.threads == threads && e.smem == smem) return e.ctas;
+    int sms = 0, per_sm = 0;
+    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    if (smem > 48 * 1024)
+        DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    DSV4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, size_t(smem)));
+    cache.push_back({kernel, device, threads, smem, int64_t(sms) * (per_sm > 0 ? per_sm : 1)});
+    return cache.back().ctas;
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,12 @@
+// How many CTAs of a kernel fit on the current device at once (SMs x CTAs per SM for `threads` and `smem`), for
+// persistent grids. Cached per (kernel, device, threads, smem): an occupancy query on every launch would cost more
+// than a decode launch's kernel time. Raises the kernel's dynamic shared-memory limit to `smem` first.
+#pragma once
+
+#include <cstdint>
+
+namespace dsv4::cuda {
+
+int64_t resident_ctas(const void* kernel, int threads, int smem);
+
+}  // namespace dsv4::cuda
