@@ -292,5 +292,34 @@ TEST(MoeGemm, PairLaunchEqualsTwoLaunches) {
         }
 }
 
+// The persistent grid's shared memory grows with the expert count (the active-expert list). A launch that needs less
+// of it must not lower the kernel's limit under a larger launch made before: the third launch below failed with
+// cudaErrorInvalidValue while the limit followed the last launch (the cached occupancy skipped raising it again).
+TEST(MoeGemm, LargerLaunchAfterASmallerOneStillRuns) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    const int64_t tokens = 64, n = 64, k = 128, most = 16384;
+    std::vector<int32_t> offsets(static_cast<size_t>(most + 1), int32_t(tokens)), rows(static_cast<size_t>(tokens));
+    offsets[0] = 0;  // every slot on expert 0: only its weights are read
+    std::iota(rows.begin(), rows.end(), 0);
+    const HostWeight we = random_fp4_weight(rng, n, k, false);
+    DeviceFp8Act a = quantize_on_device(random_activations(rng, tokens, k), tokens, k);
+    auto wd = to_device(we.data);
+    auto sd = to_device(we.scale);
+    auto od = to_device(offsets);
+    auto rd = to_device(rows);
+    std::vector<std::vector<uint16_t>> outputs;
+    for (int64_t experts : {most, most / 2, most}) {
+        auto y = poisoned<uint16_t>(size_t(tokens * n));
+        cuda::MoeGemmParams p = moe_params(a, rd.get(), od.get(), wd.get(), sd.get(), nullptr, false, experts, n, k,
+                                           int(tokens), y.get());
+        ASSERT_NO_THROW(cuda::moe_gemm(p, nullptr)) << experts << " experts";
+        DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+        outputs.push_back(to_host(y));
+    }
+    for (size_t i = 1; i < outputs.size(); ++i)
+        expect_bitwise_bf16("expert 0's slots, launch " + std::to_string(i), outputs[i], outputs[0]);
+}
+
 }  // namespace
 }  // namespace dsv4::gpu_test

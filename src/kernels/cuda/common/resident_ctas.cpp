@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <mutex>
 #include <vector>
 
@@ -15,8 +16,15 @@ int64_t resident_ctas(const void* kernel, int threads, int smem) {
         int device, threads, smem;
         int64_t ctas;
     };
+    // The dynamic shared-memory limit each kernel was raised to, per device. It only ever goes up: a launch found in
+    // the cache skips the raise, so lowering the limit for a smaller launch would break a larger one cached before.
+    struct Limit {
+        const void* kernel;
+        int device, smem;
+    };
     static std::mutex mutex;
     static std::vector<Entry> cache;
+    static std::vector<Limit> limits;
     int device = 0;
     DSV4_CUDA_CHECK(cudaGetDevice(&device));
     std::lock_guard<std::mutex> lock(mutex);
@@ -24,8 +32,15 @@ int64_t resident_ctas(const void* kernel, int threads, int smem) {
         if (e.kernel == kernel && e.device == device && e.threads == threads && e.smem == smem) return e.ctas;
     int sms = 0, per_sm = 0;
     DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    if (smem > 48 * 1024)
-        DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    if (smem > 48 * 1024) {
+        auto limit = std::find_if(limits.begin(), limits.end(),
+                                  [&](const Limit& l) { return l.kernel == kernel && l.device == device; });
+        if (limit == limits.end()) limit = limits.insert(limits.end(), {kernel, device, 48 * 1024});
+        if (smem > limit->smem) {
+            DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+            limit->smem = smem;
+        }
+    }
     DSV4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, size_t(smem)));
     cache.push_back({kernel, device, threads, smem, int64_t(sms) * (per_sm > 0 ? per_sm : 1)});
     return cache.back().ctas;

@@ -1,6 +1,7 @@
 // How many CTAs of a kernel fit on the current device at once (SMs x CTAs per SM for `threads` and `smem`), for
 // persistent grids. Cached per (kernel, device, threads, smem): an occupancy query on every launch would cost more
-// than a decode launch's kernel time. Raises the kernel's dynamic shared-memory limit to `smem` first.
+// than a decode launch's kernel time. Raises the kernel's dynamic shared-memory limit to at least `smem` first (never
+// lowers it: a launch found in the cache must still fit).
 #pragma once
 
 #include <cstdint>
