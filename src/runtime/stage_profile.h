@@ -30,16 +30,17 @@ namespace dsv4 {
 //   attn_hc_post    mHC post-mix of the attention output
 //   ffn_hc_pre      mHC pre-mix + ffn_norm
 //   router          gate, routing, row index
-//   routed_experts  w1, w3, SwiGLU, w2 over the selected experts
+//   routed_experts  w1, w3, SwiGLU, w2 over the selected experts (this GPU's, under expert parallelism)
+//   expert_exchange the routed slots summed over the ranks (expert parallelism only)
 //   shared_expert   s1, s3, SwiGLU, s2
 //   moe_combine     routed + shared sum
 //   ffn_hc_post     mHC post-mix of the MoE output
 //   head            mHC head mix, final norm, lm_head
 //   logits_copy     the logits to the host
-inline constexpr std::array<std::string_view, 19> kStages = {
-    "upload",        "embed",       "attn_hc_pre", "q_proj",       "window_kv",  "indexer", "compressor",
-    "sparse_attn",   "o_proj",      "ring_update", "attn_hc_post", "ffn_hc_pre", "router",  "routed_experts",
-    "shared_expert", "moe_combine", "ffn_hc_post", "head",         "logits_copy"};
+inline constexpr std::array<std::string_view, 20> kStages = {
+    "upload",          "embed",         "attn_hc_pre", "q_proj",       "window_kv",  "indexer",    "compressor",
+    "sparse_attn",     "o_proj",        "ring_update", "attn_hc_post", "ffn_hc_pre", "router",     "routed_experts",
+    "expert_exchange", "shared_expert", "moe_combine", "ffn_hc_post",  "head",       "logits_copy"};
 
 // One interval of a recorded piece: from the event opening `stage` to the next event.
 struct StageTime {

@@ -570,9 +570,11 @@ void CudaModel::Impl::moe(int64_t layer) {
     cuda::moe_row_index({ws.sorted, ws.row_index, T * k, int32_t(k)}, s);
 
     // Routed experts on the gathered slots: gate/up (one launch for both FP4 matrices), SwiGLU with the routing
-    // weight, down.
+    // weight, down. Under expert parallelism this GPU runs the slots of its experts only: the offsets from its first
+    // expert on, its `held` experts (the weights' index 0 is expert held.first).
     stages.mark("routed_experts", layer);
     const int64_t slots = T * k;
+    const int32_t* held_offsets = ws.offsets + held.first;
     auto experts = [&](const cuda::DeviceExperts& e, const bf16* x, int64_t rows, int64_t cols,
                        const int32_t* row_index, bf16* y, const cuda::DeviceExperts* second, bf16* y_second) {
         if (e.format == WeightFormat::kFp4Mx || e.format == WeightFormat::kNvfp4) {
@@ -581,14 +583,14 @@ void CudaModel::Impl::moe(int64_t layer) {
             p.a = ws.act_q;
             p.a_scale = ws.act_scale;
             p.row_index = row_index;
-            p.expert_offsets = ws.offsets;
+            p.expert_offsets = held_offsets;
             p.format = e.format == WeightFormat::kFp4Mx ? cuda::ExpertFormat::kMxfp4 : cuda::ExpertFormat::kNvfp4;
             p.w = static_cast<const uint8_t*>(e.data);
             p.w_scale = e.scale;
             p.w_global = e.global;
             p.y = y;
             if (second) p.second = {static_cast<const uint8_t*>(second->data), second->scale, second->global, y_second};
-            p.experts = E;
+            p.experts = held.count;
             p.n = e.rows;
             p.k = e.cols;
             // A token reaches an expert at most once (score routing picks k distinct experts; hash rows were checked
@@ -604,11 +606,11 @@ void CudaModel::Impl::moe(int64_t layer) {
             cuda::DenseExpertGemmParams p;
             p.x = x;
             p.row_index = row_index;
-            p.expert_offsets = ws.offsets;
+            p.expert_offsets = held_offsets;
             p.w = ei.data;
             p.w_f32 = ei.format == WeightFormat::kF32;
             p.y = i ? y_second : y;
-            p.experts = E;
+            p.experts = held.count;
             p.n = ei.rows;
             p.k = ei.cols;
             p.max_slots = slots;
@@ -624,12 +626,19 @@ void CudaModel::Impl::moe(int64_t layer) {
     sw.out = ws.hidden;
     sw.routing_weights = ws.routing_weights;
     sw.sorted_assignment = ws.sorted;
-    sw.row_count = ws.offsets + E;
+    sw.row_first = held_offsets;
+    sw.row_count = held_offsets + held.count;
     sw.rows = slots;
     sw.inter = I;
     sw.limit = float(c.swiglu_limit);
     cuda::swiglu(sw, s);
+    const ExpertParallel& ep = options.expert_parallel;
+    if (ep.ranks > 1) DSV4_CUDA_CHECK(cudaMemsetAsync(ws.routed_out, 0, size_t(slots * D) * sizeof(bf16), s));
     experts(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out, nullptr, nullptr);
+    if (ep.ranks > 1) {  // every slot from the rank that holds its expert; x + 0 is x, so the sum is exact
+        stages.mark("expert_exchange", layer);
+        ep.sum->sum_bf16(ws.routed_out, slots * D, s);
+    }
 
     // Shared expert.
     stages.mark("shared_expert", layer);

@@ -9,6 +9,9 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/number_formats.h"
@@ -178,13 +181,20 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
                 if (std::find(t.begin() + int64_t(row), t.begin() + int64_t(i), t[i]) != t.begin() + int64_t(i))
                     m.hash_rows_distinct = false;
     }
+    const ExpertParallel& ep = options.expert_parallel;
+    DSV4_CHECK(ep.ranks >= 1 && ep.rank >= 0 && ep.rank < ep.ranks && ep.ranks <= config.n_routed_experts,
+               "expert parallelism: rank {} of {} ranks; the model has {} routed experts per layer", ep.rank, ep.ranks,
+               config.n_routed_experts);
+    DSV4_CHECK(ep.ranks == 1 || ep.sum, "expert parallelism over {} ranks needs a RankSum (NCCL)", ep.ranks);
+    m.held = expert_range(config.n_routed_experts, ep.rank, ep.ranks);
     m.numerics = numerics;
     m.options = options;
     DSV4_CUDA_CHECK(cudaSetDevice(options.device));
     DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&m.num_sms, cudaDevAttrMultiProcessorCount, options.device));
 
     // 1. The memory plan, before anything is allocated.
-    const size_t weight_bytes = cuda::measure_weights(config, m.host);
+    const cuda::ExpertShare share{m.held.first, m.held.count};
+    const size_t weight_bytes = cuda::measure_weights(config, m.host, share);
     m.pool = plan_pool(config, options);
     const size_t state_bytes = m.pool.bytes();
     Bump measure;
@@ -193,12 +203,16 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     const size_t need = weight_bytes + state_bytes + workspace_bytes;
     size_t free_bytes = 0, total_bytes = 0;
     DSV4_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const std::string held_note =
+        ep.ranks == 1 ? std::string()
+                      : fmt::format(" (rank {} of {}: routed experts {}..{} of {})", ep.rank, ep.ranks, m.held.first,
+                                    m.held.first + m.held.count - 1, config.n_routed_experts);
     if (options.print_plan)
         std::fprintf(stderr,
-                     "dsv4: GPU memory plan on %s: weights %.1f MiB, state %.1f MiB (%lld sequences of up to %lld "
+                     "dsv4: GPU memory plan on %s%s: weights %.1f MiB, state %.1f MiB (%lld sequences of up to %lld "
                      "positions sharing %lld cache pages of %lld positions), workspace %.1f MiB (pieces of %lld "
                      "tokens); total %.1f MiB of %.1f MiB free\n",
-                     cuda::describe_device(options.device).c_str(), mib(weight_bytes), mib(state_bytes),
+                     cuda::describe_device(options.device).c_str(), held_note.c_str(), mib(weight_bytes), mib(state_bytes),
                      (long long)options.max_sequences, (long long)options.max_context, (long long)m.pool.pages,
                      (long long)m.pool.page_positions, mib(workspace_bytes), (long long)options.max_chunk_tokens,
                      mib(need), mib(free_bytes));
@@ -214,7 +228,7 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     m.meta_copied = std::make_unique<cuda::Event>();
     m.lt = std::make_unique<cuda::CublasLt>();
     m.weight_arena = cuda::DeviceBuffer<uint8_t>(weight_bytes);
-    m.w = cuda::upload_weights(config, m.host, m.weight_arena, m.stream->get());
+    m.w = cuda::upload_weights(config, m.host, m.weight_arena, m.stream->get(), share);
     m.state_arena = cuda::DeviceBuffer<uint8_t>(state_bytes);
     Bump state{m.state_arena.get()};
     m.entries = state.take<uint8_t>(m.pool.rows * m.pool.entry_bytes);
@@ -239,6 +253,12 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     m.slots->max_pages = m.pool.max_pages;
     m.slots->table.assign(size_t(m.pool.sequences * m.pool.max_pages), -1);
     for (int64_t g = m.pool.pages - 1; g >= 0; --g) m.slots->free_pages.push_back(int32_t(g));
+}
+
+ExpertRange expert_range(int64_t experts, int rank, int ranks) {
+    DSV4_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "expert_range: rank {} of {}", rank, ranks);
+    const int64_t first = experts * rank / ranks, end = experts * (rank + 1) / ranks;
+    return {first, end - first};
 }
 
 CudaModel::~CudaModel() {

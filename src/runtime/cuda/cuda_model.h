@@ -10,6 +10,8 @@
 // forcing, forward_block) in tests/gpu/cuda_layer_test.cpp.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -20,6 +22,28 @@
 #include "runtime/stage_profile.h"
 
 namespace dsv4 {
+
+// Sums a bf16 buffer over the ranks of an expert-parallel run, in place, on `stream`: NcclGroup (nccl_group.h).
+// Capturable in a CUDA graph where the decode graphs need it (NCCL is).
+class RankSum {
+  public:
+    virtual ~RankSum() = default;
+    virtual void sum_bf16(void* data, int64_t count, cudaStream_t stream) = 0;
+};
+
+// Expert parallelism (docs/parallel.md): rank r of n holds the routed experts expert_range(E, r, n) of every layer
+// and everything else whole. Each rank routes every token, runs its experts' slots, zeroes the others' and sums the
+// slot buffer over the ranks: every slot is non-zero on exactly one rank, so the sum is exact and the combine sees
+// the bits one GPU computes.
+struct ExpertParallel {
+    int rank = 0, ranks = 1;
+    RankSum* sum = nullptr;  // required when ranks > 1; outlives the model
+};
+struct ExpertRange {
+    int64_t first = 0, count = 0;
+};
+// Contiguous ranges, sizes differing by at most one.
+ExpertRange expert_range(int64_t experts, int rank, int ranks);
 
 // Runtime knobs of the GPU executor (not model hyperparameters).
 struct CudaOptions {
@@ -34,6 +58,7 @@ struct CudaOptions {
     // One launch for the projections that read one input, where their weights stack (device_weights.h); off: one
     // launch per weight, the same bits (tests compare the two).
     bool stacked_projections = true;
+    ExpertParallel expert_parallel;
 };
 
 class CudaModel final : public Backend {

@@ -173,6 +173,7 @@ struct CudaModel::Impl {
     std::shared_ptr<SlotPool> slots;
     std::map<std::pair<int64_t, bool>, DecodeGraph> decode_graphs;  // by batch size and profiler on; on first use
     PieceShape piece;                                               // the piece being enqueued
+    ExpertRange held;  // the routed experts of every layer on this GPU (options.expert_parallel)
     bool hash_rows_distinct = true;  // every tid2eid row names k distinct experts (bounds an expert's slots by T)
     StageMarks stages;               // the stage profiler: off unless CudaModel::set_stage_profiling
 

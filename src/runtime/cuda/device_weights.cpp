@@ -219,7 +219,7 @@ DeviceMatrix put_shared_input(Uploader& up, std::span<const QuantizedMatrix* con
     return stack;
 }
 
-DeviceExperts put_experts(Uploader& up, const std::vector<ExpertWeights>& experts,
+DeviceExperts put_experts(Uploader& up, std::span<const ExpertWeights> experts,
                           const QuantizedMatrix ExpertWeights::*proj) {
     const QuantizedMatrix& first = experts.front().*proj;
     DeviceExperts d;
@@ -275,7 +275,7 @@ DeviceCompressor put_compressor(Uploader& up, const CompressorWeights& c) {
     return d;
 }
 
-DeviceWeights build(Uploader& up, const ModelConfig& config, const ModelWeights& w) {
+DeviceWeights build(Uploader& up, const ModelConfig& config, const ModelWeights& w, ExpertShare share) {
     DeviceWeights d;
     // The embedding as a bf16 table: the forward rounds the gathered row to bf16, so rounding the table is the same.
     if (w.embed.format == WeightFormat::kBF16) {
@@ -326,9 +326,14 @@ DeviceWeights build(Uploader& up, const ModelConfig& config, const ModelWeights&
         dm.gate = put_matrix(up, m.gate, true);
         if (!m.gate_bias.empty()) dm.bias = up.put_vec(m.gate_bias);
         if (!m.tid2eid.empty()) dm.tid2eid = up.put_vec(m.tid2eid);
-        dm.w1 = put_experts(up, m.experts, &ExpertWeights::w1);
-        dm.w2 = put_experts(up, m.experts, &ExpertWeights::w2);
-        dm.w3 = put_experts(up, m.experts, &ExpertWeights::w3);
+        const int64_t count = share.count < 0 ? int64_t(m.experts.size()) : share.count;
+        DSV4_CHECK(share.first >= 0 && count > 0 && share.first + count <= int64_t(m.experts.size()),
+                   "experts [{}, {}) of layer {}: the layer has {} routed experts", share.first, share.first + count, l,
+                   m.experts.size());
+        const std::span<const ExpertWeights> held = std::span(m.experts).subspan(size_t(share.first), size_t(count));
+        dm.w1 = put_experts(up, held, &ExpertWeights::w1);
+        dm.w2 = put_experts(up, held, &ExpertWeights::w2);
+        dm.w3 = put_experts(up, held, &ExpertWeights::w3);
         const QuantizedMatrix* gate_up[] = {&m.shared.w1, &m.shared.w3};
         DeviceMatrix* gate_up_views[] = {&dm.s1, &dm.s3};
         dm.s1_s3 = put_shared_input(up, gate_up, gate_up_views, false);
@@ -340,18 +345,18 @@ DeviceWeights build(Uploader& up, const ModelConfig& config, const ModelWeights&
 
 }  // namespace
 
-size_t measure_weights(const ModelConfig& config, const ModelWeights& weights) {
+size_t measure_weights(const ModelConfig& config, const ModelWeights& weights, ExpertShare experts) {
     Uploader up(nullptr, 0, nullptr);
-    build(up, config, weights);
+    build(up, config, weights, experts);
     return up.used();
 }
 
 DeviceWeights upload_weights(const ModelConfig& config, const ModelWeights& weights, DeviceBuffer<uint8_t>& arena,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, ExpertShare experts) {
     DeviceWeights d;
     {
         Uploader up(arena.get(), arena.bytes(), stream);
-        d = build(up, config, weights);
+        d = build(up, config, weights, experts);
     }  // the uploader waits for its copies before the staging buffer and owned host data go
     return d;
 }

@@ -123,12 +123,18 @@ struct DeviceWeights {
     std::vector<DeviceBlock> layers;
 };
 
+// Which routed experts of every layer go to this GPU: [first, first + count) (expert parallelism; all of them on one
+// GPU). DeviceExperts then holds those `count`, expert `first` at index 0; no other expert's bytes are read.
+struct ExpertShare {
+    int64_t first = 0, count = -1;  // count -1: every expert
+};
+
 // Bytes the arena needs for `weights` (MTP layers are not uploaded: the forward does not run them). Throws
 // dsv4::Error naming the tensor when a format has no GPU path yet.
-size_t measure_weights(const ModelConfig& config, const ModelWeights& weights);
+size_t measure_weights(const ModelConfig& config, const ModelWeights& weights, ExpertShare experts = {});
 
 // Uploads into `arena` (>= measure_weights bytes) and returns the device views. Synchronous.
 DeviceWeights upload_weights(const ModelConfig& config, const ModelWeights& weights, DeviceBuffer<uint8_t>& arena,
-                             cudaStream_t stream);
+                             cudaStream_t stream, ExpertShare experts = {});
 
 }  // namespace dsv4::cuda

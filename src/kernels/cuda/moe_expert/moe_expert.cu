@@ -20,7 +20,7 @@ __global__ void moe_row_index_kernel(const MoeRowIndexParams p) {
 // One CTA row-strip per slot row; threads over the intermediate dim.
 __global__ void swiglu_kernel(const SwigluParams p) {
     const int64_t r = blockIdx.x;
-    if (p.row_count && r >= *p.row_count) return;
+    if ((p.row_first && r < *p.row_first) || (p.row_count && r >= *p.row_count)) return;
     float weight = 1.0f;
     if (p.routing_weights) weight = p.routing_weights[p.sorted_assignment[r]];
     const int64_t in = r * (p.gate_up_stride ? p.gate_up_stride : p.inter);  // the row's gate and up
@@ -87,7 +87,7 @@ template <typename W>
 __global__ void dense_expert_gemm_kernel(const DenseExpertGemmParams p) {
     const int64_t slot = blockIdx.y + int64_t(gridDim.y) * blockIdx.z;
     const int64_t total = p.expert_offsets[p.experts];
-    if (slot >= total) return;
+    if (slot >= total || slot < p.expert_offsets[0]) return;
     int lo = 0, hi = int(p.experts) - 1;  // the expert e with offsets[e] <= slot < offsets[e + 1]
     while (lo < hi) {
         const int mid = (lo + hi + 1) / 2;

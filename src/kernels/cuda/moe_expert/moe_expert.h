@@ -35,7 +35,10 @@ struct SwigluParams {
     // Routed experts: slot p is weighted by routing_weights[sorted_assignment[p]]; both null for the shared expert.
     const float* routing_weights = nullptr;      // [tokens * k] f32
     const int32_t* sorted_assignment = nullptr;  // [rows]
-    const int32_t* row_count = nullptr;  // device scalar: rows past it are skipped (expert_offsets[E]); null: all
+    // Device scalars bounding the rows computed: rows before *row_first or from *row_count on are skipped (the
+    // slots of the experts this rank holds: expert_offsets[first] and expert_offsets[first + count]); null: 0 / rows.
+    const int32_t* row_first = nullptr;
+    const int32_t* row_count = nullptr;
     int64_t rows = 0, inter = 0;
     float limit = 0.0f;  // swiglu_limit; <= 0: no clamp
 };
@@ -55,8 +58,10 @@ void moe_combine(const MoeCombineParams& p, cudaStream_t stream);
 struct DenseExpertGemmParams {
     const __nv_bfloat16* x = nullptr;         // [rows, k] bf16
     const int32_t* row_index = nullptr;       // [slots] row of x per slot; null: slot p reads row p
-    const int32_t* expert_offsets = nullptr;  // [experts + 1] device
-    const void* w = nullptr;                  // [experts, n, k] f32 or bf16
+    // [experts + 1] device, non-decreasing; offsets[0] may be > 0 (the first expert a rank holds): slots before it are
+    // another rank's and are left alone.
+    const int32_t* expert_offsets = nullptr;
+    const void* w = nullptr;  // [experts, n, k] f32 or bf16
     bool w_f32 = true;
     __nv_bfloat16* y = nullptr;                        // [slots, n] bf16
     int64_t experts = 0, n = 0, k = 0, max_slots = 0;  // max_slots: host bound on expert_offsets[experts]

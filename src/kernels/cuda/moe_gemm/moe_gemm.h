@@ -39,7 +39,9 @@ struct MoeGemmParams {
     const uint8_t* a = nullptr;               // [rows, k] e4m3, row stride k
     const float* a_scale = nullptr;           // [rows, ceil(k/128)] f32, powers of two
     const int32_t* row_index = nullptr;       // [slots] activation row of each slot, or null (slot p reads row p)
-    const int32_t* expert_offsets = nullptr;  // [experts + 1] device, non-decreasing, offsets[0] = 0
+    // [experts + 1] device, non-decreasing; offsets[0] > 0 where the experts are one rank's share of a layer's
+    // (slots before it belong to other ranks and are not touched)
+    const int32_t* expert_offsets = nullptr;
     ExpertFormat format = ExpertFormat::kMxfp4;
     const uint8_t* w = nullptr;         // [experts, n, k/2] packed e2m1, low nibble = even column
     const uint8_t* w_scale = nullptr;   // [experts, n, k/32] E8M0 (MXFP4) or [experts, n, k/16] e4m3 (NVFP4)

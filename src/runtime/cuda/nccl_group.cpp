@@ -1,0 +1,60 @@
+#include "runtime/cuda/nccl_group.h"
+
+#include <nccl.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/cuda/common/cuda_check.h"
+
+namespace dsv4::cuda {
+
+namespace {
+
+void check(ncclResult_t r, const char* what) {
+    DSV4_CHECK(r == ncclSuccess, "NCCL {} failed: {} ({}); NCCL_DEBUG=WARN shows NCCL's own account", what,
+               ncclGetErrorString(r), ncclGetLastError(nullptr) ? ncclGetLastError(nullptr) : "");
+}
+
+}  // namespace
+
+struct NcclGroup::Comm {
+    ncclComm_t comm = nullptr;
+    std::atomic<bool> aborted{false};
+};
+
+std::vector<uint8_t> NcclGroup::unique_id() {
+    ncclUniqueId id;
+    check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    std::vector<uint8_t> bytes(sizeof(id.internal));
+    std::memcpy(bytes.data(), id.internal, bytes.size());
+    return bytes;
+}
+
+NcclGroup::NcclGroup(int rank, int ranks, std::span<const uint8_t> unique_id, int device)
+    : comm_(std::make_unique<Comm>()), rank_(rank), ranks_(ranks) {
+    ncclUniqueId id;
+    DSV4_CHECK(unique_id.size() == sizeof(id.internal), "NCCL unique id of {} bytes, expected {}", unique_id.size(),
+               sizeof(id.internal));
+    std::memcpy(id.internal, unique_id.data(), sizeof(id.internal));
+    DSV4_CUDA_CHECK(cudaSetDevice(device));
+    check(ncclCommInitRank(&comm_->comm, ranks, id, rank), "ncclCommInitRank");
+}
+
+NcclGroup::~NcclGroup() {
+    if (!comm_->comm) return;
+    if (comm_->aborted.load()) return;  // abort() freed it
+    ncclCommDestroy(comm_->comm);
+}
+
+void NcclGroup::sum_bf16(void* data, int64_t count, cudaStream_t stream) {
+    check(ncclAllReduce(data, data, size_t(count), ncclBfloat16, ncclSum, comm_->comm, stream), "ncclAllReduce");
+}
+
+void NcclGroup::abort() {
+    if (comm_->aborted.exchange(true)) return;
+    ncclCommAbort(comm_->comm);
+}
+
+}  // namespace dsv4::cuda
