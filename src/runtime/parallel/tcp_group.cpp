@@ -464,7 +464,7 @@ std::unique_ptr<TcpGroup> TcpGroup::rendezvous(const RankInfo& place, const Rend
         if (!read_frame(fd, frame, kMaxRendezvousFrame, after(options.timeout_s + kHelloWait_s), reason) ||
             frame.type != kVerdict) {
             fail("rank {} lost its connection to rank 0 at {} during the rendezvous ({})", place.rank, where,
-                 frame.type == kVerdict || reason.size() ? reason : "an unexpected frame");
+                 reason.empty() ? "an unexpected frame" : reason);
         }
         Reader r(frame.body);
         const bool ok = r.u8() == 1;
