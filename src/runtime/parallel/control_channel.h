@@ -17,10 +17,11 @@ class ControlChannel {
     virtual int rank() const = 0;
     virtual int world() const = 0;
     // Leader only: one message to every follower (returns once it is handed to the transport). Throws dsv4::Error
-    // naming the rank when a follower is gone.
+    // naming the rank when a follower is gone. A message is never empty: the empty message means "the end".
     virtual void broadcast(std::span<const uint8_t> message) = 0;
-    // Followers only: the leader's next message, waiting as long as it takes. Throws dsv4::Error when the leader
-    // is gone (its process ended or the connection broke).
+    // Followers only: the leader's next message, waiting as long as it takes. An empty message: the leader ended
+    // the run in order (TcpGroup::close()); every later receive() returns empty too. Throws dsv4::Error when the
+    // leader is gone (its process ended or the connection broke without that goodbye).
     virtual std::vector<uint8_t> receive() = 0;
 };
 

@@ -12,9 +12,9 @@ namespace dsv4::parallel {
 struct ParallelOptions {
     std::vector<int> gpus;  // this node's GPUs, one rank each, in local-rank order; empty: one GPU, no ranks
     int nnodes = 1, node_rank = 0;
-    std::string master_addr = "127.0.0.1";  // where rank 0 listens for the rendezvous
-    int master_port = 0;                    // 0 on one node: the launcher picks a free port
-    double timeout_s = 300;                 // rendezvous wait, and how long a silent peer may stall a collective
+    std::string master_addr;  // where rank 0 listens for the rendezvous; empty: 127.0.0.1 (required when nnodes > 1)
+    int master_port = 0;      // 0 on one node: the launcher picks a free port on loopback
+    double timeout_s = 300;   // rendezvous wait, and how long a silent peer may stall a collective
     bool parallel() const { return nnodes > 1 || gpus.size() > 1; }
 };
 
@@ -22,7 +22,9 @@ struct ParallelOptions {
 struct RankInfo {
     int rank = 0, world = 1;
     int local_rank = 0, local_world = 1;
-    int device = 0;  // CUDA device ordinal
+    int device = 0;                         // CUDA device ordinal
+    std::string master_addr = "127.0.0.1";  // the rendezvous (tcp_group.h): where rank 0 listens
+    int master_port = 0;
     bool leader() const { return rank == 0; }
 };
 
