@@ -28,8 +28,11 @@
 #include <string>
 #include <vector>
 
+#include <fmt/ranges.h>
+
 #include "commands.h"
 #include "core/error.h"
+#include "ranks.h"
 #include "model/synthetic_checkpoint.h"
 #ifdef DSV4_WITH_CUDA
 #include <cuda_runtime.h>
@@ -81,7 +84,9 @@ class SyntheticWeights {
         }
     }
 
-    ModelWeights build(const ModelConfig& c) {
+    // Every tensor of `c`; of the routed experts only those in `held` (the rest keep their shapes and formats with no
+    // bytes: a rank of an expert-parallel run reads only its own). An expert's values do not depend on `held`.
+    ModelWeights build(const ModelConfig& c, ExpertRange held) {
         ModelWeights w;
         const int64_t D = c.hidden_size, n = c.hc_mult;
         w.embed = bf16("embed.weight", c.vocab_size, D, 1.0);
@@ -124,7 +129,9 @@ class SyntheticWeights {
                 m.gate_bias = normals(E, 0.1);
             for (int64_t e = 0; e < E; ++e) {
                 const std::string x = p + ".ffn.experts." + std::to_string(e);
-                m.experts.push_back({fp4(x + ".w1", I, D), fp4(x + ".w2", D, I), fp4(x + ".w3", I, D)});
+                const bool mine = e >= held.first && e < held.first + held.count;
+                m.experts.push_back({fp4(x + ".w1", I, D, mine), fp4(x + ".w2", D, I, mine),
+                                     fp4(x + ".w3", I, D, mine)});
             }
             m.shared = {fp8(p + ".ffn.shared_experts.w1", I, D), fp8(p + ".ffn.shared_experts.w2", D, I),
                         fp8(p + ".ffn.shared_experts.w3", I, D)};
@@ -185,22 +192,26 @@ class SyntheticWeights {
         return m;
     }
 
-    QuantizedMatrix fp4(const std::string& name, int64_t rows, int64_t cols) {
+    QuantizedMatrix fp4(const std::string& name, int64_t rows, int64_t cols, bool with_bytes = true) {
         QuantizedMatrix m;
         m.name = name + ".weight";
         m.format = WeightFormat::kFp4Mx;
         m.rows = rows;
         m.cols = cols;
+        m.scale_dtype = DType::kF8E8M0;
+        m.scale_cols = cols / 32;
+        m.block_rows = 1;
+        m.block_cols = 32;
+        if (!with_bytes) {
+            next_key();  // the key fill() would have taken: the next tensors' values stay the same
+            return m;
+        }
         uint8_t* data = take(size_t(rows * cols / 2));
         fill(data, rows * cols / 2, fp4_);
         uint8_t* scale = take(size_t(rows * cols / 32));
         std::fill(scale, scale + rows * cols / 32, e8m0_for(kFp4CodeStd, cols));
         m.data = data;
         m.scale = scale;
-        m.scale_dtype = DType::kF8E8M0;
-        m.scale_cols = cols / 32;
-        m.block_rows = 1;
-        m.block_cols = 32;
         return m;
     }
 
@@ -459,7 +470,17 @@ struct BenchArgs {
     uint64_t seed = 0;
     int threads = 0;
     bool stages = false;  // also the per-stage table of every measured step (CudaModel's stage profiler)
+    ParallelFlags parallel;  // --gpus ...: the model over several GPUs (ranks.h); rank 0 measures and prints
+    std::optional<parallel::RankInfo> rank;
+    int device = 0;
 };
+
+// The stage profiler as a call every rank makes (LeaderBackend::control): the decode graphs of all ranks are
+// re-captured with the event nodes, so every rank keeps running the same graphs.
+void stage_control(Backend& local, const std::string& name, int64_t value) {
+    DSV4_CHECK(name == "stage_profiling", "dsv4 bench: unknown control call '{}'", name);
+    dynamic_cast<CudaModel&>(local).set_stage_profiling(value != 0);
+}
 
 // --stages: `step` (which returns its host-clock ms) again `warmup` (at least one: it captures the profiled decode
 // graph) + `steps` times with the stage profiler on; the table of the timed steps and their median time.
@@ -469,17 +490,18 @@ struct StageRun {
 };
 
 template <typename Step>
-StageRun profile_stages(CudaModel& model, const BenchArgs& a, Step step) {
-    model.set_stage_profiling(true);
+StageRun profile_stages(Backend& model, const BenchArgs& a, Step step) {
+    CudaModel& local = dynamic_cast<CudaModel&>(local_model(model));
+    control(model, stage_control, "stage_profiling", 1);
     std::vector<std::vector<StageTime>> recorded;
     std::vector<double> ms;
     for (int64_t i = 0; i < std::max<int64_t>(a.warmup, 1) + a.steps; ++i) {
         const double h = step();
         if (i < std::max<int64_t>(a.warmup, 1)) continue;
-        recorded.push_back(model.stage_times());
+        recorded.push_back(local.stage_times());
         ms.push_back(h);
     }
-    model.set_stage_profiling(false);
+    control(model, stage_control, "stage_profiling", 0);
     return {stage_table(recorded), median(ms)};
 }
 
@@ -529,8 +551,14 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs) {
     auto t0 = std::chrono::steady_clock::now();
     ThreadPool pool(a.threads);
     SyntheticWeights synth(a.seed, pool);
-    ModelWeights weights = synth.build(config);
-    std::printf("host weights generated: %.2f GB in %.1f s\n", double(synth.host_bytes()) / 1e9, seconds_since(t0));
+    const int ranks = a.rank ? a.rank->world : 1;
+    const ExpertRange held = expert_range(config.n_routed_experts, a.rank ? a.rank->rank : 0, ranks);
+    ModelWeights weights = synth.build(config, held);
+    std::printf("host weights generated: %.2f GB in %.1f s%s\n", double(synth.host_bytes()) / 1e9, seconds_since(t0),
+                ranks > 1 ? fmt::format(" (this rank's routed experts, {}..{}, of {})", held.first,
+                                        held.first + held.count - 1, config.n_routed_experts)
+                                .c_str()
+                          : "");
     const StepBytes bytes = step_bytes(config, weights, a.context + a.warmup + a.steps / 2);
     const StepBytes batch_bytes = step_bytes(config, weights, a.batch_context);  // one token of a batch
     const auto floors = stage_floors(config, weights, a.context + a.warmup + a.steps / 2);
@@ -544,11 +572,28 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs) {
     t0 = std::chrono::steady_clock::now();
     CudaOptions options;
     const int64_t max_batch = a.batches.empty() ? 1 : *std::max_element(a.batches.begin(), a.batches.end());
+    options.device = a.device;
     options.max_sequences = std::max<int64_t>(2, max_batch);
     options.max_context = max_context;
     options.max_chunk_tokens = a.chunk;
-    CudaModel model(config, std::move(weights), Numerics::kModel, options);
-    std::printf("model uploaded in %.1f s\n", seconds_since(t0));
+    auto make = [&](const ExpertParallel& ep) -> std::unique_ptr<Backend> {
+        options.expert_parallel = ep;
+        return std::make_unique<CudaModel>(config, std::move(weights), Numerics::kModel, options);
+    };
+    std::unique_ptr<Backend> owner;
+    if (a.rank) {
+        const RunIdentity identity{
+            fmt::format("bench preset {} layers {} seed {}", a.preset, config.num_layers, a.seed),
+            fmt::format("context {} batch context {} steps {} warmup {} chunk {} batches {} stages {}", a.context,
+                        a.batch_context, a.steps, a.warmup, a.chunk, fmt::join(a.batches, ","), a.stages)};
+        owner = model_on_ranks(*a.rank, a.parallel.options, identity, make, stage_control);
+        if (!owner) return run;  // a rank other than 0: it made rank 0's calls on its share of the model
+    } else {
+        owner = make({});
+    }
+    Backend& model = *owner;
+    std::printf("model uploaded in %.1f s%s\n", seconds_since(t0),
+                ranks > 1 ? fmt::format(" (rank 0 of {}; the others mirror its calls)", ranks).c_str() : "");
 
     uint64_t rng = mix64(a.seed ^ 0x69647321ull);
     auto random_id = [&] { return int32_t(mix64(rng++) % uint64_t(config.vocab_size)); };
@@ -620,6 +665,10 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs) {
     line("indexer keys", bytes.index_keys, "68 B each, visible/4 per CSA layer");
     std::printf("  %-22s %10.2f MB\n", "total", total / 1e6);
     std::printf("floor at copy bandwidth: %.3f ms\n", floor_ms);
+    if (ranks > 1)
+        std::printf("floor per GPU at copy bandwidth (everything but the routed experts on every GPU, the selected "
+                    "experts spread over the %d GPUs): %.3f ms\n",
+                    ranks, (total - bytes.routed + bytes.routed / ranks) / (copy_gbs * 1e9) * 1e3);
     std::printf("decode step (CUDA events around forward(), logits copy + host sync included): median %.3f ms, "
                 "min %.3f, max %.3f over %lld steps; host clock median %.3f ms\n",
                 step_ms, *std::min_element(event_ms.begin(), event_ms.end()),
@@ -713,13 +762,15 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs) {
 
 void run_bench(const BenchArgs& a) {
     DSV4_CHECK(cuda::device_count() > 0, "dsv4 bench needs a CUDA GPU; none was found");
-    std::printf("device: %s\n", cuda::describe_device(0).c_str());
+    DSV4_CUDA_CHECK(cudaSetDevice(a.device));
+    std::printf("device: %s%s\n", cuda::describe_device(a.device).c_str(),
+                a.rank ? fmt::format(" (rank 0 of {} ranks, one GPU each)", a.rank->world).c_str() : "");
     // Copy bandwidth, before a model takes the memory: the limit every floor below is measured against.
     const double copy_gbs = copy_bandwidth_gbs();
     std::printf("device-to-device copy (1 GiB, read + write, median of 10): %.0f GB/s\n", copy_gbs);
     std::vector<LayerRun> runs;
     for (int64_t layers : a.layers) runs.push_back(run_model(a, layers, copy_gbs));  // one model at a time
-    if (runs.size() < 2) return;
+    if (runs.size() < 2 || (a.rank && !a.rank->leader())) return;
 
     // The cost of one more layer: the difference between the smallest and the largest model over the layers between
     // them, so the lm_head, embedding and per-step overheads cancel. Its floor: the bytes those layers add.
@@ -760,6 +811,7 @@ void add_bench_command(CLI::App& app) {
         uint64_t seed = 0;
         int threads = 0;
         bool stages = false;
+        ParallelFlags parallel;
     };
     auto a = std::make_shared<BenchArgs>();
 #endif
@@ -786,8 +838,14 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--stages", a->stages,
                   "Also time every measured step with the stage profiler on and print its per-stage table (GPU time "
                   "per step and per layer, share, bytes floor)");
+    add_parallel_options(cmd, a->parallel);
     cmd->callback([a] {
 #ifdef DSV4_WITH_CUDA
+        if (std::optional<int> code = start_ranks(a->parallel, a->rank, a->device)) {
+            std::fflush(stdout);
+            std::fflush(stderr);
+            std::exit(*code);
+        }
         run_bench(*a);
 #else
         fail("dsv4 bench needs a CUDA build of dsv4 (configure with -DDSV4_CUDA=ON) and a GPU");

@@ -202,7 +202,10 @@ void add_chat_command(CLI::App& app) {
     cmd->add_option("--encoder", a->encoder, "Prompt encoder era: preview or 0731")
         ->check(CLI::IsMember({"preview", "0731"}));
     cmd->add_flag("-v,--verbose", a->verbose, "After each reply, show prompt tokens, reused tokens and timing");
-    cmd->callback([a] { run_chat(*a); });
+    cmd->callback([a] {
+        start_ranks_or_exit(a->model);  // before stdin is read
+        run_chat(*a);
+    });
 }
 
 }  // namespace dsv4::cli

@@ -37,6 +37,7 @@ void add_generate_command(CLI::App& app) {
     cmd->add_option("--system", a->system, "With --chat: a system message before the prompt");
     chat->excludes(ids);
     cmd->callback([a, prompt, ids] {
+        start_ranks_or_exit(a->model);
         DSV4_CHECK(prompt->count() > 0 || ids->count() > 0, "give the prompt: --prompt TEXT or --ids-file F");
         DSV4_CHECK(prompt->count() == 0 || !a->prompt.empty(),
                    "--prompt is empty: give the text to continue (or token ids with --ids-file F)");

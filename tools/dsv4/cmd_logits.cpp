@@ -41,6 +41,7 @@ void add_logits_command(CLI::App& app) {
     cmd->add_option("--chunks", *chunks, "Comma-separated chunk sizes summing to the number of ids (default: one)");
     cmd->add_option("--out", *out, "Output .safetensors file")->required();
     cmd->callback([=] {
+        start_ranks_or_exit(*options);
         std::vector<int32_t> ids = read_ids_file(*ids_file);
         std::vector<int64_t> schedule = parse_chunks(*chunks, int64_t(ids.size()));
         auto model = load_model(*options);

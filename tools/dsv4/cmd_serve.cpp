@@ -37,6 +37,13 @@ void run_serve(ServeArgs& a) {
     DSV4_CHECK(a.step_tokens > a.max_running, "--step-tokens ({}) must exceed --max-running ({})", a.step_tokens,
                a.max_running);
 
+    a.model.max_sequences = a.max_running + a.prefix_cache + 1;  // + 1: a cache entry's copy while it is made
+    a.model.max_context = a.max_context;
+    start_ranks_or_exit(a.model);
+    // A rank other than 0 serves nothing itself: it mirrors rank 0's engine and ends with it (load_model does not
+    // return there).
+    if (a.model.rank && !a.model.rank->leader()) load_model(a.model);
+
     // Signals go to one thread (sigwait below), whatever thread httplib or the engine runs; a closed socket is an
     // error return, not SIGPIPE.
     std::signal(SIGPIPE, SIG_IGN);
@@ -56,8 +63,6 @@ void run_serve(ServeArgs& a) {
     std::optional<tok::Tokenizer> tokenizer;
     try {
         tokenizer.emplace(open_tokenizer(a.model.dir));
-        a.model.max_sequences = a.max_running + a.prefix_cache + 1;  // + 1: a cache entry's copy while it is made
-        a.model.max_context = a.max_context;
         backend = load_model(a.model);
     } catch (...) {
         http.stop();

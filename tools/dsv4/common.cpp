@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "model/cpu_model.h"
@@ -25,33 +27,76 @@ void add_model_options(CLI::App* command, ModelOptions& o) {
                      "reference (f32, as transformers) | model (official DeepSeek-V4 numerics) | auto "
                      "(model for quantized checkpoints, else reference)")
         ->check(CLI::IsMember({"auto", "reference", "model"}));
-    command->add_option("--backend", o.backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+    command->add_option("--backend", o.backend, "cpu | cuda (default: cuda with --gpus, else cpu)")
+        ->check(CLI::IsMember({"cpu", "cuda"}));
     command->add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
     command->add_flag("-q,--quiet", o.quiet, "No progress or notes on stderr");
+    add_parallel_options(command, o.parallel);
 }
 
+void start_ranks_or_exit(ModelOptions& o) {
+    const bool gpus = (o.parallel.gpus_option && o.parallel.gpus_option->count() > 0) || o.parallel.options.nnodes > 1;
+    DSV4_CHECK(!(gpus && o.backend == "cpu"), "--gpus runs the model on GPUs: drop --backend cpu");
+    if (o.backend.empty()) o.backend = gpus ? "cuda" : "cpu";
+    if (std::optional<int> code = start_ranks(o.parallel, o.rank, o.device)) {
+        std::fflush(stdout);
+        std::fflush(stderr);
+        std::exit(*code);
+    }
+}
+
+namespace {
+
+// The fingerprints the ranks of a run compare (ranks.h): the checkpoint (its config and tensor index) and the
+// options that shape the computation.
+RunIdentity run_identity(const Checkpoint& checkpoint, const ModelOptions& o, Numerics numerics) {
+    const ModelConfig& c = checkpoint.config();
+    RunIdentity id;
+    id.model = fmt::format("layers {} experts {} hidden {} vocab {}, {} tensors, {} bytes", c.num_layers,
+                           c.n_routed_experts, c.hidden_size, c.vocab_size, checkpoint.tensors().size(),
+                           checkpoint.total_bytes());
+    id.options = fmt::format("numerics {}, sequences {}, context {}, chunk {}", numerics_name(numerics),
+                             o.max_sequences, o.max_context, o.max_chunk_tokens);
+    return id;
+}
+
+}  // namespace
+
 std::unique_ptr<Backend> load_model(const ModelOptions& o) {
+    DSV4_CHECK(!o.backend.empty(), "load_model before start_ranks_or_exit");
 #ifndef DSV4_WITH_CUDA
     DSV4_CHECK(o.backend == "cpu", "--backend {}: this dsv4 was built without CUDA; use --backend cpu", o.backend);
 #endif
     OpenOptions open_options;
-    open_options.show_progress = !o.quiet && isatty(STDERR_FILENO);
+    open_options.show_progress = !o.quiet && isatty(STDERR_FILENO) && (!o.rank || o.rank->local_rank == 0);
     auto checkpoint = Checkpoint::open(o.dir, open_options);
     const ModelConfig& config = checkpoint->config();
     Numerics numerics = o.numerics == "auto" ? (config.fp8_quantized ? Numerics::kModel : Numerics::kReference)
                                              : parse_numerics(o.numerics);
-    if (!o.quiet && o.numerics == "auto")
+    if (!o.quiet && o.numerics == "auto" && (!o.rank || o.rank->leader()))
         std::fprintf(stderr, "dsv4: numerics %s (%s checkpoint; choose with --numerics)\n", numerics_name(numerics),
                      config.fp8_quantized ? "quantized" : "floating-point");
     ModelWeights weights = load_model_weights(checkpoint, config);
 #ifdef DSV4_WITH_CUDA
     if (o.backend == "cuda") {
         CudaOptions cuda_options;
+        cuda_options.device = o.device;
         cuda_options.print_plan = !o.quiet;
         if (o.max_sequences > 0) cuda_options.max_sequences = o.max_sequences;
         if (o.max_context > 0) cuda_options.max_context = o.max_context;
         if (o.max_chunk_tokens > 0) cuda_options.max_chunk_tokens = o.max_chunk_tokens;
-        return std::make_unique<CudaModel>(config, std::move(weights), numerics, cuda_options);
+        if (!o.rank) return std::make_unique<CudaModel>(config, std::move(weights), numerics, cuda_options);
+        std::unique_ptr<Backend> model =
+            model_on_ranks(*o.rank, o.parallel.options, run_identity(*checkpoint, o, numerics),
+                           [&](const ExpertParallel& ep) -> std::unique_ptr<Backend> {
+                               cuda_options.expert_parallel = ep;
+                               return std::make_unique<CudaModel>(config, std::move(weights), numerics, cuda_options);
+                           });
+        if (!model) {  // a rank other than 0, done: rank 0 has ended the command
+            std::fflush(stdout);
+            std::exit(0);
+        }
+        return model;
     }
 #endif
     return std::make_unique<CpuModel>(config, std::move(weights), numerics, o.threads);

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "model/backend.h"
+#include "ranks.h"
+#include "runtime/parallel/parallel_options.h"
 #include "runtime/sampler.h"
 #include "tokenizer/completion.h"
 #include "tokenizer/tokenizer.h"
@@ -23,18 +25,30 @@ namespace dsv4::cli {
 struct ModelOptions {
     std::string dir;
     std::string numerics = "auto";  // auto: model numerics for quantized checkpoints, reference for float ones
-    std::string backend = "cpu";
+    std::string backend;  // cpu | cuda; empty: cuda with --gpus, else cpu
     int threads = 0;
     bool quiet = false;
     // Runtime shape for backends with a state pool (CUDA; 0: the backend's default): sequences held at once,
     // positions per sequence, tokens per forward piece.
     int64_t max_sequences = 0, max_context = 0, max_chunk_tokens = 0;
+    // --gpus and the multi-node flags (ranks.h); set by start_ranks_or_exit: this process's rank (in a run over
+    // several GPUs) and its GPU.
+    ParallelFlags parallel;
+    std::optional<parallel::RankInfo> rank;
+    int device = 0;
 };
 
 void add_model_options(CLI::App* command, ModelOptions& options);
 
+// First thing in every command that runs a model, before it reads stdin or binds a port: in the process the user
+// started for a run over several GPUs, starts one process per GPU with this command line and ends with their exit
+// code; otherwise notes this process's rank and GPU in `options` and returns.
+void start_ranks_or_exit(ModelOptions& options);
+
 // Opens the checkpoint, loads and validates every weight, and builds the backend (--backend cpu, or cuda when
-// built with CUDA). Says on stderr which numerics it runs (unless quiet).
+// built with CUDA; --gpus implies cuda). Says on stderr which numerics it runs (unless quiet). In a run over several
+// GPUs: on rank 0 the backend the command drives (every call mirrored to the other ranks); on any other rank it
+// does not return (the rank follows rank 0 until it ends, then the process ends).
 std::unique_ptr<Backend> load_model(const ModelOptions& options);
 
 // Whitespace-separated non-negative token ids; a clear error for anything else or for an empty file.

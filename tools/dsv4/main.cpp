@@ -7,8 +7,10 @@
 #include "cmd_text.h"
 #include "commands.h"
 #include "core/error.h"
+#include "ranks.h"
 
 int main(int argc, char** argv) {
+    dsv4::cli::set_command_line(argc, argv);  // a run over several GPUs starts its ranks with it
     CLI::App app{"dsv4: DeepSeek-V4 inference engine"};
     app.set_version_flag("--version", std::string("dsv4 ") + DSV4_VERSION);
     app.require_subcommand(1);

@@ -166,6 +166,7 @@ std::vector<int> parse_gpu_list(const std::string& text, int device_count, bool 
                    text, item);
         DSV4_CHECK(*id >= 0, "--gpus '{}': GPU id {} is negative; GPU ids count from 0", text, *id);
         if (device_count >= 0) {
+            DSV4_CHECK(device_count > 0, "--gpus '{}': this machine has no CUDA GPU", text);
             DSV4_CHECK(*id < device_count, "--gpus '{}' names GPU {} but this machine has {} GPU{} (ids 0 to {})", text,
                        *id, device_count, device_count == 1 ? "" : "s", device_count - 1);
         }

@@ -1,0 +1,154 @@
+// The multi-process path through the dsv4 binary (docs/parallel.md): `--gpus A,B` starts one process per GPU, joined
+// by the TCP rendezvous and NCCL, the routed experts split between them, rank 0 driving and rank 1 mirroring. On a
+// machine with one GPU both ranks share it (DSV4_SHARE_GPUS=1: NCCL over sockets), on two they get one each.
+//  * logits over a mixed chunk schedule and greedy tokens equal one GPU's, bit for bit, on an MXFP4 fixture, the
+//    trained one and a transformers fixture (dense experts);
+//  * a rank killed mid-decode ends the run within seconds with an error naming it, instead of a hang.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../tools/tool_test_util.h"
+#include "cuda_fixtures.h"
+#include "gpu_test_util.h"
+#include "model/golden_io.h"
+
+extern char** environ;
+
+namespace dsv4 {
+namespace {
+
+using namespace dsv4::testing;
+
+// Two ranks: GPUs 0 and 1 where there are two, else GPU 0 twice (the shared-GPU test mode).
+std::pair<std::string, std::string> two_ranks() {
+    int n = 0;
+    cudaGetDeviceCount(&n);
+    if (n >= 2) return {"--gpus 0,1", ""};
+    return {"--gpus 0,0", "DSV4_SHARE_GPUS=1"};
+}
+
+std::string ids_file(const cuda_fixtures::ModelInputs& in, const std::string& name) {
+    std::vector<int64_t> ids(in.ids.begin(), in.ids.end());
+    return write_text(name + ".ids", join_ids(ids));
+}
+
+std::string chunks_of(const std::vector<int64_t>& schedule, size_t ids) {
+    std::string s;
+    size_t total = 0;
+    for (int64_t c : schedule) {
+        const size_t n = std::min(size_t(c), ids - total);
+        if (n == 0) break;
+        s += (s.empty() ? "" : ",") + std::to_string(n);
+        total += n;
+    }
+    return s;
+}
+
+class MultiProcess : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MultiProcess, TwoRanksEqualOneGpu) {
+    DSV4_REQUIRE_GPU();
+    const cuda_fixtures::ModelInputs in = cuda_fixtures::model_inputs(GetParam());
+    if (!in.found) GTEST_SKIP() << "fixture " << GetParam() << " absent";
+    const auto [gpus, env] = two_ranks();
+    const std::string ids = ids_file(in, GetParam());
+    const std::string common = "-q --numerics model -m " + in.dir + " --ids-file " + ids;
+
+    const std::string one = temp_path(GetParam() + ".one.safetensors"),
+                      two = temp_path(GetParam() + ".two.safetensors");
+    const std::string logits = "logits " + common + " --chunks " + chunks_of(in.schedule, in.ids.size());
+    Result r1 = run(logits + " --backend cuda --out " + one);
+    ASSERT_EQ(r1.exit_code, 0) << r1.output;
+    Result r2 = run(logits + " " + gpus + " --out " + two, env);
+    ASSERT_EQ(r2.exit_code, 0) << r2.output;
+    gpu_test::expect_bitwise_f32(GetParam() + ": logits of 2 ranks vs one GPU", Golden(two).floats("logits"),
+                                 Golden(one).floats("logits"));
+
+    const std::string generate = "generate " + common + " --greedy -n 24 --print-ids";
+    Result g1 = run_split(generate + " --backend cuda");
+    ASSERT_EQ(g1.exit_code, 0) << g1.errors;
+    Result g2 = run_split(generate + " " + gpus, env);
+    ASSERT_EQ(g2.exit_code, 0) << g2.errors;
+    EXPECT_EQ(g2.output, g1.output) << "greedy tokens of 2 ranks vs one GPU";
+    EXPECT_EQ(parse_ids(g1.output).size(), 24u) << g1.output;
+    std::printf("[ bitwise  ] %s: 2 processes (%s%s) equal one GPU: logits of %zu ids, 24 greedy tokens\n",
+                GetParam().c_str(), gpus.c_str(), env.empty() ? "" : ", shared", in.ids.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, MultiProcess,
+                         ::testing::Values("native-mxfp4-mtp", "official-trained-bytes", "hf-tiny-hc2-hca16"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                             return cuda_fixtures::test_name(info.param);
+                         });
+
+// The pid of the supervisor's child whose environment says DSV4_RANK=rank, or -1.
+pid_t rank_pid(pid_t supervisor, int rank) {
+    std::ifstream children("/proc/" + std::to_string(supervisor) + "/task/" + std::to_string(supervisor) + "/children");
+    for (pid_t child; children >> child;) {
+        std::ifstream environ_file("/proc/" + std::to_string(child) + "/environ", std::ios::binary);
+        std::string var;
+        while (std::getline(environ_file, var, '\0'))
+            if (var == "DSV4_RANK=" + std::to_string(rank)) return child;
+    }
+    return -1;
+}
+
+TEST(MultiProcessFault, KilledRankEndsTheRunWithAClearError) {
+    DSV4_REQUIRE_GPU();
+    const cuda_fixtures::ModelInputs in = cuda_fixtures::model_inputs("native-mxfp4-mtp");
+    ASSERT_TRUE(in.found);
+    const auto [gpus, env] = two_ranks();
+    const std::string err = temp_path("fault.stderr"), out = temp_path("fault.stdout");
+    // A long greedy decode (thousands of steps); rank 1 is killed once both ranks run.
+    const std::string command = (env.empty() ? "" : "export " + env + "; ") + "exec " + kBinary +
+                                " generate --numerics model -m " + in.dir + " --ids-file " + ids_file(in, "fault") +
+                                " --greedy -n 12000 --print-ids " + gpus + " >" + out + " 2>" + err;
+    pid_t supervisor = -1;
+    const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
+    ASSERT_EQ(posix_spawn(&supervisor, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+
+    // Both ranks have printed their memory plan (their models exist); give them a moment in the decode loop.
+    const auto start = std::chrono::steady_clock::now();
+    while (read_text(err).find("rank 1 of 2") == std::string::npos ||
+           read_text(err).find("rank 0 of 2") == std::string::npos) {
+        ASSERT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(120)) << read_text(err);
+        int status = 0;
+        ASSERT_EQ(waitpid(supervisor, &status, WNOHANG), 0) << "the run ended early:\n" << read_text(err);
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    const pid_t victim = rank_pid(supervisor, 1);
+    ASSERT_GT(victim, 0) << "no rank 1 among the supervisor's children";
+    ASSERT_EQ(kill(victim, SIGKILL), 0);
+    const auto killed = std::chrono::steady_clock::now();
+
+    int status = 0;
+    while (waitpid(supervisor, &status, WNOHANG) == 0) {
+        ASSERT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(20))
+            << "the run did not end after rank 1 was killed";
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+    EXPECT_TRUE(!WIFEXITED(status) || WEXITSTATUS(status) != 0) << "exit status " << status;
+    const std::string errors = read_text(err);
+    EXPECT_NE(errors.find("rank 1"), std::string::npos) << errors;
+    EXPECT_EQ(read_text(out), "") << "the decode finished before the kill: the test did not test a kill mid-run";
+    EXPECT_LT(seconds, 10.0);
+    std::printf(
+        "[ fault    ] rank 1 killed mid-decode: the run ended %.2f s later, exit status %d; stderr's last "
+        "line: %s\n",
+        seconds, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
+        errors.substr(errors.rfind('\n', errors.size() - 2) + 1).c_str());
+}
+
+}  // namespace
+}  // namespace dsv4
