@@ -71,7 +71,8 @@ class Reader {
     // A u32 count of elements of `size` bytes each, checked against the bytes left before anything is allocated.
     size_t count(size_t size) {
         const size_t n = u32();
-        if (n > left() / size) malformed("a vector of {} elements of {} bytes, but {} bytes are left", n, size, left());
+        if (n > left() / size)
+            malformed("truncated: a vector of {} elements of {} bytes, but {} bytes are left", n, size, left());
         return n;
     }
     std::vector<int32_t> ints() {
