@@ -298,7 +298,7 @@ TEST(MoeGemm, PairLaunchEqualsTwoLaunches) {
 TEST(MoeGemm, LargerLaunchAfterASmallerOneStillRuns) {
     DSV4_REQUIRE_GPU();
     Rng rng;
-    const int64_t tokens = 64, n = 64, k = 128, most = 16384;
+    const int64_t tokens = 64, n = 64, k = 128, most = 4096;
     std::vector<int32_t> offsets(static_cast<size_t>(most + 1), int32_t(tokens)), rows(static_cast<size_t>(tokens));
     offsets[0] = 0;  // every slot on expert 0: only its weights are read
     std::iota(rows.begin(), rows.end(), 0);
@@ -313,6 +313,7 @@ TEST(MoeGemm, LargerLaunchAfterASmallerOneStillRuns) {
         auto y = poisoned<uint16_t>(size_t(tokens * n));
         cuda::MoeGemmParams p = moe_params(a, rd.get(), od.get(), wd.get(), sd.get(), nullptr, false, experts, n, k,
                                            int(tokens), y.get());
+        p.expected_slots_per_expert = int(tokens);  // passes of 64 slots: both launches above 48 KiB
         ASSERT_NO_THROW(cuda::moe_gemm(p, nullptr)) << experts << " experts";
         DSV4_CUDA_CHECK(cudaDeviceSynchronize());
         outputs.push_back(to_host(y));

@@ -164,6 +164,9 @@ std::unique_ptr<Backend> model_on_ranks(const parallel::RankInfo& rank, const pa
     }
     parallel::follow_leader(*local, *resources->group, on_control);
     local.reset();
+    // Rank 0 says goodbye once its own model is gone (RankLeader's destructor); hanging up before that would look
+    // like a failure to its watchdog.
+    DSV4_CHECK(resources->group->receive().empty(), "rank 0 sent another message after it ended the run");
     resources->group->close();
     return nullptr;
 }
