@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -162,6 +163,8 @@ std::unique_ptr<Backend> model_on_ranks(const parallel::RankInfo& rank, const pa
         auto leader = std::make_unique<parallel::LeaderBackend>(std::move(local), *resources->group, on_control);
         return std::make_unique<RankLeader>(std::move(resources), std::move(leader));
     }
+    // Ctrl-C reaches every process of the terminal's group; rank 0 alone acts on it (the run ends with rank 0).
+    std::signal(SIGINT, SIG_IGN);
     parallel::follow_leader(*local, *resources->group, on_control);
     local.reset();
     // Rank 0 says goodbye once its own model is gone (RankLeader's destructor); hanging up before that would look

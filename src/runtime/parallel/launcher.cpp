@@ -308,9 +308,12 @@ int launch_local_ranks(const ParallelOptions& options, const std::vector<std::st
         }
         if (const int signal_number = g_received_signal) {
             g_received_signal = 0;
+            // The first signal goes to rank 0 alone where it runs here: it ends the run in order (a server stops
+            // serving, the leader's goodbye ends the followers). A second one, or a node without rank 0, signals all.
+            const bool leader_here = !interrupted_by && children.front().rank == 0 && children.front().running;
             interrupted_by = signal_number;
             for (Child& child : children) {
-                if (child.running) kill(child.pid, signal_number);
+                if (child.running && (!leader_here || child.rank == 0)) kill(child.pid, signal_number);
             }
         }
         if (kill_at && !killed && Clock::now() >= *kill_at) {

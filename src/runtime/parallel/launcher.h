@@ -46,7 +46,9 @@ struct LaunchSettings {
 // the CLI passes itself, e.g. /proc/self/exe and its own arguments) with the environment above added; waits for
 // all. Global rank = node_rank * gpus.size() + local rank. On one node with master_port 0 it picks a free port on
 // loopback. Global rank 0 keeps this process's stdout (the user's output); the other ranks' stdout goes to
-// /dev/null; all keep stderr. SIGINT/SIGTERM received meanwhile are forwarded to the children. When a child exits
+// /dev/null; all keep stderr. The first SIGINT/SIGTERM received meanwhile is forwarded to global rank 0
+// where it runs on this node (it ends the run in order; the followers end with it), else to every child; a second one
+// to every child. When a child exits
 // non-zero or by a signal, the others get SIGTERM, then SIGKILL after stop_grace_s; one line on stderr names the
 // rank (`dsv4: rank 1 (GPU 1) was killed by signal 9 (Killed); stopped the other ranks`).
 // Returns 0 when every child exited 0; otherwise the first failed child's exit code, or 128 + its signal.
