@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -52,9 +53,9 @@ namespace {
 RunIdentity run_identity(const Checkpoint& checkpoint, const ModelOptions& o, Numerics numerics) {
     const ModelConfig& c = checkpoint.config();
     RunIdentity id;
-    id.model = fmt::format("layers {} experts {} hidden {} vocab {}, {} tensors, {} bytes", c.num_layers,
-                           c.n_routed_experts, c.hidden_size, c.vocab_size, checkpoint.tensors().size(),
-                           checkpoint.total_bytes());
+    id.model =
+        fmt::format("layers {} experts {} hidden {} vocab {}, {} tensors, {} bytes", c.num_layers, c.n_routed_experts,
+                    c.hidden_size, c.vocab_size, checkpoint.tensors().size(), checkpoint.total_bytes());
     id.options = fmt::format("numerics {}, sequences {}, context {}, chunk {}", numerics_name(numerics),
                              o.max_sequences, o.max_context, o.max_chunk_tokens);
     return id;
@@ -67,6 +68,12 @@ std::unique_ptr<Backend> load_model(const ModelOptions& o) {
 #ifndef DSV4_WITH_CUDA
     DSV4_CHECK(o.backend == "cpu", "--backend {}: this dsv4 was built without CUDA; use --backend cpu", o.backend);
 #endif
+    const auto t0 = std::chrono::steady_clock::now();
+    auto loaded = [&](const char* what) {
+        if (!o.quiet)
+            std::fprintf(stderr, "dsv4: %s loaded in %.1f s\n", what,
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    };
     OpenOptions open_options;
     open_options.show_progress = !o.quiet && isatty(STDERR_FILENO) && (!o.rank || o.rank->local_rank == 0);
     auto checkpoint = Checkpoint::open(o.dir, open_options);
@@ -85,13 +92,21 @@ std::unique_ptr<Backend> load_model(const ModelOptions& o) {
         if (o.max_sequences > 0) cuda_options.max_sequences = o.max_sequences;
         if (o.max_context > 0) cuda_options.max_context = o.max_context;
         if (o.max_chunk_tokens > 0) cuda_options.max_chunk_tokens = o.max_chunk_tokens;
-        if (!o.rank) return std::make_unique<CudaModel>(config, std::move(weights), numerics, cuda_options);
-        std::unique_ptr<Backend> model =
-            model_on_ranks(*o.rank, o.parallel.options, run_identity(*checkpoint, o, numerics),
-                           [&](const ExpertParallel& ep) -> std::unique_ptr<Backend> {
-                               cuda_options.expert_parallel = ep;
-                               return std::make_unique<CudaModel>(config, std::move(weights), numerics, cuda_options);
-                           });
+        if (!o.rank) {
+            auto model = std::make_unique<CudaModel>(config, std::move(weights), numerics, cuda_options);
+            loaded("model");
+            return model;
+        }
+        const std::string rank_model =
+            fmt::format("rank {} of {}: its share of the model", o.rank->rank, o.rank->world);
+        std::unique_ptr<Backend> model = model_on_ranks(
+            *o.rank, o.parallel.options, run_identity(*checkpoint, o, numerics),
+            [&](const ExpertParallel& ep) -> std::unique_ptr<Backend> {
+                cuda_options.expert_parallel = ep;
+                auto local = std::make_unique<CudaModel>(config, std::move(weights), numerics, cuda_options);
+                loaded(rank_model.c_str());
+                return local;
+            });
         if (!model) {  // a rank other than 0, done: rank 0 has ended the command
             std::fflush(stdout);
             std::exit(0);
