@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "runtime/parallel/wire.h"
 
 namespace dsv4::parallel {
 namespace {
@@ -22,15 +23,8 @@ enum class Tag : uint8_t {
     kEnd = 8,
 };
 
-class Writer {
+class Writer : public LittleEndianWriter {
   public:
-    void u8(uint8_t v) { bytes_.push_back(v); }
-    void u32(uint32_t v) {
-        for (int i = 0; i < 4; ++i) bytes_.push_back(uint8_t(v >> (8 * i)));
-    }
-    void u64(uint64_t v) {
-        for (int i = 0; i < 8; ++i) bytes_.push_back(uint8_t(v >> (8 * i)));
-    }
     void i64(int64_t v) { u64(uint64_t(v)); }
     void flag(bool v) { u8(v ? 1 : 0); }
     void count(size_t n) {
@@ -47,12 +41,9 @@ class Writer {
     }
     void string(const std::string& s) {
         count(s.size());
-        bytes_.insert(bytes_.end(), s.begin(), s.end());
+        raw({reinterpret_cast<const uint8_t*>(s.data()), s.size()});
     }
     std::vector<uint8_t> take() { return std::move(bytes_); }
-
-  private:
-    std::vector<uint8_t> bytes_;
 };
 
 class Reader {

@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "runtime/parallel/wire.h"
 
 namespace dsv4::parallel {
 namespace {
@@ -55,24 +56,13 @@ bool wait_for(int fd, short events, Deadline deadline) {
     }
 }
 
-class Writer {
+class Writer : public LittleEndianWriter {
   public:
-    void u8(uint8_t v) { bytes_.push_back(v); }
-    void u32(uint32_t v) {
-        for (int i = 0; i < 4; ++i) bytes_.push_back(uint8_t(v >> (8 * i)));
-    }
-    void u64(uint64_t v) {
-        for (int i = 0; i < 8; ++i) bytes_.push_back(uint8_t(v >> (8 * i)));
-    }
     void blob(std::span<const uint8_t> b) {
         u32(uint32_t(b.size()));
-        bytes_.insert(bytes_.end(), b.begin(), b.end());
+        raw(b);
     }
     void str(const std::string& s) { blob({reinterpret_cast<const uint8_t*>(s.data()), s.size()}); }
-    const std::vector<uint8_t>& bytes() const { return bytes_; }
-
-  private:
-    std::vector<uint8_t> bytes_;
 };
 
 // Reads a body; a short body is a peer that does not speak this protocol.
