@@ -1,7 +1,10 @@
 // grouped_linear (wo_a) against Precision::grouped_linear (reference numerics = the same f32 sums before the bf16
-// rounding) on bf16 activations and FP8 weights; outputs poisoned with NaN before each launch. The generic path
-// (in % 16 != 0: small models) sums in the reference's order, so it is held to the bf16 rounding of the reference
-// bit for bit.
+// rounding) on bf16 activations and FP8 weights (every e4m3 code but NaN, subnormals included); outputs poisoned
+// with NaN before each launch. The generic path (in % 16 != 0 or out % 8 != 0: small models) sums in the
+// reference's order, so it is held to the bf16 rounding of the reference bit for bit; the tensor-core path to the
+// f32 chain's bound plus gemm_fp8_test's tensor-core allowance (kTensorCoreFp8Rel there: the same f32 accumulation
+// on the same HMMA instructions, bf16 instead of f16 operands). Rows must not depend on the batch: a row alone, in
+// a 16-row tile and in a 64 x 128 tile gives the same bits.
 #include <gtest/gtest.h>
 
 #include "gemm_test_common.h"
@@ -11,63 +14,133 @@
 namespace dsv4::gpu_test {
 namespace {
 
-void run_case(Rng& rng, int64_t m, int64_t groups, int64_t in, int64_t out) {
-    const HostWeight w = random_fp8_weight(rng, groups * out, in);
-    const std::vector<float> x = random_activations(rng, m, groups * in);
-    const Precision f32(Numerics::kReference, test_pool());
-    std::vector<float> ref(size_t(m * groups * out)), absdot(ref.size());
-    f32.grouped_linear(x.data(), m, w.view, groups, ref.data());
-    const std::vector<float> xabs = abs_values(x);
-    f32.grouped_linear(xabs.data(), m, w.abs_view, groups, absdot.data());
+constexpr double kTensorCoreRel = 0x1p-12;
 
-    auto xd = to_device(to_bf16(x));
-    auto wd = to_device(w.data);
-    auto sd = to_device(std::vector<float>(reinterpret_cast<const float*>(w.scale.data()),
-                                           reinterpret_cast<const float*>(w.scale.data()) + w.scale.size() / 4));
-    auto y = poisoned<uint16_t>(ref.size());
+struct Case {
+    int64_t m, groups, in, out;
+    bool pow2_scales = true;
+};
+
+int num_sms() {
     int sms = 0;
     DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    const cuda::Fp8GemmConfig config = cuda::grouped_linear_config(m, groups, in, out, sms);
-    cuda::DeviceBuffer<uint8_t> ws(std::max<size_t>(256, cuda::grouped_linear_workspace_bytes(config, m, groups, out)));
-    cuda::GroupedLinearParams p;
-    p.x = reinterpret_cast<const __nv_bfloat16*>(xd.get());
-    p.w = wd.get();
-    p.w_scale = sd.get();
-    p.y = reinterpret_cast<__nv_bfloat16*>(y.get());
-    p.m = m;
-    p.groups = groups;
-    p.in = in;
-    p.out = out;
-    p.workspace = ws.get();
-    p.workspace_bytes = ws.bytes();
-    cuda::grouped_linear(p, nullptr);
-    char what[160];
-    std::snprintf(what, sizeof what, "grouped_linear M=%lld groups=%lld in=%lld out=%lld splits=%d", (long long)m,
-                  (long long)groups, (long long)in, (long long)out, config.splits);
-    if (cuda::grouped_linear_path(p) == cuda::GroupedLinearPath::kGeneric) {
-        expect_bitwise_bf16(std::string(what) + " (generic)", to_host(y), to_bf16(ref));
-        return;
-    }
-    expect_bf16_close(what, to_host(y), ref, absdot, in);
+    return sms;
 }
 
-TEST(GroupedLinear, MatchesCpuGroupedLinear) {
+// Device operands of one case and the launch over `m` of its rows starting at row `first`.
+struct Operands {
+    cuda::DeviceBuffer<uint16_t> x;
+    cuda::DeviceBuffer<uint8_t> w;
+    cuda::DeviceBuffer<float> scale;
+    Case c;
+
+    std::vector<uint16_t> run(int64_t first, int64_t m) const {
+        auto y = poisoned<uint16_t>(size_t(m * c.groups * c.out));
+        cuda::GroupedLinearParams p;
+        p.x = reinterpret_cast<const __nv_bfloat16*>(x.get()) + first * c.groups * c.in;
+        p.w = w.get();
+        p.w_scale = scale.get();
+        p.y = reinterpret_cast<__nv_bfloat16*>(y.get());
+        p.m = m;
+        p.groups = c.groups;
+        p.in = c.in;
+        p.out = c.out;
+        cuda::grouped_linear(p, nullptr);
+        return to_host(y);
+    }
+    cuda::GroupedLinearPath path() const {
+        cuda::GroupedLinearParams p;
+        p.x = reinterpret_cast<const __nv_bfloat16*>(x.get());
+        p.w = w.get();
+        p.in = c.in;
+        p.out = c.out;
+        return cuda::grouped_linear_path(p);
+    }
+};
+
+Operands upload(const Case& c, const std::vector<float>& x, const HostWeight& w) {
+    return {to_device(to_bf16(x)), to_device(w.data),
+            to_device(std::vector<float>(reinterpret_cast<const float*>(w.scale.data()),
+                                         reinterpret_cast<const float*>(w.scale.data()) + w.scale.size() / 4)),
+            c};
+}
+
+void run_case(Rng& rng, const Case& c, cuda::GroupedLinearPath expected) {
+    const HostWeight w = random_fp8_weight(rng, c.groups * c.out, c.in, c.pow2_scales);
+    const std::vector<float> x = random_activations(rng, c.m, c.groups * c.in);
+    const Precision f32(Numerics::kReference, test_pool());
+    std::vector<float> ref(size_t(c.m * c.groups * c.out)), absdot(ref.size());
+    f32.grouped_linear(x.data(), c.m, w.view, c.groups, ref.data());
+    const std::vector<float> xabs = abs_values(x);
+    f32.grouped_linear(xabs.data(), c.m, w.abs_view, c.groups, absdot.data());
+
+    const Operands d = upload(c, x, w);
+    ASSERT_EQ(d.path(), expected) << "in=" << c.in << " out=" << c.out;
+    const std::vector<uint16_t> y = d.run(0, c.m);
+    const cuda::GroupedLinearConfig config = cuda::grouped_linear_config(c.m, c.groups, c.in, c.out, num_sms());
+    char what[200];
+    std::snprintf(what, sizeof what, "grouped_linear M=%lld groups=%lld in=%lld out=%lld%s", (long long)c.m,
+                  (long long)c.groups, (long long)c.in, (long long)c.out, c.pow2_scales ? "" : " f32-scales");
+    if (expected == cuda::GroupedLinearPath::kGeneric) {
+        expect_bitwise_bf16(std::string(what) + " (generic)", y, to_bf16(ref));
+        return;
+    }
+    expect_bf16_close(std::string(what) + " tile " + std::to_string(config.block_m) + "x" +
+                          std::to_string(config.block_n),
+                      y, ref, absdot, c.in, kTensorCoreRel);
+}
+
+TEST(GroupedLinear, TensorCoresMatchCpuGroupedLinear) {
     DSV4_REQUIRE_GPU();
     Rng rng;
-    run_case(rng, 1, 8, 4096, 1024);  // V4-Flash wo_a
-    run_case(rng, 3, 8, 4096, 1024);
-    run_case(rng, 17, 4, 400, 100);
-    run_case(rng, 200, 2, 256, 48);
-    run_case(rng, 5, 3, 16, 7);
+    constexpr auto kMma = cuda::GroupedLinearPath::kMma;
+    run_case(rng, {1, 8, 4096, 1024}, kMma);  // V4-Flash wo_a, decode
+    run_case(rng, {3, 8, 4096, 1024}, kMma);
+    run_case(rng, {64, 8, 4096, 1024}, kMma);         // batches: 64 x 128 tiles
+    run_case(rng, {130, 8, 4096, 1024, false}, kMma);  // a partial 64-row tile; scales not powers of two
+    run_case(rng, {17, 4, 400, 104}, kMma);            // a partial last K block (400 = 3 x 128 + 16); 8-column tiles
+    run_case(rng, {200, 2, 256, 48}, kMma);            // 16-column tiles at many rows (48 % 128 != 0)
+    run_case(rng, {200, 2, 384, 256}, kMma);
+    run_case(rng, {5, 3, 16, 8}, kMma);
 }
 
 TEST(GroupedLinear, GenericPathMatchesCpuBitwise) {
     DSV4_REQUIRE_GPU();
     Rng rng;
-    run_case(rng, 1, 2, 40, 32);     // H 4 x head_dim 20 over 2 groups
-    run_case(rng, 7, 2, 66, 48);     // head_dim 33
-    run_case(rng, 37, 4, 200, 130);  // partial 128-blocks along K and N
-    run_case(rng, 3, 1, 8, 5);
+    constexpr auto kGeneric = cuda::GroupedLinearPath::kGeneric;
+    run_case(rng, {1, 2, 40, 32}, kGeneric);     // H 4 x head_dim 20 over 2 groups
+    run_case(rng, {7, 2, 66, 48}, kGeneric);     // head_dim 33
+    run_case(rng, {37, 4, 200, 130}, kGeneric);  // partial 128-blocks along K and N
+    run_case(rng, {17, 4, 400, 100}, kGeneric);  // out % 8 != 0
+    run_case(rng, {5, 3, 16, 7}, kGeneric);
+    run_case(rng, {3, 1, 8, 5}, kGeneric);
+}
+
+// The tile a row lands in (16-row tiles at small M, 64 x 128 at large M) and the rows beside it change nothing.
+TEST(GroupedLinear, RowsIndependentOfBatch) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    for (const Case c : {Case{256, 8, 4096, 1024}, Case{200, 2, 384, 256}}) {
+        const HostWeight w = random_fp8_weight(rng, c.groups * c.out, c.in);
+        const std::vector<float> x = random_activations(rng, c.m, c.groups * c.in);
+        const Operands d = upload(c, x, w);
+        const int64_t n = c.groups * c.out;
+        const std::vector<uint16_t> all = d.run(0, c.m);
+        const cuda::GroupedLinearConfig whole = cuda::grouped_linear_config(c.m, c.groups, c.in, c.out, num_sms());
+        for (int64_t m : {int64_t(1), int64_t(5), int64_t(16), int64_t(40)}) {
+            const int64_t first = c.m - m - 3;
+            const cuda::GroupedLinearConfig part = cuda::grouped_linear_config(m, c.groups, c.in, c.out, num_sms());
+            const std::vector<uint16_t> some = d.run(first, m);
+            int64_t differing = 0;
+            for (int64_t i = 0; i < m * n; ++i) differing += some[size_t(i)] != all[size_t(first * n + i)];
+            EXPECT_EQ(differing, 0) << "rows " << first << ".." << first + m - 1 << " of M=" << c.m << " in="
+                                    << c.in << ": tile " << part.block_m << "x" << part.block_n << " alone vs "
+                                    << whole.block_m << "x" << whole.block_n << " in the batch";
+        }
+        if (c.m == 256) {
+            EXPECT_EQ(whole.block_m, 64) << "the batch should exercise the 64 x 128 tiles";
+        }
+    }
 }
 
 }  // namespace

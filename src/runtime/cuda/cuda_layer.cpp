@@ -148,8 +148,6 @@ void CudaModel::Impl::grouped_linear(const cuda::DeviceMatrix& w, const bf16* x,
         p.groups = groups;
         p.in = in;
         p.out = out;
-        p.workspace = ws.gemm;
-        p.workspace_bytes = ws.gemm_bytes;
         cuda::grouped_linear(p, stream->get());
         return;
     }

@@ -20,7 +20,6 @@
 #include "kernels/cuda/convert/convert.h"
 #include "kernels/cuda/embed/embed.h"
 #include "kernels/cuda/gemm_fp8/gemm_fp8.h"
-#include "kernels/cuda/grouped_linear/grouped_linear.h"
 #include "kernels/cuda/mhc/mhc.h"
 #include "kernels/cuda/rms_norm/rms_norm.h"
 #include "kernels/cuda/smoke/device_info.h"
@@ -128,8 +127,8 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     ws.shared_hidden = b.take<bf16>(T * shared_I);
     ws.logits = b.take<float>(T * V);
 
-    // GEMM workspace: the largest any FP8 product or grouped projection of a piece of 1 .. T rows asks for, and
-    // cuBLASLt's for fp8_gemm's block-scaled path.
+    // GEMM workspace: the largest any FP8 product of a piece of 1 .. T rows asks for, and cuBLASLt's for fp8_gemm's
+    // block-scaled path (the grouped projection needs none).
     size_t gemm = cuda::kCublasLtWorkspaceBytes;
     auto fp8 = [&](const QuantizedMatrix& m, int64_t rows) {
         if (m.format != WeightFormat::kFp8Block) return;
@@ -143,12 +142,6 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
                                          &l.ffn.shared.w2, &l.ffn.shared.w3})
             fp8(*m, T);
         if (l.attn.indexer) fp8(l.attn.indexer->wq_b, T);
-        if (l.attn.wo_a.format == WeightFormat::kFp8Block) {
-            const int64_t g = c.o_groups, in = l.attn.wo_a.cols, out = l.attn.wo_a.rows / g;
-            for (int64_t r : {int64_t(1), int64_t(2), int64_t(4), int64_t(8), int64_t(16), T})
-                gemm = std::max(gemm, cuda::grouped_linear_workspace_bytes(
-                                          cuda::grouped_linear_config(r, g, in, out, num_sms), r, g, out));
-        }
     }
     ws.gemm_bytes = gemm;
     ws.gemm = b.take<uint8_t>(int64_t(gemm));

@@ -40,6 +40,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include "kernels/cuda/common/e4m3_pairs.cuh"
 #include "kernels/cuda/gemm_fp8/gemm_fp8_kernels.h"
 
 namespace dsv4::cuda {
@@ -91,13 +92,6 @@ __device__ __forceinline__ uint32_t word(const RowChunks& c, int j) {
     const uint4& v = j < 4 ? c.lo : c.hi;
     const int q = j % 4;
     return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
-}
-
-// The four e4m3 bytes of `w` as two f16 pairs (exact): lo = bytes 0, 1 (byte 0 in the low half), hi = bytes 2, 3.
-__device__ __forceinline__ void f16x2_pairs(uint32_t w, uint32_t& lo, uint32_t& hi) {
-    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}"
-        : "=r"(lo), "=r"(hi)
-        : "r"(w));
 }
 
 __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {

@@ -1,20 +1,22 @@
 // The wo_a grouped low-rank projection (spec §7.7): y[:, g*out + r] = sum_k x[:, g*in + k] W[g*out + r, k] for each
 // group g, with W FP8 (e4m3 [groups*out, in] + f32 scales per 128x128) dequantized exactly in the kernel and bf16
 // activations used as they are (the official bf16 einsum: no activation quantization), f32 accumulation, bf16
-// output. Runs on the skinny kernel (skinny_gemm.cuh), tokens in passes of up to 16, where in % 16 == 0 and the
-// operands are aligned (V4, the fixtures); any other shape (in = H * head_dim / groups of a small model) runs a
-// generic kernel, one thread per output summing in Precision::grouped_linear's order (grouped_linear_path).
-// Tested in tests/gpu/grouped_linear_test.cpp against Precision::grouped_linear.
+// output. Two paths, chosen by the shape alone (grouped_linear_path), so a row's bits never depend on the batch:
+//   kMma     - tensor cores for every row count (grouped_linear_kernels.cu): each 128-column K block of the products
+//              (bf16 x, W's e4m3 values as bf16: exact products) is summed on the tensor cores from zero in f32,
+//              scaled by the block's weight scale and added to the output's f32 sum, K blocks in ascending order:
+//              gemm_fp8's kMma arithmetic with bf16 activations. Contract: in % 16 == 0, out % 8 == 0, x and W
+//              16-byte aligned (V4, the fixtures).
+//   kGeneric - any other shape (in = H * head_dim / groups of a small model): one thread per output summing in
+//              Precision::grouped_linear's order.
+// Tested in tests/gpu/grouped_linear_test.cpp against Precision::grouped_linear; timed in bench/gemm_bench.cu.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <cstddef>
 #include <cstdint>
 #include <string>
-
-#include "kernels/cuda/gemm_fp8/gemm_fp8.h"
 
 namespace dsv4::cuda {
 
@@ -24,17 +26,20 @@ struct GroupedLinearParams {
     const float* w_scale = nullptr;    // [ceil(groups * out / 128), ceil(in / 128)] f32
     __nv_bfloat16* y = nullptr;        // [m, groups * out] bf16
     int64_t m = 0, groups = 0, in = 0, out = 0;
-    void* workspace = nullptr;  // >= grouped_linear_workspace_bytes(), 256-byte aligned
-    size_t workspace_bytes = 0;
 };
 
-enum class GroupedLinearPath { kSkinny, kGeneric };
+enum class GroupedLinearPath { kMma, kGeneric };
 GroupedLinearPath grouped_linear_path(const GroupedLinearParams& p);
 
-// Skinny tiling of the grouped product (same heuristic as gemm_fp8 with N = groups * out).
-Fp8GemmConfig grouped_linear_config(int64_t m, int64_t groups, int64_t in, int64_t out, int num_sms);
-size_t grouped_linear_workspace_bytes(const Fp8GemmConfig& config, int64_t m, int64_t groups, int64_t out);
-std::string grouped_linear_can_implement(const GroupedLinearParams& p, const Fp8GemmConfig& config);
+// kMma tiles (speed only: every tile runs the same per-output chain): 16 rows with 8, 16 or 32 columns, the CTA's
+// warps sharing out the K blocks (decode), or 64 x 128 (batches); a tile's columns never straddle two groups.
+struct GroupedLinearConfig {
+    int block_m = 16;
+    int block_n = 8;
+};
+GroupedLinearConfig grouped_linear_config(int64_t m, int64_t groups, int64_t in, int64_t out, int num_sms);
+// Empty when the kMma path can run `p` with `config`, else the reason.
+std::string grouped_linear_can_implement(const GroupedLinearParams& p, const GroupedLinearConfig& config);
 void grouped_linear(const GroupedLinearParams& p, cudaStream_t stream);
 
 }  // namespace dsv4::cuda
