@@ -1,8 +1,8 @@
 // Matrix-product micro-benchmark on the device itself: first the limits (device-to-device copy bandwidth, a
 // cuBLASLt bf16 GEMM rate, the rate of the f16 mma.sync and of the e4m3 -> f16 unpack the FP8 mma path issues), then
 // the FP8 GEMM at V4-Flash shapes for M = 1 .. 4096 on the skinny (CUDA-core) and mma (tensor-core) paths, every
-// mma tile shape at M = 16 .. 256, cuBLASLt at prefill size, the wo_a grouped projection and the routed-expert FP4
-// GEMM at decode, each as time, bytes moved / time, FLOP/s and fraction of the measured limits. Weights rotate over
+// mma tile shape at M = 16 .. 256, cuBLASLt at prefill size, the wo_a grouped projection, the head (CUDA cores
+// against tensor cores) and the routed-expert FP4 GEMM at decode, each as time, bytes moved / time, FLOP/s and fraction of the measured limits. Weights rotate over
 // copies larger than L2, so every launch reads them from DRAM.
 // Correctness: mma vs skinny at M = 16 (worst |diff| / max |y|), and mma rows of a 256-row call equal to the same
 // rows computed alone (bitwise).
@@ -15,7 +15,9 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cuda/bf16_linear/bf16_linear.h"
 #include "kernels/cuda/common/device_buffer.h"
+#include "kernels/cuda/dense_linear/dense_linear.h"
 #include "kernels/cuda/gemm_bf16/gemm_bf16.h"
 #include "kernels/cuda/gemm_fp8/gemm_fp8.h"
 #include "kernels/cuda/gemm_fp8/gemm_fp8_kernels.h"
@@ -305,6 +307,52 @@ int main() {
             const double gbs = moved / (ms * 1e-3) / 1e9;
             std::printf("%-10s %6lld %6lld %3d %6s %9.0f %9.2f %8.0f %5.0f%%\n", "wo_a", (long long)(groups * out),
                         (long long)in, m, "-", moved, ms * 1e3, gbs, 100.0 * gbs / copy_gbs);
+        }
+    }
+
+    // 3b. The head (V4-Flash lm_head [129280, 4096] bf16, f32 logits): dense_linear (CUDA-core f32 chains) against
+    // bf16_linear (tensor cores), 1 .. 256 rows. The weight (1.06 GB) is far beyond L2.
+    {
+        const int64_t n = 129280, k = 4096, max_m = 256;
+        DeviceBuffer<__nv_bfloat16> w(size_t(n * k)), x(size_t(max_m * k));
+        fill_bf16<<<1024, 256>>>(w.get(), w.size());
+        fill_bf16<<<256, 256>>>(x.get(), x.size());
+        DeviceBuffer<float> y(size_t(max_m * n));
+        for (int m : {1, 16, 64, 256}) {
+            const double moved = 2.0 * double(n * k) + 4.0 * double(m * n);
+            for (bool tensor_cores : {false, true}) {
+                if (!tensor_cores && m > 64) continue;  // seconds per call at 256 rows
+                const float ms = time_ms(tensor_cores ? 20 : 5, [&](int) {
+                    if (tensor_cores) {
+                        Bf16LinearParams p;
+                        p.x = x.get();
+                        p.w = w.get();
+                        p.y = y.get();
+                        p.m = m;
+                        p.n = n;
+                        p.k = k;
+                        p.ldx = k;
+                        p.ldy = n;
+                        bf16_linear(p, nullptr);
+                    } else {
+                        DenseLinearParams p;
+                        p.type = DenseType::kBF16;
+                        p.x = x.get();
+                        p.w = w.get();
+                        p.y = y.get();
+                        p.m = m;
+                        p.n = n;
+                        p.k = k;
+                        p.ldx = p.ldw = k;
+                        p.ldy = n;
+                        dense_linear(p, nullptr);
+                    }
+                });
+                const double gbs = moved / (ms * 1e-3) / 1e9;
+                std::printf("%-10s %6lld %6lld %3d %6s %9.0f %9.2f %8.0f %5.0f%%  %.1f TFLOP/s\n",
+                            tensor_cores ? "head mma" : "head dense", (long long)n, (long long)k, m, "-", moved,
+                            ms * 1e3, gbs, 100.0 * gbs / copy_gbs, 2.0 * m * n * k / (ms * 1e-3) / 1e12);
+            }
         }
     }
 

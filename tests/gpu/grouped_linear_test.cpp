@@ -4,11 +4,12 @@
 // reference's order, so it is held to the bf16 rounding of the reference bit for bit; the tensor-core path to the
 // f32 chain's bound plus gemm_fp8_test's tensor-core allowance (kTensorCoreFp8Rel there: the same f32 accumulation
 // on the same HMMA instructions, bf16 instead of f16 operands). Rows must not depend on the batch: a row alone, in
-// a 16-row tile and in a 64 x 128 tile gives the same bits.
+// every tile gives the same bits.
 #include <gtest/gtest.h>
 
 #include "gemm_test_common.h"
 #include "kernels/cuda/grouped_linear/grouped_linear.h"
+#include "kernels/cuda/grouped_linear/grouped_linear_kernels.h"
 #include "model/numerics.h"
 
 namespace dsv4::gpu_test {
@@ -77,7 +78,7 @@ void run_case(Rng& rng, const Case& c, cuda::GroupedLinearPath expected) {
     const Operands d = upload(c, x, w);
     ASSERT_EQ(d.path(), expected) << "in=" << c.in << " out=" << c.out;
     const std::vector<uint16_t> y = d.run(0, c.m);
-    const cuda::GroupedLinearConfig config = cuda::grouped_linear_config(c.m, c.groups, c.in, c.out, num_sms());
+    const cuda::bf16_act_mma::Tiles config = cuda::grouped_linear_tiles(c.m, c.groups, c.in, c.out, num_sms());
     char what[200];
     std::snprintf(what, sizeof what, "grouped_linear M=%lld groups=%lld in=%lld out=%lld%s", (long long)c.m,
                   (long long)c.groups, (long long)c.in, (long long)c.out, c.pow2_scales ? "" : " f32-scales");
@@ -96,7 +97,7 @@ TEST(GroupedLinear, TensorCoresMatchCpuGroupedLinear) {
     constexpr auto kMma = cuda::GroupedLinearPath::kMma;
     run_case(rng, {1, 8, 4096, 1024}, kMma);  // V4-Flash wo_a, decode
     run_case(rng, {3, 8, 4096, 1024}, kMma);
-    run_case(rng, {64, 8, 4096, 1024}, kMma);         // batches: 64 x 128 tiles
+    run_case(rng, {64, 8, 4096, 1024}, kMma);         // batches: 64-row tiles
     run_case(rng, {130, 8, 4096, 1024, false}, kMma);  // a partial 64-row tile; scales not powers of two
     run_case(rng, {17, 4, 400, 104}, kMma);            // a partial last K block (400 = 3 x 128 + 16); 8-column tiles
     run_case(rng, {200, 2, 256, 48}, kMma);            // 16-column tiles at many rows (48 % 128 != 0)
@@ -116,29 +117,45 @@ TEST(GroupedLinear, GenericPathMatchesCpuBitwise) {
     run_case(rng, {3, 1, 8, 5}, kGeneric);
 }
 
-// The tile a row lands in (16-row tiles at small M, 64 x 128 at large M) and the rows beside it change nothing.
-TEST(GroupedLinear, RowsIndependentOfBatch) {
+// The tile a row lands in and the rows beside it change nothing: rows alone (the tiles the shape picks for them)
+// and the whole batch under every tile the kernel has give the same bits as the batch under its own pick.
+TEST(GroupedLinear, RowsIndependentOfBatchAndTile) {
     DSV4_REQUIRE_GPU();
     Rng rng;
-    for (const Case c : {Case{256, 8, 4096, 1024}, Case{200, 2, 384, 256}}) {
+    for (const Case c : {Case{256, 8, 4096, 1024}, Case{70, 2, 384, 256}}) {
         const HostWeight w = random_fp8_weight(rng, c.groups * c.out, c.in);
         const std::vector<float> x = random_activations(rng, c.m, c.groups * c.in);
         const Operands d = upload(c, x, w);
         const int64_t n = c.groups * c.out;
         const std::vector<uint16_t> all = d.run(0, c.m);
-        const cuda::GroupedLinearConfig whole = cuda::grouped_linear_config(c.m, c.groups, c.in, c.out, num_sms());
         for (int64_t m : {int64_t(1), int64_t(5), int64_t(16), int64_t(40)}) {
             const int64_t first = c.m - m - 3;
-            const cuda::GroupedLinearConfig part = cuda::grouped_linear_config(m, c.groups, c.in, c.out, num_sms());
+            const cuda::bf16_act_mma::Tiles t = cuda::grouped_linear_tiles(m, c.groups, c.in, c.out, num_sms());
             const std::vector<uint16_t> some = d.run(first, m);
             int64_t differing = 0;
             for (int64_t i = 0; i < m * n; ++i) differing += some[size_t(i)] != all[size_t(first * n + i)];
-            EXPECT_EQ(differing, 0) << "rows " << first << ".." << first + m - 1 << " of M=" << c.m << " in="
-                                    << c.in << ": tile " << part.block_m << "x" << part.block_n << " alone vs "
-                                    << whole.block_m << "x" << whole.block_n << " in the batch";
+            EXPECT_EQ(differing, 0) << "rows " << first << ".." << first + m - 1 << " alone (tile " << t.block_m
+                                    << "x" << t.block_n << ") vs among M=" << c.m << ", in=" << c.in;
         }
-        if (c.m == 256) {
-            EXPECT_EQ(whole.block_m, 64) << "the batch should exercise the 64 x 128 tiles";
+        for (const cuda::bf16_act_mma::Tiles t : {cuda::bf16_act_mma::Tiles{16, 8}, {16, 16}, {16, 32}, {64, 64},
+                                                  {64, 128}}) {
+            auto y = poisoned<uint16_t>(size_t(c.m * n));
+            cuda::GroupedLinearParams p;
+            p.x = reinterpret_cast<const __nv_bfloat16*>(d.x.get());
+            p.w = d.w.get();
+            p.w_scale = d.scale.get();
+            p.y = reinterpret_cast<__nv_bfloat16*>(y.get());
+            p.m = c.m;
+            p.groups = c.groups;
+            p.in = c.in;
+            p.out = c.out;
+            ASSERT_EQ(cuda::grouped_linear_can_implement(p, t), "");
+            DSV4_CUDA_CHECK(cuda::launch_grouped_linear_mma(p, t, nullptr));
+            const std::vector<uint16_t> got = to_host(y);
+            int64_t differing = 0;
+            for (size_t i = 0; i < got.size(); ++i) differing += got[i] != all[i];
+            EXPECT_EQ(differing, 0) << "M=" << c.m << " in=" << c.in << " under tile " << t.block_m << "x"
+                                    << t.block_n;
         }
     }
 }

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/number_formats.h"
 #include "kernels/cuda/attention_slots/attention_slots.h"
+#include "kernels/cuda/bf16_linear/bf16_linear.h"
 #include "kernels/cuda/compressor/compressor.h"
 #include "kernels/cuda/convert/convert.h"
 #include "kernels/cuda/dense_linear/dense_linear.h"
@@ -134,6 +135,23 @@ void CudaModel::Impl::linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t
     }
     linear_f32(w, x, m, ws.y_f32);
     cuda::f32_to_bf16({ws.y_f32, y, m, w.rows, w.rows, w.rows}, stream->get());
+}
+
+void CudaModel::Impl::head_logits(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y) {
+    cuda::Bf16LinearParams p;
+    p.x = x;
+    p.w = static_cast<const bf16*>(w.data);
+    p.y = y;
+    p.m = m;
+    p.n = w.rows;
+    p.k = w.cols;
+    p.ldx = w.cols;
+    p.ldy = w.rows;
+    if (w.format == WeightFormat::kBF16 && cuda::bf16_linear_can_run(p).empty()) {
+        cuda::bf16_linear(p, stream->get());
+        return;
+    }
+    linear_f32(w, x, m, y);
 }
 
 void CudaModel::Impl::grouped_linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, int64_t groups, bf16* y) {

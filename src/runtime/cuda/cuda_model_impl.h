@@ -215,6 +215,9 @@ struct CudaModel::Impl {
     void linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y);
     // Precision::linear_f32 on a dense weight: y f32 [m, rows] (row stride ldy; 0: rows).
     void linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y, int64_t ldy = 0);
+    // The head's f32 logits [m, vocab]: a bf16 head on the tensor cores (cuda::bf16_linear) where its shape allows
+    // (V4 and every fixture), else linear_f32 (an F32 head; a vocabulary that is not a multiple of 8).
+    void head_logits(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y);
     // Precision::grouped_linear (wo_a).
     void grouped_linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, int64_t groups, bf16* y);
     void act_quant(const bf16* x, int64_t rows, int64_t cols);

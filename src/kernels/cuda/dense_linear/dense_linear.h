@@ -1,10 +1,10 @@
 // y[m, n] f32 = x[m, k] W[n, k]^T for dense weights (f32 or bf16), chunk-invariant by construction: every output
 // element is one f32 dot product summed in column order, k = 0, 1, ..., each product and each sum rounded on its
 // own (no FMA): the arithmetic of cpu::linear (src/kernels/cpu/linear.cpp), so the result depends on neither the row
-// count m nor the tiling, and equals the CPU reference bitwise. Used for every dense linear of the executor
-// (compressor wkv/wgate, router gate, head, the F32 fixtures' projections). Decode (M = 1) streams W at near copy
-// bandwidth through cp.async-staged shared memory (dense_linear.cu); at large M it is CUDA-core bound, slow next to
-// a tensor-core GEMM.
+// count m nor the tiling, and equals the CPU reference bitwise. Used for every dense linear of the executor but a
+// bf16 head (compressor wkv/wgate, router gate, the F32 fixtures' projections and heads; a bf16 head runs on
+// bf16_linear's tensor cores). Decode (M = 1) streams W at near copy bandwidth through cp.async-staged shared memory
+// (dense_linear.cu); at large M it is CUDA-core bound, slow next to a tensor-core GEMM.
 // Tested in tests/gpu/dense_linear_test.cpp (m = 1 against m = 37 bitwise, and against cpu::linear bitwise).
 #pragma once
 

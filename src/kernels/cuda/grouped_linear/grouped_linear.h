@@ -2,7 +2,7 @@
 // group g, with W FP8 (e4m3 [groups*out, in] + f32 scales per 128x128) dequantized exactly in the kernel and bf16
 // activations used as they are (the official bf16 einsum: no activation quantization), f32 accumulation, bf16
 // output. Two paths, chosen by the shape alone (grouped_linear_path), so a row's bits never depend on the batch:
-//   kMma     - tensor cores for every row count (grouped_linear_kernels.cu): each 128-column K block of the products
+//   kMma     - tensor cores for every row count (bf16_act_mma.cuh): each 128-column K block of the products
 //              (bf16 x, W's e4m3 values as bf16: exact products) is summed on the tensor cores from zero in f32,
 //              scaled by the block's weight scale and added to the output's f32 sum, K blocks in ascending order:
 //              gemm_fp8's kMma arithmetic with bf16 activations. Contract: in % 16 == 0, out % 8 == 0, x and W
@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/cuda/bf16_act_mma/bf16_act_mma_tiles.h"
+
 namespace dsv4::cuda {
 
 struct GroupedLinearParams {
@@ -31,15 +33,10 @@ struct GroupedLinearParams {
 enum class GroupedLinearPath { kMma, kGeneric };
 GroupedLinearPath grouped_linear_path(const GroupedLinearParams& p);
 
-// kMma tiles (speed only: every tile runs the same per-output chain): 16 rows with 8, 16 or 32 columns, the CTA's
-// warps sharing out the K blocks (decode), or 64 x 128 (batches); a tile's columns never straddle two groups.
-struct GroupedLinearConfig {
-    int block_m = 16;
-    int block_n = 8;
-};
-GroupedLinearConfig grouped_linear_config(int64_t m, int64_t groups, int64_t in, int64_t out, int num_sms);
-// Empty when the kMma path can run `p` with `config`, else the reason.
-std::string grouped_linear_can_implement(const GroupedLinearParams& p, const GroupedLinearConfig& config);
+// kMma tiles (bf16_act_mma_tiles.h: speed only, every tile runs the same per-output chain).
+bf16_act_mma::Tiles grouped_linear_tiles(int64_t m, int64_t groups, int64_t in, int64_t out, int num_sms);
+// Empty when the kMma path can run `p` with `tiles`, else the reason.
+std::string grouped_linear_can_implement(const GroupedLinearParams& p, const bf16_act_mma::Tiles& tiles);
 void grouped_linear(const GroupedLinearParams& p, cudaStream_t stream);
 
 }  // namespace dsv4::cuda
