@@ -523,7 +523,19 @@ struct LayerRun {
     int64_t layers = 0;
     double step_ms = 0, bytes = 0;
     std::vector<double> batch_ms, batch_bytes;  // per BenchArgs::batches
+    // --stages: the layers' GPU time per step (the block stages of the profiled step), single step and per batch.
+    double step_layers_ms = 0;
+    std::vector<double> batch_layers_ms;
 };
+
+// The GPU time per step of the stages that belong to a layer (every row but upload, embed, head, logits_copy): what
+// the per-added-layer cost is made of, without the host time that the whole step's clock also holds at batches.
+double layers_ms(const StageTable& table) {
+    double ms = 0;
+    for (const StageRow& row : table.rows)
+        if (row.layers > 0) ms += row.ms;
+    return ms;
+}
 
 LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs) {
     LayerRun run;
@@ -689,6 +701,7 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs) {
         DSV4_CHECK(bad == 0, "the synthetic model produced {} non-finite logits with the stage profiler", bad);
         print_stages("batch 1 @ " + std::to_string(a.context), stages, floors, 1, double(config.num_experts_per_tok),
                      copy_gbs, median(host_ms));
+        run.step_layers_ms = layers_ms(stages.table);
     }
     state = SequenceState{};  // its pool slot back for the batches
     run.step_ms = step_ms;
@@ -755,6 +768,7 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs) {
             const std::string what = "batch " + std::to_string(a.batches[i]) + " @ " + std::to_string(a.batch_context);
             print_stages(what, stage_runs[i].first, batch_floors, B, E * (1.0 - std::pow(1.0 - k / E, B)), copy_gbs,
                          stage_runs[i].second);
+            run.batch_layers_ms.push_back(layers_ms(stage_runs[i].first.table));
         }
     }
     return run;
@@ -783,15 +797,24 @@ void run_bench(const BenchArgs& a) {
     std::printf(
         "per added layer (%lld -> %lld layers; the layer pattern's mix of SWA/CSA/HCA and hash/score layers):\n",
         (long long)lo.layers, (long long)hi.layers);
-    std::printf("  %14s %12s %12s %12s %9s\n", "batch @ context", "ms / layer", "MB / layer", "floor ms", "x floor");
-    auto row = [&](int64_t batch, int64_t context, double ms_lo, double ms_hi, double b_lo, double b_hi) {
+    // With --stages, also the difference of the layers' GPU time in the profiled steps (5-10 % slower than plain
+    // ones: the event nodes), which the host's handling of a batch's logits does not move.
+    const bool staged = a.stages;
+    std::printf("  %14s %12s %12s %12s %9s%s\n", "batch @ context", "ms / layer", "MB / layer", "floor ms", "x floor",
+                staged ? "   GPU ms / layer (stages)  x floor" : "");
+    auto row = [&](int64_t batch, int64_t context, double ms_lo, double ms_hi, double b_lo, double b_hi,
+                   double gpu_lo, double gpu_hi) {
         const double ms = (ms_hi - ms_lo) / n, bytes = (b_hi - b_lo) / n, floor = bytes / (copy_gbs * 1e9) * 1e3;
-        std::printf("  %6lld @ %6lld %12.4f %12.2f %12.4f %8.2fx\n", (long long)batch, (long long)context, ms,
+        std::printf("  %6lld @ %6lld %12.4f %12.2f %12.4f %8.2fx", (long long)batch, (long long)context, ms,
                     bytes / 1e6, floor, ms / floor);
+        if (staged) std::printf(" %26.4f %8.2fx", (gpu_hi - gpu_lo) / n, (gpu_hi - gpu_lo) / n / floor);
+        std::printf("\n");
     };
-    row(1, a.context, lo.step_ms, hi.step_ms, lo.bytes, hi.bytes);  // the single-sequence step (CUDA events)
-    for (size_t i = 0; i < a.batches.size(); ++i)                   // the batched steps (host clock)
-        row(a.batches[i], a.batch_context, lo.batch_ms[i], hi.batch_ms[i], lo.batch_bytes[i], hi.batch_bytes[i]);
+    row(1, a.context, lo.step_ms, hi.step_ms, lo.bytes, hi.bytes, lo.step_layers_ms,
+        hi.step_layers_ms);                        // the single-sequence step (CUDA events)
+    for (size_t i = 0; i < a.batches.size(); ++i)  // the batched steps (host clock)
+        row(a.batches[i], a.batch_context, lo.batch_ms[i], hi.batch_ms[i], lo.batch_bytes[i], hi.batch_bytes[i],
+            staged ? lo.batch_layers_ms[i] : 0.0, staged ? hi.batch_layers_ms[i] : 0.0);
 }
 
 }  // namespace
