@@ -100,13 +100,13 @@ TEST(Bf16Linear, MatchesCpuLinear) {
     DSV4_REQUIRE_GPU();
     Rng rng;
     for (const Case& c : {Case{1, 1024, 4096, 4096, 1024}, Case{37, 264, 1000 - 8, 1000, 270},  // partial K block
-                          Case{64, 2048, 512, 512, 2048},  // 64-row tiles
+                          Case{64, 2048, 512, 512, 2048},                                       // 64-row tiles
                           Case{200, 520, 256, 264, 520}, Case{5, 8, 16, 16, 8}}) {
         const Operands d(rng, c);
         const cuda::bf16_act_mma::Tiles t = cuda::bf16_linear_tiles(c.m, c.n, c.k, num_sms());
         expect_close(d, d.run(0, c.m),
-                     "m " + std::to_string(c.m) + " n " + std::to_string(c.n) + " k " + std::to_string(c.k) +
-                         " tile " + std::to_string(t.block_m) + "x" + std::to_string(t.block_n));
+                     "m " + std::to_string(c.m) + " n " + std::to_string(c.n) + " k " + std::to_string(c.k) + " tile " +
+                         std::to_string(t.block_m) + "x" + std::to_string(t.block_n));
     }
 }
 

@@ -86,9 +86,9 @@ void run_case(Rng& rng, const Case& c, cuda::GroupedLinearPath expected) {
         expect_bitwise_bf16(std::string(what) + " (generic)", y, to_bf16(ref));
         return;
     }
-    expect_bf16_close(std::string(what) + " tile " + std::to_string(config.block_m) + "x" +
-                          std::to_string(config.block_n),
-                      y, ref, absdot, c.in, kTensorCoreRel);
+    expect_bf16_close(
+        std::string(what) + " tile " + std::to_string(config.block_m) + "x" + std::to_string(config.block_n), y, ref,
+        absdot, c.in, kTensorCoreRel);
 }
 
 TEST(GroupedLinear, TensorCoresMatchCpuGroupedLinear) {
@@ -97,7 +97,7 @@ TEST(GroupedLinear, TensorCoresMatchCpuGroupedLinear) {
     constexpr auto kMma = cuda::GroupedLinearPath::kMma;
     run_case(rng, {1, 8, 4096, 1024}, kMma);  // V4-Flash wo_a, decode
     run_case(rng, {3, 8, 4096, 1024}, kMma);
-    run_case(rng, {64, 8, 4096, 1024}, kMma);         // batches: 64-row tiles
+    run_case(rng, {64, 8, 4096, 1024}, kMma);          // batches: 64-row tiles
     run_case(rng, {130, 8, 4096, 1024, false}, kMma);  // a partial 64-row tile; scales not powers of two
     run_case(rng, {17, 4, 400, 104}, kMma);            // a partial last K block (400 = 3 x 128 + 16); 8-column tiles
     run_case(rng, {200, 2, 256, 48}, kMma);            // 16-column tiles at many rows (48 % 128 != 0)
@@ -134,11 +134,11 @@ TEST(GroupedLinear, RowsIndependentOfBatchAndTile) {
             const std::vector<uint16_t> some = d.run(first, m);
             int64_t differing = 0;
             for (int64_t i = 0; i < m * n; ++i) differing += some[size_t(i)] != all[size_t(first * n + i)];
-            EXPECT_EQ(differing, 0) << "rows " << first << ".." << first + m - 1 << " alone (tile " << t.block_m
-                                    << "x" << t.block_n << ") vs among M=" << c.m << ", in=" << c.in;
+            EXPECT_EQ(differing, 0) << "rows " << first << ".." << first + m - 1 << " alone (tile " << t.block_m << "x"
+                                    << t.block_n << ") vs among M=" << c.m << ", in=" << c.in;
         }
-        for (const cuda::bf16_act_mma::Tiles t : {cuda::bf16_act_mma::Tiles{16, 8}, {16, 16}, {16, 32}, {64, 64},
-                                                  {64, 128}}) {
+        for (const cuda::bf16_act_mma::Tiles t :
+             {cuda::bf16_act_mma::Tiles{16, 8}, {16, 16}, {16, 32}, {64, 64}, {64, 128}}) {
             auto y = poisoned<uint16_t>(size_t(c.m * n));
             cuda::GroupedLinearParams p;
             p.x = reinterpret_cast<const __nv_bfloat16*>(d.x.get());
@@ -154,8 +154,7 @@ TEST(GroupedLinear, RowsIndependentOfBatchAndTile) {
             const std::vector<uint16_t> got = to_host(y);
             int64_t differing = 0;
             for (size_t i = 0; i < got.size(); ++i) differing += got[i] != all[i];
-            EXPECT_EQ(differing, 0) << "M=" << c.m << " in=" << c.in << " under tile " << t.block_m << "x"
-                                    << t.block_n;
+            EXPECT_EQ(differing, 0) << "M=" << c.m << " in=" << c.in << " under tile " << t.block_m << "x" << t.block_n;
         }
     }
 }

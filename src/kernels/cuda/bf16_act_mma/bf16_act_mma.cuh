@@ -102,13 +102,15 @@ struct F32Out {
     __device__ static void pair(const Args& a, int64_t r, int64_t n, float lo, float hi) {
         *reinterpret_cast<float2*>(static_cast<float*>(a.y) + r * a.ldy + n) = make_float2(lo, hi);
     }
-    __device__ static void one(const Args& a, int64_t r, int64_t n, float v) { static_cast<float*>(a.y)[r * a.ldy + n] = v; }
+    __device__ static void one(const Args& a, int64_t r, int64_t n, float v) {
+        static_cast<float*>(a.y)[r * a.ldy + n] = v;
+    }
 };
 
 // One half block's operands for a warp tile of MT x 16 rows and NT x 8 columns.
 template <class W, int MT, int NT>
 struct Half {
-    uint4 x[MT][2][2];         // [row tile][rows g, g+8][columns c0..c0+7, c0+8..c0+15] bf16
+    uint4 x[MT][2][2];        // [row tile][rows g, g+8][columns c0..c0+7, c0+8..c0+15] bf16
     uint4 w[NT][W::kChunks];  // columns c0..c0+15 of row g of each 8-column tile
 };
 
@@ -285,10 +287,14 @@ cudaError_t launch(Args args, const Tiles& tiles, cudaStream_t stream) {
     const size_t smem = staged_smem_bytes(tiles, args.m, args.k);
     if (tiles.block_m == 16) {
         switch (tiles.block_n) {
-            case 8: return launch_tile<W, Y, 1, 1, 1, 1, 8>(args, smem, stream);
-            case 16: return launch_tile<W, Y, 1, 2, 1, 1, 8>(args, smem, stream);
-            case 32: return launch_tile<W, Y, 1, 2, 1, 2, 4>(args, smem, stream);
-            default: return cudaErrorInvalidValue;
+            case 8:
+                return launch_tile<W, Y, 1, 1, 1, 1, 8>(args, smem, stream);
+            case 16:
+                return launch_tile<W, Y, 1, 2, 1, 1, 8>(args, smem, stream);
+            case 32:
+                return launch_tile<W, Y, 1, 2, 1, 2, 4>(args, smem, stream);
+            default:
+                return cudaErrorInvalidValue;
         }
     }
     if (tiles.block_m == 64 && tiles.block_n == 128) return launch_tile<W, Y, 2, 4, 2, 4, 1>(args, smem, stream);

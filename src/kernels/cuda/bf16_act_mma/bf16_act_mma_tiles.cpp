@@ -29,12 +29,12 @@ std::string tiles_can_run(const Tiles& t, int64_t m, int64_t n, int64_t k, int64
           (t.block_m == 64 && (t.block_n == 64 || t.block_n == 128))))
         return fmt::format("no {}x{} tile", t.block_m, t.block_n);
     if (k % 16) return fmt::format("K must be a multiple of 16, got {}", k);
-    if (group_n != n && group_n % t.block_n) return fmt::format("a {}-column tile would straddle groups of {}", t.block_n, group_n);
+    if (group_n != n && group_n % t.block_n)
+        return fmt::format("a {}-column tile would straddle groups of {}", t.block_n, group_n);
     if (ceil_div(n, t.block_n) > 65535 || ceil_div(m, t.block_m) > int64_t{0x7FFFFFFF})
         return fmt::format("grid too large for M={} N={}", m, n);
     if (staged_smem_bytes(t, m, k) > kMaxStagedSmem)
-        return fmt::format("K={} needs more staged shared memory than {} bytes with 16-row tiles", k,
-                           kMaxStagedSmem);
+        return fmt::format("K={} needs more staged shared memory than {} bytes with 16-row tiles", k, kMaxStagedSmem);
     return {};
 }
 
