@@ -35,6 +35,7 @@
 #include "kernels/cuda/bf16_act_mma/bf16_act_mma_tiles.h"
 #include "kernels/cuda/common/e4m3_pairs.cuh"
 #include "kernels/cuda/common/mma.cuh"
+#include "kernels/cuda/common/vector_loads.cuh"
 
 namespace dsv4::cuda::bf16_act_mma {
 
@@ -53,23 +54,6 @@ struct Args {
     int kb;          // K blocks: ceil(k / 128)
     int rows_alloc;  // 16-row tiles: rows of staged block products per CTA (min(m, 16))
 };
-
-__device__ __forceinline__ uint4 load_cached(const void* p, bool valid) {
-    return valid ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0u, 0u, 0u, 0u);
-}
-
-__device__ __forceinline__ uint4 load_streaming(const void* p, bool valid) {
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (valid)
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ uint32_t word(const uint4& v, int q) {
-    return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
-}
 
 // Weight formats: bytes per value, 16-byte chunks per lane and half block, and the B fragment of step j.
 struct E4m3Weight {
@@ -161,15 +145,15 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args) {
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                s.x[mt][h][0] = load_cached(x_row[mt][h] + c0, ok);
-                s.x[mt][h][1] = load_cached(x_row[mt][h] + c0 + 8, ok);
+                s.x[mt][h][0] = load16<false>(x_row[mt][h] + c0, ok);
+                s.x[mt][h][1] = load16<false>(x_row[mt][h] + c0 + 8, ok);
             }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int q = 0; q < W::kChunks; ++q) {
                 const uint8_t* p = w_row[nt] + c0 * W::kBytes + 16 * q;
-                s.w[nt][q] = WM == 1 ? load_streaming(p, ok) : load_cached(p, ok);
+                s.w[nt][q] = load16<WM == 1>(p, ok);
             }
     };
 

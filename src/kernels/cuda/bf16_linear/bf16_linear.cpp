@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "kernels/cuda/bf16_linear/bf16_linear_kernels.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/resident_ctas.h"
 
 namespace dsv4::cuda {
 
@@ -26,10 +27,7 @@ std::string bf16_linear_can_run(const Bf16LinearParams& p) {
 
 void bf16_linear(const Bf16LinearParams& p, cudaStream_t stream) {
     if (std::string why = bf16_linear_can_run(p); !why.empty()) fail("bf16_linear: {}", why);
-    int device = 0, sms = 0;
-    DSV4_CUDA_CHECK(cudaGetDevice(&device));
-    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const bf16_act_mma::Tiles tiles = bf16_linear_tiles(p.m, p.n, p.k, sms);
+    const bf16_act_mma::Tiles tiles = bf16_linear_tiles(p.m, p.n, p.k, multiprocessor_count());
     if (std::string why = bf16_act_mma::tiles_can_run(tiles, p.m, p.n, p.k, p.n); !why.empty())
         fail("bf16_linear: {}", why);
     DSV4_CUDA_CHECK(launch_bf16_linear(p, tiles, stream));

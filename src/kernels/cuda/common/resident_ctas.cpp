@@ -46,4 +46,11 @@ int64_t resident_ctas(const void* kernel, int threads, int smem) {
     return cache.back().ctas;
 }
 
+int multiprocessor_count() {
+    int device = 0, sms = 0;
+    DSV4_CUDA_CHECK(cudaGetDevice(&device));
+    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return sms;
+}
+
 }  // namespace dsv4::cuda

@@ -10,4 +10,7 @@ namespace dsv4::cuda {
 
 int64_t resident_ctas(const void* kernel, int threads, int smem);
 
+// The current device's SM count (the tile heuristics' num_sms).
+int multiprocessor_count();
+
 }  // namespace dsv4::cuda

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/gemm_fp8/gemm_fp8_kernels.h"
 
 namespace dsv4::cuda {
@@ -29,13 +30,6 @@ size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 // cuBLASLt 13.1 on H200 offers no block-scaled FP8 algorithm for M % 4 != 0 (measured: M = 3, 17, 18 refused;
 // 16, 20, 24, 200 accepted), matching its 1x128 scale tensor being padded to 4 rows.
 bool cublaslt_shape_ok(int64_t m, int64_t n, int64_t k) { return m % 4 == 0 && k % 128 == 0 && n % 16 == 0; }
-
-int num_sms_of_current_device() {
-    int device = 0, sms = 0;
-    DSV4_CUDA_CHECK(cudaGetDevice(&device));
-    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return sms;
-}
 
 }  // namespace
 
@@ -185,7 +179,7 @@ void run_cublaslt(const CublasLt& lt, const Fp8GemmParams& p, cudaStream_t strea
 }  // namespace
 
 void fp8_gemm(const CublasLt& lt, const Fp8GemmParams& p, cudaStream_t stream) {
-    const Fp8GemmConfig config = fp8_gemm_config(p.m, p.n, p.k, num_sms_of_current_device(), p.path);
+    const Fp8GemmConfig config = fp8_gemm_config(p.m, p.n, p.k, multiprocessor_count(), p.path);
     if (std::string why = fp8_gemm_can_implement(p, config); !why.empty())
         fail("gemm_fp8 (M={} N={} K={}, {} path): {}", p.m, p.n, p.k, fp8_gemm_path_name(config.path), why);
     if (config.path == Fp8GemmPath::kCublasLt) {

@@ -41,6 +41,7 @@
 #include <cuda_fp8.h>
 
 #include "kernels/cuda/common/e4m3_pairs.cuh"
+#include "kernels/cuda/common/vector_loads.cuh"
 #include "kernels/cuda/gemm_fp8/gemm_fp8_kernels.h"
 
 namespace dsv4::cuda {
@@ -66,21 +67,6 @@ struct MmaArgs {
 struct RowChunks {
     uint4 lo, hi;
 };
-
-template <bool kStream>
-__device__ __forceinline__ uint4 load16(const uint8_t* p, bool valid) {
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (valid) {
-        if constexpr (kStream) {
-            asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                         : "l"(p));
-        } else {
-            v = __ldg(reinterpret_cast<const uint4*>(p));
-        }
-    }
-    return v;
-}
 
 // `p` = the row's first byte + kb * 128 + 16 t; lo_ok / hi_ok: the two chunks lie before K.
 template <bool kStream>

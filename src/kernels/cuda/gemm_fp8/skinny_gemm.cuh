@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/common/vector_loads.cuh"
+
 namespace dsv4::cuda::skinny {
 
 constexpr int kThreads = 256;
@@ -20,14 +22,6 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerWarp = 4;  // rows decoded together: 4 x (chunks per lane) 16-byte loads in flight
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
 constexpr int kSmemBytes = 64 * 1024;  // staged activations: kM * k_span f32 values
-
-__device__ __forceinline__ uint4 load_streaming(const void* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
 
 // Two e4m3 bytes (low byte = lower index) to f32; exact (e4m3 embeds in f16).
 __device__ __forceinline__ float2 e4m3x2_to_float2(uint16_t two) {
@@ -141,11 +135,6 @@ __device__ void tile(const Weight& weight, const Act& act, int tokens, int64_t n
             if ((r * kM + m) % 32 == lane && m < tokens && row0 + r < n_end) store(m, row0 + r, v, (r * kM + m) / 32);
         }
     __syncthreads();  // the caller may restage
-}
-
-// 32-bit word q of a chunk (q a compile-time constant after unrolling).
-__device__ __forceinline__ uint32_t word(const uint4& raw, int q) {
-    return q == 0 ? raw.x : q == 1 ? raw.y : q == 2 ? raw.z : raw.w;
 }
 
 // Dynamic shared memory above 48 KiB needs the kernel's opt-in.

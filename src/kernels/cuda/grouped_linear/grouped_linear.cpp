@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/grouped_linear/grouped_linear_kernels.h"
 
 namespace dsv4::cuda {
@@ -45,10 +46,7 @@ void grouped_linear(const GroupedLinearParams& p, cudaStream_t stream) {
         DSV4_CUDA_CHECK(launch_grouped_linear_generic(p, stream));
         return;
     }
-    int device = 0, sms = 0;
-    DSV4_CUDA_CHECK(cudaGetDevice(&device));
-    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const bf16_act_mma::Tiles tiles = grouped_linear_tiles(p.m, p.groups, p.in, p.out, sms);
+    const bf16_act_mma::Tiles tiles = grouped_linear_tiles(p.m, p.groups, p.in, p.out, multiprocessor_count());
     if (std::string why = grouped_linear_can_implement(p, tiles); !why.empty()) fail("grouped_linear: {}", why);
     DSV4_CUDA_CHECK(launch_grouped_linear_mma(p, tiles, stream));
 }

@@ -36,7 +36,7 @@ __device__ __forceinline__ float2 e2m1_pair(uint32_t w, int i) {
 
 // Columns 4q .. 4q + 3 of a 16-byte chunk (q compile-time after unrolling; the pairs of q and q ^ 1 are shared).
 __device__ __forceinline__ float4 e2m1x4(const uint4& raw, int q) {
-    const uint32_t w = skinny::word(raw, q / 2);
+    const uint32_t w = word(raw, q / 2);
     const float2 a = e2m1_pair(w, 0), b = e2m1_pair(w, 1), c = e2m1_pair(w, 2), d = e2m1_pair(w, 3);
     return q % 2 ? make_float4(a.y, b.y, c.y, d.y) : make_float4(a.x, b.x, c.x, d.x);
 }
