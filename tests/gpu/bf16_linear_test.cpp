@@ -101,7 +101,10 @@ TEST(Bf16Linear, MatchesCpuLinear) {
     Rng rng;
     for (const Case& c : {Case{1, 1024, 4096, 4096, 1024}, Case{37, 264, 1000 - 8, 1000, 270},  // partial K block
                           Case{64, 2048, 512, 512, 2048},                                       // 64-row tiles
-                          Case{200, 520, 256, 264, 520}, Case{5, 8, 16, 16, 8}}) {
+                          Case{200, 520, 256, 264, 520}, Case{5, 8, 16, 16, 8},
+                          // V4-Flash's router (256 experts) and a CSA layer's stacked f32 projections (compressor
+                          // wkv | wgate, the indexer's, weights_proj), which linear_f32 runs here
+                          Case{1, 256, 4096, 4096, 256}, Case{16, 2624, 4096, 4096, 2624}}) {
         const Operands d(rng, c);
         const cuda::bf16_act_mma::Tiles t = cuda::bf16_linear_tiles(c.m, c.n, c.k, num_sms());
         expect_close(d, d.run(0, c.m),

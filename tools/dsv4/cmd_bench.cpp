@@ -35,6 +35,7 @@
 #include "ranks.h"
 #include "model/synthetic_checkpoint.h"
 #ifdef DSV4_WITH_CUDA
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include "core/number_formats.h"
@@ -470,6 +471,7 @@ struct BenchArgs {
     uint64_t seed = 0;
     int threads = 0;
     bool stages = false;  // also the per-stage table of every measured step (CudaModel's stage profiler)
+    bool profile_range = false;  // cudaProfilerStart / Stop around the timed single-sequence steps
     ParallelFlags parallel;  // --gpus ...: the model over several GPUs (ranks.h); rank 0 measures and prints
     std::optional<parallel::RankInfo> rank;
     int device = 0;
@@ -640,6 +642,7 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs) {
     std::vector<double> event_ms, host_ms;
     for (int64_t i = 0; i < a.warmup + a.steps; ++i) {
         const int32_t id = random_id();
+        if (a.profile_range && i == a.warmup) DSV4_CUDA_CHECK(cudaProfilerStart());
         const auto h0 = std::chrono::steady_clock::now();
         DSV4_CUDA_CHECK(cudaEventRecord(e0, 0));
         logits = model.forward(state, std::span<const int32_t>(&id, 1), false);
@@ -654,6 +657,7 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs) {
             host_ms.push_back(h);
         }
     }
+    if (a.profile_range) DSV4_CUDA_CHECK(cudaProfilerStop());
     DSV4_CUDA_CHECK(cudaEventDestroy(e0));
     DSV4_CUDA_CHECK(cudaEventDestroy(e1));
 
@@ -834,6 +838,7 @@ void add_bench_command(CLI::App& app) {
         uint64_t seed = 0;
         int threads = 0;
         bool stages = false;
+        bool profile_range = false;
         ParallelFlags parallel;
     };
     auto a = std::make_shared<BenchArgs>();
@@ -861,6 +866,9 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--stages", a->stages,
                   "Also time every measured step with the stage profiler on and print its per-stage table (GPU time "
                   "per step and per layer, share, bytes floor)");
+    cmd->add_flag("--profile-range", a->profile_range,
+                  "Open the CUDA profiler's range (cudaProfilerStart / Stop) around the timed single-sequence decode "
+                  "steps only, for `ncu --profile-from-start off` (tools/gpu_kernel_profile.sh)");
     add_parallel_options(cmd, a->parallel);
     cmd->callback([a] {
 #ifdef DSV4_WITH_CUDA

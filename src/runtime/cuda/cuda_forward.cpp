@@ -272,7 +272,7 @@ void CudaModel::Impl::enqueue_piece() {
     }
     cuda::hc_head(hc_mix_params(w.hc_head, streams, rows), s);
     cuda::rms_norm({ws.x, w.norm, ws.x, rows, D, D, D, float(c.rms_norm_eps)}, s);
-    head_logits(w.head, ws.x, rows, ws.logits);
+    linear_f32(w.head, ws.x, rows, ws.logits);
 }
 
 }  // namespace dsv4

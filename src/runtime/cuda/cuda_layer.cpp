@@ -102,6 +102,24 @@ void CudaModel::Impl::act_quant(const bf16* x, int64_t rows, int64_t cols) {
 void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y, int64_t ldy) {
     DSV4_CHECK(w.format == WeightFormat::kF32 || w.format == WeightFormat::kBF16,
                "linear_f32 needs a dense weight ({} given)", weight_format_name(w.format));
+    ldy = ldy ? ldy : w.rows;
+    // A bf16 weight: every product of two bf16 values is exact in f32, so the tensor cores' f32 block sums give the
+    // reference's f32 dot product up to summation order (docs/numerics.md, "Dense f32 linears on the GPU").
+    if (w.format == WeightFormat::kBF16) {
+        cuda::Bf16LinearParams p;
+        p.x = x;
+        p.w = static_cast<const bf16*>(w.data);
+        p.y = y;
+        p.m = m;
+        p.n = w.rows;
+        p.k = w.cols;
+        p.ldx = w.cols;
+        p.ldy = ldy;
+        if (cuda::bf16_linear_can_run(p).empty()) {
+            cuda::bf16_linear(p, stream->get());
+            return;
+        }
+    }
     cuda::DenseLinearParams p;
     p.type = w.format == WeightFormat::kF32 ? cuda::DenseType::kF32 : cuda::DenseType::kBF16;
     p.x = x;
@@ -111,7 +129,7 @@ void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int
     p.n = w.rows;
     p.k = w.cols;
     p.ldx = p.ldw = w.cols;
-    p.ldy = ldy ? ldy : w.rows;
+    p.ldy = ldy;
     cuda::dense_linear(p, stream->get());
 }
 
@@ -135,23 +153,6 @@ void CudaModel::Impl::linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t
     }
     linear_f32(w, x, m, ws.y_f32);
     cuda::f32_to_bf16({ws.y_f32, y, m, w.rows, w.rows, w.rows}, stream->get());
-}
-
-void CudaModel::Impl::head_logits(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y) {
-    cuda::Bf16LinearParams p;
-    p.x = x;
-    p.w = static_cast<const bf16*>(w.data);
-    p.y = y;
-    p.m = m;
-    p.n = w.rows;
-    p.k = w.cols;
-    p.ldx = w.cols;
-    p.ldy = w.rows;
-    if (w.format == WeightFormat::kBF16 && cuda::bf16_linear_can_run(p).empty()) {
-        cuda::bf16_linear(p, stream->get());
-        return;
-    }
-    linear_f32(w, x, m, y);
 }
 
 void CudaModel::Impl::grouped_linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, int64_t groups, bf16* y) {

@@ -213,11 +213,10 @@ struct CudaModel::Impl {
 
     // Precision::linear: FP8 weights get FP8-quantized inputs; y bf16 [m, rows].
     void linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y);
-    // Precision::linear_f32 on a dense weight: y f32 [m, rows] (row stride ldy; 0: rows).
+    // Precision::linear_f32 on a dense weight: y f32 [m, rows] (row stride ldy; 0: rows). A bf16 weight runs on the
+    // tensor cores (cuda::bf16_linear) where its shape allows (every V4 one: the head, the router, the compressor and
+    // indexer projections), else, and for f32 weights, on dense_linear's CUDA-core chains.
     void linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y, int64_t ldy = 0);
-    // The head's f32 logits [m, vocab]: a bf16 head on the tensor cores (cuda::bf16_linear) where its shape allows
-    // (V4 and every fixture), else linear_f32 (an F32 head; a vocabulary that is not a multiple of 8).
-    void head_logits(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y);
     // Precision::grouped_linear (wo_a).
     void grouped_linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, int64_t groups, bf16* y);
     void act_quant(const bf16* x, int64_t rows, int64_t cols);
