@@ -23,7 +23,7 @@ def read_kernels(path):
     for r in rows[1:]:
         if r[col["Metric Name"]] != "gpu__time_duration.sum":
             continue
-        scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}[r[col["Metric Unit"]]]
+        scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}[r[col["Metric Unit"]]]
         value = float(r[col["Metric Value"]].replace(",", "")) * scale
         name = r[col["Kernel Name"]].split("(")[0].split("<")[0].strip()
         kernels.append((int(r[col["ID"]]), name, value, r[col["Grid Size"]], r[col["Block Size"]]))

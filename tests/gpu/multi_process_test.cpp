@@ -108,10 +108,10 @@ TEST(MultiProcessFault, KilledRankEndsTheRunWithAClearError) {
     ASSERT_TRUE(in.found);
     const auto [gpus, env] = two_ranks();
     const std::string err = temp_path("fault.stderr"), out = temp_path("fault.stdout");
-    // A long greedy decode (thousands of steps); rank 1 is killed once both ranks run.
+    // A long greedy decode (thousands of steps, past any EOS); rank 1 is killed once both ranks run.
     const std::string command = (env.empty() ? "" : "export " + env + "; ") + "exec " + kBinary +
                                 " generate --numerics model -m " + in.dir + " --ids-file " + ids_file(in, "fault") +
-                                " --greedy -n 12000 --print-ids " + gpus + " >" + out + " 2>" + err;
+                                " --greedy -n 12000 --ignore-eos --print-ids " + gpus + " >" + out + " 2>" + err;
     pid_t supervisor = -1;
     const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
     ASSERT_EQ(posix_spawn(&supervisor, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);

@@ -31,7 +31,7 @@ TEST(GpuRmsNorm, RowsMatchCpuRmsNormThenBf16) {
     };
     for (int64_t rows : {1, 7, 33})
         for (Case c : {Case{64, true, false}, Case{320, true, true}, Case{1536, false, false}, Case{4099, true, false},
-                       Case{7168, true, false}}) {
+                       Case{7168, true, false}, Case{9001, true, false} /* past the register path */}) {
             const int64_t stride = c.dim + 8 * (rows % 2);
             std::vector<float> x(static_cast<size_t>(rows * stride));
             for (int64_t r = 0; r < rows; ++r) {

@@ -1,6 +1,6 @@
 // dsv4 generate with text on the tiny synthetic model: --prompt streams exactly the text of the generated ids,
-// -n and EOS bound it (EOS never printed), --prompt equals --ids-file with the tokenized prompt (BOS first),
-// --chat renders the DeepSeek-V4 chat prompt and shows reasoning apart, and bad inputs give clear errors.
+// -n and EOS bound it (EOS never printed; --ignore-eos goes on past it), --prompt equals --ids-file with the
+// tokenized prompt (BOS first), --chat renders the DeepSeek-V4 chat prompt and shows reasoning apart, and bad inputs give clear errors.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -92,6 +92,10 @@ TEST(Generate, StopsAtEosWithoutPrintingIt) {
     r = run_split("generate -q -m " + dir + " --prompt " + prompt + " -n 12");
     ASSERT_EQ(r.exit_code, 0) << r.errors;
     EXPECT_EQ(r.output, detokenize({ids.begin(), ids.begin() + long(k)}) + "\n");
+    // --ignore-eos: EOS is fed like any token, so the run is the model's own 12 tokens.
+    r = run_split("generate -q -m " + dir + " --prompt " + prompt + " -n 12 --print-ids --ignore-eos");
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    EXPECT_EQ(parse_ids(r.output), ids);
 }
 
 TEST(Generate, ChatRendersTheChatPromptAndShowsReasoningApart) {

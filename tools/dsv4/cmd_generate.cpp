@@ -18,7 +18,7 @@ void add_generate_command(CLI::App& app) {
         SamplingOptions sampling;
         std::string prompt, ids_file, system, effort;
         int64_t max_new = 32;
-        bool print_ids = false, no_bos = false, chat = false, thinking = false;
+        bool print_ids = false, no_bos = false, chat = false, thinking = false, ignore_eos = false;
     };
     auto a = std::make_shared<Args>();
     add_model_options(cmd, a->model);
@@ -29,6 +29,8 @@ void add_generate_command(CLI::App& app) {
     add_sampling_options(cmd, a->sampling);
     cmd->add_flag("--print-ids", a->print_ids, "Print the generated ids, space-separated, on one line");
     cmd->add_flag("--no-bos", a->no_bos, "Do not prepend the BOS token to --prompt");
+    auto* ignore_eos = cmd->add_flag("--ignore-eos", a->ignore_eos,
+                                     "Keep generating after EOS, as after any other token, up to -n (benchmarks)");
     auto* chat = cmd->add_flag("--chat", a->chat,
                                "Wrap --prompt as one user message in DeepSeek-V4's chat format and show the "
                                "reply's reasoning apart from its answer");
@@ -36,6 +38,7 @@ void add_generate_command(CLI::App& app) {
     cmd->add_option("--effort", a->effort, "With --chat --thinking: reasoning effort (low | high | max)");
     cmd->add_option("--system", a->system, "With --chat: a system message before the prompt");
     chat->excludes(ids);
+    chat->excludes(ignore_eos);
     cmd->callback([a, prompt, ids] {
         start_ranks_or_exit(a->model);
         DSV4_CHECK(prompt->count() > 0 || ids->count() > 0, "give the prompt: --prompt TEXT or --ids-file F");
@@ -84,7 +87,7 @@ void add_generate_command(CLI::App& app) {
         Sampler sampler(params);
         SequenceState state = model->new_sequence();
         if (a->print_ids) {
-            DecodeResult r = decode(*model, state, prompt_ids, a->max_new, sampler, [](int32_t) {});
+            DecodeResult r = decode(*model, state, prompt_ids, a->max_new, sampler, [](int32_t) {}, !a->ignore_eos);
             std::string line;
             for (size_t i = 0; i < r.generated.size(); ++i) line += (i ? " " : "") + std::to_string(r.generated[i]);
             std::printf("%s\n", line.c_str());
@@ -99,11 +102,14 @@ void add_generate_command(CLI::App& app) {
             return;
         }
         tok::IncrementalDecoder decoder(*tokenizer);
-        decode(*model, state, prompt_ids, a->max_new, sampler, [&](int32_t id) {
-            const std::string piece = decoder.push(id);
-            std::fwrite(piece.data(), 1, piece.size(), stdout);
-            std::fflush(stdout);
-        });
+        decode(
+            *model, state, prompt_ids, a->max_new, sampler,
+            [&](int32_t id) {
+                const std::string piece = decoder.push(id);
+                std::fwrite(piece.data(), 1, piece.size(), stdout);
+                std::fflush(stdout);
+            },
+            !a->ignore_eos);
         std::printf("%s\n", decoder.finish().c_str());
     });
 }

@@ -166,7 +166,7 @@ tok::Tokenizer open_tokenizer(const std::string& model_dir) {
 }
 
 DecodeResult decode(Backend& model, SequenceState& state, std::span<const int32_t> ids, int64_t max_new,
-                    Sampler& sampler, const std::function<void(int32_t)>& on_token) {
+                    Sampler& sampler, const std::function<void(int32_t)>& on_token, bool stop_at_eos) {
     const ModelConfig& config = model.config();
     DSV4_CHECK(!ids.empty(), "nothing to feed the model");
     DSV4_CHECK(state.position + int64_t(ids.size()) <= config.max_position_embeddings,
@@ -177,7 +177,7 @@ DecodeResult decode(Backend& model, SequenceState& state, std::span<const int32_
     for (int64_t i = 0; i < max_new; ++i) {
         const int32_t next = sampler.sample(logits.data(), config.vocab_size);
         result.generated.push_back(next);
-        if (next == config.eos_token_id) {
+        if (next == config.eos_token_id && stop_at_eos) {
             result.hit_eos = true;
             break;
         }

@@ -76,10 +76,11 @@ struct DecodeResult {
 };
 
 // Feeds `ids` at state.position (must be non-empty), then samples up to `max_new` tokens, feeding each but the
-// last. Stops after sampling EOS, at max_new, or when the next token would not fit the context. `on_token` sees
-// every generated id but EOS, as it comes. Afterwards state.position = before + ids.size() + generated.size() - 1.
+// last. Stops after sampling EOS (unless !stop_at_eos: then EOS is an ordinary token), at max_new, or when the next
+// token would not fit the context. `on_token` sees every generated id but a final EOS, as it comes. Afterwards
+// state.position = before + ids.size() + generated.size() - 1.
 DecodeResult decode(Backend& model, SequenceState& state, std::span<const int32_t> ids, int64_t max_new,
-                    Sampler& sampler, const std::function<void(int32_t)>& on_token);
+                    Sampler& sampler, const std::function<void(int32_t)>& on_token, bool stop_at_eos = true);
 
 // Streams a chat reply to stdout as text arrives: parsed with CompletionStream, the reasoning shown apart from
 // the answer (dim on a terminal, else every reasoning line prefixed "> "), tool calls listed at the end.

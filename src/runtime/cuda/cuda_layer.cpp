@@ -99,13 +99,18 @@ void CudaModel::Impl::act_quant(const bf16* x, int64_t rows, int64_t cols) {
     cuda::act_quant_fp8(p, stream->get());
 }
 
-void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y, int64_t ldy) {
+bool CudaModel::Impl::f32_on_tensor_cores(const cuda::DeviceMatrix& w) {
+    return w.format == WeightFormat::kBF16 && w.rows % 8 == 0 && w.cols % 16 == 0;
+}
+
+void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y, int64_t ldy,
+                                 bool chains) {
     DSV4_CHECK(w.format == WeightFormat::kF32 || w.format == WeightFormat::kBF16,
                "linear_f32 needs a dense weight ({} given)", weight_format_name(w.format));
     ldy = ldy ? ldy : w.rows;
     // A bf16 weight: every product of two bf16 values is exact in f32, so the tensor cores' f32 block sums give the
     // reference's f32 dot product up to summation order (docs/numerics.md, "Dense f32 linears on the GPU").
-    if (w.format == WeightFormat::kBF16) {
+    if (!chains && f32_on_tensor_cores(w)) {
         cuda::Bf16LinearParams p;
         p.x = x;
         p.w = static_cast<const bf16*>(w.data);
@@ -115,10 +120,8 @@ void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int
         p.k = w.cols;
         p.ldx = w.cols;
         p.ldy = ldy;
-        if (cuda::bf16_linear_can_run(p).empty()) {
-            cuda::bf16_linear(p, stream->get());
-            return;
-        }
+        cuda::bf16_linear(p, stream->get());  // throws if a stride or an alignment does not fit
+        return;
     }
     cuda::DenseLinearParams p;
     p.type = w.format == WeightFormat::kF32 ? cuda::DenseType::kF32 : cuda::DenseType::kBF16;
@@ -261,12 +264,16 @@ F32Projections CudaModel::Impl::f32_projections_of_x(const cuda::DeviceAttention
         out.outputs.push_back(ws.f32_proj + out.width);
         out.width += w->rows;
     }
+    // The stack and its parts alone must give the same bits, so the tensor cores take them only if they take
+    // every part.
+    const bool chains = !std::all_of(out.weights.begin(), out.weights.end(),
+                                     [](const cuda::DeviceMatrix* w) { return f32_on_tensor_cores(*w); });
     if (options.stacked_projections && a.f32_proj.data) {
-        linear_f32(a.f32_proj, ws.x, piece.tokens, ws.f32_proj);  // the stack's rows are the outputs' columns
+        linear_f32(a.f32_proj, ws.x, piece.tokens, ws.f32_proj, 0, chains);  // the stack's rows are the columns
         return out;
     }
     for (size_t i = 0; i < out.weights.size(); ++i)
-        linear_f32(*out.weights[i], ws.x, piece.tokens, ws.f32_proj + column[i], out.width);
+        linear_f32(*out.weights[i], ws.x, piece.tokens, ws.f32_proj + column[i], out.width, chains);
     return out;
 }
 

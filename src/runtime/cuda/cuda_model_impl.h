@@ -213,10 +213,13 @@ struct CudaModel::Impl {
 
     // Precision::linear: FP8 weights get FP8-quantized inputs; y bf16 [m, rows].
     void linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y);
-    // Precision::linear_f32 on a dense weight: y f32 [m, rows] (row stride ldy; 0: rows). A bf16 weight runs on the
-    // tensor cores (cuda::bf16_linear) where its shape allows (every V4 one: the head, the router, the compressor and
-    // indexer projections), else, and for f32 weights, on dense_linear's CUDA-core chains.
-    void linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y, int64_t ldy = 0);
+    // Precision::linear_f32 on a dense weight: y f32 [m, rows] (row stride ldy, a multiple of 8; 0: rows). A bf16
+    // weight whose shape allows (f32_on_tensor_cores: every V4 one, the head, the router, the compressor and indexer
+    // projections) runs on the tensor cores (cuda::bf16_linear) unless `chains`; the rest on dense_linear's CUDA-core
+    // chains in the CPU's order.
+    void linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y, int64_t ldy = 0,
+                    bool chains = false);
+    static bool f32_on_tensor_cores(const cuda::DeviceMatrix& w);
     // Precision::grouped_linear (wo_a).
     void grouped_linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, int64_t groups, bf16* y);
     void act_quant(const bf16* x, int64_t rows, int64_t cols);

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/dense_linear/dense_linear.h"
 
@@ -74,19 +75,6 @@ constexpr int kRowStride = kChunkBytes + 16;  // padded: 9 x 16 bytes, odd, so 8
 constexpr int kStageBytes = 32 * kRowStride;  // one warp's 32 rows
 constexpr int kSmallStages = 16, kLargeStages = 4, kLargeWarps = 4;
 
-__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async16(unsigned dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 // The 16 bytes `v` as f32 values (exact: a bf16 is the high half of its f32).
 template <typename W>

@@ -17,22 +17,35 @@ __global__ void moe_row_index_kernel(const MoeRowIndexParams p) {
     p.row_index[i] = (a >= 0 && a < p.slots) ? a / p.k : 0;
 }
 
-// One CTA row-strip per slot row; threads over the intermediate dim.
+// One CTA row-strip per slot row; threads over the intermediate dim, kHeld elements per thread loaded before any
+// is used (the stores could alias the loads, so the compiler would not hoist them): one round trip per kHeld.
 __global__ void swiglu_kernel(const SwigluParams p) {
+    constexpr int kHeld = 8;
     const int64_t r = blockIdx.x;
     if ((p.row_first && r < *p.row_first) || (p.row_count && r >= *p.row_count)) return;
     float weight = 1.0f;
     if (p.routing_weights) weight = p.routing_weights[p.sorted_assignment[r]];
     const int64_t in = r * (p.gate_up_stride ? p.gate_up_stride : p.inter);  // the row's gate and up
-    for (int64_t i = threadIdx.x; i < p.inter; i += blockDim.x) {
-        float g = bf16_to_f32(p.gate[in + i]), u = bf16_to_f32(p.up[in + i]);
-        if (p.limit > 0) {
-            u = fminf(fmaxf(u, -p.limit), p.limit);
-            g = fminf(g, p.limit);
+    for (int64_t base = threadIdx.x; base < p.inter; base += int64_t(blockDim.x) * kHeld) {
+        __nv_bfloat16 gate[kHeld], up[kHeld];
+#pragma unroll
+        for (int j = 0; j < kHeld; ++j) {
+            const int64_t i = base + int64_t(j) * blockDim.x;
+            if (i < p.inter) gate[j] = p.gate[in + i], up[j] = p.up[in + i];
         }
-        float h = (g / (1.0f + expf(-g))) * u;
-        if (p.routing_weights) h *= weight;
-        p.out[r * p.inter + i] = f32_to_bf16(h);
+#pragma unroll
+        for (int j = 0; j < kHeld; ++j) {
+            const int64_t i = base + int64_t(j) * blockDim.x;
+            if (i >= p.inter) break;
+            float g = bf16_to_f32(gate[j]), u = bf16_to_f32(up[j]);
+            if (p.limit > 0) {
+                u = fminf(fmaxf(u, -p.limit), p.limit);
+                g = fminf(g, p.limit);
+            }
+            float h = (g / (1.0f + expf(-g))) * u;
+            if (p.routing_weights) h *= weight;
+            p.out[r * p.inter + i] = f32_to_bf16(h);
+        }
     }
 }
 

@@ -34,6 +34,7 @@
 // independent of the batch, the pair launch equal to two launches).
 #include <algorithm>
 
+#include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/gemm_fp8/skinny_operands.cuh"
@@ -83,22 +84,6 @@ __host__ __device__ constexpr int min_blocks() {
     return kTokens == 8 ? 3 : kTokens == 16 ? 2 : 1;  // 3 x 8 warps per SM where decode steps run
 }
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return unsigned(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async4(unsigned dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
     uint32_t r;

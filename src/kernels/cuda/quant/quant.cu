@@ -248,25 +248,43 @@ __global__ void __launch_bounds__(kThreads) pack_kv_entries_kernel(KvPackParams 
     const int64_t slot = p.slots ? int64_t(p.slots[row]) : row;
     if (slot < 0) return;  // a row that is not stored (e.g. not among the last W of its sequence)
     uint8_t* entry = p.cache + slot * l.bytes;
-    for (int64_t b = 0; b < l.n_scales; ++b) {
-        const int64_t col0 = b * kKvQuantBlock + 2 * lane;
-        float v[2];
-        float amax = 0.0f;
+    // kHeldBlocks scale blocks (and the first 64 rope values) are loaded before any is stored: the stores could
+    // alias x, so the compiler would not hoist the loads, and each block would cost a round trip.
+    constexpr int kHeldBlocks = 8;
+    __nv_bfloat16 rope_held[2];
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            v[i] = col0 + i < l.nope ? bf16_to_f32(x[col0 + i]) : 0.0f;
-            amax = fmaxf(amax, fabsf(v[i]));
+    for (int i = 0; i < 2; ++i)
+        if (lane + 32 * i < l.rope) rope_held[i] = x[l.nope + lane + 32 * i];
+    for (int64_t b0 = 0; b0 < l.n_scales; b0 += kHeldBlocks) {
+        float v[kHeldBlocks][2];
+#pragma unroll
+        for (int j = 0; j < kHeldBlocks; ++j) {
+            const int64_t col0 = (b0 + j) * kKvQuantBlock + 2 * lane;
+#pragma unroll
+            for (int i = 0; i < 2; ++i) v[j][i] = col0 + i < l.nope ? bf16_to_f32(x[col0 + i]) : 0.0f;
         }
-        const uint32_t e = fp8_scale_exponent(group_max<32>(amax));
-        const float s = e8m0_to_f32(e);
 #pragma unroll
-        for (int i = 0; i < 2; ++i)
-            if (col0 + i < l.nope) entry[col0 + i] = fp8_code(v[i], s);
-        if (lane == 0) entry[l.scale_offset + b] = uint8_t(e);
+        for (int j = 0; j < kHeldBlocks; ++j) {
+            const int64_t b = b0 + j;
+            if (b >= l.n_scales) break;
+            const int64_t col0 = b * kKvQuantBlock + 2 * lane;
+            float amax = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 2; ++i) amax = fmaxf(amax, fabsf(v[j][i]));
+            const uint32_t e = fp8_scale_exponent(group_max<32>(amax));
+            const float s = e8m0_to_f32(e);
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+                if (col0 + i < l.nope) entry[col0 + i] = fp8_code(v[j][i], s);
+            if (lane == 0) entry[l.scale_offset + b] = uint8_t(e);
+        }
     }
     if (lane == 0 && l.rope_offset > l.nope) entry[l.nope] = 0;  // the pad byte after an odd nope part
     __nv_bfloat16* rope = reinterpret_cast<__nv_bfloat16*>(entry + l.rope_offset);
-    for (int64_t i = lane; i < l.rope; i += 32) rope[i] = x[l.nope + i];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+        if (lane + 32 * i < l.rope) rope[lane + 32 * i] = rope_held[i];
+    for (int64_t i = lane + 64; i < l.rope; i += 32) rope[i] = x[l.nope + i];
     for (int64_t i = l.scale_offset + l.n_scales + lane; i < l.bytes; i += 32) entry[i] = 0;
 }
 

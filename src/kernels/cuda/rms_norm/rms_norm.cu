@@ -14,8 +14,13 @@ struct RmsNorms {
     RmsNormParams norm[kMaxRmsNorms];
 };
 
+// Thread t's share of a row: elements t, t + kThreads, t + 2 kThreads, ... (in that order in its double sum).
 // grid (max rows, norms): CTA (row, i) normalizes row `row` of norm i; its code does not depend on i or on the other
-// norms of the launch.
+// norms of the launch. kPer > 0: every row has at most kThreads * kPer elements, and each thread issues all its loads
+// of x and of the weight (which depends on no earlier kernel) before the first use, so a row costs one memory round
+// trip instead of one per element and pass; kPer == 0: any dim, a loop per pass. Both add the same terms in the same
+// order, so the same bits.
+template <int kPer>
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const RmsNorms norms) {
     static_assert(kThreads % 32 == 0 && kThreads / 32 <= 32);
     __shared__ double warp_sums[kThreads / 32];
@@ -24,10 +29,24 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const RmsNorms norms
     const int64_t row = blockIdx.x;
     if (row >= p.rows) return;  // a norm with fewer rows than the launch (whole CTAs, before any barrier)
     const __nv_bfloat16* x = p.x + row * p.x_stride;
+    __nv_bfloat16* y = p.y + row * p.y_stride;
+    constexpr int kHeld = kPer > 0 ? kPer : 1;
+    float held_x[kHeld], held_w[kHeld];
     double sum = 0.0;  // squares of bf16 values are exact; only the order of this sum differs from the CPU
-    for (int64_t i = threadIdx.x; i < p.dim; i += kThreads) {
-        const double v = bf16_to_f32(x[i]);
-        sum += v * v;
+    if constexpr (kPer > 0) {
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+            const int64_t i = threadIdx.x + int64_t(j) * kThreads;
+            held_x[j] = i < p.dim ? bf16_to_f32(x[i]) : 0.0f;
+            held_w[j] = p.weight && i < p.dim ? p.weight[i] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) sum += double(held_x[j]) * double(held_x[j]);
+    } else {
+        for (int64_t i = threadIdx.x; i < p.dim; i += kThreads) {
+            const double v = bf16_to_f32(x[i]);
+            sum += v * v;
+        }
     }
 #pragma unroll
     for (int m = 16; m > 0; m /= 2) sum += __shfl_xor_sync(kFull, sum, m);
@@ -41,15 +60,26 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const RmsNorms norms
     }
     __syncthreads();
     const float r = r_shared;
-    __nv_bfloat16* y = p.y + row * p.y_stride;
-    for (int64_t i = threadIdx.x; i < p.dim; i += kThreads) {
-        const float normed = __fmul_rn(bf16_to_f32(x[i]), r);
-        y[i] = f32_to_bf16(p.weight ? __fmul_rn(p.weight[i], normed) : normed);
+    if constexpr (kPer > 0) {
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+            const int64_t i = threadIdx.x + int64_t(j) * kThreads;
+            if (i >= p.dim) break;
+            const float normed = __fmul_rn(held_x[j], r);
+            y[i] = f32_to_bf16(p.weight ? __fmul_rn(held_w[j], normed) : normed);
+        }
+    } else {
+        for (int64_t i = threadIdx.x; i < p.dim; i += kThreads) {
+            const float normed = __fmul_rn(bf16_to_f32(x[i]), r);
+            y[i] = f32_to_bf16(p.weight ? __fmul_rn(p.weight[i], normed) : normed);
+        }
     }
 }
 
 // One warp per head: squares to shared memory, lane 0 sums them in index order (the CPU's order), every step
-// rounded to bf16 as Precision::head_rms_norm does.
+// rounded to bf16 as Precision::head_rms_norm does. Lane l holds elements l, l + 32, ... (head_dim <= 32 kPer), all
+// loaded before the first use: one memory round trip per head.
+template <int kPer>
 __global__ void __launch_bounds__(kHeadWarps * 32) head_rms_norm_kernel(HeadRmsNormParams p) {
     extern __shared__ float squares[];  // [kHeadWarps, head_dim]
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -57,20 +87,28 @@ __global__ void __launch_bounds__(kHeadWarps * 32) head_rms_norm_kernel(HeadRmsN
     if (head >= p.rows * p.heads) return;  // whole warps exit together
     __nv_bfloat16* q = p.q + (head / p.heads) * p.row_stride + (head % p.heads) * p.head_dim;
     float* sq = squares + warp * p.head_dim;
-    for (int64_t i = lane; i < p.head_dim; i += 32) {
-        const float v = bf16_to_f32(q[i]);
-        sq[i] = round_bf16(__fmul_rn(v, v));
+    float held[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+        const int64_t i = lane + 32 * j;
+        held[j] = i < p.head_dim ? bf16_to_f32(q[i]) : 0.0f;
     }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j)
+        if (lane + 32 * j < p.head_dim) sq[lane + 32 * j] = round_bf16(__fmul_rn(held[j], held[j]));
     __syncwarp();
     float r = 0.0f;
     if (lane == 0) {
         float sum = 0.0f;
+#pragma unroll 8
         for (int64_t i = 0; i < p.head_dim; ++i) sum = __fadd_rn(sum, sq[i]);
         const float mean = round_bf16(__fdiv_rn(sum, float(p.head_dim)));
         r = round_bf16(__fdiv_rn(1.0f, __fsqrt_rn(round_bf16(__fadd_rn(mean, p.eps)))));
     }
     r = __shfl_sync(kFull, r, 0);
-    for (int64_t i = lane; i < p.head_dim; i += 32) q[i] = f32_to_bf16(__fmul_rn(bf16_to_f32(q[i]), r));
+#pragma unroll
+    for (int j = 0; j < kPer; ++j)
+        if (lane + 32 * j < p.head_dim) q[lane + 32 * j] = f32_to_bf16(__fmul_rn(held[j], r));
 }
 
 // head_dim > kStagedHeadDim: lane 0 squares, rounds and sums in index order straight from q.
@@ -104,7 +142,17 @@ void launch_rms_norms(std::span<const RmsNormParams> norms, cudaStream_t stream)
         batch.norm[i] = norms[i];
         rows = rows > norms[i].rows ? rows : norms[i].rows;
     }
-    rms_norm_kernel<<<dim3(unsigned(rows), unsigned(norms.size())), kThreads, 0, stream>>>(batch);
+    int64_t dim = 0;
+    for (const RmsNormParams& p : norms) dim = dim > p.dim ? dim : p.dim;
+    const dim3 grid(unsigned(rows), unsigned(norms.size()));
+    const int64_t per = (dim + kThreads - 1) / kThreads;  // elements per thread
+    if (per <= 1) rms_norm_kernel<1><<<grid, kThreads, 0, stream>>>(batch);
+    else if (per <= 2) rms_norm_kernel<2><<<grid, kThreads, 0, stream>>>(batch);
+    else if (per <= 4) rms_norm_kernel<4><<<grid, kThreads, 0, stream>>>(batch);
+    else if (per <= 8) rms_norm_kernel<8><<<grid, kThreads, 0, stream>>>(batch);
+    else if (per <= 16) rms_norm_kernel<16><<<grid, kThreads, 0, stream>>>(batch);
+    else if (per <= 32) rms_norm_kernel<32><<<grid, kThreads, 0, stream>>>(batch);
+    else rms_norm_kernel<0><<<grid, kThreads, 0, stream>>>(batch);
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -115,7 +163,12 @@ void launch_head_rms_norm(const HeadRmsNormParams& p, cudaStream_t stream) {
         head_rms_norm_generic_kernel<<<blocks, kHeadWarps * 32, 0, stream>>>(p);
     } else {
         const size_t smem = size_t(kHeadWarps) * size_t(p.head_dim) * sizeof(float);  // <= 32 KiB
-        head_rms_norm_kernel<<<blocks, kHeadWarps * 32, smem, stream>>>(p);
+        static_assert(kStagedHeadDim <= 32 * 32, "a lane holds at most 32 elements");
+        const int64_t per = (p.head_dim + 31) / 32;  // elements per lane
+        if (per <= 4) head_rms_norm_kernel<4><<<blocks, kHeadWarps * 32, smem, stream>>>(p);
+        else if (per <= 8) head_rms_norm_kernel<8><<<blocks, kHeadWarps * 32, smem, stream>>>(p);
+        else if (per <= 16) head_rms_norm_kernel<16><<<blocks, kHeadWarps * 32, smem, stream>>>(p);
+        else head_rms_norm_kernel<32><<<blocks, kHeadWarps * 32, smem, stream>>>(p);
     }
     DSV4_CUDA_CHECK(cudaGetLastError());
 }

@@ -1,5 +1,5 @@
-// RoPE kernel: see rope.h. One CTA per token: the token's cos/sin table goes to shared memory once, then every
-// (head, pair) of the token is rotated with the reference's f32 operations, unfused.
+// RoPE kernel: see rope.h. One CTA per token and chunk of its (head, pair)s: the token's cos/sin table goes to shared
+// memory, then every pair of the chunk is rotated with the reference's f32 operations, unfused.
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/numeric.cuh"
 #include "kernels/cuda/rope/rope.h"
@@ -9,19 +9,31 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kMaxPairs = 512;
+constexpr int kPairsPerThread = 4;
+constexpr int kChunk = kThreads * kPairsPerThread;  // pairs per CTA of the paired path
 
 struct Ropes {
     ApplyRopeParams rope[kMaxRopes];
 };
 
-// grid (max tokens, tensors): CTA (t, j) rotates token t of tensor j; its code does not depend on j or on the
-// other tensors of the launch.
+// grid (max tokens, pair chunks of the widest tensor, tensors): CTA (t, c, j) rotates pairs [c kChunk, (c + 1)
+// kChunk) of token t of tensor j (pair k: head k / half, pair k % half); its code does not depend on j, on c beyond
+// which pairs it takes, or on the other tensors of the launch. Each thread loads its pairs before the cos/sin table
+// is built, so the loads' round trip overlaps the sincos.
 __global__ void __launch_bounds__(kThreads) apply_rope_kernel(const Ropes ropes) {
     __shared__ float cos_s[kMaxPairs], sin_s[kMaxPairs];
-    const ApplyRopeParams& p = ropes.rope[blockIdx.y];
-    const int64_t t = blockIdx.x;
-    if (t >= p.tokens) return;  // a tensor with fewer tokens than the launch (whole CTAs, before the barrier)
+    const ApplyRopeParams& p = ropes.rope[blockIdx.z];
+    const int64_t t = blockIdx.x, first = int64_t(blockIdx.y) * kChunk;
     const int half = int(p.rope_dim / 2);
+    if (t >= p.tokens || first >= p.heads * half) return;  // whole CTAs, before the barrier
+    __nv_bfloat16* x = p.x + t * p.token_stride + (p.head_dim - p.rope_dim);
+    __nv_bfloat162 held[kPairsPerThread];
+#pragma unroll
+    for (int j = 0; j < kPairsPerThread; ++j) {
+        const int64_t k = first + threadIdx.x + j * kThreads;
+        if (k < p.heads * half)
+            held[j] = *reinterpret_cast<const __nv_bfloat162*>(x + (k / half) * p.head_dim + 2 * (k % half));
+    }
     const float position = __int2float_rn(p.positions[t]);
     for (int i = threadIdx.x; i < half; i += kThreads) {
         const float angle = __fmul_rn(position, p.inv_freq[i]);
@@ -31,17 +43,16 @@ __global__ void __launch_bounds__(kThreads) apply_rope_kernel(const Ropes ropes)
         sin_s[i] = p.inverse ? -float(s) : float(s);
     }
     __syncthreads();
-    __nv_bfloat16* x = p.x + t * p.token_stride + (p.head_dim - p.rope_dim);
-    for (int64_t k = threadIdx.x; k < p.heads * half; k += kThreads) {
-        const int64_t h = k / half;
+#pragma unroll
+    for (int j = 0; j < kPairsPerThread; ++j) {
+        const int64_t k = first + threadIdx.x + j * kThreads;
+        if (k >= p.heads * half) break;
         const int i = int(k % half);
-        __nv_bfloat162* pair = reinterpret_cast<__nv_bfloat162*>(x + h * p.head_dim + 2 * i);
-        const __nv_bfloat162 v = *pair;
-        const float a = bf16_to_f32(v.x), b = bf16_to_f32(v.y), c = cos_s[i], s = sin_s[i];
+        const float a = bf16_to_f32(held[j].x), b = bf16_to_f32(held[j].y), c = cos_s[i], s = sin_s[i];
         __nv_bfloat162 out;
         out.x = f32_to_bf16(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
         out.y = f32_to_bf16(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
-        *pair = out;
+        *reinterpret_cast<__nv_bfloat162*>(x + (k / half) * p.head_dim + 2 * i) = out;
     }
 }
 
@@ -78,7 +89,12 @@ void launch_apply_ropes(std::span<const ApplyRopeParams> ropes, RopePath path, c
     }
     const unsigned count = unsigned(ropes.size());
     if (path == RopePath::kPaired) {
-        apply_rope_kernel<<<dim3(unsigned(tokens), count), kThreads, 0, stream>>>(batch);
+        int64_t chunks = 1;
+        for (const ApplyRopeParams& p : ropes) {
+            const int64_t c = (p.heads * (p.rope_dim / 2) + kChunk - 1) / kChunk;
+            chunks = chunks > c ? chunks : c;
+        }
+        apply_rope_kernel<<<dim3(unsigned(tokens), unsigned(chunks), count), kThreads, 0, stream>>>(batch);
     } else {
         apply_rope_generic_kernel<<<dim3(unsigned((pairs + kThreads - 1) / kThreads), count), kThreads, 0, stream>>>(
             batch);

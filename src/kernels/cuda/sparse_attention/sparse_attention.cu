@@ -10,8 +10,10 @@
 // order: results do not depend on the launch or on other tokens.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
+#include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma.cuh"
 #include "kernels/cuda/compressor/entry_codec.cuh"
@@ -46,6 +48,14 @@ struct Smem {
 };
 
 
+// The raw entries of a key tile (load_k_tile) follow Smem in the dynamic shared memory.
+template <int kHeadDim>
+constexpr int kStagedOffset = (int(sizeof(Smem<kHeadDim>)) + 15) / 16 * 16;
+template <int kHeadDim>
+int smem_bytes(int32_t rope_dim) {
+    return kStagedOffset<kHeadDim> + kTile * int(main_entry_layout(kHeadDim, rope_dim).bytes());
+}
+
 __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& r0, uint32_t& r1, const __nv_bfloat16* row) {
     const uint32_t addr = uint32_t(__cvta_generic_to_shared(row));
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
@@ -57,41 +67,55 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// Issues the copies of the CTA's q rows into s.q (heads past heads_here are zeros); they land with the first key
+// tile's (load_k_tile waits for every copy the thread issued), so q's round trip overlaps the tile's.
 template <int kHeadDim>
 __device__ void load_q(Smem<kHeadDim>& s, const SparseAttentionParams& p, int token, int head0, int heads_here) {
     constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per head
     const uint4* src = reinterpret_cast<const uint4*>(p.q + (int64_t(token) * p.heads + head0) * kHeadDim);
     for (int i = threadIdx.x; i < kHeadsPerCta * kChunks; i += kThreads) {
         const int h = i / kChunks, c = i % kChunks;
-        const uint4 v = h < heads_here ? src[int64_t(h) * kChunks + c] : make_uint4(0, 0, 0, 0);
-        *reinterpret_cast<uint4*>(&s.q[h * Smem<kHeadDim>::kStride + c * 8]) = v;
+        __nv_bfloat16* dst = &s.q[h * Smem<kHeadDim>::kStride + c * 8];
+        if (h < heads_here)
+            cp_async16(smem_addr(dst), src + int64_t(h) * kChunks + c);
+        else
+            *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
     }
 }
 
 // Dequantizes the entries of slots [slot0, slot0 + 64) (those < slot_end and != -1) into s.k as bf16; other rows
-// are zeros and marked invalid.
+// are zeros and marked invalid. The raw entries first land in `staged` ([64, entry bytes]) by 8-byte copies (an
+// entry is a multiple of 8 bytes, not of 16), all in flight at once, then are decoded from shared memory.
 template <int kHeadDim>
-__device__ void load_k_tile(Smem<kHeadDim>& s, const SparseAttentionParams& p, int token, int slot0, int slot_end) {
+__device__ void load_k_tile(Smem<kHeadDim>& s, uint8_t* staged, const SparseAttentionParams& p, int token,
+                            int slot0, int slot_end) {
     const MainEntryLayout layout = main_entry_layout(kHeadDim, p.rope_dim);
     const int nope_chunks = int(layout.nope) / 8, chunks = nope_chunks + int(layout.rope) / 4;
+    const int entry_bytes = int(layout.bytes()), words = entry_bytes / 8;
     const int32_t* idx = p.indices + int64_t(token) * p.slots;
     if (threadIdx.x < kTile) {
         const int slot = slot0 + threadIdx.x;
         s.valid[threadIdx.x] = slot < slot_end ? idx[slot] : -1;
     }
     __syncthreads();
+    for (int i = threadIdx.x; i < kTile * words; i += kThreads) {
+        const int r = i / words, w = i % words;
+        const int row = s.valid[r];
+        if (row >= 0) cp_async8(smem_addr(staged + r * entry_bytes + w * 8), p.kv + int64_t(row) * entry_bytes + w * 8);
+    }
+    cp_async_wait_all();
+    __syncthreads();
     for (int i = threadIdx.x; i < kTile * chunks; i += kThreads) {
         const int r = i / chunks, c = i % chunks;
-        const int row = s.valid[r];
         __nv_bfloat16* dst = &s.k[r * Smem<kHeadDim>::kStride];
-        if (row < 0) {
+        if (s.valid[r] < 0) {
             if (c < nope_chunks)
                 *reinterpret_cast<uint4*>(dst + c * 8) = make_uint4(0, 0, 0, 0);
             else
                 *reinterpret_cast<uint2*>(dst + layout.nope + (c - nope_chunks) * 4) = make_uint2(0, 0);
             continue;
         }
-        const uint8_t* entry = p.kv + int64_t(row) * layout.bytes();
+        const uint8_t* entry = staged + r * entry_bytes;
         if (c < nope_chunks) {
             const uint2 codes = *reinterpret_cast<const uint2*>(entry + c * 8);
             const float scale = entry::e8m0_to_f32(entry[layout.scale_offset() + (c * 8) / kKvScaleBlock]);
@@ -155,13 +179,13 @@ __device__ __forceinline__ SplitRange split_range(const SparseAttentionParams& p
 
 // Per-head max logit over slots [begin, end) into s.row_max (every warp pair combines its two slot halves).
 template <int kHeadDim>
-__device__ void range_max(Smem<kHeadDim>& s, const SparseAttentionParams& p, int token, SplitRange range,
-                          int m_tiles) {
+__device__ void range_max(Smem<kHeadDim>& s, uint8_t* staged, const SparseAttentionParams& p, int token,
+                          SplitRange range, int m_tiles) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, mt = warp % 4, nh = warp / 4;
     float m0 = -INFINITY, m1 = -INFINITY;
     for (int slot0 = range.begin; slot0 < range.end; slot0 += kTile) {
         __syncthreads();
-        load_k_tile(s, p, token, slot0, range.end);
+        load_k_tile(s, staged, p, token, slot0, range.end);
         if (mt < m_tiles) {
             float l[4][4];
             tile_logits(s, p.scale, mt, nh, l);
@@ -207,15 +231,17 @@ template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads, 1) sparse_attention_max_kernel(const SparseAttentionParams p) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     Smem<kHeadDim>& s = *reinterpret_cast<Smem<kHeadDim>*>(smem_raw);
+    uint8_t* staged = smem_raw + kStagedOffset<kHeadDim>;
     const int token = blockIdx.x, head0 = blockIdx.y * kHeadsPerCta, split = blockIdx.z;
     const int heads_here = min(kHeadsPerCta, p.heads - head0), m_tiles = (heads_here + 15) / 16;
+    load_q(s, p, token, head0, heads_here);
     if (!range_has_keys(p, token, split_range(p, split))) {
+        cp_async_wait_all();
         if (threadIdx.x < heads_here)
             workspace(p).max[(int64_t(token) * p.splits + split) * p.heads + head0 + threadIdx.x] = -INFINITY;
         return;
     }
-    load_q(s, p, token, head0, heads_here);
-    range_max(s, p, token, split_range(p, split), m_tiles);
+    range_max(s, staged, p, token, split_range(p, split), m_tiles);
     if (threadIdx.x < heads_here)
         workspace(p).max[(int64_t(token) * p.splits + split) * p.heads + head0 + threadIdx.x] = s.row_max[threadIdx.x];
 }
@@ -227,6 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
     constexpr int kNTiles = kHeadDim / 16;  // 8-dim n-tiles per warp (half of head_dim)
     extern __shared__ __align__(16) unsigned char smem_raw[];
     Smem<kHeadDim>& s = *reinterpret_cast<Smem<kHeadDim>*>(smem_raw);
+    uint8_t* staged = smem_raw + kStagedOffset<kHeadDim>;
 
     const int token = blockIdx.x, head0 = blockIdx.y * kHeadsPerCta, split = blockIdx.z;
     const int heads_here = min(kHeadsPerCta, p.heads - head0), m_tiles = (heads_here + 15) / 16;
@@ -234,16 +261,17 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
     const int mt = warp % 4, half = warp / 4;  // QK: slot half of the tile; PV: dim half
     const SplitRange range = split_range(p, split);
 
+    load_q(s, p, token, head0, heads_here);
     if (p.splits > 1 && !range_has_keys(p, token, range)) {
+        cp_async_wait_all();
         const Workspace ws = workspace(p);
         const int64_t row0 = (int64_t(token) * p.splits + split) * p.heads + head0;
         for (int i = threadIdx.x; i < heads_here * kHeadDim; i += kThreads) ws.o[row0 * kHeadDim + i] = 0.0f;
         if (threadIdx.x < heads_here) ws.denom[row0 + threadIdx.x] = 0.0f;
         return;
     }
-    load_q(s, p, token, head0, heads_here);
     if (p.splits == 1) {
-        range_max(s, p, token, range, m_tiles);
+        range_max(s, staged, p, token, range, m_tiles);
     } else {
         __syncthreads();
         if (threadIdx.x < heads_here) {
@@ -265,7 +293,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
 
     for (int slot0 = range.begin; slot0 < range.end; slot0 += kTile) {
         __syncthreads();  // the previous tile's P V is done with s.k and s.p
-        load_k_tile(s, p, token, slot0, range.end);
+        load_k_tile(s, staged, p, token, slot0, range.end);
         if (mt < m_tiles) {
             float l[4][4];
             tile_logits(s, p.scale, mt, half, l);
@@ -342,18 +370,22 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
     }
 }
 
-// One CTA per (token, head): sums the splits in order, adds the sink, divides, rounds to bf16.
+// One CTA per (token, head), a thread per output dim: sums the splits in order, adds the sink, divides, rounds to
+// bf16. The split loops are unrolled so their loads are in flight together.
 __global__ void sparse_attention_combine_kernel(const SparseAttentionParams p) {
     const int token = blockIdx.x, head = blockIdx.y;
     const Workspace ws = workspace(p);
     const int64_t row0 = int64_t(token) * p.splits * p.heads + head;
     float mx = -INFINITY, sum = 0.0f;
+#pragma unroll 16
     for (int sp = 0; sp < p.splits; ++sp) mx = fmaxf(mx, ws.max[row0 + int64_t(sp) * p.heads]);
+#pragma unroll 16
     for (int sp = 0; sp < p.splits; ++sp) sum += ws.denom[row0 + int64_t(sp) * p.heads];
     const float denom = sum + expf(p.sink[head] - mx);
     uint16_t* out = p.out + (int64_t(token) * p.heads + head) * p.head_dim;
     for (int i = threadIdx.x; i < p.head_dim; i += blockDim.x) {
         float acc = 0.0f;
+#pragma unroll 16
         for (int sp = 0; sp < p.splits; ++sp) acc += ws.o[(row0 + int64_t(sp) * p.heads) * p.head_dim + i];
         const __nv_bfloat16 v = __float2bfloat16_rn(mx == -INFINITY ? 0.0f : acc / denom);
         out[i] = *reinterpret_cast<const uint16_t*>(&v);
@@ -362,7 +394,7 @@ __global__ void sparse_attention_combine_kernel(const SparseAttentionParams p) {
 
 template <int kHeadDim>
 void launch(const SparseAttentionParams& p, cudaStream_t stream) {
-    const int bytes = int(sizeof(Smem<kHeadDim>));
+    const int bytes = smem_bytes<kHeadDim>(p.rope_dim);
     const dim3 grid(p.tokens, (p.heads + kHeadsPerCta - 1) / kHeadsPerCta, p.splits);
     if (p.splits > 1) {
         DSV4_CUDA_CHECK(cudaFuncSetAttribute(sparse_attention_max_kernel<kHeadDim>,
@@ -375,7 +407,8 @@ void launch(const SparseAttentionParams& p, cudaStream_t stream) {
     sparse_attention_kernel<kHeadDim><<<grid, kThreads, bytes, stream>>>(p);
     DSV4_CUDA_CHECK(cudaGetLastError());
     if (p.splits > 1) {
-        sparse_attention_combine_kernel<<<dim3(p.tokens, p.heads), 128, 0, stream>>>(p);
+        const int threads = (std::min(p.head_dim, 512) + 31) / 32 * 32;
+        sparse_attention_combine_kernel<<<dim3(p.tokens, p.heads), threads, 0, stream>>>(p);
         DSV4_CUDA_CHECK(cudaGetLastError());
     }
 }
