@@ -3,13 +3,14 @@
 //     memory, q.k on tensor cores (mma.sync bf16 -> f32: q and k are FP4 values times power-of-two scales, exact in
 //     bf16), the bf16 stages per (head, key), then one thread per key sums the heads in head order (the CPU order).
 //   indexer_topk_kernel: one CTA per token: a radix select on the 16-bit order key of the bf16 scores (two 8-bit
-//     histogram passes find the k-th largest key T), an ordered compaction (keys > T, then the lowest-index keys
+//     histogram passes find the k-th largest key T, a warp scanning the 256 bins), an ordered compaction (keys > T, then the lowest-index keys
 //     == T), and a bitonic sort of the k winners by (score desc, index asc). One CTA per token is enough for
 //     prefill; a decode step over ~256K entries would want the histogram split over CTAs (not done yet).
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
+#include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma.cuh"
 #include "kernels/cuda/compressor/entry_codec.cuh"
@@ -36,31 +37,58 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const Ind
     __shared__ __align__(16) __nv_bfloat16 ks[kKeys * kRowStride];
     __shared__ __nv_bfloat16 terms[kMaxHeads * kTStride];  // bf16 values: exact
     __shared__ float weights[kMaxHeads];
+    __shared__ int64_t key_rows[kKeys];                            // pool row of each visible key
+    __shared__ uint8_t raw[kKeys * IndexEntryLayout{kMaxDim}.bytes()];  // the packed entries
 
     const int token = blockIdx.x, w0 = blockIdx.y * kKeys;
     const int visible = visible_entries(p.token_position[token], p.ratio, p.max_visible);
     if (w0 >= visible) return;
     const int dim = p.dim, m_tiles = (p.heads + 15) / 16;
 
-    // Queries (rows past `heads` are zeros) and head weights.
+    // Queries by 16-byte cp.async (rows past `heads` are zeros), head weights, and the keys' pool rows; then the
+    // packed key entries, kUnroll bytes per thread in flight at once. Every load is issued before its first use,
+    // so the tile costs two memory round trips (rows, then entries) instead of one per loop iteration.
     const uint16_t* q = p.q + int64_t(token) * p.heads * dim;
-    for (int i = threadIdx.x; i < m_tiles * 16 * (dim / 2); i += kScoreThreads) {
-        const int h = i / (dim / 2), c = i % (dim / 2);
-        const uint32_t v = h < p.heads ? *reinterpret_cast<const uint32_t*>(q + h * dim + 2 * c) : 0u;
-        *reinterpret_cast<uint32_t*>(&qs[h * kRowStride + 2 * c]) = v;
+    for (int i = threadIdx.x; i < m_tiles * 16 * (dim / 8); i += kScoreThreads) {
+        const int h = i / (dim / 8), c = i % (dim / 8);
+        __nv_bfloat16* dst = &qs[h * kRowStride + 8 * c];
+        if (h < p.heads)
+            cp_async16(smem_addr(dst), q + h * dim + 8 * c);
+        else
+            *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
     }
     for (int h = threadIdx.x; h < p.heads; h += kScoreThreads)
         weights[h] = bf16_bits_to_f32(p.head_weights[int64_t(token) * p.heads + h]);
+    const IndexEntryLayout layout{dim};
+    const int entry_bytes = int(layout.bytes());
+    if (threadIdx.x < kKeys) {
+        const int w = w0 + threadIdx.x;
+        const int32_t* pages = p.page_table + int64_t(p.token_state[token]) * p.max_pages;
+        key_rows[threadIdx.x] = w < visible ? int64_t(pages[w / p.page_size]) * p.page_size + w % p.page_size : -1;
+    }
+    __syncthreads();
+    constexpr int kUnroll = 16;
+    const int raw_bytes = kKeys * entry_bytes;
+    for (int i0 = threadIdx.x; i0 < raw_bytes; i0 += kScoreThreads * kUnroll) {
+        uint8_t held[kUnroll];
+#pragma unroll
+        for (int j = 0; j < kUnroll; ++j) {
+            const int i = i0 + j * kScoreThreads, r = i / entry_bytes;
+            held[j] = i < raw_bytes && key_rows[r] >= 0 ? p.keys[key_rows[r] * entry_bytes + i % entry_bytes] : 0;
+        }
+#pragma unroll
+        for (int j = 0; j < kUnroll; ++j)
+            if (i0 + j * kScoreThreads < raw_bytes) raw[i0 + j * kScoreThreads] = held[j];
+    }
+    cp_async_wait_all();
+    __syncthreads();
 
     // Keys: one packed byte (two e2m1 values) per step; invisible keys are zeros (their scores are not written).
-    const IndexEntryLayout layout{dim};
-    const int32_t* pages = p.page_table + int64_t(p.token_state[token]) * p.max_pages;
     for (int i = threadIdx.x; i < kKeys * (dim / 2); i += kScoreThreads) {
-        const int r = i / (dim / 2), c = i % (dim / 2), w = w0 + r;
+        const int r = i / (dim / 2), c = i % (dim / 2);
         uint32_t v = 0u;
-        if (w < visible) {
-            const int64_t row = int64_t(pages[w / p.page_size]) * p.page_size + w % p.page_size;
-            const uint8_t* entry = p.keys + row * layout.bytes();
+        if (key_rows[r] >= 0) {
+            const uint8_t* entry = raw + r * entry_bytes;
             const uint8_t byte = entry[c];
             const float scale = entry::e8m0_to_f32(entry[layout.scale_offset() + (2 * c) / kIndexScaleBlock]);
             const __nv_bfloat162 pair =
@@ -162,11 +190,26 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(const Indexe
             if (pass == 0 || (key >> 8) == prefix) atomicAdd(&hist[pass == 0 ? key >> 8 : key & 0xFFu], 1);
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
-            int count = above, bin = 255;
-            while (count + hist[bin] < k) count += hist[bin--];
-            threshold_shared = pass == 0 ? uint32_t(bin) : (prefix << 8) | uint32_t(bin);
-            above_shared = count;
+        if (threadIdx.x < 32) {
+            // The highest bin whose count from the top, with `above`, reaches k, and the count above it. Lane l owns
+            // bins 255 - 8 l down to 248 - 8 l: a scan over the lanes finds the lane, which walks its 8 bins.
+            const int lane = threadIdx.x;
+            int mine = 0;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) mine += hist[255 - 8 * lane - j];
+            int inclusive = mine;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int y = __shfl_up_sync(0xffffffffu, inclusive, o);
+                if (lane >= o) inclusive += y;
+            }
+            const unsigned reaches = __ballot_sync(0xffffffffu, above + inclusive >= k);
+            if (reaches && lane == __ffs(int(reaches)) - 1) {
+                int count = above + inclusive - mine, bin = 255 - 8 * lane;
+                while (count + hist[bin] < k) count += hist[bin--];
+                threshold_shared = pass == 0 ? uint32_t(bin) : (prefix << 8) | uint32_t(bin);
+                above_shared = count;
+            }
         }
         __syncthreads();
         prefix = threshold_shared;

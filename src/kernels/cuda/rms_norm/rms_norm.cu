@@ -99,9 +99,18 @@ __global__ void __launch_bounds__(kHeadWarps * 32) head_rms_norm_kernel(HeadRmsN
     __syncwarp();
     float r = 0.0f;
     if (lane == 0) {
+        // 16 squares per step in registers (shared-memory latency paid once per step, not per add), then the rest.
         float sum = 0.0f;
-#pragma unroll 8
-        for (int64_t i = 0; i < p.head_dim; ++i) sum = __fadd_rn(sum, sq[i]);
+        const int n = int(p.head_dim), whole = p.head_dim % 4 == 0 ? n / 16 * 16 : 0;
+        for (int i = 0; i < whole; i += 16) {
+            float4 v[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) v[j] = *reinterpret_cast<const float4*>(sq + i + 4 * j);
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                sum = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(sum, v[j].x), v[j].y), v[j].z), v[j].w);
+        }
+        for (int i = whole; i < n; ++i) sum = __fadd_rn(sum, sq[i]);
         const float mean = round_bf16(__fdiv_rn(sum, float(p.head_dim)));
         r = round_bf16(__fdiv_rn(1.0f, __fsqrt_rn(round_bf16(__fadd_rn(mean, p.eps)))));
     }
