@@ -75,7 +75,8 @@ bool check(const std::vector<float>& init, float* a, float* b, int n) {
     std::vector<float> got(static_cast<size_t>(n)), want = init;
     for (int r = 0; r < replays_total * kChain; ++r)
         for (float& x : want) x = x * 0.5f + 1.0f;
-    DSV4_CUDA_CHECK(cudaMemcpy(got.data(), (replays_total * kChain) % 2 ? b : a, size_t(n) * 4, cudaMemcpyDeviceToHost));
+    DSV4_CUDA_CHECK(
+        cudaMemcpy(got.data(), (replays_total * kChain) % 2 ? b : a, size_t(n) * 4, cudaMemcpyDeviceToHost));
     return got == want;
 }
 
@@ -84,9 +85,11 @@ bool check(const std::vector<float>& init, float* a, float* b, int n) {
 int main() {
     cudaStream_t s;
     DSV4_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    std::printf("kernel boundaries in a replayed graph: %d dependent kernels of %d threads per CTA\n", kChain, kThreads);
+    std::printf("kernel boundaries in a replayed graph: %d dependent kernels of %d threads per CTA\n", kChain,
+                kThreads);
     std::printf("%8s %12s %14s %14s %8s  %s\n", "CTAs", "floats/CTA", "plain us/kern", "PDL us/kern", "saved", "check");
-    for (const auto& [ctas, per_cta] : {std::pair{1, 0}, {1, 2048}, {16, 2048}, {132, 2048}, {264, 2048}, {528, 1024}}) {
+    for (const auto& [ctas, per_cta] :
+         {std::pair{1, 0}, {1, 2048}, {16, 2048}, {132, 2048}, {264, 2048}, {528, 1024}}) {
         const int n = ctas * per_cta > 0 ? ctas * per_cta : 1;
         float *a, *b;
         DSV4_CUDA_CHECK(cudaMalloc(&a, size_t(n) * 4));

@@ -13,7 +13,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV4_CUDA_ARCHS=90
     tail -30 "$out/build.log"
     exit 1
 }
-ctest --test-dir build-gpu -j 8 -E server_e2e >"$out/ctest.log" 2>&1
+ctest --test-dir build-gpu -j 8 -E server_e2e --output-on-failure >"$out/ctest.log" 2>&1
 tests=$(grep -E "tests passed" "$out/ctest.log" | tail -1)
 (cd build-gpu && bench/dsv4_bench_decode_kernels) >"$out/decode_kernels.txt" 2>&1
 build-gpu/tools/dsv4/dsv4 bench --layers "${LAYERS:-4,12}" --batch 1,16,64,256 --stages >"$out/bench.txt" 2>&1

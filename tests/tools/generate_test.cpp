@@ -1,6 +1,7 @@
 // dsv4 generate with text on the tiny synthetic model: --prompt streams exactly the text of the generated ids,
 // -n and EOS bound it (EOS never printed; --ignore-eos goes on past it), --prompt equals --ids-file with the
-// tokenized prompt (BOS first), --chat renders the DeepSeek-V4 chat prompt and shows reasoning apart, and bad inputs give clear errors.
+// tokenized prompt (BOS first), --chat renders the DeepSeek-V4 chat prompt and shows reasoning apart, and bad inputs
+// give clear errors.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

@@ -87,7 +87,8 @@ void add_generate_command(CLI::App& app) {
         Sampler sampler(params);
         SequenceState state = model->new_sequence();
         if (a->print_ids) {
-            DecodeResult r = decode(*model, state, prompt_ids, a->max_new, sampler, [](int32_t) {}, !a->ignore_eos);
+            DecodeResult r = decode(
+                *model, state, prompt_ids, a->max_new, sampler, [](int32_t) {}, !a->ignore_eos);
             std::string line;
             for (size_t i = 0; i < r.generated.size(); ++i) line += (i ? " " : "") + std::to_string(r.generated[i]);
             std::printf("%s\n", line.c_str());

@@ -3,7 +3,8 @@
 //     memory, q.k on tensor cores (mma.sync bf16 -> f32: q and k are FP4 values times power-of-two scales, exact in
 //     bf16), the bf16 stages per (head, key), then one thread per key sums the heads in head order (the CPU order).
 //   indexer_topk_kernel: one CTA per token: a radix select on the 16-bit order key of the bf16 scores (two 8-bit
-//     histogram passes find the k-th largest key T, a warp scanning the 256 bins), an ordered compaction (keys > T, then the lowest-index keys
+//     histogram passes find the k-th largest key T, a warp scanning the 256 bins), an ordered compaction (keys > T,
+//     then the lowest-index keys
 //     == T), and a bitonic sort of the k winners by (score desc, index asc). One CTA per token is enough for
 //     prefill; a decode step over ~256K entries would want the histogram split over CTAs (not done yet).
 #include <cuda_bf16.h>
@@ -37,7 +38,7 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const Ind
     __shared__ __align__(16) __nv_bfloat16 ks[kKeys * kRowStride];
     __shared__ __nv_bfloat16 terms[kMaxHeads * kTStride];  // bf16 values: exact
     __shared__ float weights[kMaxHeads];
-    __shared__ int64_t key_rows[kKeys];                            // pool row of each visible key
+    __shared__ int64_t key_rows[kKeys];                                 // pool row of each visible key
     __shared__ uint8_t raw[kKeys * IndexEntryLayout{kMaxDim}.bytes()];  // the packed entries
 
     const int token = blockIdx.x, w0 = blockIdx.y * kKeys;

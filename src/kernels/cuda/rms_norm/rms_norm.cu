@@ -1,4 +1,7 @@
 // RMSNorm kernels: see rms_norm.h. rms_norm: one CTA per row; head_rms_norm: one warp per head.
+#include <algorithm>
+#include <type_traits>
+
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/numeric.cuh"
 #include "kernels/cuda/rms_norm/rms_norm.h"
@@ -140,6 +143,19 @@ __global__ void __launch_bounds__(kHeadWarps * 32) head_rms_norm_generic_kernel(
     for (int64_t i = lane; i < p.head_dim; i += 32) q[i] = f32_to_bf16(__fmul_rn(bf16_to_f32(q[i]), r));
 }
 
+// Calls launch(std::integral_constant<int, K>) with the smallest K of 1, 2, 4, ..., 32 that is >= count (values a
+// thread holds), or K = 0 past 32 (the looping kernel).
+template <class Launch>
+void with_held_count(int64_t count, Launch&& launch) {
+    if (count <= 1) return launch(std::integral_constant<int, 1>{});
+    if (count <= 2) return launch(std::integral_constant<int, 2>{});
+    if (count <= 4) return launch(std::integral_constant<int, 4>{});
+    if (count <= 8) return launch(std::integral_constant<int, 8>{});
+    if (count <= 16) return launch(std::integral_constant<int, 16>{});
+    if (count <= 32) return launch(std::integral_constant<int, 32>{});
+    return launch(std::integral_constant<int, 0>{});
+}
+
 }  // namespace
 
 namespace detail {
@@ -155,13 +171,7 @@ void launch_rms_norms(std::span<const RmsNormParams> norms, cudaStream_t stream)
     for (const RmsNormParams& p : norms) dim = dim > p.dim ? dim : p.dim;
     const dim3 grid(unsigned(rows), unsigned(norms.size()));
     const int64_t per = (dim + kThreads - 1) / kThreads;  // elements per thread
-    if (per <= 1) rms_norm_kernel<1><<<grid, kThreads, 0, stream>>>(batch);
-    else if (per <= 2) rms_norm_kernel<2><<<grid, kThreads, 0, stream>>>(batch);
-    else if (per <= 4) rms_norm_kernel<4><<<grid, kThreads, 0, stream>>>(batch);
-    else if (per <= 8) rms_norm_kernel<8><<<grid, kThreads, 0, stream>>>(batch);
-    else if (per <= 16) rms_norm_kernel<16><<<grid, kThreads, 0, stream>>>(batch);
-    else if (per <= 32) rms_norm_kernel<32><<<grid, kThreads, 0, stream>>>(batch);
-    else rms_norm_kernel<0><<<grid, kThreads, 0, stream>>>(batch);
+    with_held_count(per, [&](auto held) { rms_norm_kernel<held()><<<grid, kThreads, 0, stream>>>(batch); });
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -174,10 +184,9 @@ void launch_head_rms_norm(const HeadRmsNormParams& p, cudaStream_t stream) {
         const size_t smem = size_t(kHeadWarps) * size_t(p.head_dim) * sizeof(float);  // <= 32 KiB
         static_assert(kStagedHeadDim <= 32 * 32, "a lane holds at most 32 elements");
         const int64_t per = (p.head_dim + 31) / 32;  // elements per lane
-        if (per <= 4) head_rms_norm_kernel<4><<<blocks, kHeadWarps * 32, smem, stream>>>(p);
-        else if (per <= 8) head_rms_norm_kernel<8><<<blocks, kHeadWarps * 32, smem, stream>>>(p);
-        else if (per <= 16) head_rms_norm_kernel<16><<<blocks, kHeadWarps * 32, smem, stream>>>(p);
-        else head_rms_norm_kernel<32><<<blocks, kHeadWarps * 32, smem, stream>>>(p);
+        with_held_count(std::max<int64_t>(per, 4), [&](auto held) {
+            if constexpr (held() >= 4) head_rms_norm_kernel<held()><<<blocks, kHeadWarps * 32, smem, stream>>>(p);
+        });
     }
     DSV4_CUDA_CHECK(cudaGetLastError());
 }

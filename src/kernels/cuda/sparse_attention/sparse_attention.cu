@@ -47,7 +47,6 @@ struct Smem {
     float partial[2][kHeadsPerCta];
 };
 
-
 // The raw entries of a key tile (load_k_tile) follow Smem in the dynamic shared memory.
 template <int kHeadDim>
 constexpr int kStagedOffset = (int(sizeof(Smem<kHeadDim>)) + 15) / 16 * 16;
@@ -87,8 +86,8 @@ __device__ void load_q(Smem<kHeadDim>& s, const SparseAttentionParams& p, int to
 // are zeros and marked invalid. The raw entries first land in `staged` ([64, entry bytes]) by 8-byte copies (an
 // entry is a multiple of 8 bytes, not of 16), all in flight at once, then are decoded from shared memory.
 template <int kHeadDim>
-__device__ void load_k_tile(Smem<kHeadDim>& s, uint8_t* staged, const SparseAttentionParams& p, int token,
-                            int slot0, int slot_end) {
+__device__ void load_k_tile(Smem<kHeadDim>& s, uint8_t* staged, const SparseAttentionParams& p, int token, int slot0,
+                            int slot_end) {
     const MainEntryLayout layout = main_entry_layout(kHeadDim, p.rope_dim);
     const int nope_chunks = int(layout.nope) / 8, chunks = nope_chunks + int(layout.rope) / 4;
     const int entry_bytes = int(layout.bytes()), words = entry_bytes / 8;
