@@ -4,7 +4,7 @@
 // the f32 mean can separate them); and the model-numerics per-head q norm, bitwise against
 // Precision::head_rms_norm (head_dims up to 1024 staged in shared memory, larger ones on the generic kernel). A
 // column range of wider rows normalizes to the bits of the same rows stored densely, and two norms in one rms_norms
-// launch to the bits of each alone.
+// launch to the bits of each alone. A norm's quantized copy of its output equals act_quant_fp8 of it, bitwise.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -12,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "gpu_test_util.h"
 #include "kernels/cpu/norms.h"
+#include "kernels/cuda/quant/quant.h"
 #include "kernels/cuda/rms_norm/rms_norm.h"
 #include "model/numerics.h"
 
@@ -59,6 +60,44 @@ TEST(GpuRmsNorm, RowsMatchCpuRmsNormThenBf16) {
                               8 * kF32Unit * std::fabs(ref[size_t(i)]));
             }
             check.expect_ok();
+        }
+}
+
+// The executor's norms before FP8 GEMMs also write their output quantized (RmsNormParams::q): the codes and scales
+// must be act_quant_fp8's of the bf16 output, bit for bit, on the register path (dims up to 8192, a partial last
+// 128-block included), the looping path (which runs act_quant after the norm) and in a paired rms_norms launch.
+TEST(GpuRmsNorm, QuantizedOutputEqualsActQuantOfItBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    for (int64_t rows : {1, 7})
+        for (int64_t dim : {int64_t(64), int64_t(320), int64_t(1024), int64_t(4096), int64_t(7168), int64_t(9001)}) {
+            const int64_t stride = dim + 8 * (rows % 2), nb = (dim + 127) / 128;
+            std::vector<float> x(static_cast<size_t>(rows * stride));
+            for (int64_t r = 0; r < rows; ++r) {
+                const float scale = std::ldexp(1.0f, int(rng.uniform(-20.0f, 20.0f)));
+                for (int64_t i = 0; i < stride; ++i) x[size_t(r * stride + i)] = round_bf16(rng.normal(scale));
+            }
+            std::vector<float> weight(static_cast<size_t>(dim));
+            for (float& w : weight) w = rng.normal(1.0f);
+            auto d_x = to_device(to_bf16(x));
+            auto d_w = to_device(weight);
+            auto d_y = poisoned<uint16_t>(size_t(rows * stride));
+            auto d_q = poisoned<uint8_t>(size_t(rows * dim));
+            auto d_s = poisoned<float>(size_t(rows * nb));
+            auto want_q = poisoned<uint8_t>(size_t(rows * dim));
+            auto want_s = poisoned<float>(size_t(rows * nb));
+            const auto* x_in = reinterpret_cast<const __nv_bfloat16*>(d_x.get());
+            auto* y = reinterpret_cast<__nv_bfloat16*>(d_y.get());
+            // Paired with an unquantized norm of the same rows into a scratch output (the executor's q_norm | kv_norm).
+            auto d_other = poisoned<uint16_t>(size_t(rows * stride));
+            const cuda::RmsNormParams norms[] = {
+                {x_in, d_w.get(), y, rows, dim, stride, stride, kEps, d_q.get(), d_s.get()},
+                {x_in, nullptr, reinterpret_cast<__nv_bfloat16*>(d_other.get()), rows, dim, stride, stride, kEps}};
+            cuda::rms_norms(norms, nullptr);
+            cuda::act_quant_fp8({y, want_q.get(), want_s.get(), rows, dim, stride}, nullptr);
+            const std::string what = "rms_norm rows " + std::to_string(rows) + " dim " + std::to_string(dim);
+            expect_bitwise_bytes(what + " e4m3 codes", to_host(d_q), to_host(want_q));
+            expect_bitwise_f32(what + " scales", to_host(d_s), to_host(want_s));
         }
 }
 

@@ -136,12 +136,13 @@ void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int
     cuda::dense_linear(p, stream->get());
 }
 
-void CudaModel::Impl::linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y) {
+void CudaModel::Impl::linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y,
+                             const Fp8Rows& quantized) {
     if (w.format == WeightFormat::kFp8Block) {
-        act_quant(x, m, w.cols);
+        if (!quantized.q) act_quant(x, m, w.cols);
         cuda::Fp8GemmParams p;
-        p.a = ws.act_q;
-        p.a_scale = ws.act_scale;
+        p.a = quantized.q ? quantized.q : ws.act_q;
+        p.a_scale = quantized.q ? quantized.scales : ws.act_scale;
         p.w = static_cast<const uint8_t*>(w.data);
         p.w_scale = w.scale;
         p.y = y;
@@ -201,9 +202,9 @@ void CudaModel::Impl::block(int64_t layer) {
     const cuda::DeviceBlock& b = w.layers[size_t(layer)];
     const int64_t D = c.hidden_size, n_hc = c.hc_mult;
     cudaStream_t s = stream->get();
-    auto hc_pre = [&](const cuda::DeviceHc& hw, const float* norm) {
+    auto hc_pre = [&](const cuda::DeviceHc& hw, const float* norm) {  // x, and x quantized for the FP8 GEMMs
         cuda::hc_pre(hc_mix_params(hw, ws.streams, T), s);
-        cuda::rms_norm({ws.x, norm, ws.x, T, D, D, D, float(c.rms_norm_eps)}, s);
+        cuda::rms_norm({ws.x, norm, ws.x, T, D, D, D, float(c.rms_norm_eps), ws.x_fp8.q, ws.x_fp8.scales}, s);
     };
     auto hc_post = [&]() {
         cuda::hc_post({ws.y, ws.streams, ws.mix, ws.streams_next, T, n_hc, D}, s);
@@ -237,15 +238,16 @@ void CudaModel::Impl::query_and_kv_latents(const cuda::DeviceAttention& a) {
     if (options.stacked_projections && a.wq_a_wkv.data) {
         // One GEMM: ws.qr_kv [T, q + d] holds wq_a x in columns [0, q) and wkv x in [q, q + d); the two norms (one
         // launch) read their columns with the row stride q + d and write their dense buffers.
-        linear(a.wq_a_wkv, ws.x, T, ws.qr_kv);
-        const cuda::RmsNormParams norms[] = {{ws.qr_kv, a.q_norm, ws.qr, T, q, q + d, q, eps},
-                                             {ws.qr_kv + q, a.kv_norm, ws.kv, T, d, q + d, d, eps}};
+        linear(a.wq_a_wkv, ws.x, T, ws.qr_kv, ws.x_fp8);
+        const cuda::RmsNormParams norms[] = {
+            {ws.qr_kv, a.q_norm, ws.qr, T, q, q + d, q, eps, ws.qr_fp8.q, ws.qr_fp8.scales},
+            {ws.qr_kv + q, a.kv_norm, ws.kv, T, d, q + d, d, eps}};
         cuda::rms_norms(norms, s);
         return;
     }
-    linear(a.wq_a, ws.x, T, ws.qr);
-    cuda::rms_norm({ws.qr, a.q_norm, ws.qr, T, q, q, q, eps}, s);
-    linear(a.wkv, ws.x, T, ws.kv);
+    linear(a.wq_a, ws.x, T, ws.qr, ws.x_fp8);
+    cuda::rms_norm({ws.qr, a.q_norm, ws.qr, T, q, q, q, eps, ws.qr_fp8.q, ws.qr_fp8.scales}, s);
+    linear(a.wkv, ws.x, T, ws.kv, ws.x_fp8);
     cuda::rms_norm({ws.kv, a.kv_norm, ws.kv, T, d, d, d, eps}, s);
 }
 
@@ -341,7 +343,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     stages.mark("q_proj", layer);
     query_and_kv_latents(a);
     observe_bf16("attn.qr", layer, ws.qr, T, c.q_lora_rank);
-    linear(a.wq_b, ws.qr, T, ws.q);
+    linear(a.wq_b, ws.qr, T, ws.q, ws.qr_fp8);
     observe_bf16("attn.q_proj", layer, ws.q, T, H * d);
     cuda::head_rms_norm({ws.q, T, H, d, H * d, eps}, s);
     const cuda::ApplyRopeParams q_and_kv[] = {rope_of(ws.q, H, d, false), rope_of(ws.kv, 1, d, false)};
@@ -374,7 +376,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     // With index_topk 0 a CSA layer selects no compressed entry: no queries or scores, but its keys are still built
     // (as the CPU does).
     if (a.indexer && c.index_topk > 0) {
-        linear(a.indexer->wq_b, ws.qr, T, ws.qi);
+        linear(a.indexer->wq_b, ws.qr, T, ws.qi, ws.qr_fp8);
         rope(ws.qi, c.index_n_heads, c.index_head_dim, false);
         cuda::indexer_rotate_fp4({ws.qi, T * c.index_n_heads, c.index_head_dim, c.index_head_dim}, s);
     }
@@ -527,13 +529,13 @@ void CudaModel::Impl::shared_expert(const cuda::DeviceMoe& m) {
     const int64_t T = piece.tokens, I = m.s1.rows;
     cuda::SwigluParams p;
     if (options.stacked_projections && m.s1_s3.data) {
-        linear(m.s1_s3, ws.x, T, ws.shared_gate_up);  // [T, 2 I]: gate in columns [0, I), up in [I, 2 I)
+        linear(m.s1_s3, ws.x, T, ws.shared_gate_up, ws.x_fp8);  // [T, 2 I]: gate in [0, I), up in [I, 2 I)
         p.gate = ws.shared_gate_up;
         p.up = ws.shared_gate_up + I;
         p.gate_up_stride = 2 * I;
     } else {
-        linear(m.s1, ws.x, T, ws.shared_gate_up);
-        linear(m.s3, ws.x, T, ws.shared_gate_up + T * I);
+        linear(m.s1, ws.x, T, ws.shared_gate_up, ws.x_fp8);
+        linear(m.s3, ws.x, T, ws.shared_gate_up + T * I, ws.x_fp8);
         p.gate = ws.shared_gate_up;
         p.up = ws.shared_gate_up + T * I;
         p.gate_up_stride = I;
@@ -600,12 +602,13 @@ void CudaModel::Impl::moe(int64_t layer) {
     const int64_t slots = T * k;
     const int32_t* held_offsets = ws.offsets + held.first;
     auto experts = [&](const cuda::DeviceExperts& e, const bf16* x, int64_t rows, int64_t cols,
-                       const int32_t* row_index, bf16* y, const cuda::DeviceExperts* second, bf16* y_second) {
+                       const int32_t* row_index, bf16* y, const cuda::DeviceExperts* second, bf16* y_second,
+                       const Fp8Rows& quantized) {
         if (e.format == WeightFormat::kFp4Mx || e.format == WeightFormat::kNvfp4) {
-            act_quant(x, rows, cols);
+            if (!quantized.q) act_quant(x, rows, cols);
             cuda::MoeGemmParams p;
-            p.a = ws.act_q;
-            p.a_scale = ws.act_scale;
+            p.a = quantized.q ? quantized.q : ws.act_q;
+            p.a_scale = quantized.q ? quantized.scales : ws.act_scale;
             p.row_index = row_index;
             p.expert_offsets = held_offsets;
             p.format = e.format == WeightFormat::kFp4Mx ? cuda::ExpertFormat::kMxfp4 : cuda::ExpertFormat::kNvfp4;
@@ -643,7 +646,7 @@ void CudaModel::Impl::moe(int64_t layer) {
     };
     DSV4_CHECK(m.w1.format == m.w3.format && m.w1.rows == m.w3.rows && m.w1.cols == m.w3.cols,
                "w1 and w3 of layer {} differ in format or shape", layer);
-    experts(m.w1, ws.x, T, D, ws.row_index, ws.gate, &m.w3, ws.up);
+    experts(m.w1, ws.x, T, D, ws.row_index, ws.gate, &m.w3, ws.up, ws.x_fp8);
     cuda::SwigluParams sw;
     sw.gate = ws.gate;
     sw.up = ws.up;
@@ -658,7 +661,7 @@ void CudaModel::Impl::moe(int64_t layer) {
     cuda::swiglu(sw, s);
     const ExpertParallel& ep = options.expert_parallel;
     if (ep.ranks > 1) DSV4_CUDA_CHECK(cudaMemsetAsync(ws.routed_out, 0, size_t(slots * D) * sizeof(bf16), s));
-    experts(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out, nullptr, nullptr);
+    experts(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out, nullptr, nullptr, {});
     if (ep.ranks > 1) {  // every slot from the rank that holds its expert; x + 0 is x, so the sum is exact
         stages.mark("expert_exchange", layer);
         ep.sum->sum_bf16(ws.routed_out, slots * D, s);

@@ -83,6 +83,8 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     const int64_t act_blocks = std::max(T * ((max_k + 127) / 128), T * k * ((I + 127) / 128));
     ws.act_q = b.take<uint8_t>(act_values);
     ws.act_scale = b.take<float>(act_blocks);
+    ws.x_fp8 = {b.take<uint8_t>(T * D), b.take<float>(T * ((D + 127) / 128))};
+    ws.qr_fp8 = {b.take<uint8_t>(T * c.q_lora_rank), b.take<float>(T * ((c.q_lora_rank + 127) / 128))};
     ws.y_f32 = b.take<float>(T * max_n);
     int64_t f32_width = 0;
     for (const BlockWeights& l : w.layers) {

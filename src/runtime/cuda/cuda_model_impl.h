@@ -93,6 +93,13 @@ struct PieceShape {
 };
 
 // Activation buffers for one forward piece of up to `chunk` tokens; carved from one allocation.
+// Rows already quantized for an FP8 GEMM, in act_quant's format: e4m3 codes [rows, cols] and one f32 scale per 128
+// values [rows, ceil(cols / 128)].
+struct Fp8Rows {
+    uint8_t* q = nullptr;
+    float* scales = nullptr;
+};
+
 struct Workspace {
     int32_t* meta = nullptr;  // the piece's metadata, one host-to-device copy: the arrays below in this order
     int32_t* ids = nullptr;            // [C] token ids
@@ -114,6 +121,10 @@ struct Workspace {
     bf16 *qr = nullptr, *q = nullptr, *kv = nullptr, *kv_view = nullptr, *o = nullptr, *z = nullptr;
     uint8_t* act_q = nullptr;  // FP8 GEMM inputs
     float* act_scale = nullptr;
+    // Rows that two or more FP8 GEMMs read, quantized once by the norm that writes them: the normalized block input
+    // (attention: wq_a | wkv; FFN: the routed experts' w1 | w3 and the shared expert's s1 | s3) and qr (wq_b, the
+    // indexer's wq_b).
+    Fp8Rows x_fp8, qr_fp8;
     float* y_f32 = nullptr;     // dense linear f32 output
     float* f32_proj = nullptr;  // [T, width] the f32 projections of x side by side (F32Projections)
     bf16 *qi = nullptr, *head_weights = nullptr, *index_scores = nullptr;
@@ -211,8 +222,9 @@ struct CudaModel::Impl {
     // down.
     void shared_expert(const cuda::DeviceMoe& m);
 
-    // Precision::linear: FP8 weights get FP8-quantized inputs; y bf16 [m, rows].
-    void linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y);
+    // Precision::linear: FP8 weights get FP8-quantized inputs (`quantized` where a norm already made them, else
+    // act_quant of x); y bf16 [m, rows].
+    void linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y, const Fp8Rows& quantized = {});
     // Precision::linear_f32 on a dense weight: y f32 [m, rows] (row stride ldy, a multiple of 8; 0: rows). A bf16
     // weight whose shape allows (f32_on_tensor_cores: every V4 one, the head, the router, the compressor and indexer
     // projections) runs on the tensor cores (cuda::bf16_linear) unless `chains`; the rest on dense_linear's CUDA-core

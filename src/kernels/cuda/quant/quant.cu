@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/numeric.cuh"
+#include "kernels/cuda/quant/fp8_act_codec.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -14,31 +15,15 @@ namespace {
 constexpr int kWarps = 8;  // warps per CTA for the warp-per-block kernels
 constexpr int kThreads = kWarps * 32;
 constexpr unsigned kFull = 0xFFFFFFFFu;
-constexpr float kE4M3AmaxFloor = 1e-4f;             // official act_quant: amax.clamp(1e-4)
 constexpr float kE2M1AmaxFloor = 6.0f * 0x1p-126f;  // official fp4_act_quant: 6 * 2^-126
 
 dim3 warp_grid(int64_t warps) {
     return dim3(unsigned(ceil_div(warps, kWarps)));
 }
 
-// Max over the lanes whose index differs only in the bits of `width - 1` (width a power of two <= 32).
-template <int kWidth>
-__device__ __forceinline__ float group_max(float v) {
-    static_assert(kWidth >= 1 && kWidth <= 32 && (kWidth & (kWidth - 1)) == 0);
-#pragma unroll
-    for (int m = 1; m < kWidth; m *= 2) v = fmaxf(v, __shfl_xor_sync(kFull, v, m));
-    return v;
-}
-
-// The biased UE8M0 exponent of a block whose |x| maximum is amax (before the floor).
-__device__ __forceinline__ uint32_t fp8_scale_exponent(float amax) {
-    return ue8m0_ceil_exponent(__fmul_rn(fmaxf(amax, kE4M3AmaxFloor), kE4M3MaxInv));
-}
+// The biased UE8M0 exponent of an FP4 block whose |x| maximum is amax (before the floor).
 __device__ __forceinline__ uint32_t fp4_scale_exponent(float amax) {
     return ue8m0_ceil_exponent(__fmul_rn(fmaxf(amax, kE2M1AmaxFloor), kE2M1MaxInv));
-}
-__device__ __forceinline__ uint8_t fp8_code(float x, float s) {
-    return f32_to_e4m3(fminf(fmaxf(__fdiv_rn(x, s), -kE4M3Max), kE4M3Max));
 }
 __device__ __forceinline__ float fp4_scaled(float x, float s) {
     return fminf(fmaxf(__fdiv_rn(x, s), -kE2M1Max), kE2M1Max);

@@ -16,6 +16,7 @@ void check(const RmsNormParams& p) {
                p.y_stride, p.dim);
     DSV4_CHECK(static_cast<const void*>(p.x) != static_cast<const void*>(p.y) || p.x_stride == p.y_stride,
                "rms_norm: in place needs equal strides");
+    DSV4_CHECK(!p.q == !p.q_scales, "rms_norm: a quantized output needs both its codes and its scales");
 }
 
 }  // namespace

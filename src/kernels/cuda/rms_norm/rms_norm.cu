@@ -4,6 +4,8 @@
 
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/numeric.cuh"
+#include "kernels/cuda/quant/fp8_act_codec.cuh"
+#include "kernels/cuda/quant/quant.h"
 #include "kernels/cuda/rms_norm/rms_norm.h"
 
 namespace dsv4::cuda {
@@ -16,6 +18,34 @@ constexpr unsigned kFull = 0xFFFFFFFFu;
 struct RmsNorms {
     RmsNormParams norm[kMaxRmsNorms];
 };
+
+// The act_quant_fp8 blocks of a normalized row whose elements t + j kThreads (t = threadIdx.x) thread t holds in
+// `y`, as bf16 values: for each j, warps 0-3 hold 128-block 2 j and warps 4-7 block 2 j + 1, so a block's amax is
+// the max of four warp maxima (exact in any order), then every value is encoded with the block's scale.
+template <int kPer>
+__device__ void quantize_held(const RmsNormParams& p, int64_t row, const float (&y)[kPer]) {
+    static_assert(kThreads == 2 * kActQuantBlock && kActQuantBlock == 4 * 32, "two 128-blocks per j, four warps each");
+    __shared__ float warp_amax[kPer][kThreads / 32];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+        const float amax = group_max<32>(fabsf(y[j]));
+        if (lane == 0) warp_amax[j][warp] = amax;
+    }
+    __syncthreads();
+    const int64_t n_blocks = (p.dim + kActQuantBlock - 1) / kActQuantBlock;
+    const int first = warp / 4 * 4;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+        const int64_t i = threadIdx.x + int64_t(j) * kThreads, block = i / kActQuantBlock;
+        if (block >= n_blocks) break;  // uniform over the block's four warps
+        const float amax = fmaxf(fmaxf(warp_amax[j][first], warp_amax[j][first + 1]),
+                                 fmaxf(warp_amax[j][first + 2], warp_amax[j][first + 3]));
+        const float s = e8m0_to_f32(fp8_scale_exponent(amax));
+        if (i < p.dim) p.q[row * p.dim + i] = fp8_code(y[j], s);
+        if (warp == first && lane == 0) p.q_scales[row * n_blocks + block] = s;
+    }
+}
 
 // Thread t's share of a row: elements t, t + kThreads, t + 2 kThreads, ... (in that order in its double sum).
 // grid (max rows, norms): CTA (row, i) normalizes row `row` of norm i; its code does not depend on i or on the other
@@ -67,10 +97,12 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const RmsNorms norms
 #pragma unroll
         for (int j = 0; j < kPer; ++j) {
             const int64_t i = threadIdx.x + int64_t(j) * kThreads;
-            if (i >= p.dim) break;
             const float normed = __fmul_rn(held_x[j], r);
-            y[i] = f32_to_bf16(p.weight ? __fmul_rn(held_w[j], normed) : normed);
+            const __nv_bfloat16 out = f32_to_bf16(p.weight ? __fmul_rn(held_w[j], normed) : normed);
+            if (i < p.dim) y[i] = out;
+            held_x[j] = i < p.dim ? bf16_to_f32(out) : 0.0f;  // what act_quant would read back
         }
+        if (p.q) quantize_held<kPer>(p, row, held_x);
     } else {
         for (int64_t i = threadIdx.x; i < p.dim; i += kThreads) {
             const float normed = __fmul_rn(bf16_to_f32(x[i]), r);
@@ -172,6 +204,10 @@ void launch_rms_norms(std::span<const RmsNormParams> norms, cudaStream_t stream)
     const dim3 grid(unsigned(rows), unsigned(norms.size()));
     const int64_t per = (dim + kThreads - 1) / kThreads;  // elements per thread
     with_held_count(per, [&](auto held) { rms_norm_kernel<held()><<<grid, kThreads, 0, stream>>>(batch); });
+    DSV4_CUDA_CHECK(cudaGetLastError());
+    if (per > 32)  // the looping kernel holds nothing to quantize: act_quant reads its output back (same bits)
+        for (const RmsNormParams& p : norms)
+            if (p.q) launch_act_quant_fp8({p.y, p.q, p.q_scales, p.rows, p.dim, p.y_stride}, stream);
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

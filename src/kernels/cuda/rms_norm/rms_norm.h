@@ -4,6 +4,7 @@
 //                  costs nothing in a memory-bound kernel), so only its summation order differs.
 //   rms_norms      up to kMaxRmsNorms independent rms_norms in one launch, each row computed exactly as rms_norm
 //                  computes it (the same CTA code on the same row), so the same bits.
+//   Either can also write its output quantized for an FP8 GEMM (RmsNormParams::q), bitwise act_quant_fp8's.
 //   head_rms_norm  the per-head unweighted q norm of model numerics (Precision::head_rms_norm): bf16 step by step,
 //                  the bf16 squares summed in f32 in index order, exactly as the CPU does, so results are bitwise.
 // Tested in tests/gpu/rms_norm_test.cpp against the CPU reference (rms_norms bitwise against rms_norm).
@@ -23,6 +24,10 @@ struct RmsNormParams {
     __nv_bfloat16* y = nullptr;        // [rows, dim] bf16, row stride y_stride; may alias x (same stride)
     int64_t rows = 0, dim = 0, x_stride = 0, y_stride = 0;
     float eps = 0.0f;
+    // Optional: y quantized for an FP8 GEMM as well, exactly what act_quant_fp8 would make of it (the same bits,
+    // without its launch): e4m3 codes [rows, dim] dense and scales [rows, ceil(dim / 128)]. Both or neither.
+    uint8_t* q = nullptr;
+    float* q_scales = nullptr;
 };
 void rms_norm(const RmsNormParams& p, cudaStream_t stream);
 
