@@ -1,7 +1,8 @@
 // moe_combine (kernels/cuda/moe_expert) bitwise against the CPU's accumulation (src/model/moe.cpp moe_forward:
 // routed outputs added in f32 in ascending expert order, then the shared expert's, then bf16), on odd sizes, with
 // dropped assignments (expert -1 or slot -1) and tokens whose experts arrive unsorted; output poisoned first. swiglu
-// reading gate and up as halves of stacked rows, bitwise against dense gate and up.
+// reading gate and up as halves of stacked rows, bitwise against dense gate and up; its quantized copy of the output
+// bitwise against act_quant_fp8 of it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 
 #include "gpu_test_util.h"
 #include "kernels/cuda/moe_expert/moe_expert.h"
+#include "kernels/cuda/quant/quant.h"
 
 namespace dsv4::gpu_test {
 namespace {
@@ -109,6 +111,62 @@ TEST(GpuMoeExpert, SwigluWithARowStrideEqualsDenseBitwise) {
                                     std::to_string(limit) + ": stacked gate | up vs dense",
                                 to_host(from_stacked), to_host(from_dense));
         }
+}
+
+// swiglu's output feeds w2 (and the shared expert's s2) through act_quant; swiglu writes it quantized as well
+// (SwigluParams::q): codes and scales equal act_quant_fp8 of the bf16 output, bit for bit, with routing weights, for
+// inter sizes of one chunk (V4's 2048), several chunks with a partial 128-block (3000) and a small one; skipped rows
+// (outside the row bounds) are left as they were.
+TEST(GpuMoeExpert, SwigluQuantizedOutputEqualsActQuantOfItBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    for (const auto& [rows, inter] : {std::pair<int64_t, int64_t>{6, 2048}, {5, 3000}, {9, 320}}) {
+        const int64_t nb = (inter + 127) / 128;
+        auto d_gate = to_device(to_bf16(rng.normal_bf16(rows * inter, 4.0f)));
+        auto d_up = to_device(to_bf16(rng.normal_bf16(rows * inter, 4.0f)));
+        std::vector<float> weights(static_cast<size_t>(rows));
+        for (float& w : weights) w = rng.uniform(0.01f, 2.0f);
+        std::vector<int32_t> assignment(static_cast<size_t>(rows));
+        std::iota(assignment.begin(), assignment.end(), 0);
+        std::shuffle(assignment.begin(), assignment.end(), rng.engine());
+        const std::vector<int32_t> bounds = {1, int32_t(rows - 1)};  // rows 0 and rows - 1 are skipped
+        auto d_weights = to_device(weights);
+        auto d_assignment = to_device(assignment);
+        auto d_bounds = to_device(bounds);
+        auto out = poisoned<uint16_t>(size_t(rows * inter));
+        auto q = poisoned<uint8_t>(size_t(rows * inter));
+        auto scales = poisoned<float>(size_t(rows * nb));
+        cuda::SwigluParams p;
+        p.gate = reinterpret_cast<const __nv_bfloat16*>(d_gate.get());
+        p.up = reinterpret_cast<const __nv_bfloat16*>(d_up.get());
+        p.out = reinterpret_cast<__nv_bfloat16*>(out.get());
+        p.routing_weights = d_weights.get();
+        p.sorted_assignment = d_assignment.get();
+        p.row_first = d_bounds.get();
+        p.row_count = d_bounds.get() + 1;
+        p.rows = rows;
+        p.inter = inter;
+        p.limit = 7.0f;
+        p.q = q.get();
+        p.q_scales = scales.get();
+        cuda::swiglu(p, nullptr);
+        auto want_q = poisoned<uint8_t>(size_t(rows * inter));
+        auto want_scales = poisoned<float>(size_t(rows * nb));
+        cuda::act_quant_fp8({p.out, want_q.get(), want_scales.get(), rows, inter, inter}, nullptr);
+        // Compare the computed rows; the skipped ones must still hold the poison.
+        const std::vector<uint8_t> got_q = to_host(q), expect_q = to_host(want_q);
+        const std::vector<float> got_s = to_host(scales), expect_s = to_host(want_scales);
+        const std::string what = "swiglu rows " + std::to_string(rows) + " inter " + std::to_string(inter);
+        expect_bitwise_bytes(what + " e4m3 codes of rows 1 .. rows - 2",
+                             std::vector<uint8_t>(got_q.begin() + inter, got_q.end() - inter),
+                             std::vector<uint8_t>(expect_q.begin() + inter, expect_q.end() - inter));
+        expect_bitwise_f32(what + " scales of rows 1 .. rows - 2",
+                           std::vector<float>(got_s.begin() + nb, got_s.end() - nb),
+                           std::vector<float>(expect_s.begin() + nb, expect_s.end() - nb));
+        EXPECT_TRUE(std::all_of(got_q.begin(), got_q.begin() + inter, [](uint8_t b) { return b == 0xFF; }) &&
+                    std::all_of(got_q.end() - inter, got_q.end(), [](uint8_t b) { return b == 0xFF; }))
+            << what << ": a skipped row was written";
+    }
 }
 
 }  // namespace

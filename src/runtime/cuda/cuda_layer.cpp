@@ -544,8 +544,10 @@ void CudaModel::Impl::shared_expert(const cuda::DeviceMoe& m) {
     p.rows = T;
     p.inter = I;
     p.limit = float(config.swiglu_limit);
+    p.q = ws.act_q;  // s2's FP8 input, quantized as the rows are written
+    p.q_scales = ws.act_scale;
     cuda::swiglu(p, stream->get());
-    linear(m.s2, ws.shared_hidden, T, ws.shared_out);
+    linear(m.s2, ws.shared_hidden, T, ws.shared_out, {ws.act_q, ws.act_scale});
 }
 
 // moe_forward: x = ws.x [T, D] -> ws.y [T, D].
@@ -658,10 +660,12 @@ void CudaModel::Impl::moe(int64_t layer) {
     sw.rows = slots;
     sw.inter = I;
     sw.limit = float(c.swiglu_limit);
+    sw.q = ws.act_q;  // w2's input, quantized as the rows are written (only the held experts' rows: w2 reads no other)
+    sw.q_scales = ws.act_scale;
     cuda::swiglu(sw, s);
     const ExpertParallel& ep = options.expert_parallel;
     if (ep.ranks > 1) DSV4_CUDA_CHECK(cudaMemsetAsync(ws.routed_out, 0, size_t(slots * D) * sizeof(bf16), s));
-    experts(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out, nullptr, nullptr, {});
+    experts(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out, nullptr, nullptr, {ws.act_q, ws.act_scale});
     if (ep.ranks > 1) {  // every slot from the rank that holds its expert; x + 0 is x, so the sum is exact
         stages.mark("expert_exchange", layer);
         ep.sum->sum_bf16(ws.routed_out, slots * D, s);

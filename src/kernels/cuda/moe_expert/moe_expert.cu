@@ -2,6 +2,8 @@
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/numeric.cuh"
 #include "kernels/cuda/moe_expert/moe_expert.h"
+#include "kernels/cuda/quant/fp8_act_codec.cuh"
+#include "kernels/cuda/quant/quant.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -17,26 +19,33 @@ __global__ void moe_row_index_kernel(const MoeRowIndexParams p) {
     p.row_index[i] = (a >= 0 && a < p.slots) ? a / p.k : 0;
 }
 
-// One CTA row-strip per slot row; threads over the intermediate dim, kHeld elements per thread loaded before any
-// is used (the stores could alias the loads, so the compiler would not hoist them): one round trip per kHeld.
-__global__ void swiglu_kernel(const SwigluParams p) {
+// One CTA row-strip per slot row; threads over the intermediate dim in chunks of kThreads * kHeld, kHeld elements per
+// thread loaded before any is used (the stores could alias the loads, so the compiler would not hoist them): one
+// round trip per chunk. With p.q, the chunk's bf16 outputs are quantized as act_quant_fp8 does: element
+// c + t + j kThreads of thread t, so for each j warps 0-3 hold one 128-block and warps 4-7 the next.
+__global__ void __launch_bounds__(kThreads) swiglu_kernel(const SwigluParams p) {
     constexpr int kHeld = 8;
+    static_assert(kThreads == 2 * kActQuantBlock && kActQuantBlock == 4 * 32, "two 128-blocks per j, four warps each");
+    __shared__ float warp_amax[kHeld][kWarps];
     const int64_t r = blockIdx.x;
     if ((p.row_first && r < *p.row_first) || (p.row_count && r >= *p.row_count)) return;
     float weight = 1.0f;
     if (p.routing_weights) weight = p.routing_weights[p.sorted_assignment[r]];
     const int64_t in = r * (p.gate_up_stride ? p.gate_up_stride : p.inter);  // the row's gate and up
-    for (int64_t base = threadIdx.x; base < p.inter; base += int64_t(blockDim.x) * kHeld) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int64_t chunk = 0; chunk < p.inter; chunk += int64_t(kThreads) * kHeld) {
         __nv_bfloat16 gate[kHeld], up[kHeld];
 #pragma unroll
         for (int j = 0; j < kHeld; ++j) {
-            const int64_t i = base + int64_t(j) * blockDim.x;
+            const int64_t i = chunk + threadIdx.x + int64_t(j) * kThreads;
             if (i < p.inter) gate[j] = p.gate[in + i], up[j] = p.up[in + i];
         }
+        float out[kHeld];
 #pragma unroll
         for (int j = 0; j < kHeld; ++j) {
-            const int64_t i = base + int64_t(j) * blockDim.x;
-            if (i >= p.inter) break;
+            const int64_t i = chunk + threadIdx.x + int64_t(j) * kThreads;
+            out[j] = 0.0f;
+            if (i >= p.inter) continue;
             float g = bf16_to_f32(gate[j]), u = bf16_to_f32(up[j]);
             if (p.limit > 0) {
                 u = fminf(fmaxf(u, -p.limit), p.limit);
@@ -44,8 +53,30 @@ __global__ void swiglu_kernel(const SwigluParams p) {
             }
             float h = (g / (1.0f + expf(-g))) * u;
             if (p.routing_weights) h *= weight;
-            p.out[r * p.inter + i] = f32_to_bf16(h);
+            const __nv_bfloat16 rounded = f32_to_bf16(h);
+            p.out[r * p.inter + i] = rounded;
+            out[j] = bf16_to_f32(rounded);
         }
+        if (!p.q) continue;  // uniform over the CTA
+#pragma unroll
+        for (int j = 0; j < kHeld; ++j) {
+            const float amax = group_max<32>(fabsf(out[j]));
+            if (lane == 0) warp_amax[j][warp] = amax;
+        }
+        __syncthreads();
+        const int64_t n_blocks = (p.inter + kActQuantBlock - 1) / kActQuantBlock;
+        const int first = warp / 4 * 4;
+#pragma unroll
+        for (int j = 0; j < kHeld; ++j) {
+            const int64_t i = chunk + threadIdx.x + int64_t(j) * kThreads, block = i / kActQuantBlock;
+            if (block >= n_blocks) break;  // uniform over the block's four warps
+            const float amax = fmaxf(fmaxf(warp_amax[j][first], warp_amax[j][first + 1]),
+                                     fmaxf(warp_amax[j][first + 2], warp_amax[j][first + 3]));
+            const float s = e8m0_to_f32(fp8_scale_exponent(amax));
+            if (i < p.inter) p.q[r * p.inter + i] = fp8_code(out[j], s);
+            if (warp == first && lane == 0) p.q_scales[r * n_blocks + block] = s;
+        }
+        __syncthreads();  // warp_amax is rewritten by the next chunk
     }
 }
 

@@ -41,6 +41,11 @@ struct SwigluParams {
     const int32_t* row_count = nullptr;
     int64_t rows = 0, inter = 0;
     float limit = 0.0f;  // swiglu_limit; <= 0: no clamp
+    // Optional: each computed row of `out` also quantized for the FP8 / FP4 GEMM that reads it next, exactly as
+    // act_quant_fp8 would quantize it (e4m3 codes [rows, inter] dense, scales [rows, ceil(inter / 128)]; rows that
+    // are skipped are not written). Both or neither.
+    uint8_t* q = nullptr;
+    float* q_scales = nullptr;
 };
 void swiglu(const SwigluParams& p, cudaStream_t stream);
 
