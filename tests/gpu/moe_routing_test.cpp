@@ -1,7 +1,8 @@
 // MoE routing on the device vs a transcription of route_tokens (src/model/moe.cpp) from the router logits, and
 // the permutation checked for consistency with the device's own choices (counts, offsets, ascending assignments
 // inside each expert, inverse map). Score routing (Flash 256/6, Pro 384/6, tiny 12/3 with exact ties) and hash
-// routing (including an out-of-vocabulary id, which the device marks -1 where the CPU reference throws).
+// routing (including an out-of-vocabulary id, which the device marks -1 where the CPU reference throws). Calls small
+// enough for the one-CTA launch are repeated on the grid launch and must give the same bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -154,11 +155,37 @@ void run_case(const Case& c) {
         running += want_counts[size_t(e)];
     }
     EXPECT_EQ(offsets[size_t(c.experts)], running) << what;
+
+    // Decode-sized calls run in one CTA; the grid path must give the same bits.
+    if (!cuda::detail::moe_routing_fits_one_block(p)) return;
+    auto g_experts = gpu_test::poisoned<int32_t>(size_t(n));
+    auto g_weights = gpu_test::poisoned<float>(size_t(n));
+    auto g_counts = gpu_test::poisoned<int32_t>(size_t(c.experts));
+    auto g_offsets = gpu_test::poisoned<int32_t>(size_t(c.experts + 1));
+    auto g_sorted = gpu_test::poisoned<int32_t>(size_t(n));
+    auto g_slot = gpu_test::poisoned<int32_t>(size_t(n));
+    cuda::MoeRoutingParams g = p;
+    g.experts = g_experts.get();
+    g.weights = g_weights.get();
+    g.expert_counts = g_counts.get();
+    g.expert_offsets = g_offsets.get();
+    g.sorted_assignment = g_sorted.get();
+    g.assignment_slot = g_slot.get();
+    cuda::detail::moe_routing_launch(g, nullptr, cuda::detail::MoeRoutingLaunch::kGrid);
+    const std::string one_vs_grid = std::string(what) + ": one CTA vs the grid";
+    EXPECT_EQ(gpu_test::to_host(g_experts), experts) << one_vs_grid << ", experts";
+    gpu_test::expect_bitwise_f32(one_vs_grid + ", weights", gpu_test::to_host(g_weights), weights);
+    EXPECT_EQ(gpu_test::to_host(g_counts), counts) << one_vs_grid << ", counts";
+    EXPECT_EQ(gpu_test::to_host(g_offsets), offsets) << one_vs_grid << ", offsets";
+    const auto g_sorted_host = gpu_test::to_host(g_sorted);
+    EXPECT_TRUE(std::equal(sorted.begin(), sorted.begin() + running, g_sorted_host.begin()))
+        << one_vs_grid << ", permutation";
+    EXPECT_EQ(gpu_test::to_host(g_slot), slot) << one_vs_grid << ", inverse map";
 }
 
 TEST(MoeRoutingGpu, ScoreRoutingFlashAndPro) {
     DSV4_REQUIRE_GPU();
-    for (int tokens : {1, 5, 37, 300}) run_case({tokens, 256, 6, false});
+    for (int tokens : {1, 5, 32, 37, 300}) run_case({tokens, 256, 6, false});
     run_case({37, 384, 6, false});
 }
 TEST(MoeRoutingGpu, TiesGoToTheLowerIndex) {
@@ -169,6 +196,7 @@ TEST(MoeRoutingGpu, TiesGoToTheLowerIndex) {
 TEST(MoeRoutingGpu, HashRouting) {
     DSV4_REQUIRE_GPU();
     run_case({1, 256, 6, true});
+    run_case({9, 256, 6, true});
     run_case({37, 384, 6, true});
 }
 

@@ -2,6 +2,8 @@
 //   moe_route_kernel:   one warp per token: scores, top-k by k rounds of a warp argmax (ties -> lower index),
 //                       weights normalized in selection order (the CPU's f32 order), per-expert counts (atomics
 //                       on integers: the counts do not depend on their order).
+//   moe_route_one_block_kernel: all of it (route, counts, offsets, permutation) in one CTA for up to 32 tokens
+//                       (decode), the same results as the grid kernels below.
 //   moe_offsets_kernel: exclusive prefix sum of the counts (one thread; at most 512 experts).
 //   moe_scatter_kernel: one CTA per expert: an ordered compaction of the assignments routed to it, so the
 //                       permutation is deterministic (ascending assignment id inside each expert).
@@ -20,31 +22,50 @@ constexpr int kScatterThreads = 256;
 // torch's softplus threshold (20), then sqrt, as dsv4::route_tokens.
 __device__ __forceinline__ float sqrt_softplus(float z) { return sqrtf(z > 20.0f ? z : log1pf(expf(z))); }
 
-__global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const MoeRoutingParams p) {
-    __shared__ float scores[kRouteWarps][kMaxExperts];
-    __shared__ int chosen[kRouteWarps][kMaxK];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int token = blockIdx.x * kRouteWarps + warp;
-    if (token >= p.tokens) return;
-    const int E = p.num_experts, k = p.k;
+// One token's routing by one warp: scores into `scores` ([E], shared), the chosen experts in selection order into
+// `chosen` ([k], shared), experts and weights to global memory. Each lane holds its logits and biases (experts lane,
+// lane + 32, ...) in registers, loaded before the first use. Returns through `chosen` only; the caller counts.
+__device__ void route_token(const MoeRoutingParams& p, int token, float* scores, int* chosen) {
+    constexpr int kPerLane = kMaxExperts / 32;
+    const int lane = threadIdx.x % 32, E = p.num_experts, k = p.k;
     const float* logits = p.logits + int64_t(token) * E;
-    for (int e = lane; e < E; e += 32) scores[warp][e] = sqrt_softplus(logits[e]);
+    float biased[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+        const int e = lane + 32 * i;
+        biased[i] = e < E ? logits[e] : 0.0f;
+    }
+    float bias[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+        const int e = lane + 32 * i;
+        bias[i] = e < E && p.bias ? p.bias[e] : 0.0f;
+    }
+    const int hashed = p.tid2eid && lane < k ? p.token_ids[token] : 0;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+        const int e = lane + 32 * i;
+        if (e >= E) break;
+        const float score = sqrt_softplus(biased[i]);
+        scores[e] = score;
+        biased[i] = score + bias[i];
+    }
     __syncwarp();
 
     if (p.tid2eid) {
-        const int id = p.token_ids[token];
-        const bool valid = id >= 0 && id < p.vocab;
-        if (lane < k) chosen[warp][lane] = valid ? p.tid2eid[int64_t(id) * k + lane] : -1;
+        const bool valid = hashed >= 0 && hashed < p.vocab;
+        if (lane < k) chosen[lane] = valid ? p.tid2eid[int64_t(hashed) * k + lane] : -1;
     } else {
         // k rounds: the best (score + bias, lower index on ties) among the experts not chosen yet.
         uint32_t taken = 0;  // bit i: expert lane + 32 i is chosen (E <= 512 -> 16 bits)
         for (int j = 0; j < k; ++j) {
             float best = -INFINITY;
             int best_e = E;
-            for (int i = 0, e = lane; e < E; ++i, e += 32) {
-                const float v = scores[warp][e] + p.bias[e];
-                if (!(taken >> i & 1u) && (v > best || best_e == E)) {
-                    best = v;
+#pragma unroll
+            for (int i = 0; i < kPerLane; ++i) {
+                const int e = lane + 32 * i;
+                if (e < E && !(taken >> i & 1u) && (biased[i] > best || best_e == E)) {
+                    best = biased[i];
                     best_e = e;
                 }
             }
@@ -57,24 +78,91 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const MoeRo
                 }
             }
             if (best_e % 32 == lane) taken |= 1u << (best_e / 32);
-            if (lane == 0) chosen[warp][j] = best_e;
+            if (lane == 0) chosen[j] = best_e;
         }
     }
     __syncwarp();
     if (lane == 0) {
         float sum = 0.0f;
         for (int j = 0; j < k; ++j)
-            if (chosen[warp][j] >= 0) sum += scores[warp][chosen[warp][j]];
+            if (chosen[j] >= 0) sum += scores[chosen[j]];
         for (int j = 0; j < k; ++j) {
-            const int e = chosen[warp][j];
+            const int e = chosen[j];
             const int64_t a = int64_t(token) * k + j;
             p.experts[a] = e;
-            p.weights[a] = e >= 0 ? __fmul_rn(__fdiv_rn(scores[warp][e], sum), p.routed_scaling_factor) : 0.0f;
-            if (e >= 0)
-                atomicAdd(&p.expert_counts[e], 1);
-            else
-                p.assignment_slot[a] = -1;
+            p.weights[a] = e >= 0 ? __fmul_rn(__fdiv_rn(scores[e], sum), p.routed_scaling_factor) : 0.0f;
+            if (e < 0) p.assignment_slot[a] = -1;
         }
+    }
+    __syncwarp();
+}
+
+__global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const MoeRoutingParams p) {
+    __shared__ float scores[kRouteWarps][kMaxExperts];
+    __shared__ int chosen[kRouteWarps][kMaxK];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int token = blockIdx.x * kRouteWarps + warp;
+    if (token >= p.tokens) return;
+    route_token(p, token, scores[warp], chosen[warp]);
+    if (lane == 0)
+        for (int j = 0; j < p.k; ++j)
+            if (chosen[warp][j] >= 0) atomicAdd(&p.expert_counts[chosen[warp][j]], 1);
+}
+
+// Everything for a few tokens in one CTA (at most 32 tokens and kOneBlockAssignments assignments): the warps route
+// the tokens, count in shared memory, one block scan gives the offsets, and every assignment finds its slot as the
+// number of earlier assignments to its expert: the grid path's counts, offsets and permutation, bit for bit, in one
+// launch instead of a memset and three.
+constexpr int kOneBlockThreads = 256, kOneBlockAssignments = 1024;
+__global__ void __launch_bounds__(kOneBlockThreads) moe_route_one_block_kernel(const MoeRoutingParams p) {
+    constexpr int kWarps = kOneBlockThreads / 32;
+    __shared__ float scores[kWarps][kMaxExperts];
+    __shared__ int chosen[kWarps][kMaxK];
+    __shared__ int assigned[kOneBlockAssignments];  // expert of each assignment, -1 dropped
+    __shared__ int counts[kMaxExperts], offsets[kMaxExperts + 1];
+    __shared__ int warp_totals[kWarps];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, E = p.num_experts, n = p.tokens * p.k;
+    for (int e = threadIdx.x; e < E; e += kOneBlockThreads) counts[e] = 0;
+    __syncthreads();
+    for (int t = warp; t < p.tokens; t += kWarps) {
+        route_token(p, t, scores[warp], chosen[warp]);
+        if (lane < p.k) {
+            const int e = chosen[warp][lane];
+            assigned[t * p.k + lane] = e;
+            if (e >= 0) atomicAdd(&counts[e], 1);
+        }
+    }
+    __syncthreads();
+    // Exclusive scan of the counts: thread i owns experts 2 i, 2 i + 1 (E <= 512).
+    static_assert(2 * kOneBlockThreads >= kMaxExperts);
+    const int e0 = 2 * threadIdx.x;
+    const int c0 = e0 < E ? counts[e0] : 0, c1 = e0 + 1 < E ? counts[e0 + 1] : 0;
+    int inclusive = c0 + c1;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+        const int v = __shfl_up_sync(0xffffffffu, inclusive, d);
+        if (lane >= d) inclusive += v;
+    }
+    if (lane == 31) warp_totals[warp] = inclusive;
+    __syncthreads();
+    int before = 0, total = 0;
+    for (int w = 0; w < kWarps; ++w) {
+        if (w < warp) before += warp_totals[w];
+        total += warp_totals[w];
+    }
+    const int first = before + inclusive - c0 - c1;
+    if (e0 < E) offsets[e0] = first, p.expert_offsets[e0] = first, p.expert_counts[e0] = c0;
+    if (e0 + 1 < E) offsets[e0 + 1] = first + c0, p.expert_offsets[e0 + 1] = first + c0, p.expert_counts[e0 + 1] = c1;
+    if (threadIdx.x == 0) p.expert_offsets[E] = total;
+    __syncthreads();
+    for (int a = threadIdx.x; a < n; a += kOneBlockThreads) {
+        const int e = assigned[a];
+        if (e < 0) continue;
+        int rank = 0;
+        for (int b = 0; b < a; ++b) rank += assigned[b] == e;
+        const int slot = offsets[e] + rank;
+        p.sorted_assignment[slot] = a;
+        p.assignment_slot[a] = slot;
     }
 }
 
@@ -139,7 +227,18 @@ __global__ void __launch_bounds__(kScatterThreads) moe_scatter_kernel(const MoeR
 
 namespace detail {
 
-void moe_routing_launch(const MoeRoutingParams& p, cudaStream_t stream) {
+bool moe_routing_fits_one_block(const MoeRoutingParams& p) {
+    // Each warp routes its tokens one after another (about a memory round trip and k warp argmaxes each): past 4
+    // tokens per warp the grid path, a warp per token, is sooner.
+    return p.tokens <= 4 * (kOneBlockThreads / 32) && int64_t(p.tokens) * p.k <= kOneBlockAssignments;
+}
+
+void moe_routing_launch(const MoeRoutingParams& p, cudaStream_t stream, MoeRoutingLaunch launch) {
+    if (launch == MoeRoutingLaunch::kOneBlock) {
+        moe_route_one_block_kernel<<<1, kOneBlockThreads, 0, stream>>>(p);
+        DSV4_CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     DSV4_CUDA_CHECK(cudaMemsetAsync(p.expert_counts, 0, sizeof(int32_t) * size_t(p.num_experts), stream));
     if (p.tokens > 0) {
         moe_route_kernel<<<(p.tokens + kRouteWarps - 1) / kRouteWarps, kRouteWarps * 32, 0, stream>>>(p);

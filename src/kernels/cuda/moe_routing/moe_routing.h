@@ -34,7 +34,11 @@ struct MoeRoutingParams {
 void moe_routing(const MoeRoutingParams& params, cudaStream_t stream);
 
 namespace detail {
-void moe_routing_launch(const MoeRoutingParams& params, cudaStream_t stream);
+// kOneBlock: one CTA does everything (moe_routing takes it up to 32 tokens: decode steps); kGrid: a warp per
+// token, then the offsets and a CTA per expert for the permutation. Both give the same bits (tests compare them).
+enum class MoeRoutingLaunch { kOneBlock, kGrid };
+bool moe_routing_fits_one_block(const MoeRoutingParams& params);
+void moe_routing_launch(const MoeRoutingParams& params, cudaStream_t stream, MoeRoutingLaunch launch);
 }
 
 }  // namespace dsv4::cuda
