@@ -209,6 +209,41 @@ TEST(CudaBatchApi, RejectsBadBatchesWithoutAdvancing) {
     EXPECT_EQ(a.position, 2);
 }
 
+// The logits reach the host through a pinned buffer of options.logit_staging_bytes, in slices when a piece wants
+// more: slices of 3 rows (a prefill wanting 5 + 1 + 4 rows: slices cross from one sequence's rows to the next),
+// then a decode step of 3, must deliver the same values, in the same order, as one copy.
+TEST(CudaBatchApi, LogitsCopiedInSlicesEqualOneCopy) {
+    DSV4_REQUIRE_GPU();
+    auto checkpoint = Checkpoint::open(fixture_dir("hf-tiny-hc2-hca16"));
+    const ModelConfig& config = checkpoint->config();
+    CudaOptions options;
+    options.max_sequences = 3;
+    options.max_context = 64;
+    options.print_plan = false;
+    CudaModel whole(config, load_model_weights(checkpoint, config), Numerics::kModel, options);
+    options.logit_staging_bytes = 3 * sizeof(float) * size_t(config.vocab_size);
+    CudaModel sliced(config, load_model_weights(checkpoint, config), Numerics::kModel, options);
+    const std::vector<int32_t> a_ids = {5, 6, 7, 8, 9}, b_ids = {11, 12}, c_ids = {3, 4, 5, 6};
+    std::vector<std::vector<float>> out[2];
+    CudaModel* models[2] = {&whole, &sliced};
+    for (int m = 0; m < 2; ++m) {
+        SequenceState a = models[m]->new_sequence(), b = models[m]->new_sequence(), c = models[m]->new_sequence();
+        out[m] = models[m]->forward_batch(
+            std::vector<BatchItem>{{&a, a_ids, true}, {&b, b_ids, false}, {&c, c_ids, true}});
+        const auto step = models[m]->forward_batch(std::vector<BatchItem>{{&a, std::span(a_ids).first(1), false},
+                                                                        {&b, std::span(b_ids).first(1), false},
+                                                                        {&c, std::span(c_ids).first(1), false}});
+        out[m].insert(out[m].end(), step.begin(), step.end());
+    }
+    ASSERT_EQ(out[0].size(), 6u);
+    EXPECT_EQ(out[1][0].size(), size_t(5 * config.vocab_size));
+    EXPECT_EQ(out[1][1].size(), size_t(config.vocab_size));
+    EXPECT_EQ(out[1][2].size(), size_t(4 * config.vocab_size));
+    for (size_t i = 0; i < out[0].size(); ++i)
+        gpu_test::expect_bitwise_f32("logits of item " + std::to_string(i) + ", slices of 3 rows vs one copy",
+                                     out[1][i], out[0][i]);
+}
+
 // The paged cache pool: sequences grow page by page in interleaved order (so a sequence's pages are not contiguous)
 // and must compute the same bits as alone in a fresh pool; a request the pool cannot hold fails with a clear error
 // and advances nothing; pages come back when a sequence is released.

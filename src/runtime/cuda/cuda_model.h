@@ -58,6 +58,9 @@ struct CudaOptions {
     // One launch for the projections that read one input, where their weights stack (device_weights.h); off: one
     // launch per weight, the same bits (tests compare the two).
     bool stacked_projections = true;
+    // The most pinned host memory the logits' copy to the host takes; a piece wanting more logits (every position of
+    // a long prefill) goes through it in slices, the same values.
+    size_t logit_staging_bytes = size_t(256) << 20;  // a decode step of 519 sequences at V4's vocabulary in one slice
     ExpertParallel expert_parallel;
 };
 

@@ -178,6 +178,9 @@ struct CudaModel::Impl {
     float* comp_state = nullptr;    // [pool.state_floats]
     Workspace ws;
     int32_t* meta_host = nullptr;  // pinned [ws.meta_ints + S]
+    // Where the logits land on the host: pinned, reused from step to step, grown to what a piece needs up to
+    // options.logit_staging_bytes (a piece wanting more goes through it in slices).
+    cuda::PinnedBuffer<float> logits_host;
     std::unique_ptr<cuda::Event> meta_copied;
     bool meta_in_flight = false;  // meta_copied not yet known complete by a stream synchronization
     ActivationObserver observer;

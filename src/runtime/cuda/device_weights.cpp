@@ -23,20 +23,6 @@ size_t align_up(size_t n) {
     return (n + kAlign - 1) / kAlign * kAlign;
 }
 
-class PinnedBuffer {
-  public:
-    explicit PinnedBuffer(size_t bytes) { DSV4_CUDA_CHECK(cudaHostAlloc(&data_, bytes, cudaHostAllocDefault)); }
-    ~PinnedBuffer() {
-        if (data_) cudaFreeHost(data_);
-    }
-    PinnedBuffer(const PinnedBuffer&) = delete;
-    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-    uint8_t* get() const { return static_cast<uint8_t*>(data_); }
-
-  private:
-    void* data_ = nullptr;
-};
-
 struct Piece {
     const void* src;
     size_t bytes;
@@ -48,7 +34,7 @@ class Uploader {
     Uploader(uint8_t* arena, size_t capacity, cudaStream_t stream)
         : arena_(arena), capacity_(capacity), stream_(stream) {
         if (arena_) {
-            staging_ = std::make_unique<PinnedBuffer>(2 * kStagingBytes);
+            staging_ = std::make_unique<PinnedBuffer<uint8_t>>(2 * kStagingBytes);
             for (auto& e : done_) e = std::make_unique<Event>();
         }
     }
@@ -109,7 +95,7 @@ class Uploader {
     size_t capacity_;
     cudaStream_t stream_;
     size_t used_ = 0;
-    std::unique_ptr<PinnedBuffer> staging_;
+    std::unique_ptr<PinnedBuffer<uint8_t>> staging_;
     std::unique_ptr<Event> done_[2];
     int half_ = 0;
     std::deque<std::vector<uint8_t>> owned_;
