@@ -228,11 +228,11 @@ TEST(CudaBatchApi, LogitsCopiedInSlicesEqualOneCopy) {
     CudaModel* models[2] = {&whole, &sliced};
     for (int m = 0; m < 2; ++m) {
         SequenceState a = models[m]->new_sequence(), b = models[m]->new_sequence(), c = models[m]->new_sequence();
-        out[m] = models[m]->forward_batch(
-            std::vector<BatchItem>{{&a, a_ids, true}, {&b, b_ids, false}, {&c, c_ids, true}});
+        out[m] =
+            models[m]->forward_batch(std::vector<BatchItem>{{&a, a_ids, true}, {&b, b_ids, false}, {&c, c_ids, true}});
         const auto step = models[m]->forward_batch(std::vector<BatchItem>{{&a, std::span(a_ids).first(1), false},
-                                                                        {&b, std::span(b_ids).first(1), false},
-                                                                        {&c, std::span(c_ids).first(1), false}});
+                                                                          {&b, std::span(b_ids).first(1), false},
+                                                                          {&c, std::span(c_ids).first(1), false}});
         out[m].insert(out[m].end(), step.begin(), step.end());
     }
     ASSERT_EQ(out[0].size(), 6u);

@@ -136,8 +136,7 @@ void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int
     cuda::dense_linear(p, stream->get());
 }
 
-void CudaModel::Impl::linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y,
-                             const Fp8Rows& quantized) {
+void CudaModel::Impl::linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y, const Fp8Rows& quantized) {
     if (w.format == WeightFormat::kFp8Block) {
         if (!quantized.q) act_quant(x, m, w.cols);
         cuda::Fp8GemmParams p;

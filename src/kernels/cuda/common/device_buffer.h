@@ -59,10 +59,12 @@ class PinnedBuffer {
 public:
     PinnedBuffer() = default;
     explicit PinnedBuffer(size_t count) : count_(count) {
-        if (count) DSV4_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&data_), count * sizeof(T), cudaHostAllocDefault));
+        if (count)
+            DSV4_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&data_), count * sizeof(T), cudaHostAllocDefault));
     }
     ~PinnedBuffer() { reset(); }
-    PinnedBuffer(PinnedBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+    PinnedBuffer(PinnedBuffer&& o) noexcept
+        : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
     PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
         if (this != &o) {
             reset();

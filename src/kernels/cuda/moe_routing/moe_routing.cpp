@@ -19,9 +19,9 @@ void moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
     DSV4_CHECK(p.logits && p.experts && p.weights && p.expert_counts && p.expert_offsets && p.sorted_assignment &&
                    p.assignment_slot,
                "moe_routing: null pointer");
-    detail::moe_routing_launch(p, stream,
-                               detail::moe_routing_fits_one_block(p) ? detail::MoeRoutingLaunch::kOneBlock
-                                                                     : detail::MoeRoutingLaunch::kGrid);
+    detail::moe_routing_launch(
+        p, stream,
+        detail::moe_routing_fits_one_block(p) ? detail::MoeRoutingLaunch::kOneBlock : detail::MoeRoutingLaunch::kGrid);
 }
 
 }  // namespace dsv4::cuda
