@@ -185,14 +185,20 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaBatch, ::testing::ValuesIn(cuda_fixtures:
                              return cuda_fixtures::test_name(info.param);
                          });
 
-TEST(CudaBatchApi, RejectsBadBatchesWithoutAdvancing) {
-    DSV4_REQUIRE_GPU();
-    auto checkpoint = Checkpoint::open(fixture_dir("hf-tiny-hc2-hca16"));
-    const ModelConfig& config = checkpoint->config();
+// Room for three sequences of 64 positions, no memory plan printed: the API tests' models.
+CudaOptions three_short_sequences() {
     CudaOptions options;
     options.max_sequences = 3;
     options.max_context = 64;
     options.print_plan = false;
+    return options;
+}
+
+TEST(CudaBatchApi, RejectsBadBatchesWithoutAdvancing) {
+    DSV4_REQUIRE_GPU();
+    auto checkpoint = Checkpoint::open(fixture_dir("hf-tiny-hc2-hca16"));
+    const ModelConfig& config = checkpoint->config();
+    CudaOptions options = three_short_sequences();
     CudaModel gpu(config, load_model_weights(checkpoint, config), Numerics::kModel, options);
     SequenceState a = gpu.new_sequence(), b = gpu.new_sequence();
     const std::vector<int32_t> ok = {5, 6}, bad = {5, -1}, longer(65, 5);
@@ -216,10 +222,7 @@ TEST(CudaBatchApi, LogitsCopiedInSlicesEqualOneCopy) {
     DSV4_REQUIRE_GPU();
     auto checkpoint = Checkpoint::open(fixture_dir("hf-tiny-hc2-hca16"));
     const ModelConfig& config = checkpoint->config();
-    CudaOptions options;
-    options.max_sequences = 3;
-    options.max_context = 64;
-    options.print_plan = false;
+    CudaOptions options = three_short_sequences();
     CudaModel whole(config, load_model_weights(checkpoint, config), Numerics::kModel, options);
     options.logit_staging_bytes = 3 * sizeof(float) * size_t(config.vocab_size);
     CudaModel sliced(config, load_model_weights(checkpoint, config), Numerics::kModel, options);

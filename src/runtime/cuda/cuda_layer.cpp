@@ -103,6 +103,12 @@ bool CudaModel::Impl::f32_on_tensor_cores(const cuda::DeviceMatrix& w) {
     return w.format == WeightFormat::kBF16 && w.rows % 8 == 0 && w.cols % 16 == 0;
 }
 
+Fp8Rows CudaModel::Impl::fp8_rows(const bf16* x, int64_t rows, int64_t cols, const Fp8Rows& quantized) {
+    if (quantized.q) return quantized;
+    act_quant(x, rows, cols);
+    return {ws.act_q, ws.act_scale};
+}
+
 void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y, int64_t ldy,
                                  bool chains) {
     DSV4_CHECK(w.format == WeightFormat::kF32 || w.format == WeightFormat::kBF16,
@@ -138,10 +144,10 @@ void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int
 
 void CudaModel::Impl::linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y, const Fp8Rows& quantized) {
     if (w.format == WeightFormat::kFp8Block) {
-        if (!quantized.q) act_quant(x, m, w.cols);
+        const Fp8Rows a = fp8_rows(x, m, w.cols, quantized);
         cuda::Fp8GemmParams p;
-        p.a = quantized.q ? quantized.q : ws.act_q;
-        p.a_scale = quantized.q ? quantized.scales : ws.act_scale;
+        p.a = a.q;
+        p.a_scale = a.scales;
         p.w = static_cast<const uint8_t*>(w.data);
         p.w_scale = w.scale;
         p.y = y;
@@ -606,10 +612,10 @@ void CudaModel::Impl::moe(int64_t layer) {
                        const int32_t* row_index, bf16* y, const cuda::DeviceExperts* second, bf16* y_second,
                        const Fp8Rows& quantized) {
         if (e.format == WeightFormat::kFp4Mx || e.format == WeightFormat::kNvfp4) {
-            if (!quantized.q) act_quant(x, rows, cols);
+            const Fp8Rows a = fp8_rows(x, rows, cols, quantized);
             cuda::MoeGemmParams p;
-            p.a = quantized.q ? quantized.q : ws.act_q;
-            p.a_scale = quantized.q ? quantized.scales : ws.act_scale;
+            p.a = a.q;
+            p.a_scale = a.scales;
             p.row_index = row_index;
             p.expert_offsets = held_offsets;
             p.format = e.format == WeightFormat::kFp4Mx ? cuda::ExpertFormat::kMxfp4 : cuda::ExpertFormat::kNvfp4;

@@ -238,6 +238,8 @@ struct CudaModel::Impl {
     // Precision::grouped_linear (wo_a).
     void grouped_linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, int64_t groups, bf16* y);
     void act_quant(const bf16* x, int64_t rows, int64_t cols);
+    // x [rows, cols] as an FP8 GEMM reads it: `quantized` where a norm already made it, else act_quant's output.
+    Fp8Rows fp8_rows(const bf16* x, int64_t rows, int64_t cols, const Fp8Rows& quantized);
 
     // Observer: downloads a device buffer (synchronizing) and passes it on as f32.
     void observe_bf16(std::string_view name, int64_t layer, const bf16* data, int64_t rows, int64_t cols);

@@ -25,14 +25,13 @@ __global__ void moe_row_index_kernel(const MoeRowIndexParams p) {
 // c + t + j kThreads of thread t, so for each j warps 0-3 hold one 128-block and warps 4-7 the next.
 __global__ void __launch_bounds__(kThreads) swiglu_kernel(const SwigluParams p) {
     constexpr int kHeld = 8;
-    static_assert(kThreads == 2 * kActQuantBlock && kActQuantBlock == 4 * 32, "two 128-blocks per j, four warps each");
-    __shared__ float warp_amax[kHeld][kWarps];
+    static_assert(kThreads == 256, "quantize_held_row's thread layout");
     const int64_t r = blockIdx.x;
     if ((p.row_first && r < *p.row_first) || (p.row_count && r >= *p.row_count)) return;
     float weight = 1.0f;
     if (p.routing_weights) weight = p.routing_weights[p.sorted_assignment[r]];
     const int64_t in = r * (p.gate_up_stride ? p.gate_up_stride : p.inter);  // the row's gate and up
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t n_blocks = (p.inter + kActQuantBlock - 1) / kActQuantBlock;
     for (int64_t chunk = 0; chunk < p.inter; chunk += int64_t(kThreads) * kHeld) {
         __nv_bfloat16 gate[kHeld], up[kHeld];
 #pragma unroll
@@ -57,26 +56,7 @@ __global__ void __launch_bounds__(kThreads) swiglu_kernel(const SwigluParams p) 
             p.out[r * p.inter + i] = rounded;
             out[j] = bf16_to_f32(rounded);
         }
-        if (!p.q) continue;  // uniform over the CTA
-#pragma unroll
-        for (int j = 0; j < kHeld; ++j) {
-            const float amax = group_max<32>(fabsf(out[j]));
-            if (lane == 0) warp_amax[j][warp] = amax;
-        }
-        __syncthreads();
-        const int64_t n_blocks = (p.inter + kActQuantBlock - 1) / kActQuantBlock;
-        const int first = warp / 4 * 4;
-#pragma unroll
-        for (int j = 0; j < kHeld; ++j) {
-            const int64_t i = chunk + threadIdx.x + int64_t(j) * kThreads, block = i / kActQuantBlock;
-            if (block >= n_blocks) break;  // uniform over the block's four warps
-            const float amax = fmaxf(fmaxf(warp_amax[j][first], warp_amax[j][first + 1]),
-                                     fmaxf(warp_amax[j][first + 2], warp_amax[j][first + 3]));
-            const float s = e8m0_to_f32(fp8_scale_exponent(amax));
-            if (i < p.inter) p.q[r * p.inter + i] = fp8_code(out[j], s);
-            if (warp == first && lane == 0) p.q_scales[r * n_blocks + block] = s;
-        }
-        __syncthreads();  // warp_amax is rewritten by the next chunk
+        if (p.q) quantize_held_row<kHeld>(out, chunk, p.inter, p.q + r * p.inter, p.q_scales + r * n_blocks);
     }
 }
 

@@ -19,34 +19,6 @@ struct RmsNorms {
     RmsNormParams norm[kMaxRmsNorms];
 };
 
-// The act_quant_fp8 blocks of a normalized row whose elements t + j kThreads (t = threadIdx.x) thread t holds in
-// `y`, as bf16 values: for each j, warps 0-3 hold 128-block 2 j and warps 4-7 block 2 j + 1, so a block's amax is
-// the max of four warp maxima (exact in any order), then every value is encoded with the block's scale.
-template <int kPer>
-__device__ void quantize_held(const RmsNormParams& p, int64_t row, const float (&y)[kPer]) {
-    static_assert(kThreads == 2 * kActQuantBlock && kActQuantBlock == 4 * 32, "two 128-blocks per j, four warps each");
-    __shared__ float warp_amax[kPer][kThreads / 32];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-        const float amax = group_max<32>(fabsf(y[j]));
-        if (lane == 0) warp_amax[j][warp] = amax;
-    }
-    __syncthreads();
-    const int64_t n_blocks = (p.dim + kActQuantBlock - 1) / kActQuantBlock;
-    const int first = warp / 4 * 4;
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-        const int64_t i = threadIdx.x + int64_t(j) * kThreads, block = i / kActQuantBlock;
-        if (block >= n_blocks) break;  // uniform over the block's four warps
-        const float amax = fmaxf(fmaxf(warp_amax[j][first], warp_amax[j][first + 1]),
-                                 fmaxf(warp_amax[j][first + 2], warp_amax[j][first + 3]));
-        const float s = e8m0_to_f32(fp8_scale_exponent(amax));
-        if (i < p.dim) p.q[row * p.dim + i] = fp8_code(y[j], s);
-        if (warp == first && lane == 0) p.q_scales[row * n_blocks + block] = s;
-    }
-}
-
 // Thread t's share of a row: elements t, t + kThreads, t + 2 kThreads, ... (in that order in its double sum).
 // grid (max rows, norms): CTA (row, i) normalizes row `row` of norm i; its code does not depend on i or on the other
 // norms of the launch. kPer > 0: every row has at most kThreads * kPer elements, and each thread issues all its loads
@@ -102,7 +74,11 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const RmsNorms norms
             if (i < p.dim) y[i] = out;
             held_x[j] = i < p.dim ? bf16_to_f32(out) : 0.0f;  // what act_quant would read back
         }
-        if (p.q) quantize_held<kPer>(p, row, held_x);
+        if (p.q) {
+            static_assert(kThreads == 256, "quantize_held_row's thread layout");
+            const int64_t n_blocks = (p.dim + kActQuantBlock - 1) / kActQuantBlock;
+            quantize_held_row<kPer>(held_x, 0, p.dim, p.q + row * p.dim, p.q_scales + row * n_blocks);
+        }
     } else {
         for (int64_t i = threadIdx.x; i < p.dim; i += kThreads) {
             const float normed = __fmul_rn(bf16_to_f32(x[i]), r);
