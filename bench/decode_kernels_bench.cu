@@ -5,7 +5,8 @@
 // a CUDA graph of 20 launches and replayed (median of 7 replays, per launch), so the times are kernel time, not
 // launch cost; weights rotate over copies larger than L2 (8 routings of 6 experts for moe_gemm, 64 mixer copies),
 // as in a decode step, where other layers' weights evict them. Correctness: the two versions' outputs compared
-// bitwise for every rotation. Usage: dsv4_bench_decode_kernels [hc|moe|combine|dense]   (default: all; numbers
+// bitwise for every rotation; the tensor-core routed experts at batches 1-256 (mma) print a hash of their outputs
+// instead, to compare builds. Usage: dsv4_bench_decode_kernels [hc|moe|mma|combine|dense]   (default: all; numbers
 // recorded in docs/perf.md)
 #include <cuda_bf16.h>
 
@@ -70,6 +71,8 @@ void check_launch(T) {
 
 // Median per-launch time in microseconds of `launch(i, stream)` for i = 0..kLaunches-1, captured as one graph.
 double graph_us(const std::function<void(int, cudaStream_t)>& launch) {
+    // The cases fill and upload their inputs on the legacy stream, which does not order work on a non-blocking one.
+    DSV4_CUDA_CHECK(cudaDeviceSynchronize());
     Stream stream;
     launch(0, stream.get());  // one-time host work (attributes, occupancy) outside the capture
     stream.synchronize();
@@ -217,6 +220,90 @@ void bench_moe(const char* name, int64_t n, int64_t k, int slot_bound) {
                 bytes / (compact * 1e-6) / 1e9, verdict(same), mma, bytes / (mma * 1e-6) / 1e9);
 }
 
+// The tensor-core routed experts at a batch: `tokens` tokens each routed to 6 distinct experts of 256 (a fixed hash,
+// 8 routings rotated so no routing's weights stay in L2), w1 and w3 in one pair launch ([2048, 4096] each) and w2
+// ([4096, 2048]) as the executor launches them. Bytes: the active experts' weights and scales (each read once), the
+// gathered activations and the outputs. `hash`: FNV-1a of routing 0's outputs, to compare two builds' bits.
+void bench_moe_mma(int64_t tokens) {
+    const int64_t experts = 256, topk = 6, dim = 4096, inter = 2048;
+    constexpr int kRoutings = 8;
+    DeviceBuffer<uint8_t> w1{size_t(experts * inter * dim / 2)}, w3{w1.size()}, w2{w1.size()};
+    DeviceBuffer<uint8_t> s1{size_t(experts * inter * dim / 32)}, s3{s1.size()}, s2{s1.size()};
+    uint32_t seed = 20;
+    for (DeviceBuffer<uint8_t>* b : {&w1, &w3, &w2}) fill_bytes<<<1024, 256>>>(b->get(), b->size(), seed++, 0, 1);
+    for (DeviceBuffer<uint8_t>* b : {&s1, &s3, &s2})  // scales 2^-8 .. 2^7: no overflow, no NaN
+        fill_bytes<<<1024, 256>>>(b->get(), b->size(), seed++, 0xF0, 0xF0);
+    DeviceBuffer<uint8_t> x{size_t(tokens * dim)}, h{size_t(tokens * topk * inter)};
+    fill_bytes<<<256, 256>>>(x.get(), x.size(), seed++, 0x7F, 0x7F);
+    fill_bytes<<<256, 256>>>(h.get(), h.size(), seed++, 0x7F, 0x7F);
+    DeviceBuffer<float> x_scale{size_t(tokens * dim / 128)}, h_scale{size_t(tokens * topk * inter / 128)};
+    std::vector<float> sixty_fourth(x_scale.size() + h_scale.size(), 1.0f / 64);
+    x_scale.upload(sixty_fourth.data(), x_scale.size());
+    h_scale.upload(sixty_fourth.data(), h_scale.size());
+    std::vector<DeviceBuffer<int32_t>> offsets, row_index;
+    std::vector<int64_t> active(kRoutings, 0);
+    int max_slots = 1;
+    for (int v = 0; v < kRoutings; ++v) {
+        std::vector<std::vector<int32_t>> by_expert(static_cast<size_t>(experts));
+        for (int64_t t = 0; t < tokens; ++t)
+            for (int64_t j = 0, picked = 0; picked < topk; ++j) {
+                const uint32_t e = uint32_t(uint64_t(t * 7919 + j * 104729 + v * 15485863) * 2654435761u) >> 24;
+                if (!by_expert[e].empty() && by_expert[e].back() == int32_t(t)) continue;  // picked already
+                by_expert[e].push_back(int32_t(t));
+                ++picked;
+            }
+        std::vector<int32_t> o{0}, r;
+        for (const auto& rows : by_expert) {
+            r.insert(r.end(), rows.begin(), rows.end());
+            o.push_back(int32_t(r.size()));
+            active[size_t(v)] += rows.empty() ? 0 : 1;
+            max_slots = std::max(max_slots, int(rows.size()));
+        }
+        offsets.emplace_back(o.size());
+        offsets.back().upload(o.data(), o.size());
+        row_index.emplace_back(r.size());
+        row_index.back().upload(r.data(), r.size());
+    }
+    const int64_t slots = tokens * topk;
+    DeviceBuffer<__nv_bfloat16> y1{size_t(slots * inter)}, y3{y1.size()}, y2{size_t(slots * dim)};
+    check_launch(0);
+    auto params = [&](int i, bool down) {
+        MoeGemmParams p;
+        p.a = down ? h.get() : x.get();
+        p.a_scale = down ? h_scale.get() : x_scale.get();
+        p.row_index = down ? nullptr : row_index[size_t(i % kRoutings)].get();
+        p.expert_offsets = offsets[size_t(i % kRoutings)].get();
+        p.w = down ? w2.get() : w1.get();
+        p.w_scale = down ? s2.get() : s1.get();
+        p.y = down ? y2.get() : y1.get();
+        if (!down) p.second = {w3.get(), s3.get(), nullptr, y3.get()};
+        p.experts = experts;
+        p.n = down ? dim : inter;
+        p.k = down ? inter : dim;
+        p.max_slots_per_expert = int(tokens);
+        p.expected_slots_per_expert = int((2 * slots + experts - 1) / experts);
+        return p;
+    };
+    double mean_active = 0;
+    for (int64_t a : active) mean_active += double(a) / kRoutings;
+    const double matrix_bytes = double(inter * dim / 2 + inter * dim / 32);
+    for (bool down : {false, true}) {
+        const double us = graph_us([&](int i, cudaStream_t s) { moe_gemm(params(i, down), s); });
+        moe_gemm(params(0, down), nullptr);
+        DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+        uint64_t hash = 1469598103934665603ull;
+        for (const DeviceBuffer<__nv_bfloat16>* y : down ? std::vector{&y2} : std::vector{&y1, &y3}) {
+            std::vector<uint8_t> host(y->size() * 2);
+            DSV4_CUDA_CHECK(cudaMemcpy(host.data(), y->get(), host.size(), cudaMemcpyDeviceToHost));
+            for (uint8_t b : host) hash = (hash ^ b) * 1099511628211ull;
+        }
+        const double bytes = mean_active * matrix_bytes * (down ? 1 : 2) +
+                             double(slots) * double(down ? inter + dim * 2 : dim + 2 * inter * 2);
+        std::printf("%-8s %6lld %8.1f %8d %10.2f %9.0f   %016llx\n", down ? "w2" : "w1+w3", (long long)tokens,
+                    mean_active, max_slots, us, bytes / (us * 1e-6) / 1e9, (unsigned long long)hash);
+    }
+}
+
 void bench_combine() {
     const int64_t dim = 4096, k = 6;
     DeviceBuffer<__nv_bfloat16> routed{size_t(k * dim)}, shared{size_t(dim)}, out{size_t(dim)};
@@ -299,6 +386,11 @@ int main(int argc, char** argv) {
         bench_moe("w2", 4096, 2048, 1);
         bench_moe("w1 hash", 2048, 4096, 6);
         bench_moe("w2 hash", 4096, 2048, 6);
+    }
+    if (run("mma")) {
+        std::printf("\n%-8s %6s %8s %8s %10s %9s   %s\n", "routed", "tokens", "experts", "max", "us", "GB/s",
+                    "hash of routing 0's outputs");
+        for (int64_t tokens : {1, 16, 64, 256}) bench_moe_mma(tokens);
     }
     if (run("combine")) {
         std::printf("\n");

@@ -106,13 +106,17 @@ void run_case(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n
     expect_bf16_close(what, to_host(y), ref, absdot, k);
 }
 
-// moe_gemm (compact grid, f16-pair decode) against the former strided kernel (skinny's decoder), bitwise.
+// Two launches of the same routed product that must agree bitwise: the CUDA-core compact grid (f16-pair decode)
+// against the former strided kernel (skinny's decoder), or the tensor-core kernel's whole-stage loads (K % 128 == 0)
+// against its general, bounded ones.
+enum class Pair { kCompactVsStrided, kWholeVsGeneralStages };
+
 // `every_scale`: scale codes cycle through every value (E8M0 0..254: subnormal 2^-127 up to 2^127, overflowing
 // products included; e4m3 codes 0..254 but NaN: subnormal and negative scales) and activations spread over 2^+-30;
 // else the checkpoint-like scales of random_fp4_weight. `slot_bound` above the routing's largest expert forces a
 // wider token tile (the hash-routed layers' host bound), so single-slot passes take the 1-token tile.
 void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n, int64_t k, bool nvfp4,
-                   bool skewed, int slot_bound, bool every_scale) {
+                   bool skewed, int slot_bound, bool every_scale, Pair pair = Pair::kCompactVsStrided) {
     const Routing routing = route(rng, tokens, experts, topk, skewed);
     const int64_t slots = int64_t(routing.row_index.size());
     std::vector<uint8_t> data, scale;
@@ -141,15 +145,18 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
     auto y_old = poisoned<uint16_t>(size_t(slots * n), 0x7F);
     cuda::MoeGemmParams p = moe_params(a, rd.get(), od.get(), wd.get(), sd.get(), gd.get(), nvfp4, experts, n, k,
                                        std::max(routing.max_slots, slot_bound), y_new.get());
-    p.path = cuda::MoeGemmPath::kCudaCore;
+    const bool strided = pair == Pair::kCompactVsStrided;
+    p.path = strided ? cuda::MoeGemmPath::kCudaCore : cuda::MoeGemmPath::kMma;
     cuda::moe_gemm(p, nullptr);
     p.y = reinterpret_cast<__nv_bfloat16*>(y_old.get());
-    DSV4_CUDA_CHECK(cuda::detail::launch_moe_gemm_strided(
-        p, cuda::moe_gemm_config(p.experts, p.n, p.k, p.max_slots_per_expert), nullptr));
+    if (strided)
+        DSV4_CUDA_CHECK(cuda::detail::launch_moe_gemm_strided(
+            p, cuda::moe_gemm_config(p.experts, p.n, p.k, p.max_slots_per_expert), nullptr));
+    else
+        DSV4_CUDA_CHECK(cuda::detail::launch_moe_mma(p, cuda::detail::MoeMmaStages::kGeneral, nullptr));
     char what[224];
-    std::snprintf(what, sizeof what,
-                  "moe_gemm compact vs strided %s%s tokens=%lld experts=%lld topk=%lld N=%lld K=%lld slot bound=%d",
-                  nvfp4 ? "nvfp4" : "mxfp4", every_scale ? " every scale code" : "", (long long)tokens,
+    std::snprintf(what, sizeof what, "moe_gemm %s %s%s tokens=%lld experts=%lld topk=%lld N=%lld K=%lld slot bound=%d",
+                  strided ? "compact vs strided" : "whole vs general stages", nvfp4 ? "nvfp4" : "mxfp4", every_scale ? " every scale code" : "", (long long)tokens,
                   (long long)experts, (long long)topk, (long long)n, (long long)k, p.max_slots_per_expert);
     expect_bitwise_bf16(what, to_host(y_new), to_host(y_old));
 }
@@ -165,6 +172,22 @@ TEST(MoeGemm, CompactGridMatchesStridedBitwise) {
         compare_grids(rng, 37, 16, 2, 96, 352, nvfp4, true, 1, false);      // expert 0 holds 37 slots
         compare_grids(rng, 300, 8, 3, 72, 1056, nvfp4, true, 1, false);     // tile 16 passes, odd N
         compare_grids(rng, 5, 32, 4, 264, 2048, nvfp4, false, 1, true);     // every scale code
+    }
+}
+
+// The tensor-core kernel's unbounded whole-stage loads and unrolled blocks (every V4 shape) give the bits of its
+// general path, which the CPU comparisons above also cover at K % 128 != 0.
+TEST(MoeGemm, MmaWholeStagesEqualGeneralStagesBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    constexpr Pair kPair = Pair::kWholeVsGeneralStages;
+    for (bool nvfp4 : {false, true}) {
+        compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 1, false, kPair);   // w1/w3 decode, passes of 8
+        compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, false, kPair);   // w2 decode
+        compare_grids(rng, 64, 256, 6, 2048, 4096, nvfp4, false, 64, false, kPair); // batch 64
+        compare_grids(rng, 40, 16, 6, 200, 1024, nvfp4, true, 1, false, kPair);     // passes of 16, odd N
+        compare_grids(rng, 300, 8, 3, 72, 512, nvfp4, true, 1, false, kPair);       // passes of 64, more than one
+        compare_grids(rng, 5, 32, 4, 264, 2048, nvfp4, false, 1, true, kPair);      // every scale code
     }
 }
 

@@ -15,6 +15,10 @@ int moe_mma_pass_tokens(int max_slots_per_expert, int expected_slots_per_expert)
 cudaError_t launch_moe_gemm(const MoeGemmParams& p, const MoeGemmConfig& config, cudaStream_t stream);
 
 namespace detail {
+// kChosen: whole-stage loads where K % 128 == 0 (the launcher's choice); kGeneral: the bounded loads any K takes,
+// same bits (tests compare the two).
+enum class MoeMmaStages { kChosen, kGeneral };
+cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaStages stages, cudaStream_t stream);
 // The former grid over all experts, same bits: for the bitwise comparison in tests and benchmarks.
 cudaError_t launch_moe_gemm_strided(const MoeGemmParams& p, const MoeGemmConfig& config, cudaStream_t stream);
 }  // namespace detail

@@ -145,18 +145,23 @@ __device__ __forceinline__ float e8m0_times_2_14(uint32_t e) {
            : e == 255u ? __uint_as_float(0x7FC00000u)
                        : __int_as_float(0x7F800000);
 }
-template <int kTokens, ExpertFormat kFormat>
+// kWholeStages (K % 128 == 0, every V4 shape): every stage holds four whole 32-column blocks and every row's scales
+// of a stage are whole aligned words, so the loads need no bounds and each warp's two blocks unroll. Otherwise a
+// stage may end early and the scale words are found by their offset. The arithmetic is the same on both.
+template <int kTokens, ExpertFormat kFormat, bool kWholeStages>
 __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe_mma_kernel(Args p) {
     constexpr int kThreads = threads<kTokens>(), kWarps = kThreads / 32;
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
     constexpr int kTn = kTokens / 8;                  // 8-token MMA tiles per pass
     constexpr int kScaleBytesPerStage = kNv ? 8 : 4;  // scale bytes of one row per 128 columns
     constexpr int kScaleWords = kNv ? 3 : 2;          // aligned words that cover them whatever their offset
+    static_assert(kRowsPerCta * 4 == kThreads, "one 16-byte W chunk per thread and stage");
     using L = Stage<kTokens>;
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ int warp_counts[kWarps];
     int* active = reinterpret_cast<int*>(smem);
     uint8_t* stages = smem + list_bytes(p.experts);
+    const unsigned stages_addr = smem_addr(stages);
 
     const int64_t total = p.offsets[p.experts];
     const int64_t n_tiles = (p.n + kRowsPerCta - 1) / kRowsPerCta;
@@ -191,34 +196,21 @@ __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe
         const int64_t n0 = item % n_tiles * kRowsPerCta;
         const float global = kNv ? __ldg(m.w_global + e) : 1.0f;
         const int64_t begin = p.offsets[e], end = p.offsets[e + 1];
-
-        // Loader roles (fixed per item): W chunks (256 per stage), the scale words of row `tid` (tid < 64).
-        constexpr int kWPerThread = kRowsPerCta * 4 / kThreads;
-        const uint8_t* w_src[kWPerThread];
-        int w_dst[kWPerThread], w_part[kWPerThread];
-#pragma unroll
-        for (int i = 0; i < kWPerThread; ++i) {
-            const int c = tid + kThreads * i, r = c / 4;
-            int64_t n = n0 + r;
-            n = n < p.n ? n : p.n - 1;
-            w_part[i] = c % 4;
-            w_src[i] = m.w + (e * p.n + n) * k_half + w_part[i] * 16;
-            w_dst[i] = L::w + r * kWRowBytes + w_part[i] * 16;
-        }
-        const int64_t scale_total = p.experts * p.n * scale_cols;
-        int64_t scale_first = 0;  // offset of row tid's scales in the scale array
-        if (tid < kRowsPerCta) {
-            int64_t n = n0 + tid;
-            n = n < p.n ? n : p.n - 1;
-            scale_first = (e * p.n + n) * scale_cols;
-        }
-        // Byte offset of this lane's rows g and g + 8 within their staged scale words (the same every stage:
-        // a stage advances by 4 or 8 bytes).
-        auto lead = [&](int r) {
-            int64_t n = n0 + r;
-            n = n < p.n ? n : p.n - 1;
-            return int(((e * p.n + n) * scale_cols) & 3);
+        auto row_of = [&](int r) {  // weight row of tile row r (rows past N repeat the last; never stored)
+            const int64_t n = n0 + r;
+            return e * p.n + (n < p.n ? n : p.n - 1);
         };
+
+        // Loader roles (fixed per item): thread tid copies 16 bytes of W row tid / 4 and, for tid < 64, the scale
+        // words of row tid.
+        const int w_part = tid % 4;
+        const uint8_t* w_src = m.w + row_of(tid / 4) * k_half + w_part * 16;
+        const unsigned w_dst = L::w + tid / 4 * kWRowBytes + w_part * 16;
+        const int64_t scale_total = p.experts * p.n * scale_cols;
+        const int64_t scale_first = tid < kRowsPerCta ? row_of(tid) * scale_cols : 0;  // row tid's first scale
+        // Byte offset of this lane's rows g and g + 8 within their staged scale words (the same every stage:
+        // a stage advances by 4 or 8 bytes); 0 when the rows' scales are whole words.
+        auto lead = [&](int r) { return kWholeStages ? 0 : int((row_of(r) * scale_cols) & 3); };
         const int row_g = row_group * 16 + g, lead_g = lead(row_g), lead_g8 = lead(row_g + 8);
 
         for (int64_t s0 = begin; s0 < end; s0 += kTokens) {
@@ -229,7 +221,8 @@ __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe
             };
             constexpr int kAChunks = kTokens * 8, kAPerThread = (kAChunks + kThreads - 1) / kThreads;
             const uint8_t* a_src[kAPerThread];
-            int a_dst[kAPerThread], a_part[kAPerThread];
+            unsigned a_dst[kAPerThread];
+            int a_part[kAPerThread];
 #pragma unroll
             for (int i = 0; i < kAPerThread; ++i) {
                 const int c = tid + kThreads * i, r = c / 8;
@@ -240,28 +233,39 @@ __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe
             const float* as_src = tid < kTokens ? p.a_scale + act_row(tid) * kb : nullptr;
 
             auto load = [&](int slot, int kt) {
-                uint8_t* st = stages + slot * L::bytes;
-                const unsigned base = smem_addr(st);
+                const unsigned base = stages_addr + slot * L::bytes;
+                if constexpr (kWholeStages) {
+                    cp_async16(base + w_dst, w_src + kt * 64);
 #pragma unroll
-                for (int i = 0; i < kWPerThread; ++i) {
-                    const bool ok = int64_t(kt) * 64 + w_part[i] * 16 < k_half;
-                    cp_async16(base + w_dst[i], ok ? w_src[i] + int64_t(kt) * 64 : w_src[i], ok ? 16 : 0);
-                }
+                    for (int i = 0; i < kAPerThread; ++i)
+                        if (a_src[i]) cp_async16(base + a_dst[i], a_src[i] + kt * kStageCols);
+                    if (tid < kRowsPerCta) {
+                        const uint8_t* src = m.w_scale + scale_first + kt * kScaleBytesPerStage;
 #pragma unroll
-                for (int i = 0; i < kAPerThread; ++i)
-                    if (a_src[i]) {
-                        const bool ok = int64_t(kt) * 128 + a_part[i] * 16 < p.k;
-                        cp_async16(base + a_dst[i], ok ? a_src[i] + int64_t(kt) * 128 : a_src[i], ok ? 16 : 0);
+                        for (int j = 0; j < kScaleBytesPerStage / 4; ++j)
+                            cp_async4(base + L::w_scale + tid * kScaleRowBytes + 4 * j, src + 4 * j, 4);
                     }
-                if (tid < kRowsPerCta) {
-                    const int64_t first = scale_first + int64_t(kt) * kScaleBytesPerStage, word0 = first & ~int64_t(3);
+                } else {
+                    const bool w_ok = int64_t(kt) * 64 + w_part * 16 < k_half;
+                    cp_async16(base + w_dst, w_ok ? w_src + int64_t(kt) * 64 : w_src, w_ok ? 16 : 0);
 #pragma unroll
-                    for (int j = 0; j < kScaleWords; ++j) {
-                        const int64_t at = word0 + 4 * j;
-                        const int64_t left = scale_total - at;
-                        const int bytes = left >= 4 ? 4 : left > 0 ? int(left) : 0;
-                        cp_async4(base + L::w_scale + tid * kScaleRowBytes + 4 * j, bytes ? m.w_scale + at : m.w_scale,
-                                  bytes);
+                    for (int i = 0; i < kAPerThread; ++i)
+                        if (a_src[i]) {
+                            const bool ok = int64_t(kt) * kStageCols + a_part[i] * 16 < p.k;
+                            cp_async16(base + a_dst[i], ok ? a_src[i] + int64_t(kt) * kStageCols : a_src[i],
+                                       ok ? 16 : 0);
+                        }
+                    if (tid < kRowsPerCta) {
+                        const int64_t first = scale_first + int64_t(kt) * kScaleBytesPerStage,
+                                      word0 = first & ~int64_t(3);
+#pragma unroll
+                        for (int j = 0; j < kScaleWords; ++j) {
+                            const int64_t at = word0 + 4 * j;
+                            const int64_t left = scale_total - at;
+                            const int bytes = left >= 4 ? 4 : left > 0 ? int(left) : 0;
+                            cp_async4(base + L::w_scale + tid * kScaleRowBytes + 4 * j,
+                                      bytes ? m.w_scale + at : m.w_scale, bytes);
+                        }
                     }
                 }
                 if (as_src) cp_async4(base + L::a_scale + tid * 4, as_src + kt, 4);
@@ -296,11 +300,15 @@ __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe
                     as[nt][0] = a_s[0];
                     as[nt][1] = a_s[1];
                 }
-                const int64_t left = p.k - int64_t(kt) * kStageCols;
-                const int blocks = left >= kStageCols ? 4 : int(left / 32);
+                int blocks = 4;
+                if constexpr (!kWholeStages) {
+                    const int64_t left = p.k - int64_t(kt) * kStageCols;
+                    blocks = left >= kStageCols ? 4 : int(left / 32);
+                }
 #pragma unroll
-                for (int b = k_part; b < 4; b += kSplit) {  // this warp's blocks: b = k_part (mod kSplit)
-                    if (b >= blocks) break;
+                for (int j = 0; j < 4 / kSplit; ++j) {  // this warp's blocks: b = k_part (mod kSplit), ascending
+                    const int b = k_part + kSplit * j;
+                    if (!kWholeStages && b >= blocks) break;
                     // W fragments: word of row g / g + 8 whose pairs 0, 1 feed MMA 0 and pairs 2, 3 MMA 1.
                     uint32_t qa, qb;
                     if constexpr (kNv) {
@@ -388,32 +396,37 @@ __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe
     }
 }
 
-template <int kTokens, ExpertFormat kFormat>
+template <int kTokens, ExpertFormat kFormat, bool kWholeStages>
 cudaError_t launch(const Args& args, cudaStream_t stream) {
+    const auto kernel = moe_mma_kernel<kTokens, kFormat, kWholeStages>;
     const int smem = smem_bytes<kTokens>(args.experts);
     const int64_t n_tiles = (args.n + kRowsPerCta - 1) / kRowsPerCta;
     const int64_t items = args.experts * n_tiles * args.mat_count,
-                  resident = resident_ctas(reinterpret_cast<const void*>(moe_mma_kernel<kTokens, kFormat>),
-                                           threads<kTokens>(), smem);
+                  resident = resident_ctas(reinterpret_cast<const void*>(kernel), threads<kTokens>(), smem);
     const int64_t grid = items < resident ? items : resident;
-    moe_mma_kernel<kTokens, kFormat><<<unsigned(grid), threads<kTokens>(), smem, stream>>>(args);
+    kernel<<<unsigned(grid), threads<kTokens>(), smem, stream>>>(args);
     return cudaGetLastError();
 }
 
-template <ExpertFormat kFormat>
+template <ExpertFormat kFormat, bool kWholeStages>
 cudaError_t launch(const Args& args, int tokens, cudaStream_t stream) {
     switch (tokens) {
         case 8:
-            return launch<8, kFormat>(args, stream);
+            return launch<8, kFormat, kWholeStages>(args, stream);
         case 16:
-            return launch<16, kFormat>(args, stream);
+            return launch<16, kFormat, kWholeStages>(args, stream);
         case 32:
-            return launch<32, kFormat>(args, stream);
+            return launch<32, kFormat, kWholeStages>(args, stream);
         case 64:
-            return launch<64, kFormat>(args, stream);
+            return launch<64, kFormat, kWholeStages>(args, stream);
         default:
             return cudaErrorInvalidValue;
     }
+}
+
+template <ExpertFormat kFormat>
+cudaError_t launch(const Args& args, int tokens, bool whole_stages, cudaStream_t stream) {
+    return whole_stages ? launch<kFormat, true>(args, tokens, stream) : launch<kFormat, false>(args, tokens, stream);
 }
 
 }  // namespace
@@ -428,7 +441,8 @@ int moe_mma_pass_tokens(int max_slots_per_expert, int expected_slots_per_expert)
     return tokens;
 }
 
-cudaError_t launch_moe_mma(const MoeGemmParams& p, cudaStream_t stream) {
+namespace detail {
+cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaStages stages, cudaStream_t stream) {
     Args args;
     args.a = p.a;
     args.a_scale = p.a_scale;
@@ -441,8 +455,14 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, cudaStream_t stream) {
     args.n = p.n;
     args.k = p.k;
     const int tokens = moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert);
-    return p.format == ExpertFormat::kMxfp4 ? launch<ExpertFormat::kMxfp4>(args, tokens, stream)
-                                            : launch<ExpertFormat::kNvfp4>(args, tokens, stream);
+    const bool whole = stages == MoeMmaStages::kChosen && p.k % kStageCols == 0;
+    return p.format == ExpertFormat::kMxfp4 ? launch<ExpertFormat::kMxfp4>(args, tokens, whole, stream)
+                                            : launch<ExpertFormat::kNvfp4>(args, tokens, whole, stream);
+}
+}  // namespace detail
+
+cudaError_t launch_moe_mma(const MoeGemmParams& p, cudaStream_t stream) {
+    return detail::launch_moe_mma(p, detail::MoeMmaStages::kChosen, stream);
 }
 
 }  // namespace dsv4::cuda
