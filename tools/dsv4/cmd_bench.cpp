@@ -6,8 +6,10 @@
 // Values are drawn through 65,536-entry tables of N(0, 1) samples quantized once to each format (a counter-based
 // hash picks the entry), with power-of-two scales giving each linear a std of about 1/sqrt(fan_in): every value is
 // finite and the forward stays finite. CudaModel uploads them; the bench then measures, in one process:
-//   1. device-to-device copy bandwidth (1 GiB buffer, bytes read + written, median of 10 copies);
-//   2. prefill of C random ids (tokens/s, wall clock around a synchronous forward, after a warm-up sequence);
+//   1. device-to-device copy bandwidth (1 GiB buffer, bytes read + written, median of 10 copies) and the dense FP8
+//      tensor-core rate (cuBLASLt block-scaled GEMM 8192^3, median of 10);
+//   2. prefill of C random ids (tokens/s, wall clock around a synchronous forward, after a warm-up sequence), and
+//      its FLOPs (model/prefill_flops.h) over that time against the FP8 rate;
 //   3. S single-token decode steps after a few warm-up steps: CUDA events around CudaModel::forward, which ends
 //      with the logits copy and its stream synchronization, so the time is the whole step as the engine serves it.
 // It prints the bytes one decode step must read (weights by stage, KV entries attended, indexer keys scanned),
@@ -41,8 +43,12 @@
 #include "core/number_formats.h"
 #include "core/thread_pool.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/device_buffer.h"
+#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/compressor/kv_entry_layout.h"
+#include "kernels/cuda/gemm_fp8/gemm_fp8.h"
 #include "kernels/cuda/smoke/device_info.h"
+#include "model/prefill_flops.h"
 #include "model/weights.h"
 #include "runtime/cuda/cuda_model.h"
 #include "runtime/stage_profile.h"
@@ -458,6 +464,59 @@ double copy_bandwidth_gbs() {
     return 2.0 * double(bytes) / (median(ms) * 1e-3) / 1e9;
 }
 
+// The dense FP8 tensor-core rate a prefill is held against: cuBLASLt's block-scaled FP8 GEMM (e4m3, f32 scales per
+// 128 of A and per 128 x 128 of W: the V4 linear's format; the fastest FP8 path here, though not batch-invariant and
+// not used by the executor) at 8192^3 on pseudo-random operands, the median of 10 runs after 3 warm-ups.
+double fp8_dense_tflops() {
+    const int64_t s = 8192;
+    const size_t bytes = size_t(s * s);
+    std::vector<uint8_t> host(bytes);
+    uint32_t h = 0x9E3779B9u;
+    for (auto& b : host) {
+        h ^= h << 13, h ^= h >> 17, h ^= h << 5;
+        b = uint8_t(h) & 0xBF;  // |x| < 2^1 and never the NaN codes 0x7F / 0xFF
+    }
+    cuda::DeviceBuffer<uint8_t> a{bytes}, w{bytes};
+    a.upload(host.data(), bytes);
+    w.upload(host.data(), bytes);
+    const std::vector<float> ones(size_t(s * s / 128), 1.0f);
+    cuda::DeviceBuffer<float> a_scale{size_t(s * s / 128)}, w_scale{size_t(s * s / 128 / 128)};
+    a_scale.upload(ones.data(), a_scale.size());
+    w_scale.upload(ones.data(), w_scale.size());
+    cuda::DeviceBuffer<__nv_bfloat16> y{bytes};
+    const cuda::Fp8GemmConfig config =
+        cuda::fp8_gemm_config(s, s, s, cuda::multiprocessor_count(), cuda::Fp8GemmPath::kCublasLt);
+    cuda::DeviceBuffer<uint8_t> workspace{cuda::fp8_gemm_workspace_bytes(config, s, s, s)};
+    cuda::CublasLt lt;
+    cuda::Fp8GemmParams p;
+    p.a = a.get();
+    p.a_scale = a_scale.get();
+    p.w = w.get();
+    p.w_scale = w_scale.get();
+    p.y = y.get();
+    p.m = p.n = p.k = s;
+    p.workspace = workspace.get();
+    p.workspace_bytes = workspace.size();
+    p.path = cuda::Fp8GemmPath::kCublasLt;
+    DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+    cudaEvent_t e0, e1;
+    DSV4_CUDA_CHECK(cudaEventCreate(&e0));
+    DSV4_CUDA_CHECK(cudaEventCreate(&e1));
+    std::vector<double> ms;
+    for (int i = 0; i < 13; ++i) {
+        DSV4_CUDA_CHECK(cudaEventRecord(e0, 0));
+        cuda::fp8_gemm(lt, p, 0);
+        DSV4_CUDA_CHECK(cudaEventRecord(e1, 0));
+        DSV4_CUDA_CHECK(cudaEventSynchronize(e1));
+        float t = 0;
+        DSV4_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+        if (i >= 3) ms.push_back(t);
+    }
+    DSV4_CUDA_CHECK(cudaEventDestroy(e0));
+    DSV4_CUDA_CHECK(cudaEventDestroy(e1));
+    return 2.0 * double(s) * double(s) * double(s) / (median(ms) * 1e-3) / 1e12;
+}
+
 int64_t count_nonfinite(const std::vector<float>& v) {
     return std::count_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
 }
@@ -539,7 +598,7 @@ double layers_ms(const StageTable& table) {
     return ms;
 }
 
-LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs) {
+LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double fp8_tflops) {
     LayerRun run;
     run.layers = layers;
     ModelConfig config = synthetic_preset(a.preset, layers);
@@ -633,7 +692,30 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs) {
     const double prefill_s = seconds_since(t0);
     std::printf("prefill: %lld tokens in %.3f s = %.0f tokens/s (pieces of %lld tokens; wall clock, synchronous)\n",
                 (long long)a.context, prefill_s, double(a.context) / prefill_s, (long long)a.chunk);
+    const PrefillFlops flops = prefill_flops(config, a.context);
+    std::printf("prefill FLOPs: %.2f TFLOP (linears %.1f%%, routed experts %.1f%%, attention %.1f%%, indexer %.1f%%, "
+                "head %.1f%%) = %.1f TFLOP/s = %.1f%% of the dense FP8 rate\n",
+                flops.total() / 1e12, 100 * flops.linears / flops.total(), 100 * flops.routed / flops.total(),
+                100 * flops.attention / flops.total(), 100 * flops.indexer / flops.total(),
+                100 * flops.head / flops.total(), flops.total() / prefill_s / 1e12,
+                100 * flops.total() / prefill_s / 1e12 / fp8_tflops);
     int64_t bad = count_nonfinite(logits);
+    if (a.stages) {  // the same prompt again with the stage profiler on: the table of its last piece
+        control(model, stage_control, "stage_profiling", 1);
+        SequenceState profiled = model.new_sequence();
+        t0 = std::chrono::steady_clock::now();
+        bad += count_nonfinite(model.forward(profiled, prompt, false));
+        const double profiled_ms = seconds_since(t0) * 1e3;
+        const std::vector<std::vector<StageTime>> recorded{
+            dynamic_cast<CudaModel&>(local_model(model)).stage_times()};
+        const StageTable table = stage_table(recorded);
+        control(model, stage_control, "stage_profiling", 0);
+        const int64_t last = std::min(a.chunk, a.context);
+        std::printf("stages of the prefill's last piece (%lld tokens at positions %lld..%lld; GPU time between the "
+                    "CUDA events at consecutive stage boundaries; the whole prefill with the profiler: %.1f ms):\n%s",
+                    (long long)last, (long long)(a.context - last), (long long)(a.context - 1), profiled_ms,
+                    format_stage_table(table, StageYardstick{{}, copy_gbs, table.ms, table.ms}).c_str());
+    }
 
     // 4. Decode steps.
     cudaEvent_t e0, e1;
@@ -786,8 +868,11 @@ void run_bench(const BenchArgs& a) {
     // Copy bandwidth, before a model takes the memory: the limit every floor below is measured against.
     const double copy_gbs = copy_bandwidth_gbs();
     std::printf("device-to-device copy (1 GiB, read + write, median of 10): %.0f GB/s\n", copy_gbs);
+    const double fp8_tflops = fp8_dense_tflops();
+    std::printf("dense FP8 tensor-core rate (cuBLASLt block-scaled e4m3 GEMM 8192^3, median of 10): %.0f TFLOP/s\n",
+                fp8_tflops);
     std::vector<LayerRun> runs;
-    for (int64_t layers : a.layers) runs.push_back(run_model(a, layers, copy_gbs));  // one model at a time
+    for (int64_t layers : a.layers) runs.push_back(run_model(a, layers, copy_gbs, fp8_tflops));  // one model at a time
     if (runs.size() < 2 || (a.rank && !a.rank->leader())) return;
 
     // The cost of one more layer: the difference between the smallest and the largest model over the layers between

@@ -29,7 +29,7 @@
 // Grid: persistent, 1-D; every CTA lists the active experts (non-empty slot ranges of expert_offsets, on the device,
 // so the launch needs no host sync and is capturable), then takes items (matrix, active expert, 64-row tile). A
 // CTA of 8 warps computes 64 weight rows (16 per warp pair, one warp per K part) for passes of kTokens slots of its
-// expert; K streams through shared memory in stages of 128 columns (4 stages in flight, 16-byte cp.async), padded
+// expert; K streams through shared memory in stages of 128 columns (8 or 4 stages in flight, 16-byte cp.async), padded
 // so the fragment reads are bank-conflict-free. Tested in tests/gpu/moe_gemm_test.cpp (cpu::linear per expert, rows
 // independent of the batch, the pair launch equal to two launches).
 #include <algorithm>
@@ -46,7 +46,6 @@ namespace {
 constexpr int kRowGroups = 4;  // warps along the weight rows, 16 rows each
 constexpr int kRowsPerCta = 16 * kRowGroups;
 constexpr int kStageCols = 128;  // one activation-scale block
-constexpr int kStages = 4;
 constexpr int kWRowBytes = kStageCols / 2 + 16;  // 64 bytes of nibbles + pad: rows g land on distinct bank groups
 constexpr int kARowBytes = kStageCols + 32;      // 128 e4m3 + pad: 8-byte reads of 16 lanes conflict-free
 constexpr int kScaleRowBytes = 16;               // the aligned words covering a row's scales of one stage
@@ -66,9 +65,16 @@ struct Stage {
 __host__ __device__ constexpr int list_bytes(int64_t experts) {
     return int((experts * 4 + 15) / 16 * 16);
 }
-template <int kTokens>
+// Stages in flight: 8 for the decode passes (8 or 16 tokens), 4 for the wider passes of prefill, which are bound by
+// their instructions, and for the general path (K % 128 != 0), whose bounded loads would not fit the registers of 3
+// CTAs per SM with more.
+template <int kTokens, bool kWholeStages>
+__host__ __device__ constexpr int stage_count() {
+    return kTokens <= 16 && kWholeStages ? 8 : 4;
+}
+template <int kTokens, bool kWholeStages>
 __host__ __device__ constexpr int smem_bytes(int64_t experts) {
-    return list_bytes(experts) + kStages * Stage<kTokens>::bytes;
+    return list_bytes(experts) + stage_count<kTokens, kWholeStages>() * Stage<kTokens>::bytes;
 }
 
 // Warp groups that share out the 32-column blocks of every stage: a decode step has few items per SM, and one warp
@@ -155,6 +161,7 @@ __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe
     constexpr int kTn = kTokens / 8;                  // 8-token MMA tiles per pass
     constexpr int kScaleBytesPerStage = kNv ? 8 : 4;  // scale bytes of one row per 128 columns
     constexpr int kScaleWords = kNv ? 3 : 2;          // aligned words that cover them whatever their offset
+    constexpr int kStages = stage_count<kTokens, kWholeStages>();
     static_assert(kRowsPerCta * 4 == kThreads, "one 16-byte W chunk per thread and stage");
     using L = Stage<kTokens>;
     extern __shared__ __align__(16) uint8_t smem[];
@@ -399,7 +406,7 @@ __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe
 template <int kTokens, ExpertFormat kFormat, bool kWholeStages>
 cudaError_t launch(const Args& args, cudaStream_t stream) {
     const auto kernel = moe_mma_kernel<kTokens, kFormat, kWholeStages>;
-    const int smem = smem_bytes<kTokens>(args.experts);
+    const int smem = smem_bytes<kTokens, kWholeStages>(args.experts);
     const int64_t n_tiles = (args.n + kRowsPerCta - 1) / kRowsPerCta;
     const int64_t items = args.experts * n_tiles * args.mat_count,
                   resident = resident_ctas(reinterpret_cast<const void*>(kernel), threads<kTokens>(), smem);
