@@ -199,7 +199,7 @@ TEST(GpuMhc, HcHeadMatchesCpu) {
     check_mix_op(true);
 }
 
-TEST(GpuMhc, SplitPathMatchesPerTokenBitwise) {
+TEST(GpuMhc, SplitAndTiledPathsMatchPerTokenBitwise) {
     DSV4_REQUIRE_GPU();
     Rng rng;
     struct Shape {
@@ -207,19 +207,22 @@ TEST(GpuMhc, SplitPathMatchesPerTokenBitwise) {
     };
     using cuda::detail::HcMixPath;
     for (bool head : {false, true})
-        for (int64_t tokens : {1, 3, 19})
+        for (int64_t tokens : {1, 3, 19, 8})
             for (Shape sh : {Shape{4, 4096}, Shape{4, 7168}, Shape{2, 320}, Shape{4, 64}, Shape{2, 4096 + 40},
                              Shape{4, 1000 + 3}}) {
                 const int64_t n = sh.n, dim = sh.dim, rows = head ? n : cuda::hc_pre_mix_size(n);
                 const Inputs in = make_inputs(rng, tokens, n, dim, rows, head ? 1 : 3);
-                const DeviceResult split = run_mix(in, tokens, n, dim, rows, head, HcMixPath::kSplit);
                 const DeviceResult per_token = run_mix(in, tokens, n, dim, rows, head, HcMixPath::kPerToken);
-                const std::string what = std::string(head ? "hc_head" : "hc_pre") + " split vs per-token tokens " +
-                                         std::to_string(tokens) + " n_hc " + std::to_string(n) + " dim " +
-                                         std::to_string(dim);
-                expect_bitwise_f32(what + " logits", split.logits, per_token.logits);
-                expect_bitwise_f32(what + " mix", split.mix, per_token.mix);
-                expect_bitwise_f32(what + " x_out", split.x_out, per_token.x_out);
+                for (HcMixPath path : {HcMixPath::kSplit, HcMixPath::kTiled}) {
+                    const DeviceResult other = run_mix(in, tokens, n, dim, rows, head, path);
+                    const std::string what = std::string(head ? "hc_head " : "hc_pre ") +
+                                             (path == HcMixPath::kSplit ? "split" : "tiled") + " vs per-token tokens " +
+                                             std::to_string(tokens) + " n_hc " + std::to_string(n) + " dim " +
+                                             std::to_string(dim);
+                    expect_bitwise_f32(what + " logits", other.logits, per_token.logits);
+                    expect_bitwise_f32(what + " mix", other.mix, per_token.mix);
+                    expect_bitwise_f32(what + " x_out", other.x_out, per_token.x_out);
+                }
             }
 }
 

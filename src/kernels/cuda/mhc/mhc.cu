@@ -1,8 +1,10 @@
-// mHC kernels: see mhc.h. hc_pre / hc_head have two paths with the same arithmetic, so the same bits:
+// mHC kernels: see mhc.h. hc_pre / hc_head have three paths with the same arithmetic, so the same bits:
 //   per token  one CTA of kHcThreads per token: every thread accumulates the mixer dot products and the sum of
 //              squares over a strided slice of the n_hc * dim stream values, a block tree reduces them, thread 0
 //              computes the mix (Sinkhorn is an n_hc x n_hc loop in the CPU's order), then all threads collapse
-//              the streams. Used for many tokens.
+//              the streams.
+//   tiled      the same for kMixTile tokens per CTA, each mixer value loaded once for all of them. Used for many
+//              tokens (prefill).
 //   split      a cluster of kHcCluster CTAs per token (few tokens, e.g. decode: one CTA cannot pull the 1.5 MB
 //              f32 mixer of V4 fast). The kRows + 1 reduced values are dealt round-robin to the CTAs; each CTA
 //              computes its values with the per-token kernel's arithmetic (the same kHcThreads strided chains of
@@ -26,6 +28,7 @@ constexpr unsigned kFull = 0xFFFFFFFFu;
 constexpr int kWarps = kHcThreads / 32;
 constexpr int kPostThreads = 256;
 constexpr int kHcCluster = 8;  // CTAs per token on the split path (the portable cluster size)
+constexpr int kMixTile = 4;    // tokens per CTA on the tiled path (its accumulators: 4 x 25 registers at n_hc 4)
 // Strided columns a thread loads before their fmafs: the split kernel is bound by loads in flight per SM (H200,
 // hc_pre at one token: 8 -> 14.2 us, 8 round trips for 64 columns); 16 halves the round trips at 116 registers (two
 // CTAs per SM for batched decode).
@@ -67,79 +70,102 @@ __device__ void sinkhorn(float* c, int64_t iters, float eps) {
     }
 }
 
-template <int kN, bool kHead>
+// kTile tokens per CTA (1: the per-token path; kMixTile: the tiled path of prefill): each mixer column a thread
+// loads serves kTile tokens, so the 1.5 MB f32 mixer of V4 crosses L2 once per kTile tokens. Every token's chains,
+// tree, mix (lane 0 of warp tt computes token tt's) and collapse are the per-token kernel's.
+template <int kN, bool kHead, int kTile>
 __global__ void __launch_bounds__(kHcThreads) hc_mix_kernel(HcMixParams p) {
     constexpr int kRows = kHead ? kN : (2 + kN) * kN;
     static_assert(kHcThreads % 32 == 0 && kRows + 1 <= kHcThreads, "one thread per reduced value");
-    __shared__ float partial[kWarps][kRows + 1];
-    __shared__ float mix_s[kRows];
-    const int64_t t = blockIdx.x, width = kN * p.dim;
-    const __nv_bfloat16* v = p.streams + t * width;
+    static_assert(kTile <= kWarps, "one warp per token computes its mix");
+    __shared__ float partial[kTile][kWarps][kRows + 1];
+    __shared__ float mix_s[kTile][kRows];
+    const int64_t t0 = int64_t(blockIdx.x) * kTile, width = kN * p.dim;
+    const int tokens = int(p.tokens - t0 < kTile ? p.tokens - t0 : kTile);
+    const __nv_bfloat16* v[kTile];
+#pragma unroll
+    for (int tt = 0; tt < kTile; ++tt) v[tt] = p.streams + (t0 + (tt < tokens ? tt : tokens - 1)) * width;
 
-    // 1. Per-thread partial dot products (rows 0..kRows) and sum of squares (row kRows).
-    float acc[kRows + 1];
+    // 1. Per-thread partial dot products (rows 0..kRows) and sum of squares (row kRows), per token.
+    float acc[kTile][kRows + 1];
 #pragma unroll
-    for (int m = 0; m <= kRows; ++m) acc[m] = 0.0f;
+    for (int tt = 0; tt < kTile; ++tt)
+#pragma unroll
+        for (int m = 0; m <= kRows; ++m) acc[tt][m] = 0.0f;
     for (int64_t i = threadIdx.x; i < width; i += kHcThreads) {
-        const float x = bf16_to_f32(v[i]);
+        float x[kTile];
 #pragma unroll
-        for (int m = 0; m < kRows; ++m) acc[m] = fmaf(p.fn[m * width + i], x, acc[m]);
-        acc[kRows] = fmaf(x, x, acc[kRows]);
+        for (int tt = 0; tt < kTile; ++tt) x[tt] = bf16_to_f32(v[tt][i]);
+#pragma unroll
+        for (int m = 0; m < kRows; ++m) {
+            const float f = p.fn[m * width + i];
+#pragma unroll
+            for (int tt = 0; tt < kTile; ++tt) acc[tt][m] = fmaf(f, x[tt], acc[tt][m]);
+        }
+#pragma unroll
+        for (int tt = 0; tt < kTile; ++tt) acc[tt][kRows] = fmaf(x[tt], x[tt], acc[tt][kRows]);
     }
     // 2. Tree: 5 shuffle levels in the warp, then 3 levels over the warps.
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
-    for (int m = 0; m <= kRows; ++m) {
+    for (int tt = 0; tt < kTile; ++tt)
 #pragma unroll
-        for (int o = 16; o > 0; o /= 2) acc[m] += __shfl_xor_sync(kFull, acc[m], o);
-        if (lane == 0) partial[warp][m] = acc[m];
-    }
+        for (int m = 0; m <= kRows; ++m) {
+#pragma unroll
+            for (int o = 16; o > 0; o /= 2) acc[tt][m] += __shfl_xor_sync(kFull, acc[tt][m], o);
+            if (lane == 0) partial[tt][warp][m] = acc[tt][m];
+        }
     __syncthreads();
-    if (threadIdx.x <= kRows) {
+    for (int u = threadIdx.x; u < kTile * (kRows + 1); u += kHcThreads) {
+        const int tt = u / (kRows + 1), m = u % (kRows + 1);
         float s[kWarps];
 #pragma unroll
-        for (int w = 0; w < kWarps; ++w) s[w] = partial[w][threadIdx.x];
+        for (int w = 0; w < kWarps; ++w) s[w] = partial[tt][w][m];
 #pragma unroll
         for (int width_w = kWarps / 2; width_w > 0; width_w /= 2)
 #pragma unroll
             for (int w = 0; w < width_w; ++w) s[w] += s[w + width_w];
-        partial[0][threadIdx.x] = s[0];
+        partial[tt][0][m] = s[0];
     }
     __syncthreads();
 
-    // 3. The mix, in thread 0 (cpu::hc_pre / hc_head order of operations).
-    if (threadIdx.x == 0) {
-        const float mean_sq = __fdiv_rn(partial[0][kRows], float(width));
+    // 3. The mix of token tt in lane 0 of warp tt (cpu::hc_pre / hc_head order of operations).
+    if (lane == 0 && warp < tokens) {
+        const int tt = warp;
+        const int64_t t = t0 + tt;
+        const float mean_sq = __fdiv_rn(partial[tt][0][kRows], float(width));
         const float rho = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, p.norm_eps)));
         float logit[kRows];
 #pragma unroll
         for (int m = 0; m < kRows; ++m) {
-            logit[m] = __fmul_rn(partial[0][m], rho);
+            logit[m] = __fmul_rn(partial[tt][0][m], rho);
             if (p.logits) p.logits[t * kRows + m] = logit[m];
         }
+        float* mix = mix_s[tt];
         for (int j = 0; j < kN; ++j)
-            mix_s[j] = __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(logit[j], p.scale[0]), p.base[j])), p.hc_eps);
+            mix[j] = __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(logit[j], p.scale[0]), p.base[j])), p.hc_eps);
         if constexpr (!kHead) {
             for (int j = 0; j < kN; ++j)
-                mix_s[kN + j] =
-                    __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(logit[kN + j], p.scale[1]), p.base[kN + j])));
+                mix[kN + j] = __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(logit[kN + j], p.scale[1]), p.base[kN + j])));
             for (int jk = 0; jk < kN * kN; ++jk)
-                mix_s[2 * kN + jk] = __fadd_rn(__fmul_rn(logit[2 * kN + jk], p.scale[2]), p.base[2 * kN + jk]);
-            sinkhorn<kN>(mix_s + 2 * kN, p.sinkhorn_iters, p.hc_eps);
+                mix[2 * kN + jk] = __fadd_rn(__fmul_rn(logit[2 * kN + jk], p.scale[2]), p.base[2 * kN + jk]);
+            sinkhorn<kN>(mix + 2 * kN, p.sinkhorn_iters, p.hc_eps);
         }
-        for (int m = 0; m < kRows; ++m) p.mix[t * kRows + m] = mix_s[m];
+        for (int m = 0; m < kRows; ++m) p.mix[t * kRows + m] = mix[m];
     }
     __syncthreads();
 
     // 4. Collapse the un-normalized streams with pre, streams in order, then bf16.
-    float pre[kN];
+    for (int tt = 0; tt < tokens; ++tt) {
+        float pre[kN];
 #pragma unroll
-    for (int j = 0; j < kN; ++j) pre[j] = mix_s[j];
-    for (int64_t d = threadIdx.x; d < p.dim; d += kHcThreads) {
-        float out = 0.0f;
+        for (int j = 0; j < kN; ++j) pre[j] = mix_s[tt][j];
+        for (int64_t d = threadIdx.x; d < p.dim; d += kHcThreads) {
+            float out = 0.0f;
 #pragma unroll
-        for (int j = 0; j < kN; ++j) out = __fadd_rn(out, __fmul_rn(pre[j], bf16_to_f32(v[j * p.dim + d])));
-        p.x_out[t * p.dim + d] = f32_to_bf16(out);
+            for (int j = 0; j < kN; ++j) out = __fadd_rn(out, __fmul_rn(pre[j], bf16_to_f32(v[tt][j * p.dim + d])));
+            p.x_out[(t0 + tt) * p.dim + d] = f32_to_bf16(out);
+        }
     }
 }
 
@@ -320,7 +346,7 @@ namespace detail {
 
 void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPath path) {
     if (path == HcMixPath::kAuto && !hc_specialised(p.n_hc)) path = HcMixPath::kGeneric;
-    if (path == HcMixPath::kAuto) path = hc_mix_split(p.tokens, head) ? HcMixPath::kSplit : HcMixPath::kPerToken;
+    if (path == HcMixPath::kAuto) path = hc_mix_split(p.tokens, head) ? HcMixPath::kSplit : HcMixPath::kTiled;
     if (path == HcMixPath::kGeneric) return launch_hc_mix_generic(p, head, stream);
     if (path == HcMixPath::kSplit) {
         const dim3 grid(kHcCluster, unsigned(p.tokens));
@@ -328,12 +354,18 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
         if (p.n_hc == 2 && head) hc_mix_split_kernel<2, true><<<grid, kHcThreads, 0, stream>>>(p);
         if (p.n_hc == 4 && !head) hc_mix_split_kernel<4, false><<<grid, kHcThreads, 0, stream>>>(p);
         if (p.n_hc == 4 && head) hc_mix_split_kernel<4, true><<<grid, kHcThreads, 0, stream>>>(p);
-    } else {
+    } else if (path == HcMixPath::kPerToken) {
         const dim3 grid(unsigned(p.tokens));
-        if (p.n_hc == 2 && !head) hc_mix_kernel<2, false><<<grid, kHcThreads, 0, stream>>>(p);
-        if (p.n_hc == 2 && head) hc_mix_kernel<2, true><<<grid, kHcThreads, 0, stream>>>(p);
-        if (p.n_hc == 4 && !head) hc_mix_kernel<4, false><<<grid, kHcThreads, 0, stream>>>(p);
-        if (p.n_hc == 4 && head) hc_mix_kernel<4, true><<<grid, kHcThreads, 0, stream>>>(p);
+        if (p.n_hc == 2 && !head) hc_mix_kernel<2, false, 1><<<grid, kHcThreads, 0, stream>>>(p);
+        if (p.n_hc == 2 && head) hc_mix_kernel<2, true, 1><<<grid, kHcThreads, 0, stream>>>(p);
+        if (p.n_hc == 4 && !head) hc_mix_kernel<4, false, 1><<<grid, kHcThreads, 0, stream>>>(p);
+        if (p.n_hc == 4 && head) hc_mix_kernel<4, true, 1><<<grid, kHcThreads, 0, stream>>>(p);
+    } else {
+        const dim3 grid(unsigned((p.tokens + kMixTile - 1) / kMixTile));
+        if (p.n_hc == 2 && !head) hc_mix_kernel<2, false, kMixTile><<<grid, kHcThreads, 0, stream>>>(p);
+        if (p.n_hc == 2 && head) hc_mix_kernel<2, true, kMixTile><<<grid, kHcThreads, 0, stream>>>(p);
+        if (p.n_hc == 4 && !head) hc_mix_kernel<4, false, kMixTile><<<grid, kHcThreads, 0, stream>>>(p);
+        if (p.n_hc == 4 && head) hc_mix_kernel<4, true, kMixTile><<<grid, kHcThreads, 0, stream>>>(p);
     }
     DSV4_CUDA_CHECK(cudaGetLastError());
 }

@@ -21,8 +21,10 @@ namespace dsv4::cuda {
 // 5 + 3 level tree; the tests derive their f32 reduction bound from this.
 inline constexpr int kHcThreads = 256;
 
-// hc_pre / hc_head run one CTA per token (many tokens) or a cluster of CTAs per token (few tokens, decode); both
-// compute the same per-thread chains and trees, so the choice never changes a bit (mhc.cu; tests compare them).
+// hc_pre / hc_head run a CTA per 4 tokens (many tokens; a CTA per token is the reference path the tests compare)
+// or a cluster of CTAs per token (few tokens, decode); all compute the same per-thread chains and trees, so the
+// choice never changes a bit (mhc.cu; tests compare them). The crossover below was measured against the per-token
+// path.
 // Crossover measured on an H200 (n_hc 4, dim 4096, bench/decode_kernels_bench, docs/perf.md): hc_pre split faster up
 // to 256 tokens (97 vs 191 us) and slower at 1024 (379 vs 345); hc_head faster up to 64 (10.6 vs 14.2 us), slower
 // at 256 (27 vs 17).
@@ -62,9 +64,9 @@ void hc_post(const HcPostParams& p, cudaStream_t stream);
 
 // The kernel launches behind the checked launchers (mhc.cu); they assume a valid contract.
 namespace detail {
-// kAuto: the specialised kernels for n_hc 2 and 4 (split or per token by hc_mix_split), kGeneric otherwise. Tests
+// kAuto: the specialised kernels for n_hc 2 and 4 (split or tiled by hc_mix_split), kGeneric otherwise. Tests
 // force the others (kGeneric works for every n_hc).
-enum class HcMixPath { kAuto, kPerToken, kSplit, kGeneric };
+enum class HcMixPath { kAuto, kPerToken, kTiled, kSplit, kGeneric };
 constexpr bool hc_specialised(int64_t n_hc) {
     return n_hc == 2 || n_hc == 4;
 }
