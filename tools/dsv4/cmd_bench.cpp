@@ -437,6 +437,27 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The median GPU time in ms of 10 runs of `op` on the legacy stream (CUDA events around each), after 3 warm-ups.
+template <typename Op>
+double median_event_ms(Op op) {
+    cudaEvent_t e0, e1;
+    DSV4_CUDA_CHECK(cudaEventCreate(&e0));
+    DSV4_CUDA_CHECK(cudaEventCreate(&e1));
+    std::vector<double> ms;
+    for (int i = 0; i < 13; ++i) {
+        DSV4_CUDA_CHECK(cudaEventRecord(e0, 0));
+        op();
+        DSV4_CUDA_CHECK(cudaEventRecord(e1, 0));
+        DSV4_CUDA_CHECK(cudaEventSynchronize(e1));
+        float t = 0;
+        DSV4_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+        if (i >= 3) ms.push_back(t);
+    }
+    DSV4_CUDA_CHECK(cudaEventDestroy(e0));
+    DSV4_CUDA_CHECK(cudaEventDestroy(e1));
+    return median(ms);
+}
+
 // Device-to-device copy of a 1 GiB buffer; bytes read + written over the median time of 10 copies.
 double copy_bandwidth_gbs() {
     const size_t bytes = size_t(1) << 30;
@@ -444,24 +465,11 @@ double copy_bandwidth_gbs() {
     DSV4_CUDA_CHECK(cudaMalloc(&src, bytes));
     DSV4_CUDA_CHECK(cudaMalloc(&dst, bytes));
     DSV4_CUDA_CHECK(cudaMemset(src, 0x5A, bytes));  // not zeros
-    cudaEvent_t e0, e1;
-    DSV4_CUDA_CHECK(cudaEventCreate(&e0));
-    DSV4_CUDA_CHECK(cudaEventCreate(&e1));
-    std::vector<double> ms;
-    for (int i = 0; i < 13; ++i) {
-        DSV4_CUDA_CHECK(cudaEventRecord(e0, 0));
-        DSV4_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
-        DSV4_CUDA_CHECK(cudaEventRecord(e1, 0));
-        DSV4_CUDA_CHECK(cudaEventSynchronize(e1));
-        float t = 0;
-        DSV4_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-        if (i >= 3) ms.push_back(t);  // three warm-ups
-    }
-    DSV4_CUDA_CHECK(cudaEventDestroy(e0));
-    DSV4_CUDA_CHECK(cudaEventDestroy(e1));
+    const double ms = median_event_ms(
+        [&] { DSV4_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0)); });
     DSV4_CUDA_CHECK(cudaFree(src));
     DSV4_CUDA_CHECK(cudaFree(dst));
-    return 2.0 * double(bytes) / (median(ms) * 1e-3) / 1e9;
+    return 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
 }
 
 // The dense FP8 tensor-core rate a prefill is held against: cuBLASLt's block-scaled FP8 GEMM (e4m3, f32 scales per
@@ -498,23 +506,8 @@ double fp8_dense_tflops() {
     p.workspace = workspace.get();
     p.workspace_bytes = workspace.size();
     p.path = cuda::Fp8GemmPath::kCublasLt;
-    DSV4_CUDA_CHECK(cudaDeviceSynchronize());
-    cudaEvent_t e0, e1;
-    DSV4_CUDA_CHECK(cudaEventCreate(&e0));
-    DSV4_CUDA_CHECK(cudaEventCreate(&e1));
-    std::vector<double> ms;
-    for (int i = 0; i < 13; ++i) {
-        DSV4_CUDA_CHECK(cudaEventRecord(e0, 0));
-        cuda::fp8_gemm(lt, p, 0);
-        DSV4_CUDA_CHECK(cudaEventRecord(e1, 0));
-        DSV4_CUDA_CHECK(cudaEventSynchronize(e1));
-        float t = 0;
-        DSV4_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-        if (i >= 3) ms.push_back(t);
-    }
-    DSV4_CUDA_CHECK(cudaEventDestroy(e0));
-    DSV4_CUDA_CHECK(cudaEventDestroy(e1));
-    return 2.0 * double(s) * double(s) * double(s) / (median(ms) * 1e-3) / 1e12;
+    const double ms = median_event_ms([&] { cuda::fp8_gemm(lt, p, 0); });  // after the uploads: same stream
+    return 2.0 * double(s) * double(s) * double(s) / (ms * 1e-3) / 1e12;
 }
 
 int64_t count_nonfinite(const std::vector<float>& v) {

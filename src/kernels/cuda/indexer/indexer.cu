@@ -14,6 +14,7 @@
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma.cuh"
+#include "kernels/cuda/common/warp_scan.cuh"
 #include "kernels/cuda/compressor/entry_codec.cuh"
 #include "kernels/cuda/compressor/kv_entry_layout.h"
 #include "kernels/cuda/indexer/indexer.h"
@@ -146,11 +147,7 @@ __device__ __forceinline__ uint32_t order_key(uint16_t bits) {
 // Exclusive prefix sum over the block; `total` gets the block sum. All threads must call it.
 __device__ int block_exclusive_scan(int x, int& total, int* scratch) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    int inclusive = x;
-    for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_up_sync(0xffffffffu, inclusive, o);
-        if (lane >= o) inclusive += y;
-    }
+    const int inclusive = warp_inclusive_sum(x);
     if (lane == 31) scratch[warp] = inclusive;
     __syncthreads();
     int warp_base = 0, sum = 0;
@@ -198,12 +195,7 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(const Indexe
             int mine = 0;
 #pragma unroll
             for (int j = 0; j < 8; ++j) mine += hist[255 - 8 * lane - j];
-            int inclusive = mine;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const int y = __shfl_up_sync(0xffffffffu, inclusive, o);
-                if (lane >= o) inclusive += y;
-            }
+            const int inclusive = warp_inclusive_sum(mine);
             const unsigned reaches = __ballot_sync(0xffffffffu, above + inclusive >= k);
             if (reaches && lane == __ffs(int(reaches)) - 1) {
                 int count = above + inclusive - mine, bin = 255 - 8 * lane;

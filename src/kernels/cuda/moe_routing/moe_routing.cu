@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/warp_scan.cuh"
 #include "kernels/cuda/moe_routing/moe_routing.h"
 
 namespace dsv4::cuda {
@@ -137,12 +138,7 @@ __global__ void __launch_bounds__(kOneBlockThreads) moe_route_one_block_kernel(c
     static_assert(2 * kOneBlockThreads >= kMaxExperts);
     const int e0 = 2 * threadIdx.x;
     const int c0 = e0 < E ? counts[e0] : 0, c1 = e0 + 1 < E ? counts[e0 + 1] : 0;
-    int inclusive = c0 + c1;
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-        const int v = __shfl_up_sync(0xffffffffu, inclusive, d);
-        if (lane >= d) inclusive += v;
-    }
+    const int inclusive = warp_inclusive_sum(c0 + c1);
     if (lane == 31) warp_totals[warp] = inclusive;
     __syncthreads();
     int before = 0, total = 0;
@@ -177,12 +173,7 @@ __global__ void __launch_bounds__(kOffsetThreads) moe_offsets_kernel(const MoeRo
     for (int base = 0; base < p.num_experts; base += kOffsetThreads) {
         const int e = base + int(threadIdx.x);
         const int count = e < p.num_experts ? p.expert_counts[e] : 0;
-        int inclusive = count;
-#pragma unroll
-        for (int d = 1; d < 32; d *= 2) {
-            const int v = __shfl_up_sync(0xffffffffu, inclusive, d);
-            if (lane >= d) inclusive += v;
-        }
+        const int inclusive = warp_inclusive_sum(count);
         if (lane == 31) warp_totals[warp] = inclusive;
         __syncthreads();
         int before = carry, total = carry;
