@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "core/number_formats.h"
+#include "batch_trace.h"
 #include "cuda_fixtures.h"
 #include "gpu_test_util.h"
 #include "io/checkpoint.h"
@@ -33,43 +34,7 @@ namespace dsv4 {
 namespace {
 
 using cuda_fixtures::fixture_dir;
-
-// A batch: the sequences' prompt lengths, the greedy decode steps of each, and how many of them (the first ones)
-// stop half-way, so the batch shrinks and a second decode graph replays.
-struct BatchPlan {
-    std::vector<int64_t> prompt_lengths;
-    int steps = 0;
-    int finish_early = 0;
-
-    int batch() const { return int(prompt_lengths.size()); }
-    int steps_of(int i) const { return i < finish_early ? steps / 2 : steps; }
-};
-
-const BatchPlan kSixteen = {{1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 7, 4, 40, 17, 100, 64}, 10, 5};
-const BatchPlan kFour = {{1, 70, 3, 17}, 4, 1};  // 70 tokens take two pieces of 64
-
-int32_t argmax(const float* logits, int64_t n) {
-    return int32_t(std::max_element(logits, logits + n) - logits);  // first maximum: ties to the lower id
-}
-
-// One sequence's record: the logits after its prompt and after every decode step, and the tokens it chose.
-struct Trace {
-    std::vector<std::vector<float>> logits;
-    std::vector<int32_t> tokens;
-};
-
-// The logits of every step, one after another.
-std::vector<float> all_steps(const Trace& t) {
-    std::vector<float> v;
-    for (const auto& step : t.logits) v.insert(v.end(), step.begin(), step.end());
-    return v;
-}
-
-void expect_same(const Trace& got, const Trace& want, const std::string& what) {
-    EXPECT_EQ(got.tokens, want.tokens) << what << ": greedy tokens differ";
-    ASSERT_EQ(got.logits.size(), want.logits.size()) << what;
-    gpu_test::expect_bitwise_f32(what + ": logits of every step", all_steps(got), all_steps(want));
-}
+using namespace batch_trace;
 
 class CudaBatch : public ::testing::TestWithParam<std::string> {
   protected:
@@ -93,59 +58,10 @@ class CudaBatch : public ::testing::TestWithParam<std::string> {
                                            options);
     }
 
-    std::vector<int32_t> prompt(const BatchPlan& plan, int i) const {
-        std::vector<int32_t> p(static_cast<size_t>(plan.prompt_lengths[size_t(i)]));
-        for (size_t j = 0; j < p.size(); ++j) p[j] = ids_[(size_t(i) * 11 + j) % ids_.size()];
-        return p;
-    }
-
-    // All sequences together: one prefill call, then decode steps over the sequences still running.
     std::vector<Trace> together(CudaModel& gpu, const BatchPlan& plan) const {
-        const int64_t V = gpu.config().vocab_size;
-        const int batch = plan.batch();
-        std::vector<SequenceState> states;
-        std::vector<std::vector<int32_t>> prompts;
-        std::vector<Trace> traces(static_cast<size_t>(batch));
-        std::vector<BatchItem> items;
-        for (int i = 0; i < batch; ++i) states.push_back(gpu.new_sequence()), prompts.push_back(prompt(plan, i));
-        for (int i = 0; i < batch; ++i) items.push_back({&states[size_t(i)], prompts[size_t(i)], false});
-        std::vector<std::vector<float>> out = gpu.forward_batch(items);
-        for (int i = 0; i < batch; ++i) {
-            traces[size_t(i)].tokens.push_back(argmax(out[size_t(i)].data(), V));
-            traces[size_t(i)].logits.push_back(std::move(out[size_t(i)]));
-        }
-        for (int step = 0; step < plan.steps; ++step) {
-            items.clear();
-            std::vector<int> running;
-            for (int i = 0; i < batch; ++i)
-                if (step < plan.steps_of(i)) {
-                    running.push_back(i);
-                    items.push_back({&states[size_t(i)], std::span(&traces[size_t(i)].tokens.back(), 1), false});
-                }
-            out = gpu.forward_batch(items);
-            for (size_t j = 0; j < running.size(); ++j) {
-                Trace& t = traces[size_t(running[j])];
-                t.tokens.push_back(argmax(out[j].data(), V));
-                t.logits.push_back(std::move(out[j]));
-            }
-        }
-        return traces;
+        return batch_trace::together(gpu, ids_, plan);
     }
-
-    // Sequence i by itself: its prompt, then one decode step at a time.
-    Trace alone(CudaModel& gpu, const BatchPlan& plan, int i) const {
-        const int64_t V = gpu.config().vocab_size;
-        SequenceState state = gpu.new_sequence();
-        Trace t;
-        t.logits.push_back(gpu.forward(state, prompt(plan, i), false));
-        t.tokens.push_back(argmax(t.logits.back().data(), V));
-        for (int step = 0; step < plan.steps_of(i); ++step) {
-            const int32_t id = t.tokens.back();
-            t.logits.push_back(gpu.forward(state, std::span(&id, 1), false));
-            t.tokens.push_back(argmax(t.logits.back().data(), V));
-        }
-        return t;
-    }
+    Trace alone(CudaModel& gpu, const BatchPlan& plan, int i) const { return batch_trace::alone(gpu, ids_, plan, i); }
 
     // Every sequence of `plan` batched against itself alone, bit for bit.
     void expect_batched_equal_alone(const BatchPlan& plan) const {

@@ -1,0 +1,98 @@
+// Expert parallelism over two real GPUs in one process (two threads, one CudaModel and one NcclGroup each, decode
+// graphs on, so NCCL's all-reduce runs inside the replayed graphs over NVLink): on every fixture, 16 sequences of
+// mixed lengths prefilled and decoded together give every rank the same logits, bit for bit, as each sequence
+// alone on the same two GPUs, and as the 16 together on one GPU holding every expert (docs/parallel.md: the slot
+// sum is exact). Skips on a machine with fewer than two GPUs; tests/gpu/multi_process_test.cpp covers the same
+// layout through the binary with one process per GPU.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "batch_trace.h"
+#include "cuda_fixtures.h"
+#include "gpu_test_util.h"
+#include "io/checkpoint.h"
+#include "model/golden_io.h"
+#include "runtime/cuda/cuda_model.h"
+#include "runtime/cuda/nccl_group.h"
+
+namespace dsv4 {
+namespace {
+
+using namespace batch_trace;
+
+int device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+    return n;
+}
+
+std::unique_ptr<CudaModel> model(const std::shared_ptr<const Checkpoint>& checkpoint, int device, ExpertParallel ep) {
+    CudaOptions options;
+    options.device = device;
+    options.max_sequences = kSixteen.batch() + 1;
+    options.max_context = 256;
+    options.max_chunk_tokens = 64;  // the prompts take several pieces
+    options.print_plan = false;
+    options.expert_parallel = ep;
+    const ModelConfig& config = checkpoint->config();
+    return std::make_unique<CudaModel>(config, load_model_weights(checkpoint, config), Numerics::kModel, options);
+}
+
+class TwoGpus : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TwoGpus, SixteenSequencesTogetherEqualEachAloneAndOneGpu) {
+    DSV4_REQUIRE_GPU();
+    if (device_count() < 2) GTEST_SKIP() << "needs two GPUs, found " << device_count();
+    const std::string dir = cuda_fixtures::fixture_dir(GetParam());
+    const testing::Golden golden(dir + "/golden.safetensors");
+    const std::vector<int32_t> ids = testing::to_ids(golden.ints("input_ids"));
+    const auto checkpoint = Checkpoint::open(dir);
+    if (checkpoint->config().n_routed_experts < 2) GTEST_SKIP() << GetParam() << " has fewer than 2 routed experts";
+    const std::vector<Trace> one_gpu = together(*model(checkpoint, 0, {}), ids, kSixteen);
+
+    constexpr int kRanks = 2;
+    const std::vector<uint8_t> id = cuda::NcclGroup::unique_id();
+    std::vector<std::unique_ptr<cuda::NcclGroup>> groups(kRanks);
+    std::vector<std::vector<Trace>> batched(kRanks), alone_traces(kRanks);
+    std::vector<std::string> errors(kRanks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kRanks; ++r)
+        threads.emplace_back([&, r] {
+            try {
+                groups[size_t(r)] = std::make_unique<cuda::NcclGroup>(r, kRanks, id, r);
+                auto gpu = model(checkpoint, r, {r, kRanks, groups[size_t(r)].get()});
+                batched[size_t(r)] = together(*gpu, ids, kSixteen);
+                for (int i = 0; i < kSixteen.batch(); ++i)
+                    alone_traces[size_t(r)].push_back(alone(*gpu, ids, kSixteen, i));
+            } catch (const std::exception& e) {
+                errors[size_t(r)] = e.what();
+                for (auto& g : groups)  // the other rank may wait in a collective this one never joins
+                    if (g) g->abort();
+            }
+        });
+    for (std::thread& t : threads) t.join();
+    for (int r = 0; r < kRanks; ++r) {
+        ASSERT_EQ(errors[size_t(r)], "") << "rank " << r;
+        for (int i = 0; i < kSixteen.batch(); ++i) {
+            const std::string what = GetParam() + " rank " + std::to_string(r) + " sequence " + std::to_string(i);
+            expect_same(batched[size_t(r)][size_t(i)], alone_traces[size_t(r)][size_t(i)],
+                        what + ": together vs alone");
+            expect_same(batched[size_t(r)][size_t(i)], one_gpu[size_t(i)], what + ": two GPUs vs one");
+        }
+    }
+    std::printf("[ bitwise  ] %s: 16 sequences on 2 GPUs (NCCL) equal each alone and one GPU on both ranks\n",
+                GetParam().c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, TwoGpus, ::testing::ValuesIn(cuda_fixtures::fixtures()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                             return cuda_fixtures::test_name(info.param);
+                         });
+
+}  // namespace
+}  // namespace dsv4
