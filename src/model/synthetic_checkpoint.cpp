@@ -92,6 +92,23 @@ ModelConfig flash_config(int64_t L) {
     return c;
 }
 
+// V4-Pro (spec §2.1): compress_ratios [128,128] + [4,128]*29 + [4] for 61 layers (every layer compresses); deeper or
+// shallower trunks continue the same pattern.
+ModelConfig pro_config(int64_t L) {
+    ModelConfig c = flash_config(L);
+    c.hidden_size = 7168;
+    c.num_heads = 128;
+    c.q_lora_rank = 1536;
+    c.o_groups = 16;
+    c.compress_ratios.clear();
+    for (int64_t i = 0; i < L; ++i) c.compress_ratios.push_back(i < 2 ? 128 : (i % 2 == 0 ? 4 : 128));
+    c.index_topk = 1024;
+    c.n_routed_experts = 384;
+    c.moe_intermediate_size = 3072;
+    c.routed_scaling_factor = 2.5;
+    return c;
+}
+
 // ---- Deterministic values: value i of a tensor is a function of (seed, name, i) only.
 
 uint64_t mix64(uint64_t x) {  // splitmix64's finalizer: a bijective, well-mixed 64-bit hash
@@ -463,14 +480,15 @@ void check_writable(const ModelConfig& c) {
 }  // namespace
 
 std::vector<std::string> synthetic_preset_names() {
-    return {"tiny", "flash"};
+    return {"tiny", "flash", "pro"};
 }
 
 ModelConfig synthetic_preset(std::string_view name, int64_t num_layers) {
     DSV4_CHECK(num_layers >= 0 && num_layers <= 4096, "--layers must be in [1, 4096], got {}", num_layers);
     if (name == "tiny") return tiny_config(num_layers ? num_layers : 4);
     if (name == "flash") return flash_config(num_layers ? num_layers : 43);
-    fail("unknown preset '{}': choose tiny or flash", name);
+    if (name == "pro") return pro_config(num_layers ? num_layers : 61);
+    fail("unknown preset '{}': choose tiny, flash or pro", name);
 }
 
 std::string hub_config_json(const ModelConfig& c) {

@@ -16,8 +16,8 @@ namespace dsv4 {
 
 // Named configurations. "tiny": the real vocabulary (so DeepSeek's tokenizer works) on a 128-wide, 4-layer trunk
 // (SWA, CSA, HCA-16, SWA; 2 hash layers; one MTP layer), shaped so `model` numerics runs (head_dim - rope = 64,
-// index_head_dim 128). "flash": V4-Flash (spec §2.1). num_layers > 0 overrides the trunk depth, continuing the
-// preset's layer pattern. Throws dsv4::Error for an unknown name.
+// index_head_dim 128). "flash": V4-Flash, "pro": V4-Pro (spec §2.1). num_layers > 0 overrides the trunk depth,
+// continuing the preset's layer pattern. Throws dsv4::Error for an unknown name.
 ModelConfig synthetic_preset(std::string_view name, int64_t num_layers = 0);
 std::vector<std::string> synthetic_preset_names();
 

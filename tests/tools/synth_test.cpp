@@ -73,6 +73,21 @@ TEST(Synth, HubConfigRoundTrips) {
     EXPECT_EQ(j["compress_ratios"].get<std::vector<int64_t>>(), want);
     EXPECT_EQ(j["num_hash_layers"], 3);
     EXPECT_EQ(j["hidden_size"], 4096);
+    // V4-Pro's (spec §2.1): [128,128] + [4,128]*29 + [4] + [0].
+    j = nlohmann::json::parse(hub_config_json(synthetic_preset("pro")));
+    want = {128, 128};
+    for (int i = 0; i < 29; ++i) want.insert(want.end(), {4, 128});
+    want.insert(want.end(), {4, 0});
+    EXPECT_EQ(j["compress_ratios"].get<std::vector<int64_t>>(), want);
+    EXPECT_EQ(j["num_hidden_layers"], 61);
+    EXPECT_EQ(j["hidden_size"], 7168);
+    EXPECT_EQ(j["num_attention_heads"], 128);
+    EXPECT_EQ(j["q_lora_rank"], 1536);
+    EXPECT_EQ(j["o_groups"], 16);
+    EXPECT_EQ(j["index_topk"], 1024);
+    EXPECT_EQ(j["n_routed_experts"], 384);
+    EXPECT_EQ(j["moe_intermediate_size"], 3072);
+    EXPECT_EQ(j["routed_scaling_factor"], 2.5);
     EXPECT_EQ(nlohmann::json::parse(hub_config_json(synthetic_preset("tiny", 6)))["compress_ratios"],
               nlohmann::json({0, 4, 16, 4, 16, 0, 0}));
 }
