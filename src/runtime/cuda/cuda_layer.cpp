@@ -88,15 +88,23 @@ void CudaModel::Impl::observe_bf16(std::string_view name, int64_t layer, const b
     observe_host(name, layer, values, rows, cols);
 }
 
-void CudaModel::Impl::act_quant(const bf16* x, int64_t rows, int64_t cols) {
+Lane CudaModel::Impl::main_lane() const {
+    return {stream->get(), {ws.act_q, ws.act_scale}, ws.y_f32, ws.gemm, ws.gemm_bytes};
+}
+
+Lane CudaModel::Impl::side_lane() const {
+    return {side_stream->get(), ws.side_act, ws.side_y_f32, ws.side_gemm, ws.gemm_bytes};
+}
+
+void CudaModel::Impl::act_quant(const Lane& lane, const bf16* x, int64_t rows, int64_t cols) {
     cuda::ActQuantParams p;
     p.x = x;
-    p.q = ws.act_q;
-    p.scales = ws.act_scale;
+    p.q = lane.act.q;
+    p.scales = lane.act.scales;
     p.rows = rows;
     p.cols = cols;
     p.x_stride = cols;
-    cuda::act_quant_fp8(p, stream->get());
+    cuda::act_quant_fp8(p, lane.stream);
 }
 
 bool CudaModel::Impl::f32_on_tensor_cores(const cuda::DeviceMatrix& w) {
@@ -104,13 +112,23 @@ bool CudaModel::Impl::f32_on_tensor_cores(const cuda::DeviceMatrix& w) {
 }
 
 Fp8Rows CudaModel::Impl::fp8_rows(const bf16* x, int64_t rows, int64_t cols, const Fp8Rows& quantized) {
+    return fp8_rows(main_lane(), x, rows, cols, quantized);
+}
+
+Fp8Rows CudaModel::Impl::fp8_rows(const Lane& lane, const bf16* x, int64_t rows, int64_t cols,
+                                  const Fp8Rows& quantized) {
     if (quantized.q) return quantized;
-    act_quant(x, rows, cols);
-    return {ws.act_q, ws.act_scale};
+    act_quant(lane, x, rows, cols);
+    return lane.act;
 }
 
 void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y, int64_t ldy,
                                  bool chains) {
+    linear_f32(main_lane(), w, x, m, y, ldy, chains);
+}
+
+void CudaModel::Impl::linear_f32(const Lane& lane, const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y,
+                                 int64_t ldy, bool chains) {
     DSV4_CHECK(w.format == WeightFormat::kF32 || w.format == WeightFormat::kBF16,
                "linear_f32 needs a dense weight ({} given)", weight_format_name(w.format));
     ldy = ldy ? ldy : w.rows;
@@ -126,7 +144,7 @@ void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int
         p.k = w.cols;
         p.ldx = w.cols;
         p.ldy = ldy;
-        cuda::bf16_linear(p, stream->get());  // throws if a stride or an alignment does not fit
+        cuda::bf16_linear(p, lane.stream);  // throws if a stride or an alignment does not fit
         return;
     }
     cuda::DenseLinearParams p;
@@ -139,12 +157,17 @@ void CudaModel::Impl::linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int
     p.k = w.cols;
     p.ldx = p.ldw = w.cols;
     p.ldy = ldy;
-    cuda::dense_linear(p, stream->get());
+    cuda::dense_linear(p, lane.stream);
 }
 
 void CudaModel::Impl::linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y, const Fp8Rows& quantized) {
+    linear(main_lane(), w, x, m, y, quantized);
+}
+
+void CudaModel::Impl::linear(const Lane& lane, const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y,
+                             const Fp8Rows& quantized) {
     if (w.format == WeightFormat::kFp8Block) {
-        const Fp8Rows a = fp8_rows(x, m, w.cols, quantized);
+        const Fp8Rows a = fp8_rows(lane, x, m, w.cols, quantized);
         cuda::Fp8GemmParams p;
         p.a = a.q;
         p.a_scale = a.scales;
@@ -154,14 +177,14 @@ void CudaModel::Impl::linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t
         p.m = m;
         p.n = w.rows;
         p.k = w.cols;
-        p.workspace = ws.gemm;
-        p.workspace_bytes = ws.gemm_bytes;
+        p.workspace = lane.gemm;
+        p.workspace_bytes = lane.gemm_bytes;
         p.path = cuda::fp8_gemm_path_for(w.cols);
-        cuda::fp8_gemm(*lt, p, stream->get());
+        cuda::fp8_gemm(*lt, p, lane.stream);
         return;
     }
-    linear_f32(w, x, m, ws.y_f32);
-    cuda::f32_to_bf16({ws.y_f32, y, m, w.rows, w.rows, w.rows}, stream->get());
+    linear_f32(lane, w, x, m, lane.y_f32, 0, false);
+    cuda::f32_to_bf16({lane.y_f32, y, m, w.rows, w.rows, w.rows}, lane.stream);
 }
 
 void CudaModel::Impl::grouped_linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, int64_t groups, bf16* y) {
@@ -530,17 +553,17 @@ void CudaModel::Impl::attention(int64_t layer) {
     (void)D;
 }
 
-void CudaModel::Impl::shared_expert(const cuda::DeviceMoe& m) {
+void CudaModel::Impl::shared_expert(const Lane& lane, const cuda::DeviceMoe& m) {
     const int64_t T = piece.tokens, I = m.s1.rows;
     cuda::SwigluParams p;
     if (options.stacked_projections && m.s1_s3.data) {
-        linear(m.s1_s3, ws.x, T, ws.shared_gate_up, ws.x_fp8);  // [T, 2 I]: gate in [0, I), up in [I, 2 I)
+        linear(lane, m.s1_s3, ws.x, T, ws.shared_gate_up, ws.x_fp8);  // [T, 2 I]: gate in [0, I), up in [I, 2 I)
         p.gate = ws.shared_gate_up;
         p.up = ws.shared_gate_up + I;
         p.gate_up_stride = 2 * I;
     } else {
-        linear(m.s1, ws.x, T, ws.shared_gate_up, ws.x_fp8);
-        linear(m.s3, ws.x, T, ws.shared_gate_up + T * I, ws.x_fp8);
+        linear(lane, m.s1, ws.x, T, ws.shared_gate_up, ws.x_fp8);
+        linear(lane, m.s3, ws.x, T, ws.shared_gate_up + T * I, ws.x_fp8);
         p.gate = ws.shared_gate_up;
         p.up = ws.shared_gate_up + T * I;
         p.gate_up_stride = I;
@@ -549,10 +572,10 @@ void CudaModel::Impl::shared_expert(const cuda::DeviceMoe& m) {
     p.rows = T;
     p.inter = I;
     p.limit = float(config.swiglu_limit);
-    p.q = ws.act_q;  // s2's FP8 input, quantized as the rows are written
-    p.q_scales = ws.act_scale;
-    cuda::swiglu(p, stream->get());
-    linear(m.s2, ws.shared_hidden, T, ws.shared_out, {ws.act_q, ws.act_scale});
+    p.q = lane.act.q;  // s2's FP8 input, quantized as the rows are written
+    p.q_scales = lane.act.scales;
+    cuda::swiglu(p, lane.stream);
+    linear(lane, m.s2, ws.shared_hidden, T, ws.shared_out, lane.act);
 }
 
 // moe_forward: x = ws.x [T, D] -> ws.y [T, D].
@@ -562,6 +585,13 @@ void CudaModel::Impl::moe(int64_t layer) {
     const cuda::DeviceMoe& m = w.layers[size_t(layer)].ffn;
     const int64_t D = c.hidden_size, E = c.n_routed_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
     cudaStream_t s = stream->get();
+
+    // The shared expert on the side lane, beside everything up to the combine: it reads only ws.x and ws.x_fp8,
+    // which nothing before the combine writes, and writes only its own buffers.
+    side_fork->record(s);
+    DSV4_CUDA_CHECK(cudaStreamWaitEvent(side_stream->get(), side_fork->get()));
+    shared_expert(side_lane(), m);
+    side_join->record(side_stream->get());
 
     // Router (f32) and the device permutation.
     stages.mark("router", layer);
@@ -676,9 +706,9 @@ void CudaModel::Impl::moe(int64_t layer) {
         ep.sum->sum_bf16(ws.routed_out, slots * D, s);
     }
 
-    // Shared expert.
+    // The shared expert's end: what remains of it after the routed experts (and their exchange).
     stages.mark("shared_expert", layer);
-    shared_expert(m);
+    DSV4_CUDA_CHECK(cudaStreamWaitEvent(s, side_join->get()));
 
     // Sum in f32 (routed in ascending expert order, then the shared expert), bf16.
     stages.mark("moe_combine", layer);

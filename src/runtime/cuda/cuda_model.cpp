@@ -147,6 +147,9 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     }
     ws.gemm_bytes = gemm;
     ws.gemm = b.take<uint8_t>(int64_t(gemm));
+    ws.side_act = {b.take<uint8_t>(T * shared_I), b.take<float>(T * ((shared_I + 127) / 128))};
+    ws.side_y_f32 = b.take<float>(T * std::max(2 * shared_I, D));
+    ws.side_gemm = b.take<uint8_t>(int64_t(gemm));
 }
 
 }  // namespace
@@ -220,6 +223,9 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
 
     // 2. Allocate and upload.
     m.stream = std::make_unique<cuda::Stream>();
+    m.side_stream = std::make_unique<cuda::Stream>();
+    m.side_fork = std::make_unique<cuda::Event>();
+    m.side_join = std::make_unique<cuda::Event>();
     m.meta_copied = std::make_unique<cuda::Event>();
     m.lt = std::make_unique<cuda::CublasLt>();
     m.weight_arena = cuda::DeviceBuffer<uint8_t>(weight_bytes);

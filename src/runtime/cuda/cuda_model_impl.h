@@ -140,8 +140,24 @@ struct Workspace {
     float* logits = nullptr;  // [T, V]
     void* gemm = nullptr;     // GEMM workspace
     size_t gemm_bytes = 0;
+    // The side lane's scratch (Lane): the shared expert's s2 input rows, dense f32 output and GEMM workspace (of
+    // gemm_bytes), so it runs beside the router, the routed experts and their exchange.
+    Fp8Rows side_act;
+    float* side_y_f32 = nullptr;
+    void* side_gemm = nullptr;
     int64_t attn_partial_floats = 0;
     int64_t index_columns = 0;  // row stride of index_scores
+};
+
+// Where a run of launches goes: a stream and the scratch its kernels write besides their outputs. The main lane is
+// the piece's stream; the side lane runs the shared expert beside the router, the routed experts and their exchange
+// (forked from the main stream where the FFN input is ready, joined before the combine).
+struct Lane {
+    cudaStream_t stream = nullptr;
+    Fp8Rows act;             // act_quant's output: [rows, cols] e4m3 and [rows, ceil(cols / 128)] f32 scales
+    float* y_f32 = nullptr;  // dense linear f32 output
+    void* gemm = nullptr;    // FP8 GEMM workspace
+    size_t gemm_bytes = 0;
 };
 
 // A captured decode step. Captured with the stage profiler on, its event-record nodes stand for `marks`, which
@@ -168,6 +184,8 @@ struct CudaModel::Impl {
     CudaOptions options;
     int num_sms = 0;
     std::unique_ptr<cuda::Stream> stream;
+    std::unique_ptr<cuda::Stream> side_stream;          // the side lane's (Lane)
+    std::unique_ptr<cuda::Event> side_fork, side_join;  // main -> side where it starts, side -> main at the end
     std::unique_ptr<cuda::CublasLt> lt;
     cuda::DeviceBuffer<uint8_t> weight_arena, state_arena, workspace_arena;
     cuda::DeviceWeights w;
@@ -221,25 +239,33 @@ struct CudaModel::Impl {
     void query_and_kv_latents(const cuda::DeviceAttention& a);
     // The f32 projections of x into ws.f32_proj: one dense_linear where their weights stack, else one per weight.
     F32Projections f32_projections_of_x(const cuda::DeviceAttention& a);
-    // moe_forward's shared expert on ws.x into ws.shared_out: gate and up in one GEMM where s1 and s3 stack, SwiGLU,
-    // down.
-    void shared_expert(const cuda::DeviceMoe& m);
+    // moe_forward's shared expert on ws.x into ws.shared_out, on `lane`: gate and up in one GEMM where s1 and s3
+    // stack, SwiGLU, down.
+    void shared_expert(const Lane& lane, const cuda::DeviceMoe& m);
+
+    Lane main_lane() const;
+    Lane side_lane() const;
 
     // Precision::linear: FP8 weights get FP8-quantized inputs (`quantized` where a norm already made them, else
-    // act_quant of x); y bf16 [m, rows].
+    // act_quant of x); y bf16 [m, rows]. Without a lane: on the main lane.
     void linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y, const Fp8Rows& quantized = {});
+    void linear(const Lane& lane, const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y,
+                const Fp8Rows& quantized);
     // Precision::linear_f32 on a dense weight: y f32 [m, rows] (row stride ldy, a multiple of 8; 0: rows). A bf16
     // weight whose shape allows (f32_on_tensor_cores: every V4 one, the head, the router, the compressor and indexer
     // projections) runs on the tensor cores (cuda::bf16_linear) unless `chains`; the rest on dense_linear's CUDA-core
     // chains in the CPU's order.
     void linear_f32(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y, int64_t ldy = 0,
                     bool chains = false);
+    void linear_f32(const Lane& lane, const cuda::DeviceMatrix& w, const bf16* x, int64_t m, float* y, int64_t ldy,
+                    bool chains);
     static bool f32_on_tensor_cores(const cuda::DeviceMatrix& w);
     // Precision::grouped_linear (wo_a).
     void grouped_linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, int64_t groups, bf16* y);
-    void act_quant(const bf16* x, int64_t rows, int64_t cols);
+    void act_quant(const Lane& lane, const bf16* x, int64_t rows, int64_t cols);
     // x [rows, cols] as an FP8 GEMM reads it: `quantized` where a norm already made it, else act_quant's output.
     Fp8Rows fp8_rows(const bf16* x, int64_t rows, int64_t cols, const Fp8Rows& quantized);
+    Fp8Rows fp8_rows(const Lane& lane, const bf16* x, int64_t rows, int64_t cols, const Fp8Rows& quantized);
 
     // Observer: downloads a device buffer (synchronizing) and passes it on as f32.
     void observe_bf16(std::string_view name, int64_t layer, const bf16* data, int64_t rows, int64_t cols);
