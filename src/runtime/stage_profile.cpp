@@ -82,6 +82,10 @@ std::string format_stage_table(const StageTable& table, const StageYardstick& ag
         table.ms, 100.0 * covered, against.step_ms, close ? "" : "NOT ", 100.0 * kStageSumTolerance,
         against.profiled_ms, 100.0 * (against.profiled_ms / against.step_ms - 1.0),
         100.0 * table.ms / against.profiled_ms);
+    for (const StageRow& r : table.rows)
+        if (r.stage == "expert_exchange")
+            out += fmt::format("  communication: the expert exchange takes {:.4f} ms of the stages' {:.4f} ms = {:.1f}%\n",
+                               r.ms, table.ms, 100.0 * r.share);
     return out;
 }
 

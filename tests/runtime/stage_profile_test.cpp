@@ -136,4 +136,18 @@ TEST(StageProfile, TextHasEveryRowItsFloorAndTheCheck) {
 
     against.step_ms = table.ms / 0.9;
     EXPECT_NE(format_stage_table(table, against).find("NOT within 5%"), std::string::npos);
+    EXPECT_EQ(text.find("communication"), std::string::npos) << "one GPU: no exchange, no communication line";
+}
+
+TEST(StageProfile, TextGivesTheExchangeShareOverSeveralGpus) {
+    std::vector<StageTime> step = two_layer_step(1.0);  // 0.03 + 0.8 + 1.3 + 1.05 = 3.18 ms
+    step.push_back({"expert_exchange", 0, 0.02});
+    step.push_back({"expert_exchange", 1, 0.03});
+    const std::vector<std::vector<StageTime>> steps = {step};
+    const StageTable table = stage_table(steps);
+    const std::string text = format_stage_table(table, {{}, 1.0, table.ms, table.ms});
+    std::printf("%s", text.c_str());
+    // 0.05 of 3.23 ms: 1.548 %.
+    EXPECT_NE(text.find("communication: the expert exchange takes 0.0500 ms of the stages' 3.2300 ms = 1.5%"),
+              std::string::npos);
 }
