@@ -250,12 +250,6 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     for (int64_t g = m.pool.pages - 1; g >= 0; --g) m.slots->free_pages.push_back(int32_t(g));
 }
 
-ExpertRange expert_range(int64_t experts, int rank, int ranks) {
-    DSV4_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "expert_range: rank {} of {}", rank, ranks);
-    const int64_t first = experts * rank / ranks, end = experts * (rank + 1) / ranks;
-    return {first, end - first};
-}
-
 CudaModel::~CudaModel() {
     if (!impl_) return;
     for (auto& [key, graph] : impl_->decode_graphs) cudaGraphExecDestroy(graph.exec);  // before the events they record

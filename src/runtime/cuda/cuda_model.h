@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "model/backend.h"
+#include "model/expert_range.h"
 #include "model/weights.h"
 #include "runtime/stage_profile.h"
 
@@ -39,11 +40,6 @@ struct ExpertParallel {
     int rank = 0, ranks = 1;
     RankSum* sum = nullptr;  // required when ranks > 1; outlives the model
 };
-struct ExpertRange {
-    int64_t first = 0, count = 0;
-};
-// Contiguous ranges, sizes differing by at most one.
-ExpertRange expert_range(int64_t experts, int rank, int ranks);
 
 // Runtime knobs of the GPU executor (not model hyperparameters).
 struct CudaOptions {
