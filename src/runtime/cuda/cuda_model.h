@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -58,6 +59,10 @@ struct CudaOptions {
     // a long prefill) goes through it in slices, the same values.
     size_t logit_staging_bytes = size_t(256) << 20;  // a decode step of 519 sequences at V4's vocabulary in one slice
     ExpertParallel expert_parallel;
+    // dsv4 bench only: the routed experts are absent from the host weights (no bytes: BenchWeights::build with
+    // ExpertBytes::kDevice) and this GPU generates the ones it holds with BenchWeights' rule for this seed
+    // (kernels/cuda/random_fill), the same bytes as BenchWeights::build(..., ExpertBytes::kHost). MXFP4 experts only.
+    std::optional<uint64_t> random_experts_seed;
 };
 
 class CudaModel final : public Backend {
