@@ -16,6 +16,7 @@
 #include <numbers>
 
 #include "core/error.h"
+#include "core/mix64.h"
 #include "core/number_formats.h"
 #include "core/thread_pool.h"
 #include "io/safetensors_writer.h"
@@ -110,13 +111,6 @@ ModelConfig pro_config(int64_t L) {
 }
 
 // ---- Deterministic values: value i of a tensor is a function of (seed, name, i) only.
-
-uint64_t mix64(uint64_t x) {  // splitmix64's finalizer: a bijective, well-mixed 64-bit hash
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
 
 uint64_t name_key(uint64_t seed, std::string_view name) {
     uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a

@@ -167,19 +167,6 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ExpertParallelRanks, ::testing::ValuesIn(cuda
                              return cuda_fixtures::test_name(info.param);
                          });
 
-TEST(ExpertRange, ContiguousAndBalanced) {
-    for (int ranks : {1, 2, 3, 4, 8, 7}) {
-        int64_t next = 0;
-        for (int r = 0; r < ranks; ++r) {
-            const ExpertRange e = expert_range(256, r, ranks);
-            EXPECT_EQ(e.first, next);
-            EXPECT_TRUE(e.count == 256 / ranks || e.count == 256 / ranks + 1) << ranks << " " << r;
-            next += e.count;
-        }
-        EXPECT_EQ(next, 256);
-    }
-}
-
 TEST(ExpertParallelOptions, RejectsBadRanks) {
     DSV4_REQUIRE_GPU();
     const auto checkpoint = Checkpoint::open(cuda_fixtures::fixture_dir("hf-tiny-hc2-hca16"));

@@ -1,11 +1,13 @@
 // dsv4 bench [--preset flash] [--layers N] [--context C] [--steps S] [--seed X]: decode-step latency of a
 // V4-Flash-shaped model on one GPU against the bytes the step must read (DESIGN "Performance: how we know it is
-// fast"). The weights are generated in host memory in their checkpoint formats (no checkpoint is written): FP8
+// fast"). The weights are random, in their checkpoint formats (model/bench_weights.h; no checkpoint is written): FP8
 // e4m3 with E8M0 block scales for attention / shared-expert linears, MXFP4 routed experts, BF16 embedding / head /
 // router / compressor projections, F32 mHC mixers, sinks and position biases, as the synthetic writer stores them.
 // Values are drawn through 65,536-entry tables of N(0, 1) samples quantized once to each format (a counter-based
 // hash picks the entry), with power-of-two scales giving each linear a std of about 1/sqrt(fan_in): every value is
-// finite and the forward stays finite. CudaModel uploads them; the bench then measures, in one process:
+// finite and the forward stays finite. Everything but the routed experts is generated in host memory and uploaded
+// by CudaModel; the routed experts (92% of V4-Flash's bytes) never exist on the host: each GPU generates the ones it
+// holds in place, by the same rule (CudaOptions::random_experts_seed). The bench then measures, in one process:
 //   1. device-to-device copy bandwidth (1 GiB buffer, bytes read + written, median of 10 copies) and the dense FP8
 //      tensor-core rate (cuBLASLt block-scaled GEMM 8192^3, median of 10);
 //   2. prefill of C random ids (tokens/s, wall clock around a synchronous forward, after a warm-up sequence), and
@@ -40,7 +42,7 @@
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
-#include "core/number_formats.h"
+#include "core/mix64.h"
 #include "core/thread_pool.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/device_buffer.h"
@@ -48,6 +50,7 @@
 #include "kernels/cuda/compressor/kv_entry_layout.h"
 #include "kernels/cuda/gemm_fp8/gemm_fp8.h"
 #include "kernels/cuda/smoke/device_info.h"
+#include "model/bench_weights.h"
 #include "model/prefill_flops.h"
 #include "model/weights.h"
 #include "runtime/cuda/cuda_model.h"
@@ -58,243 +61,6 @@ namespace dsv4::cli {
 
 #ifdef DSV4_WITH_CUDA
 namespace {
-
-uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-constexpr int64_t kTable = 65536;
-
-// Host weights in checkpoint formats, generated directly in memory; owns every byte the views point into.
-class SyntheticWeights {
-  public:
-    SyntheticWeights(uint64_t seed, ThreadPool& pool) : seed_(seed), pool_(pool) {
-        normal_.resize(kTable);
-        const uint64_t key = mix64(seed ^ 0x6E6F726D616C73ull);
-        for (int64_t i = 0; i < kTable; i += 2) {
-            const uint64_t h = mix64(key + uint64_t(i));
-            const double u1 = (double(h >> 32) + 0.5) * 0x1p-32, u2 = (double(h & 0xFFFFFFFFu) + 0.5) * 0x1p-32;
-            const double r = std::sqrt(-2.0 * std::log(u1)), t = 6.283185307179586 * u2;
-            normal_[size_t(i)] = float(r * std::cos(t));
-            normal_[size_t(i + 1)] = float(r * std::sin(t));
-        }
-        fp8_.resize(kTable);
-        fp4_.resize(kTable);
-        for (int64_t i = 0; i < kTable; ++i) {
-            fp8_[size_t(i)] = f32_to_e4m3(std::clamp(normal_[size_t(i)] * kFp8CodeStd, -448.0f, 448.0f));
-            const float hi = normal_[size_t((i * 40503 + 12345) & (kTable - 1))];
-            fp4_[size_t(i)] = uint8_t(f32_to_e2m1(normal_[size_t(i)] * kFp4CodeStd) |
-                                      (f32_to_e2m1(hi * kFp4CodeStd) << 4));
-        }
-    }
-
-    // Every tensor of `c`; of the routed experts only those in `held` (the rest keep their shapes and formats with no
-    // bytes: a rank of an expert-parallel run reads only its own). An expert's values do not depend on `held`.
-    ModelWeights build(const ModelConfig& c, ExpertRange held) {
-        ModelWeights w;
-        const int64_t D = c.hidden_size, n = c.hc_mult;
-        w.embed = bf16("embed.weight", c.vocab_size, D, 1.0);
-        w.head = bf16("head.weight", c.vocab_size, D, 1.0 / std::sqrt(double(D)));
-        w.norm = norm(D);
-        w.hc_head = hc(n, 1, c);
-        for (int64_t l = 0; l < c.num_layers; ++l) {
-            const std::string p = "layers." + std::to_string(l);
-            const int64_t ratio = c.compress_ratios[size_t(l)];
-            BlockWeights b;
-            b.attn_norm = norm(D);
-            b.ffn_norm = norm(D);
-            b.hc_attn = hc((2 + n) * n, 3, c);
-            b.hc_ffn = hc((2 + n) * n, 3, c);
-            AttentionWeights& a = b.attn;
-            const int64_t H = c.num_heads, d = c.head_dim, g = c.o_groups;
-            a.attn_sink = normals(H, 0.5);
-            a.wq_a = fp8(p + ".attn.wq_a", c.q_lora_rank, D);
-            a.q_norm = norm(c.q_lora_rank);
-            a.wq_b = fp8(p + ".attn.wq_b", H * d, c.q_lora_rank);
-            a.wkv = fp8(p + ".attn.wkv", d, D);
-            a.kv_norm = norm(d);
-            a.wo_a = fp8(p + ".attn.wo_a", g * c.o_lora_rank, H * d / g);
-            a.wo_b = fp8(p + ".attn.wo_b", D, g * c.o_lora_rank);
-            if (ratio > 0) a.compressor = compressor(p + ".attn.compressor", ratio, d, c);
-            if (ratio == 4) {
-                IndexerWeights ix;
-                ix.wq_b = fp8(p + ".attn.indexer.wq_b", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
-                ix.weights_proj = bf16(p + ".attn.indexer.weights_proj.weight", c.index_n_heads, D,
-                                       1.0 / std::sqrt(double(D)));
-                ix.compressor = compressor(p + ".attn.indexer.compressor", ratio, c.index_head_dim, c);
-                a.indexer = std::move(ix);
-            }
-            MoeWeights& m = b.ffn;
-            const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size, k = c.num_experts_per_tok;
-            m.gate = bf16(p + ".ffn.gate.weight", E, D, 1.0 / std::sqrt(double(D)));
-            if (c.mlp_types[size_t(l)] == MlpType::kHashMoe)
-                m.tid2eid = tid2eid(c.vocab_size, k, E);
-            else
-                m.gate_bias = normals(E, 0.1);
-            for (int64_t e = 0; e < E; ++e) {
-                const std::string x = p + ".ffn.experts." + std::to_string(e);
-                const bool mine = e >= held.first && e < held.first + held.count;
-                m.experts.push_back({fp4(x + ".w1", I, D, mine), fp4(x + ".w2", D, I, mine),
-                                     fp4(x + ".w3", I, D, mine)});
-            }
-            m.shared = {fp8(p + ".ffn.shared_experts.w1", I, D), fp8(p + ".ffn.shared_experts.w2", D, I),
-                        fp8(p + ".ffn.shared_experts.w3", I, D)};
-            w.layers.push_back(std::move(b));
-        }
-        return w;
-    }
-
-    uint64_t host_bytes() const { return host_bytes_; }
-
-  private:
-    static constexpr float kFp8CodeStd = 64.0f;  // e4m3 codes ~ N(0, 64^2), clamped to +-448 (7 sigma)
-    static constexpr float kFp4CodeStd = 1.5f;   // e2m1 codes ~ N(0, 1.5^2), saturating at +-6
-
-    uint64_t next_key() { return mix64(seed_ * 0x100000001B3ull + 0x9E3779B97F4A7C15ull * ++counter_); }
-
-    uint8_t* take(size_t bytes) {
-        owned_.push_back(std::make_unique_for_overwrite<uint8_t[]>(bytes));
-        host_bytes_ += bytes;
-        return owned_.back().get();
-    }
-
-    // out[i] = table[16 hash bits], four elements per 64-bit hash, in parallel.
-    template <typename T>
-    void fill(T* out, int64_t count, const std::vector<T>& table) {
-        const uint64_t key = next_key();
-        constexpr int64_t kChunk = 1 << 16;
-        pool_.parallel_for((count + kChunk - 1) / kChunk, [&](int64_t c0, int64_t c1) {
-            for (int64_t i = c0 * kChunk, end = std::min(count, c1 * kChunk); i < end; i += 4) {
-                const uint64_t h = mix64(key + uint64_t(i));
-                for (int64_t j = 0; j < 4 && i + j < end; ++j) out[i + j] = table[size_t((h >> (16 * j)) & 0xFFFF)];
-            }
-        });
-    }
-
-    // Power-of-two scale so that code_std * scale is about 1/sqrt(fan_in); as an E8M0 byte.
-    static uint8_t e8m0_for(double code_std, int64_t fan_in) {
-        const int e = int(std::lround(std::log2(1.0 / (code_std * std::sqrt(double(fan_in))))));
-        return uint8_t(127 + e);
-    }
-
-    QuantizedMatrix fp8(const std::string& name, int64_t rows, int64_t cols) {
-        QuantizedMatrix m;
-        m.name = name + ".weight";
-        m.format = WeightFormat::kFp8Block;
-        m.rows = rows;
-        m.cols = cols;
-        uint8_t* data = take(size_t(rows * cols));
-        fill(data, rows * cols, fp8_);
-        const int64_t bn = (rows + 127) / 128, bk = (cols + 127) / 128;
-        uint8_t* scale = take(size_t(bn * bk));
-        std::fill(scale, scale + bn * bk, e8m0_for(kFp8CodeStd, cols));
-        m.data = data;
-        m.scale = scale;
-        m.scale_dtype = DType::kF8E8M0;
-        m.scale_cols = bk;
-        m.block_rows = m.block_cols = 128;
-        return m;
-    }
-
-    QuantizedMatrix fp4(const std::string& name, int64_t rows, int64_t cols, bool with_bytes = true) {
-        QuantizedMatrix m;
-        m.name = name + ".weight";
-        m.format = WeightFormat::kFp4Mx;
-        m.rows = rows;
-        m.cols = cols;
-        m.scale_dtype = DType::kF8E8M0;
-        m.scale_cols = cols / 32;
-        m.block_rows = 1;
-        m.block_cols = 32;
-        if (!with_bytes) {
-            next_key();  // the key fill() would have taken: the next tensors' values stay the same
-            return m;
-        }
-        uint8_t* data = take(size_t(rows * cols / 2));
-        fill(data, rows * cols / 2, fp4_);
-        uint8_t* scale = take(size_t(rows * cols / 32));
-        std::fill(scale, scale + rows * cols / 32, e8m0_for(kFp4CodeStd, cols));
-        m.data = data;
-        m.scale = scale;
-        return m;
-    }
-
-    QuantizedMatrix bf16(const std::string& name, int64_t rows, int64_t cols, double std) {
-        std::vector<uint16_t> table(kTable);
-        for (int64_t i = 0; i < kTable; ++i) table[size_t(i)] = f32_to_bf16(float(normal_[size_t(i)] * std));
-        QuantizedMatrix m;
-        m.name = name;
-        m.format = WeightFormat::kBF16;
-        m.rows = rows;
-        m.cols = cols;
-        auto* data = reinterpret_cast<uint16_t*>(take(size_t(rows * cols) * 2));
-        fill(data, rows * cols, table);
-        m.data = reinterpret_cast<const uint8_t*>(data);
-        return m;
-    }
-
-    Vec normals(int64_t count, double std) {
-        Vec v(static_cast<size_t>(count));
-        const uint64_t key = next_key();
-        for (int64_t i = 0; i < count; ++i) v[size_t(i)] = float(normal_[mix64(key + uint64_t(i)) & 0xFFFF] * std);
-        return v;
-    }
-    Vec uniform(int64_t count, double lo, double hi) {
-        Vec v(static_cast<size_t>(count));
-        const uint64_t key = next_key();
-        for (int64_t i = 0; i < count; ++i)
-            v[size_t(i)] = float(lo + (hi - lo) * (double(mix64(key + uint64_t(i)) >> 11) * 0x1p-53));
-        return v;
-    }
-    Vec norm(int64_t count) {  // stored as BF16 by the Hub, decoded to f32 at load
-        Vec v = uniform(count, 0.9, 1.1);
-        for (float& x : v) x = round_bf16(x);
-        return v;
-    }
-    HcWeights hc(int64_t rows, int64_t scales, const ModelConfig& c) {
-        const int64_t width = c.hc_mult * c.hidden_size;
-        return {normals(rows * width, 1.0 / std::sqrt(double(width))), normals(rows, 0.5), uniform(scales, 0.5, 1.5)};
-    }
-    CompressorWeights compressor(const std::string& p, int64_t ratio, int64_t head_dim, const ModelConfig& c) {
-        CompressorWeights cw;
-        cw.ratio = ratio;
-        cw.head_dim = head_dim;
-        cw.overlap = ratio == 4;
-        const int64_t width = (cw.overlap ? 2 : 1) * head_dim, D = c.hidden_size;
-        cw.wkv = bf16(p + ".wkv.weight", width, D, 1.0 / std::sqrt(double(D)));
-        cw.wgate = bf16(p + ".wgate.weight", width, D, 1.0 / std::sqrt(double(D)));
-        cw.ape = normals(ratio * width, 0.5);
-        cw.norm = norm(head_dim);
-        return cw;
-    }
-    // k distinct experts per vocabulary row.
-    std::vector<int32_t> tid2eid(int64_t vocab, int64_t k, int64_t experts) {
-        std::vector<int32_t> t(size_t(vocab * k));
-        const uint64_t key = next_key();
-        pool_.parallel_for(vocab, [&](int64_t r0, int64_t r1) {
-            for (int64_t r = r0; r < r1; ++r) {
-                uint64_t draw = 0;
-                for (int64_t j = 0; j < k; ++j) {
-                    int32_t e;
-                    do {
-                        e = int32_t(mix64(key + uint64_t(r) * 1024 + draw++) % uint64_t(experts));
-                    } while (std::find(&t[size_t(r * k)], &t[size_t(r * k + j)], e) != &t[size_t(r * k + j)]);
-                    t[size_t(r * k + j)] = e;
-                }
-            }
-        });
-        return t;
-    }
-
-    uint64_t seed_, counter_ = 0, host_bytes_ = 0;
-    ThreadPool& pool_;
-    std::vector<float> normal_;
-    std::vector<uint8_t> fp8_, fp4_;
-    std::vector<std::unique_ptr<uint8_t[]>> owned_;
-};
 
 // Bytes the GPU reads for a matrix in its device format (docs/gpu-design.md: FP8 block scales decoded to f32).
 double matrix_bytes(const QuantizedMatrix& m) {
@@ -613,16 +379,17 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
                 (long long)a.steps, (long long)a.warmup, (unsigned long long)a.seed);
     std::fflush(stdout);
 
-    // 2. Weights in host memory, then the model.
+    // 2. Weights in host memory but the routed experts, then the model, whose GPU generates its routed experts.
     auto t0 = std::chrono::steady_clock::now();
     ThreadPool pool(a.threads);
-    SyntheticWeights synth(a.seed, pool);
+    BenchWeights bench(a.seed, pool);
     const int ranks = a.rank ? a.rank->world : 1;
     const ExpertRange held = expert_range(config.n_routed_experts, a.rank ? a.rank->rank : 0, ranks);
-    ModelWeights weights = synth.build(config, held);
-    std::printf("host weights generated: %.2f GB in %.1f s%s\n", double(synth.host_bytes()) / 1e9, seconds_since(t0),
-                ranks > 1 ? fmt::format(" (this rank's routed experts, {}..{}, of {})", held.first,
-                                        held.first + held.count - 1, config.n_routed_experts)
+    ModelWeights weights = bench.build(config, held, ExpertBytes::kDevice);
+    std::printf("host weights generated: %.2f GB in %.1f s; the routed experts are generated on the GPU%s\n",
+                double(bench.host_bytes()) / 1e9, seconds_since(t0),
+                ranks > 1 ? fmt::format(" (this rank's, {}..{}, of {})", held.first, held.first + held.count - 1,
+                                        config.n_routed_experts)
                                 .c_str()
                           : "");
     const StepBytes bytes = step_bytes(config, weights, a.context + a.warmup + a.steps / 2);
@@ -642,6 +409,7 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
     options.max_sequences = std::max<int64_t>(2, max_batch);
     options.max_context = max_context;
     options.max_chunk_tokens = a.chunk;
+    options.random_experts_seed = a.seed;
     auto make = [&](const ExpertParallel& ep) -> std::unique_ptr<Backend> {
         options.expert_parallel = ep;
         return std::make_unique<CudaModel>(config, std::move(weights), Numerics::kModel, options);

@@ -1,6 +1,6 @@
 // CudaModel construction: the memory plan (weights, state pool, workspace) printed before anything is allocated,
-// the weight upload, the workspace carve; new sequences. The pool is cuda_pool.cpp, the forward cuda_forward.cpp,
-// one block cuda_layer.cpp.
+// the weight upload (and dsv4 bench's routed experts generated in place), the workspace carve; new sequences. The
+// pool is cuda_pool.cpp, the forward cuda_forward.cpp, one block cuda_layer.cpp.
 #include "runtime/cuda/cuda_model_impl.h"
 
 #include <algorithm>
@@ -15,15 +15,18 @@
 
 #include "core/error.h"
 #include "core/number_formats.h"
+#include "core/thread_pool.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/compressor/kv_entry_layout.h"
 #include "kernels/cuda/convert/convert.h"
 #include "kernels/cuda/embed/embed.h"
 #include "kernels/cuda/gemm_fp8/gemm_fp8.h"
 #include "kernels/cuda/mhc/mhc.h"
+#include "kernels/cuda/random_fill/random_fill.h"
 #include "kernels/cuda/rms_norm/rms_norm.h"
 #include "kernels/cuda/smoke/device_info.h"
 #include "kernels/cuda/sparse_attention/sparse_attention.h"
+#include "model/bench_weights.h"
 
 namespace dsv4 {
 namespace {
@@ -152,6 +155,39 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     ws.side_gemm = b.take<uint8_t>(int64_t(gemm));
 }
 
+// CudaOptions::random_experts_seed: the held routed experts of every layer generated in their reserved space with
+// BenchWeights' rule (projection p of expert e: key expert_key(seed, layer, e, p), every scale one byte), so they
+// are the bytes BenchWeights::build gives them on the host. Waits for the stream.
+void generate_experts(const cuda::DeviceWeights& w, const ModelConfig& c, ExpertRange held, uint64_t seed,
+                      cudaStream_t stream) {
+    ThreadPool one(1);
+    BenchWeights bench(seed, one);
+    const std::vector<uint8_t>& table = bench.fp4_table();
+    cuda::DeviceBuffer<uint8_t> d_table(table.size());
+    d_table.upload(table.data(), table.size(), stream);
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const cuda::DeviceMoe& m = w.layers[size_t(l)].ffn;
+        const cuda::DeviceExperts* projections[] = {&m.w1, &m.w2, &m.w3};  // expert_key's projections 0, 1, 2
+        for (int p = 0; p < 3; ++p) {
+            const cuda::DeviceExperts& x = *projections[p];
+            DSV4_CHECK(x.format == WeightFormat::kFp4Mx && x.experts == held.count && x.cols % 32 == 0,
+                       "layer {}: random routed experts are MXFP4, {} per GPU (got {} of format {}, {} columns)", l,
+                       held.count, x.experts, weight_format_name(x.format), x.cols);
+            // The arena is the model's own; DeviceWeights views it read-only for the forward.
+            auto* data = static_cast<uint8_t*>(const_cast<void*>(x.data));
+            auto* scale = const_cast<uint8_t*>(x.scale);
+            const int64_t bytes = x.rows * x.cols / 2, scales = x.rows * x.cols / 32;  // per expert
+            for (int64_t j = 0; j < x.experts; ++j) {
+                const uint64_t key = BenchWeights::expert_key(seed, l, held.first + j, p);
+                cuda::random_table_fill({d_table.get(), key, data + j * bytes, bytes}, stream);
+                DSV4_CUDA_CHECK(cudaMemsetAsync(scale + j * scales, BenchWeights::expert_scale_byte(x.cols),
+                                                size_t(scales), stream));
+            }
+        }
+    }
+    DSV4_CUDA_CHECK(cudaStreamSynchronize(stream));  // before the table goes
+}
+
 }  // namespace
 
 CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics numerics, CudaOptions options)
@@ -191,7 +227,7 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&m.num_sms, cudaDevAttrMultiProcessorCount, options.device));
 
     // 1. The memory plan, before anything is allocated.
-    const cuda::ExpertShare share{m.held.first, m.held.count};
+    const cuda::ExpertShare share{m.held.first, m.held.count, options.random_experts_seed.has_value()};
     const size_t weight_bytes = cuda::measure_weights(config, m.host, share);
     m.pool = plan_pool(config, options);
     const size_t state_bytes = m.pool.bytes();
@@ -230,6 +266,8 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     m.lt = std::make_unique<cuda::CublasLt>();
     m.weight_arena = cuda::DeviceBuffer<uint8_t>(weight_bytes);
     m.w = cuda::upload_weights(config, m.host, m.weight_arena, m.stream->get(), share);
+    if (options.random_experts_seed)
+        generate_experts(m.w, config, m.held, *options.random_experts_seed, m.stream->get());
     m.state_arena = cuda::DeviceBuffer<uint8_t>(state_bytes);
     Bump state{m.state_arena.get()};
     m.entries = state.take<uint8_t>(m.pool.rows * m.pool.entry_bytes);
@@ -254,12 +292,6 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     m.slots->max_pages = m.pool.max_pages;
     m.slots->table.assign(size_t(m.pool.sequences * m.pool.max_pages), -1);
     for (int64_t g = m.pool.pages - 1; g >= 0; --g) m.slots->free_pages.push_back(int32_t(g));
-}
-
-ExpertRange expert_range(int64_t experts, int rank, int ranks) {
-    DSV4_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "expert_range: rank {} of {}", rank, ranks);
-    const int64_t first = experts * rank / ranks, end = experts * (rank + 1) / ranks;
-    return {first, end - first};
 }
 
 CudaModel::~CudaModel() {

@@ -14,10 +14,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "model/backend.h"
+#include "model/expert_range.h"
 #include "model/weights.h"
 #include "runtime/stage_profile.h"
 
@@ -39,11 +41,6 @@ struct ExpertParallel {
     int rank = 0, ranks = 1;
     RankSum* sum = nullptr;  // required when ranks > 1; outlives the model
 };
-struct ExpertRange {
-    int64_t first = 0, count = 0;
-};
-// Contiguous ranges, sizes differing by at most one.
-ExpertRange expert_range(int64_t experts, int rank, int ranks);
 
 // Runtime knobs of the GPU executor (not model hyperparameters).
 struct CudaOptions {
@@ -62,6 +59,10 @@ struct CudaOptions {
     // a long prefill) goes through it in slices, the same values.
     size_t logit_staging_bytes = size_t(256) << 20;  // a decode step of 519 sequences at V4's vocabulary in one slice
     ExpertParallel expert_parallel;
+    // dsv4 bench only: the routed experts are absent from the host weights (no bytes: BenchWeights::build with
+    // ExpertBytes::kDevice) and this GPU generates the ones it holds with BenchWeights' rule for this seed
+    // (kernels/cuda/random_fill), the same bytes as BenchWeights::build(..., ExpertBytes::kHost). MXFP4 experts only.
+    std::optional<uint64_t> random_experts_seed;
 };
 
 class CudaModel final : public Backend {

@@ -1,5 +1,6 @@
 // Weight upload (see device_weights.h). One builder walks the weights twice: in measure mode it only adds up
-// the (256-byte aligned) sizes; in upload mode it copies through a double-buffered pinned staging buffer.
+// the (256-byte aligned) sizes; in upload mode it copies through a double-buffered pinned staging buffer, or only
+// reserves the space of routed experts that the GPU generates (ExpertShare::generated).
 #include "runtime/cuda/device_weights.h"
 
 #include <algorithm>
@@ -45,21 +46,27 @@ class Uploader {
     size_t used() const { return used_; }
     bool measuring() const { return arena_ == nullptr; }
 
+    // Space for `bytes` that the caller fills on the device; where it starts (null in measure mode).
+    void* reserve(size_t bytes) {
+        const size_t offset = used_;
+        used_ += align_up(bytes);
+        if (!arena_) return nullptr;
+        DSV4_CHECK(used_ <= capacity_, "weight upload overran its arena ({} > {} bytes)", used_, capacity_);
+        return arena_ + offset;
+    }
     // Copies the pieces contiguously and returns where they start on the device (null in measure mode).
     const void* put(std::initializer_list<Piece> pieces) { return put(std::vector<Piece>(pieces)); }
     const void* put(const std::vector<Piece>& pieces) {
         size_t total = 0;
         for (const Piece& p : pieces) total += p.bytes;
-        const size_t offset = used_;
-        used_ += align_up(total);
-        if (!arena_) return nullptr;
-        DSV4_CHECK(used_ <= capacity_, "weight upload overran its arena ({} > {} bytes)", used_, capacity_);
-        size_t dst = offset;
+        uint8_t* const start = static_cast<uint8_t*>(reserve(total));
+        if (!start) return nullptr;
+        size_t dst = size_t(start - arena_);
         for (const Piece& p : pieces) {
             copy(static_cast<const uint8_t*>(p.src), p.bytes, dst);
             dst += p.bytes;
         }
-        return arena_ + offset;
+        return start;
     }
     const void* put(const void* src, size_t bytes) { return put({Piece{src, bytes}}); }
     template <typename T>
@@ -205,19 +212,32 @@ DeviceMatrix put_shared_input(Uploader& up, std::span<const QuantizedMatrix* con
     return stack;
 }
 
+// `generated`: ExpertShare::generated.
 DeviceExperts put_experts(Uploader& up, std::span<const ExpertWeights> experts,
-                          const QuantizedMatrix ExpertWeights::*proj) {
+                          const QuantizedMatrix ExpertWeights::*proj, bool generated) {
     const QuantizedMatrix& first = experts.front().*proj;
     DeviceExperts d;
     d.format = first.format;
     d.experts = int64_t(experts.size());
     d.rows = first.rows;
     d.cols = first.cols;
+    const bool packed = first.format == WeightFormat::kFp4Mx || first.format == WeightFormat::kNvfp4;
     for (const ExpertWeights& e : experts) {
         const QuantizedMatrix& m = e.*proj;
         DSV4_CHECK(m.format == first.format && m.rows == first.rows && m.cols == first.cols,
                    "tensor '{}' differs in format or shape from '{}': the CUDA backend needs one format per layer",
                    m.name, first.name);
+        DSV4_CHECK(generated || (m.data && (m.scale || !packed)),
+                   "tensor '{}' has no bytes in host memory: routed experts without bytes are generated on the GPU "
+                   "only for dsv4 bench (CudaOptions::random_experts_seed)",
+                   m.name);
+    }
+    if (generated) {  // the bytes are made on the device after the upload: only their space here
+        require(first.format == WeightFormat::kFp4Mx && first.scale_cols * 32 == first.cols, first,
+                "only MXFP4 routed experts are generated on the GPU (CudaOptions::random_experts_seed)");
+        d.data = up.reserve(size_t(d.experts * d.rows * d.cols / 2));
+        d.scale = static_cast<const uint8_t*>(up.reserve(size_t(d.experts * d.rows * first.scale_cols)));
+        return d;
     }
     std::vector<Piece> data, scale;
     std::vector<float> global;
@@ -317,9 +337,9 @@ DeviceWeights build(Uploader& up, const ModelConfig& config, const ModelWeights&
                    "experts [{}, {}) of layer {}: the layer has {} routed experts", share.first, share.first + count, l,
                    m.experts.size());
         const std::span<const ExpertWeights> held = std::span(m.experts).subspan(size_t(share.first), size_t(count));
-        dm.w1 = put_experts(up, held, &ExpertWeights::w1);
-        dm.w2 = put_experts(up, held, &ExpertWeights::w2);
-        dm.w3 = put_experts(up, held, &ExpertWeights::w3);
+        dm.w1 = put_experts(up, held, &ExpertWeights::w1, share.generated);
+        dm.w2 = put_experts(up, held, &ExpertWeights::w2, share.generated);
+        dm.w3 = put_experts(up, held, &ExpertWeights::w3, share.generated);
         const QuantizedMatrix* gate_up[] = {&m.shared.w1, &m.shared.w3};
         DeviceMatrix* gate_up_views[] = {&dm.s1, &dm.s3};
         dm.s1_s3 = put_shared_input(up, gate_up, gate_up_views, false);

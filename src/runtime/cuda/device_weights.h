@@ -127,6 +127,10 @@ struct DeviceWeights {
 // GPU). DeviceExperts then holds those `count`, expert `first` at index 0; no other expert's bytes are read.
 struct ExpertShare {
     int64_t first = 0, count = -1;  // count -1: every expert
+    // The held experts come without host bytes (CudaOptions::random_experts_seed): their space in the arena is
+    // reserved, not written, for the caller to fill on the device. MXFP4 only. Otherwise a routed expert without
+    // bytes is an error naming it.
+    bool generated = false;
 };
 
 // Bytes the arena needs for `weights` (MTP layers are not uploaded: the forward does not run them). Throws
