@@ -1,13 +1,13 @@
-// dsv4 bench [--preset flash] [--layers N] [--context C] [--steps S] [--seed X]: decode-step latency of a
-// V4-Flash-shaped model on one GPU against the bytes the step must read (DESIGN "Performance: how we know it is
-// fast"). The weights are random, in their checkpoint formats (model/bench_weights.h; no checkpoint is written): FP8
-// e4m3 with E8M0 block scales for attention / shared-expert linears, MXFP4 routed experts, BF16 embedding / head /
-// router / compressor projections, F32 mHC mixers, sinks and position biases, as the synthetic writer stores them.
-// Values are drawn through 65,536-entry tables of N(0, 1) samples quantized once to each format (a counter-based
-// hash picks the entry), with power-of-two scales giving each linear a std of about 1/sqrt(fan_in): every value is
-// finite and the forward stays finite. Everything but the routed experts is generated in host memory and uploaded
-// by CudaModel; the routed experts (92% of V4-Flash's bytes) never exist on the host: each GPU generates the ones it
-// holds in place, by the same rule (CudaOptions::random_experts_seed). The bench then measures, in one process:
+// dsv4 bench [--preset flash|pro] [--layers N] [--context C] [--steps S] [--seed X]: decode-step latency of a
+// V4-Flash- or V4-Pro-shaped model on one or more GPUs against the bytes the step must read (DESIGN "Performance:
+// how we know it is fast"). The weights are random, in their checkpoint formats (model/bench_weights.h; no checkpoint
+// is written): FP8 e4m3 with E8M0 block scales for attention / shared-expert linears, MXFP4 routed experts, BF16
+// embedding / head / router / compressor projections, F32 mHC mixers, sinks and position biases, as the synthetic
+// writer stores them. Values are drawn through 65,536-entry tables of N(0, 1) samples quantized once to each format (a
+// counter-based hash picks the entry), with power-of-two scales giving each linear a std of about 1/sqrt(fan_in): every
+// value is finite and the forward stays finite. Everything but the routed experts is generated in host memory and
+// uploaded by CudaModel; the routed experts (92% of V4-Flash's bytes) never exist on the host: each GPU generates the
+// ones it holds in place, by the same rule (CudaOptions::random_experts_seed). The bench then measures, in one process:
 //   1. device-to-device copy bandwidth (1 GiB buffer, bytes read + written, median of 10 copies) and the dense FP8
 //      tensor-core rate (cuBLASLt block-scaled GEMM 8192^3, median of 10);
 //   2. prefill of C random ids (tokens/s, wall clock around a synchronous forward, after a warm-up sequence), and
@@ -689,7 +689,7 @@ void add_bench_command(CLI::App& app) {
     };
     auto a = std::make_shared<BenchArgs>();
 #endif
-    cmd->add_option("--preset", a->preset, "Model shapes (flash: V4-Flash)")->check(CLI::IsMember({"flash"}));
+    cmd->add_option("--preset", a->preset, "Model shapes (flash: V4-Flash, pro: V4-Pro)")->check(CLI::IsMember({"flash", "pro"}));
     cmd->add_option("--layers", a->layers,
                     "Trunk layers, continuing the preset's layer pattern; two or more counts (e.g. 4,12) also give "
                     "the cost per added layer against its floor")
