@@ -89,6 +89,7 @@ std::unique_ptr<Backend> load_model(const ModelOptions& o) {
         CudaOptions cuda_options;
         cuda_options.device = o.device;
         cuda_options.print_plan = !o.quiet;
+        cuda_options.show_progress = open_options.show_progress;  // one line per host: its first rank's
         if (o.max_sequences > 0) cuda_options.max_sequences = o.max_sequences;
         if (o.max_context > 0) cuda_options.max_context = o.max_context;
         if (o.max_chunk_tokens > 0) cuda_options.max_chunk_tokens = o.max_chunk_tokens;

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/number_formats.h"
+#include "core/progress.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/compressor/kv_entry_layout.h"
@@ -265,7 +266,12 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     m.meta_copied = std::make_unique<cuda::Event>();
     m.lt = std::make_unique<cuda::CublasLt>();
     m.weight_arena = cuda::DeviceBuffer<uint8_t>(weight_bytes);
-    m.w = cuda::upload_weights(config, m.host, m.weight_arena, m.stream->get(), share);
+    {
+        ProgressLine progress(options.show_progress);
+        m.w = cuda::upload_weights(config, m.host, m.weight_arena, m.stream->get(), share, &progress);
+        progress.finish(fmt::format("dsv4: weights on {}: {} in {:.1f} s", cuda::describe_device(options.device),
+                                    format_bytes(weight_bytes), progress.elapsed_s()));
+    }
     if (options.random_experts_seed)
         generate_experts(m.w, config, m.held, *options.random_experts_seed, m.stream->get());
     m.state_arena = cuda::DeviceBuffer<uint8_t>(state_bytes);

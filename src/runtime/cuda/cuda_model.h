@@ -52,6 +52,7 @@ struct CudaOptions {
     int64_t max_chunk_tokens = 256;  // tokens per forward piece (sizes the workspace; bounds a decode batch)
     bool decode_graphs = true;       // replay decode steps from CUDA graphs (one per batch size, captured on first use)
     bool print_plan = true;          // the memory plan on stderr
+    bool show_progress = false;      // the weight upload's progress line on stderr (drawn on a terminal only)
     // One launch for the projections that read one input, where their weights stack (device_weights.h); off: one
     // launch per weight, the same bits (tests compare the two).
     bool stacked_projections = true;

@@ -10,8 +10,11 @@
 #include <memory>
 #include <span>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "core/number_formats.h"
+#include "core/progress.h"
 #include "kernels/cpu/dequantize.h"
 
 namespace dsv4::cuda {
@@ -32,8 +35,8 @@ struct Piece {
 class Uploader {
   public:
     // measure mode: arena == nullptr
-    Uploader(uint8_t* arena, size_t capacity, cudaStream_t stream)
-        : arena_(arena), capacity_(capacity), stream_(stream) {
+    Uploader(uint8_t* arena, size_t capacity, cudaStream_t stream, ProgressLine* progress = nullptr)
+        : arena_(arena), capacity_(capacity), stream_(stream), progress_(progress) {
         if (arena_) {
             staging_ = std::make_unique<PinnedBuffer<uint8_t>>(2 * kStagingBytes);
             for (auto& e : done_) e = std::make_unique<Event>();
@@ -95,13 +98,21 @@ class Uploader {
             src += n;
             dst += n;
             bytes -= n;
+            copied_ += n;
+            if (progress_) {
+                const double s = std::max(progress_->elapsed_s(), 1e-3);
+                progress_->update(fmt::format("weights to the GPU: {} of {} ({:.0f}%), {}/s", format_bytes(copied_),
+                                              format_bytes(capacity_), 100.0 * double(copied_) / double(capacity_),
+                                              format_bytes(uint64_t(double(copied_) / s))));
+            }
         }
     }
 
     uint8_t* arena_;
     size_t capacity_;
     cudaStream_t stream_;
-    size_t used_ = 0;
+    ProgressLine* progress_;
+    size_t used_ = 0, copied_ = 0;
     std::unique_ptr<PinnedBuffer<uint8_t>> staging_;
     std::unique_ptr<Event> done_[2];
     int half_ = 0;
@@ -358,10 +369,10 @@ size_t measure_weights(const ModelConfig& config, const ModelWeights& weights, E
 }
 
 DeviceWeights upload_weights(const ModelConfig& config, const ModelWeights& weights, DeviceBuffer<uint8_t>& arena,
-                             cudaStream_t stream, ExpertShare experts) {
+                             cudaStream_t stream, ExpertShare experts, ProgressLine* progress) {
     DeviceWeights d;
     {
-        Uploader up(arena.get(), arena.bytes(), stream);
+        Uploader up(arena.get(), arena.bytes(), stream, progress);
         d = build(up, config, weights, experts);
     }  // the uploader waits for its copies before the staging buffer and owned host data go
     return d;

@@ -15,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/progress.h"
 #include "core/quantized_matrix.h"
 #include "kernels/cuda/common/device_buffer.h"
 #include "model/model_config.h"
@@ -137,8 +138,9 @@ struct ExpertShare {
 // dsv4::Error naming the tensor when a format has no GPU path yet.
 size_t measure_weights(const ModelConfig& config, const ModelWeights& weights, ExpertShare experts = {});
 
-// Uploads into `arena` (>= measure_weights bytes) and returns the device views. Synchronous.
+// Uploads into `arena` (>= measure_weights bytes) and returns the device views, drawing the bytes copied so far on
+// `progress` where given. Synchronous.
 DeviceWeights upload_weights(const ModelConfig& config, const ModelWeights& weights, DeviceBuffer<uint8_t>& arena,
-                             cudaStream_t stream, ExpertShare experts = {});
+                             cudaStream_t stream, ExpertShare experts = {}, ProgressLine* progress = nullptr);
 
 }  // namespace dsv4::cuda
