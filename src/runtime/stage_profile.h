@@ -20,10 +20,11 @@ namespace dsv4 {
 //   embed           embedding rows into the mHC streams
 //   attn_hc_pre     mHC pre-mix + attn_norm
 //   q_proj          wq_a | wkv (one GEMM), q_norm and kv_norm, wq_b, head norm, RoPE of q and kv
-//   window_kv       packing the chunk's own entries; on HCA layers also the compressor's f32 projections of x
-//   indexer         the f32 projections of x (compressors, weights_proj), indexer queries, its compressor (keys),
-//                   scores, top-k
-//   compressor      the main compressor
+//   window_kv       packing the chunk's own entries
+//   indexer         CSA layers: the wait for the side lane's f32 projections of x (compressors, weights_proj),
+//                   indexer queries, its compressor (keys), scores, top-k and the main compressor, which run beside
+//                   q_proj's wq_b .. RoPE and window_kv on a second stream (what they add after window_kv)
+//   compressor      HCA layers: the same wait for the f32 projections of x and the main compressor
 //   sparse_attn     slot lists, sparse attention, inverse RoPE
 //   o_proj          grouped wo_a, wo_b
 //   ring_update     the window ring's new entries

@@ -169,7 +169,8 @@ std::map<std::string, StageFloor> stage_floors(const ModelConfig& c, const Model
         if (a.indexer)
             f["indexer"].weights += matrix_bytes(a.indexer->wq_b) + matrix_bytes(a.indexer->weights_proj) +
                                     compressor_bytes(a.indexer->compressor);
-        if (a.compressor) f["compressor"].weights += compressor_bytes(*a.compressor);
+        // On CSA layers the main compressor runs with the indexer on the side lane, in the indexer's stage.
+        if (a.compressor) f[a.indexer ? "indexer" : "compressor"].weights += compressor_bytes(*a.compressor);
         const int64_t ratio = c.compress_ratios[size_t(l)];
         int64_t entries = std::min(visible, c.sliding_window);
         if (ratio == 4) {

@@ -285,7 +285,7 @@ const float* F32Projections::of(const cuda::DeviceMatrix& w) const {
     return outputs[size_t(at - weights.begin())];
 }
 
-F32Projections CudaModel::Impl::f32_projections_of_x(const cuda::DeviceAttention& a) {
+F32Projections CudaModel::Impl::f32_projections_of_x(const Lane& lane, const cuda::DeviceAttention& a) {
     F32Projections out;
     out.weights = cuda::f32_projections(a);
     std::vector<int64_t> column;
@@ -299,11 +299,11 @@ F32Projections CudaModel::Impl::f32_projections_of_x(const cuda::DeviceAttention
     const bool chains = !std::all_of(out.weights.begin(), out.weights.end(),
                                      [](const cuda::DeviceMatrix* w) { return f32_on_tensor_cores(*w); });
     if (options.stacked_projections && a.f32_proj.data) {
-        linear_f32(a.f32_proj, ws.x, piece.tokens, ws.f32_proj, 0, chains);  // the stack's rows are the columns
+        linear_f32(lane, a.f32_proj, ws.x, piece.tokens, ws.f32_proj, 0, chains);  // the stack's rows are the columns
         return out;
     }
     for (size_t i = 0; i < out.weights.size(); ++i)
-        linear_f32(*out.weights[i], ws.x, piece.tokens, ws.f32_proj + column[i], out.width, chains);
+        linear_f32(lane, *out.weights[i], ws.x, piece.tokens, ws.f32_proj + column[i], out.width, chains);
     return out;
 }
 
@@ -330,13 +330,13 @@ void CudaModel::Impl::attention(int64_t layer) {
         p.inverse = inverse;
         return p;
     };
-    auto rope = [&](bf16* x, int64_t heads, int64_t head_dim, bool inverse) {
-        cuda::apply_rope(rope_of(x, heads, head_dim, inverse), s);
+    auto rope = [&](bf16* x, int64_t heads, int64_t head_dim, bool inverse, cudaStream_t on) {
+        cuda::apply_rope(rope_of(x, heads, head_dim, inverse), on);
     };
     // run_compressor on its f32 projections of x (wkv x, wgate x): the device state machine writes the closed
     // entries.
     auto compress = [&](const cuda::DeviceCompressor& cw, const F32Projections& proj, cuda::CompressorKind kind,
-                        uint8_t* cache, int64_t state_offset) {
+                        uint8_t* cache, int64_t state_offset, cudaStream_t on) {
         const int64_t width = (cw.overlap ? 2 : 1) * cw.head_dim, slots = (cw.overlap ? 2 : 1) * cw.ratio;
         cuda::CompressorParams p;
         p.kv = proj.of(cw.wkv);
@@ -363,7 +363,7 @@ void CudaModel::Impl::attention(int64_t layer) {
         p.ratio = int32_t(cw.ratio);
         p.eps = eps;
         p.kind = kind;
-        cuda::compressor(p, s);
+        cuda::compressor(p, on);
     };
 
     // 1. Queries and window KV: qr = q_norm(wq_a x) and kv = kv_norm(wkv x); q = wq_b qr, the per-head norm; RoPE on
@@ -371,6 +371,16 @@ void CudaModel::Impl::attention(int64_t layer) {
     stages.mark("q_proj", layer);
     query_and_kv_latents(a);
     observe_bf16("attn.qr", layer, ws.qr, T, c.q_lora_rank);
+    // Steps 3 and 4 (the f32 projections of x, the indexer, the main compressor) read only x, qr and the pool and
+    // write only their own buffers and the pool's compressed rows and keys: on layers that compress they run on the
+    // side lane, beside the rest of step 1 and step 2, joined before the sparse attention. An observer synchronizes
+    // the main stream to download, so with one everything stays on the main lane.
+    const bool fork = ratio > 0 && !observer;
+    const Lane side = fork ? side_lane() : main_lane();
+    if (fork) {
+        side_fork->record(s);
+        DSV4_CUDA_CHECK(cudaStreamWaitEvent(side.stream, side_fork->get()));
+    }
     linear(a.wq_b, ws.qr, T, ws.q, ws.qr_fp8);
     observe_bf16("attn.q_proj", layer, ws.q, T, H * d);
     cuda::head_rms_norm({ws.q, T, H, d, H * d, eps}, s);
@@ -387,11 +397,10 @@ void CudaModel::Impl::attention(int64_t layer) {
         observe_bf16("attn.kv", layer, ws.kv_view, T, d);
     }
 
-    // 3. Lightning indexer (CSA).
-    if (a.indexer) stages.mark("indexer", layer);
     // 3. Lightning indexer (CSA). First the f32 projections of x that it and the main compressor read (CSA, HCA):
     //    every compressor's wkv x and wgate x, the indexer's weights_proj x.
-    const F32Projections proj = f32_projections_of_x(a);
+    if (a.indexer && !fork) stages.mark("indexer", layer);
+    const F32Projections proj = f32_projections_of_x(side, a);
     // Observer downloads (single-sequence pieces only): the entries this piece closes.
     const int slot = piece.slot;
     const int64_t start = piece.start;
@@ -404,14 +413,15 @@ void CudaModel::Impl::attention(int64_t layer) {
     // With index_topk 0 a CSA layer selects no compressed entry: no queries or scores, but its keys are still built
     // (as the CPU does).
     if (a.indexer && c.index_topk > 0) {
-        linear(a.indexer->wq_b, ws.qr, T, ws.qi, ws.qr_fp8);
-        rope(ws.qi, c.index_n_heads, c.index_head_dim, false);
-        cuda::indexer_rotate_fp4({ws.qi, T * c.index_n_heads, c.index_head_dim, c.index_head_dim}, s);
+        linear(side, a.indexer->wq_b, ws.qr, T, ws.qi, ws.qr_fp8);
+        rope(ws.qi, c.index_n_heads, c.index_head_dim, false, side.stream);
+        cuda::indexer_rotate_fp4({ws.qi, T * c.index_n_heads, c.index_head_dim, c.index_head_dim}, side.stream);
     }
     if (a.indexer) {
         const cuda::DeviceIndexer& ix = *a.indexer;
         const int64_t dI = c.index_head_dim;
-        compress(ix.compressor, proj, cuda::CompressorKind::kIndexer, keys, pool.index_state_offset[size_t(layer)]);
+        compress(ix.compressor, proj, cuda::CompressorKind::kIndexer, keys, pool.index_state_offset[size_t(layer)],
+                 side.stream);
         if (observer && closed > 0) {  // the keys this piece closed, decoded as the indexer reads them
             const int64_t bytes = pool.index_entry_bytes;
             std::vector<uint8_t> raw(static_cast<size_t>(closed * bytes));
@@ -437,7 +447,8 @@ void CudaModel::Impl::attention(int64_t layer) {
         const int64_t nI = c.index_n_heads, dI = c.index_head_dim;
         // Head weights: bf16(weights_proj x) * (dI^-0.5 nI^-0.5), rounded to bf16 again, in the cast.
         const float weight_scale = float(std::pow(double(dI), -0.5) * std::pow(double(nI), -0.5));
-        cuda::f32_to_bf16({proj.of(ix.weights_proj), ws.head_weights, T, nI, proj.width, nI, weight_scale}, s);
+        cuda::f32_to_bf16({proj.of(ix.weights_proj), ws.head_weights, T, nI, proj.width, nI, weight_scale},
+                          side.stream);
         cuda::IndexerScoresParams sp;
         sp.q = reinterpret_cast<const uint16_t*>(ws.qi);
         sp.head_weights = reinterpret_cast<const uint16_t*>(ws.head_weights);
@@ -453,7 +464,7 @@ void CudaModel::Impl::attention(int64_t layer) {
         sp.max_visible = int32_t(visible);
         sp.max_pages = int32_t(pool.max_pages);
         sp.page_size = int32_t(pool.page_entries[size_t(layer)]);
-        cuda::indexer_scores(sp, s);
+        cuda::indexer_scores(sp, side.stream);
         cuda::IndexerTopkParams tp;
         tp.scores = sp.scores;
         tp.token_position = ws.positions;
@@ -462,7 +473,7 @@ void CudaModel::Impl::attention(int64_t layer) {
         tp.ratio = int32_t(ratio);
         tp.max_visible = int32_t(visible);
         tp.topk = int32_t(c.index_topk);
-        cuda::indexer_topk(tp, s);
+        cuda::indexer_topk(tp, side.stream);
     }
     if (a.indexer && observer) {  // the top-k margins, from the device's scores, as the CPU computes them
         std::vector<uint16_t> raw(static_cast<size_t>(T * visible));
@@ -484,10 +495,11 @@ void CudaModel::Impl::attention(int64_t layer) {
     }
 
     // 4. Main compressor (CSA/HCA).
-    if (a.compressor) stages.mark("compressor", layer);
+    if (a.compressor && !fork) stages.mark("compressor", layer);
     if (a.compressor) {
         compress(*a.compressor, proj, cuda::CompressorKind::kMain,
-                 entries + pool.compressed_row[size_t(layer)] * pool.entry_bytes, pool.state_offset[size_t(layer)]);
+                 entries + pool.compressed_row[size_t(layer)] * pool.entry_bytes, pool.state_offset[size_t(layer)],
+                 side.stream);
         if (observer && closed > 0) {  // the entries this piece closed, unpacked (closed <= T rows of kv_view)
             std::vector<int32_t> rows(static_cast<size_t>(closed));
             for (int64_t e = 0; e < closed; ++e) rows[size_t(e)] = int32_t(entry_row(layer, slot, start / ratio + e, false));
@@ -495,6 +507,13 @@ void CudaModel::Impl::attention(int64_t layer) {
             cuda::unpack_kv_entries({entries, ws.attn_indices, ws.kv_view, closed, d, r, d}, s);
             observe_bf16("attn.compressed", layer, ws.kv_view, closed, d);  // synchronizes: `rows` outlives the copy
         }
+    }
+
+    // The side lane's end: what remains of steps 3 and 4 after steps 1 and 2.
+    if (fork) {
+        side_join->record(side.stream);
+        stages.mark(a.indexer ? "indexer" : "compressor", layer);
+        DSV4_CUDA_CHECK(cudaStreamWaitEvent(s, side_join->get()));
     }
 
     // 5. Sparse attention over the window slots and the compressed entries, then the inverse RoPE.
@@ -538,7 +557,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     sp.splits = plan.splits;
     sp.scale = float(std::pow(double(d), -0.5));
     cuda::sparse_attention(sp, s);
-    rope(ws.o, H, d, true);
+    rope(ws.o, H, d, true, s);
     observe_bf16("attn.o", layer, ws.o, T, H * d);
 
     // 6. Grouped low-rank output projection.

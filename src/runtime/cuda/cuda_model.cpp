@@ -151,8 +151,9 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     }
     ws.gemm_bytes = gemm;
     ws.gemm = b.take<uint8_t>(int64_t(gemm));
-    ws.side_act = {b.take<uint8_t>(T * shared_I), b.take<float>(T * ((shared_I + 127) / 128))};
-    ws.side_y_f32 = b.take<float>(T * std::max(2 * shared_I, D));
+    const int64_t side_k = std::max(shared_I, c.q_lora_rank);  // s2's input; the indexer's wq_b input
+    ws.side_act = {b.take<uint8_t>(T * side_k), b.take<float>(T * ((side_k + 127) / 128))};
+    ws.side_y_f32 = b.take<float>(T * std::max({2 * shared_I, D, nI * dI}));
     ws.side_gemm = b.take<uint8_t>(int64_t(gemm));
 }
 

@@ -140,8 +140,8 @@ struct Workspace {
     float* logits = nullptr;  // [T, V]
     void* gemm = nullptr;     // GEMM workspace
     size_t gemm_bytes = 0;
-    // The side lane's scratch (Lane): the shared expert's s2 input rows, dense f32 output and GEMM workspace (of
-    // gemm_bytes), so it runs beside the router, the routed experts and their exchange.
+    // The side lane's scratch (Lane): act_quant rows, dense f32 output and GEMM workspace (of gemm_bytes) for the
+    // attention's compressed side and the shared expert, so they run beside the main lane's kernels.
     Fp8Rows side_act;
     float* side_y_f32 = nullptr;
     void* side_gemm = nullptr;
@@ -150,8 +150,9 @@ struct Workspace {
 };
 
 // Where a run of launches goes: a stream and the scratch its kernels write besides their outputs. The main lane is
-// the piece's stream; the side lane runs the shared expert beside the router, the routed experts and their exchange
-// (forked from the main stream where the FFN input is ready, joined before the combine).
+// the piece's stream; the side lane runs, forked from it and joined back: in attention, the f32 projections of x, the
+// indexer and the main compressor beside the queries and the window KV (layers that compress); in the MoE, the
+// shared expert beside the router, the routed experts and their exchange.
 struct Lane {
     cudaStream_t stream = nullptr;
     Fp8Rows act;             // act_quant's output: [rows, cols] e4m3 and [rows, ceil(cols / 128)] f32 scales
@@ -238,7 +239,7 @@ struct CudaModel::Impl {
     // projections in one GEMM where their weights stack.
     void query_and_kv_latents(const cuda::DeviceAttention& a);
     // The f32 projections of x into ws.f32_proj: one dense_linear where their weights stack, else one per weight.
-    F32Projections f32_projections_of_x(const cuda::DeviceAttention& a);
+    F32Projections f32_projections_of_x(const Lane& lane, const cuda::DeviceAttention& a);
     // moe_forward's shared expert on ws.x into ws.shared_out, on `lane`: gate and up in one GEMM where s1 and s3
     // stack, SwiGLU, down.
     void shared_expert(const Lane& lane, const cuda::DeviceMoe& m);
