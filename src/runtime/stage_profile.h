@@ -26,7 +26,8 @@ namespace dsv4 {
 //                   q_proj's wq_b .. RoPE and window_kv on a second stream (what they add after window_kv)
 //   compressor      HCA layers: the same wait for the f32 projections of x and the main compressor
 //   sparse_attn     slot lists, sparse attention, inverse RoPE
-//   o_proj          grouped wo_a, wo_b (the window ring's new entries are written beside it, on the second stream)
+//   o_proj          grouped wo_a, wo_b
+//   ring_update     the window ring's new entries
 //   attn_hc_post    mHC post-mix of the attention output
 //   ffn_hc_pre      mHC pre-mix + ffn_norm
 //   router          gate, routing, row index (the shared expert runs beside this and the next two stages, on a
@@ -38,10 +39,10 @@ namespace dsv4 {
 //   ffn_hc_post     mHC post-mix of the MoE output
 //   head            mHC head mix, final norm, lm_head
 //   logits_copy     the logits to the host
-inline constexpr std::array<std::string_view, 19> kStages = {
-    "upload",        "embed",       "attn_hc_pre",  "q_proj",     "window_kv",  "indexer",        "compressor",
-    "sparse_attn",   "o_proj",      "attn_hc_post", "ffn_hc_pre", "router",     "routed_experts", "expert_exchange",
-    "shared_expert", "moe_combine", "ffn_hc_post",  "head",       "logits_copy"};
+inline constexpr std::array<std::string_view, 20> kStages = {
+    "upload",          "embed",         "attn_hc_pre", "q_proj",       "window_kv",  "indexer",    "compressor",
+    "sparse_attn",     "o_proj",        "ring_update", "attn_hc_post", "ffn_hc_pre", "router",     "routed_experts",
+    "expert_exchange", "shared_expert", "moe_combine", "ffn_hc_post",  "head",       "logits_copy"};
 
 // One interval of a recorded piece: from the event opening `stage` to the next event.
 struct StageTime {

@@ -35,6 +35,7 @@ Marks expected_stages(const ModelConfig& c) {
         if (ratio > 0 && ratio != 4) m.push_back({"compressor", l});
         m.insert(m.end(), {{"sparse_attn", l},
                            {"o_proj", l},
+                           {"ring_update", l},
                            {"attn_hc_post", l},
                            {"ffn_hc_pre", l},
                            {"router", l},

@@ -560,22 +560,15 @@ void CudaModel::Impl::attention(int64_t layer) {
     rope(ws.o, H, d, true, s);
     observe_bf16("attn.o", layer, ws.o, T, H * d);
 
-    // 6. Each sequence's ring keeps its last W entries (written after the attention read the old ones). Nothing
-    //    else in the layer touches the ring or ws.kv, so this runs on the side lane beside the output projection;
-    //    the MoE's join waits for it before the next layer writes ws.kv. With an observer: on the main lane.
-    const Lane ring_lane = observer ? main_lane() : side_lane();
-    if (!observer) {
-        side_fork->record(s);
-        DSV4_CUDA_CHECK(cudaStreamWaitEvent(ring_lane.stream, side_fork->get()));
-    }
-    cuda::pack_kv_entries({ws.kv, entries + ring_row * pool.entry_bytes, ws.ring_target, T, d, r, d},
-                          ring_lane.stream);
-
-    // 7. Grouped low-rank output projection.
+    // 6. Grouped low-rank output projection.
     stages.mark("o_proj", layer);
     grouped_linear(a.wo_a, ws.o, T, c.o_groups, ws.z);
     observe_bf16("attn.z", layer, ws.z, T, c.o_groups * c.o_lora_rank);
     linear(a.wo_b, ws.z, T, ws.y);
+
+    // 7. Each sequence's ring keeps its last W entries (written after the attention read the old ones).
+    stages.mark("ring_update", layer);
+    cuda::pack_kv_entries({ws.kv, entries + ring_row * pool.entry_bytes, ws.ring_target, T, d, r, d}, s);
     (void)D;
 }
 
@@ -612,8 +605,8 @@ void CudaModel::Impl::moe(int64_t layer) {
     const int64_t D = c.hidden_size, E = c.n_routed_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
     cudaStream_t s = stream->get();
 
-    // The shared expert on the side lane (after the attention's ring update), beside everything up to the combine:
-    // it reads only ws.x and ws.x_fp8, which nothing before the combine writes, and writes only its own buffers.
+    // The shared expert on the side lane, beside everything up to the combine: it reads only ws.x and ws.x_fp8,
+    // which nothing before the combine writes, and writes only its own buffers.
     side_fork->record(s);
     DSV4_CUDA_CHECK(cudaStreamWaitEvent(side_stream->get(), side_fork->get()));
     shared_expert(side_lane(), m);
