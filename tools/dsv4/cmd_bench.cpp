@@ -429,6 +429,12 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
     Backend& model = *owner;
     std::printf("model uploaded in %.1f s%s\n", seconds_since(t0),
                 ranks > 1 ? fmt::format(" (rank 0 of {}; the others mirror its calls)", ranks).c_str() : "");
+    std::printf("routing: the model's own router on these weights and random token ids (score layers: top-%lld of "
+                "the random gate's sqrtsoftplus scores plus bias; hash layers: random tid2eid rows of distinct "
+                "experts); the batch floors count the distinct experts of B tokens each drawing %lld of %lld "
+                "uniformly\n",
+                (long long)config.num_experts_per_tok, (long long)config.num_experts_per_tok,
+                (long long)config.n_routed_experts);
 
     uint64_t rng = mix64(a.seed ^ 0x69647321ull);
     auto random_id = [&] { return int32_t(mix64(rng++) % uint64_t(config.vocab_size)); };
