@@ -287,6 +287,7 @@ struct BenchArgs {
     int64_t context = 4096, steps = 64, warmup = 8, chunk = 256;
     std::vector<int64_t> batches;  // batched decode: batch sizes to time (each sequence prefilled with batch_context)
     int64_t batch_context = 128;
+    bool share_batch_prompt = false;  // prefill one batch prompt and copy its state to every sequence of a batch
     uint64_t seed = 0;
     int threads = 0;
     bool stages = false;  // also the per-stage table of every measured step (CudaModel's stage profiler)
@@ -419,8 +420,9 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
     if (a.rank) {
         const RunIdentity identity{
             fmt::format("bench preset {} layers {} seed {}", a.preset, config.num_layers, a.seed),
-            fmt::format("context {} batch context {} steps {} warmup {} chunk {} batches {} stages {}", a.context,
-                        a.batch_context, a.steps, a.warmup, a.chunk, fmt::join(a.batches, ","), a.stages)};
+            fmt::format("context {} batch context {} shared {} steps {} warmup {} chunk {} batches {} stages {}",
+                        a.context, a.batch_context, a.share_batch_prompt, a.steps, a.warmup, a.chunk,
+                        fmt::join(a.batches, ","), a.stages)};
         owner = model_on_ranks(*a.rank, a.parallel.options, identity, make, stage_control);
         if (!owner) return run;  // a rank other than 0: it made rank 0's calls on its share of the model
     } else {
@@ -567,8 +569,10 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
     // the KV of B sequences at batch_context.
     if (!a.batches.empty()) {
         const StepBytes& one = batch_bytes;
-        std::printf("batched decode (%lld timed steps after %lld warm-up; each sequence at ~%lld positions):\n",
-                    (long long)a.steps, (long long)a.warmup, (long long)a.batch_context);
+        std::printf("batched decode (%lld timed steps after %lld warm-up; each sequence at ~%lld positions%s):\n",
+                    (long long)a.steps, (long long)a.warmup, (long long)a.batch_context,
+                    a.share_batch_prompt ? ", all copies of one prefilled prompt, each decoding its own random ids"
+                                         : "");
         std::printf("  %5s %10s %12s %11s %10s %10s %8s\n", "batch", "step ms", "tokens/s", "bytes/step", "floor ms",
                     "x floor", "finite");
         std::vector<std::pair<StageRun, double>> stage_runs;  // --stages: per batch size, with its step
@@ -577,12 +581,17 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
             std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B));
             std::vector<BatchItem> items;
             for (int64_t b = 0; b < B; ++b) {
-                seqs.push_back(model.new_sequence());
+                if (b == 0 || !a.share_batch_prompt) seqs.push_back(model.new_sequence());
                 prompts[size_t(b)].resize(size_t(a.batch_context));
                 for (auto& id : prompts[size_t(b)]) id = random_id();
             }
-            for (int64_t b = 0; b < B; ++b) items.push_back({&seqs[size_t(b)], prompts[size_t(b)], false});
-            model.forward_batch(items);
+            if (a.share_batch_prompt) {  // one prefill, then B - 1 device copies of its state (copy_sequence)
+                model.forward(seqs[0], prompts[0], false);
+                for (int64_t b = 1; b < B; ++b) seqs.push_back(model.copy_sequence(seqs[0]));
+            } else {
+                for (int64_t b = 0; b < B; ++b) items.push_back({&seqs[size_t(b)], prompts[size_t(b)], false});
+                model.forward_batch(items);
+            }
             std::vector<int32_t> next(static_cast<size_t>(B));
             int64_t nonfinite = 0;
             auto step = [&] {  // one token per sequence; ms of forward_batch by the host clock
@@ -713,6 +722,9 @@ void add_bench_command(CLI::App& app) {
         ->check(CLI::PositiveNumber);
     cmd->add_option("--batch-context", a->batch_context, "Prefill tokens of each sequence of a batch")
         ->check(CLI::PositiveNumber);
+    cmd->add_flag("--share-batch-prompt", a->share_batch_prompt,
+                  "Prefill one --batch-context prompt and copy its state to every sequence of a batch (long contexts "
+                  "at large batches without prefilling B prompts); each sequence still decodes its own random ids");
     cmd->add_option("--seed", a->seed, "Seed of the random weights and ids");
     cmd->add_option("--threads", a->threads, "Host threads generating the weights (0: all cores)")
         ->check(CLI::NonNegativeNumber);
