@@ -30,8 +30,8 @@ namespace dsv4 {
 //   ring_update     the window ring's new entries
 //   attn_hc_post    mHC post-mix of the attention output
 //   ffn_hc_pre      mHC pre-mix + ffn_norm
-//   router          gate, routing, row index (the shared expert then runs beside the next two stages, on a second
-//                   stream)
+//   router          gate, routing, row index (the shared expert runs beside this and the next two stages, on a
+//                   second stream)
 //   routed_experts  w1, w3, SwiGLU, w2 over the selected experts (this GPU's, under expert parallelism)
 //   expert_exchange the routed slots summed over the ranks (expert parallelism only)
 //   shared_expert   the wait for the shared expert (s1, s3, SwiGLU, s2): what it adds after the routed experts

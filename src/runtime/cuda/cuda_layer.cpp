@@ -605,6 +605,13 @@ void CudaModel::Impl::moe(int64_t layer) {
     const int64_t D = c.hidden_size, E = c.n_routed_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
     cudaStream_t s = stream->get();
 
+    // The shared expert on the side lane, beside everything up to the combine: it reads only ws.x and ws.x_fp8,
+    // which nothing before the combine writes, and writes only its own buffers.
+    side_fork->record(s);
+    DSV4_CUDA_CHECK(cudaStreamWaitEvent(side_stream->get(), side_fork->get()));
+    shared_expert(side_lane(), m);
+    side_join->record(side_stream->get());
+
     // Router (f32) and the device permutation.
     stages.mark("router", layer);
     linear_f32(m.gate, ws.x, T, ws.router_logits);
@@ -643,14 +650,6 @@ void CudaModel::Impl::moe(int64_t layer) {
         observe_host("ffn.router_margin", layer, margin, T, 1);
     }
     cuda::moe_row_index({ws.sorted, ws.row_index, T * k, int32_t(k)}, s);
-
-    // The shared expert on the side lane, beside the routed experts and their exchange (after the router: beside the
-    // router's small kernels it only slowed them): it reads only ws.x and ws.x_fp8, which nothing before the
-    // combine writes, and writes only its own buffers.
-    side_fork->record(s);
-    DSV4_CUDA_CHECK(cudaStreamWaitEvent(side_stream->get(), side_fork->get()));
-    shared_expert(side_lane(), m);
-    side_join->record(side_stream->get());
 
     // Routed experts on the gathered slots: gate/up (one launch for both FP4 matrices), SwiGLU with the routing
     // weight, down. Under expert parallelism this GPU runs the slots of its experts only: the offsets from its first
