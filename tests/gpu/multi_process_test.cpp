@@ -3,7 +3,8 @@
 // machine with one GPU both ranks share it (DSV4_SHARE_GPUS=1: NCCL over sockets), on two they get one each.
 //  * logits over a mixed chunk schedule and greedy tokens equal one GPU's, bit for bit, on an MXFP4 fixture, the
 //    trained one and a transformers fixture (dense experts);
-//  * a rank killed mid-decode ends the run within seconds with an error naming it, instead of a hang.
+//  * a rank killed mid-decode ends the run within seconds with an error naming it, instead of a hang;
+//  * a share that does not fit its GPU ends the run with the memory plan's error.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -148,6 +149,23 @@ TEST(MultiProcessFault, KilledRankEndsTheRunWithAClearError) {
         "line: %s\n",
         seconds, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
         errors.substr(errors.rfind('\n', errors.size() - 2) + 1).c_str());
+}
+
+// A plan that does not fit a rank's GPU (dsv4 bench's state pool for 1024 sequences of a million positions: ~170 GB
+// on 4 V4-Flash layers) fails on every rank before anything is allocated, with the memory plan's sentence, and the
+// run ends with an error instead of waiting for the ranks that failed.
+TEST(MultiProcessFault, AShareThatDoesNotFitIsAClearError) {
+    DSV4_REQUIRE_GPU();
+    const auto [gpus, env] = two_ranks();
+    const auto start = std::chrono::steady_clock::now();
+    const Result r =
+        run_split("bench --layers 4 --context 1000000 --batch 1024 --steps 1 --warmup 0 --threads 4 " + gpus, env);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_NE(r.exit_code, 0) << r.errors;
+    EXPECT_NE(r.errors.find("does not fit on GPU"), std::string::npos) << r.errors;
+    EXPECT_NE(r.errors.find("rank "), std::string::npos) << "the supervisor names the rank that failed:\n" << r.errors;
+    EXPECT_LT(seconds, 120.0);
+    std::printf("[ fault    ] a share that does not fit: the run ended after %.1f s, exit %d\n", seconds, r.exit_code);
 }
 
 }  // namespace
