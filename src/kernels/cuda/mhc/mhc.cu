@@ -5,8 +5,9 @@
 //              the streams.
 //   tiled      the same for kMixTile tokens per CTA, each mixer value loaded once for all of them. Used for many
 //              tokens (prefill).
-//   split      a cluster of kHcCluster CTAs per token (few tokens, e.g. decode: one CTA cannot pull the 1.5 MB
-//              f32 mixer of V4 fast). The kRows + 1 reduced values are dealt round-robin to the CTAs; each CTA
+//   split      a cluster of kCluster CTAs per token (few tokens, e.g. decode: one CTA cannot pull the 1.5 MB
+//              f32 mixer of V4 fast; 16 for hc_pre of up to kWideTokens tokens where the GPU can co-schedule
+//              them, else 8). The kRows + 1 reduced values are dealt round-robin to the CTAs; each CTA
 //              computes its values with the per-token kernel's arithmetic (the same kHcThreads strided chains of
 //              fmaf, the same shuffle tree, the same warp tree), each CTA pushes them into every CTA's shared
 //              memory (distributed shared memory, one cluster barrier), warp 0 of every CTA derives pre (rank 0 also
@@ -14,6 +15,9 @@
 //              element in the CPU's order), and the CTAs collapse the streams in slices.
 // hc_post: elementwise over (token, d).
 #include <cooperative_groups.h>
+
+#include <map>
+#include <mutex>
 
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/numeric.cuh"
@@ -27,7 +31,12 @@ namespace cg = cooperative_groups;
 constexpr unsigned kFull = 0xFFFFFFFFu;
 constexpr int kWarps = kHcThreads / 32;
 constexpr int kPostThreads = 256;
-constexpr int kHcCluster = 8;  // CTAs per token on the split path (the portable cluster size)
+constexpr int kHcCluster = 8;      // CTAs per token on the split path (the portable cluster size)
+// hc_pre of at most kWideTokens tokens (batch-1 decode, small batches): a non-portable cluster of kHcWideCluster
+// CTAs, two of the 25 values per CTA instead of four, so twice the SMs pull the mixer and each issues fewer loads.
+// Larger batches keep 8: a cluster of 16 takes most of a GPC, so few of them run at once.
+constexpr int kHcWideCluster = 16;
+constexpr int64_t kWideTokens = 8;
 constexpr int kMixTile = 4;    // tokens per CTA on the tiled path (its accumulators: 4 x 25 registers at n_hc 4)
 // Strided columns a thread loads before their fmafs: the split kernel is bound by loads in flight per SM (H200,
 // hc_pre at one token: 8 -> 14.2 us, 8 round trips for 64 columns); 16 halves the round trips at 116 registers (two
@@ -202,13 +211,13 @@ __device__ float sinkhorn_lanes(float c, int base, int64_t iters, float eps) {
     return c;
 }
 
-// grid (kHcCluster, tokens), clusters of kHcCluster along x. Value u in [0, kRows] (u = kRows: the sum of squares)
-// belongs to CTA u % kHcCluster; the CTA computes it exactly as hc_mix_kernel does (see the file comment).
-template <int kN, bool kHead>
-__global__ void __cluster_dims__(kHcCluster, 1, 1) __launch_bounds__(kHcThreads) hc_mix_split_kernel(HcMixParams p) {
+// grid (kCluster, tokens), clusters of kCluster along x. Value u in [0, kRows] (u = kRows: the sum of squares)
+// belongs to CTA u % kCluster; the CTA computes it exactly as hc_mix_kernel does (see the file comment).
+template <int kN, bool kHead, int kCluster>
+__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads) hc_mix_split_kernel(HcMixParams p) {
     constexpr int kRows = kHead ? kN : (2 + kN) * kN;
     constexpr int kValues = kRows + 1;
-    constexpr int kPer = (kValues + kHcCluster - 1) / kHcCluster;
+    constexpr int kPer = (kValues + kCluster - 1) / kCluster;
     static_assert(kHcThreads % 32 == 0 && kPer <= kHcThreads && kValues <= 32, "warp 0 holds every value");
     __shared__ float partial[kWarps][kPer];
     __shared__ float sums[kValues];  // every reduced value of the token, pushed here by the CTA that computed it
@@ -226,7 +235,7 @@ __global__ void __cluster_dims__(kHcCluster, 1, 1) __launch_bounds__(kHcThreads)
     bool is_row[kPer], is_square[kPer];
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
-        const int u = rank + q * kHcCluster;
+        const int u = rank + q * kCluster;
         is_row[q] = u < kRows;
         is_square[q] = u == kRows;
         fn_row[q] = p.fn + int64_t(is_row[q] ? u : 0) * width;
@@ -273,8 +282,8 @@ __global__ void __cluster_dims__(kHcCluster, 1, 1) __launch_bounds__(kHcThreads)
     asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
     // Push each value into every CTA's `sums`; one release/acquire barrier makes them visible, and no CTA touches
     // another's shared memory after it (so none can leave while being written).
-    if (threadIdx.x < kPer * kHcCluster) {
-        const int q = threadIdx.x / kHcCluster, target = threadIdx.x % kHcCluster, u = rank + q * kHcCluster;
+    if (threadIdx.x < kPer * kCluster) {
+        const int q = threadIdx.x / kCluster, target = threadIdx.x % kCluster, u = rank + q * kCluster;
         if (u < kValues) cluster.map_shared_rank(sums, target)[u] = partial[0][q];
     }
     cluster.sync();
@@ -311,7 +320,7 @@ __global__ void __cluster_dims__(kHcCluster, 1, 1) __launch_bounds__(kHcThreads)
     float pre[kN];
 #pragma unroll
     for (int j = 0; j < kN; ++j) pre[j] = pre_s[j];
-    for (int64_t d = int64_t(rank) * kHcThreads + threadIdx.x; d < p.dim; d += int64_t(kHcCluster) * kHcThreads) {
+    for (int64_t d = int64_t(rank) * kHcThreads + threadIdx.x; d < p.dim; d += int64_t(kCluster) * kHcThreads) {
         float out = 0.0f;
 #pragma unroll
         for (int j = 0; j < kN; ++j) out = __fadd_rn(out, __fmul_rn(pre[j], bf16_to_f32(v[j * p.dim + d])));
@@ -340,6 +349,37 @@ __global__ void __launch_bounds__(kPostThreads) hc_post_kernel(HcPostParams p) {
     }
 }
 
+// Whether the current device co-schedules a cluster of kHcWideCluster split CTAs (a non-portable size: allowed
+// per kernel, and it needs that many free SMs in one GPC); checked once per device. Where it does not, hc_pre takes
+// clusters of kHcCluster: the same values, the same bits.
+bool wide_clusters_fit() {
+    static std::mutex mutex;
+    static std::map<int, bool> fits;
+    int device = 0;
+    DSV4_CUDA_CHECK(cudaGetDevice(&device));
+    std::lock_guard lock(mutex);
+    if (auto it = fits.find(device); it != fits.end()) return it->second;
+    bool ok = true;
+    for (const void* kernel : {reinterpret_cast<const void*>(hc_mix_split_kernel<2, false, kHcWideCluster>),
+                               reinterpret_cast<const void*>(hc_mix_split_kernel<4, false, kHcWideCluster>)}) {
+        ok = ok && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(kHcWideCluster, 1);
+        config.blockDim = dim3(kHcThreads);
+        cudaLaunchAttribute cluster;
+        cluster.id = cudaLaunchAttributeClusterDimension;
+        cluster.val.clusterDim.x = kHcWideCluster;
+        cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+        config.attrs = &cluster;
+        config.numAttrs = 1;
+        int clusters = 0;
+        ok = ok && cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters >= 1;
+    }
+    cudaGetLastError();  // a refusal above is an answer, not an error to report later
+    fits[device] = ok;
+    return ok;
+}
+
 }  // namespace
 
 namespace detail {
@@ -348,12 +388,16 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
     if (path == HcMixPath::kAuto && !hc_specialised(p.n_hc)) path = HcMixPath::kGeneric;
     if (path == HcMixPath::kAuto) path = hc_mix_split(p.tokens, head) ? HcMixPath::kSplit : HcMixPath::kTiled;
     if (path == HcMixPath::kGeneric) return launch_hc_mix_generic(p, head, stream);
-    if (path == HcMixPath::kSplit) {
+    if (path == HcMixPath::kSplit && !head && p.tokens <= kWideTokens && wide_clusters_fit()) {
+        const dim3 grid(kHcWideCluster, unsigned(p.tokens));
+        if (p.n_hc == 2) hc_mix_split_kernel<2, false, kHcWideCluster><<<grid, kHcThreads, 0, stream>>>(p);
+        if (p.n_hc == 4) hc_mix_split_kernel<4, false, kHcWideCluster><<<grid, kHcThreads, 0, stream>>>(p);
+    } else if (path == HcMixPath::kSplit) {
         const dim3 grid(kHcCluster, unsigned(p.tokens));
-        if (p.n_hc == 2 && !head) hc_mix_split_kernel<2, false><<<grid, kHcThreads, 0, stream>>>(p);
-        if (p.n_hc == 2 && head) hc_mix_split_kernel<2, true><<<grid, kHcThreads, 0, stream>>>(p);
-        if (p.n_hc == 4 && !head) hc_mix_split_kernel<4, false><<<grid, kHcThreads, 0, stream>>>(p);
-        if (p.n_hc == 4 && head) hc_mix_split_kernel<4, true><<<grid, kHcThreads, 0, stream>>>(p);
+        if (p.n_hc == 2 && !head) hc_mix_split_kernel<2, false, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p);
+        if (p.n_hc == 2 && head) hc_mix_split_kernel<2, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p);
+        if (p.n_hc == 4 && !head) hc_mix_split_kernel<4, false, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p);
+        if (p.n_hc == 4 && head) hc_mix_split_kernel<4, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p);
     } else if (path == HcMixPath::kPerToken) {
         const dim3 grid(unsigned(p.tokens));
         if (p.n_hc == 2 && !head) hc_mix_kernel<2, false, 1><<<grid, kHcThreads, 0, stream>>>(p);
