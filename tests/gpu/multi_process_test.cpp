@@ -20,6 +20,7 @@
 #include "../tools/tool_test_util.h"
 #include "cuda_fixtures.h"
 #include "gpu_test_util.h"
+#include "kernels/cuda/smoke/device_info.h"
 #include "model/golden_io.h"
 
 extern char** environ;
@@ -31,9 +32,7 @@ using namespace dsv4::testing;
 
 // Two ranks: GPUs 0 and 1 where there are two, else GPU 0 twice (the shared-GPU test mode).
 std::pair<std::string, std::string> two_ranks() {
-    int n = 0;
-    cudaGetDeviceCount(&n);
-    if (n >= 2) return {"--gpus 0,1", ""};
+    if (cuda::device_count() >= 2) return {"--gpus 0,1", ""};
     return {"--gpus 0,0", "DSV4_SHARE_GPUS=1"};
 }
 

@@ -44,18 +44,12 @@ TEST(GpuRandomFill, Throughput) {
     const int64_t count = int64_t(256) << 20;  // 64 routed-expert projections of V4-Flash (4 MiB each)
     const auto d_table = to_device(std::vector<uint8_t>(BenchWeights::kTable, 1));
     cuda::DeviceBuffer<uint8_t> d_out{size_t(count)};
-    cudaEvent_t e0, e1;
-    DSV4_CUDA_CHECK(cudaEventCreate(&e0));
-    DSV4_CUDA_CHECK(cudaEventCreate(&e1));
+    cuda::Event e0, e1;
     cuda::random_table_fill({d_table.get(), 1, d_out.get(), count}, nullptr);  // warm-up
-    DSV4_CUDA_CHECK(cudaEventRecord(e0, nullptr));
+    e0.record(nullptr);
     cuda::random_table_fill({d_table.get(), 2, d_out.get(), count}, nullptr);
-    DSV4_CUDA_CHECK(cudaEventRecord(e1, nullptr));
-    DSV4_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    DSV4_CUDA_CHECK(cudaEventDestroy(e0));
-    DSV4_CUDA_CHECK(cudaEventDestroy(e1));
+    e1.record(nullptr);
+    const float ms = e1.elapsed_since(e0);
     std::printf("[ perf     ] random_table_fill of 256 MiB: %.2f ms = %.0f GB/s written\n", ms,
                 double(count) / (ms * 1e-3) / 1e9);
     const std::vector<uint8_t> out = to_host(d_out);

@@ -16,6 +16,7 @@
 #include "cuda_fixtures.h"
 #include "gpu_test_util.h"
 #include "io/checkpoint.h"
+#include "kernels/cuda/smoke/device_info.h"
 #include "model/golden_io.h"
 #include "runtime/cuda/cuda_model.h"
 #include "runtime/cuda/nccl_group.h"
@@ -24,12 +25,6 @@ namespace dsv4 {
 namespace {
 
 using namespace batch_trace;
-
-int device_count() {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-    return n;
-}
 
 std::unique_ptr<CudaModel> model(const std::shared_ptr<const Checkpoint>& checkpoint, int device, ExpertParallel ep) {
     CudaOptions options;
@@ -47,7 +42,7 @@ class TwoGpus : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TwoGpus, SixteenSequencesTogetherEqualEachAloneAndOneGpu) {
     DSV4_REQUIRE_GPU();
-    if (device_count() < 2) GTEST_SKIP() << "needs two GPUs, found " << device_count();
+    if (cuda::device_count() < 2) GTEST_SKIP() << "needs two GPUs, found " << cuda::device_count();
     const std::string dir = cuda_fixtures::fixture_dir(GetParam());
     const testing::Golden golden(dir + "/golden.safetensors");
     const std::vector<int32_t> ids = testing::to_ids(golden.ints("input_ids"));

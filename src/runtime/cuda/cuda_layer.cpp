@@ -96,6 +96,16 @@ Lane CudaModel::Impl::side_lane() const {
     return {side_stream->get(), ws.side_act, ws.side_y_f32, ws.side_gemm, ws.gemm_bytes};
 }
 
+void CudaModel::Impl::fork_side() {
+    side_fork->record(stream->get());
+    DSV4_CUDA_CHECK(cudaStreamWaitEvent(side_stream->get(), side_fork->get()));
+}
+
+void CudaModel::Impl::join_side() {
+    side_join->record(side_stream->get());
+    DSV4_CUDA_CHECK(cudaStreamWaitEvent(stream->get(), side_join->get()));
+}
+
 void CudaModel::Impl::act_quant(const Lane& lane, const bf16* x, int64_t rows, int64_t cols) {
     cuda::ActQuantParams p;
     p.x = x;
@@ -378,8 +388,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     const bool fork = ratio > 0 && !observer;
     const Lane side = fork ? side_lane() : main_lane();
     if (fork) {
-        side_fork->record(s);
-        DSV4_CUDA_CHECK(cudaStreamWaitEvent(side.stream, side_fork->get()));
+        fork_side();
     }
     linear(a.wq_b, ws.qr, T, ws.q, ws.qr_fp8);
     observe_bf16("attn.q_proj", layer, ws.q, T, H * d);
@@ -511,9 +520,8 @@ void CudaModel::Impl::attention(int64_t layer) {
 
     // The side lane's end: what remains of steps 3 and 4 after steps 1 and 2.
     if (fork) {
-        side_join->record(side.stream);
         stages.mark(a.indexer ? "indexer" : "compressor", layer);
-        DSV4_CUDA_CHECK(cudaStreamWaitEvent(s, side_join->get()));
+        join_side();
     }
 
     // 5. Sparse attention over the window slots and the compressed entries, then the inverse RoPE.
@@ -607,10 +615,8 @@ void CudaModel::Impl::moe(int64_t layer) {
 
     // The shared expert on the side lane, beside everything up to the combine: it reads only ws.x and ws.x_fp8,
     // which nothing before the combine writes, and writes only its own buffers.
-    side_fork->record(s);
-    DSV4_CUDA_CHECK(cudaStreamWaitEvent(side_stream->get(), side_fork->get()));
+    fork_side();
     shared_expert(side_lane(), m);
-    side_join->record(side_stream->get());
 
     // Router (f32) and the device permutation.
     stages.mark("router", layer);
@@ -727,7 +733,7 @@ void CudaModel::Impl::moe(int64_t layer) {
 
     // The shared expert's end: what remains of it after the routed experts (and their exchange).
     stages.mark("shared_expert", layer);
-    DSV4_CUDA_CHECK(cudaStreamWaitEvent(s, side_join->get()));
+    join_side();
 
     // Sum in f32 (routed in ascending expert order, then the shared expert), bf16.
     stages.mark("moe_combine", layer);

@@ -246,6 +246,10 @@ struct CudaModel::Impl {
 
     Lane main_lane() const;
     Lane side_lane() const;
+    // The side lane starts after everything enqueued on the main stream so far; the main stream then waits for
+    // everything enqueued on the side lane so far (both captured as graph edges in a decode graph).
+    void fork_side();
+    void join_side();
 
     // Precision::linear: FP8 weights get FP8-quantized inputs (`quantized` where a norm already made them, else
     // act_quant of x); y bf16 [m, rows]. Without a lane: on the main lane.

@@ -99,7 +99,7 @@ class Uploader {
             dst += n;
             bytes -= n;
             copied_ += n;
-            if (progress_) {
+            if (progress_ && progress_->active()) {
                 const double s = std::max(progress_->elapsed_s(), 1e-3);
                 progress_->update(fmt::format("weights to the GPU: {} of {} ({:.0f}%), {}/s", format_bytes(copied_),
                                               format_bytes(capacity_), 100.0 * double(copied_) / double(capacity_),

@@ -46,6 +46,40 @@ int64_t resident_ctas(const void* kernel, int threads, int smem) {
     return cache.back().ctas;
 }
 
+int64_t resident_clusters(const void* kernel, int threads, int cluster) {
+    struct Entry {
+        const void* kernel;
+        int device, threads, cluster;
+        int64_t clusters;
+    };
+    static std::mutex mutex;
+    static std::vector<Entry> cache;
+    int device = 0;
+    DSV4_CUDA_CHECK(cudaGetDevice(&device));
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const Entry& e : cache)
+        if (e.kernel == kernel && e.device == device && e.threads == threads && e.cluster == cluster) return e.clusters;
+    int clusters = 0;
+    bool allowed = true;
+    if (cluster > 8)
+        allowed = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+    if (allowed) {
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(unsigned(cluster));
+        config.blockDim = dim3(unsigned(threads));
+        cudaLaunchAttribute attribute;
+        attribute.id = cudaLaunchAttributeClusterDimension;
+        attribute.val.clusterDim.x = unsigned(cluster);
+        attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+        config.attrs = &attribute;
+        config.numAttrs = 1;
+        if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) clusters = 0;
+    }
+    (void)cudaGetLastError();  // a refusal above is the answer (0), not an error for a later check
+    cache.push_back({kernel, device, threads, cluster, clusters});
+    return cache.back().clusters;
+}
+
 int multiprocessor_count() {
     int device = 0, sms = 0;
     DSV4_CUDA_CHECK(cudaGetDevice(&device));

@@ -1,7 +1,7 @@
-// How many CTAs of a kernel fit on the current device at once (SMs x CTAs per SM for `threads` and `smem`), for
-// persistent grids. Cached per (kernel, device, threads, smem): an occupancy query on every launch would cost more
-// than a decode launch's kernel time. Raises the kernel's dynamic shared-memory limit to at least `smem` first (never
-// lowers it: a launch found in the cache must still fit).
+// How many CTAs (or clusters of CTAs) of a kernel fit on the current device at once (SMs x CTAs per SM for `threads`
+// and `smem`), for persistent grids and cluster-size choices. Cached per (kernel, device, threads, smem): an
+// occupancy query on every launch would cost more than a decode launch's kernel time. Raises the kernel's dynamic
+// shared-memory limit to at least `smem` first (never lowers it: a launch found in the cache must still fit).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,11 @@
 namespace dsv4::cuda {
 
 int64_t resident_ctas(const void* kernel, int threads, int smem);
+
+// How many clusters of `cluster` CTAs of `threads` (no dynamic shared memory) the current device can hold at once;
+// 0 where it cannot co-schedule one. A size above 8 is non-portable: the kernel is allowed it first (0 if refused).
+// Cached per (kernel, device, threads, cluster), like resident_ctas.
+int64_t resident_clusters(const void* kernel, int threads, int cluster);
 
 // The current device's SM count (the tile heuristics' num_sms).
 int multiprocessor_count();

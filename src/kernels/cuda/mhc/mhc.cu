@@ -16,11 +16,9 @@
 // hc_post: elementwise over (token, d).
 #include <cooperative_groups.h>
 
-#include <map>
-#include <mutex>
-
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/numeric.cuh"
+#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/mhc/mhc.h"
 
 namespace dsv4::cuda {
@@ -349,37 +347,6 @@ __global__ void __launch_bounds__(kPostThreads) hc_post_kernel(HcPostParams p) {
     }
 }
 
-// Whether the current device co-schedules a cluster of kHcWideCluster split CTAs (a non-portable size: allowed
-// per kernel, and it needs that many free SMs in one GPC); checked once per device. Where it does not, hc_pre takes
-// clusters of kHcCluster: the same values, the same bits.
-bool wide_clusters_fit() {
-    static std::mutex mutex;
-    static std::map<int, bool> fits;
-    int device = 0;
-    DSV4_CUDA_CHECK(cudaGetDevice(&device));
-    std::lock_guard lock(mutex);
-    if (auto it = fits.find(device); it != fits.end()) return it->second;
-    bool ok = true;
-    for (const void* kernel : {reinterpret_cast<const void*>(hc_mix_split_kernel<2, false, kHcWideCluster>),
-                               reinterpret_cast<const void*>(hc_mix_split_kernel<4, false, kHcWideCluster>)}) {
-        ok = ok && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
-        cudaLaunchConfig_t config = {};
-        config.gridDim = dim3(kHcWideCluster, 1);
-        config.blockDim = dim3(kHcThreads);
-        cudaLaunchAttribute cluster;
-        cluster.id = cudaLaunchAttributeClusterDimension;
-        cluster.val.clusterDim.x = kHcWideCluster;
-        cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-        config.attrs = &cluster;
-        config.numAttrs = 1;
-        int clusters = 0;
-        ok = ok && cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters >= 1;
-    }
-    cudaGetLastError();  // a refusal above is an answer, not an error to report later
-    fits[device] = ok;
-    return ok;
-}
-
 }  // namespace
 
 namespace detail {
@@ -388,7 +355,11 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
     if (path == HcMixPath::kAuto && !hc_specialised(p.n_hc)) path = HcMixPath::kGeneric;
     if (path == HcMixPath::kAuto) path = hc_mix_split(p.tokens, head) ? HcMixPath::kSplit : HcMixPath::kTiled;
     if (path == HcMixPath::kGeneric) return launch_hc_mix_generic(p, head, stream);
-    if (path == HcMixPath::kSplit && !head && p.tokens <= kWideTokens && wide_clusters_fit()) {
+    // A wide cluster where the device co-schedules one (else clusters of kHcCluster: the same values, the same bits).
+    const void* wide = p.n_hc == 2 ? reinterpret_cast<const void*>(hc_mix_split_kernel<2, false, kHcWideCluster>)
+                                   : reinterpret_cast<const void*>(hc_mix_split_kernel<4, false, kHcWideCluster>);
+    if (path == HcMixPath::kSplit && !head && p.tokens <= kWideTokens &&
+        resident_clusters(wide, kHcThreads, kHcWideCluster) >= 1) {
         const dim3 grid(kHcWideCluster, unsigned(p.tokens));
         if (p.n_hc == 2) hc_mix_split_kernel<2, false, kHcWideCluster><<<grid, kHcThreads, 0, stream>>>(p);
         if (p.n_hc == 4) hc_mix_split_kernel<4, false, kHcWideCluster><<<grid, kHcThreads, 0, stream>>>(p);
