@@ -59,7 +59,9 @@ struct Case {
     int valid_only = -1;    // >= 0: every slot empty except this one; -2: all empty
 };
 
-void run_case(const Case& c, int forced_splits = 0) {
+// Runs a case (both paths checked against the CPU reference) and returns the output's bits.
+std::vector<uint16_t> run_case(const Case& c, int forced_splits = 0,
+                               cuda::SparseAttentionCombine combine = cuda::SparseAttentionCombine::kAuto) {
     Rng rng;
     const int entries = std::max(1, c.slots + 17);
     const int64_t stride = cuda::main_entry_layout(c.d, c.rope).bytes();
@@ -109,17 +111,22 @@ void run_case(const Case& c, int forced_splits = 0) {
     p.slots = c.slots;
     p.splits = plan.splits;
     p.scale = scale;
+    p.combine = combine;
     cuda::Event start, stop;
     start.record(nullptr);
     cuda::sparse_attention(p, nullptr);
     stop.record(nullptr);
     const float ms = stop.elapsed_since(start);
-    const std::vector<float> got = gpu_test::from_bf16(gpu_test::to_host(d_out));
+    const std::vector<uint16_t> bits = gpu_test::to_host(d_out);
+    const std::vector<float> got = gpu_test::from_bf16(bits);
 
     char what[200];
     const bool generic = cuda::sparse_attention_path(c.d, c.rope) == cuda::SparseAttentionPath::kGeneric;
-    std::snprintf(what, sizeof what, "sparse_attention tokens %d heads %d d %d rope %d slots %d splits %d (%s)",
-                  c.tokens, c.heads, c.d, c.rope, c.slots, plan.splits, generic ? "generic" : "tensor cores");
+    const char* combined = combine == cuda::SparseAttentionCombine::kCluster   ? ", cluster"
+                           : combine == cuda::SparseAttentionCombine::kKernels ? ", kernels"
+                                                                               : "";
+    std::snprintf(what, sizeof what, "sparse_attention tokens %d heads %d d %d rope %d slots %d splits %d (%s%s)",
+                  c.tokens, c.heads, c.d, c.rope, c.slots, plan.splits, generic ? "generic" : "tensor cores", combined);
     std::printf("[ time     ] %s: %.1f us (first launch, includes setup)\n", what, ms * 1e3);
     gpu_test::Bf16Bracket check(what);
     std::vector<float> want(static_cast<size_t>(c.d));
@@ -177,6 +184,7 @@ void run_case(const Case& c, int forced_splits = 0) {
         }
     }
     check.expect_ok();
+    return bits;
 }
 
 TEST(SparseAttentionGpu, DecodeFlashSplit) {
@@ -208,6 +216,26 @@ TEST(SparseAttentionGpu, OneValidSlotAndNoValidSlot) {
     run_case({5, 64, 512, 64, 130, 0.0, /*valid_only=*/129});
     run_case({3, 64, 512, 64, 130, 0.0, /*valid_only=*/-2});
     run_case({3, 64, 512, 64, 130, 0.0, /*valid_only=*/-2}, /*forced_splits=*/3);
+}
+
+// The fused path (one cluster per token and head group) against the three kernels: the same bits, both checked
+// against the CPU. Decode shapes (10 splits; 12 and 16, non-portable cluster sizes), Pro's two head groups, splits
+// of several tiles (forced), the tiny dims, no valid slot, one valid slot, several tokens.
+TEST(SparseAttentionGpu, ClusterCombineEqualsKernelsBitwise) {
+    DSV4_REQUIRE_GPU();
+    const std::pair<Case, int> cases[] = {
+        {{1, 64, 512, 64, 128 + 512, 0.1}, 0},  {{2, 64, 512, 64, 128 + 640, 0.1}, 0},
+        {{1, 64, 512, 64, 1024, 0.05}, 0},      {{1, 128, 512, 64, 128 + 512, 0.05}, 0},
+        {{3, 64, 512, 64, 128 + 512, 0.1}, 3},  {{5, 4, 80, 16, 37, 0.2}, 0},
+        {{3, 4, 96, 32, 150, 0.2}, 0},          {{1, 4, 128, 64, 70, 0.0}, 2},
+        {{3, 64, 512, 64, 130, 0.0, -2}, 3},    {{2, 64, 512, 64, 300, 0.0, 129}, 0},
+    };
+    for (const auto& [c, splits] : cases) {
+        const std::vector<uint16_t> cluster = run_case(c, splits, cuda::SparseAttentionCombine::kCluster);
+        const std::vector<uint16_t> kernels = run_case(c, splits, cuda::SparseAttentionCombine::kKernels);
+        EXPECT_EQ(cluster, kernels) << "tokens " << c.tokens << " heads " << c.heads << " d " << c.d << " slots "
+                                    << c.slots << " splits " << splits;
+    }
 }
 
 // The generic path: head_dims of small models (32, 64, 256), an odd nope part (33 = 17 + 16), a nope part that is

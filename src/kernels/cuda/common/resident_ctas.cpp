@@ -10,21 +10,38 @@
 
 namespace dsv4::cuda {
 
+namespace {
+
+// Raises `kernel`'s dynamic shared-memory limit on `device` to at least `smem`. It only ever goes up: a launch found in
+// a cache below skips the raise, so lowering the limit for a smaller launch would break a larger one cached before.
+void raise_smem_limit(const void* kernel, int device, int smem) {
+    if (smem <= 48 * 1024) return;
+    struct Limit {
+        const void* kernel;
+        int device, smem;
+    };
+    static std::mutex mutex;
+    static std::vector<Limit> limits;
+    std::lock_guard<std::mutex> lock(mutex);
+    auto limit =
+        std::find_if(limits.begin(), limits.end(), [&](const Limit& l) { return l.kernel == kernel && l.device == device; });
+    if (limit == limits.end()) limit = limits.insert(limits.end(), {kernel, device, 48 * 1024});
+    if (smem > limit->smem) {
+        DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        limit->smem = smem;
+    }
+}
+
+}  // namespace
+
 int64_t resident_ctas(const void* kernel, int threads, int smem) {
     struct Entry {
         const void* kernel;
         int device, threads, smem;
         int64_t ctas;
     };
-    // The dynamic shared-memory limit each kernel was raised to, per device. It only ever goes up: a launch found in
-    // the cache skips the raise, so lowering the limit for a smaller launch would break a larger one cached before.
-    struct Limit {
-        const void* kernel;
-        int device, smem;
-    };
     static std::mutex mutex;
     static std::vector<Entry> cache;
-    static std::vector<Limit> limits;
     int device = 0;
     DSV4_CUDA_CHECK(cudaGetDevice(&device));
     std::lock_guard<std::mutex> lock(mutex);
@@ -32,24 +49,16 @@ int64_t resident_ctas(const void* kernel, int threads, int smem) {
         if (e.kernel == kernel && e.device == device && e.threads == threads && e.smem == smem) return e.ctas;
     int sms = 0, per_sm = 0;
     DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    if (smem > 48 * 1024) {
-        auto limit = std::find_if(limits.begin(), limits.end(),
-                                  [&](const Limit& l) { return l.kernel == kernel && l.device == device; });
-        if (limit == limits.end()) limit = limits.insert(limits.end(), {kernel, device, 48 * 1024});
-        if (smem > limit->smem) {
-            DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-            limit->smem = smem;
-        }
-    }
+    raise_smem_limit(kernel, device, smem);
     DSV4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, size_t(smem)));
     cache.push_back({kernel, device, threads, smem, int64_t(sms) * (per_sm > 0 ? per_sm : 1)});
     return cache.back().ctas;
 }
 
-int64_t resident_clusters(const void* kernel, int threads, int cluster) {
+int64_t resident_clusters(const void* kernel, int threads, int cluster, int smem) {
     struct Entry {
         const void* kernel;
-        int device, threads, cluster;
+        int device, threads, cluster, smem;
         int64_t clusters;
     };
     static std::mutex mutex;
@@ -58,7 +67,9 @@ int64_t resident_clusters(const void* kernel, int threads, int cluster) {
     DSV4_CUDA_CHECK(cudaGetDevice(&device));
     std::lock_guard<std::mutex> lock(mutex);
     for (const Entry& e : cache)
-        if (e.kernel == kernel && e.device == device && e.threads == threads && e.cluster == cluster) return e.clusters;
+        if (e.kernel == kernel && e.device == device && e.threads == threads && e.cluster == cluster && e.smem == smem)
+            return e.clusters;
+    raise_smem_limit(kernel, device, smem);
     int clusters = 0;
     bool allowed = true;
     if (cluster > 8)
@@ -67,6 +78,7 @@ int64_t resident_clusters(const void* kernel, int threads, int cluster) {
         cudaLaunchConfig_t config = {};
         config.gridDim = dim3(unsigned(cluster));
         config.blockDim = dim3(unsigned(threads));
+        config.dynamicSmemBytes = size_t(smem);
         cudaLaunchAttribute attribute;
         attribute.id = cudaLaunchAttributeClusterDimension;
         attribute.val.clusterDim.x = unsigned(cluster);
@@ -76,7 +88,7 @@ int64_t resident_clusters(const void* kernel, int threads, int cluster) {
         if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) clusters = 0;
     }
     (void)cudaGetLastError();  // a refusal above is the answer (0), not an error for a later check
-    cache.push_back({kernel, device, threads, cluster, clusters});
+    cache.push_back({kernel, device, threads, cluster, smem, clusters});
     return cache.back().clusters;
 }
 

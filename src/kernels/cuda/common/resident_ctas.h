@@ -10,10 +10,11 @@ namespace dsv4::cuda {
 
 int64_t resident_ctas(const void* kernel, int threads, int smem);
 
-// How many clusters of `cluster` CTAs of `threads` (no dynamic shared memory) the current device can hold at once;
-// 0 where it cannot co-schedule one. A size above 8 is non-portable: the kernel is allowed it first (0 if refused).
-// Cached per (kernel, device, threads, cluster), like resident_ctas.
-int64_t resident_clusters(const void* kernel, int threads, int cluster);
+// How many clusters of `cluster` CTAs of `threads` and `smem` bytes of dynamic shared memory the current device can
+// hold at once; 0 where it cannot co-schedule one. A size above 8 is non-portable: the kernel is allowed it first (0
+// if refused); the shared-memory limit is raised as resident_ctas does. Cached per (kernel, device, threads, cluster,
+// smem), like resident_ctas.
+int64_t resident_clusters(const void* kernel, int threads, int cluster, int smem = 0);
 
 // The current device's SM count (the tile heuristics' num_sms).
 int multiprocessor_count();

@@ -7,8 +7,27 @@
 
 namespace dsv4::cuda {
 namespace {
+
 constexpr int32_t kTile = 64, kHeadsPerCta = 64;
+
+// SparseAttentionCombine's choice for a launch on the tensor-core path (a dsv4::Error where kCluster cannot run).
+bool use_cluster(const SparseAttentionParams& p) {
+    if (p.combine == SparseAttentionCombine::kKernels) return false;
+    const bool forced = p.combine == SparseAttentionCombine::kCluster;
+    // The cluster kernel writes 4 outputs (8 bytes) at a time.
+    const bool shape = p.splits <= kMaxClusterSplits && (forced || p.splits >= 2) &&
+                       reinterpret_cast<uintptr_t>(p.out) % 8 == 0;
+    DSV4_CHECK(!forced || shape, "sparse_attention: a cluster needs splits in [1, {}] (got {}) and out 8-byte aligned",
+               kMaxClusterSplits, p.splits);
+    if (!shape) return false;
+    const int64_t resident = detail::sparse_attention_resident_clusters(p);
+    DSV4_CHECK(!forced || resident >= 1, "sparse_attention: this device cannot co-schedule a cluster of {} CTAs",
+               p.splits);
+    const int64_t clusters = int64_t(p.tokens) * ((p.heads + kHeadsPerCta - 1) / kHeadsPerCta);
+    return forced || clusters <= resident;
 }
+
+}  // namespace
 
 int64_t sparse_attention_workspace_per_token(int32_t heads, int32_t head_dim, int32_t splits) {
     return splits > 1 ? int64_t(splits) * heads * (2 + int64_t(head_dim)) : 0;
@@ -50,13 +69,17 @@ void sparse_attention(const SparseAttentionParams& p, cudaStream_t stream) {
     DSV4_CHECK(p.tokens <= 2147483647 && (p.heads + kHeadsPerCta - 1) / kHeadsPerCta <= 65535 && p.splits <= 65535,
                "sparse_attention: grid too large (tokens {}, heads {}, splits {})", p.tokens, p.heads, p.splits);
     DSV4_CHECK(p.q && p.out && p.sink && (p.slots == 0 || (p.kv && p.indices)), "sparse_attention: null pointer");
+    DSV4_CHECK(reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 8 == 0 &&
+                   reinterpret_cast<uintptr_t>(p.out) % 4 == 0 && reinterpret_cast<uintptr_t>(p.workspace) % 8 == 0,
+               "sparse_attention: q must be 16-byte, kv and workspace 8-byte, out 4-byte aligned");
+    if (use_cluster(p)) {
+        detail::sparse_attention_cluster_launch(p, stream);
+        return;
+    }
     const int64_t per_token = sparse_attention_workspace_per_token(p.heads, p.head_dim, p.splits);
     DSV4_CHECK(p.splits == 1 || (p.workspace && p.workspace_floats >= per_token),
                "sparse_attention: {} splits need a workspace of at least {} floats ({} given)", p.splits, per_token,
                p.workspace ? p.workspace_floats : 0);
-    DSV4_CHECK(reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 8 == 0 &&
-                   reinterpret_cast<uintptr_t>(p.out) % 4 == 0 && reinterpret_cast<uintptr_t>(p.workspace) % 8 == 0,
-               "sparse_attention: q must be 16-byte, kv and workspace 8-byte, out 4-byte aligned");
     // Token groups that fit the workspace; each token's work is the same in any group.
     const int64_t group = p.splits > 1 ? std::min<int64_t>(p.tokens, p.workspace_floats / per_token) : p.tokens;
     for (int64_t t0 = 0; t0 < p.tokens; t0 += group) {

@@ -8,6 +8,7 @@
 // the unrounded denominator per split; (3) with splits, sparse_attention_combine_kernel sums the splits in order.
 // Logits are recomputed by identical code in passes 1 and 2, so l <= M holds bit for bit. Every sum has a fixed
 // order: results do not depend on the launch or on other tokens.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -16,12 +17,15 @@
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma.cuh"
+#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/compressor/entry_codec.cuh"
 #include "kernels/cuda/compressor/kv_entry_layout.h"
 #include "kernels/cuda/sparse_attention/sparse_attention.h"
 
 namespace dsv4::cuda {
 namespace {
+
+namespace cg = cooperative_groups;
 
 constexpr int kThreads = 256;
 constexpr int kTile = 64;         // keys per tile
@@ -45,6 +49,8 @@ struct Smem {
     int valid[kTile];
     float row_max[kHeadsPerCta];
     float partial[2][kHeadsPerCta];
+    float split_max[kHeadsPerCta];  // the fused path's exchange: this split's max logits and denominators
+    float split_den[kHeadsPerCta];
 };
 
 // The raw entries of a key tile (load_k_tile) follow Smem in the dynamic shared memory.
@@ -245,54 +251,27 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_max_kernel(const
         workspace(p).max[(int64_t(token) * p.splits + split) * p.heads + head0 + threadIdx.x] = s.row_max[threadIdx.x];
 }
 
+// Pass 2 over slots [range.begin, range.end) with the max logits in s.row_max: this warp's P V accumulators
+// (heads 16 mt + g, + 8 x dims (warp / 4) * head_dim / 2 ..) and its partial denominators (unrounded P, lanes of a
+// quad apart). `tile_loaded`: the range is one tile and s.k still holds it (the fused path's max pass loaded it).
 template <int kHeadDim>
-__global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const SparseAttentionParams p) {
-    static_assert(kHeadDim % 16 == 0 && (kHeadDim / 2) % 8 == 0, "head_dim: k-steps of 16, two halves of n-tiles");
+__device__ __forceinline__ void range_pv(Smem<kHeadDim>& s, uint8_t* staged, const SparseAttentionParams& p, int token,
+                                         SplitRange range, int m_tiles, bool tile_loaded,
+                                         float (&o)[kHeadDim / 16][4], float& den0, float& den1) {
     constexpr int kS = Smem<kHeadDim>::kStride;
     constexpr int kNTiles = kHeadDim / 16;  // 8-dim n-tiles per warp (half of head_dim)
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    Smem<kHeadDim>& s = *reinterpret_cast<Smem<kHeadDim>*>(smem_raw);
-    uint8_t* staged = smem_raw + kStagedOffset<kHeadDim>;
-
-    const int token = blockIdx.x, head0 = blockIdx.y * kHeadsPerCta, split = blockIdx.z;
-    const int heads_here = min(kHeadsPerCta, p.heads - head0), m_tiles = (heads_here + 15) / 16;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
     const int mt = warp % 4, half = warp / 4;  // QK: slot half of the tile; PV: dim half
-    const SplitRange range = split_range(p, split);
-
-    load_q(s, p, token, head0, heads_here);
-    if (p.splits > 1 && !range_has_keys(p, token, range)) {
-        cp_async_wait_all();
-        const Workspace ws = workspace(p);
-        const int64_t row0 = (int64_t(token) * p.splits + split) * p.heads + head0;
-        for (int i = threadIdx.x; i < heads_here * kHeadDim; i += kThreads) ws.o[row0 * kHeadDim + i] = 0.0f;
-        if (threadIdx.x < heads_here) ws.denom[row0 + threadIdx.x] = 0.0f;
-        return;
-    }
-    if (p.splits == 1) {
-        range_max(s, staged, p, token, range, m_tiles);
-    } else {
-        __syncthreads();
-        if (threadIdx.x < heads_here) {
-            const float* m = workspace(p).max + int64_t(token) * p.splits * p.heads + head0 + threadIdx.x;
-            float mx = -INFINITY;
-            for (int sp = 0; sp < p.splits; ++sp) mx = fmaxf(mx, m[int64_t(sp) * p.heads]);
-            s.row_max[threadIdx.x] = mx;
-        }
-        __syncthreads();
-    }
     // Heads without any valid key have M = -inf: their P is 0 (the CPU reference outputs zeros).
     const float max0 = s.row_max[mt * 16 + g], max1 = s.row_max[mt * 16 + g + 8];
     const float base0 = max0 == -INFINITY ? INFINITY : max0, base1 = max1 == -INFINITY ? INFINITY : max1;
-
-    float o[kNTiles][4];
     for (int nt = 0; nt < kNTiles; ++nt)
         for (int i = 0; i < 4; ++i) o[nt][i] = 0.0f;
-    float den0 = 0.0f, den1 = 0.0f;
+    den0 = den1 = 0.0f;
 
     for (int slot0 = range.begin; slot0 < range.end; slot0 += kTile) {
         __syncthreads();  // the previous tile's P V is done with s.k and s.p
-        load_k_tile(s, staged, p, token, slot0, range.end);
+        if (!tile_loaded) load_k_tile(s, staged, p, token, slot0, range.end);
         if (mt < m_tiles) {
             float l[4][4];
             tile_logits(s, p.scale, mt, half, l);
@@ -324,8 +303,15 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
             }
         }
     }
+}
 
-    // Denominators: the QK warps' partial sums, in a fixed order (lanes of a quad, then the two slot halves).
+// The split's denominator of heads 16 mt + g and + 8 from the warps' partial sums, in a fixed order (lanes of a
+// quad, then the two slot halves). Every thread of the CTA calls it (two barriers).
+template <int kHeadDim>
+__device__ __forceinline__ void split_denominators(Smem<kHeadDim>& s, float den0, float den1, float& sum0,
+                                                   float& sum1) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+    const int mt = warp % 4, half = warp / 4;
     for (int off = 1; off < 4; off <<= 1) {
         den0 += __shfl_xor_sync(0xffffffffu, den0, off);
         den1 += __shfl_xor_sync(0xffffffffu, den1, off);
@@ -336,15 +322,57 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
         s.partial[half][mt * 16 + g + 8] = den1;
     }
     __syncthreads();
+    const int h0 = mt * 16 + g, h1 = h0 + 8;
+    sum0 = s.partial[0][h0] + s.partial[1][h0];
+    sum1 = s.partial[0][h1] + s.partial[1][h1];
+}
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const SparseAttentionParams p) {
+    static_assert(kHeadDim % 16 == 0 && (kHeadDim / 2) % 8 == 0, "head_dim: k-steps of 16, two halves of n-tiles");
+    constexpr int kNTiles = kHeadDim / 16;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    Smem<kHeadDim>& s = *reinterpret_cast<Smem<kHeadDim>*>(smem_raw);
+    uint8_t* staged = smem_raw + kStagedOffset<kHeadDim>;
+
+    const int token = blockIdx.x, head0 = blockIdx.y * kHeadsPerCta, split = blockIdx.z;
+    const int heads_here = min(kHeadsPerCta, p.heads - head0), m_tiles = (heads_here + 15) / 16;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+    const int mt = warp % 4, half = warp / 4;
+    const SplitRange range = split_range(p, split);
+
+    load_q(s, p, token, head0, heads_here);
+    if (p.splits > 1 && !range_has_keys(p, token, range)) {
+        cp_async_wait_all();
+        const Workspace ws = workspace(p);
+        const int64_t row0 = (int64_t(token) * p.splits + split) * p.heads + head0;
+        for (int i = threadIdx.x; i < heads_here * kHeadDim; i += kThreads) ws.o[row0 * kHeadDim + i] = 0.0f;
+        if (threadIdx.x < heads_here) ws.denom[row0 + threadIdx.x] = 0.0f;
+        return;
+    }
+    if (p.splits == 1) {
+        range_max(s, staged, p, token, range, m_tiles);
+    } else {
+        __syncthreads();
+        if (threadIdx.x < heads_here) {
+            const float* m = workspace(p).max + int64_t(token) * p.splits * p.heads + head0 + threadIdx.x;
+            float mx = -INFINITY;
+            for (int sp = 0; sp < p.splits; ++sp) mx = fmaxf(mx, m[int64_t(sp) * p.heads]);
+            s.row_max[threadIdx.x] = mx;
+        }
+        __syncthreads();
+    }
+    float o[kNTiles][4], den0, den1, sum0, sum1;
+    range_pv(s, staged, p, token, range, m_tiles, false, o, den0, den1);
+    split_denominators(s, den0, den1, sum0, sum1);
     if (mt >= m_tiles) return;
     const int h0 = mt * 16 + g, h1 = h0 + 8;
-    const float sum0 = s.partial[0][h0] + s.partial[1][h0], sum1 = s.partial[0][h1] + s.partial[1][h1];
 
     if (p.splits == 1) {
         // o / (sum + exp(sink - M)) -> bf16 (cpu::sparse_attention_head, then the bf16 activation); heads without
         // keys give zeros.
         const int hs[2] = {h0, h1};
-        const float sums[2] = {sum0, sum1}, maxes[2] = {max0, max1};
+        const float sums[2] = {sum0, sum1}, maxes[2] = {s.row_max[h0], s.row_max[h1]};
         for (int r = 0; r < 2; ++r) {
             if (hs[r] >= heads_here) continue;
             const bool empty = maxes[r] == -INFINITY;
@@ -369,6 +397,13 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
     }
 }
 
+// The combined output of one dim: the splits' P V sum over their denominators and the sink, as bf16 (zeros for a
+// head without keys).
+__device__ __forceinline__ uint16_t combined(float acc, float denom, float mx) {
+    const __nv_bfloat16 v = __float2bfloat16_rn(mx == -INFINITY ? 0.0f : acc / denom);
+    return *reinterpret_cast<const uint16_t*>(&v);
+}
+
 // One CTA per (token, head), a thread per output dim: sums the splits in order, adds the sink, divides, rounds to
 // bf16. The split loops are unrolled so their loads are in flight together.
 __global__ void sparse_attention_combine_kernel(const SparseAttentionParams p) {
@@ -386,9 +421,97 @@ __global__ void sparse_attention_combine_kernel(const SparseAttentionParams p) {
         float acc = 0.0f;
 #pragma unroll 16
         for (int sp = 0; sp < p.splits; ++sp) acc += ws.o[(row0 + int64_t(sp) * p.heads) * p.head_dim + i];
-        const __nv_bfloat16 v = __float2bfloat16_rn(mx == -INFINITY ? 0.0f : acc / denom);
-        out[i] = *reinterpret_cast<const uint16_t*>(&v);
+        out[i] = combined(acc, denom, mx);
     }
+}
+
+// The fused path: the splits of one (token, head group) are one cluster (CTA rank = split), and the three kernels'
+// passes run in one, exchanging through distributed shared memory what they exchange through the workspace: (1)
+// each split's max logits, then every CTA takes the maximum over the cluster; (2) P V and the denominator of its
+// split, left in its own shared memory (the partial O over s.q and s.k, which pass 2 no longer reads); (3) CTA r
+// combines its share of the group's (head, dim) outputs from every split, in split order. The arithmetic and its
+// order are the three kernels', so the bits are theirs; a split of one tile keeps it in shared memory from pass 1
+// to pass 2 instead of loading it twice.
+template <int kHeadDim>
+__global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(const SparseAttentionParams p) {
+    constexpr int kNTiles = kHeadDim / 16;
+    static_assert(kHeadsPerCta * kHeadDim * 4 <= 2 * int(sizeof(Smem<kHeadDim>::q)),
+                  "the partial O fits over s.q and s.k");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    Smem<kHeadDim>& s = *reinterpret_cast<Smem<kHeadDim>*>(smem_raw);
+    uint8_t* staged = smem_raw + kStagedOffset<kHeadDim>;
+    float* partial_o = reinterpret_cast<float*>(smem_raw);  // [kHeadsPerCta, kHeadDim], after pass 2
+    cg::cluster_group cluster = cg::this_cluster();
+
+    const int token = blockIdx.x, head0 = blockIdx.y * kHeadsPerCta, split = int(cluster.block_rank());
+    const int heads_here = min(kHeadsPerCta, p.heads - head0), m_tiles = (heads_here + 15) / 16;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+    const int mt = warp % 4, half = warp / 4;
+    const SplitRange range = split_range(p, split);
+
+    // Pass 1: this split's max logits (-inf without keys), then the token's over the cluster.
+    load_q(s, p, token, head0, heads_here);
+    const bool has_keys = range_has_keys(p, token, range);
+    if (has_keys) {
+        range_max(s, staged, p, token, range, m_tiles);
+    } else {
+        cp_async_wait_all();
+        if (threadIdx.x < kHeadsPerCta) s.row_max[threadIdx.x] = -INFINITY;
+    }
+    if (threadIdx.x < kHeadsPerCta) s.split_max[threadIdx.x] = s.row_max[threadIdx.x];
+    cluster.sync();
+    if (threadIdx.x < heads_here) {
+        float mx = -INFINITY;
+        for (int sp = 0; sp < p.splits; ++sp) mx = fmaxf(mx, cluster.map_shared_rank(s.split_max, sp)[threadIdx.x]);
+        s.row_max[threadIdx.x] = mx;
+    }
+    __syncthreads();
+
+    // Pass 2: the split's unnormalized O and denominator (zeros without keys), into this CTA's shared memory.
+    float o[kNTiles][4], den0 = 0.0f, den1 = 0.0f, sum0 = 0.0f, sum1 = 0.0f;
+    for (int nt = 0; nt < kNTiles; ++nt)
+        for (int i = 0; i < 4; ++i) o[nt][i] = 0.0f;
+    if (has_keys) {
+        range_pv(s, staged, p, token, range, m_tiles, range.end - range.begin <= kTile, o, den0, den1);
+        split_denominators(s, den0, den1, sum0, sum1);  // ends with a barrier: s.q and s.k are free
+    }
+    const int hs[2] = {mt * 16 + g, mt * 16 + g + 8};
+    for (int r = 0; r < 2; ++r) {
+        if (mt >= m_tiles || hs[r] >= heads_here) continue;
+        if (half == 0 && tig == 0) s.split_den[hs[r]] = r == 0 ? sum0 : sum1;
+        float* out = partial_o + hs[r] * kHeadDim + half * (kHeadDim / 2);
+        for (int nt = 0; nt < kNTiles; ++nt)
+            *reinterpret_cast<float2*>(out + nt * 8 + 2 * tig) = make_float2(o[nt][2 * r], o[nt][2 * r + 1]);
+    }
+    cluster.sync();
+
+    // Pass 3: the combine of this CTA's share of the group's outputs (whole heads' denominators first).
+    if (threadIdx.x < heads_here) {
+        float sum = 0.0f;
+        for (int sp = 0; sp < p.splits; ++sp) sum += cluster.map_shared_rank(s.split_den, sp)[threadIdx.x];
+        s.partial[0][threadIdx.x] = sum + expf(p.sink[head0 + threadIdx.x] - s.row_max[threadIdx.x]);
+    }
+    __syncthreads();
+    constexpr int kQuads = kHeadDim / 4;  // 4 dims of a head per step
+    const int quads = heads_here * kQuads;
+    const int first = int(int64_t(quads) * split / p.splits), last = int(int64_t(quads) * (split + 1) / p.splits);
+    for (int j = first + int(threadIdx.x); j < last; j += kThreads) {
+        const int h = j / kQuads, i = j % kQuads * 4;
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+        for (int sp = 0; sp < p.splits; ++sp) {
+            const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial_o, sp) + h * kHeadDim + i);
+            acc.x += v.x;
+            acc.y += v.y;
+            acc.z += v.z;
+            acc.w += v.w;
+        }
+        const float denom = s.partial[0][h], mx = s.row_max[h];
+        const uint2 bits = make_uint2(uint32_t(combined(acc.x, denom, mx)) | uint32_t(combined(acc.y, denom, mx)) << 16,
+                                      uint32_t(combined(acc.z, denom, mx)) | uint32_t(combined(acc.w, denom, mx)) << 16);
+        *reinterpret_cast<uint2*>(p.out + (int64_t(token) * p.heads + head0 + h) * kHeadDim + i) = bits;
+    }
+    cluster.sync();  // no CTA leaves while another still reads its shared memory
 }
 
 template <int kHeadDim>
@@ -412,6 +535,33 @@ void launch(const SparseAttentionParams& p, cudaStream_t stream) {
     }
 }
 
+template <int kHeadDim>
+const void* cluster_kernel() {
+    return reinterpret_cast<const void*>(sparse_attention_cluster_kernel<kHeadDim>);
+}
+
+template <int kHeadDim>
+int64_t resident_cluster_count(const SparseAttentionParams& p) {
+    return resident_clusters(cluster_kernel<kHeadDim>(), kThreads, p.splits, smem_bytes<kHeadDim>(p.rope_dim));
+}
+
+template <int kHeadDim>
+void launch_cluster(const SparseAttentionParams& p, cudaStream_t stream) {
+    resident_cluster_count<kHeadDim>(p);  // allows the size and raises the shared-memory limit (cached)
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(unsigned(p.tokens), unsigned((p.heads + kHeadsPerCta - 1) / kHeadsPerCta), unsigned(p.splits));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = size_t(smem_bytes<kHeadDim>(p.rope_dim));
+    config.stream = stream;
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = unsigned(p.splits);
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    DSV4_CUDA_CHECK(cudaLaunchKernelEx(&config, sparse_attention_cluster_kernel<kHeadDim>, p));
+}
+
 }  // namespace
 
 namespace detail {
@@ -422,6 +572,26 @@ void sparse_attention_launch(const SparseAttentionParams& p, cudaStream_t stream
         case 128: return launch<128>(p, stream);
         case 96: return launch<96>(p, stream);
         case 80: return launch<80>(p, stream);
+        default: return;  // rejected by the host-side contract
+    }
+}
+
+int64_t sparse_attention_resident_clusters(const SparseAttentionParams& p) {
+    switch (p.head_dim) {
+        case 512: return resident_cluster_count<512>(p);
+        case 128: return resident_cluster_count<128>(p);
+        case 96: return resident_cluster_count<96>(p);
+        case 80: return resident_cluster_count<80>(p);
+        default: return 0;
+    }
+}
+
+void sparse_attention_cluster_launch(const SparseAttentionParams& p, cudaStream_t stream) {
+    switch (p.head_dim) {
+        case 512: return launch_cluster<512>(p, stream);
+        case 128: return launch_cluster<128>(p, stream);
+        case 96: return launch_cluster<96>(p, stream);
+        case 80: return launch_cluster<80>(p, stream);
         default: return;  // rejected by the host-side contract
     }
 }

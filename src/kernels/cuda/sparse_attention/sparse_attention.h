@@ -3,7 +3,8 @@
 // K = V = the dequantized entry (e4m3 nope x UE8M0 scale, bf16 rope), M the max logit of the token's keys,
 // P_j = exp(l_j - M) rounded to bf16 (the rounding point of cpu::sparse_attention_head, in one place in the .cu).
 // All heads of a token share each key tile. A token's slots are split over CTAs one 64-key tile per split
-// (flash-decoding) with a global max pass first. The split is a function of the slot index only, never of how many
+// (flash-decoding) with a global max pass first; the splits' results meet either in one cluster per token and head
+// group (one kernel, through distributed shared memory) or through a workspace (three kernels): the same bits. The split is a function of the slot index only, never of how many
 // tokens share the launch, so a token's output is the same bits alone, in a prefill chunk or in a decode batch
 // (tests: SparseAttentionGpu.TokenResultIndependentOfLaunch); trailing empty tiles add exact zeros. Output bf16
 // before the inverse RoPE.
@@ -20,13 +21,22 @@
 
 namespace dsv4::cuda {
 
+// How a split token's passes meet (SparseAttentionParams::combine). kCluster: the splits of a token and head group
+// are one thread-block cluster (at most kMaxClusterSplits) and the max pass, the main pass and the combine are one
+// kernel, no workspace; it needs a device that co-schedules such a cluster (else a dsv4::Error). kKernels: a max
+// kernel, the main kernel and a combine kernel through the workspace. The same arithmetic in the same order, so the
+// same bits. kAuto: the cluster where the launch's clusters all fit the device at once (decode steps of a few
+// tokens), the kernels otherwise (one CTA per SM: clusters of 10 leave a GPC's remaining SMs idle).
+enum class SparseAttentionCombine { kAuto, kCluster, kKernels };
+inline constexpr int32_t kMaxClusterSplits = 16;
+
 struct SparseAttentionParams {
     const uint16_t* q;        // [tokens, heads, head_dim] bf16 (normalized, RoPE applied)
     const uint8_t* kv;        // [kv_entries, entry_bytes] packed main entries (kv_entry_layout.h)
     const int32_t* indices;   // [tokens, slots] int32 rows of kv; -1 = empty slot
     const float* sink;        // [heads] f32 attn_sink
     uint16_t* out;            // [tokens, heads, head_dim] bf16
-    float* workspace;         // f32 split partial results; null when splits == 1
+    float* workspace;         // f32 split partial results (the kernels' combine); null when splits == 1
     int64_t workspace_floats = 0;  // its size: tokens run in groups of workspace_floats / per-token need
     int32_t tokens = 0;
     int32_t heads = 0;
@@ -35,6 +45,7 @@ struct SparseAttentionParams {
     int32_t slots = 0;        // slots per token (W + top-k in the model)
     int32_t splits = 1;       // from plan_sparse_attention (tests may force others); the generic path ignores it
     float scale = 0.0f;       // head_dim^-0.5
+    SparseAttentionCombine combine = SparseAttentionCombine::kAuto;
 };
 
 // Plan (pure, host): how many CTAs share one token's slots (one per 64-key tile), and the workspace one token
@@ -56,6 +67,8 @@ void sparse_attention(const SparseAttentionParams& params, cudaStream_t stream);
 namespace detail {
 void sparse_attention_launch(const SparseAttentionParams& params, cudaStream_t stream);
 void sparse_attention_generic_launch(const SparseAttentionParams& params, cudaStream_t stream);
+int64_t sparse_attention_resident_clusters(const SparseAttentionParams& params);  // 0: cannot co-schedule one
+void sparse_attention_cluster_launch(const SparseAttentionParams& params, cudaStream_t stream);
 }
 
 }  // namespace dsv4::cuda
