@@ -1,16 +1,18 @@
 // Decode-step kernels side by side with the versions they replace, at V4-Flash shapes: hc_pre / hc_head (split vs
 // per-token path) over token counts, moe_gemm (compact grid vs the former strided grid) for the routed w1/w3/w2 at
 // one token with the plain (tile 1) and hash-layer (tile 8) slot bounds, moe_combine, and the small bf16
-// dense_linear calls at one token (staged kernel; bits checked against the tiled fallback). Each case is captured as
+// dense_linear calls at one token (staged kernel; bits checked against the tiled fallback), sparse attention (one
+// cluster per token vs three kernels) at decode token counts. Each case is captured as
 // a CUDA graph of 20 launches and replayed (median of 7 replays, per launch), so the times are kernel time, not
 // launch cost; weights rotate over copies larger than L2 (8 routings of 6 experts for moe_gemm, 64 mixer copies),
 // as in a decode step, where other layers' weights evict them. Correctness: the two versions' outputs compared
 // bitwise for every rotation; the tensor-core routed experts at batches 1-256 (mma) print a hash of their outputs
-// instead, to compare builds. Usage: dsv4_bench_decode_kernels [hc|moe|mma|combine|dense]   (default: all; numbers
+// instead, to compare builds. Usage: dsv4_bench_decode_kernels [hc|moe|mma|combine|dense|attn]   (default: all; numbers
 // recorded in docs/perf.md)
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -18,12 +20,14 @@
 #include <vector>
 
 #include "kernels/cuda/common/device_buffer.h"
+#include "kernels/cuda/compressor/kv_entry_layout.h"
 #include "kernels/cuda/dense_linear/dense_linear.h"
 #include "kernels/cuda/mhc/mhc.h"
 #include "kernels/cuda/moe_expert/moe_expert.h"
 #include "kernels/cuda/moe_gemm/moe_gemm.h"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
 #include "kernels/cuda/smoke/device_info.h"
+#include "kernels/cuda/sparse_attention/sparse_attention.h"
 
 using namespace dsv4::cuda;
 
@@ -64,6 +68,25 @@ __global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
         p[i] = __float2bfloat16(float(int(h % 2001) - 1000) * (1.0f / 256));
     }
 }
+// Packed main cache entries (kv_entry_layout.h) with finite values: e4m3 codes that are not NaN, scales 2^-8..2^-1,
+// rope values in [-4, 4).
+__global__ void fill_entries(uint8_t* kv, size_t entries, int entry_bytes, int rope_offset, int scale_offset,
+                             int scale_end, uint32_t seed) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < entries * entry_bytes;
+         i += size_t(gridDim.x) * blockDim.x) {
+        uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        const int at = int(i % entry_bytes);
+        uint8_t b = uint8_t(h);
+        if (at < rope_offset && (b & 0x7F) == 0x7F) b ^= 1;      // e4m3 NaN
+        if (at >= rope_offset && at < scale_offset && at % 2) b = uint8_t(0x3F + (h >> 8) % 3 - 1) | (b & 0x80);
+        if (at >= scale_offset) b = at < scale_end ? uint8_t(119 + (h >> 8) % 8) : 0;
+        kv[i] = b;
+    }
+}
+
 template <typename T>
 void check_launch(T) {
     DSV4_CUDA_CHECK(cudaGetLastError());
@@ -327,6 +350,74 @@ void bench_combine() {
     std::printf("moe_combine, 1 token, dim 4096, k 6: %.2f us (CPU-reference check: tests/gpu/moe_expert_test)\n", us);
 }
 
+// Sparse attention of `tokens` decode tokens over `slots` cache entries each (V4-Flash: 64 heads of 512, rope 64;
+// CSA 128 + 512 slots, HCA 128 + context / 128), the splits combined by one cluster per token (kCluster) against
+// the three kernels through the workspace (kKernels). Entries are spread over 75 MB (> L2) and each launch reads
+// another of 8 index sets.
+void bench_attention(int32_t tokens, int32_t slots) {
+    const int32_t heads = 64, d = 512, rope = 64, sets = 8;
+    const MainEntryLayout layout = main_entry_layout(d, rope);
+    const size_t entries = size_t(75) * 1000 * 1000 / size_t(layout.bytes());
+    DeviceBuffer<uint8_t> kv{entries * size_t(layout.bytes())};
+    fill_entries<<<1024, 256>>>(kv.get(), entries, int(layout.bytes()), int(layout.rope_offset()),
+                                int(layout.scale_offset()), int(layout.scale_offset() + layout.scales()), 13);
+    DeviceBuffer<__nv_bfloat16> q{size_t(tokens) * heads * d};
+    fill_bf16<<<256, 256>>>(q.get(), q.size(), 14);
+    std::vector<int32_t> idx(size_t(sets) * tokens * slots);
+    uint32_t h = 15;
+    for (int32_t& v : idx) {
+        h = h * 1664525u + 1013904223u;
+        v = int32_t(h % uint32_t(entries));
+    }
+    DeviceBuffer<int32_t> d_idx{idx.size()};
+    d_idx.upload(idx.data(), idx.size());
+    DeviceBuffer<float> sink{size_t(heads)};
+    fill_f32<<<1, 64>>>(sink.get(), sink.size(), 16, 1.0f);
+    const SparseAttentionPlan plan = plan_sparse_attention(heads, d, slots);
+    DeviceBuffer<float> ws{size_t(std::max<int64_t>(1, tokens * plan.workspace_floats_per_token))};
+    DeviceBuffer<uint16_t> out_cluster{size_t(tokens) * heads * d}, out_kernels{size_t(tokens) * heads * d};
+    check_launch(0);
+    auto params = [&](int i, SparseAttentionCombine combine, uint16_t* out) {
+        SparseAttentionParams p;
+        p.q = reinterpret_cast<const uint16_t*>(q.get());
+        p.kv = kv.get();
+        p.indices = d_idx.get() + size_t(i % sets) * tokens * slots;
+        p.sink = sink.get();
+        p.out = out;
+        p.workspace = ws.get();
+        p.workspace_floats = tokens * plan.workspace_floats_per_token;
+        p.tokens = tokens;
+        p.heads = heads;
+        p.head_dim = d;
+        p.rope_dim = rope;
+        p.slots = slots;
+        p.splits = plan.splits;
+        p.scale = 1.0f / std::sqrt(float(d));
+        p.combine = combine;
+        return p;
+    };
+    const SparseAttentionParams probe = params(0, SparseAttentionCombine::kCluster, out_cluster.get());
+    const int64_t resident = detail::sparse_attention_resident_clusters(probe);
+    const double kernels_us = graph_us([&](int i, cudaStream_t s) {
+        sparse_attention(params(i, SparseAttentionCombine::kKernels, out_kernels.get()), s);
+    });
+    const double cluster_us = resident ? graph_us([&](int i, cudaStream_t s) {
+        sparse_attention(params(i, SparseAttentionCombine::kCluster, out_cluster.get()), s);
+    })
+                                       : 0.0;
+    bool same = true;
+    if (resident) {
+        sparse_attention(params(0, SparseAttentionCombine::kKernels, out_kernels.get()), nullptr);
+        sparse_attention(params(0, SparseAttentionCombine::kCluster, out_cluster.get()), nullptr);
+        DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+        same = same_bits(out_cluster, out_kernels);
+    }
+    const bool automatic = resident > 0 && int64_t(tokens) <= resident;
+    std::printf("%-6d %6d %6d %9lld %12.2f %12.2f %8.2fx   %-8s %s\n", tokens, slots, plan.splits, (long long)resident,
+                kernels_us, cluster_us, resident ? kernels_us / cluster_us : 0.0, automatic ? "cluster" : "kernels",
+                resident ? verdict(same) : "-");
+}
+
 // dense_linear, bf16 W [n, 4096], one token: the router gate / compressor / indexer projections of a decode step.
 void bench_dense(int64_t n) {
     const int64_t k = 4096;
@@ -399,6 +490,12 @@ int main(int argc, char** argv) {
     if (run("dense")) {
         std::printf("\n");
         for (int64_t n : {64, 512, 1024, 2048}) bench_dense(n);
+    }
+    if (run("attn")) {
+        std::printf("\n%-6s %6s %6s %9s %12s %12s %9s   %-8s %s\n", "attn", "slots", "splits", "resident",
+                    "kernels us", "cluster us", "speedup", "auto", "bits");
+        for (int32_t tokens : {1, 2, 4, 8, 16, 64})
+            for (int32_t slots : {160, 640}) bench_attention(tokens, slots);
     }
     std::printf("\n%s\n", failures ? "BITWISE CHECK FAILED" : "all bitwise checks passed");
     return failures ? 1 : 0;

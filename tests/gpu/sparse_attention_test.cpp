@@ -12,7 +12,9 @@
 
 #include "gpu_test_util.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/cuda/compressor/kv_entry_layout.h"
+#include "kernels/cuda/rope/rope.h"
 #include "kernels/cuda/sparse_attention/sparse_attention.h"
 
 namespace dsv4 {
@@ -59,9 +61,10 @@ struct Case {
     int valid_only = -1;    // >= 0: every slot empty except this one; -2: all empty
 };
 
-// Runs a case (both paths checked against the CPU reference) and returns the output's bits.
-std::vector<uint16_t> run_case(const Case& c, int forced_splits = 0,
-                               cuda::SparseAttentionCombine combine = cuda::SparseAttentionCombine::kAuto) {
+// Runs a case and checks it against the CPU reference; with kCluster, also the same inputs through the three kernels
+// (kKernels), which must give the same bits.
+void run_case(const Case& c, int forced_splits = 0,
+              cuda::SparseAttentionCombine combine = cuda::SparseAttentionCombine::kAuto) {
     Rng rng;
     const int entries = std::max(1, c.slots + 17);
     const int64_t stride = cuda::main_entry_layout(c.d, c.rope).bytes();
@@ -128,6 +131,14 @@ std::vector<uint16_t> run_case(const Case& c, int forced_splits = 0,
     std::snprintf(what, sizeof what, "sparse_attention tokens %d heads %d d %d rope %d slots %d splits %d (%s%s)",
                   c.tokens, c.heads, c.d, c.rope, c.slots, plan.splits, generic ? "generic" : "tensor cores", combined);
     std::printf("[ time     ] %s: %.1f us (first launch, includes setup)\n", what, ms * 1e3);
+    if (combine == cuda::SparseAttentionCombine::kCluster) {
+        auto d_kernels = gpu_test::poisoned<uint16_t>(size_t(c.tokens) * c.heads * c.d);
+        cuda::SparseAttentionParams k = p;
+        k.out = d_kernels.get();
+        k.combine = cuda::SparseAttentionCombine::kKernels;
+        cuda::sparse_attention(k, nullptr);
+        EXPECT_EQ(bits, gpu_test::to_host(d_kernels)) << what << ": the cluster and the three kernels differ";
+    }
     gpu_test::Bf16Bracket check(what);
     std::vector<float> want(static_cast<size_t>(c.d));
     for (int t = 0; t < c.tokens; ++t) {
@@ -184,7 +195,6 @@ std::vector<uint16_t> run_case(const Case& c, int forced_splits = 0,
         }
     }
     check.expect_ok();
-    return bits;
 }
 
 TEST(SparseAttentionGpu, DecodeFlashSplit) {
@@ -230,11 +240,84 @@ TEST(SparseAttentionGpu, ClusterCombineEqualsKernelsBitwise) {
         {{3, 4, 96, 32, 150, 0.2}, 0},          {{1, 4, 128, 64, 70, 0.0}, 2},
         {{3, 64, 512, 64, 130, 0.0, -2}, 3},    {{2, 64, 512, 64, 300, 0.0, 129}, 0},
     };
-    for (const auto& [c, splits] : cases) {
-        const std::vector<uint16_t> cluster = run_case(c, splits, cuda::SparseAttentionCombine::kCluster);
-        const std::vector<uint16_t> kernels = run_case(c, splits, cuda::SparseAttentionCombine::kKernels);
-        EXPECT_EQ(cluster, kernels) << "tokens " << c.tokens << " heads " << c.heads << " d " << c.d << " slots "
-                                    << c.slots << " splits " << splits;
+    for (const auto& [c, splits] : cases) run_case(c, splits, cuda::SparseAttentionCombine::kCluster);
+}
+
+// The inverse RoPE asked of the attention (fused into the cluster's combine, apply_rope after the other paths)
+// equals the attention without it followed by apply_rope, bit for bit: decode shapes on the cluster, a prefill
+// shape on the kernels, a tiny dim, the generic path; YaRN's table and positions up to 2^20.
+TEST(SparseAttentionGpu, InverseRopeEqualsApplyRopeAfter) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    const RopeParams yarn{160000.0, YarnParams{16.0, 65536, 32.0, 1.0}};
+    struct RopeCase {
+        int tokens, heads, d, rope, slots;
+        cuda::SparseAttentionCombine combine;
+    };
+    const RopeCase cases[] = {{1, 64, 512, 64, 640, cuda::SparseAttentionCombine::kCluster},
+                              {1, 64, 512, 64, 160, cuda::SparseAttentionCombine::kAuto},
+                              {37, 64, 512, 64, 640, cuda::SparseAttentionCombine::kKernels},
+                              {3, 4, 128, 64, 70, cuda::SparseAttentionCombine::kCluster},
+                              {3, 4, 64, 32, 70, cuda::SparseAttentionCombine::kAuto}};
+    for (const RopeCase& c : cases) {
+        const int entries = c.slots + 17;
+        const int64_t stride = cuda::main_entry_layout(c.d, c.rope).bytes();
+        std::vector<uint8_t> kv(static_cast<size_t>(entries * stride));
+        std::vector<float> scratch(static_cast<size_t>(c.d));
+        for (int e = 0; e < entries; ++e) {
+            auto b = pack_entry(rng, c.d, c.rope, scratch.data());
+            std::copy(b.begin(), b.end(), kv.begin() + int64_t(e) * stride);
+        }
+        std::vector<int32_t> idx(size_t(c.tokens) * c.slots), positions(size_t(c.tokens));
+        for (int32_t& v : idx) v = rng.uniform(0.0f, 1.0f) < 0.1f ? -1 : int32_t(rng.engine()() % uint32_t(entries));
+        for (int32_t& v : positions) v = int32_t(rng.engine()() % (1u << 20));
+        std::vector<float> sink(static_cast<size_t>(c.heads));
+        for (float& v : sink) v = rng.normal(1.0f);
+        const cpu::RopeTable table = cpu::make_rope_table(c.rope, yarn);
+        auto d_q = gpu_test::to_device(gpu_test::to_bf16(rng.normal_bf16(int64_t(c.tokens) * c.heads * c.d, 2.0f)));
+        auto d_kv = gpu_test::to_device(kv);
+        auto d_idx = gpu_test::to_device(idx);
+        auto d_sink = gpu_test::to_device(sink);
+        auto d_pos = gpu_test::to_device(positions);
+        auto d_freq = gpu_test::to_device(table.inv_freq);
+        const cuda::SparseAttentionPlan plan = cuda::plan_sparse_attention(c.heads, c.d, c.slots);
+        auto ws = gpu_test::poisoned<float>(size_t(std::max<int64_t>(1, c.tokens * plan.workspace_floats_per_token)));
+        auto fused = gpu_test::poisoned<uint16_t>(size_t(c.tokens) * c.heads * c.d);
+        auto after = gpu_test::poisoned<uint16_t>(size_t(c.tokens) * c.heads * c.d);
+        cuda::SparseAttentionParams p;
+        p.q = d_q.get();
+        p.kv = d_kv.get();
+        p.indices = d_idx.get();
+        p.sink = d_sink.get();
+        p.workspace = ws.get();
+        p.workspace_floats = c.tokens * plan.workspace_floats_per_token;
+        p.tokens = c.tokens;
+        p.heads = c.heads;
+        p.head_dim = c.d;
+        p.rope_dim = c.rope;
+        p.slots = c.slots;
+        p.splits = plan.splits;
+        p.scale = float(std::pow(double(c.d), -0.5));
+        p.combine = c.combine;
+        p.out = after.get();
+        cuda::sparse_attention(p, nullptr);
+        cuda::ApplyRopeParams r;
+        r.x = reinterpret_cast<__nv_bfloat16*>(after.get());
+        r.inv_freq = d_freq.get();
+        r.positions = d_pos.get();
+        r.tokens = c.tokens;
+        r.heads = c.heads;
+        r.head_dim = c.d;
+        r.rope_dim = c.rope;
+        r.token_stride = int64_t(c.heads) * c.d;
+        r.inverse = true;
+        cuda::apply_rope(r, nullptr);
+        p.out = fused.get();
+        p.inverse_rope_inv_freq = d_freq.get();
+        p.positions = d_pos.get();
+        cuda::sparse_attention(p, nullptr);
+        EXPECT_EQ(gpu_test::to_host(fused), gpu_test::to_host(after))
+            << "tokens " << c.tokens << " heads " << c.heads << " d " << c.d << " slots " << c.slots;
     }
 }
 

@@ -564,8 +564,9 @@ void CudaModel::Impl::attention(int64_t layer) {
     sp.slots = int32_t(slots);
     sp.splits = plan.splits;
     sp.scale = float(std::pow(double(d), -0.5));
+    sp.inverse_rope_inv_freq = inv_freq(layer);  // fused into the attention's combine where it can be
+    sp.positions = ws.positions;
     cuda::sparse_attention(sp, s);
-    rope(ws.o, H, d, true, s);
     observe_bf16("attn.o", layer, ws.o, T, H * d);
 
     // 6. Grouped low-rank output projection.

@@ -3,6 +3,7 @@
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/numeric.cuh"
 #include "kernels/cuda/rope/rope.h"
+#include "kernels/cuda/rope/rope_math.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -34,25 +35,15 @@ __global__ void __launch_bounds__(kThreads) apply_rope_kernel(const Ropes ropes)
         if (k < p.heads * half)
             held[j] = *reinterpret_cast<const __nv_bfloat162*>(x + (k / half) * p.head_dim + 2 * (k % half));
     }
-    const float position = __int2float_rn(p.positions[t]);
-    for (int i = threadIdx.x; i < half; i += kThreads) {
-        const float angle = __fmul_rn(position, p.inv_freq[i]);
-        double s, c;
-        sincos(double(angle), &s, &c);
-        cos_s[i] = float(c);
-        sin_s[i] = p.inverse ? -float(s) : float(s);
-    }
+    const int32_t position = p.positions[t];
+    for (int i = threadIdx.x; i < half; i += kThreads) rope_cos_sin(position, p.inv_freq[i], p.inverse, cos_s[i], sin_s[i]);
     __syncthreads();
 #pragma unroll
     for (int j = 0; j < kPairsPerThread; ++j) {
         const int64_t k = first + threadIdx.x + j * kThreads;
         if (k >= p.heads * half) break;
         const int i = int(k % half);
-        const float a = bf16_to_f32(held[j].x), b = bf16_to_f32(held[j].y), c = cos_s[i], s = sin_s[i];
-        __nv_bfloat162 out;
-        out.x = f32_to_bf16(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
-        out.y = f32_to_bf16(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
-        *reinterpret_cast<__nv_bfloat162*>(x + (k / half) * p.head_dim + 2 * i) = out;
+        *reinterpret_cast<__nv_bfloat162*>(x + (k / half) * p.head_dim + 2 * i) = rope_rotate(held[j], cos_s[i], sin_s[i]);
     }
 }
 
@@ -64,14 +55,15 @@ __global__ void __launch_bounds__(kThreads) apply_rope_generic_kernel(const Rope
     const int64_t k = int64_t(blockIdx.x) * kThreads + threadIdx.x;
     if (k >= p.tokens * p.heads * half) return;
     const int64_t t = k / (p.heads * half), h = (k / half) % p.heads, i = k % half;
-    const float angle = __fmul_rn(__int2float_rn(p.positions[t]), p.inv_freq[i]);
-    double sd, cd;
-    sincos(double(angle), &sd, &cd);
-    const float c = float(cd), s = p.inverse ? -float(sd) : float(sd);
+    float c, s;
+    rope_cos_sin(p.positions[t], p.inv_freq[i], p.inverse, c, s);
     __nv_bfloat16* pair = p.x + t * p.token_stride + h * p.head_dim + (p.head_dim - p.rope_dim) + 2 * i;
-    const float a = bf16_to_f32(pair[0]), b = bf16_to_f32(pair[1]);
-    pair[0] = f32_to_bf16(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
-    pair[1] = f32_to_bf16(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
+    __nv_bfloat162 v;
+    v.x = pair[0];
+    v.y = pair[1];
+    v = rope_rotate(v, c, s);
+    pair[0] = v.x;
+    pair[1] = v.y;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "kernels/cuda/rope/rope.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -25,6 +26,22 @@ bool use_cluster(const SparseAttentionParams& p) {
                p.splits);
     const int64_t clusters = int64_t(p.tokens) * ((p.heads + kHeadsPerCta - 1) / kHeadsPerCta);
     return forced || clusters <= resident;
+}
+
+// The inverse RoPE of the paths that do not fuse it.
+void inverse_rope(const SparseAttentionParams& p, cudaStream_t stream) {
+    if (!p.inverse_rope_inv_freq || p.rope_dim == 0) return;
+    ApplyRopeParams r;
+    r.x = reinterpret_cast<__nv_bfloat16*>(p.out);
+    r.inv_freq = p.inverse_rope_inv_freq;
+    r.positions = p.positions;
+    r.tokens = p.tokens;
+    r.heads = p.heads;
+    r.head_dim = p.head_dim;
+    r.rope_dim = p.rope_dim;
+    r.token_stride = int64_t(p.heads) * p.head_dim;
+    r.inverse = true;
+    apply_rope(r, stream);
 }
 
 }  // namespace
@@ -59,11 +76,13 @@ void sparse_attention(const SparseAttentionParams& p, cudaStream_t stream) {
                kMaxGenericHeadDim, p.rope_dim);
     DSV4_CHECK(p.heads > 0 && p.slots >= 0 && p.splits >= 1, "sparse_attention: heads {} slots {} splits {}", p.heads,
                p.slots, p.splits);
+    DSV4_CHECK(!p.inverse_rope_inv_freq == !p.positions, "sparse_attention: the inverse RoPE needs both inv_freq and positions");
     if (sparse_attention_path(p.head_dim, p.rope_dim) == SparseAttentionPath::kGeneric) {
         DSV4_CHECK(p.heads <= 65535, "sparse_attention: {} heads exceed the generic path's grid", p.heads);
         DSV4_CHECK(p.q && p.out && p.sink && (p.slots == 0 || (p.kv && p.indices)), "sparse_attention: null pointer");
         DSV4_CHECK(reinterpret_cast<uintptr_t>(p.kv) % 8 == 0, "sparse_attention: kv must be 8-byte aligned");
         detail::sparse_attention_generic_launch(p, stream);
+        inverse_rope(p, stream);
         return;
     }
     DSV4_CHECK(p.tokens <= 2147483647 && (p.heads + kHeadsPerCta - 1) / kHeadsPerCta <= 65535 && p.splits <= 65535,
@@ -90,6 +109,7 @@ void sparse_attention(const SparseAttentionParams& p, cudaStream_t stream) {
         g.indices = p.slots ? p.indices + t0 * p.slots : p.indices;
         detail::sparse_attention_launch(g, stream);
     }
+    inverse_rope(p, stream);
 }
 
 }  // namespace dsv4::cuda

@@ -20,6 +20,7 @@
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/compressor/entry_codec.cuh"
 #include "kernels/cuda/compressor/kv_entry_layout.h"
+#include "kernels/cuda/rope/rope_math.cuh"
 #include "kernels/cuda/sparse_attention/sparse_attention.h"
 
 namespace dsv4::cuda {
@@ -429,9 +430,9 @@ __global__ void sparse_attention_combine_kernel(const SparseAttentionParams p) {
 // passes run in one, exchanging through distributed shared memory what they exchange through the workspace: (1)
 // each split's max logits, then every CTA takes the maximum over the cluster; (2) P V and the denominator of its
 // split, left in its own shared memory (the partial O over s.q and s.k, which pass 2 no longer reads); (3) CTA r
-// combines its share of the group's (head, dim) outputs from every split, in split order. The arithmetic and its
-// order are the three kernels', so the bits are theirs; a split of one tile keeps it in shared memory from pass 1
-// to pass 2 instead of loading it twice.
+// combines its share of the group's (head, dim) outputs from every split, in split order, and applies the inverse
+// RoPE to the rope dims if asked. The arithmetic and its order are the three kernels' (and apply_rope's), so the
+// bits are theirs; a split of one tile keeps it in shared memory from pass 1 to pass 2 instead of loading it twice.
 template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(const SparseAttentionParams p) {
     constexpr int kNTiles = kHeadDim / 16;
@@ -507,9 +508,22 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
             acc.w += v.w;
         }
         const float denom = s.partial[0][h], mx = s.row_max[h];
-        const uint2 bits = make_uint2(uint32_t(combined(acc.x, denom, mx)) | uint32_t(combined(acc.y, denom, mx)) << 16,
-                                      uint32_t(combined(acc.z, denom, mx)) | uint32_t(combined(acc.w, denom, mx)) << 16);
-        *reinterpret_cast<uint2*>(p.out + (int64_t(token) * p.heads + head0 + h) * kHeadDim + i) = bits;
+        uint32_t pairs[2] = {uint32_t(combined(acc.x, denom, mx)) | uint32_t(combined(acc.y, denom, mx)) << 16,
+                             uint32_t(combined(acc.z, denom, mx)) | uint32_t(combined(acc.w, denom, mx)) << 16};
+        const int nope = kHeadDim - p.rope_dim;  // a multiple of 8: a quad is all nope or all rope
+        if (p.inverse_rope_inv_freq && i >= nope) {
+            const int32_t position = p.positions[token];
+#pragma unroll
+            for (int k = 0; k < 2; ++k) {
+                float c, sn;
+                rope_cos_sin(position, p.inverse_rope_inv_freq[(i - nope) / 2 + k], true, c, sn);
+                __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(&pairs[k]);
+                v = rope_rotate(v, c, sn);
+                pairs[k] = *reinterpret_cast<const uint32_t*>(&v);
+            }
+        }
+        *reinterpret_cast<uint2*>(p.out + (int64_t(token) * p.heads + head0 + h) * kHeadDim + i) =
+            make_uint2(pairs[0], pairs[1]);
     }
     cluster.sync();  // no CTA leaves while another still reads its shared memory
 }

@@ -6,8 +6,8 @@
 // (flash-decoding) with a global max pass first; the splits' results meet either in one cluster per token and head
 // group (one kernel, through distributed shared memory) or through a workspace (three kernels): the same bits. The split is a function of the slot index only, never of how many
 // tokens share the launch, so a token's output is the same bits alone, in a prefill chunk or in a decode batch
-// (tests: SparseAttentionGpu.TokenResultIndependentOfLaunch); trailing empty tiles add exact zeros. Output bf16
-// before the inverse RoPE.
+// (tests: SparseAttentionGpu.TokenResultIndependentOfLaunch); trailing empty tiles add exact zeros. Output bf16,
+// then the inverse RoPE where the params ask for it.
 // Two paths, chosen explicitly by sparse_attention_path: the tensor-core kernels above for the head_dims they are
 // built for (512: V4; 128, 96, 80: the repository's fixtures) with rope_dim % 4 == 0 and nope % 8 == 0 (> 0), and a
 // generic CUDA-core kernel for every other shape (sparse_attention_generic.cu: one CTA per token and head, the CPU
@@ -46,6 +46,11 @@ struct SparseAttentionParams {
     int32_t splits = 1;       // from plan_sparse_attention (tests may force others); the generic path ignores it
     float scale = 0.0f;       // head_dim^-0.5
     SparseAttentionCombine combine = SparseAttentionCombine::kAuto;
+    // Optional (both or neither): the inverse RoPE of the output's trailing rope_dim dims at these positions, with
+    // apply_rope's arithmetic (rope_math.cuh), so its bits: in the cluster's combine where that path runs, else by
+    // apply_rope after the attention.
+    const float* inverse_rope_inv_freq = nullptr;  // [rope_dim / 2]
+    const int32_t* positions = nullptr;            // [tokens]
 };
 
 // Plan (pure, host): how many CTAs share one token's slots (one per 64-key tile), and the workspace one token
