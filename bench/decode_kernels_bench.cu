@@ -412,7 +412,7 @@ void bench_attention(int32_t tokens, int32_t slots) {
         DSV4_CUDA_CHECK(cudaDeviceSynchronize());
         same = same_bits(out_cluster, out_kernels);
     }
-    const bool automatic = resident > 0 && int64_t(tokens) <= resident;
+    const bool automatic = detail::sparse_attention_takes_cluster(params(0, SparseAttentionCombine::kAuto, out_cluster.get()));
     std::printf("%-6d %6d %6d %9lld %12.2f %12.2f %8.2fx   %-8s %s\n", tokens, slots, plan.splits, (long long)resident,
                 kernels_us, cluster_us, resident ? kernels_us / cluster_us : 0.0, automatic ? "cluster" : "kernels",
                 resident ? verdict(same) : "-");

@@ -27,6 +27,10 @@ __device__ __forceinline__ uint8_t f32_to_e4m3(float x) {
 __device__ __forceinline__ float e4m3_to_f32(uint8_t b) {
     return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b), __NV_E4M3)));
 }
+// Bytes 0 (x) and 1 (y) of `pair`, each as e4m3_to_f32 (one conversion instruction for both).
+__device__ __forceinline__ float2 e4m3x2_to_f32x2(uint16_t pair) {
+    return __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(pair), __NV_E4M3)));
+}
 
 // E2M1 nibble of x rounded to nearest even, saturating to +-6 (the grid 0, .5, 1, 1.5, 2, 3, 4, 6).
 __device__ __forceinline__ uint32_t f32_to_e2m1(float x) {

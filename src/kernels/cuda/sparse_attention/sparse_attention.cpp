@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/rope/rope.h"
 
 namespace dsv4::cuda {
@@ -11,8 +12,10 @@ namespace {
 
 constexpr int32_t kTile = 64, kHeadsPerCta = 64;
 
+}  // namespace
+
 // SparseAttentionCombine's choice for a launch on the tensor-core path (a dsv4::Error where kCluster cannot run).
-bool use_cluster(const SparseAttentionParams& p) {
+bool detail::sparse_attention_takes_cluster(const SparseAttentionParams& p) {
     if (p.combine == SparseAttentionCombine::kKernels) return false;
     const bool forced = p.combine == SparseAttentionCombine::kCluster;
     // The cluster kernel writes 4 outputs (8 bytes) at a time.
@@ -24,9 +27,16 @@ bool use_cluster(const SparseAttentionParams& p) {
     const int64_t resident = detail::sparse_attention_resident_clusters(p);
     DSV4_CHECK(!forced || resident >= 1, "sparse_attention: this device cannot co-schedule a cluster of {} CTAs",
                p.splits);
+    if (forced) return true;
+    // The cluster where it needs no more waves than the main kernel of the three (decode-kernel bench, H200: one
+    // token, 10 splits 34.8 -> 25.5 us; 64 tokens, 3 splits, two waves each 84.2 -> 54.2 us; 8 tokens, 10 splits, 7
+    // clusters resident: two waves against one, 39.4 -> 50.5 us).
     const int64_t clusters = int64_t(p.tokens) * ((p.heads + kHeadsPerCta - 1) / kHeadsPerCta);
-    return forced || clusters <= resident;
+    const int64_t sms = multiprocessor_count();
+    return resident >= 1 && (clusters + resident - 1) / resident <= (clusters * p.splits + sms - 1) / sms;
 }
+
+namespace {
 
 // The inverse RoPE of the paths that do not fuse it.
 void inverse_rope(const SparseAttentionParams& p, cudaStream_t stream) {
@@ -91,7 +101,7 @@ void sparse_attention(const SparseAttentionParams& p, cudaStream_t stream) {
     DSV4_CHECK(reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 8 == 0 &&
                    reinterpret_cast<uintptr_t>(p.out) % 4 == 0 && reinterpret_cast<uintptr_t>(p.workspace) % 8 == 0,
                "sparse_attention: q must be 16-byte, kv and workspace 8-byte, out 4-byte aligned");
-    if (use_cluster(p)) {
+    if (detail::sparse_attention_takes_cluster(p)) {
         detail::sparse_attention_cluster_launch(p, stream);
         return;
     }

@@ -104,40 +104,42 @@ __device__ void load_k_tile(Smem<kHeadDim>& s, uint8_t* staged, const SparseAtte
         s.valid[threadIdx.x] = slot < slot_end ? idx[slot] : -1;
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < kTile * words; i += kThreads) {
-        const int r = i / words, w = i % words;
+    // A warp per row (8 rows each), its lanes along the row: no division by the runtime entry size.
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int r = warp; r < kTile; r += kThreads / 32) {
         const int row = s.valid[r];
-        if (row >= 0) cp_async8(smem_addr(staged + r * entry_bytes + w * 8), p.kv + int64_t(row) * entry_bytes + w * 8);
+        if (row < 0) continue;
+        for (int w = lane; w < words; w += 32)
+            cp_async8(smem_addr(staged + r * entry_bytes + w * 8), p.kv + int64_t(row) * entry_bytes + w * 8);
     }
     cp_async_wait_all();
     __syncthreads();
-    for (int i = threadIdx.x; i < kTile * chunks; i += kThreads) {
-        const int r = i / chunks, c = i % chunks;
+    for (int r = warp; r < kTile; r += kThreads / 32) {
         __nv_bfloat16* dst = &s.k[r * Smem<kHeadDim>::kStride];
-        if (s.valid[r] < 0) {
-            if (c < nope_chunks)
-                *reinterpret_cast<uint4*>(dst + c * 8) = make_uint4(0, 0, 0, 0);
-            else
-                *reinterpret_cast<uint2*>(dst + layout.nope + (c - nope_chunks) * 4) = make_uint2(0, 0);
-            continue;
-        }
         const uint8_t* entry = staged + r * entry_bytes;
-        if (c < nope_chunks) {
-            const uint2 codes = *reinterpret_cast<const uint2*>(entry + c * 8);
-            const float scale = entry::e8m0_to_f32(entry[layout.scale_offset() + (c * 8) / kKvScaleBlock]);
-            uint32_t packed[4];
-            for (int j = 0; j < 4; ++j) {
-                const uint32_t word = j < 2 ? codes.x : codes.y;
-                const int shift = (j % 2) * 16;
-                const float lo = entry::e4m3_to_f32(uint8_t(word >> shift)) * scale;
-                const float hi = entry::e4m3_to_f32(uint8_t(word >> (shift + 8))) * scale;
-                packed[j] = pack_bf16(lo, hi);  // exact: 4 significant bits times a power of two
+        const bool valid = s.valid[r] >= 0;
+        for (int c = lane; c < chunks; c += 32) {
+            if (!valid) {
+                if (c < nope_chunks)
+                    *reinterpret_cast<uint4*>(dst + c * 8) = make_uint4(0, 0, 0, 0);
+                else
+                    *reinterpret_cast<uint2*>(dst + layout.nope + (c - nope_chunks) * 4) = make_uint2(0, 0);
+            } else if (c < nope_chunks) {
+                const uint2 codes = *reinterpret_cast<const uint2*>(entry + c * 8);
+                const float scale = entry::e8m0_to_f32(entry[layout.scale_offset() + (c * 8) / kKvScaleBlock]);
+                uint32_t packed[4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const uint32_t word = (j < 2 ? codes.x : codes.y) >> ((j % 2) * 16);
+                    const float2 v = entry::e4m3x2_to_f32x2(uint16_t(word));  // bytes 0, 1 of `word`
+                    packed[j] = pack_bf16(v.x * scale, v.y * scale);  // exact: 4 significant bits times 2^k
+                }
+                *reinterpret_cast<uint4*>(dst + c * 8) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+            } else {
+                const int k = c - nope_chunks;
+                *reinterpret_cast<uint2*>(dst + layout.nope + k * 4) =
+                    *reinterpret_cast<const uint2*>(entry + layout.rope_offset() + k * 8);
             }
-            *reinterpret_cast<uint4*>(dst + c * 8) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-        } else {
-            const int k = c - nope_chunks;
-            *reinterpret_cast<uint2*>(dst + layout.nope + k * 4) =
-                *reinterpret_cast<const uint2*>(entry + layout.rope_offset() + k * 8);
         }
     }
     __syncthreads();
@@ -183,17 +185,18 @@ __device__ __forceinline__ SplitRange split_range(const SparseAttentionParams& p
     return SplitRange{begin, min(begin + per_split * kTile, p.slots)};
 }
 
-// Per-head max logit over slots [begin, end) into s.row_max (every warp pair combines its two slot halves).
+// Per-head max logit over slots [begin, end) into s.row_max (every warp pair combines its two slot halves). `last`
+// receives this warp's logits of the range's last tile (pass 2 reuses them when the range is one tile).
 template <int kHeadDim>
-__device__ void range_max(Smem<kHeadDim>& s, uint8_t* staged, const SparseAttentionParams& p, int token,
-                          SplitRange range, int m_tiles) {
+__device__ __forceinline__ void range_max(Smem<kHeadDim>& s, uint8_t* staged, const SparseAttentionParams& p,
+                                          int token, SplitRange range, int m_tiles, float (&last)[4][4]) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, mt = warp % 4, nh = warp / 4;
     float m0 = -INFINITY, m1 = -INFINITY;
     for (int slot0 = range.begin; slot0 < range.end; slot0 += kTile) {
         __syncthreads();
         load_k_tile(s, staged, p, token, slot0, range.end);
         if (mt < m_tiles) {
-            float l[4][4];
+            float (&l)[4][4] = last;
             tile_logits(s, p.scale, mt, nh, l);
             for (int nt = 0; nt < 4; ++nt) {
                 m0 = fmaxf(m0, fmaxf(l[nt][0], l[nt][1]));
@@ -247,17 +250,19 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_max_kernel(const
             workspace(p).max[(int64_t(token) * p.splits + split) * p.heads + head0 + threadIdx.x] = -INFINITY;
         return;
     }
-    range_max(s, staged, p, token, split_range(p, split), m_tiles);
+    float logits[4][4];
+    range_max(s, staged, p, token, split_range(p, split), m_tiles, logits);
     if (threadIdx.x < heads_here)
         workspace(p).max[(int64_t(token) * p.splits + split) * p.heads + head0 + threadIdx.x] = s.row_max[threadIdx.x];
 }
 
 // Pass 2 over slots [range.begin, range.end) with the max logits in s.row_max: this warp's P V accumulators
 // (heads 16 mt + g, + 8 x dims (warp / 4) * head_dim / 2 ..) and its partial denominators (unrounded P, lanes of a
-// quad apart). `tile_loaded`: the range is one tile and s.k still holds it (the fused path's max pass loaded it).
+// quad apart). `tile_loaded`: the range is one tile, s.k still holds it and `logits` are this warp's logits of it
+// (the fused path's max pass computed them with the same code).
 template <int kHeadDim>
 __device__ __forceinline__ void range_pv(Smem<kHeadDim>& s, uint8_t* staged, const SparseAttentionParams& p, int token,
-                                         SplitRange range, int m_tiles, bool tile_loaded,
+                                         SplitRange range, int m_tiles, bool tile_loaded, const float (&logits)[4][4],
                                          float (&o)[kHeadDim / 16][4], float& den0, float& den1) {
     constexpr int kS = Smem<kHeadDim>::kStride;
     constexpr int kNTiles = kHeadDim / 16;  // 8-dim n-tiles per warp (half of head_dim)
@@ -275,7 +280,14 @@ __device__ __forceinline__ void range_pv(Smem<kHeadDim>& s, uint8_t* staged, con
         if (!tile_loaded) load_k_tile(s, staged, p, token, slot0, range.end);
         if (mt < m_tiles) {
             float l[4][4];
-            tile_logits(s, p.scale, mt, half, l);
+            if (tile_loaded) {
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) l[nt][i] = logits[nt][i];
+            } else {
+                tile_logits(s, p.scale, mt, half, l);
+            }
             for (int nt = 0; nt < 4; ++nt) {
                 const float p0 = probability(l[nt][0], base0), p1 = probability(l[nt][1], base0);
                 const float p2 = probability(l[nt][2], base1), p3 = probability(l[nt][3], base1);
@@ -351,8 +363,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
         if (threadIdx.x < heads_here) ws.denom[row0 + threadIdx.x] = 0.0f;
         return;
     }
+    float logits[4][4];
     if (p.splits == 1) {
-        range_max(s, staged, p, token, range, m_tiles);
+        range_max(s, staged, p, token, range, m_tiles, logits);
     } else {
         __syncthreads();
         if (threadIdx.x < heads_here) {
@@ -364,7 +377,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
         __syncthreads();
     }
     float o[kNTiles][4], den0, den1, sum0, sum1;
-    range_pv(s, staged, p, token, range, m_tiles, false, o, den0, den1);
+    range_pv(s, staged, p, token, range, m_tiles, false, logits, o, den0, den1);
     split_denominators(s, den0, den1, sum0, sum1);
     if (mt >= m_tiles) return;
     const int h0 = mt * 16 + g, h1 = h0 + 8;
@@ -400,6 +413,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
 
 // The combined output of one dim: the splits' P V sum over their denominators and the sink, as bf16 (zeros for a
 // head without keys).
+__device__ __forceinline__ __nv_bfloat16 bf16_bits(uint16_t bits) { return __ushort_as_bfloat16(bits); }
 __device__ __forceinline__ uint16_t combined(float acc, float denom, float mx) {
     const __nv_bfloat16 v = __float2bfloat16_rn(mx == -INFINITY ? 0.0f : acc / denom);
     return *reinterpret_cast<const uint16_t*>(&v);
@@ -432,7 +446,7 @@ __global__ void sparse_attention_combine_kernel(const SparseAttentionParams p) {
 // split, left in its own shared memory (the partial O over s.q and s.k, which pass 2 no longer reads); (3) CTA r
 // combines its share of the group's (head, dim) outputs from every split, in split order, and applies the inverse
 // RoPE to the rope dims if asked. The arithmetic and its order are the three kernels' (and apply_rope's), so the
-// bits are theirs; a split of one tile keeps it in shared memory from pass 1 to pass 2 instead of loading it twice.
+// bits are theirs; a split of one tile keeps it in shared memory, and its logits in registers, from pass 1 to pass 2.
 template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(const SparseAttentionParams p) {
     constexpr int kNTiles = kHeadDim / 16;
@@ -453,8 +467,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
     // Pass 1: this split's max logits (-inf without keys), then the token's over the cluster.
     load_q(s, p, token, head0, heads_here);
     const bool has_keys = range_has_keys(p, token, range);
+    float logits[4][4];  // this warp's logits of the split's tile, reused by pass 2 when the split is one tile
     if (has_keys) {
-        range_max(s, staged, p, token, range, m_tiles);
+        range_max(s, staged, p, token, range, m_tiles, logits);
     } else {
         cp_async_wait_all();
         if (threadIdx.x < kHeadsPerCta) s.row_max[threadIdx.x] = -INFINITY;
@@ -473,7 +488,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
     for (int nt = 0; nt < kNTiles; ++nt)
         for (int i = 0; i < 4; ++i) o[nt][i] = 0.0f;
     if (has_keys) {
-        range_pv(s, staged, p, token, range, m_tiles, range.end - range.begin <= kTile, o, den0, den1);
+        range_pv(s, staged, p, token, range, m_tiles, range.end - range.begin <= kTile, logits, o, den0, den1);
         split_denominators(s, den0, den1, sum0, sum1);  // ends with a barrier: s.q and s.k are free
     }
     const int hs[2] = {mt * 16 + g, mt * 16 + g + 8};
@@ -508,22 +523,20 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
             acc.w += v.w;
         }
         const float denom = s.partial[0][h], mx = s.row_max[h];
-        uint32_t pairs[2] = {uint32_t(combined(acc.x, denom, mx)) | uint32_t(combined(acc.y, denom, mx)) << 16,
-                             uint32_t(combined(acc.z, denom, mx)) | uint32_t(combined(acc.w, denom, mx)) << 16};
+        __nv_bfloat162 lo = __halves2bfloat162(bf16_bits(combined(acc.x, denom, mx)), bf16_bits(combined(acc.y, denom, mx)));
+        __nv_bfloat162 hi = __halves2bfloat162(bf16_bits(combined(acc.z, denom, mx)), bf16_bits(combined(acc.w, denom, mx)));
         const int nope = kHeadDim - p.rope_dim;  // a multiple of 8: a quad is all nope or all rope
         if (p.inverse_rope_inv_freq && i >= nope) {
             const int32_t position = p.positions[token];
-#pragma unroll
-            for (int k = 0; k < 2; ++k) {
-                float c, sn;
-                rope_cos_sin(position, p.inverse_rope_inv_freq[(i - nope) / 2 + k], true, c, sn);
-                __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(&pairs[k]);
-                v = rope_rotate(v, c, sn);
-                pairs[k] = *reinterpret_cast<const uint32_t*>(&v);
-            }
+            float c, sn;
+            rope_cos_sin(position, p.inverse_rope_inv_freq[(i - nope) / 2], true, c, sn);
+            lo = rope_rotate(lo, c, sn);
+            rope_cos_sin(position, p.inverse_rope_inv_freq[(i - nope) / 2 + 1], true, c, sn);
+            hi = rope_rotate(hi, c, sn);
         }
-        *reinterpret_cast<uint2*>(p.out + (int64_t(token) * p.heads + head0 + h) * kHeadDim + i) =
-            make_uint2(pairs[0], pairs[1]);
+        __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(p.out + (int64_t(token) * p.heads + head0 + h) * kHeadDim + i);
+        out[0] = lo;
+        out[1] = hi;
     }
     cluster.sync();  // no CTA leaves while another still reads its shared memory
 }

@@ -25,8 +25,8 @@ namespace dsv4::cuda {
 // are one thread-block cluster (at most kMaxClusterSplits) and the max pass, the main pass and the combine are one
 // kernel, no workspace; it needs a device that co-schedules such a cluster (else a dsv4::Error). kKernels: a max
 // kernel, the main kernel and a combine kernel through the workspace. The same arithmetic in the same order, so the
-// same bits. kAuto: the cluster where the launch's clusters all fit the device at once (decode steps of a few
-// tokens), the kernels otherwise (one CTA per SM: clusters of 10 leave a GPC's remaining SMs idle).
+// same bits. kAuto: the cluster where its launch needs no more waves than the main kernel's (decode steps of a few
+// tokens; more where the splits are few), the kernels otherwise (one CTA per SM: a cluster of 10 takes a GPC).
 enum class SparseAttentionCombine { kAuto, kCluster, kKernels };
 inline constexpr int32_t kMaxClusterSplits = 16;
 
@@ -73,6 +73,7 @@ namespace detail {
 void sparse_attention_launch(const SparseAttentionParams& params, cudaStream_t stream);
 void sparse_attention_generic_launch(const SparseAttentionParams& params, cudaStream_t stream);
 int64_t sparse_attention_resident_clusters(const SparseAttentionParams& params);  // 0: cannot co-schedule one
+bool sparse_attention_takes_cluster(const SparseAttentionParams& params);  // the combine's choice (tensor-core path)
 void sparse_attention_cluster_launch(const SparseAttentionParams& params, cudaStream_t stream);
 }
 
