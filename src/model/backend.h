@@ -49,6 +49,16 @@ class Backend {
         return logits;
     }
 
+    // forward_batch() into `logits`: item i's logits in logits[i] (its capacity reused), the vector grown to the
+    // items if shorter and never shrunk (entries past the items keep their capacity for a later, larger step). A
+    // caller that steps every few milliseconds (the engine, dsv4 bench) keeps its vectors from step to step, so no
+    // fresh host pages are faulted in and zeroed each step (V4 at batch 256: 132 MB of logits a step).
+    virtual void forward_batch_into(std::span<const BatchItem> items, std::vector<std::vector<float>>& logits) {
+        std::vector<std::vector<float>> out = forward_batch(items);
+        if (logits.size() < out.size()) logits.resize(out.size());
+        for (size_t i = 0; i < out.size(); ++i) logits[i] = std::move(out[i]);
+    }
+
     // Teacher forcing, for testing one backend against another block by block: runs block `layer` alone (mHC pre,
     // attention, mHC post, mHC pre, MoE, mHC post) on the input streams `streams_in` ([ids.size(), n_hc, D] f32
     // holding bf16 values) of `ids` at positions start_position, ...; advances only that layer's part of `state`

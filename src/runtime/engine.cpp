@@ -294,14 +294,15 @@ void Engine::step() {
         budget -= end - a->fed;
     }
 
-    std::vector<std::vector<float>> logits;
+    std::vector<std::vector<float>>& logits = step_logits_;  // [0, items.size()) are this step's
     if (!items.empty()) {
         try {
-            logits = backend_.forward_batch(items);
+            backend_.forward_batch_into(items, logits);
         } catch (const Error&) {
             // The batch was refused before it ran (e.g. the GPU pool is full). Run the items one at a time so one
             // request's failure does not end the others.
-            logits.assign(items.size(), {});
+            if (logits.size() < items.size()) logits.resize(items.size());
+            for (size_t i = 0; i < items.size(); ++i) logits[i].clear();
             for (size_t i = 0; i < items.size(); ++i) {
                 try {
                     logits[i] = backend_.forward(*items[i].state, items[i].ids, false);

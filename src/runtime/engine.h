@@ -128,6 +128,7 @@ class Engine {
 
     std::deque<std::unique_ptr<Active>> waiting_;  // engine thread only
     std::vector<std::unique_ptr<Active>> running_;  // engine thread only
+    std::vector<std::vector<float>> step_logits_;   // engine thread only: a step's logits, capacity kept across steps
     std::thread thread_;
 };
 

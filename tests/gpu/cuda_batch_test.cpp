@@ -163,6 +163,42 @@ TEST(CudaBatchApi, LogitsCopiedInSlicesEqualOneCopy) {
                                      out[1][i], out[0][i]);
 }
 
+// forward_batch_into (the engine's and the bench's path) equals forward_batch bit for bit while it reuses its
+// vectors: three steps of three, two and three sequences into one vector of vectors, which keeps its third entry
+// (and its capacity) through the step of two.
+TEST(CudaBatchApi, ForwardBatchIntoReusesItsVectors) {
+    DSV4_REQUIRE_GPU();
+    auto checkpoint = Checkpoint::open(fixture_dir("hf-tiny-hc2-hca16"));
+    const ModelConfig& config = checkpoint->config();
+    const CudaOptions options = three_short_sequences();
+    CudaModel fresh(config, load_model_weights(checkpoint, config), Numerics::kModel, options);
+    CudaModel reused(config, load_model_weights(checkpoint, config), Numerics::kModel, options);
+    SequenceState fa = fresh.new_sequence(), fb = fresh.new_sequence(), fc = fresh.new_sequence();
+    SequenceState ra = reused.new_sequence(), rb = reused.new_sequence(), rc = reused.new_sequence();
+    const std::vector<std::vector<int32_t>> steps = {{5, 6, 7}, {8, 9}, {10, 11, 12}};
+    std::vector<std::vector<float>> out;
+    for (size_t k = 0; k < steps.size(); ++k) {
+        const std::vector<int32_t>& ids = steps[k];
+        std::vector<BatchItem> f = {{&fa, std::span(ids).subspan(0, 1), false}, {&fb, std::span(ids).subspan(1, 1), false}};
+        std::vector<BatchItem> r = {{&ra, std::span(ids).subspan(0, 1), false}, {&rb, std::span(ids).subspan(1, 1), false}};
+        if (ids.size() == 3) {
+            f.push_back({&fc, std::span(ids).subspan(2, 1), false});
+            r.push_back({&rc, std::span(ids).subspan(2, 1), false});
+        }
+        const std::vector<float> kept = out.size() == 3 ? out[2] : std::vector<float>{};
+        const float* kept_data = out.size() == 3 ? out[2].data() : nullptr;
+        const std::vector<std::vector<float>> want = fresh.forward_batch(f);
+        reused.forward_batch_into(r, out);
+        ASSERT_EQ(out.size(), 3u) << "step " << k;
+        for (size_t i = 0; i < want.size(); ++i)
+            gpu_test::expect_bitwise_f32("step " + std::to_string(k) + " item " + std::to_string(i), out[i], want[i]);
+        if (ids.size() == 2) {
+            EXPECT_EQ(out[2], kept) << "the entry past the items changed";
+            EXPECT_EQ(out[2].data(), kept_data) << "the entry past the items was reallocated";
+        }
+    }
+}
+
 // The paged cache pool: sequences grow page by page in interleaved order (so a sequence's pages are not contiguous)
 // and must compute the same bits as alone in a fresh pool; a request the pool cannot hold fails with a clear error
 // and advances nothing; pages come back when a sequence is released.

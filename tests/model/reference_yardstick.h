@@ -121,7 +121,9 @@ inline void expect_within_reference_yardstick(const ReferenceRun& r, const std::
                     best_is_closer ? "  (inside the spread)" : "  (closer than every rerun)");
         EXPECT_GE(v.cosine[size_t(s)], v.rerun_worst[size_t(s)])
             << who << " step " << s << ": further from the reference than one-ulp noise";
-        if (s + 1 < r.steps) EXPECT_EQ(v.argmax[size_t(s)], r.greedy[size_t(s)]) << who << " step " << s;
+        if (s + 1 < r.steps) {
+            EXPECT_EQ(v.argmax[size_t(s)], r.greedy[size_t(s)]) << who << " step " << s;
+        }
     }
     std::printf("%s: sum of (1 - cosine) over %lld steps %.3e; perturbed reruns %.3e .. %.3e; steps where the "
                 "closest rerun is closer: %d\n", who.c_str(), (long long)r.steps, v.total, v.closest_rerun_total(),

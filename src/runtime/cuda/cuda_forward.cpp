@@ -20,6 +20,12 @@ std::vector<float> CudaModel::forward(SequenceState& state, std::span<const int3
 }
 
 std::vector<std::vector<float>> CudaModel::forward_batch(std::span<const BatchItem> items) {
+    std::vector<std::vector<float>> logits;
+    forward_batch_into(items, logits);
+    return logits;
+}
+
+void CudaModel::forward_batch_into(std::span<const BatchItem> items, std::vector<std::vector<float>>& logits) {
     Impl& m = *impl_;
     const int64_t V = m.config.vocab_size;
     // Check everything before anything runs: a bad item fails the call with no sequence advanced.
@@ -34,9 +40,11 @@ std::vector<std::vector<float>> CudaModel::forward_batch(std::span<const BatchIt
     for (size_t i = 0; i < items.size(); ++i)
         needs.emplace_back(slot[i], items[i].state->position + int64_t(items[i].ids.size()));
     m.reserve_pages(needs);
-    std::vector<std::vector<float>> logits(items.size());
-    for (size_t i = 0; i < items.size(); ++i)
+    if (logits.size() < items.size()) logits.resize(items.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+        logits[i].clear();  // keeps its capacity: the pages of the last step's logits
         logits[i].reserve(size_t((items[i].all_logits ? items[i].ids.size() : 1) * V));
+    }
 
     // Pack the items' tokens into pieces of at most `chunk` rows, in item order; an item that does not fit the rest
     // of a piece continues in the next one (exact: the forward is chunk-invariant). With an observer, one sequence
@@ -70,7 +78,6 @@ std::vector<std::vector<float>> CudaModel::forward_batch(std::span<const BatchIt
     }
     flush();
     for (const BatchItem& item : items) item.state->position += int64_t(item.ids.size());
-    return logits;
 }
 
 std::vector<float> CudaModel::forward_block(SequenceState& state, int64_t layer, int64_t start_position,

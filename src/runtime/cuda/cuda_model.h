@@ -86,6 +86,7 @@ class CudaModel final : public Backend {
     // The items' tokens packed into shared pieces; a step of one token per sequence is one piece replayed from the
     // decode graph of its batch size. Not thread-safe: one caller at a time (one stream, one workspace).
     std::vector<std::vector<float>> forward_batch(std::span<const BatchItem> items) override;
+    void forward_batch_into(std::span<const BatchItem> items, std::vector<std::vector<float>>& logits) override;
     std::vector<float> forward_block(SequenceState& state, int64_t layer, int64_t start_position,
                                      std::span<const int32_t> ids, const float* streams_in) override;
     void set_observer(ActivationObserver observer) override;

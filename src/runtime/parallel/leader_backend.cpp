@@ -109,6 +109,12 @@ std::vector<float> LeaderBackend::forward(SequenceState& state, std::span<const 
 }
 
 std::vector<std::vector<float>> LeaderBackend::forward_batch(std::span<const BatchItem> items) {
+    std::vector<std::vector<float>> logits;
+    forward_batch_into(items, logits);
+    return logits;
+}
+
+void LeaderBackend::forward_batch_into(std::span<const BatchItem> items, std::vector<std::vector<float>>& logits) {
     message::ForwardBatch batch;
     std::vector<BatchItem> local_items;
     PositionsBack back;
@@ -122,7 +128,7 @@ std::vector<std::vector<float>> LeaderBackend::forward_batch(std::span<const Bat
         back.add(*item.state, s);
     }
     link_->send(batch);
-    return local_->forward_batch(local_items);
+    local_->forward_batch_into(local_items, logits);
 }
 
 std::vector<float> LeaderBackend::forward_block(SequenceState& state, int64_t layer, int64_t start_position,

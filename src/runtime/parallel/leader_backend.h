@@ -44,6 +44,7 @@ class LeaderBackend final : public Backend {
     SequenceState copy_sequence(const SequenceState& state) const override;
     std::vector<float> forward(SequenceState& state, std::span<const int32_t> ids, bool all_logits) override;
     std::vector<std::vector<float>> forward_batch(std::span<const BatchItem> items) override;
+    void forward_batch_into(std::span<const BatchItem> items, std::vector<std::vector<float>>& logits) override;
     std::vector<float> forward_block(SequenceState& state, int64_t layer, int64_t start_position,
                                      std::span<const int32_t> ids, const float* streams_in) override;
     PoolUsage pool_usage() const override { return local_->pool_usage(); }
