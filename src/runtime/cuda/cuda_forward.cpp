@@ -223,14 +223,31 @@ void CudaModel::Impl::run_piece(std::span<const PieceSequence> seqs) {
         if (r0 + rows == piece.logit_rows) stages.finish();
         DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
         meta_in_flight = false;
+        struct Rows {
+            std::vector<float>* to;
+            int64_t first, count;
+        };
+        std::vector<Rows> copies;  // the slice's rows by sequence (each sequence at most once per slice)
         for (int64_t r = 0; r < rows;) {
             const PieceSequence& ps = seqs[seq];
             const int64_t take = std::min(rows - r, ps.tokens - ps.first_logit - seq_rows_done);
-            const float* from = logits_host.get() + r * V;
-            ps.logits->insert(ps.logits->end(), from, from + take * V);
+            copies.push_back({ps.logits, r, take});
             r += take;
             seq_rows_done += take;
             if (seq_rows_done == ps.tokens - ps.first_logit) ++seq, seq_rows_done = 0;
+        }
+        auto copy = [&](int64_t begin, int64_t end) {
+            for (int64_t i = begin; i < end; ++i) {
+                const float* from = logits_host.get() + copies[size_t(i)].first * V;
+                copies[size_t(i)].to->insert(copies[size_t(i)].to->end(), from, from + copies[size_t(i)].count * V);
+            }
+        };
+        constexpr int64_t kRowsPerTask = 8;  // ~4 MB at V4's vocabulary: below that one thread is as quick
+        if (rows >= 2 * kRowsPerTask) {
+            if (!logits_pool) logits_pool = std::make_unique<ThreadPool>(8);
+            logits_pool->parallel_for(int64_t(copies.size()), copy, kRowsPerTask);
+        } else {
+            copy(0, int64_t(copies.size()));
         }
     }
 }
