@@ -353,7 +353,7 @@ namespace detail {
 
 void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPath path) {
     if (path == HcMixPath::kAuto && !hc_specialised(p.n_hc)) path = HcMixPath::kGeneric;
-    if (path == HcMixPath::kAuto) path = hc_mix_split(p.tokens, head) ? HcMixPath::kSplit : HcMixPath::kTiled;
+    if (path == HcMixPath::kAuto) path = hc_mix_auto_path(p.tokens, head);
     if (path == HcMixPath::kGeneric) return launch_hc_mix_generic(p, head, stream);
     // A wide cluster where the device co-schedules one (else clusters of kHcCluster: the same values, the same bits).
     const void* wide = p.n_hc == 2 ? reinterpret_cast<const void*>(hc_mix_split_kernel<2, false, kHcWideCluster>)

@@ -21,16 +21,9 @@ namespace dsv4::cuda {
 // 5 + 3 level tree; the tests derive their f32 reduction bound from this.
 inline constexpr int kHcThreads = 256;
 
-// hc_pre / hc_head run a CTA per 4 tokens (many tokens; a CTA per token is the reference path the tests compare)
-// or a cluster of CTAs per token (few tokens, decode); all compute the same per-thread chains and trees, so the
-// choice never changes a bit (mhc.cu; tests compare them). The crossover below was measured against the per-token
-// path.
-// Crossover measured on an H200 (n_hc 4, dim 4096, bench/decode_kernels_bench, docs/perf.md): hc_pre split faster up
-// to 256 tokens (97 vs 191 us) and slower at 1024 (379 vs 345); hc_head faster up to 64 (10.6 vs 14.2 us), slower
-// at 256 (27 vs 17).
-constexpr bool hc_mix_split(int64_t tokens, bool head) {
-    return tokens <= (head ? 64 : 256);
-}
+// hc_pre / hc_head run a CTA per token, a CTA per 4 tokens or a cluster of CTAs per token; all compute the same
+// per-thread chains and trees, so the choice never changes a bit (mhc.cu; tests compare them). Which is fastest
+// (detail::hc_mix_auto_path) was measured with all three side by side (bench/decode_kernels_bench hc, docs/perf.md).
 
 constexpr int64_t hc_pre_mix_size(int64_t n_hc) {
     return (2 + n_hc) * n_hc;
@@ -64,9 +57,16 @@ void hc_post(const HcPostParams& p, cudaStream_t stream);
 
 // The kernel launches behind the checked launchers (mhc.cu); they assume a valid contract.
 namespace detail {
-// kAuto: the specialised kernels for n_hc 2 and 4 (split or tiled by hc_mix_split), kGeneric otherwise. Tests
+// kAuto: the specialised kernels for n_hc 2 and 4 (the path hc_mix_auto_path picks), kGeneric otherwise. Tests
 // force the others (kGeneric works for every n_hc).
 enum class HcMixPath { kAuto, kPerToken, kTiled, kSplit, kGeneric };
+// kAuto's choice for n_hc 4, dim 4096 on an H200 (2026-11-25, us per call; split / per token / tiled): hc_pre at 128
+// tokens 65.9 / 105.1 / 112.1, at 256 121.2 / 112.9 / 125.3, at 1024 485.2 / 204.6 / 145.0; hc_head at 32 tokens
+// 8.2 / 11.7 / 30.2, at 64 14.0 / 11.7 / 30.5, at 256 36.5 / 13.8 / 31.3, at 1024 152.1 / 29.3 / 53.6.
+constexpr HcMixPath hc_mix_auto_path(int64_t tokens, bool head) {
+    if (head) return tokens <= 32 ? HcMixPath::kSplit : HcMixPath::kPerToken;
+    return tokens <= 128 ? HcMixPath::kSplit : tokens <= 256 ? HcMixPath::kPerToken : HcMixPath::kTiled;
+}
 constexpr bool hc_specialised(int64_t n_hc) {
     return n_hc == 2 || n_hc == 4;
 }
