@@ -19,7 +19,6 @@
 #include "gpu_test_util.h"
 #include "kernels/cpu/mhc.h"
 #include "kernels/cuda/mhc/mhc.h"
-#include "kernels/cuda/rms_norm/rms_norm.h"
 
 using namespace dsv4;
 using namespace dsv4::gpu_test;
@@ -225,79 +224,6 @@ TEST(GpuMhc, SplitAndTiledPathsMatchPerTokenBitwise) {
                     expect_bitwise_f32(what + " x_out", other.x_out, per_token.x_out);
                 }
             }
-}
-
-// hc_pre with the norm after the collapse (normalize: fused into the split path's clusters, rms_norm after the
-// others) equals hc_pre then rms_norm with q, bit for bit: x, its FP8 codes and scales, the mix; wide clusters (up
-// to 8 tokens) and clusters of 8, V4-Flash and V4-Pro widths, small and odd dims, weighted and unweighted.
-TEST(GpuMhc, FusedNormEqualsRmsNormAfter) {
-    DSV4_REQUIRE_GPU();
-    Rng rng;
-    struct Shape {
-        int64_t n, dim;
-    };
-    using cuda::detail::HcMixPath;
-    for (int64_t tokens : {1, 3, 8, 9, 19, 64})
-        for (Shape sh : {Shape{4, 4096}, Shape{4, 7168}, Shape{2, 320}, Shape{4, 64}, Shape{2, 4096 + 40},
-                         Shape{4, 1000 + 3}})
-            for (bool weighted : {true, false})
-                for (HcMixPath path : {HcMixPath::kAuto, HcMixPath::kSplit, HcMixPath::kPerToken}) {
-                    const int64_t n = sh.n, dim = sh.dim, rows = cuda::hc_pre_mix_size(n), blocks = (dim + 127) / 128;
-                    const Inputs in = make_inputs(rng, tokens, n, dim, rows, 3);
-                    std::vector<float> weight(static_cast<size_t>(dim));
-                    for (float& w : weight) w = rng.uniform(0.5f, 1.5f);
-                    auto d_streams = to_device(to_bf16(in.streams));
-                    auto d_fn = to_device(in.fn);
-                    auto d_base = to_device(in.base);
-                    auto d_scale = to_device(in.scale);
-                    auto d_weight = to_device(weight);
-                    struct Out {
-                        cuda::DeviceBuffer<uint16_t> x;
-                        cuda::DeviceBuffer<float> mix, scales;
-                        cuda::DeviceBuffer<uint8_t> q;
-                    };
-                    auto outputs = [&] {
-                        return Out{poisoned<uint16_t>(size_t(tokens * dim)), poisoned<float>(size_t(tokens * rows)),
-                                   poisoned<float>(size_t(tokens * blocks)), poisoned<uint8_t>(size_t(tokens * dim))};
-                    };
-                    Out fused = outputs(), after = outputs();
-                    auto params = [&](Out& o) {
-                        cuda::HcMixParams p{reinterpret_cast<const __nv_bfloat16*>(d_streams.get()),
-                                            d_fn.get(),
-                                            d_base.get(),
-                                            d_scale.get(),
-                                            reinterpret_cast<__nv_bfloat16*>(o.x.get()),
-                                            o.mix.get(),
-                                            nullptr,
-                                            tokens,
-                                            n,
-                                            dim,
-                                            kIters,
-                                            kHcEps,
-                                            kNormEps};
-                        return p;
-                    };
-                    const float eps = 1e-6f;
-                    cuda::HcMixParams p = params(fused);
-                    p.normalize = true;
-                    p.norm_weight = weighted ? d_weight.get() : nullptr;
-                    p.rms_eps = eps;
-                    p.q = fused.q.get();
-                    p.q_scales = fused.scales.get();
-                    cuda::detail::launch_hc_mix(p, false, nullptr, path);
-                    cuda::detail::launch_hc_mix(params(after), false, nullptr, path);
-                    __nv_bfloat16* x = reinterpret_cast<__nv_bfloat16*>(after.x.get());
-                    cuda::rms_norm({x, weighted ? d_weight.get() : nullptr, x, tokens, dim, dim, dim, eps, after.q.get(),
-                                    after.scales.get()},
-                                   nullptr);
-                    const std::string what = "tokens " + std::to_string(tokens) + " n_hc " + std::to_string(n) +
-                                             " dim " + std::to_string(dim) + (weighted ? " weighted" : "") + " path " +
-                                             std::to_string(int(path));
-                    EXPECT_EQ(to_host(fused.x), to_host(after.x)) << what << ": x";
-                    EXPECT_EQ(to_host(fused.q), to_host(after.q)) << what << ": q";
-                    expect_bitwise_f32(what + " scales", to_host(fused.scales), to_host(after.scales));
-                    expect_bitwise_f32(what + " mix", to_host(fused.mix), to_host(after.mix));
-                }
 }
 
 TEST(GpuMhc, GenericPathMatchesSpecialisedBitwise) {

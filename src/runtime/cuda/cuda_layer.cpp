@@ -240,14 +240,9 @@ void CudaModel::Impl::block(int64_t layer) {
     const cuda::DeviceBlock& b = w.layers[size_t(layer)];
     const int64_t D = c.hidden_size, n_hc = c.hc_mult;
     cudaStream_t s = stream->get();
-    auto hc_pre = [&](const cuda::DeviceHc& hw, const float* norm) {  // x normalized, and quantized for FP8 GEMMs
-        cuda::HcMixParams p = hc_mix_params(hw, ws.streams, T);
-        p.normalize = true;
-        p.norm_weight = norm;
-        p.rms_eps = float(c.rms_norm_eps);
-        p.q = ws.x_fp8.q;
-        p.q_scales = ws.x_fp8.scales;
-        cuda::hc_pre(p, s);
+    auto hc_pre = [&](const cuda::DeviceHc& hw, const float* norm) {  // x, and x quantized for the FP8 GEMMs
+        cuda::hc_pre(hc_mix_params(hw, ws.streams, T), s);
+        cuda::rms_norm({ws.x, norm, ws.x, T, D, D, D, float(c.rms_norm_eps), ws.x_fp8.q, ws.x_fp8.scales}, s);
     };
     auto hc_post = [&]() {
         cuda::hc_post({ws.y, ws.streams, ws.mix, ws.streams_next, T, n_hc, D}, s);

@@ -16,7 +16,6 @@ void check_mix(const char* op, const HcMixParams& p) {
 
 void hc_pre(const HcMixParams& p, cudaStream_t stream) {
     check_mix("hc_pre", p);
-    DSV4_CHECK(!p.q == !p.q_scales && (!p.q || p.normalize), "hc_pre: q and q_scales go together, with normalize");
     // 0 computes as 1, as in both references: the first column normalization always runs.
     DSV4_CHECK(p.sinkhorn_iters >= 0, "hc_pre: sinkhorn_iters {} must be >= 0", p.sinkhorn_iters);
     if (p.tokens) detail::launch_hc_mix(p, false, stream);
@@ -24,7 +23,6 @@ void hc_pre(const HcMixParams& p, cudaStream_t stream) {
 
 void hc_head(const HcMixParams& p, cudaStream_t stream) {
     check_mix("hc_head", p);
-    DSV4_CHECK(!p.normalize && !p.q, "hc_head: the norm after the collapse is hc_pre's");
     if (p.tokens) detail::launch_hc_mix(p, true, stream);
 }
 

@@ -20,9 +20,6 @@
 #include "kernels/cuda/common/numeric.cuh"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/mhc/mhc.h"
-#include "kernels/cuda/quant/fp8_act_codec.cuh"
-#include "kernels/cuda/quant/quant.h"
-#include "kernels/cuda/rms_norm/rms_norm.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -212,65 +209,6 @@ __device__ float sinkhorn_lanes(float c, int base, int64_t iters, float eps) {
     return c;
 }
 
-// 5 (hc_pre with p.normalize). rms_norm of the collapsed row, then its FP8 quantization, with rms_norm_kernel's
-// arithmetic in its order (rms_norm.cu): its thread t sums the squares of elements t + 256 j in ascending j in
-// double, then a warp xor tree and the eight warp sums in order. Here element d = 256 (rank + kCluster s) + t sits in
-// slice s of CTA rank, so every CTA's thread t reads that chain from the cluster's shared memory (element t + 256 j:
-// CTA j % kCluster, slice j / kCluster) and computes the same r; each CTA then normalizes and quantizes its own
-// slices (quantize_held_row, whose 128-blocks fall inside a slice).
-inline constexpr int kNormSlices = 4;  // slices of kHcThreads elements per CTA: dim <= 4 x 8 x 256 (kMaxFusedNormDim)
-template <int kCluster, class Collapse>
-__device__ __forceinline__ void fused_rms_norm(const HcMixParams& p, int64_t t, int rank, Collapse&& collapse) {
-    static_assert(kHcThreads == 256, "rms_norm_kernel's and quantize_held_row's thread layout");
-    __shared__ double squares[kNormSlices][kHcThreads];
-    __shared__ double warp_sums[kWarps];
-    __shared__ float r_shared;
-    cg::cluster_group cluster = cg::this_cluster();
-    const int64_t stride = int64_t(kCluster) * kHcThreads, first = int64_t(rank) * kHcThreads;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    float held[kNormSlices];
-#pragma unroll
-    for (int s = 0; s < kNormSlices; ++s) {
-        const int64_t d = first + s * stride + threadIdx.x;
-        held[s] = d < p.dim ? bf16_to_f32(collapse(d)) : 0.0f;
-        squares[s][threadIdx.x] = double(held[s]) * double(held[s]);  // exact: a bf16 value squared
-    }
-    cluster.sync();
-    double sum = 0.0;
-    for (int64_t j = 0; threadIdx.x + kHcThreads * j < p.dim; ++j)
-        sum += cluster.map_shared_rank(&squares[0][0], int(j % kCluster))[(j / kCluster) * kHcThreads + threadIdx.x];
-    // The last remote read is done: arrive now, wait before leaving (no CTA leaves while another reads it).
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-#pragma unroll
-    for (int m = 16; m > 0; m /= 2) sum += __shfl_xor_sync(kFull, sum, m);
-    if (lane == 0) warp_sums[warp] = sum;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double total = 0.0;
-        for (int w = 0; w < kWarps; ++w) total += warp_sums[w];
-        const float mean_sq = float(total / double(p.dim));
-        r_shared = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, p.rms_eps)));
-    }
-    __syncthreads();
-    const float r = r_shared;
-    const int64_t n_blocks = (p.dim + kActQuantBlock - 1) / kActQuantBlock;
-#pragma unroll
-    for (int s = 0; s < kNormSlices; ++s) {
-        const int64_t slice = first + s * stride;
-        if (slice >= p.dim) break;  // uniform over the CTA
-        const int64_t d = slice + threadIdx.x;
-        const float normed = __fmul_rn(held[s], r);
-        const __nv_bfloat16 out = f32_to_bf16(p.norm_weight ? __fmul_rn(d < p.dim ? p.norm_weight[d] : 0.0f, normed)
-                                                            : normed);
-        if (d < p.dim) p.x_out[t * p.dim + d] = out;
-        if (p.q) {
-            const float value[1] = {d < p.dim ? bf16_to_f32(out) : 0.0f};  // what act_quant would read back
-            quantize_held_row<1>(value, slice, p.dim, p.q + t * p.dim, p.q_scales + t * n_blocks);
-        }
-    }
-    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
-}
-
 // grid (kCluster, tokens), clusters of kCluster along x. Value u in [0, kRows] (u = kRows: the sum of squares)
 // belongs to CTA u % kCluster; the CTA computes it exactly as hc_mix_kernel does (see the file comment).
 template <int kN, bool kHead, int kCluster>
@@ -380,18 +318,12 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads) h
     float pre[kN];
 #pragma unroll
     for (int j = 0; j < kN; ++j) pre[j] = pre_s[j];
-    auto collapse = [&](int64_t d) {
+    for (int64_t d = int64_t(rank) * kHcThreads + threadIdx.x; d < p.dim; d += int64_t(kCluster) * kHcThreads) {
         float out = 0.0f;
 #pragma unroll
         for (int j = 0; j < kN; ++j) out = __fadd_rn(out, __fmul_rn(pre[j], bf16_to_f32(v[j * p.dim + d])));
-        return f32_to_bf16(out);
-    };
-    if (kHead || !p.normalize) {
-        for (int64_t d = int64_t(rank) * kHcThreads + threadIdx.x; d < p.dim; d += int64_t(kCluster) * kHcThreads)
-            p.x_out[t * p.dim + d] = collapse(d);
-        return;
+        p.x_out[t * p.dim + d] = f32_to_bf16(out);
     }
-    if constexpr (!kHead) fused_rms_norm<kCluster>(p, t, rank, collapse);
 }
 
 template <int kN>
@@ -419,19 +351,9 @@ __global__ void __launch_bounds__(kPostThreads) hc_post_kernel(HcPostParams p) {
 
 namespace detail {
 
-void launch_hc_mix(const HcMixParams& params, bool head, cudaStream_t stream, HcMixPath path) {
-    if (path == HcMixPath::kAuto && !hc_specialised(params.n_hc)) path = HcMixPath::kGeneric;
-    if (path == HcMixPath::kAuto) path = hc_mix_auto_path(params.tokens, head);
-    // The norm after the collapse: in the split kernel's clusters where it fits, else rms_norm after (same bits).
-    HcMixParams p = params;
-    p.normalize = params.normalize && !head && path == HcMixPath::kSplit && params.dim <= kMaxFusedNormDim;
-    if (params.normalize && !p.normalize) {
-        launch_hc_mix(HcMixParams{p}, head, stream, path);
-        rms_norm({params.x_out, params.norm_weight, params.x_out, params.tokens, params.dim, params.dim, params.dim,
-                  params.rms_eps, params.q, params.q_scales},
-                 stream);
-        return;
-    }
+void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPath path) {
+    if (path == HcMixPath::kAuto && !hc_specialised(p.n_hc)) path = HcMixPath::kGeneric;
+    if (path == HcMixPath::kAuto) path = hc_mix_auto_path(p.tokens, head);
     if (path == HcMixPath::kGeneric) return launch_hc_mix_generic(p, head, stream);
     // A wide cluster where the device co-schedules one (else clusters of kHcCluster: the same values, the same bits).
     const void* wide = p.n_hc == 2 ? reinterpret_cast<const void*>(hc_mix_split_kernel<2, false, kHcWideCluster>)

@@ -42,17 +42,7 @@ struct HcMixParams {
     float* logits = nullptr;  // [tokens, rows] f32, optional: the raw mixer logits (for dumps and tests)
     int64_t tokens = 0, n_hc = 0, dim = 0, sinkhorn_iters = 0;
     float hc_eps = 0.0f, norm_eps = 0.0f;
-    // Optional (hc_pre): x_out receives rms_norm of the collapse (weight norm_weight, or none if null; eps rms_eps)
-    // instead of the collapse, and q / q_scales (both or neither) its FP8 quantization: what rms_norm with q would
-    // make of x_out, bit for bit. Fused into the split path's clusters (dim <= kMaxFusedNormDim); rms_norm after
-    // the other paths.
-    bool normalize = false;
-    const float* norm_weight = nullptr;  // [dim] f32
-    float rms_eps = 0.0f;
-    uint8_t* q = nullptr;      // [tokens, dim] e4m3
-    float* q_scales = nullptr;  // [tokens, ceil(dim / 128)]
 };
-inline constexpr int64_t kMaxFusedNormDim = 8192;  // four slices of a cluster of 8 CTAs of kHcThreads
 void hc_pre(const HcMixParams& p, cudaStream_t stream);
 void hc_head(const HcMixParams& p, cudaStream_t stream);
 
