@@ -60,12 +60,13 @@ namespace detail {
 // kAuto: the specialised kernels for n_hc 2 and 4 (the path hc_mix_auto_path picks), kGeneric otherwise. Tests
 // force the others (kGeneric works for every n_hc).
 enum class HcMixPath { kAuto, kPerToken, kTiled, kSplit, kGeneric };
-// kAuto's choice for n_hc 4, dim 4096 on an H200 (2026-11-25, us per call; split / per token / tiled): hc_pre at 128
-// tokens 65.9 / 105.1 / 112.1, at 256 121.2 / 112.9 / 125.3, at 1024 485.2 / 204.6 / 145.0; hc_head at 32 tokens
-// 8.2 / 11.7 / 30.2, at 64 14.0 / 11.7 / 30.5, at 256 36.5 / 13.8 / 31.3, at 1024 152.1 / 29.3 / 53.6.
+// kAuto's choice for n_hc 4, dim 4096 on an H200 (2026-11-25, us per call in the decode-kernel bench; split / per
+// token / tiled): hc_pre at 128 tokens 65.9 / 105.1 / 112.1, at 256 121.2 / 112.9 / 125.3 (but in the model's
+// batch-256 step the per-token path made the stage slower, 133 -> 165 us: split kept), at 1024 485.2 / 204.6 /
+// 145.0; hc_head at 64 tokens 14.0 / 11.7 / 30.5, at 256 36.5 / 13.8 / 31.3, at 1024 152.1 / 29.3 / 53.6.
 constexpr HcMixPath hc_mix_auto_path(int64_t tokens, bool head) {
-    if (head) return tokens <= 32 ? HcMixPath::kSplit : HcMixPath::kPerToken;
-    return tokens <= 128 ? HcMixPath::kSplit : tokens <= 256 ? HcMixPath::kPerToken : HcMixPath::kTiled;
+    if (head) return tokens <= 64 ? HcMixPath::kSplit : HcMixPath::kPerToken;
+    return tokens <= 256 ? HcMixPath::kSplit : HcMixPath::kTiled;
 }
 constexpr bool hc_specialised(int64_t n_hc) {
     return n_hc == 2 || n_hc == 4;
