@@ -80,7 +80,7 @@ __global__ void fill_entries(uint8_t* kv, size_t entries, int entry_bytes, int r
         h ^= h >> 13;
         const int at = int(i % entry_bytes);
         uint8_t b = uint8_t(h);
-        if (at < rope_offset && (b & 0x7F) == 0x7F) b ^= 1;      // e4m3 NaN
+        if (at < rope_offset && (b & 0x7F) == 0x7F) b ^= 1;  // e4m3 NaN
         if (at >= rope_offset && at < scale_offset && at % 2) b = uint8_t(0x3F + (h >> 8) % 3 - 1) | (b & 0x80);
         if (at >= scale_offset) b = at < scale_end ? uint8_t(119 + (h >> 8) % 8) : 0;
         kv[i] = b;
@@ -423,7 +423,8 @@ void bench_attention(int32_t tokens, int32_t slots) {
         DSV4_CUDA_CHECK(cudaDeviceSynchronize());
         same = same_bits(out_cluster, out_kernels);
     }
-    const bool automatic = detail::sparse_attention_takes_cluster(params(0, SparseAttentionCombine::kAuto, out_cluster.get()));
+    const bool automatic =
+        detail::sparse_attention_takes_cluster(params(0, SparseAttentionCombine::kAuto, out_cluster.get()));
     std::printf("%-6d %6d %6d %9lld %12.2f %12.2f %8.2fx   %-8s %s\n", tokens, slots, plan.splits, (long long)resident,
                 kernels_us, cluster_us, resident ? kernels_us / cluster_us : 0.0, automatic ? "cluster" : "kernels",
                 resident ? verdict(same) : "-");
@@ -503,8 +504,8 @@ int main(int argc, char** argv) {
         for (int64_t n : {64, 512, 1024, 2048}) bench_dense(n);
     }
     if (run("attn")) {
-        std::printf("\n%-6s %6s %6s %9s %12s %12s %9s   %-8s %s\n", "attn", "slots", "splits", "resident",
-                    "kernels us", "cluster us", "speedup", "auto", "bits");
+        std::printf("\n%-6s %6s %6s %9s %12s %12s %9s   %-8s %s\n", "attn", "slots", "splits", "resident", "kernels us",
+                    "cluster us", "speedup", "auto", "bits");
         for (int32_t tokens : {1, 2, 4, 8, 16, 64})
             for (int32_t slots : {160, 640}) bench_attention(tokens, slots);
     }

@@ -179,8 +179,10 @@ TEST(CudaBatchApi, ForwardBatchIntoReusesItsVectors) {
     std::vector<std::vector<float>> out;
     for (size_t k = 0; k < steps.size(); ++k) {
         const std::vector<int32_t>& ids = steps[k];
-        std::vector<BatchItem> f = {{&fa, std::span(ids).subspan(0, 1), false}, {&fb, std::span(ids).subspan(1, 1), false}};
-        std::vector<BatchItem> r = {{&ra, std::span(ids).subspan(0, 1), false}, {&rb, std::span(ids).subspan(1, 1), false}};
+        std::vector<BatchItem> f = {{&fa, std::span(ids).subspan(0, 1), false},
+                                    {&fb, std::span(ids).subspan(1, 1), false}};
+        std::vector<BatchItem> r = {{&ra, std::span(ids).subspan(0, 1), false},
+                                    {&rb, std::span(ids).subspan(1, 1), false}};
         if (ids.size() == 3) {
             f.push_back({&fc, std::span(ids).subspan(2, 1), false});
             r.push_back({&rc, std::span(ids).subspan(2, 1), false});

@@ -23,8 +23,8 @@ void raise_smem_limit(const void* kernel, int device, int smem) {
     static std::mutex mutex;
     static std::vector<Limit> limits;
     std::lock_guard<std::mutex> lock(mutex);
-    auto limit =
-        std::find_if(limits.begin(), limits.end(), [&](const Limit& l) { return l.kernel == kernel && l.device == device; });
+    auto limit = std::find_if(limits.begin(), limits.end(),
+                              [&](const Limit& l) { return l.kernel == kernel && l.device == device; });
     if (limit == limits.end()) limit = limits.insert(limits.end(), {kernel, device, 48 * 1024});
     if (smem > limit->smem) {
         DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));

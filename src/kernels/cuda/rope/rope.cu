@@ -36,14 +36,16 @@ __global__ void __launch_bounds__(kThreads) apply_rope_kernel(const Ropes ropes)
             held[j] = *reinterpret_cast<const __nv_bfloat162*>(x + (k / half) * p.head_dim + 2 * (k % half));
     }
     const int32_t position = p.positions[t];
-    for (int i = threadIdx.x; i < half; i += kThreads) rope_cos_sin(position, p.inv_freq[i], p.inverse, cos_s[i], sin_s[i]);
+    for (int i = threadIdx.x; i < half; i += kThreads)
+        rope_cos_sin(position, p.inv_freq[i], p.inverse, cos_s[i], sin_s[i]);
     __syncthreads();
 #pragma unroll
     for (int j = 0; j < kPairsPerThread; ++j) {
         const int64_t k = first + threadIdx.x + j * kThreads;
         if (k >= p.heads * half) break;
         const int i = int(k % half);
-        *reinterpret_cast<__nv_bfloat162*>(x + (k / half) * p.head_dim + 2 * i) = rope_rotate(held[j], cos_s[i], sin_s[i]);
+        *reinterpret_cast<__nv_bfloat162*>(x + (k / half) * p.head_dim + 2 * i) =
+            rope_rotate(held[j], cos_s[i], sin_s[i]);
     }
 }
 

@@ -19,8 +19,8 @@ bool detail::sparse_attention_takes_cluster(const SparseAttentionParams& p) {
     if (p.combine == SparseAttentionCombine::kKernels) return false;
     const bool forced = p.combine == SparseAttentionCombine::kCluster;
     // The cluster kernel writes 4 outputs (8 bytes) at a time.
-    const bool shape = p.splits <= kMaxClusterSplits && (forced || p.splits >= 2) &&
-                       reinterpret_cast<uintptr_t>(p.out) % 8 == 0;
+    const bool shape =
+        p.splits <= kMaxClusterSplits && (forced || p.splits >= 2) && reinterpret_cast<uintptr_t>(p.out) % 8 == 0;
     DSV4_CHECK(!forced || shape, "sparse_attention: a cluster needs splits in [1, {}] (got {}) and out 8-byte aligned",
                kMaxClusterSplits, p.splits);
     if (!shape) return false;
@@ -86,7 +86,8 @@ void sparse_attention(const SparseAttentionParams& p, cudaStream_t stream) {
                kMaxGenericHeadDim, p.rope_dim);
     DSV4_CHECK(p.heads > 0 && p.slots >= 0 && p.splits >= 1, "sparse_attention: heads {} slots {} splits {}", p.heads,
                p.slots, p.splits);
-    DSV4_CHECK(!p.inverse_rope_inv_freq == !p.positions, "sparse_attention: the inverse RoPE needs both inv_freq and positions");
+    DSV4_CHECK(!p.inverse_rope_inv_freq == !p.positions,
+               "sparse_attention: the inverse RoPE needs both inv_freq and positions");
     if (sparse_attention_path(p.head_dim, p.rope_dim) == SparseAttentionPath::kGeneric) {
         DSV4_CHECK(p.heads <= 65535, "sparse_attention: {} heads exceed the generic path's grid", p.heads);
         DSV4_CHECK(p.q && p.out && p.sink && (p.slots == 0 || (p.kv && p.indices)), "sparse_attention: null pointer");

@@ -132,7 +132,7 @@ __device__ void load_k_tile(Smem<kHeadDim>& s, uint8_t* staged, const SparseAtte
                 for (int j = 0; j < 4; ++j) {
                     const uint32_t word = (j < 2 ? codes.x : codes.y) >> ((j % 2) * 16);
                     const float2 v = entry::e4m3x2_to_f32x2(uint16_t(word));  // bytes 0, 1 of `word`
-                    packed[j] = pack_bf16(v.x * scale, v.y * scale);  // exact: 4 significant bits times 2^k
+                    packed[j] = pack_bf16(v.x * scale, v.y * scale);          // exact: 4 significant bits times 2^k
                 }
                 *reinterpret_cast<uint4*>(dst + c * 8) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
             } else {
@@ -188,15 +188,15 @@ __device__ __forceinline__ SplitRange split_range(const SparseAttentionParams& p
 // Per-head max logit over slots [begin, end) into s.row_max (every warp pair combines its two slot halves). `last`
 // receives this warp's logits of the range's last tile (pass 2 reuses them when the range is one tile).
 template <int kHeadDim>
-__device__ __forceinline__ void range_max(Smem<kHeadDim>& s, uint8_t* staged, const SparseAttentionParams& p,
-                                          int token, SplitRange range, int m_tiles, float (&last)[4][4]) {
+__device__ __forceinline__ void range_max(Smem<kHeadDim>& s, uint8_t* staged, const SparseAttentionParams& p, int token,
+                                          SplitRange range, int m_tiles, float (&last)[4][4]) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, mt = warp % 4, nh = warp / 4;
     float m0 = -INFINITY, m1 = -INFINITY;
     for (int slot0 = range.begin; slot0 < range.end; slot0 += kTile) {
         __syncthreads();
         load_k_tile(s, staged, p, token, slot0, range.end);
         if (mt < m_tiles) {
-            float (&l)[4][4] = last;
+            float(&l)[4][4] = last;
             tile_logits(s, p.scale, mt, nh, l);
             for (int nt = 0; nt < 4; ++nt) {
                 m0 = fmaxf(m0, fmaxf(l[nt][0], l[nt][1]));
@@ -413,7 +413,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
 
 // The combined output of one dim: the splits' P V sum over their denominators and the sink, as bf16 (zeros for a
 // head without keys).
-__device__ __forceinline__ __nv_bfloat16 bf16_bits(uint16_t bits) { return __ushort_as_bfloat16(bits); }
+__device__ __forceinline__ __nv_bfloat16 bf16_bits(uint16_t bits) {
+    return __ushort_as_bfloat16(bits);
+}
 __device__ __forceinline__ uint16_t combined(float acc, float denom, float mx) {
     const __nv_bfloat16 v = __float2bfloat16_rn(mx == -INFINITY ? 0.0f : acc / denom);
     return *reinterpret_cast<const uint16_t*>(&v);
@@ -516,15 +518,18 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 4
         for (int sp = 0; sp < p.splits; ++sp) {
-            const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial_o, sp) + h * kHeadDim + i);
+            const float4 v =
+                *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial_o, sp) + h * kHeadDim + i);
             acc.x += v.x;
             acc.y += v.y;
             acc.z += v.z;
             acc.w += v.w;
         }
         const float denom = s.partial[0][h], mx = s.row_max[h];
-        __nv_bfloat162 lo = __halves2bfloat162(bf16_bits(combined(acc.x, denom, mx)), bf16_bits(combined(acc.y, denom, mx)));
-        __nv_bfloat162 hi = __halves2bfloat162(bf16_bits(combined(acc.z, denom, mx)), bf16_bits(combined(acc.w, denom, mx)));
+        __nv_bfloat162 lo =
+            __halves2bfloat162(bf16_bits(combined(acc.x, denom, mx)), bf16_bits(combined(acc.y, denom, mx)));
+        __nv_bfloat162 hi =
+            __halves2bfloat162(bf16_bits(combined(acc.z, denom, mx)), bf16_bits(combined(acc.w, denom, mx)));
         const int nope = kHeadDim - p.rope_dim;  // a multiple of 8: a quad is all nope or all rope
         if (p.inverse_rope_inv_freq && i >= nope) {
             const int32_t position = p.positions[token];
@@ -534,7 +539,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
             rope_cos_sin(position, p.inverse_rope_inv_freq[(i - nope) / 2 + 1], true, c, sn);
             hi = rope_rotate(hi, c, sn);
         }
-        __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(p.out + (int64_t(token) * p.heads + head0 + h) * kHeadDim + i);
+        __nv_bfloat162* out =
+            reinterpret_cast<__nv_bfloat162*>(p.out + (int64_t(token) * p.heads + head0 + h) * kHeadDim + i);
         out[0] = lo;
         out[1] = hi;
     }
@@ -576,7 +582,8 @@ template <int kHeadDim>
 void launch_cluster(const SparseAttentionParams& p, cudaStream_t stream) {
     resident_cluster_count<kHeadDim>(p);  // allows the size and raises the shared-memory limit (cached)
     cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(unsigned(p.tokens), unsigned((p.heads + kHeadsPerCta - 1) / kHeadsPerCta), unsigned(p.splits));
+    config.gridDim =
+        dim3(unsigned(p.tokens), unsigned((p.heads + kHeadsPerCta - 1) / kHeadsPerCta), unsigned(p.splits));
     config.blockDim = dim3(kThreads);
     config.dynamicSmemBytes = size_t(smem_bytes<kHeadDim>(p.rope_dim));
     config.stream = stream;
@@ -605,21 +612,31 @@ void sparse_attention_launch(const SparseAttentionParams& p, cudaStream_t stream
 
 int64_t sparse_attention_resident_clusters(const SparseAttentionParams& p) {
     switch (p.head_dim) {
-        case 512: return resident_cluster_count<512>(p);
-        case 128: return resident_cluster_count<128>(p);
-        case 96: return resident_cluster_count<96>(p);
-        case 80: return resident_cluster_count<80>(p);
-        default: return 0;
+        case 512:
+            return resident_cluster_count<512>(p);
+        case 128:
+            return resident_cluster_count<128>(p);
+        case 96:
+            return resident_cluster_count<96>(p);
+        case 80:
+            return resident_cluster_count<80>(p);
+        default:
+            return 0;
     }
 }
 
 void sparse_attention_cluster_launch(const SparseAttentionParams& p, cudaStream_t stream) {
     switch (p.head_dim) {
-        case 512: return launch_cluster<512>(p, stream);
-        case 128: return launch_cluster<128>(p, stream);
-        case 96: return launch_cluster<96>(p, stream);
-        case 80: return launch_cluster<80>(p, stream);
-        default: return;  // rejected by the host-side contract
+        case 512:
+            return launch_cluster<512>(p, stream);
+        case 128:
+            return launch_cluster<128>(p, stream);
+        case 96:
+            return launch_cluster<96>(p, stream);
+        case 80:
+            return launch_cluster<80>(p, stream);
+        default:
+            return;  // rejected by the host-side contract
     }
 }
 

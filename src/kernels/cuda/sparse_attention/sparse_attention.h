@@ -4,15 +4,15 @@
 // P_j = exp(l_j - M) rounded to bf16 (the rounding point of cpu::sparse_attention_head, in one place in the .cu).
 // All heads of a token share each key tile. A token's slots are split over CTAs one 64-key tile per split
 // (flash-decoding) with a global max pass first; the splits' results meet either in one cluster per token and head
-// group (one kernel, through distributed shared memory) or through a workspace (three kernels): the same bits. The split is a function of the slot index only, never of how many
-// tokens share the launch, so a token's output is the same bits alone, in a prefill chunk or in a decode batch
-// (tests: SparseAttentionGpu.TokenResultIndependentOfLaunch); trailing empty tiles add exact zeros. Output bf16,
-// then the inverse RoPE where the params ask for it.
-// Two paths, chosen explicitly by sparse_attention_path: the tensor-core kernels above for the head_dims they are
-// built for (512: V4; 128, 96, 80: the repository's fixtures) with rope_dim % 4 == 0 and nope % 8 == 0 (> 0), and a
-// generic CUDA-core kernel for every other shape (sparse_attention_generic.cu: one CTA per token and head, the CPU
-// reference's operations in its order; slower).
-// Tested in tests/gpu/sparse_attention_test.cpp against cpu::sparse_attention_head on the dequantized entries.
+// group (one kernel, through distributed shared memory) or through a workspace (three kernels): the same bits. The
+// split is a function of the slot index only, never of how many tokens share the launch, so a token's output is the
+// same bits alone, in a prefill chunk or in a decode batch (tests: SparseAttentionGpu.TokenResultIndependentOfLaunch);
+// trailing empty tiles add exact zeros. Output bf16, then the inverse RoPE where the params ask for it. Two paths,
+// chosen explicitly by sparse_attention_path: the tensor-core kernels above for the head_dims they are built for (512:
+// V4; 128, 96, 80: the repository's fixtures) with rope_dim % 4 == 0 and nope % 8 == 0 (> 0), and a generic CUDA-core
+// kernel for every other shape (sparse_attention_generic.cu: one CTA per token and head, the CPU reference's operations
+// in its order; slower). Tested in tests/gpu/sparse_attention_test.cpp against cpu::sparse_attention_head on the
+// dequantized entries.
 #pragma once
 
 #include <cuda_runtime.h>
