@@ -407,27 +407,35 @@ void bench_attention(int32_t tokens, int32_t slots) {
         p.combine = combine;
         return p;
     };
-    const SparseAttentionParams probe = params(0, SparseAttentionCombine::kCluster, out_cluster.get());
-    const int64_t resident = detail::sparse_attention_resident_clusters(probe);
+    // The three kernels, then the cluster with 64 and with 16 heads per CTA, each against the kernels' bits.
     const double kernels_us = graph_us([&](int i, cudaStream_t s) {
         sparse_attention(params(i, SparseAttentionCombine::kKernels, out_kernels.get()), s);
     });
-    const double cluster_us = resident ? graph_us([&](int i, cudaStream_t s) {
-        sparse_attention(params(i, SparseAttentionCombine::kCluster, out_cluster.get()), s);
-    })
-                                       : 0.0;
+    sparse_attention(params(0, SparseAttentionCombine::kKernels, out_kernels.get()), nullptr);
+    double cluster_us[2] = {0.0, 0.0};
+    int64_t resident[2] = {0, 0};
     bool same = true;
-    if (resident) {
-        sparse_attention(params(0, SparseAttentionCombine::kKernels, out_kernels.get()), nullptr);
-        sparse_attention(params(0, SparseAttentionCombine::kCluster, out_cluster.get()), nullptr);
+    for (int v = 0; v < 2; ++v) {
+        const int32_t heads = v == 0 ? 64 : 16;
+        auto cluster = [&](int i) {
+            SparseAttentionParams p = params(i, SparseAttentionCombine::kCluster, out_cluster.get());
+            p.cluster_heads = heads;
+            return p;
+        };
+        resident[v] = detail::sparse_attention_resident_clusters(cluster(0), heads);
+        if (!resident[v]) continue;
+        cluster_us[v] = graph_us([&](int i, cudaStream_t s) { sparse_attention(cluster(i), s); });
+        sparse_attention(cluster(0), nullptr);
         DSV4_CUDA_CHECK(cudaDeviceSynchronize());
-        same = same_bits(out_cluster, out_kernels);
+        same = same && same_bits(out_cluster, out_kernels);
     }
-    const bool automatic =
-        detail::sparse_attention_takes_cluster(params(0, SparseAttentionCombine::kAuto, out_cluster.get()));
-    std::printf("%-6d %6d %6d %9lld %12.2f %12.2f %8.2fx   %-8s %s\n", tokens, slots, plan.splits, (long long)resident,
-                kernels_us, cluster_us, resident ? kernels_us / cluster_us : 0.0, automatic ? "cluster" : "kernels",
-                resident ? verdict(same) : "-");
+    const int32_t automatic =
+        detail::sparse_attention_cluster_heads(params(0, SparseAttentionCombine::kAuto, out_cluster.get()));
+    char choice[16];
+    std::snprintf(choice, sizeof choice, automatic ? "cluster%d" : "kernels", automatic);
+    std::printf("%-6d %6d %6d %5lld/%-5lld %12.2f %12.2f %12.2f   %-9s %s\n", tokens, slots, plan.splits,
+                (long long)resident[0], (long long)resident[1], kernels_us, cluster_us[0], cluster_us[1], choice,
+                verdict(same));
 }
 
 // dense_linear, bf16 W [n, 4096], one token: the router gate / compressor / indexer projections of a decode step.
@@ -504,8 +512,8 @@ int main(int argc, char** argv) {
         for (int64_t n : {64, 512, 1024, 2048}) bench_dense(n);
     }
     if (run("attn")) {
-        std::printf("\n%-6s %6s %6s %9s %12s %12s %9s   %-8s %s\n", "attn", "slots", "splits", "resident", "kernels us",
-                    "cluster us", "speedup", "auto", "bits");
+        std::printf("\n%-6s %6s %6s %11s %12s %12s %12s   %-9s %s\n", "attn", "slots", "splits", "resident",
+                    "kernels us", "cluster64 us", "cluster16 us", "auto", "bits");
         for (int32_t tokens : {1, 2, 4, 8, 16, 64})
             for (int32_t slots : {160, 640}) bench_attention(tokens, slots);
     }

@@ -132,12 +132,21 @@ void run_case(const Case& c, int forced_splits = 0,
                   c.tokens, c.heads, c.d, c.rope, c.slots, plan.splits, generic ? "generic" : "tensor cores", combined);
     std::printf("[ time     ] %s: %.1f us (first launch, includes setup)\n", what, ms * 1e3);
     if (combine == cuda::SparseAttentionCombine::kCluster) {
-        auto d_kernels = gpu_test::poisoned<uint16_t>(size_t(c.tokens) * c.heads * c.d);
+        // The same inputs through the three kernels, and through the cluster of 64 heads per CTA (the launch above
+        // took 16 where they are built): the same bits.
+        auto d_other = gpu_test::poisoned<uint16_t>(size_t(c.tokens) * c.heads * c.d);
         cuda::SparseAttentionParams k = p;
-        k.out = d_kernels.get();
+        k.out = d_other.get();
         k.combine = cuda::SparseAttentionCombine::kKernels;
         cuda::sparse_attention(k, nullptr);
-        EXPECT_EQ(bits, gpu_test::to_host(d_kernels)) << what << ": the cluster and the three kernels differ";
+        EXPECT_EQ(bits, gpu_test::to_host(d_other)) << what << ": the cluster and the three kernels differ";
+        if (cuda::detail::sparse_attention_resident_clusters(p, 16) >= 1) {
+            cuda::SparseAttentionParams wide = p;
+            wide.out = d_other.get();
+            wide.cluster_heads = 64;
+            cuda::sparse_attention(wide, nullptr);
+            EXPECT_EQ(bits, gpu_test::to_host(d_other)) << what << ": clusters of 16 and of 64 heads per CTA differ";
+        }
     }
     gpu_test::Bf16Bracket check(what);
     std::vector<float> want(static_cast<size_t>(c.d));

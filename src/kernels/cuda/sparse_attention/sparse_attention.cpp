@@ -15,25 +15,35 @@ constexpr int32_t kTile = 64, kHeadsPerCta = 64;
 }  // namespace
 
 // SparseAttentionCombine's choice for a launch on the tensor-core path (a dsv4::Error where kCluster cannot run).
-bool detail::sparse_attention_takes_cluster(const SparseAttentionParams& p) {
-    if (p.combine == SparseAttentionCombine::kKernels) return false;
+int32_t detail::sparse_attention_cluster_heads(const SparseAttentionParams& p) {
+    if (p.combine == SparseAttentionCombine::kKernels) return 0;
     const bool forced = p.combine == SparseAttentionCombine::kCluster;
     // The cluster kernel writes 4 outputs (8 bytes) at a time.
-    const bool shape =
-        p.splits <= kMaxClusterSplits && (forced || p.splits >= 2) && reinterpret_cast<uintptr_t>(p.out) % 8 == 0;
+    const bool shape = p.splits <= kMaxClusterSplits && (forced || p.splits >= 2) &&
+                       reinterpret_cast<uintptr_t>(p.out) % 8 == 0;
     DSV4_CHECK(!forced || shape, "sparse_attention: a cluster needs splits in [1, {}] (got {}) and out 8-byte aligned",
                kMaxClusterSplits, p.splits);
-    if (!shape) return false;
-    const int64_t resident = detail::sparse_attention_resident_clusters(p);
-    DSV4_CHECK(!forced || resident >= 1, "sparse_attention: this device cannot co-schedule a cluster of {} CTAs",
-               p.splits);
-    if (forced) return true;
+    if (!shape) return 0;
+    if (forced) {
+        const int32_t heads = p.cluster_heads ? p.cluster_heads
+                              : sparse_attention_resident_clusters(p, 16) >= 1 ? 16
+                                                                             : kHeadsPerCta;
+        DSV4_CHECK(sparse_attention_resident_clusters(p, heads) >= 1,
+                   "sparse_attention: no cluster of {} CTAs of {} heads for head_dim {} on this device", p.splits,
+                   heads, p.head_dim);
+        return heads;
+    }
     // The cluster where it needs no more waves than the main kernel of the three (decode-kernel bench, H200: one
     // token, 10 splits 34.8 -> 25.5 us; 64 tokens, 3 splits, two waves each 84.2 -> 54.2 us; 8 tokens, 10 splits, 7
-    // clusters resident: two waves against one, 39.4 -> 50.5 us).
-    const int64_t clusters = int64_t(p.tokens) * ((p.heads + kHeadsPerCta - 1) / kHeadsPerCta);
+    // clusters resident: two waves against one, 39.4 -> 50.5 us), with 16 heads per CTA where that fits too.
     const int64_t sms = multiprocessor_count();
-    return resident >= 1 && (clusters + resident - 1) / resident <= (clusters * p.splits + sms - 1) / sms;
+    const int64_t kernel_waves = (int64_t(p.tokens) * ((p.heads + kHeadsPerCta - 1) / kHeadsPerCta) * p.splits + sms - 1) / sms;
+    for (const int32_t heads : {16, kHeadsPerCta}) {
+        const int64_t resident = sparse_attention_resident_clusters(p, heads);
+        const int64_t clusters = int64_t(p.tokens) * ((p.heads + heads - 1) / heads);
+        if (resident >= 1 && (clusters + resident - 1) / resident <= kernel_waves) return heads;
+    }
+    return 0;
 }
 
 namespace {
@@ -102,8 +112,8 @@ void sparse_attention(const SparseAttentionParams& p, cudaStream_t stream) {
     DSV4_CHECK(reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 8 == 0 &&
                    reinterpret_cast<uintptr_t>(p.out) % 4 == 0 && reinterpret_cast<uintptr_t>(p.workspace) % 8 == 0,
                "sparse_attention: q must be 16-byte, kv and workspace 8-byte, out 4-byte aligned");
-    if (detail::sparse_attention_takes_cluster(p)) {
-        detail::sparse_attention_cluster_launch(p, stream);
+    if (const int32_t heads = detail::sparse_attention_cluster_heads(p)) {
+        detail::sparse_attention_cluster_launch(p, heads, stream);
         return;
     }
     const int64_t per_token = sparse_attention_workspace_per_token(p.heads, p.head_dim, p.splits);

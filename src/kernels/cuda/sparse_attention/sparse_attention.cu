@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/cuda/common/cp_async.cuh"
@@ -30,7 +31,7 @@ namespace cg = cooperative_groups;
 
 constexpr int kThreads = 256;
 constexpr int kTile = 64;         // keys per tile
-constexpr int kHeadsPerCta = 64;  // 4 m-tiles of 16 heads
+constexpr int kHeadsPerCta = 64;  // 4 m-tiles of 16 heads (the kernels; the cluster also runs CTAs of 16 heads)
 constexpr int kPStride = kTile + 8;
 
 // ---- The probability rounding point of `model` numerics (docs/numerics.md, "sparse attention") ----
@@ -41,25 +42,32 @@ __device__ __forceinline__ float probability(float logit, float row_max) { retur
 __device__ __forceinline__ float probability_for_pv(float p) { return entry::round_bf16(p); }
 // ---------------------------------------------------------------------------------------------------------------
 
-template <int kHeadDim>
+// A CTA's shared memory for kHeads heads (64: 4 m-tiles; 16: one) of head_dim kHeadDim.
+template <int kHeadDim, int kHeads = kHeadsPerCta>
 struct Smem {
     static constexpr int kStride = kHeadDim + 8;  // bf16 elements per row: conflict-free fragment loads/ldmatrix
-    __nv_bfloat16 q[kHeadsPerCta * kStride];
+    __nv_bfloat16 q[kHeads * kStride];
     __nv_bfloat16 k[kTile * kStride];
-    __nv_bfloat16 p[kHeadsPerCta * kPStride];
+    __nv_bfloat16 p[kHeads * kPStride];
     int valid[kTile];
-    float row_max[kHeadsPerCta];
-    float partial[2][kHeadsPerCta];
-    float split_max[kHeadsPerCta];  // the fused path's exchange: this split's max logits and denominators
-    float split_den[kHeadsPerCta];
+    float row_max[kHeads];
+    float partial[2][kHeads];
+    float split_max[kHeads];  // the fused path's exchange: this split's max logits and denominators
+    float split_den[kHeads];
 };
 
+// P V's warps: kHeads / 16 m-tiles times 8 / (kHeads / 16) slices of head_dim, pv_tiles() 8-dim n-tiles each.
+template <int kHeadDim, int kHeads>
+constexpr int pv_tiles() {
+    return kHeadDim / (8 / (kHeads / 16)) / 8;
+}
+
 // The raw entries of a key tile (load_k_tile) follow Smem in the dynamic shared memory.
-template <int kHeadDim>
-constexpr int kStagedOffset = (int(sizeof(Smem<kHeadDim>)) + 15) / 16 * 16;
-template <int kHeadDim>
+template <int kHeadDim, int kHeads = kHeadsPerCta>
+constexpr int kStagedOffset = (int(sizeof(Smem<kHeadDim, kHeads>)) + 15) / 16 * 16;
+template <int kHeadDim, int kHeads = kHeadsPerCta>
 int smem_bytes(int32_t rope_dim) {
-    return kStagedOffset<kHeadDim> + kTile * int(main_entry_layout(kHeadDim, rope_dim).bytes());
+    return kStagedOffset<kHeadDim, kHeads> + kTile * int(main_entry_layout(kHeadDim, rope_dim).bytes());
 }
 
 __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& r0, uint32_t& r1, const __nv_bfloat16* row) {
@@ -75,13 +83,14 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 
 // Issues the copies of the CTA's q rows into s.q (heads past heads_here are zeros); they land with the first key
 // tile's (load_k_tile waits for every copy the thread issued), so q's round trip overlaps the tile's.
-template <int kHeadDim>
-__device__ void load_q(Smem<kHeadDim>& s, const SparseAttentionParams& p, int token, int head0, int heads_here) {
+template <int kHeadDim, int kHeads>
+__device__ void load_q(Smem<kHeadDim, kHeads>& s, const SparseAttentionParams& p, int token, int head0,
+                       int heads_here) {
     constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per head
     const uint4* src = reinterpret_cast<const uint4*>(p.q + (int64_t(token) * p.heads + head0) * kHeadDim);
-    for (int i = threadIdx.x; i < kHeadsPerCta * kChunks; i += kThreads) {
+    for (int i = threadIdx.x; i < kHeads * kChunks; i += kThreads) {
         const int h = i / kChunks, c = i % kChunks;
-        __nv_bfloat16* dst = &s.q[h * Smem<kHeadDim>::kStride + c * 8];
+        __nv_bfloat16* dst = &s.q[h * Smem<kHeadDim, kHeads>::kStride + c * 8];
         if (h < heads_here)
             cp_async16(smem_addr(dst), src + int64_t(h) * kChunks + c);
         else
@@ -92,8 +101,8 @@ __device__ void load_q(Smem<kHeadDim>& s, const SparseAttentionParams& p, int to
 // Dequantizes the entries of slots [slot0, slot0 + 64) (those < slot_end and != -1) into s.k as bf16; other rows
 // are zeros and marked invalid. The raw entries first land in `staged` ([64, entry bytes]) by 8-byte copies (an
 // entry is a multiple of 8 bytes, not of 16), all in flight at once, then are decoded from shared memory.
-template <int kHeadDim>
-__device__ void load_k_tile(Smem<kHeadDim>& s, uint8_t* staged, const SparseAttentionParams& p, int token, int slot0,
+template <int kHeadDim, int kHeads>
+__device__ void load_k_tile(Smem<kHeadDim, kHeads>& s, uint8_t* staged, const SparseAttentionParams& p, int token, int slot0,
                             int slot_end) {
     const MainEntryLayout layout = main_entry_layout(kHeadDim, p.rope_dim);
     const int nope_chunks = int(layout.nope) / 8, chunks = nope_chunks + int(layout.rope) / 4;
@@ -115,7 +124,7 @@ __device__ void load_k_tile(Smem<kHeadDim>& s, uint8_t* staged, const SparseAtte
     cp_async_wait_all();
     __syncthreads();
     for (int r = warp; r < kTile; r += kThreads / 32) {
-        __nv_bfloat16* dst = &s.k[r * Smem<kHeadDim>::kStride];
+        __nv_bfloat16* dst = &s.k[r * Smem<kHeadDim, kHeads>::kStride];
         const uint8_t* entry = staged + r * entry_bytes;
         const bool valid = s.valid[r] >= 0;
         for (int c = lane; c < chunks; c += 32) {
@@ -147,9 +156,9 @@ __device__ void load_k_tile(Smem<kHeadDim>& s, uint8_t* staged, const SparseAtte
 
 // S for heads 16 mt.. (rows g, g + 8) x slots 32 nh + 8 nt + 2 tig (+1) of the tile, as logits l = (q . k) * scale,
 // -inf for invalid slots.
-template <int kHeadDim>
-__device__ void tile_logits(const Smem<kHeadDim>& s, float scale, int mt, int nh, float (&l)[4][4]) {
-    constexpr int kS = Smem<kHeadDim>::kStride;
+template <int kHeadDim, int kHeads>
+__device__ void tile_logits(const Smem<kHeadDim, kHeads>& s, float scale, int mt, int nh, float (&l)[4][4]) {
+    constexpr int kS = Smem<kHeadDim, kHeads>::kStride;
     const int lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
     for (int nt = 0; nt < 4; ++nt)
         for (int i = 0; i < 4; ++i) l[nt][i] = 0.0f;
@@ -187,8 +196,8 @@ __device__ __forceinline__ SplitRange split_range(const SparseAttentionParams& p
 
 // Per-head max logit over slots [begin, end) into s.row_max (every warp pair combines its two slot halves). `last`
 // receives this warp's logits of the range's last tile (pass 2 reuses them when the range is one tile).
-template <int kHeadDim>
-__device__ __forceinline__ void range_max(Smem<kHeadDim>& s, uint8_t* staged, const SparseAttentionParams& p, int token,
+template <int kHeadDim, int kHeads>
+__device__ __forceinline__ void range_max(Smem<kHeadDim, kHeads>& s, uint8_t* staged, const SparseAttentionParams& p, int token,
                                           SplitRange range, int m_tiles, float (&last)[4][4]) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, mt = warp % 4, nh = warp / 4;
     float m0 = -INFINITY, m1 = -INFINITY;
@@ -208,12 +217,12 @@ __device__ __forceinline__ void range_max(Smem<kHeadDim>& s, uint8_t* staged, co
         m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, o));
         m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, o));
     }
-    if (lane % 4 == 0) {
+    if (lane % 4 == 0 && mt * 16 < kHeads) {
         s.partial[nh][mt * 16 + lane / 4] = m0;
         s.partial[nh][mt * 16 + lane / 4 + 8] = m1;
     }
     __syncthreads();
-    if (threadIdx.x < kHeadsPerCta) s.row_max[threadIdx.x] = fmaxf(s.partial[0][threadIdx.x], s.partial[1][threadIdx.x]);
+    if (threadIdx.x < kHeads) s.row_max[threadIdx.x] = fmaxf(s.partial[0][threadIdx.x], s.partial[1][threadIdx.x]);
     __syncthreads();
 }
 
@@ -257,19 +266,29 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_max_kernel(const
 }
 
 // Pass 2 over slots [range.begin, range.end) with the max logits in s.row_max: this warp's P V accumulators
-// (heads 16 mt + g, + 8 x dims (warp / 4) * head_dim / 2 ..) and its partial denominators (unrounded P, lanes of a
-// quad apart). `tile_loaded`: the range is one tile, s.k still holds it and `logits` are this warp's logits of it
-// (the fused path's max pass computed them with the same code).
-template <int kHeadDim>
-__device__ __forceinline__ void range_pv(Smem<kHeadDim>& s, uint8_t* staged, const SparseAttentionParams& p, int token,
-                                         SplitRange range, int m_tiles, bool tile_loaded, const float (&logits)[4][4],
-                                         float (&o)[kHeadDim / 16][4], float& den0, float& den1) {
-    constexpr int kS = Smem<kHeadDim>::kStride;
-    constexpr int kNTiles = kHeadDim / 16;  // 8-dim n-tiles per warp (half of head_dim)
+// (heads 16 pv_mt + g, + 8 x its slice of head_dim: PvWarp) and its partial denominators (QK warp (mt, half):
+// unrounded P, lanes of a quad apart). `tile_loaded`: the range is one tile, s.k still holds it and `logits` are
+// this warp's logits of it (the fused path's max pass computed them with the same code). Each output is the same
+// chain of MMAs over the tile's keys whichever warp computes it.
+template <int kHeads>
+struct PvWarp {
+    static constexpr int kMTiles = kHeads / 16, kSlices = 8 / kMTiles;
+    int mt, slice;
+    __device__ PvWarp() : mt(int(threadIdx.x / 32) % kMTiles), slice(int(threadIdx.x / 32) / kMTiles) {}
+};
+template <int kHeadDim, int kHeads>
+__device__ __forceinline__ void range_pv(Smem<kHeadDim, kHeads>& s, uint8_t* staged, const SparseAttentionParams& p,
+                                         int token, SplitRange range, int m_tiles, bool tile_loaded,
+                                         const float (&logits)[4][4], float (&o)[pv_tiles<kHeadDim, kHeads>()][4],
+                                         float& den0, float& den1) {
+    constexpr int kS = Smem<kHeadDim, kHeads>::kStride;
+    constexpr int kNTiles = pv_tiles<kHeadDim, kHeads>();  // 8-dim n-tiles of this warp's slice of head_dim
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
-    const int mt = warp % 4, half = warp / 4;  // QK: slot half of the tile; PV: dim half
+    const int mt = warp % 4, half = warp / 4;  // QK: heads 16 mt.., slot half of the tile
+    const PvWarp<kHeads> pv;
     // Heads without any valid key have M = -inf: their P is 0 (the CPU reference outputs zeros).
-    const float max0 = s.row_max[mt * 16 + g], max1 = s.row_max[mt * 16 + g + 8];
+    const int qk_row = mt * 16 < kHeads ? mt * 16 + g : g;  // warps past the heads compute nothing
+    const float max0 = s.row_max[qk_row], max1 = s.row_max[qk_row + 8];
     const float base0 = max0 == -INFINITY ? INFINITY : max0, base1 = max1 == -INFINITY ? INFINITY : max1;
     for (int nt = 0; nt < kNTiles; ++nt)
         for (int i = 0; i < 4; ++i) o[nt][i] = 0.0f;
@@ -301,12 +320,12 @@ __device__ __forceinline__ void range_pv(Smem<kHeadDim>& s, uint8_t* staged, con
             }
         }
         __syncthreads();
-        if (mt < m_tiles) {
+        if (pv.mt < m_tiles) {
 #pragma unroll
             for (int k0 = 0; k0 < kTile; k0 += 16) {
-                const __nv_bfloat16* pa = &s.p[(mt * 16 + g) * kPStride + k0 + 2 * tig];
+                const __nv_bfloat16* pa = &s.p[(pv.mt * 16 + g) * kPStride + k0 + 2 * tig];
                 const uint32_t a[4] = {ld32(pa), ld32(pa + 8 * kPStride), ld32(pa + 8), ld32(pa + 8 * kPStride + 8)};
-                const __nv_bfloat16* vrow = &s.k[(k0 + lane % 16) * kS + half * (kHeadDim / 2)];
+                const __nv_bfloat16* vrow = &s.k[(k0 + lane % 16) * kS + pv.slice * (kHeadDim / PvWarp<kHeads>::kSlices)];
 #pragma unroll
                 for (int nt = 0; nt < kNTiles; ++nt) {
                     uint32_t b0, b1;
@@ -320,8 +339,8 @@ __device__ __forceinline__ void range_pv(Smem<kHeadDim>& s, uint8_t* staged, con
 
 // The split's denominator of heads 16 mt + g and + 8 from the warps' partial sums, in a fixed order (lanes of a
 // quad, then the two slot halves). Every thread of the CTA calls it (two barriers).
-template <int kHeadDim>
-__device__ __forceinline__ void split_denominators(Smem<kHeadDim>& s, float den0, float den1, float& sum0,
+template <int kHeadDim, int kHeads>
+__device__ __forceinline__ void split_denominators(Smem<kHeadDim, kHeads>& s, float den0, float den1, float& sum0,
                                                    float& sum1) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
     const int mt = warp % 4, half = warp / 4;
@@ -330,12 +349,12 @@ __device__ __forceinline__ void split_denominators(Smem<kHeadDim>& s, float den0
         den1 += __shfl_xor_sync(0xffffffffu, den1, off);
     }
     __syncthreads();
-    if (tig == 0) {
+    if (tig == 0 && mt * 16 < kHeads) {
         s.partial[half][mt * 16 + g] = den0;
         s.partial[half][mt * 16 + g + 8] = den1;
     }
     __syncthreads();
-    const int h0 = mt * 16 + g, h1 = h0 + 8;
+    const int h0 = mt * 16 < kHeads ? mt * 16 + g : g, h1 = h0 + 8;  // warps past the heads: values unused
     sum0 = s.partial[0][h0] + s.partial[1][h0];
     sum1 = s.partial[0][h1] + s.partial[1][h1];
 }
@@ -449,19 +468,22 @@ __global__ void sparse_attention_combine_kernel(const SparseAttentionParams p) {
 // combines its share of the group's (head, dim) outputs from every split, in split order, and applies the inverse
 // RoPE to the rope dims if asked. The arithmetic and its order are the three kernels' (and apply_rope's), so the
 // bits are theirs; a split of one tile keeps it in shared memory, and its logits in registers, from pass 1 to pass 2.
-template <int kHeadDim>
+// kHeads heads per CTA: 64 (4 m-tiles, as the kernels) or 16 (a token's heads over 4 clusters: a decode token's
+// passes on 4x the SMs, each CTA with a quarter of the P V and of the combine; the tile is dequantized by each).
+template <int kHeadDim, int kHeads>
 __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(const SparseAttentionParams p) {
-    constexpr int kNTiles = kHeadDim / 16;
-    static_assert(kHeadsPerCta * kHeadDim * 4 <= 2 * int(sizeof(Smem<kHeadDim>::q)),
-                  "the partial O fits over s.q and s.k");
+    using S = Smem<kHeadDim, kHeads>;
+    constexpr int kNTiles = pv_tiles<kHeadDim, kHeads>();
+    static_assert(kHeads * kHeadDim * 4 <= int(sizeof(S::q) + sizeof(S::k)), "the partial O fits over s.q and s.k");
+    static_assert(offsetof(S, k) == sizeof(S::q), "s.k follows s.q");
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    Smem<kHeadDim>& s = *reinterpret_cast<Smem<kHeadDim>*>(smem_raw);
-    uint8_t* staged = smem_raw + kStagedOffset<kHeadDim>;
-    float* partial_o = reinterpret_cast<float*>(smem_raw);  // [kHeadsPerCta, kHeadDim], after pass 2
+    S& s = *reinterpret_cast<S*>(smem_raw);
+    uint8_t* staged = smem_raw + kStagedOffset<kHeadDim, kHeads>;
+    float* partial_o = reinterpret_cast<float*>(smem_raw);  // [kHeads, kHeadDim], after pass 2
     cg::cluster_group cluster = cg::this_cluster();
 
-    const int token = blockIdx.x, head0 = blockIdx.y * kHeadsPerCta, split = int(cluster.block_rank());
-    const int heads_here = min(kHeadsPerCta, p.heads - head0), m_tiles = (heads_here + 15) / 16;
+    const int token = blockIdx.x, head0 = blockIdx.y * kHeads, split = int(cluster.block_rank());
+    const int heads_here = min(kHeads, p.heads - head0), m_tiles = (heads_here + 15) / 16;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
     const int mt = warp % 4, half = warp / 4;
     const SplitRange range = split_range(p, split);
@@ -474,9 +496,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
         range_max(s, staged, p, token, range, m_tiles, logits);
     } else {
         cp_async_wait_all();
-        if (threadIdx.x < kHeadsPerCta) s.row_max[threadIdx.x] = -INFINITY;
+        if (threadIdx.x < kHeads) s.row_max[threadIdx.x] = -INFINITY;
     }
-    if (threadIdx.x < kHeadsPerCta) s.split_max[threadIdx.x] = s.row_max[threadIdx.x];
+    if (threadIdx.x < kHeads) s.split_max[threadIdx.x] = s.row_max[threadIdx.x];
     cluster.sync();
     if (threadIdx.x < heads_here) {
         float mx = -INFINITY;
@@ -493,11 +515,13 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
         range_pv(s, staged, p, token, range, m_tiles, range.end - range.begin <= kTile, logits, o, den0, den1);
         split_denominators(s, den0, den1, sum0, sum1);  // ends with a barrier: s.q and s.k are free
     }
-    const int hs[2] = {mt * 16 + g, mt * 16 + g + 8};
+    const PvWarp<kHeads> pv;
     for (int r = 0; r < 2; ++r) {
-        if (mt >= m_tiles || hs[r] >= heads_here) continue;
-        if (half == 0 && tig == 0) s.split_den[hs[r]] = r == 0 ? sum0 : sum1;
-        float* out = partial_o + hs[r] * kHeadDim + half * (kHeadDim / 2);
+        const int qk_head = mt * 16 + g + 8 * r, pv_head = pv.mt * 16 + g + 8 * r;
+        if (mt < m_tiles && qk_head < heads_here && half == 0 && tig == 0)
+            s.split_den[qk_head] = r == 0 ? sum0 : sum1;
+        if (pv.mt >= m_tiles || pv_head >= heads_here) continue;
+        float* out = partial_o + pv_head * kHeadDim + pv.slice * (kHeadDim / PvWarp<kHeads>::kSlices);
         for (int nt = 0; nt < kNTiles; ++nt)
             *reinterpret_cast<float2*>(out + nt * 8 + 2 * tig) = make_float2(o[nt][2 * r], o[nt][2 * r + 1]);
     }
@@ -568,24 +592,24 @@ void launch(const SparseAttentionParams& p, cudaStream_t stream) {
     }
 }
 
-template <int kHeadDim>
+template <int kHeadDim, int kHeads>
 const void* cluster_kernel() {
-    return reinterpret_cast<const void*>(sparse_attention_cluster_kernel<kHeadDim>);
+    return reinterpret_cast<const void*>(sparse_attention_cluster_kernel<kHeadDim, kHeads>);
 }
 
-template <int kHeadDim>
+template <int kHeadDim, int kHeads>
 int64_t resident_cluster_count(const SparseAttentionParams& p) {
-    return resident_clusters(cluster_kernel<kHeadDim>(), kThreads, p.splits, smem_bytes<kHeadDim>(p.rope_dim));
+    return resident_clusters(cluster_kernel<kHeadDim, kHeads>(), kThreads, p.splits,
+                             smem_bytes<kHeadDim, kHeads>(p.rope_dim));
 }
 
-template <int kHeadDim>
+template <int kHeadDim, int kHeads>
 void launch_cluster(const SparseAttentionParams& p, cudaStream_t stream) {
-    resident_cluster_count<kHeadDim>(p);  // allows the size and raises the shared-memory limit (cached)
+    resident_cluster_count<kHeadDim, kHeads>(p);  // allows the size and raises the shared-memory limit (cached)
     cudaLaunchConfig_t config = {};
-    config.gridDim =
-        dim3(unsigned(p.tokens), unsigned((p.heads + kHeadsPerCta - 1) / kHeadsPerCta), unsigned(p.splits));
+    config.gridDim = dim3(unsigned(p.tokens), unsigned((p.heads + kHeads - 1) / kHeads), unsigned(p.splits));
     config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = size_t(smem_bytes<kHeadDim>(p.rope_dim));
+    config.dynamicSmemBytes = size_t(smem_bytes<kHeadDim, kHeads>(p.rope_dim));
     config.stream = stream;
     cudaLaunchAttribute attribute;
     attribute.id = cudaLaunchAttributeClusterDimension;
@@ -593,7 +617,26 @@ void launch_cluster(const SparseAttentionParams& p, cudaStream_t stream) {
     attribute.val.clusterDim.z = unsigned(p.splits);
     config.attrs = &attribute;
     config.numAttrs = 1;
-    DSV4_CUDA_CHECK(cudaLaunchKernelEx(&config, sparse_attention_cluster_kernel<kHeadDim>, p));
+    DSV4_CUDA_CHECK(cudaLaunchKernelEx(&config, sparse_attention_cluster_kernel<kHeadDim, kHeads>, p));
+}
+
+// Calls fn.template operator()<kHeadDim, kHeads>() for the built cluster kernels (16 heads where head_dim allows
+// 8 P V slices of whole n-tiles); returns false for any other (head_dim, heads per CTA).
+template <class Fn>
+bool with_cluster_kernel(int32_t head_dim, int32_t heads_per_cta, Fn&& fn) {
+    if (heads_per_cta == 16) {
+        if (head_dim == 512) return fn.template operator()<512, 16>(), true;
+        if (head_dim == 128) return fn.template operator()<128, 16>(), true;
+        return false;
+    }
+    if (heads_per_cta != kHeadsPerCta) return false;
+    switch (head_dim) {
+        case 512: return fn.template operator()<512, kHeadsPerCta>(), true;
+        case 128: return fn.template operator()<128, kHeadsPerCta>(), true;
+        case 96: return fn.template operator()<96, kHeadsPerCta>(), true;
+        case 80: return fn.template operator()<80, kHeadsPerCta>(), true;
+        default: return false;
+    }
 }
 
 }  // namespace
@@ -610,34 +653,16 @@ void sparse_attention_launch(const SparseAttentionParams& p, cudaStream_t stream
     }
 }
 
-int64_t sparse_attention_resident_clusters(const SparseAttentionParams& p) {
-    switch (p.head_dim) {
-        case 512:
-            return resident_cluster_count<512>(p);
-        case 128:
-            return resident_cluster_count<128>(p);
-        case 96:
-            return resident_cluster_count<96>(p);
-        case 80:
-            return resident_cluster_count<80>(p);
-        default:
-            return 0;
-    }
+int64_t sparse_attention_resident_clusters(const SparseAttentionParams& p, int32_t heads_per_cta) {
+    int64_t resident = 0;
+    with_cluster_kernel(p.head_dim, heads_per_cta,
+                        [&]<int kHeadDim, int kHeads>() { resident = resident_cluster_count<kHeadDim, kHeads>(p); });
+    return resident;
 }
 
-void sparse_attention_cluster_launch(const SparseAttentionParams& p, cudaStream_t stream) {
-    switch (p.head_dim) {
-        case 512:
-            return launch_cluster<512>(p, stream);
-        case 128:
-            return launch_cluster<128>(p, stream);
-        case 96:
-            return launch_cluster<96>(p, stream);
-        case 80:
-            return launch_cluster<80>(p, stream);
-        default:
-            return;  // rejected by the host-side contract
-    }
+void sparse_attention_cluster_launch(const SparseAttentionParams& p, int32_t heads_per_cta, cudaStream_t stream) {
+    with_cluster_kernel(p.head_dim, heads_per_cta,
+                        [&]<int kHeadDim, int kHeads>() { launch_cluster<kHeadDim, kHeads>(p, stream); });
 }
 
 }  // namespace detail

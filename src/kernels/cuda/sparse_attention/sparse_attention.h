@@ -23,10 +23,12 @@ namespace dsv4::cuda {
 
 // How a split token's passes meet (SparseAttentionParams::combine). kCluster: the splits of a token and head group
 // are one thread-block cluster (at most kMaxClusterSplits) and the max pass, the main pass and the combine are one
-// kernel, no workspace; it needs a device that co-schedules such a cluster (else a dsv4::Error). kKernels: a max
-// kernel, the main kernel and a combine kernel through the workspace. The same arithmetic in the same order, so the
-// same bits. kAuto: the cluster where its launch needs no more waves than the main kernel's (decode steps of a few
-// tokens; more where the splits are few), the kernels otherwise (one CTA per SM: a cluster of 10 takes a GPC).
+// kernel, no workspace; it needs a device that co-schedules such a cluster (else a dsv4::Error). Its CTAs take 64
+// heads, or 16 (head_dim 512 and 128: a token's heads over four clusters, for one token on 4x the SMs). kKernels:
+// a max kernel, the main kernel and a combine kernel through the workspace. The same arithmetic in the same order,
+// so the same bits. kAuto: the cluster (16 heads per CTA first, then 64) where its launch needs no more waves than
+// the main kernel's (decode steps of a few tokens; more where the splits are few), the kernels otherwise (one CTA
+// per SM: a cluster of 10 takes a GPC).
 enum class SparseAttentionCombine { kAuto, kCluster, kKernels };
 inline constexpr int32_t kMaxClusterSplits = 16;
 
@@ -46,6 +48,7 @@ struct SparseAttentionParams {
     int32_t splits = 1;       // from plan_sparse_attention (tests may force others); the generic path ignores it
     float scale = 0.0f;       // head_dim^-0.5
     SparseAttentionCombine combine = SparseAttentionCombine::kAuto;
+    int32_t cluster_heads = 0;  // kCluster: heads per CTA, 16 or 64 (0: 16 where built, else 64); kAuto ignores it
     // Optional (both or neither): the inverse RoPE of the output's trailing rope_dim dims at these positions, with
     // apply_rope's arithmetic (rope_math.cuh), so its bits: in the cluster's combine where that path runs, else by
     // apply_rope after the attention.
@@ -72,9 +75,12 @@ void sparse_attention(const SparseAttentionParams& params, cudaStream_t stream);
 namespace detail {
 void sparse_attention_launch(const SparseAttentionParams& params, cudaStream_t stream);
 void sparse_attention_generic_launch(const SparseAttentionParams& params, cudaStream_t stream);
-int64_t sparse_attention_resident_clusters(const SparseAttentionParams& params);  // 0: cannot co-schedule one
-bool sparse_attention_takes_cluster(const SparseAttentionParams& params);  // the combine's choice (tensor-core path)
-void sparse_attention_cluster_launch(const SparseAttentionParams& params, cudaStream_t stream);
+// Clusters of `heads_per_cta` (16 or 64) the device holds at once for this launch; 0: it cannot co-schedule one, or
+// no cluster kernel is built for that head_dim and head count (16 heads: head_dim 512 and 128).
+int64_t sparse_attention_resident_clusters(const SparseAttentionParams& params, int32_t heads_per_cta);
+// The combine's choice on the tensor-core path: the cluster's heads per CTA, or 0 for the three kernels.
+int32_t sparse_attention_cluster_heads(const SparseAttentionParams& params);
+void sparse_attention_cluster_launch(const SparseAttentionParams& params, int32_t heads_per_cta, cudaStream_t stream);
 }
 
 }  // namespace dsv4::cuda
