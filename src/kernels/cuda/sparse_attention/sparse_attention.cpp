@@ -19,15 +19,15 @@ int32_t detail::sparse_attention_cluster_heads(const SparseAttentionParams& p) {
     if (p.combine == SparseAttentionCombine::kKernels) return 0;
     const bool forced = p.combine == SparseAttentionCombine::kCluster;
     // The cluster kernel writes 4 outputs (8 bytes) at a time.
-    const bool shape = p.splits <= kMaxClusterSplits && (forced || p.splits >= 2) &&
-                       reinterpret_cast<uintptr_t>(p.out) % 8 == 0;
+    const bool shape =
+        p.splits <= kMaxClusterSplits && (forced || p.splits >= 2) && reinterpret_cast<uintptr_t>(p.out) % 8 == 0;
     DSV4_CHECK(!forced || shape, "sparse_attention: a cluster needs splits in [1, {}] (got {}) and out 8-byte aligned",
                kMaxClusterSplits, p.splits);
     if (!shape) return 0;
     if (forced) {
-        const int32_t heads = p.cluster_heads ? p.cluster_heads
+        const int32_t heads = p.cluster_heads                                  ? p.cluster_heads
                               : sparse_attention_resident_clusters(p, 16) >= 1 ? 16
-                                                                             : kHeadsPerCta;
+                                                                               : kHeadsPerCta;
         DSV4_CHECK(sparse_attention_resident_clusters(p, heads) >= 1,
                    "sparse_attention: no cluster of {} CTAs of {} heads for head_dim {} on this device", p.splits,
                    heads, p.head_dim);
@@ -37,7 +37,8 @@ int32_t detail::sparse_attention_cluster_heads(const SparseAttentionParams& p) {
     // token, 10 splits 34.8 -> 25.5 us; 64 tokens, 3 splits, two waves each 84.2 -> 54.2 us; 8 tokens, 10 splits, 7
     // clusters resident: two waves against one, 39.4 -> 50.5 us), with 16 heads per CTA where that fits too.
     const int64_t sms = multiprocessor_count();
-    const int64_t kernel_waves = (int64_t(p.tokens) * ((p.heads + kHeadsPerCta - 1) / kHeadsPerCta) * p.splits + sms - 1) / sms;
+    const int64_t kernel_waves =
+        (int64_t(p.tokens) * ((p.heads + kHeadsPerCta - 1) / kHeadsPerCta) * p.splits + sms - 1) / sms;
     for (const int32_t heads : {16, kHeadsPerCta}) {
         const int64_t resident = sparse_attention_resident_clusters(p, heads);
         const int64_t clusters = int64_t(p.tokens) * ((p.heads + heads - 1) / heads);

@@ -102,8 +102,8 @@ __device__ void load_q(Smem<kHeadDim, kHeads>& s, const SparseAttentionParams& p
 // are zeros and marked invalid. The raw entries first land in `staged` ([64, entry bytes]) by 8-byte copies (an
 // entry is a multiple of 8 bytes, not of 16), all in flight at once, then are decoded from shared memory.
 template <int kHeadDim, int kHeads>
-__device__ void load_k_tile(Smem<kHeadDim, kHeads>& s, uint8_t* staged, const SparseAttentionParams& p, int token, int slot0,
-                            int slot_end) {
+__device__ void load_k_tile(Smem<kHeadDim, kHeads>& s, uint8_t* staged, const SparseAttentionParams& p, int token,
+                            int slot0, int slot_end) {
     const MainEntryLayout layout = main_entry_layout(kHeadDim, p.rope_dim);
     const int nope_chunks = int(layout.nope) / 8, chunks = nope_chunks + int(layout.rope) / 4;
     const int entry_bytes = int(layout.bytes()), words = entry_bytes / 8;
@@ -197,8 +197,8 @@ __device__ __forceinline__ SplitRange split_range(const SparseAttentionParams& p
 // Per-head max logit over slots [begin, end) into s.row_max (every warp pair combines its two slot halves). `last`
 // receives this warp's logits of the range's last tile (pass 2 reuses them when the range is one tile).
 template <int kHeadDim, int kHeads>
-__device__ __forceinline__ void range_max(Smem<kHeadDim, kHeads>& s, uint8_t* staged, const SparseAttentionParams& p, int token,
-                                          SplitRange range, int m_tiles, float (&last)[4][4]) {
+__device__ __forceinline__ void range_max(Smem<kHeadDim, kHeads>& s, uint8_t* staged, const SparseAttentionParams& p,
+                                          int token, SplitRange range, int m_tiles, float (&last)[4][4]) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, mt = warp % 4, nh = warp / 4;
     float m0 = -INFINITY, m1 = -INFINITY;
     for (int slot0 = range.begin; slot0 < range.end; slot0 += kTile) {
@@ -325,7 +325,8 @@ __device__ __forceinline__ void range_pv(Smem<kHeadDim, kHeads>& s, uint8_t* sta
             for (int k0 = 0; k0 < kTile; k0 += 16) {
                 const __nv_bfloat16* pa = &s.p[(pv.mt * 16 + g) * kPStride + k0 + 2 * tig];
                 const uint32_t a[4] = {ld32(pa), ld32(pa + 8 * kPStride), ld32(pa + 8), ld32(pa + 8 * kPStride + 8)};
-                const __nv_bfloat16* vrow = &s.k[(k0 + lane % 16) * kS + pv.slice * (kHeadDim / PvWarp<kHeads>::kSlices)];
+                const __nv_bfloat16* vrow =
+                    &s.k[(k0 + lane % 16) * kS + pv.slice * (kHeadDim / PvWarp<kHeads>::kSlices)];
 #pragma unroll
                 for (int nt = 0; nt < kNTiles; ++nt) {
                     uint32_t b0, b1;
@@ -518,8 +519,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
     const PvWarp<kHeads> pv;
     for (int r = 0; r < 2; ++r) {
         const int qk_head = mt * 16 + g + 8 * r, pv_head = pv.mt * 16 + g + 8 * r;
-        if (mt < m_tiles && qk_head < heads_here && half == 0 && tig == 0)
-            s.split_den[qk_head] = r == 0 ? sum0 : sum1;
+        if (mt < m_tiles && qk_head < heads_here && half == 0 && tig == 0) s.split_den[qk_head] = r == 0 ? sum0 : sum1;
         if (pv.mt >= m_tiles || pv_head >= heads_here) continue;
         float* out = partial_o + pv_head * kHeadDim + pv.slice * (kHeadDim / PvWarp<kHeads>::kSlices);
         for (int nt = 0; nt < kNTiles; ++nt)
@@ -631,11 +631,16 @@ bool with_cluster_kernel(int32_t head_dim, int32_t heads_per_cta, Fn&& fn) {
     }
     if (heads_per_cta != kHeadsPerCta) return false;
     switch (head_dim) {
-        case 512: return fn.template operator()<512, kHeadsPerCta>(), true;
-        case 128: return fn.template operator()<128, kHeadsPerCta>(), true;
-        case 96: return fn.template operator()<96, kHeadsPerCta>(), true;
-        case 80: return fn.template operator()<80, kHeadsPerCta>(), true;
-        default: return false;
+        case 512:
+            return fn.template operator()<512, kHeadsPerCta>(), true;
+        case 128:
+            return fn.template operator()<128, kHeadsPerCta>(), true;
+        case 96:
+            return fn.template operator()<96, kHeadsPerCta>(), true;
+        case 80:
+            return fn.template operator()<80, kHeadsPerCta>(), true;
+        default:
+            return false;
     }
 }
 
