@@ -416,7 +416,7 @@ void bench_attention(int32_t tokens, int32_t slots) {
     int64_t resident[2] = {0, 0};
     bool same = true;
     for (int v = 0; v < 2; ++v) {
-        const int32_t heads = v == 0 ? 64 : 16;
+        const int32_t heads = v == 0 ? 64 : kNarrowClusterHeads;
         auto cluster = [&](int i) {
             SparseAttentionParams p = params(i, SparseAttentionCombine::kCluster, out_cluster.get());
             p.cluster_heads = heads;

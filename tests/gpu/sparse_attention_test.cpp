@@ -55,6 +55,29 @@ bool near_bf16_midpoint(float p, double band) {
     return std::fabs(std::fabs(double(p) - double(round_bf16(p))) - ulp / 2) <= band;
 }
 
+// A launch of `tokens` tokens of heads x d (the last `rope` dims rotary) over `slots` slots each in `splits` splits,
+// with head_dim^-0.5 as the scale.
+cuda::SparseAttentionParams launch_params(int tokens, int heads, int d, int rope, int slots, int splits, const uint16_t* q,
+                                          const uint8_t* kv, const int32_t* indices, const float* sink, uint16_t* out,
+                                          float* workspace = nullptr, int64_t workspace_floats = 0) {
+    cuda::SparseAttentionParams p;
+    p.q = q;
+    p.kv = kv;
+    p.indices = indices;
+    p.sink = sink;
+    p.out = out;
+    p.workspace = workspace;
+    p.workspace_floats = workspace_floats;
+    p.tokens = tokens;
+    p.heads = heads;
+    p.head_dim = d;
+    p.rope_dim = rope;
+    p.slots = slots;
+    p.splits = splits;
+    p.scale = float(std::pow(double(d), -0.5));
+    return p;
+}
+
 struct Case {
     int tokens, heads, d, rope, slots;
     double empty_fraction;  // of slots set to -1
@@ -99,21 +122,9 @@ void run_case(const Case& c, int forced_splits = 0,
     auto d_sink = gpu_test::to_device(sink);
     auto d_out = gpu_test::poisoned<uint16_t>(size_t(c.tokens) * c.heads * c.d);
     auto d_ws = gpu_test::poisoned<float>(size_t(workspace_floats));
-    cuda::SparseAttentionParams p;
-    p.q = d_q.get();
-    p.kv = d_kv.get();
-    p.indices = d_idx.get();
-    p.sink = d_sink.get();
-    p.out = d_out.get();
-    p.workspace = plan.splits > 1 ? d_ws.get() : nullptr;
-    p.workspace_floats = workspace_floats;
-    p.tokens = c.tokens;
-    p.heads = c.heads;
-    p.head_dim = c.d;
-    p.rope_dim = c.rope;
-    p.slots = c.slots;
-    p.splits = plan.splits;
-    p.scale = scale;
+    cuda::SparseAttentionParams p =
+        launch_params(c.tokens, c.heads, c.d, c.rope, c.slots, plan.splits, d_q.get(), d_kv.get(), d_idx.get(),
+                      d_sink.get(), d_out.get(), plan.splits > 1 ? d_ws.get() : nullptr, workspace_floats);
     p.combine = combine;
     cuda::Event start, stop;
     start.record(nullptr);
@@ -140,7 +151,7 @@ void run_case(const Case& c, int forced_splits = 0,
         k.combine = cuda::SparseAttentionCombine::kKernels;
         cuda::sparse_attention(k, nullptr);
         EXPECT_EQ(bits, gpu_test::to_host(d_other)) << what << ": the cluster and the three kernels differ";
-        if (cuda::detail::sparse_attention_resident_clusters(p, 16) >= 1) {
+        if (cuda::detail::sparse_attention_resident_clusters(p, cuda::kNarrowClusterHeads) >= 1) {
             cuda::SparseAttentionParams wide = p;
             wide.out = d_other.get();
             wide.cluster_heads = 64;
@@ -293,22 +304,10 @@ TEST(SparseAttentionGpu, InverseRopeEqualsApplyRopeAfter) {
         auto ws = gpu_test::poisoned<float>(size_t(std::max<int64_t>(1, c.tokens * plan.workspace_floats_per_token)));
         auto fused = gpu_test::poisoned<uint16_t>(size_t(c.tokens) * c.heads * c.d);
         auto after = gpu_test::poisoned<uint16_t>(size_t(c.tokens) * c.heads * c.d);
-        cuda::SparseAttentionParams p;
-        p.q = d_q.get();
-        p.kv = d_kv.get();
-        p.indices = d_idx.get();
-        p.sink = d_sink.get();
-        p.workspace = ws.get();
-        p.workspace_floats = c.tokens * plan.workspace_floats_per_token;
-        p.tokens = c.tokens;
-        p.heads = c.heads;
-        p.head_dim = c.d;
-        p.rope_dim = c.rope;
-        p.slots = c.slots;
-        p.splits = plan.splits;
-        p.scale = float(std::pow(double(c.d), -0.5));
+        cuda::SparseAttentionParams p =
+            launch_params(c.tokens, c.heads, c.d, c.rope, c.slots, plan.splits, d_q.get(), d_kv.get(), d_idx.get(),
+                          d_sink.get(), after.get(), ws.get(), c.tokens * plan.workspace_floats_per_token);
         p.combine = c.combine;
-        p.out = after.get();
         cuda::sparse_attention(p, nullptr);
         cuda::ApplyRopeParams r;
         r.x = reinterpret_cast<__nv_bfloat16*>(after.get());
@@ -372,21 +371,9 @@ TEST(SparseAttentionGpu, GenericPathTokenResultIndependentOfLaunch) {
     auto d_sink = gpu_test::to_device(sink);
     auto run = [&](int t0, int n) {
         auto out = gpu_test::poisoned<uint16_t>(size_t(n) * H * d);
-        cuda::SparseAttentionParams p;
-        p.q = d_q.get() + int64_t(t0) * H * d;
-        p.kv = d_kv.get();
-        p.indices = d_idx.get() + int64_t(t0) * slots;
-        p.sink = d_sink.get();
-        p.out = out.get();
-        p.workspace = nullptr;
-        p.tokens = n;
-        p.heads = H;
-        p.head_dim = d;
-        p.rope_dim = rope;
-        p.slots = slots;
-        p.splits = 1;
-        p.scale = float(std::pow(double(d), -0.5));
-        cuda::sparse_attention(p, nullptr);
+        cuda::sparse_attention(launch_params(n, H, d, rope, slots, 1, d_q.get() + int64_t(t0) * H * d, d_kv.get(),
+                                             d_idx.get() + int64_t(t0) * slots, d_sink.get(), out.get()),
+                               nullptr);
         return gpu_test::to_host(out);
     };
     const std::vector<uint16_t> all = run(0, T);
@@ -435,22 +422,10 @@ TEST(SparseAttentionGpu, TokenResultIndependentOfLaunch) {
         const cuda::SparseAttentionPlan plan = cuda::plan_sparse_attention(H, d, s);
         auto out = gpu_test::poisoned<uint16_t>(size_t(n) * H * d);
         auto ws = gpu_test::poisoned<float>(size_t(workspace_tokens * plan.workspace_floats_per_token));
-        cuda::SparseAttentionParams p;
-        p.q = d_q.get() + int64_t(t0) * H * d;
-        p.kv = d_kv.get();
-        p.indices = (widened ? d_wide.get() : d_idx.get()) + int64_t(t0) * s;
-        p.sink = d_sink.get();
-        p.out = out.get();
-        p.workspace = ws.get();
-        p.workspace_floats = workspace_tokens * plan.workspace_floats_per_token;
-        p.tokens = n;
-        p.heads = H;
-        p.head_dim = d;
-        p.rope_dim = rope;
-        p.slots = s;
-        p.splits = plan.splits;
-        p.scale = float(std::pow(double(d), -0.5));
-        cuda::sparse_attention(p, nullptr);
+        cuda::sparse_attention(launch_params(n, H, d, rope, s, plan.splits, d_q.get() + int64_t(t0) * H * d, d_kv.get(),
+                                             (widened ? d_wide.get() : d_idx.get()) + int64_t(t0) * s, d_sink.get(),
+                                             out.get(), ws.get(), workspace_tokens * plan.workspace_floats_per_token),
+                               nullptr);
         return gpu_test::to_host(out);
     };
     const std::vector<uint16_t> all = run(0, T, false, T);

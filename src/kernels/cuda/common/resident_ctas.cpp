@@ -32,64 +32,62 @@ void raise_smem_limit(const void* kernel, int device, int smem) {
     }
 }
 
+// The occupancy answer for (kernel, current device, threads, smem, cluster), computed by `query` (under the lock,
+// after the shared-memory limit is raised) the first time and cached: a query on every launch would cost more than
+// a decode launch's kernel time. cluster 0 keys resident_ctas's answers.
+template <class Query>
+int64_t cached(const void* kernel, int threads, int smem, int cluster, Query&& query) {
+    struct Entry {
+        const void* kernel;
+        int device, threads, smem, cluster;
+        int64_t answer;
+    };
+    static std::mutex mutex;
+    static std::vector<Entry> cache;
+    int device = 0;
+    DSV4_CUDA_CHECK(cudaGetDevice(&device));
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const Entry& e : cache)
+        if (e.kernel == kernel && e.device == device && e.threads == threads && e.smem == smem && e.cluster == cluster)
+            return e.answer;
+    raise_smem_limit(kernel, device, smem);
+    cache.push_back({kernel, device, threads, smem, cluster, query(device)});
+    return cache.back().answer;
+}
+
 }  // namespace
 
 int64_t resident_ctas(const void* kernel, int threads, int smem) {
-    struct Entry {
-        const void* kernel;
-        int device, threads, smem;
-        int64_t ctas;
-    };
-    static std::mutex mutex;
-    static std::vector<Entry> cache;
-    int device = 0;
-    DSV4_CUDA_CHECK(cudaGetDevice(&device));
-    std::lock_guard<std::mutex> lock(mutex);
-    for (const Entry& e : cache)
-        if (e.kernel == kernel && e.device == device && e.threads == threads && e.smem == smem) return e.ctas;
-    int sms = 0, per_sm = 0;
-    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    raise_smem_limit(kernel, device, smem);
-    DSV4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, size_t(smem)));
-    cache.push_back({kernel, device, threads, smem, int64_t(sms) * (per_sm > 0 ? per_sm : 1)});
-    return cache.back().ctas;
+    return cached(kernel, threads, smem, 0, [&](int device) {
+        int sms = 0, per_sm = 0;
+        DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        DSV4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, size_t(smem)));
+        return int64_t(sms) * (per_sm > 0 ? per_sm : 1);
+    });
 }
 
 int64_t resident_clusters(const void* kernel, int threads, int cluster, int smem) {
-    struct Entry {
-        const void* kernel;
-        int device, threads, cluster, smem;
-        int64_t clusters;
-    };
-    static std::mutex mutex;
-    static std::vector<Entry> cache;
-    int device = 0;
-    DSV4_CUDA_CHECK(cudaGetDevice(&device));
-    std::lock_guard<std::mutex> lock(mutex);
-    for (const Entry& e : cache)
-        if (e.kernel == kernel && e.device == device && e.threads == threads && e.cluster == cluster && e.smem == smem)
-            return e.clusters;
-    raise_smem_limit(kernel, device, smem);
-    int clusters = 0;
-    bool allowed = true;
-    if (cluster > 8)
-        allowed = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
-    if (allowed) {
-        cudaLaunchConfig_t config = {};
-        config.gridDim = dim3(unsigned(cluster));
-        config.blockDim = dim3(unsigned(threads));
-        config.dynamicSmemBytes = size_t(smem);
-        cudaLaunchAttribute attribute;
-        attribute.id = cudaLaunchAttributeClusterDimension;
-        attribute.val.clusterDim.x = unsigned(cluster);
-        attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
-        config.attrs = &attribute;
-        config.numAttrs = 1;
-        if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) clusters = 0;
-    }
-    (void)cudaGetLastError();  // a refusal above is the answer (0), not an error for a later check
-    cache.push_back({kernel, device, threads, cluster, smem, clusters});
-    return cache.back().clusters;
+    return cached(kernel, threads, smem, cluster, [&](int) {
+        int clusters = 0;
+        bool allowed = true;
+        if (cluster > 8)
+            allowed = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+        if (allowed) {
+            cudaLaunchConfig_t config = {};
+            config.gridDim = dim3(unsigned(cluster));
+            config.blockDim = dim3(unsigned(threads));
+            config.dynamicSmemBytes = size_t(smem);
+            cudaLaunchAttribute attribute;
+            attribute.id = cudaLaunchAttributeClusterDimension;
+            attribute.val.clusterDim.x = unsigned(cluster);
+            attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+            config.attrs = &attribute;
+            config.numAttrs = 1;
+            if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) clusters = 0;
+        }
+        (void)cudaGetLastError();  // a refusal above is the answer (0), not an error for a later check
+        return int64_t(clusters);
+    });
 }
 
 int multiprocessor_count() {

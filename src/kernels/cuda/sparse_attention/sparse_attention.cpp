@@ -26,7 +26,7 @@ int32_t detail::sparse_attention_cluster_heads(const SparseAttentionParams& p) {
     if (!shape) return 0;
     if (forced) {
         const int32_t heads = p.cluster_heads                                  ? p.cluster_heads
-                              : sparse_attention_resident_clusters(p, 16) >= 1 ? 16
+                              : sparse_attention_resident_clusters(p, kNarrowClusterHeads) >= 1 ? kNarrowClusterHeads
                                                                                : kHeadsPerCta;
         DSV4_CHECK(sparse_attention_resident_clusters(p, heads) >= 1,
                    "sparse_attention: no cluster of {} CTAs of {} heads for head_dim {} on this device", p.splits,
@@ -39,7 +39,7 @@ int32_t detail::sparse_attention_cluster_heads(const SparseAttentionParams& p) {
     const int64_t sms = multiprocessor_count();
     const int64_t kernel_waves =
         (int64_t(p.tokens) * ((p.heads + kHeadsPerCta - 1) / kHeadsPerCta) * p.splits + sms - 1) / sms;
-    for (const int32_t heads : {16, kHeadsPerCta}) {
+    for (const int32_t heads : {kNarrowClusterHeads, kHeadsPerCta}) {
         const int64_t resident = sparse_attention_resident_clusters(p, heads);
         const int64_t clusters = int64_t(p.tokens) * ((p.heads + heads - 1) / heads);
         if (resident >= 1 && (clusters + resident - 1) / resident <= kernel_waves) return heads;

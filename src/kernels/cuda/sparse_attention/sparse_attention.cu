@@ -624,9 +624,9 @@ void launch_cluster(const SparseAttentionParams& p, cudaStream_t stream) {
 // 8 P V slices of whole n-tiles); returns false for any other (head_dim, heads per CTA).
 template <class Fn>
 bool with_cluster_kernel(int32_t head_dim, int32_t heads_per_cta, Fn&& fn) {
-    if (heads_per_cta == 16) {
-        if (head_dim == 512) return fn.template operator()<512, 16>(), true;
-        if (head_dim == 128) return fn.template operator()<128, 16>(), true;
+    if (heads_per_cta == kNarrowClusterHeads) {
+        if (head_dim == 512) return fn.template operator()<512, kNarrowClusterHeads>(), true;
+        if (head_dim == 128) return fn.template operator()<128, kNarrowClusterHeads>(), true;
         return false;
     }
     if (heads_per_cta != kHeadsPerCta) return false;

@@ -31,6 +31,7 @@ namespace dsv4::cuda {
 // per SM: a cluster of 10 takes a GPC).
 enum class SparseAttentionCombine { kAuto, kCluster, kKernels };
 inline constexpr int32_t kMaxClusterSplits = 16;
+inline constexpr int32_t kNarrowClusterHeads = 16;  // the cluster's narrow CTAs (head_dim 512, 128); else 64
 
 struct SparseAttentionParams {
     const uint16_t* q;        // [tokens, heads, head_dim] bf16 (normalized, RoPE applied)
