@@ -376,7 +376,7 @@ TEST(GemmFp8, AutoPicksByShape) {
     EXPECT_EQ(tile(1, 1024, 4096), (std::pair<int, int>{16, 8}));    // wq_a
     EXPECT_EQ(tile(16, 32768, 1024), (std::pair<int, int>{16, 32}));
     EXPECT_EQ(tile(32, 32768, 1024), (std::pair<int, int>{64, 128}));
-    EXPECT_EQ(tile(64, 4096, 8192), (std::pair<int, int>{16, 16}));  // 64 KiB of staged products: no 32 columns
+    EXPECT_EQ(tile(64, 4096, 8192), (std::pair<int, int>{16, 8}));  // 16 columns would stage 128 KiB of products
     EXPECT_EQ(tile(128, 4096, 8192), (std::pair<int, int>{64, 128}));
     EXPECT_EQ(tile(4096, 1024, 4096), (std::pair<int, int>{64, 128}));
     EXPECT_EQ(tile(128, 1024, 4096), (std::pair<int, int>{16, 16}));  // wq_a: 16 columns, K > 1024

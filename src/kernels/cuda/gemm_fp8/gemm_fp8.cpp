@@ -20,7 +20,7 @@ constexpr int64_t kSkinnySmemFloats = 16384;  // 64 KiB of staged f32 activation
 constexpr int64_t kSkinnyRowsPerBlock = 32;
 constexpr int kSkinnyMaxTile = 16;
 // kMma decode tiles (16 rows, K blocks shared out over the CTA's warps) stage at most this much shared memory (two
-// CTAs per SM).
+// CTAs per SM; the count covers both parities of the double-buffered products).
 constexpr size_t kMmaMaxSmem = size_t(96) << 10;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -54,8 +54,8 @@ const char* fp8_gemm_path_name(Fp8GemmPath path) {
 // shared expert w1/w3 (2048 x 4096) eight.
 //
 // kMma tiles: they fix nothing about the numerics (every tile runs the same per-output chain), only speed. Decode
-// tiles: 16 rows, 8, 16 or 32 columns, the widest that still gives >= 1.5 CTAs per SM, the CTA's warps sharing out
-// the K blocks; 32 columns (two column groups of 4 warps) only where K <= 1024, so that each warp still gets two K
+// tiles: 16 rows, 8, 16 or 32 columns, the widest that still gives >= 1.5 items per SM (persistent CTAs walk the
+// items), the CTA's warps sharing out the K blocks; 32 columns (two column groups of 4 warps) only where K <= 1024, so that each warp still gets two K
 // blocks in flight (H200: wq_b at M = 1 14.4 us against 18.2 with 16 columns; with more K blocks 16 columns won by
 // 5-15 %). 64 x 128 tiles (warp tiles 32 x 32, sums in registers) instead where a rough cost model says they are
 // faster: measured on an H200 (docs/perf.md, kMma section), decode tiles stream W at ~3 TB/s once per 16-row tile,
