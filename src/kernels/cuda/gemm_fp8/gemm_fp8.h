@@ -60,9 +60,16 @@ struct Fp8GemmConfig {
     int m_tile = 1;           // kSkinny: tokens per pass (1, 2, 4, 8, 16)
     int splits = 1;           // kSkinny: K ranges, partial sums reduced in f32 in split order
     int64_t k_per_split = 0;  // kSkinny: multiple of 512
-    int block_m = 0;          // kMma: rows per tile: 16 (decode tiles, the warps share out the K blocks) or 64
-    int block_n = 0;          // kMma: columns per tile: 8, 16 or 32 (decode tiles) or 128 (with block_m 64)
+    int block_m = 0;          // kMma: rows per tile: 16 (decode tiles) or 64
+    int block_n = 0;          // kMma: columns per tile: 8 or 16 (decode tiles) or 128 (with block_m 64)
+    int k_warps = 0;          // kMma decode tiles: warps that share out an item's K blocks (1, 2, 4 or 8)
 };
+
+// The decode-tile shape fp8_gemm_config picks for kMma (block_n 0 when none fits; pure).
+struct Fp8MmaDecodeTile {
+    int block_n = 0, k_warps = 0;
+};
+Fp8MmaDecodeTile fp8_mma_decode_tile(int64_t m, int64_t n, int64_t k, int num_sms);
 
 // The tile heuristic (pure): `num_sms` of the device, `requested` path (kAuto lets the shape decide).
 Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8GemmPath requested);

@@ -99,7 +99,8 @@ __device__ __forceinline__ void block_mma(const Stage<MT, NT>& s, float (&acc)[M
     }
 }
 
-// The decode tiles (mma_decode_gemm.cu): 16 rows x block_n (8, 16 or 32) columns per item, persistent CTAs.
-cudaError_t launch_fp8_mma_decode(const MmaArgs& args, int block_n, cudaStream_t stream);
+// The decode tiles (mma_decode_gemm.cu): 16 rows x block_n (8 or 16) columns per item, k_warps (1, 2, 4, 8) warps
+// per item, persistent.
+cudaError_t launch_fp8_mma_decode(const MmaArgs& args, int block_n, int k_warps, cudaStream_t stream);
 
 }  // namespace dsv4::cuda::fp8_mma

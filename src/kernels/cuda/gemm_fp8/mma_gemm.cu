@@ -180,7 +180,7 @@ cudaError_t launch_fp8_mma(const Fp8GemmParams& p, const Fp8GemmConfig& config, 
     args.kb = int((p.k + kBlockK - 1) / kBlockK);
     args.rows_alloc = int(p.m < 16 ? p.m : 16);
     args.pair_stores = p.n % 2 == 0 && reinterpret_cast<uintptr_t>(p.y) % 4 == 0;
-    if (config.block_m == 16) return launch_fp8_mma_decode(args, config.block_n, stream);
+    if (config.block_m == 16) return launch_fp8_mma_decode(args, config.block_n, config.k_warps, stream);
     if (config.block_m == 64 && config.block_n == 128) return launch<2, 4, 2, 4>(args, stream);
     return cudaErrorInvalidValue;
 }
