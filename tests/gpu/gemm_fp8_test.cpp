@@ -370,8 +370,8 @@ TEST(GemmFp8, AutoPicksByShape) {
     for (int64_t m : {1, 16, 17, 64, 65, 4096})
         EXPECT_EQ(cuda::fp8_gemm_config(m, 4096, 8192, 132, auto_path).path, cuda::Fp8GemmPath::kMma) << m;
     // Decode tiles: 16 columns per item where 8 warps per item would keep 1.5 x 8 warps per SM busy, else 8; the
-    // fewest warps per item that do, within 96 KiB of staged products per CTA. 64 x 128 tiles where the cost model
-    // (decode tiles ~3 TB/s of W per 16 rows, a 64 x 128 CTA ~1.1 us per K block) says so.
+    // fewest warps per item that do, within 96 KiB of staged products per CTA (one buffer). 64 x 128 tiles where the
+    // cost model (decode tiles ~3 TB/s of W per 16 rows, a 64 x 128 CTA ~1.1 us per K block) says so.
     auto tile = [](int64_t m, int64_t n, int64_t k) {
         const cuda::Fp8GemmConfig c = cuda::fp8_gemm_config(m, n, k, 132, cuda::Fp8GemmPath::kAuto);
         return std::array<int, 3>{c.block_m, c.block_n, c.block_m == 16 ? c.k_warps : 0};
@@ -382,11 +382,11 @@ TEST(GemmFp8, AutoPicksByShape) {
     EXPECT_EQ(tile(1, 4096, 2048), (std::array<int, 3>{16, 16, 8}));   // the shared expert's w2
     EXPECT_EQ(tile(16, 32768, 1024), (std::array<int, 3>{16, 16, 1}));
     EXPECT_EQ(tile(32, 32768, 1024), (std::array<int, 3>{64, 128, 0}));
-    // 16 columns: 1,024 items need 2 warps each, which would stage 512 KiB; 8 columns: 2,048 items of one warp.
-    EXPECT_EQ(tile(64, 4096, 8192), (std::array<int, 3>{16, 8, 1}));
+    // 1,024 items: 2 or 4 warps each would stage 256 or 128 KiB per CTA, 8 warps 64 KiB (one buffer).
+    EXPECT_EQ(tile(64, 4096, 8192), (std::array<int, 3>{16, 16, 8}));
     EXPECT_EQ(tile(128, 4096, 8192), (std::array<int, 3>{64, 128, 0}));
     EXPECT_EQ(tile(4096, 1024, 4096), (std::array<int, 3>{64, 128, 0}));
-    EXPECT_EQ(tile(128, 1024, 4096), (std::array<int, 3>{16, 16, 8}));  // 4 warps per item would stage 128 KiB
+    EXPECT_EQ(tile(128, 1024, 4096), (std::array<int, 3>{16, 16, 4}));  // 2 warps per item would stage 128 KiB
     const cuda::Fp8GemmConfig prefill = cuda::fp8_gemm_config(4096, 1024, 4096, 132, auto_path);
     EXPECT_EQ(cuda::fp8_gemm_workspace_bytes(prefill, 4096, 1024, 4096), 0u);
     const cuda::Fp8GemmConfig skinny = cuda::fp8_gemm_config(1, 4096, 8192, 132, cuda::Fp8GemmPath::kSkinny);

@@ -19,9 +19,6 @@ constexpr int64_t kSkinnySuper = 512;         // K columns one warp covers per p
 constexpr int64_t kSkinnySmemFloats = 16384;  // 64 KiB of staged f32 activations per block
 constexpr int64_t kSkinnyRowsPerBlock = 32;
 constexpr int kSkinnyMaxTile = 16;
-// kMma decode tiles (16 rows, K blocks shared out over the CTA's warps) stage at most this much shared memory (two
-// CTAs per SM; the count covers both parities of the double-buffered products).
-constexpr size_t kMmaMaxSmem = size_t(96) << 10;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // The decode tiles keep their operand rows as 32-bit element offsets.
@@ -76,7 +73,7 @@ Fp8MmaDecodeTile fp8_mma_decode_tile(int64_t m, int64_t n, int64_t k, int num_sm
         const int64_t items = m_tiles * ceil_div(n, bn);
         if (bn == 16 && items * max_warps < want) continue;
         for (int wk = 1; wk <= max_warps; wk *= 2) {
-            if (fp8_mma_decode_smem_bytes(bn, wk, m, k) > kMmaMaxSmem) continue;
+            if (fp8_mma_decode_smem_bytes(bn, wk, m, k) > kMmaDecodeMaxSmem) continue;
             if (items * wk >= want || wk == max_warps) return {bn, wk};
         }
     }
@@ -147,11 +144,11 @@ std::string fp8_gemm_can_implement(const Fp8GemmParams& p, const Fp8GemmConfig& 
         if (c.block_m == 16 && !decode_offsets_fit(p.m, p.n, p.k))
             return fmt::format("mma path: decode tiles address A and W with 32-bit offsets, M={} N={} K={} too large",
                                p.m, p.n, p.k);
-        if (decode && fp8_mma_decode_smem_bytes(c.block_n, c.k_warps, p.m, p.k) > kMmaMaxSmem)
+        if (decode && fp8_mma_decode_smem_bytes(c.block_n, c.k_warps, p.m, p.k) > kMmaDecodeMaxSmem)
             return fmt::format(
                 "mma path: K={} needs more staged shared memory than {} bytes with {}x{} decode tiles "
                 "of {} warps",
-                p.k, kMmaMaxSmem, c.block_m, c.block_n, c.k_warps);
+                p.k, kMmaDecodeMaxSmem, c.block_m, c.block_n, c.k_warps);
         return {};
     }
     if (c.path != Fp8GemmPath::kCublasLt) return "no path chosen";

@@ -11,9 +11,10 @@
 // takes the K blocks wk, wk + WK, ... of every item, as one flat sequence of steps, and keeps the next kDepth - 1
 // steps' loads in registers while it multiplies the current one, across item boundaries.
 //   WK == 1: the warp sums its outputs in registers and stores them at the item's end (no barrier, no staging).
-//   WK > 1:  p is staged in shared memory ([parity][kb][row][column], double-buffered by item parity); at the item's
-//            end the group meets at its named barrier and sums the staged p in ascending kb while the next item's
-//            loads are in flight.
+//   WK > 1:  p is staged in shared memory ([parity][kb][row][column]); at the item's end the group meets at its
+//            named barrier and sums the staged p in ascending kb while the next item's loads are in flight. Two
+//            parities (by item) where they fit in kMmaDecodeMaxSmem, so the group goes on with the next item while
+//            the sums are written; else one, and a second barrier before the next item's products overwrite it.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -29,6 +30,7 @@ using namespace fp8_mma;
 struct DecodeArgs {
     MmaArgs mma;
     int m_tiles;    // ceil(m / 16)
+    int parities;   // staging buffers per group (WK > 1): 1 or 2
     int64_t items;  // m_tiles * ceil(n / BN): item i is rows (i % m_tiles) * 16.., columns (i / m_tiles) * BN..
 };
 
@@ -62,9 +64,9 @@ constexpr int groups_per_cta() {
     return kWarps / WK;
 }
 
-// Group shared memory (WK > 1): both parities of [kb][rows_alloc][BN] f32.
-__host__ __device__ inline int64_t group_staging_floats(int kb, int rows_alloc, int bn) {
-    return 2 * int64_t(kb) * rows_alloc * bn;
+// Group shared memory (WK > 1): `parities` buffers of [kb][rows_alloc][BN] f32.
+__host__ __device__ inline int64_t group_staging_floats(int parities, int kb, int rows_alloc, int bn) {
+    return int64_t(parities) * kb * rows_alloc * bn;
 }
 
 // NT 8-column tiles per warp (BN = 8 NT), WK warps per group. kHalf: at most 8 rows (one m-tile), rows g + 8 are
@@ -84,7 +86,8 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_mma_decode_kernel(DecodeArgs 
     const int total = items_group * per_item;
     const int kb_stride = args.rows_alloc * kBN;  // floats between consecutive K blocks' staged products
     const int parity_floats = args.kb * kb_stride;
-    float* group_staged = staged + group * group_staging_floats(args.kb, args.rows_alloc, kBN);
+    float* group_staged = staged + group * group_staging_floats(d.parities, args.kb, args.rows_alloc, kBN);
+    auto parity = [&](int q) { return d.parities == 2 ? q & 1 : 0; };
 
     // The group's item q: rows m0.., columns n0.. (items are numbered m-tile fastest).
     auto item_origin = [&](int q, int64_t& m0, int64_t& n0) {
@@ -149,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_mma_decode_kernel(DecodeArgs 
     auto compute = [&](const Step<NT>& st, int q) {
         float acc[1][NT][4];
         block_mma<1, NT, kHalf>(st.s, acc);
-        float* out = group_staged + (q & 1) * parity_floats + st.kb * kb_stride + 2 * t;
+        float* out = group_staged + parity(q) * parity_floats + st.kb * kb_stride + 2 * t;
 #pragma unroll
         for (int h = 0; h < (kHalf ? 1 : 2); ++h) {
             const float scale = __fmul_rn(st.s.a_scale[0][h], st.s.w_scale);
@@ -195,7 +198,7 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_mma_decode_kernel(DecodeArgs 
             clear();
         } else {
             group_barrier(1 + group, WK * 32);
-            const float* in = group_staged + (q & 1) * parity_floats;
+            const float* in = group_staged + parity(q) * parity_floats;
             for (int i = wk * 32 + lane; i < rows_valid * kBN; i += WK * 32) {
                 const int row = i / kBN, col = i % kBN;
                 if (n0 + col >= args.n) continue;
@@ -205,6 +208,7 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_mma_decode_kernel(DecodeArgs 
                 for (int kb = 0; kb < args.kb; ++kb) total_p = __fadd_rn(total_p, p[kb * kb_stride]);
                 args.y[(m0 + row) * args.n + n0 + col] = __float2bfloat16_rn(total_p);
             }
+            if (d.parities == 1) group_barrier(1 + group, WK * 32);  // read before the next item writes
         }
     };
 
@@ -236,7 +240,9 @@ template <int NT, int WK, bool kHalf>
 cudaError_t launch(DecodeArgs d, cudaStream_t stream) {
     constexpr int kBN = NT * 8, kDepth = kHalf ? 3 : 2;
     const auto kernel = fp8_mma_decode_kernel<NT, WK, kHalf, kDepth>;
-    const int smem = int(fp8_mma_decode_smem_bytes(kBN, WK, d.mma.m, d.mma.k));
+    const size_t one = fp8_mma_decode_smem_bytes(kBN, WK, d.mma.m, d.mma.k);
+    d.parities = 2 * one <= kMmaDecodeMaxSmem ? 2 : 1;
+    const int smem = int(d.parities * one);
     d.items = int64_t(d.m_tiles) * ((d.mma.n + kBN - 1) / kBN);
     const int64_t ctas = (d.items + groups_per_cta<WK>() - 1) / groups_per_cta<WK>();
     const int64_t resident = resident_ctas(reinterpret_cast<const void*>(kernel), kThreads, smem);
@@ -278,7 +284,7 @@ cudaError_t launch(const DecodeArgs& d, int block_n, int k_warps, cudaStream_t s
 size_t fp8_mma_decode_smem_bytes(int block_n, int k_warps, int64_t m, int64_t k) {
     if (k_warps <= 1) return 0;
     const int rows = int(m < 16 ? m : 16);
-    return size_t(kWarps / k_warps) * size_t(group_staging_floats(int((k + kBlockK - 1) / kBlockK), rows, block_n)) *
+    return size_t(kWarps / k_warps) * size_t(group_staging_floats(1, int((k + kBlockK - 1) / kBlockK), rows, block_n)) *
            sizeof(float);
 }
 
@@ -286,6 +292,7 @@ cudaError_t fp8_mma::launch_fp8_mma_decode(const MmaArgs& args, int block_n, int
     DecodeArgs d;
     d.mma = args;
     d.m_tiles = int((args.m + 15) / 16);
+    d.parities = 1;
     d.items = 0;
     return args.m <= 8 ? launch<true>(d, block_n, k_warps, stream) : launch<false>(d, block_n, k_warps, stream);
 }
