@@ -206,11 +206,11 @@ int main() {
             return h;
         };
         // One timed variant: `path`, and for mma a forced tile (block_m > 0) or the heuristic's.
-        auto run = [&](int64_t m, Fp8GemmPath path, int block_m, int block_n, int k_warps) {
+        auto run = [&](int64_t m, Fp8GemmPath path, int block_m, int block_n) {
             p.m = m;
             p.path = path;
             Fp8GemmConfig cfg = fp8_gemm_config(m, s.n, s.k, sms, path);
-            if (block_m) cfg.block_m = block_m, cfg.block_n = block_n, cfg.k_warps = k_warps;
+            if (block_m) cfg.block_m = block_m, cfg.block_n = block_n;
             const int iters = m >= 1024 ? 20 : 100;
             const float ms = time_ms(iters, [&](int i) {
                 p.w = w.get() + size_t(i % copies) * w_bytes;
@@ -225,8 +225,7 @@ int main() {
             const double gbs = moved / (ms * 1e-3) / 1e9, tflops = 2.0 * m * s.n * s.k / (ms * 1e-3) / 1e12;
             char name[32];
             if (path == Fp8GemmPath::kMma)
-                std::snprintf(name, sizeof name, cfg.block_m == 16 ? "mma %dx%d/%d%s" : "mma %dx%d%s", cfg.block_m,
-                              cfg.block_n, cfg.block_m == 16 ? cfg.k_warps : 0, block_m ? "*" : "");
+                std::snprintf(name, sizeof name, "mma %dx%d%s", cfg.block_m, cfg.block_n, block_m ? "*" : "");
             else if (path == Fp8GemmPath::kSkinny)
                 std::snprintf(name, sizeof name, "skinny s%d", cfg.splits);
             else
@@ -237,16 +236,13 @@ int main() {
             return ms;
         };
         for (int64_t m : {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096}) {
-            if (m <= 256) run(m, Fp8GemmPath::kSkinny, 0, 0, 0);
-            run(m, Fp8GemmPath::kMma, 0, 0, 0);
-            if (m == 1 || (m >= 16 && m <= 256)) {
-                for (int bn : {8, 16})
-                    for (int wk : {1, 2, 4, 8})
-                        if (fp8_mma_decode_smem_bytes(bn, wk, m, s.k) <= (size_t(96) << 10))
-                            run(m, Fp8GemmPath::kMma, 16, bn, wk);
-                run(m, Fp8GemmPath::kMma, 64, 128, 0);
-            }
-            if (m == 4096) run(m, Fp8GemmPath::kCublasLt, 0, 0, 0);
+            if (m <= 256) run(m, Fp8GemmPath::kSkinny, 0, 0);
+            run(m, Fp8GemmPath::kMma, 0, 0);
+            if (m == 1 || (m >= 16 && m <= 256))
+                for (const auto& [bm, bn] :
+                     {std::pair{16, 8}, std::pair{16, 16}, std::pair{16, 32}, std::pair{64, 128}})
+                    if (fp8_mma_smem_bytes(bm, bn, m, s.k) <= (size_t(96) << 10)) run(m, Fp8GemmPath::kMma, bm, bn);
+            if (m == 4096) run(m, Fp8GemmPath::kCublasLt, 0, 0);
         }
         // Checks: mma vs skinny at M = 16; mma rows 0, 100, 255 of a 256-row call equal the rows alone.
         p.w = w.get();

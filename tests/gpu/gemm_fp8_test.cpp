@@ -10,7 +10,6 @@
 // columns are the same stacked under another weight (mma and generic), and a captured graph replays it bit for bit.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -44,7 +43,6 @@ struct Case {
     cuda::Fp8GemmPath path;
     bool pow2_scales = true;
     int block_m = 0, block_n = 0;  // mma: a forced tile (0: fp8_gemm_config's choice)
-    int k_warps = 0;               // with a forced decode tile: warps per item
 };
 
 int device_sms() {
@@ -142,7 +140,7 @@ void run_case(Rng& rng, const cuda::CublasLt& lt, const Case& c) {
     auto sd = weight_scales_on_device(w);
     auto y = poisoned<uint16_t>(size_t(c.m * c.n));
     cuda::Fp8GemmConfig config = cuda::fp8_gemm_config(c.m, c.n, c.k, device_sms(), c.path);
-    if (c.block_m) config.block_m = c.block_m, config.block_n = c.block_n, config.k_warps = c.k_warps;
+    if (c.block_m) config.block_m = c.block_m, config.block_n = c.block_n;
     cuda::DeviceBuffer<uint8_t> ws(std::max<size_t>(256, cuda::fp8_gemm_workspace_bytes(config, c.m, c.n, c.k)));
 
     cuda::Fp8GemmParams p;
@@ -319,13 +317,11 @@ TEST(GemmFp8, MmaMatchesCpuLinear) {
                           Case{200, 96, 528, T}, Case{256, 1024, 4096, T}, Case{300, 400, 1024, T, false},
                           Case{9, 300, 1536, T, false}, Case{1, 37, 16, T}, Case{1000, 136, 640, T}})
         run_case(rng, lt, c);
-    // Every tile shape on odd sizes, whatever fp8_gemm_config would pick (70 x 130 x 272 with 8 warps per item:
-    // five of them have no K block).
+    // Every tile shape on odd sizes, whatever fp8_gemm_config would pick.
     for (const Case& c : {Case{65, 96, 528, T, true, 64, 128}, Case{300, 400, 1024, T, false, 64, 128},
                           Case{1000, 136, 640, T, true, 64, 128}, Case{1, 1000, 4096, T, true, 64, 128},
-                          Case{33, 200, 400, T, true, 16, 16, 2}, Case{5, 1000, 4096, T, false, 16, 8, 4},
-                          Case{3, 333, 1024, T, true, 16, 16, 1}, Case{70, 130, 272, T, true, 16, 8, 8},
-                          Case{9, 300, 1536, T, true, 16, 16, 8}, Case{1, 4096, 8192, T, true, 16, 8, 1}})
+                          Case{33, 200, 400, T, true, 16, 32}, Case{5, 1000, 4096, T, false, 16, 32},
+                          Case{3, 333, 1024, T, true, 16, 16}, Case{70, 130, 272, T, true, 16, 8}})
         run_case(rng, lt, c);
 }
 
@@ -369,24 +365,21 @@ TEST(GemmFp8, AutoPicksByShape) {
     const auto auto_path = cuda::Fp8GemmPath::kAuto;
     for (int64_t m : {1, 16, 17, 64, 65, 4096})
         EXPECT_EQ(cuda::fp8_gemm_config(m, 4096, 8192, 132, auto_path).path, cuda::Fp8GemmPath::kMma) << m;
-    // Decode tiles: 16 columns per item where 8 warps per item would keep 1.5 x 8 warps per SM busy, else 8; the
-    // fewest warps per item that do, within 96 KiB of staged products per CTA (one buffer). 64 x 128 tiles where the
-    // cost model (decode tiles ~3 TB/s of W per 16 rows, a 64 x 128 CTA ~1.1 us per K block) says so.
+    // Decode tiles: the widest of 32 (K <= 1024 only), 16, 8 columns that gives >= 1.5 CTAs per SM; 64 x 128 tiles
+    // where the cost model (decode tiles ~3 TB/s of W per 16 rows, a 64 x 128 CTA ~1.1 us per K block) says so.
     auto tile = [](int64_t m, int64_t n, int64_t k) {
         const cuda::Fp8GemmConfig c = cuda::fp8_gemm_config(m, n, k, 132, cuda::Fp8GemmPath::kAuto);
-        return std::array<int, 3>{c.block_m, c.block_n, c.block_m == 16 ? c.k_warps : 0};
+        return std::pair<int, int>{c.block_m, c.block_n};
     };
-    EXPECT_EQ(tile(1, 32768, 1024), (std::array<int, 3>{16, 16, 1}));  // wq_b: 2048 items, no barrier
-    EXPECT_EQ(tile(1, 4096, 8192), (std::array<int, 3>{16, 16, 8}));   // wo_b: 256 items of 64 K blocks
-    EXPECT_EQ(tile(1, 1024, 4096), (std::array<int, 3>{16, 8, 8}));    // wq_a
-    EXPECT_EQ(tile(1, 4096, 2048), (std::array<int, 3>{16, 16, 8}));   // the shared expert's w2
-    EXPECT_EQ(tile(16, 32768, 1024), (std::array<int, 3>{16, 16, 1}));
-    EXPECT_EQ(tile(32, 32768, 1024), (std::array<int, 3>{64, 128, 0}));
-    // 1,024 items: 2 or 4 warps each would stage 256 or 128 KiB per CTA, 8 warps 64 KiB (one buffer).
-    EXPECT_EQ(tile(64, 4096, 8192), (std::array<int, 3>{16, 16, 8}));
-    EXPECT_EQ(tile(128, 4096, 8192), (std::array<int, 3>{64, 128, 0}));
-    EXPECT_EQ(tile(4096, 1024, 4096), (std::array<int, 3>{64, 128, 0}));
-    EXPECT_EQ(tile(128, 1024, 4096), (std::array<int, 3>{16, 16, 4}));  // 2 warps per item would stage 128 KiB
+    EXPECT_EQ(tile(1, 32768, 1024), (std::pair<int, int>{16, 32}));  // wq_b
+    EXPECT_EQ(tile(1, 4096, 8192), (std::pair<int, int>{16, 16}));   // wo_b
+    EXPECT_EQ(tile(1, 1024, 4096), (std::pair<int, int>{16, 8}));    // wq_a
+    EXPECT_EQ(tile(16, 32768, 1024), (std::pair<int, int>{16, 32}));
+    EXPECT_EQ(tile(32, 32768, 1024), (std::pair<int, int>{64, 128}));
+    EXPECT_EQ(tile(64, 4096, 8192), (std::pair<int, int>{16, 16}));  // 64 KiB of staged products: no 32 columns
+    EXPECT_EQ(tile(128, 4096, 8192), (std::pair<int, int>{64, 128}));
+    EXPECT_EQ(tile(4096, 1024, 4096), (std::pair<int, int>{64, 128}));
+    EXPECT_EQ(tile(128, 1024, 4096), (std::pair<int, int>{16, 16}));  // wq_a: 16 columns, K > 1024
     const cuda::Fp8GemmConfig prefill = cuda::fp8_gemm_config(4096, 1024, 4096, 132, auto_path);
     EXPECT_EQ(cuda::fp8_gemm_workspace_bytes(prefill, 4096, 1024, 4096), 0u);
     const cuda::Fp8GemmConfig skinny = cuda::fp8_gemm_config(1, 4096, 8192, 132, cuda::Fp8GemmPath::kSkinny);
@@ -422,11 +415,11 @@ Fp8Operands make_operands(Rng& rng, int64_t rows, int64_t n, int64_t k) {
 }
 
 // y of rows [row0, row0 + rows) through fp8_gemm on `path` with its own tiling, or through launch_fp8_mma with a
-// given tile (block_m > 0; decode tiles with k_warps warps per item); empty when the contract refuses that tile for
-// this shape (decode tiles stage at most 96 KiB).
+// given tile (block_m > 0); empty when the contract refuses that tile for this shape (decode tiles stage at most
+// 96 KiB).
 std::vector<uint16_t> run_rows(const cuda::CublasLt& lt, const Fp8Operands& o, int64_t row0, int64_t rows,
                                cuda::Fp8GemmPath path = cuda::Fp8GemmPath::kMma, int block_m = 0, int block_n = 0,
-                               int k_warps = 0, cudaStream_t stream = nullptr) {
+                               cudaStream_t stream = nullptr) {
     auto y = poisoned<uint16_t>(size_t(rows * o.n));
     const cuda::Fp8GemmConfig own = cuda::fp8_gemm_config(rows, o.n, o.k, device_sms(), path);
     cuda::DeviceBuffer<uint8_t> ws(std::max<size_t>(256, cuda::fp8_gemm_workspace_bytes(own, rows, o.n, o.k)));
@@ -448,7 +441,6 @@ std::vector<uint16_t> run_rows(const cuda::CublasLt& lt, const Fp8Operands& o, i
         cuda::Fp8GemmConfig config = cuda::fp8_gemm_config(rows, o.n, o.k, device_sms(), p.path);
         config.block_m = block_m;
         config.block_n = block_n;
-        config.k_warps = k_warps;
         if (!cuda::fp8_gemm_can_implement(p, config).empty()) return {};
         DSV4_CUDA_CHECK(cuda::launch_fp8_mma(p, config, stream));
     }
@@ -509,7 +501,7 @@ TEST(GemmFp8, MmaRowsBitwiseIndependentOfBatchAndTile) {
     const std::vector<int64_t> probes = {0, 5, 7, 12, 15, 16, 36, 43, 63, 64, 70, 71, 100, 255, 262, 299};
     struct Call {
         int64_t row0, rows;
-        int block_m, block_n, k_warps;  // 0: fp8_gemm's choice
+        int block_m, block_n;  // 0: fp8_gemm's choice
     };
     for (const auto& [n, k] :
          {std::pair<int64_t, int64_t>{4096, 8192}, {2048, 4096}, {32768, 1024}, {96, 528}, {130, 272}}) {
@@ -517,19 +509,18 @@ TEST(GemmFp8, MmaRowsBitwiseIndependentOfBatchAndTile) {
         std::map<int64_t, std::vector<uint16_t>> alone;
         for (int64_t r : probes) alone[r] = run_rows(lt, o, r, 1);
         for (const Call& c :
-             {Call{0, 37, 0, 0, 0}, Call{0, 256, 0, 0, 0}, Call{7, 256, 0, 0, 0}, Call{0, 300, 16, 8, 8},
-              Call{0, 300, 16, 16, 8}, Call{3, 297, 64, 128, 0}, Call{100, 1, 64, 128, 0}, Call{262, 1, 16, 8, 1},
-              Call{5, 1, 16, 16, 2}, Call{0, 300, 16, 16, 1}, Call{299, 1, 16, 16, 4}, Call{40, 9, 16, 8, 2}}) {
+             {Call{0, 37, 0, 0}, Call{0, 256, 0, 0}, Call{7, 256, 0, 0}, Call{0, 300, 16, 8}, Call{0, 300, 16, 16},
+              Call{3, 297, 64, 128}, Call{100, 1, 64, 128}, Call{262, 1, 16, 8}, Call{5, 1, 16, 16},
+              Call{0, 300, 16, 32}, Call{299, 1, 16, 32}}) {
             const std::vector<uint16_t> got =
-                run_rows(lt, o, c.row0, c.rows, cuda::Fp8GemmPath::kMma, c.block_m, c.block_n, c.k_warps);
+                run_rows(lt, o, c.row0, c.rows, cuda::Fp8GemmPath::kMma, c.block_m, c.block_n);
             if (got.empty()) continue;  // e.g. 16 x 32 tiles of 300 rows at K = 8192: 128 KiB of staged products
             const cuda::Fp8GemmConfig chosen =
                 cuda::fp8_gemm_config(c.rows, n, k, device_sms(), cuda::Fp8GemmPath::kMma);
             char what[160];
-            std::snprintf(what, sizeof what, "mma %lldx%lld, rows %lld..%lld, tile %dx%d (%d warps) vs rows alone",
-                          (long long)n, (long long)k, (long long)c.row0, (long long)(c.row0 + c.rows - 1),
-                          c.block_m ? c.block_m : chosen.block_m, c.block_m ? c.block_n : chosen.block_n,
-                          c.block_m ? c.k_warps : chosen.k_warps);
+            std::snprintf(what, sizeof what, "mma %lldx%lld, rows %lld..%lld, tile %dx%d vs rows alone", (long long)n,
+                          (long long)k, (long long)c.row0, (long long)(c.row0 + c.rows - 1),
+                          c.block_m ? c.block_m : chosen.block_m, c.block_m ? c.block_n : chosen.block_n);
             expect_rows_bitwise(what, got, c.row0, c.rows, alone, n);
         }
     }

@@ -19,12 +19,11 @@ constexpr int64_t kSkinnySuper = 512;         // K columns one warp covers per p
 constexpr int64_t kSkinnySmemFloats = 16384;  // 64 KiB of staged f32 activations per block
 constexpr int64_t kSkinnyRowsPerBlock = 32;
 constexpr int kSkinnyMaxTile = 16;
+// kMma decode tiles (16 rows, K blocks shared out over the CTA's warps) stage at most this much shared memory (two
+// CTAs per SM).
+constexpr size_t kMmaMaxSmem = size_t(96) << 10;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-// The decode tiles keep their operand rows as 32-bit element offsets.
-bool decode_offsets_fit(int64_t m, int64_t n, int64_t k) {
-    return m * k < (int64_t{1} << 31) && n * k < (int64_t{1} << 31);
-}
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
@@ -54,45 +53,30 @@ const char* fp8_gemm_path_name(Fp8GemmPath path) {
 // super-chunk. At V4-Flash decode shapes on 132 SMs: wq_b (32768 x 1024) one range, wo_b (4096 x 8192) eight, the
 // shared expert w1/w3 (2048 x 4096) eight.
 //
-// kMma tiles: they fix nothing about the numerics (every tile runs the same per-output chain), only speed.
-// Decode tiles (fp8_mma_decode_tile): 16 rows x 16 or 8 columns per item, groups of 1-8 warps per item. 64 x 128 tiles
-// (warp tiles 32 x 32, sums in registers) instead where a rough cost model says they are faster: measured on an H200
-// (docs/perf.md, kMma section), decode tiles stream W at ~3 TB/s once per 16-row tile, and a 64 x 128 CTA (one per
-// SM) takes ~1.1 us per 128-column K block.
-// Decode tiles: items of 16 rows x 16 columns where there are enough of them, else 8 columns; the fewest warps per
-// item (1, 2, 4, 8: each warp takes every k_warps-th K block and a group of k_warps warps meets once per item) that
-// still gives the grid 1.5 x 8 busy warps per SM, so that small-K weights (wq_b: 8 K blocks) stream without barriers
-// and large-K ones (wo_b: 64) split their K blocks over a CTA; within 96 KiB of staged products per CTA.
-Fp8MmaDecodeTile fp8_mma_decode_tile(int64_t m, int64_t n, int64_t k, int num_sms) {
-    if (!decode_offsets_fit(m, n, k)) return {};
-    const int64_t kb = ceil_div(k, 128), m_tiles = ceil_div(std::max<int64_t>(m, 1), 16);
-    const int64_t want = 12 * int64_t(std::max(num_sms, 1));
-    int max_warps = 1;
-    while (max_warps < 8 && 2 * max_warps <= kb) max_warps *= 2;
-    for (int bn : {16, 8}) {
-        const int64_t items = m_tiles * ceil_div(n, bn);
-        if (bn == 16 && items * max_warps < want) continue;
-        for (int wk = 1; wk <= max_warps; wk *= 2) {
-            if (fp8_mma_decode_smem_bytes(bn, wk, m, k) > kMmaDecodeMaxSmem) continue;
-            if (items * wk >= want || wk == max_warps) return {bn, wk};
-        }
-    }
-    return {};
-}
-
+// kMma tiles: they fix nothing about the numerics (every tile runs the same per-output chain), only speed. Decode
+// tiles: 16 rows, 8, 16 or 32 columns, the widest that still gives >= 1.5 CTAs per SM, the CTA's warps sharing out
+// the K blocks; 32 columns (two column groups of 4 warps) only where K <= 1024, so that each warp still gets two K
+// blocks in flight (H200: wq_b at M = 1 14.4 us against 18.2 with 16 columns; with more K blocks 16 columns won by
+// 5-15 %). 64 x 128 tiles (warp tiles 32 x 32, sums in registers) instead where a rough cost model says they are
+// faster: measured on an H200 (docs/perf.md, kMma section), decode tiles stream W at ~3 TB/s once per 16-row tile,
+// and a 64 x 128 CTA (one per SM) takes ~1.1 us per 128-column K block.
 Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8GemmPath requested) {
     Fp8GemmConfig c;
     c.path = requested == Fp8GemmPath::kAuto ? Fp8GemmPath::kMma : requested;
     if (c.path == Fp8GemmPath::kCublasLt || c.path == Fp8GemmPath::kGeneric) return c;
     if (c.path == Fp8GemmPath::kMma) {
         const int64_t sms = std::max(num_sms, 1), m_tiles = ceil_div(std::max<int64_t>(m, 1), 16);
-        const Fp8MmaDecodeTile decode = fp8_mma_decode_tile(m, n, k, num_sms);
+        int decode_n = 0;
+        for (int bn : {32, 16, 8}) {
+            if (fp8_mma_smem_bytes(16, bn, m, k) > kMmaMaxSmem || (bn == 32 && ceil_div(k, 128) > 8)) continue;
+            decode_n = bn;
+            if (2 * ceil_div(n, bn) * m_tiles >= 3 * sms) break;
+        }
         const double decode_us = double(m_tiles) * double(n) * double(k) / 3e6;
         const double tiles_us = 1.1 * double(ceil_div(ceil_div(m, 64) * ceil_div(n, 128), sms) * ceil_div(k, 128));
-        if (decode.block_n && decode_us <= tiles_us) {
+        if (decode_n && decode_us <= tiles_us) {
             c.block_m = 16;
-            c.block_n = decode.block_n;
-            c.k_warps = decode.k_warps;
+            c.block_n = decode_n;
         } else {
             c.block_m = 64;
             c.block_n = 128;
@@ -135,20 +119,14 @@ std::string fp8_gemm_can_implement(const Fp8GemmParams& p, const Fp8GemmConfig& 
     }
     if (c.path == Fp8GemmPath::kMma) {
         if (p.k % 16) return fmt::format("mma path needs K % 16 == 0, got K={}", p.k);
-        const bool decode = c.block_m == 16 && (c.block_n == 8 || c.block_n == 16) &&
-                            (c.k_warps == 1 || c.k_warps == 2 || c.k_warps == 4 || c.k_warps == 8);
-        if (!decode && !(c.block_m == 64 && c.block_n == 128))
-            return fmt::format("mma path has no {}x{} tile with {} warps per item", c.block_m, c.block_n, c.k_warps);
+        if (!((c.block_m == 16 && (c.block_n == 8 || c.block_n == 16 || c.block_n == 32)) ||
+              (c.block_m == 64 && c.block_n == 128)))
+            return fmt::format("mma path has no {}x{} tile", c.block_m, c.block_n);
         if (ceil_div(p.n, c.block_n) > 65535 || ceil_div(p.m, c.block_m) > int64_t{0x7FFFFFFF})
             return fmt::format("mma path: grid too large for M={} N={}", p.m, p.n);
-        if (c.block_m == 16 && !decode_offsets_fit(p.m, p.n, p.k))
-            return fmt::format("mma path: decode tiles address A and W with 32-bit offsets, M={} N={} K={} too large",
-                               p.m, p.n, p.k);
-        if (decode && fp8_mma_decode_smem_bytes(c.block_n, c.k_warps, p.m, p.k) > kMmaDecodeMaxSmem)
-            return fmt::format(
-                "mma path: K={} needs more staged shared memory than {} bytes with {}x{} decode tiles "
-                "of {} warps",
-                p.k, kMmaDecodeMaxSmem, c.block_m, c.block_n, c.k_warps);
+        if (fp8_mma_smem_bytes(c.block_m, c.block_n, p.m, p.k) > kMmaMaxSmem)
+            return fmt::format("mma path: K={} needs more staged shared memory than {} bytes with {}-row tiles", p.k,
+                               kMmaMaxSmem, c.block_m);
         return {};
     }
     if (c.path != Fp8GemmPath::kCublasLt) return "no path chosen";

@@ -1,7 +1,7 @@
 // y[M, N] bf16 = (A e4m3 [M, K] x pow2 f32 scale per 128 along K) (W e4m3 [N, K] x f32 scale per 128x128)^T with
 // f32 accumulation: the official fp8_gemm of DeepSeek-V4 (spec §3, docs/numerics.md `model` linear). Three paths,
 // chosen by the pure function fp8_gemm_config():
-//   kMma      - tensor-core kernels for every row count (mma_gemm.cu, mma_decode_gemm.cu): each 128-column K block is multiplied on the
+//   kMma      - tensor-core kernel for every row count (mma_gemm.cu): each 128-column K block is multiplied on the
 //               tensor cores into a fresh f32 accumulator (exact e4m3 products), scaled by a_scale * w_scale and
 //               added to the output's f32 sum, K blocks in ascending order. The K order and blocking are fixed, so
 //               a row's bits do not depend on M, on the other rows of the launch or on the tile it lands in (batch
@@ -60,16 +60,9 @@ struct Fp8GemmConfig {
     int m_tile = 1;           // kSkinny: tokens per pass (1, 2, 4, 8, 16)
     int splits = 1;           // kSkinny: K ranges, partial sums reduced in f32 in split order
     int64_t k_per_split = 0;  // kSkinny: multiple of 512
-    int block_m = 0;          // kMma: rows per tile: 16 (decode tiles) or 64
-    int block_n = 0;          // kMma: columns per tile: 8 or 16 (decode tiles) or 128 (with block_m 64)
-    int k_warps = 0;          // kMma decode tiles: warps that share out an item's K blocks (1, 2, 4 or 8)
+    int block_m = 0;          // kMma: rows per CTA: 16 (decode tiles, the warps share out the K blocks) or 64
+    int block_n = 0;          // kMma: columns per CTA: 8, 16 or 32 (decode tiles) or 128 (with block_m 64)
 };
-
-// The decode-tile shape fp8_gemm_config picks for kMma (block_n 0 when none fits; pure).
-struct Fp8MmaDecodeTile {
-    int block_n = 0, k_warps = 0;
-};
-Fp8MmaDecodeTile fp8_mma_decode_tile(int64_t m, int64_t n, int64_t k, int num_sms);
 
 // The tile heuristic (pure): `num_sms` of the device, `requested` path (kAuto lets the shape decide).
 Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8GemmPath requested);

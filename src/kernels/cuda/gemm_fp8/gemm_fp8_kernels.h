@@ -18,11 +18,8 @@ cudaError_t launch_fp8_skinny(const Fp8GemmParams& p, const Fp8GemmConfig& confi
 
 // Tensor-core FP8 GEMM (mma_gemm.cu) with config.block_m / block_n as chosen by fp8_gemm_config; no workspace.
 cudaError_t launch_fp8_mma(const Fp8GemmParams& p, const Fp8GemmConfig& config, cudaStream_t stream);
-// Shared memory a decode-tile launch (mma_decode_gemm.cu) needs at least: per group of k_warps > 1 warps, one
-// buffer of [ceil(k/128), min(m, 16), block_n] f32; none for k_warps 1. The launch takes a second buffer where both
-// fit in kMmaDecodeMaxSmem (two CTAs per SM), and refuses more than that.
-size_t fp8_mma_decode_smem_bytes(int block_n, int k_warps, int64_t m, int64_t k);
-inline constexpr size_t kMmaDecodeMaxSmem = size_t(96) << 10;
+// Dynamic shared memory of that launch: decode tiles (block_m 16) stage [ceil(k/128), min(m, 16), block_n] f32.
+size_t fp8_mma_smem_bytes(int block_m, int block_n, int64_t m, int64_t k);
 
 // CUDA-core FP8 GEMM for any shape (generic_gemm.cu): one thread per output, K in order.
 cudaError_t launch_fp8_generic(const Fp8GemmParams& p, cudaStream_t stream);

@@ -10,9 +10,9 @@
 //     sum = sum + p                                          (sum starts at +0)
 //   y = bf16_rn(sum)
 // mma.sync computes each output element from its own row of A and column of W only, so a row's bits do not
-// depend on which rows share the launch. This file holds the 64 x 128 tiles (sums in registers); the decode tiles
-// (16 rows: a CTA's warps share out the K blocks, stage p in shared memory and sum the staged values in ascending
-// kb, the same chain) are persistent CTAs in mma_decode_gemm.cu; the fragments both use are in mma_fragments.cuh.
+// depend on which rows share the launch. Decode tiles (16 rows) share a CTA's K blocks out over its warps (8, or 4
+// per column group) and stage p per block in shared memory; the sum then runs over the staged values in ascending
+// kb: the same chain.
 //
 // Why f16 MMAs: ptxas lowers `mma.sync.m16n8k32.row.col.f32.e4m3.e4m3.f32` on sm_90a and sm_100a into 12 F2FP
 // unpacks (e4m3 pairs -> f16 pairs, exact) and two HMMA.16816.F32 (cuobjdump of a one-MMA kernel, nvcc 13.0). We do
@@ -40,26 +40,105 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include "kernels/cuda/common/e4m3_pairs.cuh"
+#include "kernels/cuda/common/vector_loads.cuh"
 #include "kernels/cuda/gemm_fp8/gemm_fp8_kernels.h"
-#include "kernels/cuda/gemm_fp8/mma_fragments.cuh"
 
 namespace dsv4::cuda {
 namespace {
 
-using namespace fp8_mma;
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kBlockK = 128;
 
-// grid (ceil(m / BM), ceil(n / BN)); warps: WM x WN tiles of MT x 16 rows and NT x 8 columns, each summing all
-// K blocks in registers.
-template <int MT, int NT, int WM, int WN>
-__global__ void __launch_bounds__(kThreads, 1) fp8_mma_kernel(MmaArgs args) {
-    static_assert(WM * WN == kWarps, "8 warps per CTA");
+struct MmaArgs {
+    const uint8_t* a;      // [m, k] e4m3
+    const float* a_scale;  // [m, kb] f32
+    const uint8_t* w;      // [n, k] e4m3
+    const float* w_scale;  // [ceil(n/128), kb] f32
+    __nv_bfloat16* y;      // [m, n] bf16
+    int64_t m, n, k;
+    int kb;            // K blocks: ceil(k / 128)
+    int rows_alloc;    // decode tiles: rows of staged block products per CTA (min(m, 16))
+    bool pair_stores;  // n even and y 4-byte aligned: bf16 pairs stored as one word
+};
+
+// Bytes [16t, 16t+16) and [64+16t, 64+16t+16) of one row's 128-column block (lane t of its quad).
+struct RowChunks {
+    uint4 lo, hi;
+};
+
+// `p` = the row's first byte + kb * 128 + 16 t; lo_ok / hi_ok: the two chunks lie before K.
+template <bool kStream>
+__device__ __forceinline__ RowChunks load_row(const uint8_t* p, bool lo_ok, bool hi_ok) {
+    return {load16<kStream>(p, lo_ok), load16<kStream>(p + 64, hi_ok)};
+}
+
+__device__ __forceinline__ uint32_t word(const RowChunks& c, int j) {
+    const uint4& v = j < 4 ? c.lo : c.hi;
+    const int q = j % 4;
+    return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// One K block's operands for a warp tile of MT x 16 rows and NT x 8 columns.
+template <int MT, int NT>
+struct Stage {
+    RowChunks a[MT][2];  // rows g and g+8 of each 16-row tile
+    RowChunks w[NT];     // row g of each 8-column tile
+    float a_scale[MT][2];
+    float w_scale;
+};
+
+// acc[mt][nt] = the block's products summed on the tensor cores, from zero, steps j = 0..7 in order.
+template <int MT, int NT>
+__device__ __forceinline__ void block_mma(const Stage<MT, NT>& s, float (&acc)[MT][NT][4]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        uint32_t af[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            f16x2_pairs(word(s.a[mt][0], j), af[mt][0], af[mt][2]);
+            f16x2_pairs(word(s.a[mt][1], j), af[mt][1], af[mt][3]);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            uint32_t b0, b1;
+            f16x2_pairs(word(s.w[nt], j), b0, b1);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) mma_f16(acc[mt][nt], af[mt], b0, b1);
+        }
+    }
+}
+
+// grid (ceil(m / BM), ceil(n / BN)); warps: WM x WN tiles of MT x 16 rows and NT x 8 columns, times WK warps that
+// share out the K blocks (kb = wk, wk + WK, ...). WK > 1 stages each block's products in shared memory,
+// [kb][rows_alloc][BN] f32, and sums them in ascending kb after a barrier; WK == 1 sums in registers.
+template <int MT, int NT, int WM, int WN, int WK>
+__global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaArgs args) {
+    static_assert(WM * WN * WK == kWarps, "8 warps per CTA");
+    static_assert(WK == 1 || (MT == 1 && WM == 1), "K blocks are shared out only in 16-row tiles");
     constexpr int kBM = WM * MT * 16, kBN = WN * NT * 8;
     static_assert(kBlockK % kBN == 0, "a CTA's columns share one weight-scale row");
+    extern __shared__ float staged[];
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int wn = warp % WN, wm = warp / WN;
+    const int wk = warp % WK, wn = (warp / WK) % WN, wm = warp / (WK * WN);
     const int64_t m_cta = int64_t(blockIdx.x) * kBM, n_cta = int64_t(blockIdx.y) * kBN;
     const int64_t m_warp = m_cta + wm * MT * 16, n_warp = n_cta + wn * NT * 8;
+    const int rows_valid = int(args.m - m_cta < kBM ? args.m - m_cta : kBM);
 
     // Rows past M (N) read row M - 1 (N - 1): their results are never stored, and every load stays in bounds
     // without a per-row predicate.
@@ -106,7 +185,7 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_mma_kernel(MmaArgs args) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) sum[mt][nt][i] = 0.0f;
 
-    auto compute = [&](const Stage<MT, NT>& s) {
+    auto compute = [&](const Stage<MT, NT>& s, int kb) {
         float acc[MT][NT][4];
         block_mma(s, acc);
 #pragma unroll
@@ -117,55 +196,89 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_mma_kernel(MmaArgs args) {
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                    for (int e = 0; e < 2; ++e)
-                        sum[mt][nt][2 * h + e] = __fadd_rn(sum[mt][nt][2 * h + e], __fmul_rn(acc[mt][nt][2 * h + e], scale));
+                    for (int e = 0; e < 2; ++e) {
+                        const float p = __fmul_rn(acc[mt][nt][2 * h + e], scale);
+                        if constexpr (WK == 1) {
+                            sum[mt][nt][2 * h + e] = __fadd_rn(sum[mt][nt][2 * h + e], p);
+                        } else {
+                            const int row = h * 8 + g;  // MT == 1, WM == 1: the CTA's row
+                            const int col = wn * NT * 8 + nt * 8 + 2 * t + e;
+                            if (row < rows_valid) staged[(int64_t(kb) * args.rows_alloc + row) * kBN + col] = p;
+                        }
+                    }
             }
     };
 
-    // Two register stages: the next block's loads in flight while the current one is multiplied.
+    // This warp's K blocks wk, wk + WK, ...: two register stages, the next block's loads in flight while the
+    // current one is multiplied.
+    const int count = (args.kb - wk + WK - 1) / WK;
     Stage<MT, NT> s0, s1;
-    load(s0, 0);
-    for (int kb = 0; kb < args.kb; kb += 2) {
-        if (kb + 1 < args.kb) load(s1, kb + 1);
-        compute(s0);
-        if (kb + 1 < args.kb) {
-            if (kb + 2 < args.kb) load(s0, kb + 2);
-            compute(s1);
+    if (count > 0) load(s0, wk);
+    for (int i = 0; i < count; i += 2) {
+        if (i + 1 < count) load(s1, wk + (i + 1) * WK);
+        compute(s0, wk + i * WK);
+        if (i + 1 < count) {
+            if (i + 2 < count) load(s0, wk + (i + 2) * WK);
+            compute(s1, wk + (i + 1) * WK);
         }
     }
 
-
+    if constexpr (WK == 1) {
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int64_t r = m_warp + mt * 16 + h * 8 + g;
-            if (r >= args.m) continue;
+            for (int h = 0; h < 2; ++h) {
+                const int64_t r = m_warp + mt * 16 + h * 8 + g;
+                if (r >= args.m) continue;
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                const int64_t n = n_warp + nt * 8 + 2 * t;
-                __nv_bfloat16* out = args.y + r * args.n + n;
-                const __nv_bfloat16 lo = __float2bfloat16_rn(sum[mt][nt][2 * h]);
-                const __nv_bfloat16 hi = __float2bfloat16_rn(sum[mt][nt][2 * h + 1]);
-                if (args.pair_stores && n + 1 < args.n) {
-                    *reinterpret_cast<__nv_bfloat162*>(out) = __halves2bfloat162(lo, hi);
-                } else {
-                    if (n < args.n) out[0] = lo;
-                    if (n + 1 < args.n) out[1] = hi;
+                for (int nt = 0; nt < NT; ++nt) {
+                    const int64_t n = n_warp + nt * 8 + 2 * t;
+                    __nv_bfloat16* out = args.y + r * args.n + n;
+                    const __nv_bfloat16 lo = __float2bfloat16_rn(sum[mt][nt][2 * h]);
+                    const __nv_bfloat16 hi = __float2bfloat16_rn(sum[mt][nt][2 * h + 1]);
+                    if (args.pair_stores && n + 1 < args.n) {
+                        *reinterpret_cast<__nv_bfloat162*>(out) = __halves2bfloat162(lo, hi);
+                    } else {
+                        if (n < args.n) out[0] = lo;
+                        if (n + 1 < args.n) out[1] = hi;
+                    }
                 }
             }
+    } else {
+        __syncthreads();
+        for (int i = threadIdx.x; i < rows_valid * kBN; i += kThreads) {
+            const int row = i / kBN, col = i % kBN;
+            if (n_cta + col >= args.n) continue;
+            float total = 0.0f;
+            const float* p = staged + row * kBN + col;
+#pragma unroll 8
+            for (int kb = 0; kb < args.kb; ++kb) total = __fadd_rn(total, p[int64_t(kb) * args.rows_alloc * kBN]);
+            args.y[(m_cta + row) * args.n + n_cta + col] = __float2bfloat16_rn(total);
         }
+    }
 }
 
-template <int MT, int NT, int WM, int WN>
+template <int MT, int NT, int WM, int WN, int WK>
 cudaError_t launch(const MmaArgs& args, cudaStream_t stream) {
     constexpr int kBM = WM * MT * 16, kBN = WN * NT * 8;
+    const size_t smem = WK > 1 ? size_t(args.kb) * args.rows_alloc * kBN * sizeof(float) : 0;
+    auto kernel = fp8_mma_kernel<MT, NT, WM, WN, WK>;
+    if (smem > 48 * 1024)
+        if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+            e != cudaSuccess)
+            return e;
     const dim3 grid(unsigned((args.m + kBM - 1) / kBM), unsigned((args.n + kBN - 1) / kBN));
-    fp8_mma_kernel<MT, NT, WM, WN><<<grid, kThreads, 0, stream>>>(args);
+    kernel<<<grid, kThreads, smem, stream>>>(args);
     return cudaGetLastError();
 }
 
 }  // namespace
+
+size_t fp8_mma_smem_bytes(int block_m, int block_n, int64_t m, int64_t k) {
+    if (block_m != 16) return 0;
+    const int64_t rows = m < 16 ? m : 16;
+    return size_t((k + kBlockK - 1) / kBlockK) * size_t(rows) * size_t(block_n) * sizeof(float);
+}
 
 cudaError_t launch_fp8_mma(const Fp8GemmParams& p, const Fp8GemmConfig& config, cudaStream_t stream) {
     MmaArgs args{};
@@ -180,8 +293,16 @@ cudaError_t launch_fp8_mma(const Fp8GemmParams& p, const Fp8GemmConfig& config, 
     args.kb = int((p.k + kBlockK - 1) / kBlockK);
     args.rows_alloc = int(p.m < 16 ? p.m : 16);
     args.pair_stores = p.n % 2 == 0 && reinterpret_cast<uintptr_t>(p.y) % 4 == 0;
-    if (config.block_m == 16) return launch_fp8_mma_decode(args, config.block_n, config.k_warps, stream);
-    if (config.block_m == 64 && config.block_n == 128) return launch<2, 4, 2, 4>(args, stream);
+    if (config.block_m == 16) {
+        switch (config.block_n) {
+            case 8: return launch<1, 1, 1, 1, 8>(args, stream);
+            case 16: return launch<1, 2, 1, 1, 8>(args, stream);
+            case 32: return launch<1, 2, 1, 2, 4>(args, stream);
+            default:
+                return cudaErrorInvalidValue;
+        }
+    }
+    if (config.block_m == 64 && config.block_n == 128) return launch<2, 4, 2, 4, 1>(args, stream);
     return cudaErrorInvalidValue;
 }
 
