@@ -30,6 +30,17 @@ struct BatchPlan {
 inline const BatchPlan kSixteen = {{1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 7, 4, 40, 17, 100, 64}, 10, 5};
 inline const BatchPlan kFour = {{1, 70, 3, 17}, 4, 1};  // 70 tokens take two pieces of 64
 
+// The model options of these tests: room for the plan's sequences plus one, pieces of 64 tokens (the prompts take
+// several), no memory plan printed.
+inline CudaOptions batch_options(const BatchPlan& plan) {
+    CudaOptions options;
+    options.max_sequences = plan.batch() + 1;
+    options.max_context = 256;
+    options.max_chunk_tokens = 64;
+    options.print_plan = false;
+    return options;
+}
+
 inline int32_t argmax(const float* logits, int64_t n) {
     return int32_t(std::max_element(logits, logits + n) - logits);  // first maximum: ties to the lower id
 }

@@ -48,12 +48,8 @@ class CudaBatch : public ::testing::TestWithParam<std::string> {
 
     std::unique_ptr<CudaModel> model(const BatchPlan& plan, bool graphs) const {
         const ModelConfig& config = checkpoint_->config();
-        CudaOptions options;
-        options.max_sequences = plan.batch() + 1;
-        options.max_context = 256;
-        options.max_chunk_tokens = 64;  // the prompts take several pieces
+        CudaOptions options = batch_trace::batch_options(plan);
         options.decode_graphs = graphs;
-        options.print_plan = false;
         return std::make_unique<CudaModel>(config, load_model_weights(checkpoint_, config), Numerics::kModel,
                                            options);
     }

@@ -27,12 +27,8 @@ namespace {
 using namespace batch_trace;
 
 std::unique_ptr<CudaModel> model(const std::shared_ptr<const Checkpoint>& checkpoint, int device, ExpertParallel ep) {
-    CudaOptions options;
+    CudaOptions options = batch_options(kSixteen);
     options.device = device;
-    options.max_sequences = kSixteen.batch() + 1;
-    options.max_context = 256;
-    options.max_chunk_tokens = 64;  // the prompts take several pieces
-    options.print_plan = false;
     options.expert_parallel = ep;
     const ModelConfig& config = checkpoint->config();
     return std::make_unique<CudaModel>(config, load_model_weights(checkpoint, config), Numerics::kModel, options);

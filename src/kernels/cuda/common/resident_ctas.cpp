@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -91,9 +92,17 @@ int64_t resident_clusters(const void* kernel, int threads, int cluster, int smem
 }
 
 int multiprocessor_count() {
-    int device = 0, sms = 0;
+    // Asked by every fp8_gemm, bf16_linear, grouped_linear and sparse-attention launch (eager prefill calls them per
+    // piece and layer): one attribute query per device, then a load. Devices beyond the table are asked each time.
+    constexpr int kDevices = 64;
+    static std::atomic<int> known[kDevices] = {};
+    int device = 0;
     DSV4_CUDA_CHECK(cudaGetDevice(&device));
+    if (device < kDevices)
+        if (const int sms = known[device].load(std::memory_order_relaxed)) return sms;
+    int sms = 0;
     DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    if (device < kDevices) known[device].store(sms, std::memory_order_relaxed);
     return sms;
 }
 
