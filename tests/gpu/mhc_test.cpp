@@ -9,8 +9,9 @@
 //             not expand relative errors (Hilbert metric), each iteration adds a few roundings: (16 + 8 iters) u;
 //   x_out     bitwise against the CPU collapse of the device pre (the same f32 operations in the same order);
 //   end to end against cpu::hc_pre / hc_head: x_out must be a bf16 rounding within the propagated pre difference.
-// hc_post is checked bitwise against cpu::hc_post + bf16 for a given mix. The two hc_pre / hc_head paths (one CTA
-// per token, a cluster per token) are compared with each other bitwise: logits, mix and x_out.
+// hc_post is checked bitwise against cpu::hc_post + bf16 for a given mix. The hc_pre / hc_head paths (a CTA per
+// token, per 4 tokens, a cluster per token, the generic kernel) are compared with each other bitwise: logits, mix and
+// x_out; so is hc_pre with its Sinkhorn deferred to hc_sinkhorn.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -55,8 +56,9 @@ struct DeviceResult {
     std::vector<float> x_out, mix, logits;
 };
 
+// defer: hc_pre with defer_sinkhorn, then hc_sinkhorn on the same params.
 DeviceResult run_mix(const Inputs& in, int64_t tokens, int64_t n, int64_t dim, int64_t rows, bool head,
-                     cuda::detail::HcMixPath path = cuda::detail::HcMixPath::kAuto) {
+                     cuda::detail::HcMixPath path = cuda::detail::HcMixPath::kAuto, bool defer = false) {
     auto d_streams = to_device(to_bf16(in.streams));
     auto d_fn = to_device(in.fn);
     auto d_base = to_device(in.base);
@@ -77,12 +79,14 @@ DeviceResult run_mix(const Inputs& in, int64_t tokens, int64_t n, int64_t dim, i
                         kIters,
                         kHcEps,
                         kNormEps};
+    p.defer_sinkhorn = defer;
     if (path != cuda::detail::HcMixPath::kAuto)
         cuda::detail::launch_hc_mix(p, head, nullptr, path);
     else if (head)
         cuda::hc_head(p, nullptr);
     else
         cuda::hc_pre(p, nullptr);
+    if (defer) cuda::hc_sinkhorn(p, nullptr);
     return {from_bf16(to_host(d_x)), to_host(d_mix), to_host(d_logits)};
 }
 
@@ -246,6 +250,32 @@ TEST(GpuMhc, GenericPathMatchesSpecialisedBitwise) {
                 expect_bitwise_f32(what + " logits", generic.logits, per_token.logits);
                 expect_bitwise_f32(what + " mix", generic.mix, per_token.mix);
                 expect_bitwise_f32(what + " x_out", generic.x_out, per_token.x_out);
+            }
+}
+
+// hc_pre with the Sinkhorn normalization deferred and run by hc_sinkhorn afterwards (as the model does, on its side
+// lane) gives the same logits, mix and x_out as hc_pre whole, on every path (n_hc 3: the generic kernels).
+TEST(GpuMhc, DeferredSinkhornEqualsWholeHcPreBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    struct Shape {
+        int64_t n, dim;
+    };
+    using cuda::detail::HcMixPath;
+    for (int64_t tokens : {1, 3, 19, 300})
+        for (Shape sh : {Shape{4, 4096}, Shape{2, 320}, Shape{3, 64}})
+            for (HcMixPath path :
+                 {HcMixPath::kAuto, HcMixPath::kSplit, HcMixPath::kPerToken, HcMixPath::kTiled, HcMixPath::kGeneric}) {
+                if (sh.n == 3 && path != HcMixPath::kAuto && path != HcMixPath::kGeneric) continue;
+                const int64_t n = sh.n, dim = sh.dim, rows = cuda::hc_pre_mix_size(n);
+                const Inputs in = make_inputs(rng, tokens, n, dim, rows, 3);
+                const DeviceResult whole = run_mix(in, tokens, n, dim, rows, false, path);
+                const DeviceResult deferred = run_mix(in, tokens, n, dim, rows, false, path, true);
+                const std::string what = "hc_pre deferred Sinkhorn, path " + std::to_string(int(path)) + " tokens " +
+                                         std::to_string(tokens) + " n_hc " + std::to_string(n);
+                expect_bitwise_f32(what + " logits", deferred.logits, whole.logits);
+                expect_bitwise_f32(what + " mix", deferred.mix, whole.mix);
+                expect_bitwise_f32(what + " x_out", deferred.x_out, whole.x_out);
             }
 }
 

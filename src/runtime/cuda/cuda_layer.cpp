@@ -240,11 +240,22 @@ void CudaModel::Impl::block(int64_t layer) {
     const cuda::DeviceBlock& b = w.layers[size_t(layer)];
     const int64_t D = c.hidden_size, n_hc = c.hc_mult;
     cudaStream_t s = stream->get();
+    // Only hc_post reads comb, so its Sinkhorn normalization runs on the side lane beside the norm and the sub-layer
+    // (joined before hc_post; the sub-layers' own forks queue behind it on that lane). An observer synchronizes the
+    // main stream to download, so with one everything stays on the main lane.
+    const bool side_sinkhorn = !observer;
     auto hc_pre = [&](const cuda::DeviceHc& hw, const float* norm) {  // x, and x quantized for the FP8 GEMMs
-        cuda::hc_pre(hc_mix_params(hw, ws.streams, T), s);
+        cuda::HcMixParams mix = hc_mix_params(hw, ws.streams, T);
+        mix.defer_sinkhorn = side_sinkhorn;
+        cuda::hc_pre(mix, s);
+        if (side_sinkhorn) {
+            fork_side();
+            cuda::hc_sinkhorn(mix, side_lane().stream);
+        }
         cuda::rms_norm({ws.x, norm, ws.x, T, D, D, D, float(c.rms_norm_eps), ws.x_fp8.q, ws.x_fp8.scales}, s);
     };
     auto hc_post = [&]() {
+        if (side_sinkhorn) join_side();
         cuda::hc_post({ws.y, ws.streams, ws.mix, ws.streams_next, T, n_hc, D}, s);
         std::swap(ws.streams, ws.streams_next);
     };

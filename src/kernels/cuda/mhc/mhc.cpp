@@ -21,6 +21,13 @@ void hc_pre(const HcMixParams& p, cudaStream_t stream) {
     if (p.tokens) detail::launch_hc_mix(p, false, stream);
 }
 
+void hc_sinkhorn(const HcMixParams& p, cudaStream_t stream) {
+    DSV4_CHECK(p.mix, "hc_sinkhorn: null mix");
+    DSV4_CHECK(p.n_hc >= 1 && p.n_hc <= kMaxHcMult, "hc_sinkhorn: n_hc {} outside [1, {}]", p.n_hc, kMaxHcMult);
+    DSV4_CHECK(p.tokens >= 0, "hc_sinkhorn: bad token count {}", p.tokens);
+    if (p.tokens) detail::launch_hc_sinkhorn(p, stream);
+}
+
 void hc_head(const HcMixParams& p, cudaStream_t stream) {
     check_mix("hc_head", p);
     if (p.tokens) detail::launch_hc_mix(p, true, stream);

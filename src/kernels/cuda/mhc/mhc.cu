@@ -1,8 +1,7 @@
 // mHC kernels: see mhc.h. hc_pre / hc_head have three paths with the same arithmetic, so the same bits:
 //   per token  one CTA of kHcThreads per token: every thread accumulates the mixer dot products and the sum of
 //              squares over a strided slice of the n_hc * dim stream values, a block tree reduces them, thread 0
-//              computes the mix (Sinkhorn is an n_hc x n_hc loop in the CPU's order), then all threads collapse
-//              the streams.
+//              computes the mix, then all threads collapse the streams.
 //   tiled      the same for kMixTile tokens per CTA, each mixer value loaded once for all of them. Used for many
 //              tokens (prefill).
 //   split      a cluster of kCluster CTAs per token (few tokens, e.g. decode: one CTA cannot pull the 1.5 MB
@@ -11,8 +10,11 @@
 //              computes its values with the per-token kernel's arithmetic (the same kHcThreads strided chains of
 //              fmaf, the same shuffle tree, the same warp tree), each CTA pushes them into every CTA's shared
 //              memory (distributed shared memory, one cluster barrier), warp 0 of every CTA derives pre (rank 0 also
-//              post, comb and a warp-parallel Sinkhorn: one lane per element, each doing the CPU's operations on its
-//              element in the CPU's order), and the CTAs collapse the streams in slices.
+//              post and comb's inputs), and the CTAs collapse the streams in slices.
+// The mix kernels leave comb as its inputs (scale * logit + base); hc_sinkhorn_kernel normalizes it after them: a warp
+// holds whole tokens' comb matrices, one lane per element, each lane doing the CPU's operations on its element in the
+// CPU's order (sinkhorn_lanes). Once in the mix kernels (thread 0 looping over the matrix, or rank 0's warp 0), its
+// 20 serial iterations were on the path to x; now they can run beside the sub-layer (hc_pre's defer_sinkhorn).
 // hc_post: elementwise over (token, d).
 #include <cooperative_groups.h>
 
@@ -43,38 +45,6 @@ constexpr int kSplitUnroll = 16;
 
 __device__ __forceinline__ float sigmoid(float z) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
-}
-
-// cpu::sinkhorn on c [kN * kN], same operations in the same order.
-template <int kN>
-__device__ void sinkhorn(float* c, int64_t iters, float eps) {
-    for (int j = 0; j < kN; ++j) {
-        float* row = c + j * kN;
-        float row_max = row[0];
-        for (int k = 1; k < kN; ++k) row_max = fmaxf(row_max, row[k]);
-        float sum = 0.0f;
-        for (int k = 0; k < kN; ++k) {
-            row[k] = expf(__fsub_rn(row[k], row_max));
-            sum = __fadd_rn(sum, row[k]);
-        }
-        for (int k = 0; k < kN; ++k) row[k] = __fadd_rn(__fdiv_rn(row[k], sum), eps);
-    }
-    auto columns = [&] {
-        for (int k = 0; k < kN; ++k) {
-            float sum = 0.0f;
-            for (int j = 0; j < kN; ++j) sum = __fadd_rn(sum, c[j * kN + k]);
-            for (int j = 0; j < kN; ++j) c[j * kN + k] = __fdiv_rn(c[j * kN + k], __fadd_rn(sum, eps));
-        }
-    };
-    columns();
-    for (int64_t it = 1; it < iters; ++it) {
-        for (int j = 0; j < kN; ++j) {
-            float sum = 0.0f;
-            for (int k = 0; k < kN; ++k) sum = __fadd_rn(sum, c[j * kN + k]);
-            for (int k = 0; k < kN; ++k) c[j * kN + k] = __fdiv_rn(c[j * kN + k], __fadd_rn(sum, eps));
-        }
-        columns();
-    }
 }
 
 // kTile tokens per CTA (1: the per-token path; kMixTile: the tiled path of prefill): each mixer column a thread
@@ -154,9 +124,8 @@ __global__ void __launch_bounds__(kHcThreads) hc_mix_kernel(HcMixParams p) {
         if constexpr (!kHead) {
             for (int j = 0; j < kN; ++j)
                 mix[kN + j] = __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(logit[kN + j], p.scale[1]), p.base[kN + j])));
-            for (int jk = 0; jk < kN * kN; ++jk)
+            for (int jk = 0; jk < kN * kN; ++jk)  // comb's inputs: hc_sinkhorn normalizes them
                 mix[2 * kN + jk] = __fadd_rn(__fmul_rn(logit[2 * kN + jk], p.scale[2]), p.base[2 * kN + jk]);
-            sinkhorn<kN>(mix + 2 * kN, p.sinkhorn_iters, p.hc_eps);
         }
         for (int m = 0; m < kRows; ++m) p.mix[t * kRows + m] = mix[m];
     }
@@ -176,9 +145,10 @@ __global__ void __launch_bounds__(kHcThreads) hc_mix_kernel(HcMixParams p) {
     }
 }
 
-// sinkhorn<kN> spread over a warp: lane base + i holds element i of c [kN * kN] (other lanes compute garbage and
+// cpu::sinkhorn spread over a warp: lane base + i holds element i of c [kN * kN] (other lanes compute garbage and
 // are ignored). Each lane performs exactly the operations the serial loop performs on its element, in the same
-// order (row and column sums gathered by shuffles and added in index order), so every element is bitwise equal.
+// order (row and column sums gathered by shuffles and added in index order), so every element is bitwise equal
+// (the generic kernel's serial loop gives the same bits: tests/gpu/mhc_test.cpp).
 template <int kN>
 __device__ float sinkhorn_lanes(float c, int base, int64_t iters, float eps) {
     const int lane = threadIdx.x % 32;
@@ -207,6 +177,23 @@ __device__ float sinkhorn_lanes(float c, int base, int64_t iters, float eps) {
         c = columns(c);
     }
     return c;
+}
+
+// Threads per CTA of hc_sinkhorn_kernel.
+constexpr int kSinkhornThreads = 128;
+
+// hc_sinkhorn for n_hc kN: 32 / (kN * kN) tokens per warp, lane base + i holding element i of its token's comb.
+template <int kN>
+__global__ void __launch_bounds__(kSinkhornThreads)
+    hc_sinkhorn_kernel(float* mix, int64_t tokens, int64_t iters, float eps) {
+    constexpr int kRows = (2 + kN) * kN, kElems = kN * kN, kPerWarp = 32 / kElems;
+    static_assert(32 % kElems == 0, "whole tokens per warp");
+    const int lane = threadIdx.x % 32, base = lane / kElems * kElems;
+    const int64_t t = (int64_t(blockIdx.x) * (kSinkhornThreads / 32) + threadIdx.x / 32) * kPerWarp + lane / kElems;
+    const bool live = t < tokens;  // the lanes of a missing token still take part in the shuffles
+    float* c = mix + (live ? t : 0) * kRows + 2 * kN + (lane - base);
+    const float normalized = sinkhorn_lanes<kN>(live ? *c : 0.0f, base, iters, eps);
+    if (live) *c = normalized;
 }
 
 // grid (kCluster, tokens), clusters of kCluster along x. Value u in [0, kRows] (u = kRows: the sum of squares)
@@ -301,11 +288,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads) h
         } else if (!kHead) {
             m = __fadd_rn(__fmul_rn(logit, p.scale[2]), p.base[u]);
         }
-        if (rank == 0) {  // warp-uniform
-            if constexpr (!kHead) {
-                const float comb = sinkhorn_lanes<kN>(m, 2 * kN, p.sinkhorn_iters, p.hc_eps);
-                if (lane >= 2 * kN) m = comb;
-            }
+        if (rank == 0) {  // comb's inputs as they are: hc_sinkhorn normalizes them
             if (lane < kRows) {
                 if (p.logits) p.logits[t * kRows + lane] = logit;
                 p.mix[t * kRows + lane] = m;
@@ -354,7 +337,7 @@ namespace detail {
 void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPath path) {
     if (path == HcMixPath::kAuto && !hc_specialised(p.n_hc)) path = HcMixPath::kGeneric;
     if (path == HcMixPath::kAuto) path = hc_mix_auto_path(p.tokens, head);
-    if (path == HcMixPath::kGeneric) return launch_hc_mix_generic(p, head, stream);
+    if (path == HcMixPath::kGeneric) return launch_hc_mix_generic(p, head, stream);  // normalizes comb itself
     // A wide cluster where the device co-schedules one (else clusters of kHcCluster: the same values, the same bits).
     const void* wide = p.n_hc == 2 ? reinterpret_cast<const void*>(hc_mix_split_kernel<2, false, kHcWideCluster>)
                                    : reinterpret_cast<const void*>(hc_mix_split_kernel<4, false, kHcWideCluster>);
@@ -382,6 +365,18 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
         if (p.n_hc == 4 && !head) hc_mix_kernel<4, false, kMixTile><<<grid, kHcThreads, 0, stream>>>(p);
         if (p.n_hc == 4 && head) hc_mix_kernel<4, true, kMixTile><<<grid, kHcThreads, 0, stream>>>(p);
     }
+    DSV4_CUDA_CHECK(cudaGetLastError());
+    if (!head && !p.defer_sinkhorn) launch_hc_sinkhorn(p, stream);
+}
+
+void launch_hc_sinkhorn(const HcMixParams& p, cudaStream_t stream) {
+    if (!hc_specialised(p.n_hc)) return launch_hc_sinkhorn_generic(p, stream);
+    const int64_t per_cta = (kSinkhornThreads / 32) * (32 / (p.n_hc * p.n_hc));
+    const unsigned grid = unsigned((p.tokens + per_cta - 1) / per_cta);
+    if (p.n_hc == 2)
+        hc_sinkhorn_kernel<2><<<grid, kSinkhornThreads, 0, stream>>>(p.mix, p.tokens, p.sinkhorn_iters, p.hc_eps);
+    if (p.n_hc == 4)
+        hc_sinkhorn_kernel<4><<<grid, kSinkhornThreads, 0, stream>>>(p.mix, p.tokens, p.sinkhorn_iters, p.hc_eps);
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -42,9 +42,16 @@ struct HcMixParams {
     float* logits = nullptr;  // [tokens, rows] f32, optional: the raw mixer logits (for dumps and tests)
     int64_t tokens = 0, n_hc = 0, dim = 0, sinkhorn_iters = 0;
     float hc_eps = 0.0f, norm_eps = 0.0f;
+    // hc_pre: leave comb un-normalized (scale * logit + base) for a later hc_sinkhorn with the same params, so the
+    // Sinkhorn iterations, which only hc_post needs, can run beside the sub-layer instead of before it.
+    bool defer_sinkhorn = false;
 };
+// hc_pre = the mix kernel (pre, post, comb's inputs, the collapse x), then hc_sinkhorn on comb unless deferred.
 void hc_pre(const HcMixParams& p, cudaStream_t stream);
 void hc_head(const HcMixParams& p, cudaStream_t stream);
+// The Sinkhorn normalization of every token's comb in p.mix, in place: cpu::sinkhorn's operations in its order on
+// each element (a warp holds 2 tokens of n_hc 4, 8 of n_hc 2; a thread per token for other n_hc).
+void hc_sinkhorn(const HcMixParams& p, cudaStream_t stream);
 
 struct HcPostParams {
     const __nv_bfloat16* f = nullptr;        // [tokens, dim] bf16 sub-layer output
@@ -71,9 +78,12 @@ constexpr HcMixPath hc_mix_auto_path(int64_t tokens, bool head) {
 constexpr bool hc_specialised(int64_t n_hc) {
     return n_hc == 2 || n_hc == 4;
 }
+// The mix kernel of `path`, then (hc_pre, unless p.defer_sinkhorn) launch_hc_sinkhorn: the complete mix.
 void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPath path = HcMixPath::kAuto);
+void launch_hc_sinkhorn(const HcMixParams& p, cudaStream_t stream);
 void launch_hc_post(const HcPostParams& p, cudaStream_t stream, bool generic = false);
 void launch_hc_mix_generic(const HcMixParams& p, bool head, cudaStream_t stream);  // mhc_generic.cu
+void launch_hc_sinkhorn_generic(const HcMixParams& p, cudaStream_t stream);
 void launch_hc_post_generic(const HcPostParams& p, cudaStream_t stream);
 }  // namespace detail
 

@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kHcThreads) hc_mix_generic_kernel(HcMixParams 
                 mix_s[n + j] = __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(mix_s[n + j], p.scale[1]), p.base[n + j])));
             for (int jk = 0; jk < n * n; ++jk)
                 mix_s[2 * n + jk] = __fadd_rn(__fmul_rn(mix_s[2 * n + jk], p.scale[2]), p.base[2 * n + jk]);
-            sinkhorn(mix_s + 2 * n, n, p.sinkhorn_iters, p.hc_eps);
+            if (!p.defer_sinkhorn) sinkhorn(mix_s + 2 * n, n, p.sinkhorn_iters, p.hc_eps);
         }
         for (int m = 0; m < rows; ++m) p.mix[t * rows + m] = mix_s[m];
     }
@@ -124,6 +124,12 @@ __global__ void __launch_bounds__(kHcThreads) hc_mix_generic_kernel(HcMixParams 
         for (int j = 0; j < n; ++j) out = __fadd_rn(out, __fmul_rn(mix_s[j], bf16_to_f32(v[j * p.dim + d])));
         p.x_out[t * p.dim + d] = f32_to_bf16(out);
     }
+}
+
+// hc_sinkhorn for any n_hc: a thread per token, on the token's comb in global memory.
+__global__ void hc_sinkhorn_generic_kernel(float* mix, int64_t tokens, int n, int64_t iters, float eps) {
+    const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (t < tokens) sinkhorn(mix + t * (2 + n) * n + 2 * n, n, iters, eps);
 }
 
 __global__ void __launch_bounds__(kPostThreads) hc_post_generic_kernel(HcPostParams p) {
@@ -157,6 +163,13 @@ void launch_hc_mix_generic(const HcMixParams& p, bool head, cudaStream_t stream)
         DSV4_CUDA_CHECK(
             cudaFuncSetAttribute(hc_mix_generic_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
     hc_mix_generic_kernel<<<unsigned(p.tokens), kHcThreads, bytes, stream>>>(p, head);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_hc_sinkhorn_generic(const HcMixParams& p, cudaStream_t stream) {
+    constexpr int kThreads = 64;
+    hc_sinkhorn_generic_kernel<<<unsigned((p.tokens + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+        p.mix, p.tokens, int(p.n_hc), p.sinkhorn_iters, p.hc_eps);
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
