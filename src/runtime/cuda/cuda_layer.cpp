@@ -106,6 +106,13 @@ void CudaModel::Impl::join_side() {
     DSV4_CUDA_CHECK(cudaStreamWaitEvent(stream->get(), side_join->get()));
 }
 
+void CudaModel::Impl::sinkhorn_on_side() {
+    if (!pending_sinkhorn) return;
+    fork_side();
+    cuda::hc_sinkhorn(*pending_sinkhorn, side_lane().stream);
+    pending_sinkhorn.reset();
+}
+
 void CudaModel::Impl::act_quant(const Lane& lane, const bf16* x, int64_t rows, int64_t cols) {
     cuda::ActQuantParams p;
     p.x = x;
@@ -240,21 +247,19 @@ void CudaModel::Impl::block(int64_t layer) {
     const cuda::DeviceBlock& b = w.layers[size_t(layer)];
     const int64_t D = c.hidden_size, n_hc = c.hc_mult;
     cudaStream_t s = stream->get();
-    // Only hc_post reads comb, so its Sinkhorn normalization runs on the side lane beside the norm and the sub-layer
-    // (joined before hc_post; the sub-layers' own forks queue behind it on that lane). An observer synchronizes the
-    // main stream to download, so with one everything stays on the main lane.
+    // Only hc_post reads comb, so its Sinkhorn normalization is deferred and runs on the side lane beside the
+    // sub-layer (pending_sinkhorn; joined before hc_post). An observer synchronizes the main stream to download, so
+    // with one everything stays on the main lane.
     const bool side_sinkhorn = !observer;
     auto hc_pre = [&](const cuda::DeviceHc& hw, const float* norm) {  // x, and x quantized for the FP8 GEMMs
         cuda::HcMixParams mix = hc_mix_params(hw, ws.streams, T);
         mix.defer_sinkhorn = side_sinkhorn;
         cuda::hc_pre(mix, s);
-        if (side_sinkhorn) {
-            fork_side();
-            cuda::hc_sinkhorn(mix, side_lane().stream);
-        }
+        if (side_sinkhorn) pending_sinkhorn = mix;
         cuda::rms_norm({ws.x, norm, ws.x, T, D, D, D, float(c.rms_norm_eps), ws.x_fp8.q, ws.x_fp8.scales}, s);
     };
     auto hc_post = [&]() {
+        sinkhorn_on_side();  // where the sub-layer did not launch it
         if (side_sinkhorn) join_side();
         cuda::hc_post({ws.y, ws.streams, ws.mix, ws.streams_next, T, n_hc, D}, s);
         std::swap(ws.streams, ws.streams_next);
@@ -272,6 +277,7 @@ void CudaModel::Impl::block(int64_t layer) {
     // 2. MoE sub-block.
     stages.mark("ffn_hc_pre", layer);
     hc_pre(b.hc_ffn, b.ffn_norm);
+    sinkhorn_on_side();
     observe_bf16("ffn_in", layer, ws.x, T, D);
     moe(layer);
     observe_bf16("ffn_out", layer, ws.y, T, D);
@@ -387,20 +393,28 @@ void CudaModel::Impl::attention(int64_t layer) {
         cuda::compressor(p, on);
     };
 
+    // Steps 3 and 4 (the f32 projections of x, the indexer, the main compressor) read only x, qr and the pool and
+    // write only their own buffers and the pool's compressed rows and keys: on layers that compress they run on the
+    // side lane, beside steps 1 and 2, joined before the sparse attention. The f32 projections need only x, so they
+    // start there before wq_a | wkv; the rest waits for qr. An observer synchronizes the main stream to download, so
+    // with one everything stays on the main lane. On a layer without that side work the deferred Sinkhorn of mHC
+    // takes the side lane at once; on one with it, after it (the side lane is the longer branch on CSA layers).
+    const bool fork = ratio > 0 && !observer;
+    const Lane side = fork ? side_lane() : main_lane();
+    F32Projections proj;
+    if (fork) {
+        fork_side();
+        proj = f32_projections_of_x(side, a);
+    } else {
+        sinkhorn_on_side();
+    }
+
     // 1. Queries and window KV: qr = q_norm(wq_a x) and kv = kv_norm(wkv x); q = wq_b qr, the per-head norm; RoPE on
     //    q and kv (one launch: same positions and table).
     stages.mark("q_proj", layer);
     query_and_kv_latents(a);
     observe_bf16("attn.qr", layer, ws.qr, T, c.q_lora_rank);
-    // Steps 3 and 4 (the f32 projections of x, the indexer, the main compressor) read only x, qr and the pool and
-    // write only their own buffers and the pool's compressed rows and keys: on layers that compress they run on the
-    // side lane, beside the rest of step 1 and step 2, joined before the sparse attention. An observer synchronizes
-    // the main stream to download, so with one everything stays on the main lane.
-    const bool fork = ratio > 0 && !observer;
-    const Lane side = fork ? side_lane() : main_lane();
-    if (fork) {
-        fork_side();
-    }
+    if (fork) fork_side();  // the side lane's indexer reads qr
     linear(a.wq_b, ws.qr, T, ws.q, ws.qr_fp8);
     observe_bf16("attn.q_proj", layer, ws.q, T, H * d);
     cuda::head_rms_norm({ws.q, T, H, d, H * d, eps}, s);
@@ -420,7 +434,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     // 3. Lightning indexer (CSA). First the f32 projections of x that it and the main compressor read (CSA, HCA):
     //    every compressor's wkv x and wgate x, the indexer's weights_proj x.
     if (a.indexer && !fork) stages.mark("indexer", layer);
-    const F32Projections proj = f32_projections_of_x(side, a);
+    if (!fork) proj = f32_projections_of_x(side, a);
     // Observer downloads (single-sequence pieces only): the entries this piece closes.
     const int slot = piece.slot;
     const int64_t start = piece.start;
@@ -533,6 +547,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     if (fork) {
         stages.mark(a.indexer ? "indexer" : "compressor", layer);
         join_side();
+        sinkhorn_on_side();
     }
 
     // 5. Sparse attention over the window slots and the compressed entries, then the inverse RoPE.

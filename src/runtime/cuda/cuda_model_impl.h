@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -254,6 +255,11 @@ struct CudaModel::Impl {
     // everything enqueued on the side lane so far (both captured as graph edges in a decode graph).
     void fork_side();
     void join_side();
+    // The Sinkhorn normalization hc_pre deferred (only hc_post reads comb): set by block(), launched on the side lane
+    // by sinkhorn_on_side() where that lane has room (attention: after its own side work is joined, where the side
+    // lane would otherwise be the longer branch; MoE: at once, beside the router and the routed experts).
+    std::optional<cuda::HcMixParams> pending_sinkhorn;
+    void sinkhorn_on_side();
 
     // Precision::linear: FP8 weights get FP8-quantized inputs (`quantized` where a norm already made them, else
     // act_quant of x); y bf16 [m, rows]. Without a lane: on the main lane.
