@@ -61,37 +61,52 @@ __global__ void __launch_bounds__(kThreads) swiglu_kernel(const SwigluParams p) 
 }
 
 // grid (ceil(dim / kThreads), min(tokens, 65535)): one output column per thread, so a decode token's 4096 columns
-// spread over 16 blocks; blocks stride the tokens. Every block orders its token's assignments itself (k <= 16).
+// spread over 16 blocks; blocks stride the tokens. Every block orders its token's assignments itself (k <= 16). The
+// token's experts and slots are loaded by k threads at once, and a thread's routed values all before the first add
+// (the adds in the same order as a loop over them): no chain of dependent global loads.
 __global__ void moe_combine_kernel(const MoeCombineParams p) {
+    __shared__ int expert_s[kMaxK], assigned_s[kMaxK];
     __shared__ int64_t slot_s[kMaxK];
     __shared__ int count;
     const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     for (int64_t t = blockIdx.y; t < p.tokens; t += gridDim.y) {
+        if (threadIdx.x < p.k) {
+            expert_s[threadIdx.x] = p.experts[t * p.k + threadIdx.x];
+            assigned_s[threadIdx.x] = p.assignment_slot[t * p.k + threadIdx.x];
+        }
+        __syncthreads();
         if (threadIdx.x == 0) {
             // The token's valid assignments in ascending expert order (ties: selection order), as moe_forward's
             // loop over experts accumulates them.
             int order[kMaxK];
             int n = 0;
             for (int j = 0; j < p.k; ++j) {
-                const int e = p.experts[t * p.k + j];
-                if (e < 0 || p.assignment_slot[t * p.k + j] < 0) continue;
+                const int e = expert_s[j];
+                if (e < 0 || assigned_s[j] < 0) continue;
                 int pos = n++;
-                while (pos > 0 && p.experts[t * p.k + order[pos - 1]] > e) {
+                while (pos > 0 && expert_s[order[pos - 1]] > e) {
                     order[pos] = order[pos - 1];
                     --pos;
                 }
                 order[pos] = j;
             }
-            for (int i = 0; i < n; ++i) slot_s[i] = p.assignment_slot[t * p.k + order[i]];
+            for (int i = 0; i < n; ++i) slot_s[i] = assigned_s[order[i]];
             count = n;
         }
         __syncthreads();
         if (c < p.dim) {
+            const int n = count;
+            float routed[kMaxK];
+#pragma unroll
+            for (int i = 0; i < kMaxK; ++i) routed[i] = i < n ? bf16_to_f32(p.routed[slot_s[i] * p.dim + c]) : 0.0f;
+            const float shared = bf16_to_f32(p.shared[t * p.dim + c]);
             float acc = 0.0f;
-            for (int i = 0; i < count; ++i) acc += bf16_to_f32(p.routed[slot_s[i] * p.dim + c]);
-            p.out[t * p.dim + c] = f32_to_bf16(acc + bf16_to_f32(p.shared[t * p.dim + c]));
+#pragma unroll
+            for (int i = 0; i < kMaxK; ++i)
+                if (i < n) acc += routed[i];
+            p.out[t * p.dim + c] = f32_to_bf16(acc + shared);
         }
-        __syncthreads();  // slot_s is rewritten for the next token
+        __syncthreads();  // the shared arrays are rewritten for the next token
     }
 }
 
