@@ -127,7 +127,7 @@ __device__ __forceinline__ void block_mma(const Stage<MT, NT>& s, float (&acc)[M
 // share out the K blocks (kb = wk, wk + WK, ...). WK > 1 stages each block's products in shared memory,
 // [kb][rows_alloc][BN] f32, and sums them in ascending kb after a barrier; WK == 1 sums in registers.
 template <int MT, int NT, int WM, int WN, int WK>
-__global__ void __launch_bounds__(kThreads, WK > 1 ? 3 : 1) fp8_mma_kernel(MmaArgs args) {
+__global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaArgs args) {
     static_assert(WM * WN * WK == kWarps, "8 warps per CTA");
     static_assert(WK == 1 || (MT == 1 && WM == 1), "K blocks are shared out only in 16-row tiles");
     constexpr int kBM = WM * MT * 16, kBN = WN * NT * 8;
