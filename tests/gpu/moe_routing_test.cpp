@@ -54,6 +54,7 @@ void run_case(const Case& c) {
     auto d_offsets = gpu_test::poisoned<int32_t>(size_t(c.experts + 1));
     auto d_sorted = gpu_test::poisoned<int32_t>(size_t(n));
     auto d_slot = gpu_test::poisoned<int32_t>(size_t(n));
+    auto d_rows = gpu_test::poisoned<int32_t>(size_t(n));
     cuda::MoeRoutingParams p;
     p.logits = d_logits.get();
     p.bias = c.hash ? nullptr : d_bias.get();
@@ -65,6 +66,7 @@ void run_case(const Case& c) {
     p.expert_offsets = d_offsets.get();
     p.sorted_assignment = d_sorted.get();
     p.assignment_slot = d_slot.get();
+    p.row_index = d_rows.get();
     p.tokens = c.tokens;
     p.num_experts = c.experts;
     p.k = c.k;
@@ -81,6 +83,7 @@ void run_case(const Case& c) {
     const auto offsets = gpu_test::to_host(d_offsets);
     const auto sorted = gpu_test::to_host(d_sorted);
     const auto slot = gpu_test::to_host(d_slot);
+    const auto rows = gpu_test::to_host(d_rows);
 
     char what[128];
     std::snprintf(what, sizeof what, "moe_routing %s tokens %d experts %d k %d%s", c.hash ? "hash" : "score", c.tokens,
@@ -150,6 +153,7 @@ void run_case(const Case& c) {
             const int32_t a = sorted[size_t(i)];
             ASSERT_TRUE(a > prev && a < n && experts[size_t(a)] == e) << what << ": sorted position " << i;
             ASSERT_EQ(slot[size_t(a)], i) << what << ": inverse map of assignment " << a;
+            ASSERT_EQ(rows[size_t(i)], a / c.k) << what << ": row of slot " << i;
             prev = a;
         }
         running += want_counts[size_t(e)];
@@ -164,6 +168,7 @@ void run_case(const Case& c) {
     auto g_offsets = gpu_test::poisoned<int32_t>(size_t(c.experts + 1));
     auto g_sorted = gpu_test::poisoned<int32_t>(size_t(n));
     auto g_slot = gpu_test::poisoned<int32_t>(size_t(n));
+    auto g_rows = gpu_test::poisoned<int32_t>(size_t(n));
     cuda::MoeRoutingParams g = p;
     g.experts = g_experts.get();
     g.weights = g_weights.get();
@@ -171,6 +176,7 @@ void run_case(const Case& c) {
     g.expert_offsets = g_offsets.get();
     g.sorted_assignment = g_sorted.get();
     g.assignment_slot = g_slot.get();
+    g.row_index = g_rows.get();
     cuda::detail::moe_routing_launch(g, nullptr, cuda::detail::MoeRoutingLaunch::kGrid);
     const std::string one_vs_grid = std::string(what) + ": one CTA vs the grid";
     EXPECT_EQ(gpu_test::to_host(g_experts), experts) << one_vs_grid << ", experts";
@@ -181,6 +187,8 @@ void run_case(const Case& c) {
     EXPECT_TRUE(std::equal(sorted.begin(), sorted.begin() + running, g_sorted_host.begin()))
         << one_vs_grid << ", permutation";
     EXPECT_EQ(gpu_test::to_host(g_slot), slot) << one_vs_grid << ", inverse map";
+    const auto g_rows_host = gpu_test::to_host(g_rows);
+    EXPECT_TRUE(std::equal(rows.begin(), rows.begin() + running, g_rows_host.begin())) << one_vs_grid << ", rows";
 }
 
 TEST(MoeRoutingGpu, ScoreRoutingFlashAndPro) {

@@ -659,6 +659,7 @@ void CudaModel::Impl::moe(int64_t layer) {
     rp.expert_offsets = ws.offsets;
     rp.sorted_assignment = ws.sorted;
     rp.assignment_slot = ws.assignment_slot;
+    rp.row_index = ws.row_index;
     rp.tokens = int32_t(T);
     rp.num_experts = int32_t(E);
     rp.k = int32_t(k);
@@ -682,7 +683,6 @@ void CudaModel::Impl::moe(int64_t layer) {
             }
         observe_host("ffn.router_margin", layer, margin, T, 1);
     }
-    cuda::moe_row_index({ws.sorted, ws.row_index, T * k, int32_t(k)}, s);
 
     // Routed experts on the gathered slots: gate/up (one launch for both FP4 matrices), SwiGLU with the routing
     // weight, down. Under expert parallelism this GPU runs the slots of its experts only: the offsets from its first

@@ -5,13 +5,6 @@
 
 namespace dsv4::cuda {
 
-void moe_row_index(const MoeRowIndexParams& p, cudaStream_t stream) {
-    DSV4_CHECK(p.slots >= 0 && p.k > 0, "moe_row_index: slots {} k {}", p.slots, p.k);
-    if (p.slots == 0) return;
-    DSV4_CHECK(p.sorted_assignment && p.row_index, "moe_row_index: null pointer");
-    detail::launch_moe_row_index(p, stream);
-}
-
 void swiglu(const SwigluParams& p, cudaStream_t stream) {
     DSV4_CHECK(p.rows >= 0 && p.inter > 0, "swiglu: rows {} inter {}", p.rows, p.inter);
     DSV4_CHECK(p.gate_up_stride == 0 || p.gate_up_stride >= p.inter, "swiglu: gate/up row stride {} below inter {}",

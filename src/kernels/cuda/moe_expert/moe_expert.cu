@@ -12,13 +12,6 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxK = 16;
 
-__global__ void moe_row_index_kernel(const MoeRowIndexParams p) {
-    const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-    if (i >= p.slots) return;
-    const int32_t a = p.sorted_assignment[i];
-    p.row_index[i] = (a >= 0 && a < p.slots) ? a / p.k : 0;
-}
-
 // One CTA row-strip per slot row; threads over the intermediate dim in chunks of kThreads * kHeld, kHeld elements per
 // thread loaded before any is used (the stores could alias the loads, so the compiler would not hoist them): one
 // round trip per chunk. With p.q, the chunk's bf16 outputs are quantized as act_quant_fp8 does: element
@@ -150,10 +143,6 @@ __global__ void dense_expert_gemm_kernel(const DenseExpertGemmParams p) {
 }  // namespace
 
 namespace detail {
-void launch_moe_row_index(const MoeRowIndexParams& p, cudaStream_t stream) {
-    moe_row_index_kernel<<<unsigned((p.slots + kThreads - 1) / kThreads), kThreads, 0, stream>>>(p);
-    DSV4_CUDA_CHECK(cudaGetLastError());
-}
 void launch_swiglu(const SwigluParams& p, cudaStream_t stream) {
     swiglu_kernel<<<unsigned(p.rows), kThreads, 0, stream>>>(p);
     DSV4_CUDA_CHECK(cudaGetLastError());

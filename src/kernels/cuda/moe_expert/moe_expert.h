@@ -1,6 +1,5 @@
 // The MoE pieces between routing and the expert GEMMs on the device (spec §9; src/model/moe.cpp expert_forward and
-// moe_forward), so a decode step needs no host synchronization:
-//   moe_row_index      activation row of each gathered slot: sorted_assignment / k
+// moe_forward), so a decode step needs no host synchronization (each slot's activation row comes from moe_routing):
 //   swiglu             h = bf16(silu(min(g, L)) * clamp(u, -L, L) [* routing weight]), f32 math as the CPU
 //   moe_combine        out[t] = bf16(sum of the token's routed outputs in ascending expert order (the CPU's
 //                      accumulation order) + shared[t]), f32 sums
@@ -16,14 +15,6 @@
 #include <cstdint>
 
 namespace dsv4::cuda {
-
-struct MoeRowIndexParams {
-    const int32_t* sorted_assignment = nullptr;  // [slots] assignment ids t * k + j (moe_routing)
-    int32_t* row_index = nullptr;                // [slots] t (0 for entries past the routed count)
-    int64_t slots = 0;                           // tokens * k
-    int32_t k = 0;
-};
-void moe_row_index(const MoeRowIndexParams& p, cudaStream_t stream);
 
 struct SwigluParams {
     const __nv_bfloat16* gate = nullptr;  // [rows, inter] bf16 (W1 x), row stride gate_up_stride
@@ -74,7 +65,6 @@ struct DenseExpertGemmParams {
 void dense_expert_gemm(const DenseExpertGemmParams& p, cudaStream_t stream);
 
 namespace detail {
-void launch_moe_row_index(const MoeRowIndexParams& p, cudaStream_t stream);
 void launch_swiglu(const SwigluParams& p, cudaStream_t stream);
 void launch_moe_combine(const MoeCombineParams& p, cudaStream_t stream);
 void launch_dense_expert_gemm(const DenseExpertGemmParams& p, cudaStream_t stream);

@@ -159,6 +159,7 @@ __global__ void __launch_bounds__(kOneBlockThreads) moe_route_one_block_kernel(c
         const int slot = offsets[e] + rank;
         p.sorted_assignment[slot] = a;
         p.assignment_slot[a] = slot;
+        if (p.row_index) p.row_index[slot] = a / p.k;
     }
 }
 
@@ -208,6 +209,7 @@ __global__ void __launch_bounds__(kScatterThreads) moe_scatter_kernel(const MoeR
             const int slot = base + before + __popc(ballot & ((1u << lane) - 1u));
             p.sorted_assignment[slot] = i;
             p.assignment_slot[i] = slot;
+            if (p.row_index) p.row_index[slot] = i / p.k;
         }
         base += total;
         __syncthreads();

@@ -1,7 +1,8 @@
 // MoE routing on the device (spec §9, src/model/moe.cpp route_tokens): scores sqrt(softplus(logit)) in f32,
 // selection by score + bias (ties -> lower expert index) or through tid2eid (hash layers), weights s / sum(s of the
 // chosen, in selection order) * routed_scaling_factor; then the token -> expert permutation the grouped expert GEMM
-// needs (counts, offsets, assignments grouped by expert in ascending (token, j) order, and the inverse map).
+// needs (counts, offsets, assignments grouped by expert in ascending (token, j) order, the inverse map, and each slot's
+// token).
 // Everything stays on the device (no host synchronization): capturable in a CUDA graph.
 // Tested in tests/gpu/moe_routing_test.cpp against dsv4::route_tokens.
 #pragma once
@@ -24,6 +25,8 @@ struct MoeRoutingParams {
     int32_t* sorted_assignment;  // [tokens * k] assignment ids t * k + j grouped by expert (ascending inside one);
                                  // the row to gather is sorted_assignment / k; entries past offsets[E] untouched
     int32_t* assignment_slot;    // [tokens * k] position of each assignment in sorted_assignment, -1 if dropped
+    int32_t* row_index = nullptr;  // optional [tokens * k]: the token of each slot (sorted_assignment / k), the row
+                                   // the expert GEMMs gather; entries past offsets[E] untouched
     int32_t tokens = 0;
     int32_t num_experts = 0;  // at most 512
     int32_t k = 0;            // experts per token, at most 16
