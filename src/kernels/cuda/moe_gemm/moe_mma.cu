@@ -37,11 +37,13 @@
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/resident_ctas.h"
-#include "kernels/cuda/gemm_fp8/skinny_operands.cuh"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
+#include "kernels/cuda/moe_gemm/moe_mma_common.cuh"
 
 namespace dsv4::cuda {
 namespace {
+
+using namespace moe_mma;
 
 constexpr int kRowGroups = 4;  // warps along the weight rows, 16 rows each
 constexpr int kRowsPerCta = 16 * kRowGroups;
@@ -49,8 +51,6 @@ constexpr int kStageCols = 128;  // one activation-scale block
 constexpr int kWRowBytes = kStageCols / 2 + 16;  // 64 bytes of nibbles + pad: rows g land on distinct bank groups
 constexpr int kARowBytes = kStageCols + 32;      // 128 e4m3 + pad: 8-byte reads of 16 lanes conflict-free
 constexpr int kScaleRowBytes = 16;               // the aligned words covering a row's scales of one stage
-constexpr float kTwoTo14 = 16384.0f;
-constexpr unsigned kFull = 0xFFFFFFFFu;
 
 // Shared-memory layout of one stage.
 template <int kTokens>
@@ -62,9 +62,6 @@ struct Stage {
     static constexpr int bytes = (a_scale + kTokens * 4 + 15) / 16 * 16;
 };
 
-__host__ __device__ constexpr int list_bytes(int64_t experts) {
-    return int((experts * 4 + 15) / 16 * 16);
-}
 // Stages in flight: 8 for the decode passes (8 or 16 tokens), 4 for the wider passes of prefill, which are bound by
 // their instructions, and for the general path (K % 128 != 0), whose bounded loads would not fit the registers of 3
 // CTAs per SM with more.
@@ -90,26 +87,6 @@ __host__ __device__ constexpr int min_blocks() {
     return kTokens == 8 ? 3 : kTokens == 16 ? 2 : 1;  // 3 x 8 warps per SM where decode steps run
 }
 
-
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
-    uint32_t r;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
-    return r;
-}
-
-// Nibbles i and i + 4 of `q` as an f16 pair (low half = nibble i), each the e2m1 value times 2^-14, exactly.
-__device__ __forceinline__ uint32_t e2m1_pair_scaled(uint32_t q, int i) {
-    const uint32_t t = q >> (4 * i);
-    return ((t << 9) & 0x0E000E00u) | ((t << 12) & 0x80008000u);
-}
-
-// The e4m3 bytes 0, 1 of `w` as an f16 pair (exact; byte 0 in the low half).
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t w) {
-    uint32_t r;
-    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.rn.f16x2.e4m3x2 %0, l;\n}" : "=r"(r) : "r"(w));
-    return r;
-}
-
 __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
@@ -117,46 +94,12 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// One matrix of a launch: W_e = w + e * n * k/2, its scales, its outputs.
-struct Matrix {
-    const uint8_t* w;
-    const uint8_t* w_scale;
-    const float* w_global;
-    __nv_bfloat16* y;
-};
-
-struct Args {
-    const uint8_t* a;
-    const float* a_scale;
-    const int32_t* row_index;
-    const int32_t* offsets;
-    Matrix mats[2];
-    int mat_count;
-    int64_t experts, n, k;
-};
-
-// sum = fma(acc, a_s * w_s, sum) for the four outputs of a lane (w_s already carries the 2^14).
-__device__ __forceinline__ void promote(float (&sum)[4], const float (&acc)[4], float ws_g, float ws_g8, float as0,
-                                        float as1) {
-    sum[0] = __fmaf_rn(acc[0], __fmul_rn(as0, ws_g), sum[0]);
-    sum[1] = __fmaf_rn(acc[1], __fmul_rn(as1, ws_g), sum[1]);
-    sum[2] = __fmaf_rn(acc[2], __fmul_rn(as0, ws_g8), sum[2]);
-    sum[3] = __fmaf_rn(acc[3], __fmul_rn(as1, ws_g8), sum[3]);
-}
-
-// E8M0 code e as 2^(e - 127) * 2^14 = 2^(e - 113): the normal f32 with exponent field e + 14 up to e = 240; beyond,
-// the product overflows to +inf, and 255 is NaN (what e8m0_to_float(e) * 2^14 gives, in one or two instructions).
-__device__ __forceinline__ float e8m0_times_2_14(uint32_t e) {
-    return e <= 240u   ? __uint_as_float((e + 14u) << 23)
-           : e == 255u ? __uint_as_float(0x7FC00000u)
-                       : __int_as_float(0x7F800000);
-}
 // kWholeStages (K % 128 == 0, every V4 shape): every stage holds four whole 32-column blocks and every row's scales
 // of a stage are whole aligned words, so the loads need no bounds and each warp's two blocks unroll. Otherwise a
 // stage may end early and the scale words are found by their offset. The arithmetic is the same on both.
 template <int kTokens, ExpertFormat kFormat, bool kWholeStages>
 __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe_mma_kernel(Args p) {
-    constexpr int kThreads = threads<kTokens>(), kWarps = kThreads / 32;
+    constexpr int kThreads = threads<kTokens>();
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
     constexpr int kTn = kTokens / 8;                  // 8-token MMA tiles per pass
     constexpr int kScaleBytesPerStage = kNv ? 8 : 4;  // scale bytes of one row per 128 columns
@@ -165,7 +108,7 @@ __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe
     static_assert(kRowsPerCta * 4 == kThreads, "one 16-byte W chunk per thread and stage");
     using L = Stage<kTokens>;
     extern __shared__ __align__(16) uint8_t smem[];
-    __shared__ int warp_counts[kWarps];
+    __shared__ int warp_counts[kThreads / 32];
     int* active = reinterpret_cast<int*>(smem);
     uint8_t* stages = smem + list_bytes(p.experts);
     const unsigned stages_addr = smem_addr(stages);
@@ -177,21 +120,7 @@ __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe
     // 1. The active experts in ascending order.
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
     const int row_group = warp % kRowGroups, k_part = warp / kRowGroups;
-    int count = 0;
-    for (int64_t base = 0; base < p.experts; base += kThreads) {
-        const int64_t e = base + tid;
-        const bool live = e < p.experts && p.offsets[e + 1] > p.offsets[e];
-        const unsigned ballot = __ballot_sync(kFull, live);
-        if (lane == 0) warp_counts[warp] = __popc(ballot);
-        __syncthreads();
-        int before = count;
-        for (int w = 0; w < kWarps; ++w) {
-            if (w == warp) before = count;
-            count += warp_counts[w];
-        }
-        if (live) active[before + __popc(ballot & ((1u << lane) - 1u))] = int(e);
-        __syncthreads();
-    }
+    const int count = list_active_experts<kThreads>(p.offsets, p.experts, active, warp_counts);
 
     const int64_t k_half = p.k / 2, scale_cols = kNv ? p.k / 16 : p.k / 32, kb = (p.k + 127) / 128;
     const int kt_count = int(kb);
@@ -316,46 +245,15 @@ __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe
                 for (int j = 0; j < 4 / kSplit; ++j) {  // this warp's blocks: b = k_part (mod kSplit), ascending
                     const int b = k_part + kSplit * j;
                     if (!kWholeStages && b >= blocks) break;
-                    // W fragments: word of row g / g + 8 whose pairs 0, 1 feed MMA 0 and pairs 2, 3 MMA 1.
-                    uint32_t qa, qb;
-                    if constexpr (kNv) {
-                        qa = prmt(*reinterpret_cast<const uint16_t*>(w_g + 16 * b + 2 * t),
-                                  *reinterpret_cast<const uint16_t*>(w_g + 16 * b + 8 + 2 * t), 0x5140);
-                        qb = prmt(*reinterpret_cast<const uint16_t*>(w_g8 + 16 * b + 2 * t),
-                                  *reinterpret_cast<const uint16_t*>(w_g8 + 16 * b + 8 + 2 * t), 0x5140);
-                    } else {
-                        qa = *reinterpret_cast<const uint32_t*>(w_g + 16 * b + 4 * t);
-                        qb = *reinterpret_cast<const uint32_t*>(w_g8 + 16 * b + 4 * t);
-                    }
-                    const uint32_t w0[4] = {e2m1_pair_scaled(qa, 0), e2m1_pair_scaled(qb, 0), e2m1_pair_scaled(qa, 1),
-                                            e2m1_pair_scaled(qb, 1)};
-                    const uint32_t w1[4] = {e2m1_pair_scaled(qa, 2), e2m1_pair_scaled(qb, 2), e2m1_pair_scaled(qa, 3),
-                                            e2m1_pair_scaled(qb, 3)};
-                    float ws_g[2], ws_g8[2];  // per MMA (NVFP4) or both the block's (MXFP4), times 2^14
-                    if constexpr (kNv) {
-#pragma unroll
-                        for (int h = 0; h < 2; ++h) {
-                            ws_g[h] = __fmul_rn(__fmul_rn(skinny::e4m3_to_float(sc_g[2 * b + h]), global), kTwoTo14);
-                            ws_g8[h] = __fmul_rn(__fmul_rn(skinny::e4m3_to_float(sc_g8[2 * b + h]), global), kTwoTo14);
-                        }
-                    } else {
-                        ws_g[0] = ws_g[1] = e8m0_times_2_14(sc_g[b]);
-                        ws_g8[0] = ws_g8[1] = e8m0_times_2_14(sc_g8[b]);
-                    }
+                    uint32_t w0[4], w1[4];
+                    w_fragments<kNv>(w_g, w_g8, b, t, w0, w1);
+                    float ws_g[2], ws_g8[2];
+                    w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
 #pragma unroll
                     for (int nt = 0; nt < kTn; ++nt) {
                         const uint8_t* x = st + L::a + (nt * 8 + g) * kARowBytes + 32 * b;
-                        uint32_t x0, x1;  // f16-pair sources of MMA 0 and MMA 1 (low half: b0, high half: b1)
-                        if constexpr (kNv) {
-                            const uint32_t v0 = *reinterpret_cast<const uint32_t*>(x + 4 * t);
-                            const uint32_t v1 = *reinterpret_cast<const uint32_t*>(x + 16 + 4 * t);
-                            x0 = prmt(v0, v0, 0x3120);
-                            x1 = prmt(v1, v1, 0x3120);
-                        } else {
-                            const uint2 u = *reinterpret_cast<const uint2*>(x + 8 * t);
-                            x0 = prmt(u.x, u.y, 0x5140);
-                            x1 = prmt(u.x, u.y, 0x7362);
-                        }
+                        uint32_t x0, x1;
+                        x_pairs<kNv>(x, t, x0, x1);
                         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                         mma_f16(acc, w0, e4m3x2_to_f16x2(x0), e4m3x2_to_f16x2(x0 >> 16));
                         if constexpr (kNv) {

@@ -1,0 +1,155 @@
+// What the two tensor-core kernels of moe_gemm share (moe_mma.cu: warp MMAs, any pass width; moe_wgmma.cu: warpgroup
+// MMAs for the passes of prefill): the launch arguments, the list of active experts, the e2m1 and e4m3 operand
+// decoders and the per-block promotion. Both kernels feed the same values to the same MMA slots and promote them with
+// these functions, which is what makes their outputs equal bit for bit (moe_mma.cu's header has the arithmetic).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/gemm_fp8/skinny_operands.cuh"
+
+namespace dsv4::cuda::moe_mma {
+
+constexpr float kTwoTo14 = 16384.0f;
+constexpr unsigned kFull = 0xFFFFFFFFu;
+
+// One matrix of a launch: W_e = w + e * n * k/2, its scales, its outputs.
+struct Matrix {
+    const uint8_t* w;
+    const uint8_t* w_scale;
+    const float* w_global;
+    __nv_bfloat16* y;
+};
+
+struct Args {
+    const uint8_t* a;
+    const float* a_scale;
+    const int32_t* row_index;
+    const int32_t* offsets;
+    Matrix mats[2];
+    int mat_count;
+    int64_t experts, n, k;
+};
+
+// Bytes of shared memory the list of active experts takes (16-byte aligned, so what follows stays aligned).
+__host__ __device__ constexpr int list_bytes(int64_t experts) {
+    return int((experts * 4 + 15) / 16 * 16);
+}
+
+// Writes the non-empty experts (offsets[e + 1] > offsets[e]) to `active` in ascending order and returns their count;
+// every thread of the CTA calls it. `warp_counts`: kThreads / 32 ints of shared memory.
+template <int kThreads>
+__device__ int list_active_experts(const int32_t* offsets, int64_t experts, int* active, int* warp_counts) {
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    int count = 0;
+    for (int64_t base = 0; base < experts; base += kThreads) {
+        const int64_t e = base + tid;
+        const bool live = e < experts && offsets[e + 1] > offsets[e];
+        const unsigned ballot = __ballot_sync(kFull, live);
+        if (lane == 0) warp_counts[warp] = __popc(ballot);
+        __syncthreads();
+        int before = count;
+        for (int w = 0; w < kThreads / 32; ++w) {
+            if (w == warp) before = count;
+            count += warp_counts[w];
+        }
+        if (live) active[before + __popc(ballot & ((1u << lane) - 1u))] = int(e);
+        __syncthreads();
+    }
+    return count;
+}
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
+    return r;
+}
+
+// Nibbles i and i + 4 of `q` as an f16 pair (low half = nibble i), each the e2m1 value times 2^-14, exactly.
+__device__ __forceinline__ uint32_t e2m1_pair_scaled(uint32_t q, int i) {
+    const uint32_t t = q >> (4 * i);
+    return ((t << 9) & 0x0E000E00u) | ((t << 12) & 0x80008000u);
+}
+
+// The e4m3 bytes 0, 1 of `w` as an f16 pair (exact; byte 0 in the low half).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t w) {
+    uint32_t r;
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.rn.f16x2.e4m3x2 %0, l;\n}" : "=r"(r) : "r"(w));
+    return r;
+}
+
+// The W fragments of one 32-column block for the two MMAs of its k16 halves (rows g and g + 8 of a 16-row group;
+// w0 feeds the first MMA, w1 the second), from the staged nibbles of those rows (moe_mma.cu's header: which physical
+// columns meet which k).
+template <bool kNv>
+__device__ __forceinline__ void w_fragments(const uint8_t* w_g, const uint8_t* w_g8, int b, int t, uint32_t (&w0)[4],
+                                            uint32_t (&w1)[4]) {
+    uint32_t qa, qb;
+    if constexpr (kNv) {
+        qa = prmt(*reinterpret_cast<const uint16_t*>(w_g + 16 * b + 2 * t),
+                  *reinterpret_cast<const uint16_t*>(w_g + 16 * b + 8 + 2 * t), 0x5140);
+        qb = prmt(*reinterpret_cast<const uint16_t*>(w_g8 + 16 * b + 2 * t),
+                  *reinterpret_cast<const uint16_t*>(w_g8 + 16 * b + 8 + 2 * t), 0x5140);
+    } else {
+        qa = *reinterpret_cast<const uint32_t*>(w_g + 16 * b + 4 * t);
+        qb = *reinterpret_cast<const uint32_t*>(w_g8 + 16 * b + 4 * t);
+    }
+    w0[0] = e2m1_pair_scaled(qa, 0), w0[1] = e2m1_pair_scaled(qb, 0), w0[2] = e2m1_pair_scaled(qa, 1);
+    w0[3] = e2m1_pair_scaled(qb, 1);
+    w1[0] = e2m1_pair_scaled(qa, 2), w1[1] = e2m1_pair_scaled(qb, 2), w1[2] = e2m1_pair_scaled(qa, 3);
+    w1[3] = e2m1_pair_scaled(qb, 3);
+}
+
+// The activation bytes of one token's 32-column block that the two MMAs take, as e4m3 pairs: x0 for the first MMA,
+// x1 for the second; the low 16 bits of each feed b0 (k 2t, 2t + 1), the high 16 bits b1 (k 2t + 8, 2t + 9).
+template <bool kNv>
+__device__ __forceinline__ void x_pairs(const uint8_t* x, int t, uint32_t& x0, uint32_t& x1) {
+    if constexpr (kNv) {
+        const uint32_t v0 = *reinterpret_cast<const uint32_t*>(x + 4 * t);
+        const uint32_t v1 = *reinterpret_cast<const uint32_t*>(x + 16 + 4 * t);
+        x0 = prmt(v0, v0, 0x3120);
+        x1 = prmt(v1, v1, 0x3120);
+    } else {
+        const uint2 u = *reinterpret_cast<const uint2*>(x + 8 * t);
+        x0 = prmt(u.x, u.y, 0x5140);
+        x1 = prmt(u.x, u.y, 0x7362);
+    }
+}
+
+// sum = fma(acc, a_s * w_s, sum) for the four outputs of a lane (w_s already carries the 2^14).
+__device__ __forceinline__ void promote(float (&sum)[4], const float (&acc)[4], float ws_g, float ws_g8, float as0,
+                                        float as1) {
+    sum[0] = __fmaf_rn(acc[0], __fmul_rn(as0, ws_g), sum[0]);
+    sum[1] = __fmaf_rn(acc[1], __fmul_rn(as1, ws_g), sum[1]);
+    sum[2] = __fmaf_rn(acc[2], __fmul_rn(as0, ws_g8), sum[2]);
+    sum[3] = __fmaf_rn(acc[3], __fmul_rn(as1, ws_g8), sum[3]);
+}
+
+// E8M0 code e as 2^(e - 127) * 2^14 = 2^(e - 113): the normal f32 with exponent field e + 14 up to e = 240; beyond,
+// the product overflows to +inf, and 255 is NaN (what e8m0_to_float(e) * 2^14 gives, in one or two instructions).
+__device__ __forceinline__ float e8m0_times_2_14(uint32_t e) {
+    return e <= 240u   ? __uint_as_float((e + 14u) << 23)
+           : e == 255u ? __uint_as_float(0x7FC00000u)
+                       : __int_as_float(0x7F800000);
+}
+
+// The weight scales of a 32-column block b for rows g and g + 8, times 2^14: per MMA (NVFP4: e4m3 scale x global
+// per 16 columns) or the block's one E8M0 scale for both MMAs (MXFP4). sc_g, sc_g8: the rows' staged scale bytes.
+template <bool kNv>
+__device__ __forceinline__ void w_scales(const uint8_t* sc_g, const uint8_t* sc_g8, int b, float global,
+                                         float (&ws_g)[2], float (&ws_g8)[2]) {
+    if constexpr (kNv) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            ws_g[h] = __fmul_rn(__fmul_rn(skinny::e4m3_to_float(sc_g[2 * b + h]), global), kTwoTo14);
+            ws_g8[h] = __fmul_rn(__fmul_rn(skinny::e4m3_to_float(sc_g8[2 * b + h]), global), kTwoTo14);
+        }
+    } else {
+        ws_g[0] = ws_g[1] = e8m0_times_2_14(sc_g[b]);
+        ws_g8[0] = ws_g8[1] = e8m0_times_2_14(sc_g8[b]);
+    }
+}
+
+}  // namespace dsv4::cuda::moe_mma
