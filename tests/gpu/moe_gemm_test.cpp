@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "gemm_test_common.h"
+#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/moe_gemm/moe_gemm.h"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
 
@@ -107,9 +108,10 @@ void run_case(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n
 }
 
 // Two launches of the same routed product that must agree bitwise: the CUDA-core compact grid (f16-pair decode)
-// against the former strided kernel (skinny's decoder), or the tensor-core kernel's whole-stage loads (K % 128 == 0)
-// against its general, bounded ones.
-enum class Pair { kCompactVsStrided, kWholeVsGeneralStages };
+// against the former strided kernel (skinny's decoder), the tensor-core kernel's whole-stage loads (K % 128 == 0)
+// against its general, bounded ones, or the launcher's choice (the warpgroup kernel for passes of 64 slots on sm_90)
+// against the warp-MMA kernel.
+enum class Pair { kCompactVsStrided, kWholeVsGeneralStages, kChosenVsWarpMma };
 
 // `every_scale`: scale codes cycle through every value (E8M0 0..254: subnormal 2^-127 up to 2^127, overflowing
 // products included; e4m3 codes 0..254 but NaN: subnormal and negative scales) and activations spread over 2^+-30;
@@ -147,16 +149,27 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
                                        std::max(routing.max_slots, slot_bound), y_new.get());
     const bool strided = pair == Pair::kCompactVsStrided;
     p.path = strided ? cuda::MoeGemmPath::kCudaCore : cuda::MoeGemmPath::kMma;
+    // The comparison must be between two kernels: the warpgroup one runs wherever the launcher picks it.
+    if (pair == Pair::kChosenVsWarpMma) {
+        EXPECT_TRUE(cuda::detail::moe_mma_takes_wgmma(p)) << "no warpgroup kernel";
+    }
     cuda::moe_gemm(p, nullptr);
     p.y = reinterpret_cast<__nv_bfloat16*>(y_old.get());
     if (strided)
         DSV4_CUDA_CHECK(cuda::detail::launch_moe_gemm_strided(
             p, cuda::moe_gemm_config(p.experts, p.n, p.k, p.max_slots_per_expert), nullptr));
     else
-        DSV4_CUDA_CHECK(cuda::detail::launch_moe_mma(p, cuda::detail::MoeMmaStages::kGeneral, nullptr));
+        DSV4_CUDA_CHECK(cuda::detail::launch_moe_mma(p,
+                                                     pair == Pair::kChosenVsWarpMma
+                                                         ? cuda::detail::MoeMmaVariant::kWarpMma
+                                                         : cuda::detail::MoeMmaVariant::kGeneral,
+                                                     nullptr));
+    const char* pair_name = strided                          ? "compact vs strided"
+                            : pair == Pair::kChosenVsWarpMma ? "warpgroup vs warp MMA"
+                                                             : "whole vs general stages";
     char what[224];
     std::snprintf(what, sizeof what, "moe_gemm %s %s%s tokens=%lld experts=%lld topk=%lld N=%lld K=%lld slot bound=%d",
-                  strided ? "compact vs strided" : "whole vs general stages", nvfp4 ? "nvfp4" : "mxfp4", every_scale ? " every scale code" : "", (long long)tokens,
+                  pair_name, nvfp4 ? "nvfp4" : "mxfp4", every_scale ? " every scale code" : "", (long long)tokens,
                   (long long)experts, (long long)topk, (long long)n, (long long)k, p.max_slots_per_expert);
     expect_bitwise_bf16(what, to_host(y_new), to_host(y_old));
 }
@@ -188,6 +201,22 @@ TEST(MoeGemm, MmaWholeStagesEqualGeneralStagesBitwise) {
         compare_grids(rng, 40, 16, 6, 200, 1024, nvfp4, true, 1, false, kPair);     // passes of 16, odd N
         compare_grids(rng, 300, 8, 3, 72, 512, nvfp4, true, 1, false, kPair);       // passes of 64, more than one
         compare_grids(rng, 5, 32, 4, 264, 2048, nvfp4, false, 1, true, kPair);      // every scale code
+    }
+}
+
+// The warpgroup kernel (passes of 64 slots on sm_90, K % 128 == 0) gives the warp-MMA kernel's bits: the prefill
+// shapes of V4-Flash, experts with one pass, several passes and a partial last pass, odd N (rows past N repeated),
+// both matrices of a pair launch, and every scale code (subnormal, overflowing and negative scales).
+TEST(MoeGemm, WarpgroupKernelEqualsWarpMmaBitwise) {
+    DSV4_REQUIRE_GPU();
+    if (!cuda::device_has_wgmma()) GTEST_SKIP() << "wgmma needs compute capability 9.0";
+    Rng rng;
+    constexpr Pair kPair = Pair::kChosenVsWarpMma;
+    for (bool nvfp4 : {false, true}) {
+        compare_grids(rng, 512, 256, 6, 2048, 4096, nvfp4, false, 512, false, kPair);  // w1/w3, ~12 slots each
+        compare_grids(rng, 300, 16, 6, 4096, 2048, nvfp4, false, 300, false, kPair);   // w2, ~112: two passes
+        compare_grids(rng, 300, 8, 3, 72, 512, nvfp4, true, 300, false, kPair);        // expert 0: 5 passes, odd N
+        compare_grids(rng, 200, 32, 4, 264, 2048, nvfp4, false, 256, true, kPair);     // every scale code
     }
 }
 
@@ -271,9 +300,16 @@ TEST(MoeGemm, Nvfp4MatchesCpuLinear) {
 TEST(MoeGemm, PairLaunchEqualsTwoLaunches) {
     DSV4_REQUIRE_GPU();
     Rng rng;
-    for (cuda::MoeGemmPath path : {cuda::MoeGemmPath::kMma, cuda::MoeGemmPath::kCudaCore})
+    struct Case {
+        cuda::MoeGemmPath path;
+        int64_t tokens, k;
+        int slot_bound;  // 0: the routing's largest expert; 300 makes passes of 64 (the warpgroup kernel on sm_90)
+    };
+    for (const Case c : {Case{cuda::MoeGemmPath::kMma, 9, 1056, 0}, Case{cuda::MoeGemmPath::kMma, 300, 1024, 300},
+                         Case{cuda::MoeGemmPath::kCudaCore, 9, 1056, 0}})
         for (bool nvfp4 : {false, true}) {
-            const int64_t tokens = 9, experts = 32, topk = 6, n = 520, k = 1056;
+            const cuda::MoeGemmPath path = c.path;
+            const int64_t tokens = c.tokens, experts = 32, topk = 6, n = 520, k = c.k;
             const Routing routing = route(rng, tokens, experts, topk, false);
             const int64_t slots = int64_t(routing.row_index.size());
             std::vector<std::vector<uint8_t>> data(2), scale(2);
@@ -294,7 +330,7 @@ TEST(MoeGemm, PairLaunchEqualsTwoLaunches) {
             auto y0 = poisoned<uint16_t>(size_t(slots * n)), y1 = poisoned<uint16_t>(size_t(slots * n));
             auto alone0 = poisoned<uint16_t>(size_t(slots * n)), alone1 = poisoned<uint16_t>(size_t(slots * n));
             cuda::MoeGemmParams p = moe_params(a, rd.get(), od.get(), w0.get(), s0.get(), g0.get(), nvfp4, experts, n,
-                                               k, routing.max_slots, y0.get());
+                                               k, c.slot_bound ? c.slot_bound : routing.max_slots, y0.get());
             p.path = path;
             p.second = {w1.get(), s1.get(), nvfp4 ? g1.get() : nullptr, reinterpret_cast<__nv_bfloat16*>(y1.get())};
             cuda::moe_gemm(p, nullptr);
@@ -307,7 +343,9 @@ TEST(MoeGemm, PairLaunchEqualsTwoLaunches) {
             q.w_global = nvfp4 ? g1.get() : nullptr;
             q.y = reinterpret_cast<__nv_bfloat16*>(alone1.get());
             cuda::moe_gemm(q, nullptr);
-            const char* what = path == cuda::MoeGemmPath::kMma ? "tensor cores" : "cuda cores";
+            const char* what = path == cuda::MoeGemmPath::kCudaCore   ? "cuda cores"
+                               : cuda::detail::moe_mma_takes_wgmma(p) ? "warpgroup MMA"
+                                                                      : "warp MMA";
             expect_bitwise_bf16(std::string("pair launch, first matrix, ") + what + (nvfp4 ? " nvfp4" : " mxfp4"),
                                 to_host(y0), to_host(alone0));
             expect_bitwise_bf16(std::string("pair launch, second matrix, ") + what + (nvfp4 ? " nvfp4" : " mxfp4"),

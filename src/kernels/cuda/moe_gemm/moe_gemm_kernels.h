@@ -15,10 +15,14 @@ int moe_mma_pass_tokens(int max_slots_per_expert, int expected_slots_per_expert)
 cudaError_t launch_moe_gemm(const MoeGemmParams& p, const MoeGemmConfig& config, cudaStream_t stream);
 
 namespace detail {
-// kChosen: whole-stage loads where K % 128 == 0 (the launcher's choice); kGeneral: the bounded loads any K takes,
-// same bits (tests compare the two).
-enum class MoeMmaStages { kChosen, kGeneral };
-cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaStages stages, cudaStream_t stream);
+// Which tensor-core kernel, all with the same bits (tests compare them): kChosen, the launcher's choice (the warpgroup
+// kernel for passes of 64 slots on sm_90 when K % 128 == 0, else the warp-MMA kernel with whole-stage loads where
+// K % 128 == 0); kWarpMma, the warp-MMA kernel with the loads the launcher would pick; kGeneral, the warp-MMA kernel
+// with the bounded loads any K takes.
+enum class MoeMmaVariant { kChosen, kWarpMma, kGeneral };
+cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaStream_t stream);
+// Whether kChosen takes the warpgroup kernel (moe_wgmma.cu) for these parameters on the current device.
+bool moe_mma_takes_wgmma(const MoeGemmParams& p);
 // The former grid over all experts, same bits: for the bitwise comparison in tests and benchmarks.
 cudaError_t launch_moe_gemm_strided(const MoeGemmParams& p, const MoeGemmConfig& config, cudaStream_t stream);
 }  // namespace detail

@@ -347,7 +347,12 @@ int moe_mma_pass_tokens(int max_slots_per_expert, int expected_slots_per_expert)
 }
 
 namespace detail {
-cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaStages stages, cudaStream_t stream) {
+bool moe_mma_takes_wgmma(const MoeGemmParams& p) {
+    return p.k % kStageCols == 0 && moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert) == 64 &&
+           device_has_wgmma();
+}
+
+cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaStream_t stream) {
     Args args;
     args.a = p.a;
     args.a_scale = p.a_scale;
@@ -359,15 +364,16 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaStages stages, cudaStre
     args.experts = p.experts;
     args.n = p.n;
     args.k = p.k;
+    if (variant == MoeMmaVariant::kChosen && moe_mma_takes_wgmma(p)) return launch_moe_wgmma(args, p.format, stream);
     const int tokens = moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert);
-    const bool whole = stages == MoeMmaStages::kChosen && p.k % kStageCols == 0;
+    const bool whole = variant != MoeMmaVariant::kGeneral && p.k % kStageCols == 0;
     return p.format == ExpertFormat::kMxfp4 ? launch<ExpertFormat::kMxfp4>(args, tokens, whole, stream)
                                             : launch<ExpertFormat::kNvfp4>(args, tokens, whole, stream);
 }
 }  // namespace detail
 
 cudaError_t launch_moe_mma(const MoeGemmParams& p, cudaStream_t stream) {
-    return detail::launch_moe_mma(p, detail::MoeMmaStages::kChosen, stream);
+    return detail::launch_moe_mma(p, detail::MoeMmaVariant::kChosen, stream);
 }
 
 }  // namespace dsv4::cuda

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/gemm_fp8/skinny_operands.cuh"
+#include "kernels/cuda/moe_gemm/moe_gemm.h"
 
 namespace dsv4::cuda::moe_mma {
 
@@ -153,3 +154,8 @@ __device__ __forceinline__ void w_scales(const uint8_t* sc_g, const uint8_t* sc_
 }
 
 }  // namespace dsv4::cuda::moe_mma
+
+namespace dsv4::cuda::detail {
+// The warpgroup kernel (moe_wgmma.cu; sm_90a, K % 128 == 0, passes of 64 slots).
+cudaError_t launch_moe_wgmma(const moe_mma::Args& args, ExpertFormat format, cudaStream_t stream);
+}  // namespace dsv4::cuda::detail

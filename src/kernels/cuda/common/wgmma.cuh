@@ -1,0 +1,67 @@
+// Hopper warpgroup MMA (sm_90a wgmma) with f16 operands and f32 accumulators: A (64 rows x 16 k) from registers in
+// mma.sync's m16n8k16 A-fragment layout (warp w of the warpgroup holds rows 16w..16w+15), B (16 k x N) from shared
+// memory, K-major, in 8-row x 16-byte core matrices without swizzle. Its bits equal mma.sync m16n8k16's for the same
+// operands and accumulator (docs/perf.md, "wgmma against mma.sync, bit for bit"). Compiled only for sm_90a: other
+// targets get a trap, and the host launches these kernels only where has_wgmma() says so.
+#pragma once
+
+#include <cstdint>
+
+namespace dsv4::cuda {
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DSV4_WGMMA 1
+#else
+#define DSV4_WGMMA 0
+#endif
+
+// Descriptor of a K-major B tile at shared-window address `addr` (16-byte aligned): core matrices adjacent along K
+// `k_stride` bytes apart, along N `n_stride` bytes apart (the leading and stride byte offsets of the descriptor).
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr, uint32_t k_stride, uint32_t n_stride) {
+    return uint64_t((addr >> 4) & 0x3FFF) | uint64_t((k_stride >> 4) & 0x3FFF) << 16 |
+           uint64_t((n_stride >> 4) & 0x3FFF) << 32;
+}
+
+// Orders this thread's earlier register writes (A fragments, accumulators) before the next wgmma reads them.
+__device__ __forceinline__ void wgmma_fence() {
+#if DSV4_WGMMA
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+// Closes the wgmmas issued so far into a group and waits until at most kPending groups are in flight.
+template <int kPending>
+__device__ __forceinline__ void wgmma_commit_and_wait() {
+#if DSV4_WGMMA
+    asm volatile("wgmma.commit_group.sync.aligned;\n wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+#endif
+}
+// Makes this thread's generic-proxy shared-memory writes visible to the async proxy (wgmma's operand reads); a CTA
+// barrier after it publishes them to the other warps' wgmmas.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+#if DSV4_WGMMA
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+// d (m64n64, 32 floats per thread: n8 tile j holds rows g, g + 8 x columns 8j + 2t, 8j + 2t + 1 as d[4j..4j+3], the
+// mma.sync C layout) = a x b + (accumulate ? d : 0).
+__device__ __forceinline__ void wgmma_m64n64k16_f16(float (&d)[32], const uint32_t (&a)[4], uint64_t b_desc,
+                                                    bool accumulate) {
+#if DSV4_WGMMA
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(int(accumulate)));
+#else
+    __trap();
+#endif
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,254 @@
+// moe_gemm's passes of 64 slots (prefill) on Hopper's warpgroup MMA: the same products, accumulators and promotions
+// as moe_mma.cu's warp-MMA kernel (its header has the arithmetic), so the same bits, at a fraction of the
+// instructions: one wgmma multiplies a CTA's 64 weight rows by the pass's 64 tokens over 16 K, where mma.sync took 16
+// warp instructions and each of them its own activation conversion.
+//
+// Roles: the warpgroup's A operand is W (rows 16w..16w+15 per warp, the fragments of moe_mma.cu, decoded from the
+// staged nibbles in registers), its B operand the pass's activations as f16 in shared memory. Per stage of 128 K
+// columns, the CTA converts the staged e4m3 activations once into eight k16 tiles, each k16 slot holding the column
+// mma.sync's B fragment puts there (x_pairs: the two MMAs of a 32-column block see the same physical columns at the
+// same k as before); W's two fragments of a block meet them in two wgmmas, from a zero accumulator (MXFP4: one
+// promotion per block; NVFP4: one per 16 columns), and the promotions go to the sum of the block's parity (the two
+// K parts of moe_mma.cu), added part 0 + part 1 at the end and rounded to bf16.
+//
+// Grid: persistent over items (matrix, active expert, 64-row tile), as moe_mma.cu. CTA: one warpgroup; K streams
+// through shared memory in 3 stages of 128 columns (16-byte cp.async), the f16 tile of the current stage beside
+// them. Needs K % 128 == 0 (every V4 shape; the launcher takes the warp-MMA kernel otherwise). Tested bitwise against
+// the warp-MMA kernel in tests/gpu/moe_gemm_test.cpp.
+#include "kernels/cuda/common/cp_async.cuh"
+#include "kernels/cuda/common/resident_ctas.h"
+#include "kernels/cuda/common/wgmma.cuh"
+#include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
+#include "kernels/cuda/moe_gemm/moe_mma_common.cuh"
+
+namespace dsv4::cuda {
+namespace {
+
+using namespace moe_mma;
+
+constexpr int kTokens = 64;  // slots per pass: the wgmma's N
+constexpr int kRows = 64;    // weight rows per CTA: the wgmma's M, 16 per warp
+constexpr int kThreads = 128;
+constexpr int kStages = 3;
+constexpr int kStageCols = 128;
+constexpr int kWRowBytes = kStageCols / 2 + 16;  // as moe_mma.cu: fragment reads conflict-free
+constexpr int kARowBytes = kStageCols + 32;
+constexpr int kScaleRowBytes = 16;
+// The f16 B tile of one k16 step: 64 tokens x 16 k as core matrices (token block of 8, k half) at
+// (token / 8) * 256 + half * 128, row token % 8 at 16 bytes each; the next step 2 KiB further.
+constexpr int kCoreK = 128, kCoreN = 256, kStepBytes = kTokens * 32, kB16Bytes = 8 * kStepBytes;
+
+struct Stage {
+    static constexpr int w = 0;
+    static constexpr int a = w + kRows * kWRowBytes;
+    static constexpr int w_scale = a + kTokens * kARowBytes;
+    static constexpr int a_scale = w_scale + kRows * kScaleRowBytes;
+    static constexpr int bytes = a_scale + kTokens * 4;
+};
+static_assert(Stage::bytes % 16 == 0);
+
+__host__ __device__ constexpr int smem_bytes(int64_t experts) {
+    return kB16Bytes + list_bytes(experts) + kStages * Stage::bytes;
+}
+
+// Writes the f16 pair of e4m3 bytes 0, 1 of `x` at k slot 2t (half 0) of token n in k16 step `step`, and bytes 2, 3
+// at the same slot of half 1 (k 2t + 8): where mma.sync's b0 and b1 take them.
+[[maybe_unused]] __device__ __forceinline__ void put_pairs(uint8_t* b16, int step, int n, int t, uint32_t x) {
+    uint8_t* at = b16 + step * kStepBytes + (n / 8) * kCoreN + (n % 8) * 16 + 4 * t;
+    *reinterpret_cast<uint32_t*>(at) = e4m3x2_to_f16x2(x);
+    *reinterpret_cast<uint32_t*>(at + kCoreK) = e4m3x2_to_f16x2(x >> 16);
+}
+
+template <ExpertFormat kFormat>
+__global__ void __launch_bounds__(kThreads, 2) moe_wgmma_kernel(Args p) {
+#if DSV4_WGMMA
+    constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
+    constexpr int kScaleBytesPerStage = kNv ? 8 : 4;
+    using L = Stage;
+    extern __shared__ __align__(128) uint8_t smem[];
+    __shared__ int warp_counts[kThreads / 32];
+    uint8_t* b16 = smem;
+    int* active = reinterpret_cast<int*>(smem + kB16Bytes);
+    uint8_t* stages = smem + kB16Bytes + list_bytes(p.experts);
+    const unsigned stages_addr = smem_addr(stages);
+    const uint64_t b_desc0 = wgmma_desc(smem_addr(b16), kCoreK, kCoreN);
+
+    const int64_t total = p.offsets[p.experts];
+    const int64_t n_tiles = (p.n + kRows - 1) / kRows;
+    if (int64_t(blockIdx.x) >= (total < p.experts ? total : p.experts) * n_tiles * p.mat_count) return;
+
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+    const int count = list_active_experts<kThreads>(p.offsets, p.experts, active, warp_counts);
+
+    const int64_t k_half = p.k / 2, scale_cols = kNv ? p.k / 16 : p.k / 32, kb = p.k / kStageCols;
+    const int kt_count = int(kb);
+    const int64_t items = int64_t(count) * n_tiles * p.mat_count;
+    const int row_g = 16 * warp + g;
+    for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+        const int64_t e = active[item / (n_tiles * p.mat_count)];
+        const int mat_i = int(item / n_tiles % p.mat_count);
+        const Matrix m = mat_i ? p.mats[1] : p.mats[0];
+        const int64_t n0 = item % n_tiles * kRows;
+        const float global = kNv ? __ldg(m.w_global + e) : 1.0f;
+        const int64_t begin = p.offsets[e], end = p.offsets[e + 1];
+        auto row_of = [&](int r) {  // weight row of tile row r (rows past N repeat the last; never stored)
+            const int64_t n = n0 + r;
+            return e * p.n + (n < p.n ? n : p.n - 1);
+        };
+        // Loader roles: thread tid copies 16 bytes of W rows tid / 4 and 32 + tid / 4, and the scale words of row
+        // tid when tid < 64.
+        const int w_part = tid % 4;
+        const uint8_t* w_src0 = m.w + row_of(tid / 4) * k_half + w_part * 16;
+        const uint8_t* w_src1 = m.w + row_of(32 + tid / 4) * k_half + w_part * 16;
+        const unsigned w_dst0 = L::w + tid / 4 * kWRowBytes + w_part * 16, w_dst1 = w_dst0 + 32 * kWRowBytes;
+        const uint8_t* scale_src = tid < kRows ? m.w_scale + row_of(tid) * scale_cols : nullptr;
+
+        for (int64_t s0 = begin; s0 < end; s0 += kTokens) {
+            const int tokens = end - s0 < kTokens ? int(end - s0) : kTokens;
+            auto act_row = [&](int r) -> int64_t {
+                const int64_t slot = s0 + (r < tokens ? r : tokens - 1);
+                return p.row_index ? p.row_index[slot] : slot;
+            };
+            constexpr int kAPerThread = kTokens * 8 / kThreads;
+            const uint8_t* a_src[kAPerThread];
+            unsigned a_dst[kAPerThread];
+#pragma unroll
+            for (int i = 0; i < kAPerThread; ++i) {
+                const int c = tid + kThreads * i, r = c / 8;
+                a_src[i] = p.a + act_row(r) * p.k + (c % 8) * 16;
+                a_dst[i] = L::a + r * kARowBytes + (c % 8) * 16;
+            }
+            const float* as_src = tid < kTokens ? p.a_scale + act_row(tid) * kb : nullptr;
+
+            auto load = [&](int slot, int kt) {
+                const unsigned base = stages_addr + slot * L::bytes;
+                cp_async16(base + w_dst0, w_src0 + kt * 64);
+                cp_async16(base + w_dst1, w_src1 + kt * 64);
+#pragma unroll
+                for (int i = 0; i < kAPerThread; ++i) cp_async16(base + a_dst[i], a_src[i] + kt * kStageCols);
+                if (scale_src)
+#pragma unroll
+                    for (int j = 0; j < kScaleBytesPerStage / 4; ++j)
+                        cp_async4(base + L::w_scale + tid * kScaleRowBytes + 4 * j,
+                                  scale_src + kt * kScaleBytesPerStage + 4 * j, 4);
+                if (as_src) cp_async4(base + L::a_scale + tid * 4, as_src + kt, 4);
+            };
+
+            float sum[2][8][4];  // [K part: the block's parity][n8 tile][fragment]
+#pragma unroll
+            for (int part = 0; part < 2; ++part)
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) sum[part][j][i] = 0.0f;
+
+#pragma unroll
+            for (int s = 0; s < kStages - 1; ++s) {
+                if (s < kt_count) load(s, s);
+                cp_async_commit();
+            }
+            for (int kt = 0; kt < kt_count; ++kt) {
+                // Stage kt landed for every thread, and every warp is past stage kt - 1's wgmmas (each waited for
+                // its own): the f16 tile and stage kt - 1's slot are free.
+                cp_async_wait<kStages - 2>();
+                __syncthreads();
+                if (kt + kStages - 1 < kt_count) load((kt + kStages - 1) % kStages, kt + kStages - 1);
+                cp_async_commit();
+
+                const uint8_t* st = stages + (kt % kStages) * L::bytes;
+                // The activations of the stage as f16 k16 tiles: task (block b, token n, lane-quarter tq) converts
+                // the bytes x_pairs gives lane t = tq of token n's block b; a warp covers 8 tokens x 4 quarters,
+                // 32 distinct words of each core matrix it writes.
+#pragma unroll
+                for (int i = 0; i < 4 * kTokens * 4 / kThreads; ++i) {
+                    const int task = tid + kThreads * i, tq = task % 4, n = task / 4 % kTokens,
+                              b = task / (4 * kTokens);
+                    uint32_t x0, x1;
+                    x_pairs<kNv>(st + L::a + n * kARowBytes + 32 * b, tq, x0, x1);
+                    put_pairs(b16, 2 * b, n, tq, x0);
+                    put_pairs(b16, 2 * b + 1, n, tq, x1);
+                }
+                fence_proxy_async_shared();
+                __syncthreads();
+
+                const uint8_t* w_g = st + L::w + row_g * kWRowBytes;
+                const uint8_t* w_g8 = w_g + 8 * kWRowBytes;
+                const uint8_t* sc_g = st + L::w_scale + row_g * kScaleRowBytes;
+                const uint8_t* sc_g8 = sc_g + 8 * kScaleRowBytes;
+                float as[8][2];
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const float* a_s = reinterpret_cast<const float*>(st + L::a_scale) + j * 8 + 2 * t;
+                    as[j][0] = a_s[0];
+                    as[j][1] = a_s[1];
+                }
+#pragma unroll
+                for (int b = 0; b < 4; ++b) {
+                    uint32_t w0[4], w1[4];
+                    w_fragments<kNv>(w_g, w_g8, b, t, w0, w1);
+                    float ws_g[2], ws_g8[2];
+                    w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
+                    float acc[32];
+                    auto promote_all = [&](int h) {
+#pragma unroll
+                        for (int j = 0; j < 8; ++j) {
+                            float(&a4)[4] = *reinterpret_cast<float(*)[4]>(acc + 4 * j);
+                            promote(sum[b % 2][j], a4, ws_g[h], ws_g8[h], as[j][0], as[j][1]);
+                        }
+                    };
+                    const uint64_t d0 = b_desc0 + ((2 * b * kStepBytes) >> 4), d1 = d0 + (kStepBytes >> 4);
+                    wgmma_fence();
+                    wgmma_m64n64k16_f16(acc, w0, d0, false);
+                    if constexpr (kNv) {
+                        wgmma_commit_and_wait<0>();
+                        promote_all(0);
+                        wgmma_fence();
+                        wgmma_m64n64k16_f16(acc, w1, d1, false);
+                    } else {
+                        wgmma_m64n64k16_f16(acc, w1, d1, true);
+                    }
+                    wgmma_commit_and_wait<0>();
+                    promote_all(1);
+                }
+            }
+            cp_async_wait<0>();
+            __syncthreads();  // the next pass's prologue refills the stages
+
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int token = 8 * j + 2 * t + (i & 1);
+                    const int64_t n = n0 + row_g + (i >= 2 ? 8 : 0);
+                    if (token < tokens && n < p.n)
+                        m.y[(s0 + token) * p.n + n] = __float2bfloat16_rn(__fadd_rn(sum[0][j][i], sum[1][j][i]));
+                }
+        }
+    }
+#else
+    __trap();
+#endif
+}
+
+template <ExpertFormat kFormat>
+cudaError_t launch(const Args& args, cudaStream_t stream) {
+    const auto kernel = moe_wgmma_kernel<kFormat>;
+    const int smem = smem_bytes(args.experts);
+    const int64_t n_tiles = (args.n + kRows - 1) / kRows;
+    const int64_t items = args.experts * n_tiles * args.mat_count,
+                  resident = resident_ctas(reinterpret_cast<const void*>(kernel), kThreads, smem);
+    const int64_t grid = items < resident ? items : resident;
+    kernel<<<unsigned(grid), kThreads, smem, stream>>>(args);
+    return cudaGetLastError();
+}
+
+}  // namespace
+
+namespace detail {
+cudaError_t launch_moe_wgmma(const moe_mma::Args& args, ExpertFormat format, cudaStream_t stream) {
+    return format == ExpertFormat::kMxfp4 ? launch<ExpertFormat::kMxfp4>(args, stream)
+                                          : launch<ExpertFormat::kNvfp4>(args, stream);
+}
+}  // namespace detail
+
+}  // namespace dsv4::cuda
