@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One call on the GPU machine for a same-run A/B: builds this tree (dsv4 and the GPU tests) and, beside it, the
+# tree of an older commit (dsv4 only), runs the GPU tests named by TESTS (a gtest filter; empty: none), then each
+# `dsv4 bench` argument list of BENCH_ARGS (separated by ';') on old and new alternately, REPEAT times, and prints
+# every run's summary lines last. Prepare the old tree on the CPU machine into an ignored folder the call carries:
+#   mkdir -p out && git archive <commit> | gzip > out/old.tar.gz
+# and carry ["out", ".embedded", ".httplib"]. Full logs go to $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-/tmp/dsv4_gpu_ab}"
+mkdir -p "$out"
+export PATH="$PATH:/usr/local/cuda/bin"
+cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV4_CUDA_ARCHS=90a -DDSV4_HTTPLIB_ROOT="$PWD/.httplib")
+
+old=/tmp/dsv4_old
+rm -rf "$old" && mkdir -p "$old" && tar -xzf out/old.tar.gz -C "$old" && cp -r .embedded "$old/" 2>/dev/null
+(cd "$old" && cmake -S . -B build-gpu "${cmake_args[@]}" >"$out/old_configure.log" 2>&1 &&
+    cmake --build build-gpu -j 6 --target dsv4 >"$out/old_build.log" 2>&1) &
+old_pid=$!
+cmake -S . -B build-gpu "${cmake_args[@]}" >"$out/configure.log" 2>&1 &&
+    cmake --build build-gpu -j 10 --target dsv4 dsv4_gpu_tests >"$out/build.log" 2>&1 || {
+    tail -30 "$out/build.log"
+    exit 1
+}
+if [ -n "${TESTS:-}" ]; then
+    build-gpu/tests/dsv4_gpu_tests --gtest_filter="$TESTS" >"$out/tests.log" 2>&1
+    echo "tests ($TESTS): rc $? $(grep -E '^\[  PASSED|^\[  FAILED|tests ran' "$out/tests.log" | tr '\n' ' ')"
+    grep -E "^\[  FAILED|Failure|differ" "$out/tests.log" | head -20
+fi
+wait $old_pid || {
+    tail -30 "$out/old_build.log"
+    exit 1
+}
+IFS=';' read -ra benches <<<"${BENCH_ARGS:-}"
+for ((r = 1; r <= ${REPEAT:-1}; ++r)); do
+    for i in "${!benches[@]}"; do
+        for side in old new; do
+            bin=build-gpu/tools/dsv4/dsv4
+            [ "$side" = old ] && bin="$old/build-gpu/tools/dsv4/dsv4"
+            log="$out/bench_${i}_${side}_${r}.txt"
+            # shellcheck disable=SC2086
+            $bin bench ${benches[$i]} >"$log" 2>&1
+            echo "== run $r, $side: dsv4 bench ${benches[$i]}"
+            grep -E "^prefill|routed_experts|^decode step \(|x floor|^  +[0-9]+ +[0-9.]+ +[0-9]+ " "$log" | head -"${LINES_PER_RUN:-12}"
+        done
+    done
+done
