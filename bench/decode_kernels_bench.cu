@@ -7,8 +7,9 @@
 // launch cost; weights rotate over copies larger than L2 (8 routings of 6 experts for moe_gemm, 64 mixer copies),
 // as in a decode step, where other layers' weights evict them. Correctness: the two versions' outputs compared
 // bitwise for every rotation; the tensor-core routed experts at batches 1-256 (mma) print a hash of their outputs
-// instead, to compare builds. Usage: dsv4_bench_decode_kernels [hc|moe|mma|combine|dense|attn]   (default: all; numbers
-// recorded in docs/perf.md)
+// instead, to compare builds; at prefill sizes (prefill) the warp-MMA and warpgroup kernels side by side, bitwise.
+// Usage: dsv4_bench_decode_kernels [hc|moe|mma|prefill|combine|dense|attn]   (default: all; numbers recorded in
+// docs/perf.md)
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -258,7 +259,7 @@ void bench_moe(const char* name, int64_t n, int64_t k, int slot_bound) {
 // 8 routings rotated so no routing's weights stay in L2), w1 and w3 in one pair launch ([2048, 4096] each) and w2
 // ([4096, 2048]) as the executor launches them. Bytes: the active experts' weights and scales (each read once), the
 // gathered activations and the outputs. `hash`: FNV-1a of routing 0's outputs, to compare two builds' bits.
-void bench_moe_mma(int64_t tokens) {
+void bench_moe_mma(int64_t tokens, bool variants = false) {
     const int64_t experts = 256, topk = 6, dim = 4096, inter = 2048;
     constexpr int kRoutings = 8;
     DeviceBuffer<uint8_t> w1{size_t(experts * inter * dim / 2)}, w3{w1.size()}, w2{w1.size()};
@@ -321,9 +322,7 @@ void bench_moe_mma(int64_t tokens) {
     double mean_active = 0;
     for (int64_t a : active) mean_active += double(a) / kRoutings;
     const double matrix_bytes = double(inter * dim / 2 + inter * dim / 32);
-    for (bool down : {false, true}) {
-        const double us = graph_us([&](int i, cudaStream_t s) { moe_gemm(params(i, down), s); });
-        moe_gemm(params(0, down), nullptr);
+    auto outputs_hash = [&](bool down) {
         DSV4_CUDA_CHECK(cudaDeviceSynchronize());
         uint64_t hash = 1469598103934665603ull;
         for (const DeviceBuffer<__nv_bfloat16>* y : down ? std::vector{&y2} : std::vector{&y1, &y3}) {
@@ -331,10 +330,39 @@ void bench_moe_mma(int64_t tokens) {
             DSV4_CUDA_CHECK(cudaMemcpy(host.data(), y->get(), host.size(), cudaMemcpyDeviceToHost));
             for (uint8_t b : host) hash = (hash ^ b) * 1099511628211ull;
         }
+        return hash;
+    };
+    for (bool down : {false, true}) {
         const double bytes = mean_active * matrix_bytes * (down ? 1 : 2) +
                              double(slots) * double(down ? inter + dim * 2 : dim + 2 * inter * 2);
-        std::printf("%-8s %6lld %8.1f %8d %10.2f %9.0f   %016llx\n", down ? "w2" : "w1+w3", (long long)tokens,
-                    mean_active, max_slots, us, bytes / (us * 1e-6) / 1e9, (unsigned long long)hash);
+        if (!variants) {
+            const double us = graph_us([&](int i, cudaStream_t s) { moe_gemm(params(i, down), s); });
+            moe_gemm(params(0, down), nullptr);
+            const uint64_t hash = outputs_hash(down);
+            std::printf("%-8s %6lld %8.1f %8d %10.2f %9.0f   %016llx\n", down ? "w2" : "w1+w3", (long long)tokens,
+                        mean_active, max_slots, us, bytes / (us * 1e-6) / 1e9, (unsigned long long)hash);
+            continue;
+        }
+        // Prefill passes: the warp-MMA kernel against the launcher's choice (the warpgroup kernel on sm_90), outputs
+        // compared bitwise (hashes of routing 0's outputs).
+        const double flops = 2.0 * double(slots) * double(inter) * double(dim) * (down ? 1 : 2);
+        uint64_t reference = 0;
+        for (detail::MoeMmaVariant v : {detail::MoeMmaVariant::kWarpMma, detail::MoeMmaVariant::kChosen}) {
+            const double us = graph_us(
+                [&](int i, cudaStream_t s) { DSV4_CUDA_CHECK(detail::launch_moe_mma(params(i, down), v, s)); });
+            DSV4_CUDA_CHECK(detail::launch_moe_mma(params(0, down), v, nullptr));
+            const uint64_t hash = outputs_hash(down);
+            if (v == detail::MoeMmaVariant::kWarpMma)
+                reference = hash;
+            else if (hash != reference)
+                ++failures;
+            const char* name = v == detail::MoeMmaVariant::kWarpMma           ? "warp mma"
+                               : detail::moe_mma_takes_wgmma(params(0, down)) ? "wgmma"
+                                                                              : "chosen (warp mma)";
+            std::printf("%-8s %6lld %8.1f %8d %10.2f %9.0f %9.1f   %016llx %s %s\n", down ? "w2" : "w1+w3",
+                        (long long)tokens, mean_active, max_slots, us, bytes / (us * 1e-6) / 1e9,
+                        flops / (us * 1e-6) / 1e12, (unsigned long long)hash, name, hash == reference ? "" : "DIFFERS");
+        }
     }
 }
 
@@ -502,6 +530,11 @@ int main(int argc, char** argv) {
         std::printf("\n%-8s %6s %8s %8s %10s %9s   %s\n", "routed", "tokens", "experts", "max", "us", "GB/s",
                     "hash of routing 0's outputs");
         for (int64_t tokens : {1, 16, 64, 256}) bench_moe_mma(tokens);
+    }
+    if (run("prefill")) {
+        std::printf("\n%-8s %6s %8s %8s %10s %9s %9s   %s\n", "routed", "tokens", "experts", "max", "us", "GB/s",
+                    "TFLOP/s", "hash of routing 0's outputs, kernel");
+        for (int64_t tokens : {2048, 8192}) bench_moe_mma(tokens, true);
     }
     if (run("combine")) {
         std::printf("\n");

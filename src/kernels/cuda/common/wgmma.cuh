@@ -28,12 +28,25 @@ __device__ __forceinline__ void wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #endif
 }
-// Closes the wgmmas issued so far into a group and waits until at most kPending groups are in flight.
-template <int kPending>
-__device__ __forceinline__ void wgmma_commit_and_wait() {
+// Closes the wgmmas issued since the last commit into a group.
+__device__ __forceinline__ void wgmma_commit() {
 #if DSV4_WGMMA
-    asm volatile("wgmma.commit_group.sync.aligned;\n wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 #endif
+}
+// Waits until at most kPending committed groups are in flight.
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+#if DSV4_WGMMA
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+#endif
+}
+// Pins the accumulator registers in program order around the asynchronous MMAs: the compiler sees them read and
+// written here, so it neither reads them before the wait that completes their wgmma nor writes them while one runs.
+template <int N>
+__device__ __forceinline__ void wgmma_fence_operand(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 // Makes this thread's generic-proxy shared-memory writes visible to the async proxy (wgmma's operand reads); a CTA
 // barrier after it publishes them to the other warps' wgmmas.

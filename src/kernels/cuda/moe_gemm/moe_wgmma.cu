@@ -1,20 +1,21 @@
 // moe_gemm's passes of 64 slots (prefill) on Hopper's warpgroup MMA: the same products, accumulators and promotions
 // as moe_mma.cu's warp-MMA kernel (its header has the arithmetic), so the same bits, at a fraction of the
-// instructions: one wgmma multiplies a CTA's 64 weight rows by the pass's 64 tokens over 16 K, where mma.sync took 16
-// warp instructions and each of them its own activation conversion.
+// instructions: one wgmma multiplies a warpgroup's 64 weight rows by the pass's 64 tokens over 16 K, where mma.sync
+// took 32 warp instructions, each warp converting its own activation fragments.
 //
-// Roles: the warpgroup's A operand is W (rows 16w..16w+15 per warp, the fragments of moe_mma.cu, decoded from the
-// staged nibbles in registers), its B operand the pass's activations as f16 in shared memory. Per stage of 128 K
-// columns, the CTA converts the staged e4m3 activations once into eight k16 tiles, each k16 slot holding the column
+// Roles: each warpgroup's A operand is W (its 64 rows, 16 per warp, in moe_mma.cu's fragments, decoded from the
+// staged nibbles in registers), its B operand the pass's activations as f16 in shared memory. The CTA converts the
+// staged e4m3 activations of each 128-column stage once into eight k16 tiles, each k16 slot holding the column
 // mma.sync's B fragment puts there (x_pairs: the two MMAs of a 32-column block see the same physical columns at the
-// same k as before); W's two fragments of a block meet them in two wgmmas, from a zero accumulator (MXFP4: one
+// same k as before); W's two fragments of a block meet them in two wgmmas from a zero accumulator (MXFP4: one
 // promotion per block; NVFP4: one per 16 columns), and the promotions go to the sum of the block's parity (the two
 // K parts of moe_mma.cu), added part 0 + part 1 at the end and rounded to bf16.
 //
-// Grid: persistent over items (matrix, active expert, 64-row tile), as moe_mma.cu. CTA: one warpgroup; K streams
-// through shared memory in 3 stages of 128 columns (16-byte cp.async), the f16 tile of the current stage beside
-// them. Needs K % 128 == 0 (every V4 shape; the launcher takes the warp-MMA kernel otherwise). Tested bitwise against
-// the warp-MMA kernel in tests/gpu/moe_gemm_test.cpp.
+// Overlap: two accumulators, so a unit's wgmmas run while the previous unit is promoted; two f16 tiles, so stage
+// kt + 1 is converted between stage kt's wgmmas (one barrier per stage). Grid: persistent over items (matrix, active
+// expert, 128-row tile), as moe_mma.cu; CTA: two warpgroups (128 weight rows, 64 tokens), K streaming through 4
+// stages of 128 columns (16-byte cp.async). Needs K % 128 == 0 (every V4 shape; the launcher takes the warp-MMA
+// kernel otherwise). Tested bitwise against the warp-MMA kernel in tests/gpu/moe_gemm_test.cpp.
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/common/wgmma.cuh"
@@ -27,16 +28,19 @@ namespace {
 using namespace moe_mma;
 
 constexpr int kTokens = 64;  // slots per pass: the wgmma's N
-constexpr int kRows = 64;    // weight rows per CTA: the wgmma's M, 16 per warp
-constexpr int kThreads = 128;
-constexpr int kStages = 3;
 constexpr int kStageCols = 128;
 constexpr int kWRowBytes = kStageCols / 2 + 16;  // as moe_mma.cu: fragment reads conflict-free
 constexpr int kARowBytes = kStageCols + 32;
 constexpr int kScaleRowBytes = 16;
 // The f16 B tile of one k16 step: 64 tokens x 16 k as core matrices (token block of 8, k half) at
 // (token / 8) * 256 + half * 128, row token % 8 at 16 bytes each; the next step 2 KiB further.
-constexpr int kCoreK = 128, kCoreN = 256, kStepBytes = kTokens * 32, kB16Bytes = 8 * kStepBytes;
+constexpr int kCoreK = 128, kCoreN = 256, kStepBytes = kTokens * 32, kB16Bytes = 8 * kStepBytes;  // per tile
+
+// Two warpgroups per CTA, each 64 weight rows (the wgmma's M, 16 per warp): they share the staged and converted
+// activations of the pass (one warpgroup per CTA, two CTAs per SM, measured 6-11 % slower: twice the conversions
+// and activation loads per product).
+constexpr int kRows = 128, kThreads = 256;
+constexpr int kStages = 4;  // raw stages in flight: kt + 1 is converted while kt is multiplied
 
 struct Stage {
     static constexpr int w = 0;
@@ -48,7 +52,7 @@ struct Stage {
 static_assert(Stage::bytes % 16 == 0);
 
 __host__ __device__ constexpr int smem_bytes(int64_t experts) {
-    return kB16Bytes + list_bytes(experts) + kStages * Stage::bytes;
+    return 2 * kB16Bytes + list_bytes(experts) + kStages * Stage::bytes;
 }
 
 // Writes the f16 pair of e4m3 bytes 0, 1 of `x` at k slot 2t (half 0) of token n in k16 step `step`, and bytes 2, 3
@@ -60,7 +64,7 @@ __host__ __device__ constexpr int smem_bytes(int64_t experts) {
 }
 
 template <ExpertFormat kFormat>
-__global__ void __launch_bounds__(kThreads, 2) moe_wgmma_kernel(Args p) {
+__global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(Args p) {
 #if DSV4_WGMMA
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
     constexpr int kScaleBytesPerStage = kNv ? 8 : 4;
@@ -68,8 +72,8 @@ __global__ void __launch_bounds__(kThreads, 2) moe_wgmma_kernel(Args p) {
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ int warp_counts[kThreads / 32];
     uint8_t* b16 = smem;
-    int* active = reinterpret_cast<int*>(smem + kB16Bytes);
-    uint8_t* stages = smem + kB16Bytes + list_bytes(p.experts);
+    int* active = reinterpret_cast<int*>(smem + 2 * kB16Bytes);
+    uint8_t* stages = smem + 2 * kB16Bytes + list_bytes(p.experts);
     const unsigned stages_addr = smem_addr(stages);
     const uint64_t b_desc0 = wgmma_desc(smem_addr(b16), kCoreK, kCoreN);
 
@@ -95,12 +99,12 @@ __global__ void __launch_bounds__(kThreads, 2) moe_wgmma_kernel(Args p) {
             const int64_t n = n0 + r;
             return e * p.n + (n < p.n ? n : p.n - 1);
         };
-        // Loader roles: thread tid copies 16 bytes of W rows tid / 4 and 32 + tid / 4, and the scale words of row
-        // tid when tid < 64.
+        // Loader roles: thread tid copies 16 bytes of W rows tid / 4 and kRows / 2 + tid / 4, and the scale words
+        // of row tid when tid < kRows.
         const int w_part = tid % 4;
         const uint8_t* w_src0 = m.w + row_of(tid / 4) * k_half + w_part * 16;
-        const uint8_t* w_src1 = m.w + row_of(32 + tid / 4) * k_half + w_part * 16;
-        const unsigned w_dst0 = L::w + tid / 4 * kWRowBytes + w_part * 16, w_dst1 = w_dst0 + 32 * kWRowBytes;
+        const uint8_t* w_src1 = m.w + row_of(kRows / 2 + tid / 4) * k_half + w_part * 16;
+        const unsigned w_dst0 = L::w + tid / 4 * kWRowBytes + w_part * 16, w_dst1 = w_dst0 + kRows / 2 * kWRowBytes;
         const uint8_t* scale_src = tid < kRows ? m.w_scale + row_of(tid) * scale_cols : nullptr;
 
         for (int64_t s0 = begin; s0 < end; s0 += kTokens) {
@@ -142,35 +146,42 @@ __global__ void __launch_bounds__(kThreads, 2) moe_wgmma_kernel(Args p) {
 #pragma unroll
                     for (int i = 0; i < 4; ++i) sum[part][j][i] = 0.0f;
 
+            // The activations of a stage as f16 k16 tiles: task (block b, token n, lane-quarter tq) converts the
+            // bytes x_pairs gives lane t = tq of token n's block b; a warp covers 8 tokens x 4 quarters, 32
+            // distinct words of each core matrix it writes.
+            constexpr int kTasks = 4 * kTokens * 4 / kThreads;
+            auto convert = [&](const uint8_t* raw, uint8_t* tile, int i) {
+                const int task = tid + kThreads * i, tq = task % 4, n = task / 4 % kTokens, b = task / (4 * kTokens);
+                uint32_t x0, x1;
+                x_pairs<kNv>(raw + L::a + n * kARowBytes + 32 * b, tq, x0, x1);
+                put_pairs(tile, 2 * b, n, tq, x0);
+                put_pairs(tile, 2 * b + 1, n, tq, x1);
+            };
+
 #pragma unroll
             for (int s = 0; s < kStages - 1; ++s) {
                 if (s < kt_count) load(s, s);
                 cp_async_commit();
             }
+            // Stage 0's tile before the loop; in the loop, stage kt + 1's conversion runs between stage kt's MMAs.
+            cp_async_wait<kStages - 2>();
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < kTasks; ++i) convert(stages, b16, i);
+            fence_proxy_async_shared();
             for (int kt = 0; kt < kt_count; ++kt) {
-                // Stage kt landed for every thread, and every warp is past stage kt - 1's wgmmas (each waited for
-                // its own): the f16 tile and stage kt - 1's slot are free.
-                cp_async_wait<kStages - 2>();
+                // Stages kt and kt + 1 landed for every thread, tile kt is converted and published, and every warp
+                // is past stage kt - 1 (its wgmmas waited for): tile kt + 1 and stage kt - 1's slot are free.
+                cp_async_wait<kStages - 3>();
                 __syncthreads();
                 if (kt + kStages - 1 < kt_count) load((kt + kStages - 1) % kStages, kt + kStages - 1);
                 cp_async_commit();
 
                 const uint8_t* st = stages + (kt % kStages) * L::bytes;
-                // The activations of the stage as f16 k16 tiles: task (block b, token n, lane-quarter tq) converts
-                // the bytes x_pairs gives lane t = tq of token n's block b; a warp covers 8 tokens x 4 quarters,
-                // 32 distinct words of each core matrix it writes.
-#pragma unroll
-                for (int i = 0; i < 4 * kTokens * 4 / kThreads; ++i) {
-                    const int task = tid + kThreads * i, tq = task % 4, n = task / 4 % kTokens,
-                              b = task / (4 * kTokens);
-                    uint32_t x0, x1;
-                    x_pairs<kNv>(st + L::a + n * kARowBytes + 32 * b, tq, x0, x1);
-                    put_pairs(b16, 2 * b, n, tq, x0);
-                    put_pairs(b16, 2 * b + 1, n, tq, x1);
-                }
-                fence_proxy_async_shared();
-                __syncthreads();
-
+                const uint8_t* next_raw = stages + ((kt + 1) % kStages) * L::bytes;
+                uint8_t* next_tile = b16 + ((kt + 1) % 2) * kB16Bytes;
+                const bool convert_next = kt + 1 < kt_count;
+                const uint64_t b_desc = b_desc0 + (((kt % 2) * kB16Bytes) >> 4);
                 const uint8_t* w_g = st + L::w + row_g * kWRowBytes;
                 const uint8_t* w_g8 = w_g + 8 * kWRowBytes;
                 const uint8_t* sc_g = st + L::w_scale + row_g * kScaleRowBytes;
@@ -182,34 +193,50 @@ __global__ void __launch_bounds__(kThreads, 2) moe_wgmma_kernel(Args p) {
                     as[j][0] = a_s[0];
                     as[j][1] = a_s[1];
                 }
-#pragma unroll
-                for (int b = 0; b < 4; ++b) {
-                    uint32_t w0[4], w1[4];
-                    w_fragments<kNv>(w_g, w_g8, b, t, w0, w1);
+                // MMA units of the stage: a 32-column block (MXFP4: two wgmmas, one promotion) or a 16-column half
+                // (NVFP4: one wgmma, one promotion each). Two accumulators: unit u's wgmmas run while unit u - 1 is
+                // promoted, so the tensor cores and the promotions overlap within the warpgroup.
+                constexpr int kUnits = kNv ? 8 : 4;
+                float acc[2][32];
+                uint32_t w0[4], w1[4];
+                auto promote_unit = [&](int u) {
+                    const int b = kNv ? u / 2 : u, h = kNv ? u % 2 : 1;
                     float ws_g[2], ws_g8[2];
                     w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
-                    float acc[32];
-                    auto promote_all = [&](int h) {
+                    wgmma_fence_operand(acc[u % 2]);
 #pragma unroll
-                        for (int j = 0; j < 8; ++j) {
-                            float(&a4)[4] = *reinterpret_cast<float(*)[4]>(acc + 4 * j);
-                            promote(sum[b % 2][j], a4, ws_g[h], ws_g8[h], as[j][0], as[j][1]);
-                        }
-                    };
-                    const uint64_t d0 = b_desc0 + ((2 * b * kStepBytes) >> 4), d1 = d0 + (kStepBytes >> 4);
-                    wgmma_fence();
-                    wgmma_m64n64k16_f16(acc, w0, d0, false);
-                    if constexpr (kNv) {
-                        wgmma_commit_and_wait<0>();
-                        promote_all(0);
-                        wgmma_fence();
-                        wgmma_m64n64k16_f16(acc, w1, d1, false);
-                    } else {
-                        wgmma_m64n64k16_f16(acc, w1, d1, true);
+                    for (int j = 0; j < 8; ++j) {
+                        float(&a4)[4] = *reinterpret_cast<float(*)[4]>(acc[u % 2] + 4 * j);
+                        promote(sum[b % 2][j], a4, ws_g[h], ws_g8[h], as[j][0], as[j][1]);
                     }
-                    wgmma_commit_and_wait<0>();
-                    promote_all(1);
+                };
+#pragma unroll
+                for (int u = 0; u < kUnits; ++u) {
+                    const int b = kNv ? u / 2 : u, h = kNv ? u % 2 : 0;
+                    if (h == 0) w_fragments<kNv>(w_g, w_g8, b, t, w0, w1);
+                    const uint64_t d0 = b_desc + ((2 * b * kStepBytes) >> 4), d1 = d0 + (kStepBytes >> 4);
+                    wgmma_fence_operand(acc[u % 2]);
+                    wgmma_fence();
+                    if constexpr (kNv) {
+                        wgmma_m64n64k16_f16(acc[u % 2], h ? w1 : w0, h ? d1 : d0, false);
+                    } else {
+                        wgmma_m64n64k16_f16(acc[u % 2], w0, d0, false);
+                        wgmma_m64n64k16_f16(acc[u % 2], w1, d1, true);
+                    }
+                    wgmma_commit();
+                    // This unit's share of the next stage's conversion, in the shadow of its wgmmas.
+                    constexpr int kPerUnit = (kTasks + kUnits - 1) / kUnits;
+#pragma unroll
+                    for (int i = u * kPerUnit; i < (u + 1) * kPerUnit && i < kTasks; ++i)
+                        if (convert_next) convert(next_raw, next_tile, i);
+                    if (u > 0) {
+                        wgmma_wait<1>();
+                        promote_unit(u - 1);
+                    }
                 }
+                wgmma_wait<0>();
+                promote_unit(kUnits - 1);
+                fence_proxy_async_shared();  // the next stage's tile, for the async proxy after the barrier
             }
             cp_async_wait<0>();
             __syncthreads();  // the next pass's prologue refills the stages
