@@ -85,9 +85,8 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t w) {
 // w0 feeds the first MMA, w1 the second), from the staged nibbles of those rows (moe_mma.cu's header: which physical
 // columns meet which k).
 template <bool kNv>
-__device__ __forceinline__ void w_fragments(const uint8_t* w_g, const uint8_t* w_g8, int b, int t, uint32_t (&w0)[4],
-                                            uint32_t (&w1)[4]) {
-    uint32_t qa, qb;
+__device__ __forceinline__ void w_words(const uint8_t* w_g, const uint8_t* w_g8, int b, int t, uint32_t& qa,
+                                        uint32_t& qb) {
     if constexpr (kNv) {
         qa = prmt(*reinterpret_cast<const uint16_t*>(w_g + 16 * b + 2 * t),
                   *reinterpret_cast<const uint16_t*>(w_g + 16 * b + 8 + 2 * t), 0x5140);
@@ -97,10 +96,20 @@ __device__ __forceinline__ void w_fragments(const uint8_t* w_g, const uint8_t* w
         qa = *reinterpret_cast<const uint32_t*>(w_g + 16 * b + 4 * t);
         qb = *reinterpret_cast<const uint32_t*>(w_g8 + 16 * b + 4 * t);
     }
+}
+// The fragments from the words w_words loaded (split so a kernel can load a block's words ahead of its decode).
+__device__ __forceinline__ void w_decode(uint32_t qa, uint32_t qb, uint32_t (&w0)[4], uint32_t (&w1)[4]) {
     w0[0] = e2m1_pair_scaled(qa, 0), w0[1] = e2m1_pair_scaled(qb, 0), w0[2] = e2m1_pair_scaled(qa, 1);
     w0[3] = e2m1_pair_scaled(qb, 1);
     w1[0] = e2m1_pair_scaled(qa, 2), w1[1] = e2m1_pair_scaled(qb, 2), w1[2] = e2m1_pair_scaled(qa, 3);
     w1[3] = e2m1_pair_scaled(qb, 3);
+}
+template <bool kNv>
+__device__ __forceinline__ void w_fragments(const uint8_t* w_g, const uint8_t* w_g8, int b, int t, uint32_t (&w0)[4],
+                                            uint32_t (&w1)[4]) {
+    uint32_t qa, qb;
+    w_words<kNv>(w_g, w_g8, b, t, qa, qb);
+    w_decode(qa, qb, w0, w1);
 }
 
 // The activation bytes of one token's 32-column block that the two MMAs take, as e4m3 pairs: x0 for the first MMA,

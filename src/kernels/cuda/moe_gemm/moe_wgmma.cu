@@ -150,12 +150,20 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(Args p) {
             // bytes x_pairs gives lane t = tq of token n's block b; a warp covers 8 tokens x 4 quarters, 32
             // distinct words of each core matrix it writes.
             constexpr int kTasks = 4 * kTokens * 4 / kThreads;
+            const int task_tq = tid % 4;  // the task's lane quarter and token are the same for all of a thread's tasks
+            auto task_block = [&](int i) { return (tid + kThreads * i) / (4 * kTokens); };
+            auto task_token = [&](int i) { return (tid + kThreads * i) / 4 % kTokens; };
+            auto load_task = [&](const uint8_t* raw, int i, uint32_t& x0, uint32_t& x1) {
+                x_pairs<kNv>(raw + L::a + task_token(i) * kARowBytes + 32 * task_block(i), task_tq, x0, x1);
+            };
+            auto store_task = [&](uint8_t* tile, int i, uint32_t x0, uint32_t x1) {
+                put_pairs(tile, 2 * task_block(i), task_token(i), task_tq, x0);
+                put_pairs(tile, 2 * task_block(i) + 1, task_token(i), task_tq, x1);
+            };
             auto convert = [&](const uint8_t* raw, uint8_t* tile, int i) {
-                const int task = tid + kThreads * i, tq = task % 4, n = task / 4 % kTokens, b = task / (4 * kTokens);
                 uint32_t x0, x1;
-                x_pairs<kNv>(raw + L::a + n * kARowBytes + 32 * b, tq, x0, x1);
-                put_pairs(tile, 2 * b, n, tq, x0);
-                put_pairs(tile, 2 * b + 1, n, tq, x1);
+                load_task(raw, i, x0, x1);
+                store_task(tile, i, x0, x1);
             };
 
 #pragma unroll
@@ -196,24 +204,37 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(Args p) {
                 // MMA units of the stage: a 32-column block (MXFP4: two wgmmas, one promotion) or a 16-column half
                 // (NVFP4: one wgmma, one promotion each). Two accumulators: unit u's wgmmas run while unit u - 1 is
                 // promoted, so the tensor cores and the promotions overlap within the warpgroup.
+                // Loads run a unit ahead of their use (W words before their decode, scales before their promotion,
+                // the next stage's activation pairs before their conversion), in the shadow of the wgmmas.
                 constexpr int kUnits = kNv ? 8 : 4;
+                constexpr int kPerUnit = (kTasks + kUnits - 1) / kUnits;  // conversion tasks per unit
                 float acc[2][32];
-                uint32_t w0[4], w1[4];
+                uint32_t w0[4], w1[4], qa, qb, cx[kPerUnit][2];
+                float ws[2][2][2];  // [block parity][half][row g, g + 8]
+                w_words<kNv>(w_g, w_g8, 0, t, qa, qb);
+#pragma unroll
+                for (int i = 0; i < kPerUnit && i < kTasks; ++i)
+                    if (convert_next) load_task(next_raw, i, cx[i][0], cx[i][1]);
                 auto promote_unit = [&](int u) {
                     const int b = kNv ? u / 2 : u, h = kNv ? u % 2 : 1;
-                    float ws_g[2], ws_g8[2];
-                    w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
                     wgmma_fence_operand(acc[u % 2]);
 #pragma unroll
                     for (int j = 0; j < 8; ++j) {
                         float(&a4)[4] = *reinterpret_cast<float(*)[4]>(acc[u % 2] + 4 * j);
-                        promote(sum[b % 2][j], a4, ws_g[h], ws_g8[h], as[j][0], as[j][1]);
+                        promote(sum[b % 2][j], a4, ws[b % 2][h][0], ws[b % 2][h][1], as[j][0], as[j][1]);
                     }
                 };
 #pragma unroll
                 for (int u = 0; u < kUnits; ++u) {
                     const int b = kNv ? u / 2 : u, h = kNv ? u % 2 : 0;
-                    if (h == 0) w_fragments<kNv>(w_g, w_g8, b, t, w0, w1);
+                    if (h == 0) {
+                        w_decode(qa, qb, w0, w1);
+                        if (b + 1 < 4) w_words<kNv>(w_g, w_g8, b + 1, t, qa, qb);
+                        float ws_g[2], ws_g8[2];
+                        w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
+                        ws[b % 2][0][0] = ws_g[0], ws[b % 2][0][1] = ws_g8[0];
+                        ws[b % 2][1][0] = ws_g[1], ws[b % 2][1][1] = ws_g8[1];
+                    }
                     const uint64_t d0 = b_desc + ((2 * b * kStepBytes) >> 4), d1 = d0 + (kStepBytes >> 4);
                     wgmma_fence_operand(acc[u % 2]);
                     wgmma_fence();
@@ -224,11 +245,14 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(Args p) {
                         wgmma_m64n64k16_f16(acc[u % 2], w1, d1, true);
                     }
                     wgmma_commit();
-                    // This unit's share of the next stage's conversion, in the shadow of its wgmmas.
-                    constexpr int kPerUnit = (kTasks + kUnits - 1) / kUnits;
+                    // This unit's share of the next stage's conversion (pairs loaded a unit ago), and the loads of
+                    // the next unit's share.
 #pragma unroll
-                    for (int i = u * kPerUnit; i < (u + 1) * kPerUnit && i < kTasks; ++i)
-                        if (convert_next) convert(next_raw, next_tile, i);
+                    for (int i = 0; i < kPerUnit; ++i) {
+                        const int task = u * kPerUnit + i, ahead = task + kPerUnit;
+                        if (convert_next && task < kTasks) store_task(next_tile, task, cx[i][0], cx[i][1]);
+                        if (convert_next && ahead < kTasks) load_task(next_raw, ahead, cx[i][0], cx[i][1]);
+                    }
                     if (u > 0) {
                         wgmma_wait<1>();
                         promote_unit(u - 1);
