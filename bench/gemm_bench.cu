@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/bf16_linear/bf16_linear.h"
 #include "kernels/cuda/common/device_buffer.h"
+#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/dense_linear/dense_linear.h"
 #include "kernels/cuda/gemm_bf16/gemm_bf16.h"
 #include "kernels/cuda/gemm_fp8/gemm_fp8.h"
@@ -209,7 +210,7 @@ int main() {
         auto run = [&](int64_t m, Fp8GemmPath path, int block_m, int block_n) {
             p.m = m;
             p.path = path;
-            Fp8GemmConfig cfg = fp8_gemm_config(m, s.n, s.k, sms, path);
+            Fp8GemmConfig cfg = fp8_gemm_config(m, s.n, s.k, sms, path, device_has_wgmma());
             if (block_m) cfg.block_m = block_m, cfg.block_n = block_n;
             const int iters = m >= 1024 ? 20 : 100;
             const float ms = time_ms(iters, [&](int i) {
@@ -242,6 +243,8 @@ int main() {
                 for (const auto& [bm, bn] :
                      {std::pair{16, 8}, std::pair{16, 16}, std::pair{16, 32}, std::pair{64, 128}})
                     if (fp8_mma_smem_bytes(bm, bn, m, s.k) <= (size_t(96) << 10)) run(m, Fp8GemmPath::kMma, bm, bn);
+            if (m >= 1024) run(m, Fp8GemmPath::kMma, 64, 128);  // the warp-MMA tile the warpgroup tile replaces
+            if (m >= 128 && device_has_wgmma() && s.k % 128 == 0) run(m, Fp8GemmPath::kMma, 128, 128);
             if (m == 4096) run(m, Fp8GemmPath::kCublasLt, 0, 0);
         }
         // Checks: mma vs skinny at M = 16; mma rows 0, 100, 255 of a 256-row call equal the rows alone.

@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "gemm_test_common.h"
+#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/gemm_fp8/gemm_fp8.h"
 #include "kernels/cuda/gemm_fp8/gemm_fp8_kernels.h"
 
@@ -323,6 +324,11 @@ TEST(GemmFp8, MmaMatchesCpuLinear) {
                           Case{33, 200, 400, T, true, 16, 32}, Case{5, 1000, 4096, T, false, 16, 32},
                           Case{3, 333, 1024, T, true, 16, 16}, Case{70, 130, 272, T, true, 16, 8}})
         run_case(rng, lt, c);
+    // The warpgroup tile (sm_90, K % 128 == 0): partial row and column tiles, f32 weight scales.
+    if (cuda::device_has_wgmma())
+        for (const Case& c : {Case{300, 400, 1024, T, false, 128, 128}, Case{1000, 136, 640, T, true, 128, 128},
+                              Case{1, 1000, 4096, T, true, 128, 128}, Case{129, 130, 256, T, true, 128, 128}})
+            run_case(rng, lt, c);
 }
 
 // The generic path (K % 16 != 0 in small models; it takes any K) sums in cpu::linear's order on the same quantized
@@ -379,6 +385,16 @@ TEST(GemmFp8, AutoPicksByShape) {
     EXPECT_EQ(tile(64, 4096, 8192), (std::pair<int, int>{16, 16}));  // 64 KiB of staged products: no 32 columns
     EXPECT_EQ(tile(128, 4096, 8192), (std::pair<int, int>{64, 128}));
     EXPECT_EQ(tile(4096, 1024, 4096), (std::pair<int, int>{64, 128}));
+    // With the warpgroup tile: 128 x 128 from 128 rows where K % 128 == 0.
+    auto wg_tile = [](int64_t m, int64_t n, int64_t k) {
+        const cuda::Fp8GemmConfig c = cuda::fp8_gemm_config(m, n, k, 132, cuda::Fp8GemmPath::kAuto, true);
+        return std::pair<int, int>{c.block_m, c.block_n};
+    };
+    EXPECT_EQ(wg_tile(4096, 1024, 4096), (std::pair<int, int>{128, 128}));
+    EXPECT_EQ(wg_tile(128, 4096, 8192), (std::pair<int, int>{128, 128}));
+    EXPECT_EQ(wg_tile(32, 32768, 1024), (std::pair<int, int>{64, 128}));
+    EXPECT_EQ(wg_tile(4096, 1024, 4112), (std::pair<int, int>{64, 128}));  // K % 128 != 0
+    EXPECT_EQ(wg_tile(1, 4096, 8192), (std::pair<int, int>{16, 16}));
     EXPECT_EQ(tile(128, 1024, 4096), (std::pair<int, int>{16, 16}));  // wq_a: 16 columns, K > 1024
     const cuda::Fp8GemmConfig prefill = cuda::fp8_gemm_config(4096, 1024, 4096, 132, auto_path);
     EXPECT_EQ(cuda::fp8_gemm_workspace_bytes(prefill, 4096, 1024, 4096), 0u);
@@ -508,15 +524,15 @@ TEST(GemmFp8, MmaRowsBitwiseIndependentOfBatchAndTile) {
         const Fp8Operands o = make_operands(rng, total, n, k);
         std::map<int64_t, std::vector<uint16_t>> alone;
         for (int64_t r : probes) alone[r] = run_rows(lt, o, r, 1);
-        for (const Call& c :
-             {Call{0, 37, 0, 0}, Call{0, 256, 0, 0}, Call{7, 256, 0, 0}, Call{0, 300, 16, 8}, Call{0, 300, 16, 16},
-              Call{3, 297, 64, 128}, Call{100, 1, 64, 128}, Call{262, 1, 16, 8}, Call{5, 1, 16, 16},
-              Call{0, 300, 16, 32}, Call{299, 1, 16, 32}}) {
+        for (const Call& c : {Call{0, 37, 0, 0}, Call{0, 256, 0, 0}, Call{7, 256, 0, 0}, Call{0, 300, 16, 8},
+                              Call{0, 300, 16, 16}, Call{3, 297, 64, 128}, Call{100, 1, 64, 128}, Call{262, 1, 16, 8},
+                              Call{5, 1, 16, 16}, Call{0, 300, 16, 32}, Call{299, 1, 16, 32}, Call{0, 300, 128, 128},
+                              Call{3, 297, 128, 128}, Call{100, 1, 128, 128}}) {
             const std::vector<uint16_t> got =
                 run_rows(lt, o, c.row0, c.rows, cuda::Fp8GemmPath::kMma, c.block_m, c.block_n);
             if (got.empty()) continue;  // e.g. 16 x 32 tiles of 300 rows at K = 8192: 128 KiB of staged products
             const cuda::Fp8GemmConfig chosen =
-                cuda::fp8_gemm_config(c.rows, n, k, device_sms(), cuda::Fp8GemmPath::kMma);
+                cuda::fp8_gemm_config(c.rows, n, k, device_sms(), cuda::Fp8GemmPath::kMma, cuda::device_has_wgmma());
             char what[160];
             std::snprintf(what, sizeof what, "mma %lldx%lld, rows %lld..%lld, tile %dx%d vs rows alone", (long long)n,
                           (long long)k, (long long)c.row0, (long long)(c.row0 + c.rows - 1),

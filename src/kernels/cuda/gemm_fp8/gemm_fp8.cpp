@@ -60,7 +60,7 @@ const char* fp8_gemm_path_name(Fp8GemmPath path) {
 // 5-15 %). 64 x 128 tiles (warp tiles 32 x 32, sums in registers) instead where a rough cost model says they are
 // faster: measured on an H200 (docs/perf.md, kMma section), decode tiles stream W at ~3 TB/s once per 16-row tile,
 // and a 64 x 128 CTA (one per SM) takes ~1.1 us per 128-column K block.
-Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8GemmPath requested) {
+Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8GemmPath requested, bool wgmma) {
     Fp8GemmConfig c;
     c.path = requested == Fp8GemmPath::kAuto ? Fp8GemmPath::kMma : requested;
     if (c.path == Fp8GemmPath::kCublasLt || c.path == Fp8GemmPath::kGeneric) return c;
@@ -78,7 +78,7 @@ Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8G
             c.block_m = 16;
             c.block_n = decode_n;
         } else {
-            c.block_m = 64;
+            c.block_m = wgmma && m >= 128 && k % 128 == 0 ? 128 : 64;
             c.block_n = 128;
         }
         return c;
@@ -120,8 +120,10 @@ std::string fp8_gemm_can_implement(const Fp8GemmParams& p, const Fp8GemmConfig& 
     if (c.path == Fp8GemmPath::kMma) {
         if (p.k % 16) return fmt::format("mma path needs K % 16 == 0, got K={}", p.k);
         if (!((c.block_m == 16 && (c.block_n == 8 || c.block_n == 16 || c.block_n == 32)) ||
-              (c.block_m == 64 && c.block_n == 128)))
+              ((c.block_m == 64 || c.block_m == 128) && c.block_n == 128)))
             return fmt::format("mma path has no {}x{} tile", c.block_m, c.block_n);
+        if (c.block_m == 128 && (p.k % 128 || !device_has_wgmma()))
+            return fmt::format("mma path: the 128x128 (wgmma) tile needs K % 128 == 0 (K={}) and an sm_90 device", p.k);
         if (ceil_div(p.n, c.block_n) > 65535 || ceil_div(p.m, c.block_m) > int64_t{0x7FFFFFFF})
             return fmt::format("mma path: grid too large for M={} N={}", p.m, p.n);
         if (fp8_mma_smem_bytes(c.block_m, c.block_n, p.m, p.k) > kMmaMaxSmem)
@@ -179,7 +181,7 @@ void run_cublaslt(const CublasLt& lt, const Fp8GemmParams& p, cudaStream_t strea
 }  // namespace
 
 void fp8_gemm(const CublasLt& lt, const Fp8GemmParams& p, cudaStream_t stream) {
-    const Fp8GemmConfig config = fp8_gemm_config(p.m, p.n, p.k, multiprocessor_count(), p.path);
+    const Fp8GemmConfig config = fp8_gemm_config(p.m, p.n, p.k, multiprocessor_count(), p.path, device_has_wgmma());
     if (std::string why = fp8_gemm_can_implement(p, config); !why.empty())
         fail("gemm_fp8 (M={} N={} K={}, {} path): {}", p.m, p.n, p.k, fp8_gemm_path_name(config.path), why);
     if (config.path == Fp8GemmPath::kCublasLt) {

@@ -60,12 +60,14 @@ struct Fp8GemmConfig {
     int m_tile = 1;           // kSkinny: tokens per pass (1, 2, 4, 8, 16)
     int splits = 1;           // kSkinny: K ranges, partial sums reduced in f32 in split order
     int64_t k_per_split = 0;  // kSkinny: multiple of 512
-    int block_m = 0;          // kMma: rows per CTA: 16 (decode tiles, the warps share out the K blocks) or 64
-    int block_n = 0;          // kMma: columns per CTA: 8, 16 or 32 (decode tiles) or 128 (with block_m 64)
+    int block_m = 0;  // kMma: rows per CTA: 16 (decode tiles, the warps share out the K blocks), 64, or 128 (wgmma)
+    int block_n = 0;  // kMma: columns per CTA: 8, 16 or 32 (decode tiles) or 128 (with block_m 64 or 128)
 };
 
-// The tile heuristic (pure): `num_sms` of the device, `requested` path (kAuto lets the shape decide).
-Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8GemmPath requested);
+// The tile heuristic (pure): `num_sms` of the device, `requested` path (kAuto lets the shape decide), `wgmma`: the
+// device runs the warpgroup tile (sm_90; wgmma_gemm.cu), which then replaces the 64 x 128 tile from 128 rows on
+// where K % 128 == 0 (same bits).
+Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8GemmPath requested, bool wgmma = false);
 // Workspace the run needs: skinny split partials, cuBLASLt scale repacks plus kCublasLtWorkspaceBytes, none for kMma.
 size_t fp8_gemm_workspace_bytes(const Fp8GemmConfig& config, int64_t m, int64_t n, int64_t k);
 inline constexpr size_t kCublasLtWorkspaceBytes = size_t(32) << 20;

@@ -18,6 +18,8 @@ cudaError_t launch_fp8_skinny(const Fp8GemmParams& p, const Fp8GemmConfig& confi
 
 // Tensor-core FP8 GEMM (mma_gemm.cu) with config.block_m / block_n as chosen by fp8_gemm_config; no workspace.
 cudaError_t launch_fp8_mma(const Fp8GemmParams& p, const Fp8GemmConfig& config, cudaStream_t stream);
+// The 128 x 128 warpgroup tile (wgmma_gemm.cu; sm_90a, K % 128 == 0), which launch_fp8_mma takes for block_m 128.
+cudaError_t launch_fp8_wgmma(const Fp8GemmParams& p, cudaStream_t stream);
 // Dynamic shared memory of that launch: decode tiles (block_m 16) stage [ceil(k/128), min(m, 16), block_n] f32.
 size_t fp8_mma_smem_bytes(int block_m, int block_n, int64_t m, int64_t k);
 

@@ -303,6 +303,7 @@ cudaError_t launch_fp8_mma(const Fp8GemmParams& p, const Fp8GemmConfig& config, 
         }
     }
     if (config.block_m == 64 && config.block_n == 128) return launch<2, 4, 2, 4, 1>(args, stream);
+    if (config.block_m == 128 && config.block_n == 128) return launch_fp8_wgmma(p, stream);
     return cudaErrorInvalidValue;
 }
 
