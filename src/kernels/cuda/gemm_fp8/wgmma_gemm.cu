@@ -7,9 +7,10 @@
 // (lane t holds bytes [16t, 16t+16) and [64+16t, 64+16t+16) of rows g and g + 8 of each K block; step j takes word
 // j, its low pair as k 2t, 2t+1 and its high pair as k 2t+8, 2t+9); B (W, the CTA's 128 weight rows) comes from
 // shared memory as f16 k16 tiles in which weight row n's slots hold the same words' pairs. The CTA stages raw e4m3
-// A and W blocks with cp.async (3 stages), converts W's block kt + 1 into the second of two f16 tiles while block
-// kt's wgmmas run, and promotes after each block's eight wgmmas. CTA: two warpgroups, 128 x 128 outputs, one per SM
-// (64 accumulators and 64 sums per thread). Tested bitwise against the warp-MMA tiles in tests/gpu/gemm_fp8_test.cpp.
+// A and W blocks with cp.async, converts W's block kt + 1 into the second of two f16 tiles while block
+// kt's wgmmas run, and promotes after each block's wgmmas, the first 64 columns while the last 64's run. CTA: two
+// warpgroups, 128 x 128 outputs, one per SM (64 accumulators and 64 sums per thread), 4 stages. Tested bitwise against
+// the warp-MMA tiles in tests/gpu/gemm_fp8_test.cpp.
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/common/cp_async.cuh"
@@ -21,10 +22,13 @@
 namespace dsv4::cuda {
 namespace {
 
-constexpr int kThreads = 256, kBM = 128, kBN = 128, kBlockK = 128, kStages = 3;
-// Raw rows 192 bytes apart: the 16-byte loads of 2 rows x 4 lanes in one shared-memory phase hit 8 distinct bank
-// groups (a 128- or 144-byte stride would put two of them on one).
-constexpr int kRowBytes = 192;
+constexpr int kThreads = 256, kBM = 128, kBN = 128, kBlockK = 128, kStages = 4;
+// Raw rows of 128 bytes, 16-byte chunk c of row r at position c ^ 4 (r % 2): the 16-byte loads of one shared-memory
+// phase (2 adjacent rows x 4 lanes, chunks q or 4 + q) then hit 8 distinct bank groups.
+constexpr int kRowBytes = 128;
+[[maybe_unused]] __host__ __device__ constexpr int chunk_at(int r, int c) {
+    return r * kRowBytes + 16 * (c ^ ((r & 1) << 2));
+}
 // The f16 W tile of one k16 step: 128 weight rows x 16 k as core matrices (row block n / 8, k half) at
 // (n / 8) * 256 + half * 128, row n % 8 at 16 bytes each; step j at j * kStepBytes.
 [[maybe_unused]] constexpr int kCoreK = 128, kCoreN = 256, kStepBytes = kBN * 32, kTileBytes = 8 * kStepBytes;
@@ -85,8 +89,8 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_wgmma_kernel(Args p) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int row = tid / 8 + 32 * i;
-            cp_async16(base + Stage::a + row * kRowBytes + 16 * chunk, a_src[i] + offset);
-            cp_async16(base + Stage::w + row * kRowBytes + 16 * chunk, w_src[i] + offset);
+            cp_async16(base + Stage::a + chunk_at(row, chunk), a_src[i] + offset);
+            cp_async16(base + Stage::w + chunk_at(row, chunk), w_src[i] + offset);
         }
         if (as_src) cp_async4(base + Stage::a_scale + tid * 4, as_src + kb, 4);
     };
@@ -97,7 +101,7 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_wgmma_kernel(Args p) {
     constexpr int kTasks = kBN * 4 * 2 / kThreads;
     auto load_task = [&](const uint8_t* raw, int i) {
         const int task = tid + kThreads * i, tq = task % 4, n = task / 4 % kBN, half = task / (4 * kBN);
-        return *reinterpret_cast<const uint4*>(raw + Stage::w + n * kRowBytes + 64 * half + 16 * tq);
+        return *reinterpret_cast<const uint4*>(raw + Stage::w + chunk_at(n, 4 * half + tq));
     };
     auto store_task = [&](uint8_t* tile, int i, const uint4& v) {
         const int task = tid + kThreads * i, tq = task % 4, n = task / 4 % kBN, half = task / (4 * kBN);
@@ -128,9 +132,9 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_wgmma_kernel(Args p) {
     fence_proxy_async_shared();
 
     for (int kb = 0; kb < p.kb; ++kb) {
-        // Blocks kb and kb + 1 landed, tile kb is converted and published, every warp is past block kb - 1: its
-        // stage slot and tile kb + 1 are free.
-        cp_async_wait<0>();
+        // Blocks kb and kb + 1 landed (kb + 2 may be in flight), tile kb is converted and published, every warp is
+        // past block kb - 1: its stage slot and tile kb + 1 are free.
+        cp_async_wait<kStages - 3>();
         __syncthreads();
         if (kb + kStages - 1 < p.kb) load((kb + kStages - 1) % kStages, kb + kStages - 1);
         cp_async_commit();
@@ -142,10 +146,11 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_wgmma_kernel(Args p) {
         const uint64_t desc = desc0 + (((kb % 2) * kTileBytes) >> 4);
 
         // A fragments of rows g and g + 8: the lane's two 16-byte chunks of each.
-        const uint8_t* a_g = st + Stage::a + row_g * kRowBytes + 16 * t;
-        const uint4 g_lo = *reinterpret_cast<const uint4*>(a_g), g_hi = *reinterpret_cast<const uint4*>(a_g + 64);
-        const uint4 g8_lo = *reinterpret_cast<const uint4*>(a_g + 8 * kRowBytes);
-        const uint4 g8_hi = *reinterpret_cast<const uint4*>(a_g + 8 * kRowBytes + 64);
+        const uint8_t* a_st = st + Stage::a;
+        const uint4 g_lo = *reinterpret_cast<const uint4*>(a_st + chunk_at(row_g, t));
+        const uint4 g_hi = *reinterpret_cast<const uint4*>(a_st + chunk_at(row_g, 4 + t));
+        const uint4 g8_lo = *reinterpret_cast<const uint4*>(a_st + chunk_at(row_g + 8, t));
+        const uint4 g8_hi = *reinterpret_cast<const uint4*>(a_st + chunk_at(row_g + 8, 4 + t));
         uint4 next[kTasks];
 #pragma unroll
         for (int i = 0; i < kTasks; ++i)
@@ -158,12 +163,19 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_wgmma_kernel(Args p) {
             f16x2_pairs(word_of(j < 4 ? g_lo : g_hi, j % 4), a[j][0], a[j][2]);
             f16x2_pairs(word_of(j < 4 ? g8_lo : g8_hi, j % 4), a[j][1], a[j][3]);
         }
-        float acc[64];
-        wgmma_fence_operand(acc);
+        // Two column halves, each its own accumulator and commit group: the first half is promoted while the
+        // second half's wgmmas run.
+        float acc[2][32];
+        wgmma_fence_operand(acc[0]);
+        wgmma_fence_operand(acc[1]);
         wgmma_fence();
 #pragma unroll
-        for (int j = 0; j < 8; ++j) wgmma_m64n128k16_f16(acc, a[j], desc + ((j * kStepBytes) >> 4), j > 0);
-        wgmma_commit();
+        for (int half = 0; half < 2; ++half) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                wgmma_m64n64k16_f16(acc[half], a[j], desc + ((j * kStepBytes + half * 8 * kCoreN) >> 4), j > 0);
+            wgmma_commit();
+        }
         // The next block's W tile while this block's wgmmas run.
 #pragma unroll
         for (int i = 0; i < kTasks; ++i)
@@ -173,15 +185,22 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_wgmma_kernel(Args p) {
         const float ws = __ldg(ws_row + kb);
         const float* as = reinterpret_cast<const float*>(st + Stage::a_scale);
         const float scale_g = __fmul_rn(as[row_g], ws), scale_g8 = __fmul_rn(as[row_g + 8], ws);
-        wgmma_wait<0>();
-        wgmma_fence_operand(acc);
+        auto promote_half = [&](int half) {
+            wgmma_fence_operand(acc[half]);
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            sum[4 * j + 0] = __fadd_rn(sum[4 * j + 0], __fmul_rn(acc[4 * j + 0], scale_g));
-            sum[4 * j + 1] = __fadd_rn(sum[4 * j + 1], __fmul_rn(acc[4 * j + 1], scale_g));
-            sum[4 * j + 2] = __fadd_rn(sum[4 * j + 2], __fmul_rn(acc[4 * j + 2], scale_g8));
-            sum[4 * j + 3] = __fadd_rn(sum[4 * j + 3], __fmul_rn(acc[4 * j + 3], scale_g8));
-        }
+            for (int j = 0; j < 8; ++j) {
+                float* s4 = sum + 4 * (8 * half + j);
+                const float* a4 = acc[half] + 4 * j;
+                s4[0] = __fadd_rn(s4[0], __fmul_rn(a4[0], scale_g));
+                s4[1] = __fadd_rn(s4[1], __fmul_rn(a4[1], scale_g));
+                s4[2] = __fadd_rn(s4[2], __fmul_rn(a4[2], scale_g8));
+                s4[3] = __fadd_rn(s4[3], __fmul_rn(a4[3], scale_g8));
+            }
+        };
+        wgmma_wait<1>();
+        promote_half(0);
+        wgmma_wait<0>();
+        promote_half(1);
     }
 
 #pragma unroll
