@@ -385,13 +385,16 @@ TEST(GemmFp8, AutoPicksByShape) {
     EXPECT_EQ(tile(64, 4096, 8192), (std::pair<int, int>{16, 16}));  // 64 KiB of staged products: no 32 columns
     EXPECT_EQ(tile(128, 4096, 8192), (std::pair<int, int>{64, 128}));
     EXPECT_EQ(tile(4096, 1024, 4096), (std::pair<int, int>{64, 128}));
-    // With the warpgroup tile: 128 x 128 from 128 rows where K % 128 == 0.
+    // With the warpgroup tile: 128 x 128 where K % 128 == 0 and it needs fewer waves by more than 1.4x.
     auto wg_tile = [](int64_t m, int64_t n, int64_t k) {
         const cuda::Fp8GemmConfig c = cuda::fp8_gemm_config(m, n, k, 132, cuda::Fp8GemmPath::kAuto, true);
         return std::pair<int, int>{c.block_m, c.block_n};
     };
-    EXPECT_EQ(wg_tile(4096, 1024, 4096), (std::pair<int, int>{128, 128}));
-    EXPECT_EQ(wg_tile(128, 4096, 8192), (std::pair<int, int>{128, 128}));
+    EXPECT_EQ(wg_tile(4096, 1024, 4096), (std::pair<int, int>{128, 128}));  // 2 waves against 4
+    EXPECT_EQ(wg_tile(1024, 4096, 8192), (std::pair<int, int>{128, 128}));
+    EXPECT_EQ(wg_tile(256, 32768, 1024), (std::pair<int, int>{128, 128}));  // wq_b: 4 waves against 8
+    EXPECT_EQ(wg_tile(256, 4096, 8192), (std::pair<int, int>{64, 128}));    // wo_b: one wave either way
+    EXPECT_EQ(wg_tile(1024, 1024, 4096), (std::pair<int, int>{64, 128}));   // wq_a
     EXPECT_EQ(wg_tile(32, 32768, 1024), (std::pair<int, int>{64, 128}));
     EXPECT_EQ(wg_tile(4096, 1024, 4112), (std::pair<int, int>{64, 128}));  // K % 128 != 0
     EXPECT_EQ(wg_tile(1, 4096, 8192), (std::pair<int, int>{16, 16}));

@@ -65,8 +65,8 @@ struct Fp8GemmConfig {
 };
 
 // The tile heuristic (pure): `num_sms` of the device, `requested` path (kAuto lets the shape decide), `wgmma`: the
-// device runs the warpgroup tile (sm_90; wgmma_gemm.cu), which then replaces the 64 x 128 tile from 128 rows on
-// where K % 128 == 0 (same bits).
+// device runs the warpgroup tile (sm_90; wgmma_gemm.cu), which then replaces the 64 x 128 tile where K % 128 == 0
+// and it needs fewer waves (same bits).
 Fp8GemmConfig fp8_gemm_config(int64_t m, int64_t n, int64_t k, int num_sms, Fp8GemmPath requested, bool wgmma = false);
 // Workspace the run needs: skinny split partials, cuBLASLt scale repacks plus kCublasLtWorkspaceBytes, none for kMma.
 size_t fp8_gemm_workspace_bytes(const Fp8GemmConfig& config, int64_t m, int64_t n, int64_t k);
