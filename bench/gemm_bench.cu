@@ -23,6 +23,7 @@
 #include "kernels/cuda/gemm_fp8/gemm_fp8.h"
 #include "kernels/cuda/gemm_fp8/gemm_fp8_kernels.h"
 #include "kernels/cuda/grouped_linear/grouped_linear.h"
+#include "kernels/cuda/grouped_linear/grouped_linear_kernels.h"
 #include "kernels/cuda/moe_gemm/moe_gemm.h"
 #include "kernels/cuda/smoke/device_info.h"
 
@@ -284,7 +285,7 @@ int main() {
 
     // 3. wo_a grouped projection (8 groups x [1024, 4096] FP8, bf16 activations), decode to batch sizes.
     {
-        const int64_t groups = 8, in = 4096, out = 1024, max_m = 256;
+        const int64_t groups = 8, in = 4096, out = 1024, max_m = 4096;
         const size_t w_bytes = size_t(groups * out * in);
         const int copies = int(std::max<size_t>(1, kRotateBytes / w_bytes));
         DeviceBuffer<uint8_t> w(w_bytes * copies);
@@ -293,7 +294,9 @@ int main() {
         fill_f32<<<64, 256>>>(w_scale.get(), w_scale.size(), 1.0f / 256);
         DeviceBuffer<__nv_bfloat16> x(size_t(max_m * groups * in)), y(size_t(max_m * groups * out));
         fill_bf16<<<256, 256>>>(x.get(), x.size());
-        for (int m : {1, 4, 16, 64, 256}) {
+        // (m, forced tile): 0 = grouped_linear's choice; at 4096 rows also the 64 x 128 warp-MMA tile against it.
+        for (const auto& [m, forced] :
+             {std::pair<int, int>{1, 0}, {4, 0}, {16, 0}, {64, 0}, {256, 0}, {4096, 0}, {4096, 64}}) {
             GroupedLinearParams p;
             p.x = x.get();
             p.w_scale = w_scale.get();
@@ -302,16 +305,25 @@ int main() {
             p.groups = groups;
             p.in = in;
             p.out = out;
-            const float ms = time_ms(100, [&](int i) {
+            const bf16_act_mma::Tiles tiles = forced ? bf16_act_mma::Tiles{64, 128}
+                                                     : grouped_linear_tiles(m, groups, in, out, multiprocessor_count());
+            const float ms = time_ms(m >= 1024 ? 20 : 100, [&](int i) {
                 p.w = w.get() + size_t(i % copies) * w_bytes;
-                grouped_linear(p, nullptr);
+                if (forced)
+                    DSV4_CUDA_CHECK(launch_grouped_linear_mma(p, tiles, nullptr));
+                else
+                    grouped_linear(p, nullptr);
             });
             const double moved = double(w_bytes) + 2.0 * m * groups * (in + out);
-            const double gbs = moved / (ms * 1e-3) / 1e9;
-            std::printf("%-10s %6lld %6lld %3d %6s %9.0f %9.2f %8.0f %5.0f%%\n", "wo_a", (long long)(groups * out),
-                        (long long)in, m, "-", moved, ms * 1e3, gbs, 100.0 * gbs / copy_gbs);
+            const double gbs = moved / (ms * 1e-3) / 1e9, tflops = 2.0 * m * groups * out * in / (ms * 1e-3) / 1e12;
+            char tile[24];
+            std::snprintf(tile, sizeof tile, "%dx%d%s", tiles.block_m, tiles.block_n, forced ? "*" : "");
+            std::printf("%-10s %6lld %6lld %4d %-8s %9.0f %9.2f %8.0f %5.0f%% %8.1f TFLOP/s\n", "wo_a",
+                        (long long)(groups * out), (long long)in, m, tile, moved, ms * 1e3, gbs, 100.0 * gbs / copy_gbs,
+                        tflops);
         }
     }
+}
 
     // 3b. The head (V4-Flash lm_head [129280, 4096] bf16, f32 logits): dense_linear (CUDA-core f32 chains) against
     // bf16_linear (tensor cores), 1 .. 256 rows. The weight (1.06 GB) is far beyond L2.

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "gemm_test_common.h"
+#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/grouped_linear/grouped_linear.h"
 #include "kernels/cuda/grouped_linear/grouped_linear_kernels.h"
 #include "model/numerics.h"
@@ -103,6 +104,7 @@ TEST(GroupedLinear, TensorCoresMatchCpuGroupedLinear) {
     run_case(rng, {200, 2, 256, 48}, kMma);            // 16-column tiles at many rows (48 % 128 != 0)
     run_case(rng, {200, 2, 384, 256}, kMma);
     run_case(rng, {5, 3, 16, 8}, kMma);
+    run_case(rng, {1024, 2, 512, 1024}, kMma);  // the 128 x 128 warpgroup tile where the device has it
 }
 
 TEST(GroupedLinear, GenericPathMatchesCpuBitwise) {
@@ -137,8 +139,9 @@ TEST(GroupedLinear, RowsIndependentOfBatchAndTile) {
             EXPECT_EQ(differing, 0) << "rows " << first << ".." << first + m - 1 << " alone (tile " << t.block_m << "x"
                                     << t.block_n << ") vs among M=" << c.m << ", in=" << c.in;
         }
-        for (const cuda::bf16_act_mma::Tiles t :
-             {cuda::bf16_act_mma::Tiles{16, 8}, {16, 16}, {16, 32}, {64, 64}, {64, 128}}) {
+        std::vector<cuda::bf16_act_mma::Tiles> tiles{{16, 8}, {16, 16}, {16, 32}, {64, 64}, {64, 128}};
+        if (cuda::device_has_wgmma()) tiles.push_back({128, 128});  // the warpgroup tile
+        for (const cuda::bf16_act_mma::Tiles t : tiles) {
             auto y = poisoned<uint16_t>(size_t(c.m * n));
             cuda::GroupedLinearParams p;
             p.x = reinterpret_cast<const __nv_bfloat16*>(d.x.get());

@@ -11,8 +11,9 @@
 namespace dsv4::cuda::bf16_act_mma {
 
 // 16 rows with 8, 16 or 32 columns, the CTA's warps sharing out the K blocks (decode), or 64 rows with 64 or 128
-// columns (batches); a tile's columns never straddle two column groups (group_n < n: grouped products; group_n ==
-// n: one group, any tile).
+// columns (batches), or 128 x 128 on the warpgroup MMA (common/wgmma_linear.cuh: sm_90, e4m3 weights, K % 128 ==
+// 0; grouped_linear only); a tile's columns never straddle two column groups (group_n < n: grouped products;
+// group_n == n: one group, any tile).
 struct Tiles {
     int block_m = 16;
     int block_n = 8;
@@ -34,9 +35,12 @@ inline size_t staged_smem_bytes(const Tiles& t, int64_t m, int64_t k) {
 // gemm_fp8's kMma cost model (gemm_fp8.cpp, fp8_gemm_config), with the weight's bytes per value: 16-row tiles
 // stream W once per 16 rows at about 3 TB/s; a 64-row CTA (one per SM) takes about 1.1 us per 128-column K block
 // for 128 columns; the cheaper by that estimate runs. 64-row tiles take 64 columns where 128 would leave SMs idle.
-Tiles choose_tiles(int64_t m, int64_t n, int64_t k, int64_t group_n, int w_bytes, int num_sms);
+// `wgmma`: the caller runs the 128 x 128 tile, taken (as gemm_fp8's) where K % 128 == 0 and it needs fewer waves
+// than the 64 x 128 tile by more than 1.4x.
+Tiles choose_tiles(int64_t m, int64_t n, int64_t k, int64_t group_n, int w_bytes, int num_sms, bool wgmma = false);
 
-// Empty when `t` can run an [m, n] x [n, k] product with column groups of `group_n`, else the reason.
-std::string tiles_can_run(const Tiles& t, int64_t m, int64_t n, int64_t k, int64_t group_n);
+// Empty when `t` can run an [m, n] x [n, k] product with column groups of `group_n`, else the reason (`wgmma`: the
+// caller runs the 128 x 128 tile on this device).
+std::string tiles_can_run(const Tiles& t, int64_t m, int64_t n, int64_t k, int64_t group_n, bool wgmma = false);
 
 }  // namespace dsv4::cuda::bf16_act_mma

@@ -25,7 +25,8 @@ GroupedLinearPath grouped_linear_path(const GroupedLinearParams& p) {
 }
 
 bf16_act_mma::Tiles grouped_linear_tiles(int64_t m, int64_t groups, int64_t in, int64_t out, int num_sms) {
-    return bf16_act_mma::choose_tiles(m, groups * out, in, out, 1, num_sms);
+    // On sm_90 the 128 x 128 warpgroup tile joins the choice (same bits).
+    return bf16_act_mma::choose_tiles(m, groups * out, in, out, 1, num_sms, device_has_wgmma());
 }
 
 std::string grouped_linear_can_implement(const GroupedLinearParams& p, const bf16_act_mma::Tiles& tiles) {
@@ -34,7 +35,7 @@ std::string grouped_linear_can_implement(const GroupedLinearParams& p, const bf1
         return fmt::format("empty shape m={} groups={} in={} out={}", p.m, p.groups, p.in, p.out);
     if (p.out % 8) return fmt::format("mma path needs out % 8 == 0, got {}", p.out);
     if (!aligned16(p.x) || !aligned16(p.w)) return "x and W must be 16-byte aligned";
-    return bf16_act_mma::tiles_can_run(tiles, p.m, p.groups * p.out, p.in, p.out);
+    return bf16_act_mma::tiles_can_run(tiles, p.m, p.groups * p.out, p.in, p.out, device_has_wgmma());
 }
 
 void grouped_linear(const GroupedLinearParams& p, cudaStream_t stream) {

@@ -1,9 +1,10 @@
 // grouped_linear kernels (see grouped_linear.h): the tensor-core product (bf16_act_mma.cuh with e4m3 weights, one
-// column group per wo_a group) and the generic one-thread-per-output kernel.
+// column group per wo_a group; the 128 x 128 tile on wgmma_linear.cuh) and the generic one-thread-per-output kernel.
 #include "kernels/cuda/grouped_linear/grouped_linear_kernels.h"
 
 #include "kernels/cuda/bf16_act_mma/bf16_act_mma.cuh"
 #include "kernels/cuda/common/numeric.cuh"
+#include "kernels/cuda/common/wgmma_linear.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -26,6 +27,21 @@ __global__ void __launch_bounds__(128) grouped_linear_generic_kernel(const Group
 
 cudaError_t launch_grouped_linear_mma(const GroupedLinearParams& p, const bf16_act_mma::Tiles& tiles,
                                       cudaStream_t stream) {
+    if (tiles.block_m == 128) {  // the warpgroup tile (sm_90, K % 128 == 0; checked by the caller)
+        wgmma_linear::Args args{};
+        args.x = p.x;
+        args.ldx = p.groups * p.in;
+        args.w = p.w;
+        args.w_scale = p.w_scale;
+        args.y = p.y;
+        args.ldy = p.groups * p.out;
+        args.m = p.m;
+        args.n = p.groups * p.out;
+        args.k = p.in;
+        args.group_n = p.out;
+        args.pair_stores = reinterpret_cast<uintptr_t>(p.y) % 4 == 0;
+        return wgmma_linear::launch<false>(args, stream);
+    }
     bf16_act_mma::Args args{};
     args.x = p.x;
     args.ldx = p.groups * p.in;
