@@ -323,7 +323,6 @@ int main() {
                         tflops);
         }
     }
-}
 
     // 3b. The head (V4-Flash lm_head [129280, 4096] bf16, f32 logits): dense_linear (CUDA-core f32 chains) against
     // bf16_linear (tensor cores), 1 .. 256 rows. The weight (1.06 GB) is far beyond L2.
