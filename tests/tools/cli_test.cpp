@@ -113,6 +113,16 @@ TEST(Cli, CudaBackendRunsOrSaysWhyNot) {
         int count = 0;
         for (std::string w; words >> w;) ++count;
         EXPECT_EQ(count, 2) << r.output;
+        // The piece size: on one GPU with room, generate takes 2048-token pieces; --max-chunk-tokens sets it, and
+        // the ids are the same (the forward is chunk-invariant).
+        Result auto_plan =
+            run_split("generate -m " + kFixture + " --ids-file " + ids + " --backend cuda -n 2 --greedy --print-ids");
+        EXPECT_NE(auto_plan.errors.find("(pieces of 2048 tokens)"), std::string::npos) << auto_plan.errors;
+        Result set = run_split("generate -m " + kFixture + " --ids-file " + ids +
+                               " --backend cuda -n 2 --greedy --print-ids --max-chunk-tokens 2");
+        EXPECT_NE(set.errors.find("(pieces of 2 tokens)"), std::string::npos) << set.errors;
+        EXPECT_EQ(set.output, r.output);
+        EXPECT_EQ(auto_plan.output, r.output);
     } else {
         EXPECT_EQ(r.exit_code, 1) << r.output;
         EXPECT_NE(r.output.find("no CUDA device"), std::string::npos) << r.output;

@@ -144,7 +144,9 @@ void run_chat(const ChatArgs& args) {
                "--effort sets the reasoning effort of thinking mode: add --thinking");
     resolve_sampling(args.sampling);  // flag errors before the model is loaded
     tok::Tokenizer tokenizer = open_tokenizer(args.model.dir);
-    ChatSession session(args, load_model(args.model), std::move(tokenizer));
+    ModelOptions model_options = args.model;
+    model_options.auto_chunk = true;
+    ChatSession session(args, load_model(model_options), std::move(tokenizer));
     std::signal(SIGINT, on_sigint);
     if (interactive) std::fputs(kHelp, stdout);
     std::string line;

@@ -71,6 +71,7 @@ void add_generate_command(CLI::App& app) {
             prompt_ids = tokenizer->encode(a->prompt);
         }
 
+        a->model.auto_chunk = true;
         auto model = load_model(a->model);
         const ModelConfig& config = model->config();
         if (text_mode && !a->chat && !a->no_bos) prompt_ids.insert(prompt_ids.begin(), int32_t(config.bos_token_id));

@@ -44,6 +44,7 @@ void add_logits_command(CLI::App& app) {
         start_ranks_or_exit(*options);
         std::vector<int32_t> ids = read_ids_file(*ids_file);
         std::vector<int64_t> schedule = parse_chunks(*chunks, int64_t(ids.size()));
+        options->auto_chunk = true;
         auto model = load_model(*options);
         const int64_t vocab = model->config().vocab_size;
         std::vector<float> logits;

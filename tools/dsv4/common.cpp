@@ -32,6 +32,12 @@ void add_model_options(CLI::App* command, ModelOptions& o) {
         ->check(CLI::IsMember({"cpu", "cuda"}));
     command->add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
     command->add_flag("-q,--quiet", o.quiet, "No progress or notes on stderr");
+    command
+        ->add_option("--max-chunk-tokens", o.max_chunk_tokens,
+                     "GPU: tokens per forward piece (the same results at any size; larger pieces prefill faster and "
+                     "take more memory). 0: on one GPU, generate, chat and logits take the largest of 2048, 1024, 512, "
+                     "256 that the free memory allows; otherwise 256")
+        ->check(CLI::NonNegativeNumber);
     add_parallel_options(command, o.parallel);
 }
 
@@ -94,6 +100,7 @@ std::unique_ptr<Backend> load_model(const ModelOptions& o) {
         if (o.max_context > 0) cuda_options.max_context = o.max_context;
         if (o.max_chunk_tokens > 0) cuda_options.max_chunk_tokens = o.max_chunk_tokens;
         if (!o.rank) {
+            if (o.max_chunk_tokens == 0 && o.auto_chunk) cuda_options.max_chunk_tokens = 0;
             auto model = std::make_unique<CudaModel>(config, std::move(weights), numerics, cuda_options);
             loaded("model");
             return model;

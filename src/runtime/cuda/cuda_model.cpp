@@ -28,6 +28,7 @@
 #include "kernels/cuda/smoke/device_info.h"
 #include "kernels/cuda/sparse_attention/sparse_attention.h"
 #include "model/bench_weights.h"
+#include "runtime/auto_chunk.h"
 
 namespace dsv4 {
 namespace {
@@ -202,7 +203,7 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
                "the CUDA backend computes `model` numerics only (FP8 KV cache, FP8/FP4 tensor cores): use --numerics "
                "model, or --backend cpu for reference numerics");
     check_numerics_support(config, numerics);
-    DSV4_CHECK(options.max_sequences > 0 && options.max_chunk_tokens > 0 && options.max_context >= 0 &&
+    DSV4_CHECK(options.max_sequences > 0 && options.max_chunk_tokens >= 0 && options.max_context >= 0 &&
                    options.pool_positions >= 0,
                "CudaOptions: max_sequences {}, max_chunk_tokens {}, max_context {}, pool_positions {} must be positive",
                options.max_sequences, options.max_chunk_tokens, options.max_context, options.pool_positions);
@@ -231,14 +232,32 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     // 1. The memory plan, before anything is allocated.
     const cuda::ExpertShare share{m.held.first, m.held.count, options.random_experts_seed.has_value()};
     const size_t weight_bytes = cuda::measure_weights(config, m.host, share);
+    const size_t reserve = size_t(256) << 20;  // CUDA context, cuBLASLt and allocator slack
+    size_t free_bytes = 0, total_bytes = 0;
+    DSV4_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (options.max_chunk_tokens == 0) {  // the largest piece the memory allows (runtime/auto_chunk.h)
+        // Ranks split a prompt into the same pieces (their expert exchanges pair up), so they are told one size.
+        DSV4_CHECK(ep.ranks == 1, "CudaOptions: max_chunk_tokens 0 (chosen from free memory) needs one rank, not {}",
+                   ep.ranks);
+        options.max_chunk_tokens = auto_chunk_tokens(
+            [&](int64_t tokens) {
+                CudaOptions o = options;
+                o.max_chunk_tokens = tokens;
+                const PoolLayout pool = plan_pool(config, o);
+                Workspace ws;
+                Bump b;
+                carve(b, ws, config, pool, m.host, m.num_sms);
+                return weight_bytes + pool.bytes() + b.offset + reserve;
+            },
+            free_bytes);
+        m.options.max_chunk_tokens = options.max_chunk_tokens;
+    }
     m.pool = plan_pool(config, options);
     const size_t state_bytes = m.pool.bytes();
     Bump measure;
     carve(measure, m.ws, config, m.pool, m.host, m.num_sms);
     const size_t workspace_bytes = measure.offset;
     const size_t need = weight_bytes + state_bytes + workspace_bytes;
-    size_t free_bytes = 0, total_bytes = 0;
-    DSV4_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     const std::string held_note =
         ep.ranks == 1 ? std::string()
                       : fmt::format(" (rank {} of {}: routed experts {}..{} of {})", ep.rank, ep.ranks, m.held.first,
@@ -248,11 +267,10 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
                      "dsv4: GPU memory plan on %s%s: weights %.1f MiB, state %.1f MiB (%lld sequences of up to %lld "
                      "positions sharing %lld cache pages of %lld positions), workspace %.1f MiB (pieces of %lld "
                      "tokens); total %.1f MiB of %.1f MiB free\n",
-                     cuda::describe_device(options.device).c_str(), held_note.c_str(), mib(weight_bytes), mib(state_bytes),
-                     (long long)options.max_sequences, (long long)options.max_context, (long long)m.pool.pages,
-                     (long long)m.pool.page_positions, mib(workspace_bytes), (long long)options.max_chunk_tokens,
-                     mib(need), mib(free_bytes));
-    const size_t reserve = size_t(256) << 20;  // CUDA context, cuBLASLt and allocator slack
+                     cuda::describe_device(options.device).c_str(), held_note.c_str(), mib(weight_bytes),
+                     mib(state_bytes), (long long)options.max_sequences, (long long)options.max_context,
+                     (long long)m.pool.pages, (long long)m.pool.page_positions, mib(workspace_bytes),
+                     (long long)options.max_chunk_tokens, mib(need), mib(free_bytes));
     DSV4_CHECK(
         need + reserve <= free_bytes,
         "the model does not fit on GPU {}: weights {:.1f} MiB + state {:.1f} MiB + workspace {:.1f} MiB (+ {:.0f} "

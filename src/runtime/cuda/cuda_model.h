@@ -49,7 +49,9 @@ struct CudaOptions {
     int64_t max_context = 0;         // positions per sequence; 0: min(max_position_embeddings, 16384)
     int64_t pool_positions = 0;      // compressed-cache positions all sequences share (whole pages of 256 positions
                                      // for V4); 0: room for every sequence at max_context
-    int64_t max_chunk_tokens = 256;  // tokens per forward piece (sizes the workspace; bounds a decode batch)
+    // Tokens per forward piece (sizes the workspace; bounds a decode batch); 0: the largest of 2048 .. 256 the free
+    // memory allows (runtime/auto_chunk.h; one rank only).
+    int64_t max_chunk_tokens = 256;
     bool decode_graphs = true;       // replay decode steps from CUDA graphs (one per batch size, captured on first use)
     bool print_plan = true;          // the memory plan on stderr
     bool show_progress = false;      // the weight upload's progress line on stderr (drawn on a terminal only)
