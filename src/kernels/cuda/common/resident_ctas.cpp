@@ -107,6 +107,9 @@ int multiprocessor_count() {
 }
 
 bool device_has_wgmma() {
+#ifndef DSV4_BUILT_SM90A
+    return false;  // no sm_90a code in this build: the wgmma kernels would trap
+#endif
     constexpr int kDevices = 64;
     static std::atomic<int> known[kDevices] = {};  // 0 unknown, 1 no, 2 yes
     int device = 0;

@@ -19,7 +19,8 @@ int64_t resident_clusters(const void* kernel, int threads, int cluster, int smem
 // The current device's SM count (the tile heuristics' num_sms).
 int multiprocessor_count();
 
-// Whether the current device runs sm_90a code with wgmma (compute capability 9.0: H100, H200); cached per device.
+// Whether the current device runs this build's wgmma kernels: compute capability 9.0 (H100, H200) and sm_90a in
+// DSV4_CUDA_ARCHS; cached per device.
 bool device_has_wgmma();
 
 }  // namespace dsv4::cuda
