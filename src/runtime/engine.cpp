@@ -5,10 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <span>
 
 #include "core/error.h"
+#include "runtime/token_order.h"
 
 namespace dsv4 {
 
@@ -32,16 +32,10 @@ SampledToken token_logprobs(const float* logits, int64_t vocab, int32_t id, int 
     t.id = id;
     t.logprob = float(double(logits[id]) - log_total);
     if (top > 0) {
-        std::vector<int32_t> ids(static_cast<size_t>(vocab));
-        std::iota(ids.begin(), ids.end(), 0);
-        const auto n = std::min<int64_t>(top, vocab);
-        std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
-            return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-        });
-        for (int64_t i = 0; i < n; ++i) {
-            const int32_t choice = ids[static_cast<size_t>(i)];
-            t.top.push_back({choice, float(double(logits[choice]) - log_total)});
-        }
+        TokenOrderScratch scratch;
+        std::vector<int32_t> ids;
+        most_likely(logits, vocab, std::min<int64_t>(top, vocab), ids, scratch);
+        for (const int32_t choice : ids) t.top.push_back({choice, float(double(logits[choice]) - log_total)});
     }
     return t;
 }

@@ -1,9 +1,13 @@
 // Next-token sampling from logits: greedy (argmax, ties to the lowest id) or temperature / top-k / min-p / top-p
-// with a seeded generator, so a run is reproducible. Tested in tests/runtime/sampler_test.cpp.
+// with a seeded generator, so a run is reproducible. Tested in tests/runtime/sampler_test.cpp, which also holds the
+// plain sorting sampler every draw must equal (tests/runtime/sorting_sampler.h).
 #pragma once
 
 #include <cstdint>
 #include <random>
+#include <vector>
+
+#include "runtime/token_order.h"
 
 namespace dsv4 {
 
@@ -29,6 +33,10 @@ public:
 private:
     SamplingParams params_;
     std::mt19937_64 rng_;
+    // Reused from token to token (a request samples every step).
+    TokenOrderScratch order_scratch_;
+    std::vector<int32_t> ids_;
+    std::vector<double> probs_;
 };
 
 int32_t argmax(const float* logits, int64_t vocab);

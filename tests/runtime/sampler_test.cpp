@@ -1,13 +1,16 @@
 // Sampler: greedy picks the argmax; top-k 1 equals greedy; a fixed seed reproduces; the draw frequencies follow
 // the tempered softmax; min-p drops the unlikely tail after temperature and before top-p, and min_p = 0 draws
-// exactly what the sampler drew before min-p existed; bad parameters are errors.
+// exactly what the sampler drew before min-p existed; every draw equals the plain sorting sampler's
+// (sorting_sampler.h) at V4's vocabulary size under every option; bad parameters are errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "core/error.h"
 #include "runtime/sampler.h"
+#include "runtime/sorting_sampler.h"
 
 using namespace dsv4;
 
@@ -104,4 +107,34 @@ TEST(Sampler, RejectsBadParametersAndNaN) {
     std::vector<float> logits = {0.0f, NAN};
     Sampler s({});
     EXPECT_THROW(s.sample(logits.data(), 2), Error);
+}
+
+TEST(Sampler, DrawsEqualTheSortingSampler) {
+    // Logits of V4's vocabulary size shaped like a model's (a few likely tokens over a wide tail), new ones every
+    // step, and a small vocabulary with many ties; each parameter set draws from the same seed in both samplers.
+    const std::vector<SamplingParams> sets = {
+        {.greedy = true},
+        {.greedy = false, .temperature = 1.0f, .top_p = 1.0f, .top_k = 0, .seed = 1},
+        {.greedy = false, .temperature = 0.6f, .top_p = 0.95f, .top_k = 0, .seed = 2},
+        {.greedy = false, .temperature = 1.0f, .top_p = 0.9f, .top_k = 50, .seed = 3},
+        {.greedy = false, .temperature = 0.8f, .top_p = 1.0f, .top_k = 20000, .seed = 4},
+        {.greedy = false, .temperature = 1.3f, .top_p = 0.98f, .top_k = 0, .min_p = 0.05f, .seed = 5},
+        {.greedy = false, .temperature = 0.7f, .top_p = 1.0f, .top_k = 8, .min_p = 0.1f, .seed = 6},
+    };
+    std::mt19937_64 rng(2026);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (const int64_t vocab : {int64_t(129280), int64_t(300)}) {
+        const int steps = vocab > 1000 ? 12 : 200;
+        for (size_t s = 0; s < sets.size(); ++s) {
+            Sampler fast(sets[s]);
+            test_reference::SortingSampler plain(sets[s]);
+            std::vector<float> logits(static_cast<size_t>(vocab));
+            for (int step = 0; step < steps; ++step) {
+                for (float& x : logits) x = vocab > 1000 ? 2.5f * normal(rng) : std::round(2.0f * normal(rng));
+                for (int hot = 0; hot < 6; ++hot) logits[rng() % uint64_t(vocab)] += 12.0f + float(hot);
+                ASSERT_EQ(fast.sample(logits.data(), vocab), plain.sample(logits.data(), vocab))
+                    << "vocab " << vocab << ", parameter set " << s << ", step " << step;
+            }
+        }
+    }
 }

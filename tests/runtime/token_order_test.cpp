@@ -1,0 +1,123 @@
+// Token order against std::stable_sort of the ids by descending logit (the order the sampler was specified with):
+// every prefix length on both paths (selection and radix sort), rows with many ties, both zeros, infinities,
+// subnormals and extremes, V4's vocabulary size; and scan_logits against a plain argmax scan, NaN anywhere.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "runtime/token_order.h"
+
+using namespace dsv4;
+
+namespace {
+
+std::vector<int32_t> stable_order(const std::vector<float>& logits) {
+    std::vector<int32_t> ids(logits.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+    return ids;
+}
+
+int64_t plain_argmax(const std::vector<float>& logits) {
+    int64_t best = 0;
+    for (size_t i = 1; i < logits.size(); ++i)
+        if (logits[i] > logits[size_t(best)]) best = int64_t(i);
+    return best;
+}
+
+enum class Kind { kNormal, kTies, kSpecial };
+
+std::vector<float> make_row(int64_t vocab, Kind kind, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 4.0f);
+    std::vector<float> row(static_cast<size_t>(vocab));
+    const float specials[] = {0.0f,
+                              -0.0f,
+                              std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(),
+                              std::numeric_limits<float>::denorm_min(),
+                              -std::numeric_limits<float>::denorm_min(),
+                              std::numeric_limits<float>::max(),
+                              std::numeric_limits<float>::lowest(),
+                              1.0f,
+                              -1.0f};
+    for (float& x : row) {
+        x = normal(rng);
+        if (kind == Kind::kTies) x = std::round(x * 2.0f) / 2.0f;  // a few dozen distinct values, ±0 among them
+        if (kind == Kind::kSpecial && rng() % 4 == 0) x = specials[rng() % std::size(specials)];
+    }
+    return row;
+}
+
+}  // namespace
+
+TEST(TokenOrder, EveryPrefixEqualsTheStableSort) {
+    TokenOrderScratch scratch;
+    std::vector<int32_t> ids;
+    for (int64_t vocab : {1, 2, 3, 17, 100, 1000, 5000})
+        for (Kind kind : {Kind::kNormal, Kind::kTies, Kind::kSpecial}) {
+            const std::vector<float> row = make_row(vocab, kind, uint64_t(vocab) * 7 + uint64_t(kind));
+            const std::vector<int32_t> want = stable_order(row);
+            std::vector<int64_t> counts = {1, 2, vocab / 16, vocab / 16 + 1, vocab / 2, vocab - 1, vocab};
+            for (int64_t count : counts) {
+                if (count < 1 || count > vocab) continue;
+                most_likely(row.data(), vocab, count, ids, scratch);
+                ASSERT_EQ(int64_t(ids.size()), count);
+                for (int64_t i = 0; i < count; ++i)
+                    ASSERT_EQ(ids[size_t(i)], want[size_t(i)])
+                        << "vocab " << vocab << " kind " << int(kind) << " count " << count << " at " << i;
+            }
+        }
+}
+
+TEST(TokenOrder, V4VocabularyBothPaths) {
+    const int64_t vocab = 129280;
+    TokenOrderScratch scratch;
+    std::vector<int32_t> ids;
+    for (Kind kind : {Kind::kNormal, Kind::kTies}) {
+        const std::vector<float> row = make_row(vocab, kind, 99 + uint64_t(kind));
+        const std::vector<int32_t> want = stable_order(row);
+        for (int64_t count : {int64_t(1), int64_t(50), int64_t(1000), vocab / 16, vocab}) {
+            most_likely(row.data(), vocab, count, ids, scratch);
+            ASSERT_TRUE(std::equal(ids.begin(), ids.end(), want.begin())) << "kind " << int(kind) << " count " << count;
+        }
+    }
+}
+
+TEST(TokenOrder, OneValueEverywhereKeepsIdOrder) {
+    const std::vector<float> row(3000, 2.5f);
+    TokenOrderScratch scratch;
+    std::vector<int32_t> ids;
+    for (int64_t count : {1, 10, 3000}) {
+        most_likely(row.data(), 3000, count, ids, scratch);
+        for (int64_t i = 0; i < count; ++i) ASSERT_EQ(ids[size_t(i)], i);
+    }
+}
+
+TEST(TokenOrder, ScanFindsTheFirstMaximumAndAnyNaN) {
+    for (int64_t vocab : {1, 5, 2047, 2048, 2049, 129280})
+        for (Kind kind : {Kind::kNormal, Kind::kTies, Kind::kSpecial}) {
+            std::vector<float> row = make_row(vocab, kind, uint64_t(vocab) + 3 * uint64_t(kind));
+            const LogitScan scan = scan_logits(row.data(), vocab);
+            EXPECT_FALSE(scan.has_nan);
+            EXPECT_EQ(scan.argmax, plain_argmax(row)) << "vocab " << vocab << " kind " << int(kind);
+            for (int64_t at : {int64_t(0), vocab / 2, vocab - 1}) {
+                const float kept = row[size_t(at)];
+                row[size_t(at)] = std::numeric_limits<float>::quiet_NaN();
+                EXPECT_TRUE(scan_logits(row.data(), vocab).has_nan) << "NaN at " << at << " of " << vocab;
+                row[size_t(at)] = kept;
+            }
+        }
+    // The same maximum in two blocks, and -0.0 before +0.0 as the maximum: the first index wins.
+    std::vector<float> row(10000, -1.0f);
+    row[9000] = 3.0f, row[100] = 3.0f;
+    EXPECT_EQ(scan_logits(row.data(), 10000).argmax, 100);
+    std::vector<float> zeros(5000, -1.0f);
+    zeros[4000] = 0.0f, zeros[3000] = -0.0f;
+    EXPECT_EQ(scan_logits(zeros.data(), 5000).argmax, 3000);
+}
