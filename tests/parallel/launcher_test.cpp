@@ -124,7 +124,10 @@ TEST(Launcher, RanksSeeTheirPlace) {
     TempDir dir;
     ParallelOptions o = gpus({2, 5});
     o.nnodes = 2, o.node_rank = 1, o.master_addr = "10.1.2.3", o.master_port = 29511;
-    ASSERT_EQ(launch_local_ranks(o, sh("env > " + dir / "env.$DSV4_RANK")), 0);
+    ::setenv("NCCL_P2P_DISABLE", "1", 1);  // the user's own NCCL setting, kept outside the shared-GPU mode
+    const int launched = launch_local_ranks(o, sh("env > " + dir / "env.$DSV4_RANK"));
+    ::unsetenv("NCCL_P2P_DISABLE");
+    ASSERT_EQ(launched, 0);
     for (int local = 0; local < 2; ++local) {
         const int rank = 2 + local;
         std::map<std::string, std::string> env = read_env(dir / ("env." + std::to_string(rank)));
@@ -136,6 +139,7 @@ TEST(Launcher, RanksSeeTheirPlace) {
         EXPECT_EQ(env["DSV4_MASTER_ADDR"], "10.1.2.3");
         EXPECT_EQ(env["DSV4_MASTER_PORT"], "29511");
         EXPECT_EQ(env.count("NCCL_HOSTID"), 0u);
+        EXPECT_EQ(env["NCCL_P2P_DISABLE"], "1");
         EXPECT_EQ(env["PATH"], std::getenv("PATH")) << "the rest of the environment is passed on";
         const std::optional<RankInfo> info = rank_from_variables(env);  // what the child reads
         ASSERT_TRUE(info.has_value());

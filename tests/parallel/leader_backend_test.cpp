@@ -256,6 +256,26 @@ TEST_F(Follower, GoesOnAfterAMirroredCallThrows) {
     EXPECT_FALSE(log_[2].threw);
 }
 
+TEST_F(Follower, EndsOnItsOwnDeviceFailure) {
+    // A CUDA or NCCL failure is this rank's alone: the leader may wait in a collective for it, so the follower must
+    // not go on to the next message (it would wait for the leader, the leader for it). A plain Error goes on.
+    const ControlHandler failing = [](Backend&, const std::string& name, int64_t) {
+        if (name == "device") throw DeviceError("CUDA error cudaErrorIllegalAddress (an illegal memory access)");
+        throw Error("a mirrored refusal");
+    };
+    send(message::Control{"request", 1});
+    send(message::Control{"device", 1});
+    send(message::End{});
+    channels_[0].reset();
+    RecordingBackend local(load_tiny_model(), log_);
+    try {
+        follow_leader(local, *channels_[1], failing);
+        ADD_FAILURE() << "follow_leader went on after a device failure";
+    } catch (const DeviceError& e) {
+        EXPECT_NE(std::string(e.what()).find("illegal memory access"), std::string::npos);
+    }
+}
+
 TEST_F(Follower, UnknownSequenceIdIsAProtocolError) {
     send(message::NewSequence{1});
     send(message::Forward{42, 0, false, {1}});

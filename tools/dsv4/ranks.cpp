@@ -70,6 +70,9 @@ class RankLeader final : public Backend {
     std::vector<std::vector<float>> forward_batch(std::span<const BatchItem> items) override {
         return leader_->forward_batch(items);
     }
+    void forward_batch_into(std::span<const BatchItem> items, std::vector<std::vector<float>>& logits) override {
+        leader_->forward_batch_into(items, logits);
+    }
     std::vector<float> forward_block(SequenceState& s, int64_t layer, int64_t start, std::span<const int32_t> ids,
                                      const float* streams_in) override {
         return leader_->forward_block(s, layer, start, ids, streams_in);
@@ -165,7 +168,12 @@ std::unique_ptr<Backend> model_on_ranks(const parallel::RankInfo& rank, const pa
     }
     // Ctrl-C reaches every process of the terminal's group; rank 0 alone acts on it (the run ends with rank 0).
     std::signal(SIGINT, SIG_IGN);
-    parallel::follow_leader(*local, *resources->group, on_control);
+    try {
+        parallel::follow_leader(*local, *resources->group, on_control);
+    } catch (const DeviceError&) {
+        nccl->abort();  // its collectives may wait for ranks that go on: nothing may wait for them while unwinding
+        throw;
+    }
     local.reset();
     // Rank 0 says goodbye once its own model is gone (RankLeader's destructor); hanging up before that would look
     // like a failure to its watchdog.

@@ -259,9 +259,11 @@ void CudaModel::Impl::capture_decode_graph(int64_t batch) {
     piece.tokens = piece.seqs = piece.logit_rows = batch;
     piece.max_end = pool.context;
     const size_t first_mark = stages.count();  // the marks recorded before the graph (upload)
-    // Global capture mode: any call that could synchronize with the host or allocate (cudaMalloc, a synchronous
-    // copy, a stream or event wait from the host) fails the capture instead of being recorded.
-    DSV4_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    // Thread-local capture mode: any call of this thread that could synchronize with the host or allocate
+    // (cudaMalloc, a synchronous copy, a stream or event wait from the host) fails the capture instead of being
+    // recorded. Not global: models of several GPUs in one process capture at once, each on its own thread with NCCL
+    // in its graph, and global mode would let one thread's calls break the other's capture (NCCL's CUDA-graph notes).
+    DSV4_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     try {
         enqueue_piece();
     } catch (...) {

@@ -13,8 +13,9 @@ namespace dsv4::cuda {
 namespace {
 
 void check(ncclResult_t r, const char* what) {
-    DSV4_CHECK(r == ncclSuccess, "NCCL {} failed: {} ({}); NCCL_DEBUG=WARN shows NCCL's own account", what,
-               ncclGetErrorString(r), ncclGetLastError(nullptr) ? ncclGetLastError(nullptr) : "");
+    if (r == ncclSuccess) return;
+    throw DeviceError(fmt::format("NCCL {} failed: {} ({}); NCCL_DEBUG=WARN shows NCCL's own account", what,
+                                  ncclGetErrorString(r), ncclGetLastError(nullptr) ? ncclGetLastError(nullptr) : ""));
 }
 
 }  // namespace

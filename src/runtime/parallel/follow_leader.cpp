@@ -1,5 +1,6 @@
 // follow_leader: a follower's loop, the mirror of LeaderBackend (see leader_backend.h).
 #include <map>
+#include <vector>
 
 #include "core/error.h"
 #include "runtime/parallel/control_protocol.h"
@@ -9,11 +10,15 @@ namespace dsv4::parallel {
 namespace {
 
 // A mirrored call: a dsv4::Error it throws is the one the leader's identical call threw to its caller (a full
-// context, a token outside the vocabulary), so the follower has nothing to do but go on with the next message.
+// context, a token outside the vocabulary), so the follower has nothing to do but go on with the next message. A
+// DeviceError is this rank's own (CUDA, NCCL): the leader may be waiting in a collective this rank will never join,
+// so it ends the follower (the rank exits, and the supervisor or the leader's watchdog stops the run).
 template <typename Call>
 void mirrored(Call&& call) {
     try {
         call();
+    } catch (const DeviceError&) {
+        throw;
     } catch (const Error&) {
     }
 }
@@ -59,7 +64,7 @@ class Follower {
             state.position = item.position;
             items.push_back({&state, item.ids, item.all_logits});
         }
-        mirrored([&] { local_.forward_batch(items); });
+        mirrored([&] { local_.forward_batch_into(items, logits_); });
         return true;
     }
     bool on(const message::ForwardBlock& m) {
@@ -108,6 +113,7 @@ class Follower {
     Backend& local_;
     const ControlHandler& on_control_;
     std::map<uint64_t, SequenceState> sequences_;
+    std::vector<std::vector<float>> logits_;  // a batch's logits, unused here; capacity kept from step to step
 };
 
 }  // namespace

@@ -8,11 +8,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <set>
 #include <thread>
 
@@ -121,16 +123,19 @@ struct ExecImage {
     }
 };
 
-const char* const kSetByLauncher[] = {kEnvRank,           kEnvWorldSize,     kEnvLocalRank,  kEnvLocalWorldSize,
-                                      kEnvDevice,         kEnvMasterAddr,    kEnvMasterPort, "NCCL_HOSTID",
-                                      "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE"};
+const char* const kSetByLauncher[] = {kEnvRank,   kEnvWorldSize,  kEnvLocalRank, kEnvLocalWorldSize,
+                                      kEnvDevice, kEnvMasterAddr, kEnvMasterPort};
+// Set for the shared-GPU test mode only; otherwise the user's own (e.g. NCCL_P2P_DISABLE=1 to rule out NVLink)
+// reach the ranks.
+const char* const kSetWhenSharing[] = {"NCCL_HOSTID", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE"};
 
-bool set_by_launcher(const char* entry) {
-    for (const char* name : kSetByLauncher) {
+bool set_by_launcher(const char* entry, bool share_gpus) {
+    auto named = [entry](const char* name) {
         const size_t n = std::strlen(name);
-        if (std::strncmp(entry, name, n) == 0 && entry[n] == '=') return true;
-    }
-    return false;
+        return std::strncmp(entry, name, n) == 0 && entry[n] == '=';
+    };
+    return std::any_of(std::begin(kSetByLauncher), std::end(kSetByLauncher), named) ||
+           (share_gpus && std::any_of(std::begin(kSetWhenSharing), std::end(kSetWhenSharing), named));
 }
 
 // Async-signal-safe: only write() and _exit() after fork.
@@ -241,7 +246,7 @@ int launch_local_ranks(const ParallelOptions& options, const std::vector<std::st
         child.gpu = options.gpus[local];
         std::vector<std::string>& env = images[local].environment;
         for (char** entry = environ; *entry; ++entry) {
-            if (!set_by_launcher(*entry)) env.emplace_back(*entry);
+            if (!set_by_launcher(*entry, settings.share_gpus)) env.emplace_back(*entry);
         }
         env.push_back(fmt::format("{}={}", kEnvRank, child.rank));
         env.push_back(fmt::format("{}={}", kEnvWorldSize, world));

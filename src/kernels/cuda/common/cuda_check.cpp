@@ -6,8 +6,8 @@
 namespace dsv4::cuda {
 
 void throw_cuda_error(cudaError_t status, const char* expression, const char* file, int line) {
-    fail("CUDA error {} ({}) in {} at {}:{}", cudaGetErrorName(status), cudaGetErrorString(status), expression,
-         file, line);
+    throw DeviceError(fmt::format("CUDA error {} ({}) in {} at {}:{}", cudaGetErrorName(status),
+                                  cudaGetErrorString(status), expression, file, line));
 }
 
 }  // namespace dsv4::cuda
