@@ -336,5 +336,5 @@ int main() {
             }
     std::printf("f16 wgmma %s mma.sync bit for bit (K-adjacent core matrices at lbo)\n",
                 ok ? "equals" : "DIFFERS FROM");
-    return 0;
+    return ok ? 0 : 1;
 }

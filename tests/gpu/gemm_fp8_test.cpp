@@ -533,7 +533,12 @@ TEST(GemmFp8, MmaRowsBitwiseIndependentOfBatchAndTile) {
                               Call{3, 297, 128, 128}, Call{100, 1, 128, 128}}) {
             const std::vector<uint16_t> got =
                 run_rows(lt, o, c.row0, c.rows, cuda::Fp8GemmPath::kMma, c.block_m, c.block_n);
-            if (got.empty()) continue;  // e.g. 16 x 32 tiles of 300 rows at K = 8192: 128 KiB of staged products
+            if (got.empty()) {  // e.g. 16 x 32 tiles of 300 rows at K = 8192: 128 KiB of staged products
+                // ... but never the warpgroup tile where it can run: it must not drop out of the test unseen.
+                ASSERT_FALSE(c.block_m == 128 && cuda::device_has_wgmma() && k % 128 == 0)
+                    << "the 128 x 128 tile was refused at " << n << " x " << k << ", rows " << c.rows;
+                continue;
+            }
             const cuda::Fp8GemmConfig chosen =
                 cuda::fp8_gemm_config(c.rows, n, k, device_sms(), cuda::Fp8GemmPath::kMma, cuda::device_has_wgmma());
             char what[160];

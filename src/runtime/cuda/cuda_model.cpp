@@ -205,7 +205,8 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     check_numerics_support(config, numerics);
     DSV4_CHECK(options.max_sequences > 0 && options.max_chunk_tokens >= 0 && options.max_context >= 0 &&
                    options.pool_positions >= 0,
-               "CudaOptions: max_sequences {}, max_chunk_tokens {}, max_context {}, pool_positions {} must be positive",
+               "CudaOptions: max_sequences {} must be positive, and max_chunk_tokens {}, max_context {}, pool_positions "
+               "{} positive or 0 (chosen by dsv4)",
                options.max_sequences, options.max_chunk_tokens, options.max_context, options.pool_positions);
     if (options.max_context == 0) options.max_context = std::min<int64_t>(config.max_position_embeddings, 16384);
     m.config = config;

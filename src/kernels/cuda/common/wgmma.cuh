@@ -2,7 +2,7 @@
 // mma.sync's m16n8k16 A-fragment layout (warp w of the warpgroup holds rows 16w..16w+15), B (16 k x N) from shared
 // memory, K-major, in 8-row x 16-byte core matrices without swizzle. Its bits equal mma.sync m16n8k16's for the same
 // operands and accumulator (docs/perf.md, "wgmma against mma.sync, bit for bit"). Compiled only for sm_90a: other
-// targets get a trap, and the host launches these kernels only where has_wgmma() says so.
+// targets get a trap, and the host launches these kernels only where device_has_wgmma() says so.
 #pragma once
 
 #include <cstdint>
