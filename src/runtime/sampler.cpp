@@ -1,15 +1,14 @@
-// Sampler: see sampler.h. Top-k and min-p (both cut the ordered list), then top-p over the tempered softmax of what
-// is left, then one draw: vLLM's order (min-p before top-p, so the nucleus is taken of the renormalized rest). The
-// order comes from token_order.h; everything after it is the arithmetic of the sorting sampler, in its order, so
-// the draws are the same.
+// Sampler: see sampler.h, which defines a draw step by step; this computes it without sorting the vocabulary. The
+// weights are one vectorized pass; the candidates a selection (top-k) or a filter (min-p); the sums run over blocks,
+// so a draw without top-p walks the block sums and then one block; with top-p only the tokens that can be in the
+// nucleus are put in order (token_order.h).
 #include "runtime/sampler.h"
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <vector>
 
 #include "core/error.h"
+#include "runtime/sampling_weights.h"
 
 namespace dsv4 {
 
@@ -22,30 +21,13 @@ void validate_sampling(const SamplingParams& p) {
     DSV4_CHECK(p.min_p >= 0.0f && p.min_p <= 1.0f, "min_p must be in [0, 1] (0 disables it), got {}", p.min_p);
 }
 
-namespace {
-
-// The index std::discrete_distribution<size_t>(w, w + n) draws with `rng` in libstdc++ (the draws the sampler has
-// always made), without its copy, normalized copy and cumulative table of all n weights: the same sum, the same
-// quotients added in the same order, stopping at the first cumulative probability not below the uniform number
-// (its lower_bound). One candidate draws no number; the last cumulative probability counts as 1.
-size_t draw_index(const double* w, size_t n, std::mt19937_64& rng) {
-    if (n < 2) return 0;
-    double sum = 0.0;
-    for (size_t i = 0; i < n; ++i) sum += w[i];
-    const double u = std::generate_canonical<double, std::numeric_limits<double>::digits>(rng);
-    double cumulative = 0.0;
-    for (size_t i = 0; i + 1 < n; ++i) {
-        cumulative += w[i] / sum;
-        if (cumulative >= u) return i;
-    }
-    return n - 1;
+int32_t argmax(const float* logits, int64_t vocab) {
+    return int32_t(scan_logits(logits, vocab).argmax);
 }
 
-}  // namespace
-
-int32_t argmax(const float* logits, int64_t vocab) { return int32_t(scan_logits(logits, vocab).argmax); }
-
-Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) { validate_sampling(params); }
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
+    validate_sampling(params);
+}
 
 int32_t Sampler::sample(const float* logits, int64_t vocab) {
     const LogitScan scan = scan_logits(logits, vocab);
@@ -55,32 +37,91 @@ int32_t Sampler::sample(const float* logits, int64_t vocab) {
     }
     if (params_.greedy) return int32_t(scan.argmax);
 
-    // Only the first `keep` ids of the order are read below: top-k needs just those (a selection, not a sort).
-    size_t keep = size_t(vocab);
-    if (params_.top_k > 0) keep = std::min(keep, static_cast<size_t>(params_.top_k));
-    most_likely(logits, vocab, int64_t(keep), ids_, order_scratch_);
+    // 1. Weights.
+    weights_.resize(size_t(vocab));
+    max_logit_ = logits[scan.argmax];
+    sampling_weights(logits, vocab, max_logit_, params_.temperature, weights_.data());
+    const float* w = weights_.data();
 
-    // probs[i] is relative to the most likely token (probs[0] == 1), so min-p compares it with min_p directly.
-    std::vector<double>& probs = probs_;
-    probs.resize(keep);
-    const double max_logit = logits[ids_[0]];
-    for (size_t i = 0; i < keep; ++i) probs[i] = std::exp((logits[ids_[i]] - max_logit) / params_.temperature);
-    if (params_.min_p > 0.0f)
-        keep = size_t(std::find_if(probs.begin(), probs.begin() + long(keep),
-                                   [&](double p) { return p < params_.min_p; }) -
-                      probs.begin());
-    double total = 0.0;
-    for (size_t i = 0; i < keep; ++i) total += probs[i];
-    double cumulative = 0.0;
-    size_t nucleus = keep;
-    for (size_t i = 0; i < keep; ++i) {
-        cumulative += probs[i] / total;
-        if (cumulative >= params_.top_p) {
-            nucleus = i + 1;
-            break;
+    // 2. Candidates: all ids, or a list in ascending id order (order_ keeps the top-k ones in the order). The most
+    //    likely token is always one (it is first in the order and weighs 1 >= min_p).
+    all_candidates_ = true;
+    candidates_.clear();
+    order_.clear();
+    if (params_.top_k > 0 && params_.top_k < vocab) {
+        most_likely(logits, vocab, params_.top_k, order_, order_scratch_);
+        candidates_.assign(order_.begin(), order_.end());
+        std::sort(candidates_.begin(), candidates_.end());
+        all_candidates_ = false;
+    }
+    if (params_.min_p > 0.0f) {
+        const auto light = [&](int32_t id) { return w[id] < params_.min_p; };
+        if (all_candidates_) {
+            for (int64_t i = 0; i < vocab; ++i)
+                if (w[i] >= params_.min_p) candidates_.push_back(int32_t(i));
+            all_candidates_ = false;
+        } else {
+            std::erase_if(candidates_, light);
+            std::erase_if(order_, light);
         }
     }
-    return ids_[draw_index(probs.data(), nucleus, rng_)];
+
+    // 3. Block sums and the total.
+    const int64_t n = all_candidates_ ? vocab : int64_t(candidates_.size());
+    block_sums_.clear();
+    double total = 0.0;
+    for (int64_t begin = 0; begin < n; begin += kSampleBlock) {
+        const int64_t end = std::min(n, begin + kSampleBlock);
+        double s = 0.0;
+        if (all_candidates_)
+            for (int64_t i = begin; i < end; ++i) s += w[i];
+        else
+            for (int64_t j = begin; j < end; ++j) s += w[candidates_[size_t(j)]];
+        block_sums_.push_back(s);
+        total += s;
+    }
+
+    // 4, 5. The draw.
+    const double u = uniform_53(rng_);
+    if (params_.top_p < 1.0f) return draw_nucleus(logits, w, total, u);
+    return draw_in_blocks(w, u * total);
+}
+
+int32_t Sampler::draw_in_blocks(const float* w, double target) {
+    const int64_t n = all_candidates_ ? int64_t(weights_.size()) : int64_t(candidates_.size());
+    auto id_at = [&](int64_t j) { return all_candidates_ ? int32_t(j) : candidates_[size_t(j)]; };
+    double before = 0.0;
+    for (size_t b = 0; b < block_sums_.size(); ++b) {
+        if (before + block_sums_[b] > target) {
+            // The block's running sum ends at block_sums_[b] (the same additions), so some j exceeds the target.
+            const int64_t begin = int64_t(b) * kSampleBlock, end = std::min(n, begin + kSampleBlock);
+            double run = 0.0;
+            for (int64_t j = begin; j < end; ++j)
+                if (before + (run += w[id_at(j)]) > target) return id_at(j);
+            return id_at(end - 1);
+        }
+        before += block_sums_[b];
+    }
+    return id_at(n - 1);
+}
+
+int32_t Sampler::draw_nucleus(const float* logits, const float* w, double total, double u) {
+    const double goal = double(params_.top_p) * total;
+    if (order_.empty())  // top-k gave them in the order already; otherwise the tokens that can be in the nucleus
+        ordered_to_mass(logits, w, int64_t(weights_.size()), all_candidates_ ? nullptr : &candidates_, goal, max_logit_,
+                        8.0f * params_.temperature, order_, order_scratch_);
+    double mass = 0.0;
+    size_t cut = order_.size() - 1;
+    for (size_t j = 0; j < order_.size(); ++j)
+        if ((mass += w[order_[j]]) >= goal) {
+            cut = j;
+            break;
+        }
+    const double target = u * mass;
+    double run = 0.0;
+    for (size_t j = 0; j <= cut; ++j)
+        if ((run += w[order_[j]]) > target) return order_[j];
+    return order_[cut];
 }
 
 }  // namespace dsv4

@@ -1,6 +1,7 @@
 // Token order: see token_order.h. Each logit becomes a 32-bit key that sorts as the logit descends; with the id in
-// the low 32 bits, one 64-bit integer per token orders exactly as the stable sort by logit does. The whole
-// vocabulary is put in that order by a radix sort; the first few ids by a histogram cut and a small sort.
+// the low 32 bits, one 64-bit integer per token orders exactly as the stable sort by logit does. Many tokens are put
+// in that order by a radix sort on the key (they are packed in ascending id order, so equal keys keep it); a few by
+// std::sort; the first few of a whole row by a bounded heap, or a histogram cut and a small sort.
 #include "runtime/token_order.h"
 
 #include <algorithm>
@@ -22,14 +23,22 @@ uint32_t descending_key(float x) {
     return ~ascending;
 }
 
-uint64_t packed(float x, int64_t id) { return (uint64_t(descending_key(x)) << 32) | uint32_t(id); }
+uint64_t packed(float x, int64_t id) {
+    return (uint64_t(descending_key(x)) << 32) | uint32_t(id);
+}
+
+// The logit a packed entry was made from (-0.0 comes back as +0.0, which compares equal).
+float key_logit(uint64_t key) {
+    const uint32_t ascending = ~uint32_t(key >> 32);
+    return std::bit_cast<float>((ascending & 0x80000000u) ? (ascending & 0x7FFFFFFFu) : ~ascending);
+}
 
 constexpr int kDigitBits = 11;
 constexpr int kBuckets = 1 << kDigitBits;
 constexpr uint32_t kDigitMask = kBuckets - 1;
 
-// Stable LSD radix sort by the upper 32 bits, 11 bits a pass (3 passes). Entries arrive in ascending id order, so
-// equal keys keep it. A pass whose digit is the same for every entry moves nothing and is skipped.
+// Stable LSD radix sort by the upper 32 bits, 11 bits a pass (3 passes). A pass whose digit is the same for every
+// entry moves nothing and is skipped.
 void radix_sort_by_key(std::vector<uint64_t>& keys, std::vector<uint64_t>& swap) {
     constexpr int kPasses = 3;
     constexpr std::array<int, kPasses> shifts = {32, 32 + kDigitBits, 32 + 2 * kDigitBits};
@@ -46,6 +55,21 @@ void radix_sort_by_key(std::vector<uint64_t>& keys, std::vector<uint64_t>& swap)
         for (uint64_t k : keys) swap[count[(k >> shift) & kDigitMask]++] = k;
         keys.swap(swap);
     }
+}
+
+// Sorts entries packed in ascending id order: by the radix sort when there are many (it keeps that order among
+// equal keys), else by std::sort (the id in the low bits breaks ties).
+void sort_packed(TokenOrderScratch& scratch) {
+    constexpr size_t kRadixFrom = 4096;
+    if (scratch.keys.size() >= kRadixFrom)
+        radix_sort_by_key(scratch.keys, scratch.swap);
+    else
+        std::sort(scratch.keys.begin(), scratch.keys.end());
+}
+
+void unpack_ids(const std::vector<uint64_t>& keys, size_t count, std::vector<int32_t>& ids) {
+    ids.resize(count);
+    for (size_t i = 0; i < count; ++i) ids[i] = int32_t(keys[i] & 0xFFFFFFFFu);
 }
 
 }  // namespace
@@ -83,7 +107,23 @@ void most_likely(const float* logits, int64_t vocab, int64_t count, std::vector<
                "most_likely: {} of {} ids", count, vocab);
     std::vector<uint64_t>& keys = scratch.keys;
     keys.clear();
-    if (count * 16 <= vocab) {
+    if (count <= 256 && count * 16 <= vocab) {
+        // A handful: a max-heap of the best `count` keys so far (its top: the worst of them). Most tokens fail one
+        // float comparison with the worst one's logit; only those at least as likely are packed and compared.
+        for (int64_t i = 0; i < count; ++i) keys.push_back(packed(logits[i], i));
+        std::make_heap(keys.begin(), keys.end());
+        float worst_logit = key_logit(keys.front());
+        for (int64_t i = count; i < vocab; ++i) {
+            if (!(logits[i] >= worst_logit)) continue;
+            const uint64_t k = packed(logits[i], i);
+            if (k >= keys.front()) continue;
+            std::pop_heap(keys.begin(), keys.end());
+            keys.back() = k;
+            std::push_heap(keys.begin(), keys.end());
+            worst_logit = key_logit(keys.front());
+        }
+        std::sort(keys.begin(), keys.end());
+    } else if (count * 16 <= vocab) {
         // A few ids: the histogram of the keys' top 11 bits says which buckets hold the `count` best; only their
         // entries are kept, and only the first `count` of those sorted.
         constexpr int kTopShift = 32 - kDigitBits;
@@ -98,10 +138,45 @@ void most_likely(const float* logits, int64_t vocab, int64_t count, std::vector<
     } else {
         keys.resize(size_t(vocab));
         for (int64_t i = 0; i < vocab; ++i) keys[size_t(i)] = packed(logits[i], i);
-        radix_sort_by_key(keys, scratch.swap);
+        sort_packed(scratch);
     }
-    ids.resize(size_t(count));
-    for (int64_t i = 0; i < count; ++i) ids[size_t(i)] = int32_t(keys[size_t(i)] & 0xFFFFFFFFu);
+    unpack_ids(keys, size_t(count), ids);
+}
+
+void ordered_to_mass(const float* logits, const float* weights, int64_t vocab, const std::vector<int32_t>* candidates,
+                     double mass, float max_logit, float logit_step, std::vector<int32_t>& ordered,
+                     TokenOrderScratch& scratch) {
+    const int64_t n = candidates ? int64_t(candidates->size()) : vocab;
+    auto id_at = [candidates](int64_t j) { return candidates ? (*candidates)[size_t(j)] : int32_t(j); };
+    // The candidates with logits >= floor are a prefix of their order (equal logits are in or out together). The
+    // floor falls by logit_step until their weights (summed in id order) reach mass + margin: summed in the order
+    // instead, the same weights differ by under n * 2^-53 of their sum, far below the margin, so the prefix that
+    // reaches the mass lies inside. After four steps, every candidate.
+    constexpr int64_t kSortAllBelow = 4096;
+    float floor = -std::numeric_limits<float>::infinity();
+    if (n >= kSortAllBelow) {
+        const double goal = mass * (1.0 + 1e-9);
+        for (int step = 1; step <= 4; ++step) {
+            const float trial = max_logit - float(step) * logit_step;
+            double reached = 0.0;
+            if (candidates)
+                for (const int32_t id : *candidates) reached += logits[id] >= trial ? double(weights[id]) : 0.0;
+            else
+                for (int64_t i = 0; i < vocab; ++i) reached += logits[i] >= trial ? double(weights[i]) : 0.0;
+            if (reached >= goal) {
+                floor = trial;
+                break;
+            }
+        }
+    }
+    std::vector<uint64_t>& keys = scratch.keys;
+    keys.clear();
+    for (int64_t j = 0; j < n; ++j) {
+        const int32_t id = id_at(j);
+        if (logits[id] >= floor) keys.push_back(packed(logits[id], id));
+    }
+    sort_packed(scratch);
+    unpack_ids(keys, keys.size(), ordered);
 }
 
 }  // namespace dsv4

@@ -1,7 +1,7 @@
 // The vocabulary ordered by logit for sampling and logprobs: most likely first, ties to the lower id (the order a
-// stable sort of the ids by descending logit gives), made without comparison sorts of the whole vocabulary. At V4's
-// 129,280 ids a sort by comparator costs ~25 ms per token; the host samples every sequence of a batch each step,
-// so at batch 256 that was seconds per step. Tested in tests/runtime/token_order_test.cpp against std::stable_sort.
+// stable sort of the ids by descending logit gives), made without comparison sorts of the whole vocabulary: at V4's
+// 129,280 ids a sort by comparator costs ~15-25 ms per token, and the host samples every sequence of a batch each
+// step. Tested in tests/runtime/token_order_test.cpp against std::stable_sort.
 #pragma once
 
 #include <cstdint>
@@ -24,5 +24,14 @@ struct TokenOrderScratch {
 };
 void most_likely(const float* logits, int64_t vocab, int64_t count, std::vector<int32_t>& ids,
                  TokenOrderScratch& scratch);
+
+// The candidates (the ids in `candidates`, ascending, or every id of the row when it is null) in the order above:
+// at least as many of the first as it takes for their `weights` (any values >= 0), summed in double in that order,
+// to reach `mass`; all of them when they never do. Only the tokens that can be among those are sorted: those with
+// logits at least max_logit - k * logit_step for the first k (up to 4) whose weights reach the mass. With sampling
+// weights e^((l - max) / T), logit_step = 8 T takes tokens down to a weight of e^-8 first.
+void ordered_to_mass(const float* logits, const float* weights, int64_t vocab, const std::vector<int32_t>* candidates,
+                     double mass, float max_logit, float logit_step, std::vector<int32_t>& ordered,
+                     TokenOrderScratch& scratch);
 
 }  // namespace dsv4

@@ -19,7 +19,8 @@ namespace {
 std::vector<int32_t> stable_order(const std::vector<float>& logits) {
     std::vector<int32_t> ids(logits.size());
     std::iota(ids.begin(), ids.end(), 0);
-    std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+    std::stable_sort(ids.begin(), ids.end(),
+                     [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
     return ids;
 }
 
@@ -120,4 +121,44 @@ TEST(TokenOrder, ScanFindsTheFirstMaximumAndAnyNaN) {
     std::vector<float> zeros(5000, -1.0f);
     zeros[4000] = 0.0f, zeros[3000] = -0.0f;
     EXPECT_EQ(scan_logits(zeros.data(), 5000).argmax, 3000);
+}
+
+TEST(TokenOrder, OrderedToMassIsAPrefixOfTheOrderReachingTheMass) {
+    // Against the stable sort: the result is the first entries of the candidates' order, as many as reach the mass
+    // (summed in the order) or more, and all of them when the mass is never reached.
+    TokenOrderScratch scratch;
+    std::vector<int32_t> ordered;
+    for (int64_t vocab : {100, 5000, 129280})
+        for (Kind kind : {Kind::kNormal, Kind::kTies}) {
+            const std::vector<float> row = make_row(vocab, kind, uint64_t(vocab) * 5 + uint64_t(kind));
+            std::vector<float> weights(row.size());
+            for (size_t i = 0; i < row.size(); ++i) weights[i] = std::exp((row[i] - 20.0f) / 3.0f);
+            std::vector<int32_t> every_third;
+            for (int32_t i = 0; i < int32_t(vocab); i += 3) every_third.push_back(i);
+            for (const std::vector<int32_t>* candidates : {static_cast<const std::vector<int32_t>*>(nullptr),
+                                                           static_cast<const std::vector<int32_t>*>(&every_third)}) {
+                std::vector<float> picked;
+                if (candidates)
+                    for (int32_t id : *candidates) picked.push_back(row[size_t(id)]);
+                std::vector<int32_t> want = stable_order(candidates ? picked : row);
+                if (candidates)
+                    for (int32_t& j : want) j = (*candidates)[size_t(j)];
+                double all = 0.0;
+                for (int32_t id : want) all += weights[size_t(id)];
+                const float max_logit = *std::max_element(row.begin(), row.end());
+                for (double share : {0.0, 0.3, 0.9, 0.999, 1.5})
+                    for (float step : {24.0f, 0.5f}) {  // floors that reach the mass at once, or after some steps
+                        ordered_to_mass(row.data(), weights.data(), vocab, candidates, share * all, max_logit, step,
+                                        ordered, scratch);
+                        ASSERT_LE(ordered.size(), want.size());
+                        ASSERT_TRUE(std::equal(ordered.begin(), ordered.end(), want.begin()))
+                            << "vocab " << vocab << " share " << share;
+                        double reached = 0.0;
+                        for (int32_t id : ordered) reached += weights[size_t(id)];
+                        EXPECT_TRUE(reached >= share * all || ordered.size() == want.size())
+                            << "vocab " << vocab << " share " << share << ": " << ordered.size() << " of "
+                            << want.size();
+                    }
+            }
+        }
 }
