@@ -3,7 +3,8 @@
 // machine with one GPU both ranks share it (DSV4_SHARE_GPUS=1: NCCL over sockets), on two they get one each.
 //  * logits over a mixed chunk schedule and greedy tokens equal one GPU's, bit for bit, on an MXFP4 fixture, the
 //    trained one and a transformers fixture (dense experts);
-//  * a rank killed mid-decode ends the run within seconds with an error naming it, instead of a hang;
+//  * a rank killed mid-decode ends the run within seconds with an error naming it, instead of a hang; a rank stopped
+//    mid-decode (alive, stuck) ends it once rank 0's step watchdog expires;
 //  * a share that does not fit its GPU ends the run with the memory plan's error.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -102,53 +104,106 @@ pid_t rank_pid(pid_t supervisor, int rank) {
     return -1;
 }
 
+// A long greedy decode over two ranks (thousands of steps, past any EOS), started by a shell so the test can signal
+// one rank mid-run; `extra` flags go to dsv4 generate. Waits until both ranks have printed their memory plan (their
+// models exist) and a moment more, so the signal lands in the decode loop.
+struct LongDecode {
+    std::string out, err;
+    pid_t supervisor = -1;
+
+    explicit LongDecode(const std::string& name, const std::string& extra = "") {
+        const cuda_fixtures::ModelInputs in = cuda_fixtures::model_inputs("native-mxfp4-mtp");
+        EXPECT_TRUE(in.found);
+        const auto [gpus, env] = two_ranks();
+        out = temp_path(name + ".stdout"), err = temp_path(name + ".stderr");
+        const std::string command = (env.empty() ? "" : "export " + env + "; ") + "exec " + kBinary +
+                                    " generate --numerics model -m " + in.dir + " --ids-file " + ids_file(in, name) +
+                                    " --greedy -n 12000 --ignore-eos --print-ids " + gpus + " " + extra + " >" + out +
+                                    " 2>" + err;
+        const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
+        EXPECT_EQ(posix_spawn(&supervisor, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+    }
+    // False (with a test failure) when the run ended before both ranks ran, or never got there.
+    bool wait_until_running() {
+        const auto start = std::chrono::steady_clock::now();
+        while (read_text(err).find("rank 1 of 2") == std::string::npos ||
+               read_text(err).find("rank 0 of 2") == std::string::npos) {
+            int status = 0;
+            if (std::chrono::steady_clock::now() - start > std::chrono::seconds(120) ||
+                waitpid(supervisor, &status, WNOHANG) != 0) {
+                ADD_FAILURE() << "the ranks did not both start, or the run ended early:\n" << read_text(err);
+                return false;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        // Short: over NVLink the whole 12,000-step decode takes a few seconds (over sockets, on one GPU, far longer).
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        return true;
+    }
+    // The supervisor's wait status once it exits, or nullopt (with a test failure) after `limit`.
+    std::optional<int> wait_end(std::chrono::seconds limit) {
+        const auto start = std::chrono::steady_clock::now();
+        int status = 0;
+        while (waitpid(supervisor, &status, WNOHANG) == 0) {
+            if (std::chrono::steady_clock::now() - start > limit) {
+                ADD_FAILURE() << "the run did not end within " << limit.count() << " s:\n" << read_text(err);
+                ::kill(supervisor, SIGKILL);
+                return std::nullopt;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        return status;
+    }
+};
+
+std::string last_line(const std::string& text) {
+    return text.substr(text.rfind('\n', text.size() - 2) + 1);
+}
+
 TEST(MultiProcessFault, KilledRankEndsTheRunWithAClearError) {
     DSV4_REQUIRE_GPU();
-    const cuda_fixtures::ModelInputs in = cuda_fixtures::model_inputs("native-mxfp4-mtp");
-    ASSERT_TRUE(in.found);
-    const auto [gpus, env] = two_ranks();
-    const std::string err = temp_path("fault.stderr"), out = temp_path("fault.stdout");
-    // A long greedy decode (thousands of steps, past any EOS); rank 1 is killed once both ranks run.
-    const std::string command = (env.empty() ? "" : "export " + env + "; ") + "exec " + kBinary +
-                                " generate --numerics model -m " + in.dir + " --ids-file " + ids_file(in, "fault") +
-                                " --greedy -n 12000 --ignore-eos --print-ids " + gpus + " >" + out + " 2>" + err;
-    pid_t supervisor = -1;
-    const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
-    ASSERT_EQ(posix_spawn(&supervisor, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
-
-    // Both ranks have printed their memory plan (their models exist); give them a moment in the decode loop.
-    const auto start = std::chrono::steady_clock::now();
-    while (read_text(err).find("rank 1 of 2") == std::string::npos ||
-           read_text(err).find("rank 0 of 2") == std::string::npos) {
-        ASSERT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(120)) << read_text(err);
-        int status = 0;
-        ASSERT_EQ(waitpid(supervisor, &status, WNOHANG), 0) << "the run ended early:\n" << read_text(err);
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    // Short: over NVLink the whole 12,000-step decode takes a few seconds (over sockets, on one GPU, far longer).
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    const pid_t victim = rank_pid(supervisor, 1);
+    LongDecode run("fault_kill");
+    ASSERT_TRUE(run.wait_until_running());
+    const pid_t victim = rank_pid(run.supervisor, 1);
     ASSERT_GT(victim, 0) << "no rank 1 among the supervisor's children";
     ASSERT_EQ(kill(victim, SIGKILL), 0);
     const auto killed = std::chrono::steady_clock::now();
-
-    int status = 0;
-    while (waitpid(supervisor, &status, WNOHANG) == 0) {
-        ASSERT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(20))
-            << "the run did not end after rank 1 was killed";
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    const std::optional<int> status = run.wait_end(std::chrono::seconds(20));
+    ASSERT_TRUE(status.has_value());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
-    EXPECT_TRUE(!WIFEXITED(status) || WEXITSTATUS(status) != 0) << "exit status " << status;
-    const std::string errors = read_text(err);
+    EXPECT_TRUE(!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) << "exit status " << *status;
+    const std::string errors = read_text(run.err);
     EXPECT_NE(errors.find("rank 1"), std::string::npos) << errors;
-    EXPECT_EQ(read_text(out), "") << "the decode finished before the kill: the test did not test a kill mid-run";
+    EXPECT_EQ(read_text(run.out), "") << "the decode finished before the kill: the test did not test a kill mid-run";
     EXPECT_LT(seconds, 10.0);
-    std::printf(
-        "[ fault    ] rank 1 killed mid-decode: the run ended %.2f s later, exit status %d; stderr's last "
-        "line: %s\n",
-        seconds, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
-        errors.substr(errors.rfind('\n', errors.size() - 2) + 1).c_str());
+    std::printf("[ fault    ] rank 1 killed mid-decode: the run ended %.2f s later, exit status %d; stderr's last "
+                "line: %s\n",
+                seconds, WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status), last_line(errors).c_str());
+}
+
+// A rank that stops without exiting (SIGSTOP: as a hung GPU or a deadlocked process looks from outside) leaves rank 0
+// waiting in a collective; no process exits, so only rank 0's step watchdog (--step-timeout) can end the run.
+TEST(MultiProcessFault, StoppedRankEndsTheRunAfterTheStepTimeout) {
+    DSV4_REQUIRE_GPU();
+    LongDecode run("fault_stop", "--step-timeout 3");
+    ASSERT_TRUE(run.wait_until_running());
+    const pid_t victim = rank_pid(run.supervisor, 1);
+    ASSERT_GT(victim, 0) << "no rank 1 among the supervisor's children";
+    ASSERT_EQ(kill(victim, SIGSTOP), 0);
+    const auto stopped = std::chrono::steady_clock::now();
+    // 3 s of step timeout, then the supervisor's SIGTERM and, 5 s later, SIGKILL to the stopped rank.
+    const std::optional<int> status = run.wait_end(std::chrono::seconds(30));
+    if (!status) ::kill(victim, SIGKILL);
+    ASSERT_TRUE(status.has_value());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+    EXPECT_TRUE(!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) << "exit status " << *status;
+    const std::string errors = read_text(run.err);
+    EXPECT_NE(errors.find("(--step-timeout): a GPU or another rank is stuck"), std::string::npos) << errors;
+    EXPECT_EQ(read_text(run.out), "") << "the decode finished before the stop: the test did not test a stall";
+    EXPECT_GE(seconds, 3.0);
+    std::printf("[ fault    ] rank 1 stopped mid-decode: the run ended %.2f s later, exit status %d; stderr's last "
+                "line: %s\n",
+                seconds, WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status), last_line(errors).c_str());
 }
 
 // A plan that does not fit a rank's GPU (dsv4 bench's state pool for 1024 sequences of a million positions: ~170 GB

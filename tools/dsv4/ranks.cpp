@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "runtime/parallel/launcher.h"
 #include "runtime/parallel/leader_backend.h"
+#include "runtime/parallel/step_watchdog.h"
 #include "runtime/parallel/tcp_group.h"
 #ifdef DSV4_WITH_CUDA
 #include "kernels/cuda/smoke/device_info.h"
@@ -44,6 +45,12 @@ std::string executable_fingerprint() {
 }
 
 #ifdef DSV4_WITH_CUDA
+// The model under a rank's step watchdog (model_on_ranks).
+Backend& unwatched(Backend& model) {
+    if (auto* watched = dynamic_cast<parallel::WatchedBackend*>(&model)) return watched->inner();
+    return model;
+}
+
 // Owns what a rank's model needs besides itself: the channel, the communicator. Declared before the model so that
 // they go after it.
 struct RankResources {
@@ -106,6 +113,11 @@ void add_parallel_options(CLI::App* command, ParallelFlags& f) {
         ->add_option("--rank-timeout", f.options.timeout_s,
                      "Seconds the ranks wait for each other to start (default 300)")
         ->check(CLI::PositiveNumber);
+    command
+        ->add_option("--step-timeout", f.options.step_timeout_s,
+                     "Seconds one step (a forward, a prefill piece) may take on a rank before the run is stopped as "
+                     "stuck, e.g. a GPU or a peer that stopped without exiting (default 600; 0: no limit)")
+        ->check(CLI::NonNegativeNumber);
 }
 
 void set_command_line(int argc, char** argv) {
@@ -162,14 +174,25 @@ std::unique_ptr<Backend> model_on_ranks(const parallel::RankInfo& rank, const pa
         parallel::exit_on_peer_lost(peer, reason);
     });
     std::unique_ptr<Backend> local = make(ExpertParallel{rank.rank, rank.world, nccl});
+    if (options.step_timeout_s > 0)  // a stuck GPU or peer would otherwise hold every rank in a collective forever
+        local = std::make_unique<parallel::WatchedBackend>(
+            std::move(local), options.step_timeout_s, [r = rank.rank](const std::string& call, double seconds) {
+                parallel::exit_on_stall(r, call, seconds);
+            });
+    // The control calls act on the model itself, not on the watchdog's wrapper around it.
+    ControlHandler control_model;
+    if (on_control)
+        control_model = [on_control](Backend& b, const std::string& name, int64_t value) {
+            on_control(unwatched(b), name, value);
+        };
     if (rank.leader()) {
-        auto leader = std::make_unique<parallel::LeaderBackend>(std::move(local), *resources->group, on_control);
+        auto leader = std::make_unique<parallel::LeaderBackend>(std::move(local), *resources->group, control_model);
         return std::make_unique<RankLeader>(std::move(resources), std::move(leader));
     }
     // Ctrl-C reaches every process of the terminal's group; rank 0 alone acts on it (the run ends with rank 0).
     std::signal(SIGINT, SIG_IGN);
     try {
-        parallel::follow_leader(*local, *resources->group, on_control);
+        parallel::follow_leader(*local, *resources->group, control_model);
     } catch (const DeviceError&) {
         nccl->abort();  // its collectives may wait for ranks that go on: nothing may wait for them while unwinding
         throw;
@@ -188,7 +211,7 @@ void control(Backend& model, const ControlHandler& on_control, const std::string
 }
 
 Backend& local_model(Backend& model) {
-    if (auto* leader = dynamic_cast<RankLeader*>(&model)) return leader->leader().local();
+    if (auto* leader = dynamic_cast<RankLeader*>(&model)) return unwatched(leader->leader().local());
     return model;
 }
 #else

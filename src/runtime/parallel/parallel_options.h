@@ -14,7 +14,8 @@ struct ParallelOptions {
     int nnodes = 1, node_rank = 0;
     std::string master_addr;  // where rank 0 listens for the rendezvous; empty: 127.0.0.1 (required when nnodes > 1)
     int master_port = 0;      // 0 on one node: the launcher picks a free port on loopback
-    double timeout_s = 300;   // rendezvous wait, and how long a silent peer may stall a collective
+    double timeout_s = 300;   // how long the ranks wait for each other at the rendezvous
+    double step_timeout_s = 600;  // how long one call on a rank's model may run (step_watchdog.h); 0: no limit
     bool parallel() const { return nnodes > 1 || gpus.size() > 1; }
 };
 
