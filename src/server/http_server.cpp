@@ -27,24 +27,29 @@ void send_json(httplib::Response& res, int status, const ordered_json& body) {
 
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status(), e.to_json()); }
 
-// An engine request's events, handed from the engine thread to the connection's thread.
+// A request's events (of all its choices, each tagged with its choice), handed from the engine thread to the
+// connection's thread.
 struct Channel {
+    struct Tagged {
+        int choice = 0;
+        EngineEvent event;
+    };
     std::mutex mutex;
     std::condition_variable cv;
-    std::deque<EngineEvent> events;
+    std::deque<Tagged> events;
 
-    void push(const EngineEvent& e) {
+    void push(int choice, const EngineEvent& e) {
         {
             std::lock_guard lock(mutex);
-            events.push_back(e);
+            events.push_back({choice, e});
         }
         cv.notify_one();
     }
     // The next event, or nullopt after `timeout` without one.
-    std::optional<EngineEvent> pop(std::chrono::milliseconds timeout) {
+    std::optional<Tagged> pop(std::chrono::milliseconds timeout) {
         std::unique_lock lock(mutex);
         if (!cv.wait_for(lock, timeout, [&] { return !events.empty(); })) return std::nullopt;
-        EngineEvent e = std::move(events.front());
+        Tagged e = std::move(events.front());
         events.pop_front();
         return e;
     }
@@ -57,7 +62,20 @@ std::string random_suffix() {
 
 }  // namespace
 
-// One generation in flight: the engine request, its channel, the reply so far, timing for the metrics.
+// One choice of a request: its engine request and its reply so far.
+struct Choice {
+    uint64_t engine_id = 0;
+    bool submitted = false, finished = false, cancel_sent = false, reported = false;
+    std::optional<ReplyBuilder> builder;
+    Clock::time_point last_token;
+    int64_t text_sent = 0;  // completions: characters streamed so far (the next chunk's text_offset)
+    FinishReason reason = FinishReason::kEos;
+    std::string error;
+};
+
+// One request in flight: its choices (n of them; choice i samples with seed + i), their shared channel, timing for
+// the metrics. Choice 0 is submitted first; the others once its first event arrives, when its prompt is in the
+// prefix cache with its last logits (if the cache is on), so the prompt is computed once for all n.
 struct Generation {
     bool chat = false;
     std::string id, model;
@@ -66,53 +84,109 @@ struct Generation {
     Engine* engine = nullptr;
     Metrics* metrics = nullptr;
     std::shared_ptr<Channel> channel = std::make_shared<Channel>();
-    uint64_t engine_id = 0;
-    std::optional<ReplyBuilder> builder;
+    std::vector<Choice> choices;
+    EngineRequest request;  // what choice 0 was submitted with: the others copy it
     Usage usage;
-    Clock::time_point arrival = Clock::now(), last_token;
-    bool finished = false, cancel_sent = false, reported = false;
-    int64_t text_sent = 0;  // completions: characters streamed so far (the next chunk's text_offset)
-    FinishReason reason = FinishReason::kEos;
-    std::string error;
+    Clock::time_point arrival = Clock::now();
+    bool first_token = true;
 
-    // Takes one event into the reply; returns the delta to stream (tokens) or nothing (kFinished).
-    ReplyBuilder::Delta take(const EngineEvent& e) {
-        usage.prompt_tokens = e.prompt_tokens;
-        usage.cached_tokens = e.cached_tokens;
+    bool finished() const {
+        for (const Choice& c : choices)
+            if (!c.finished) return false;
+        return true;
+    }
+    // Choice c's engine request, on its own seed, its events tagged with c.
+    EngineRequest request_of(int c) const {
+        EngineRequest r = request;
+        r.sampling.seed += uint64_t(c);
+        std::shared_ptr<Channel> ch = channel;
+        r.on_event = [ch, c](const EngineEvent& e) { ch->push(c, e); };
+        return r;
+    }
+    // The choices after the first: submitted once choice 0 has its first event. One the engine refuses (it is
+    // shutting down) ends with that error.
+    void submit_rest() {
+        for (size_t c = 1; c < choices.size(); ++c) {
+            Choice& ch = choices[c];
+            if (ch.submitted) continue;
+            ch.submitted = true;
+            try {
+                ch.engine_id = engine->submit(request_of(int(c)));
+            } catch (const Error& e) {
+                ch.finished = true;
+                ch.reason = FinishReason::kError;
+                ch.error = e.what();
+            }
+        }
+    }
+    // Takes one event into choice c's reply; returns the delta to stream (tokens) or nothing (kFinished).
+    ReplyBuilder::Delta take(int c, const EngineEvent& e) {
+        Choice& ch = choices[size_t(c)];
+        if (c == 0) {
+            usage.prompt_tokens = e.prompt_tokens;
+            usage.cached_tokens = e.cached_tokens;
+            const bool failed = e.kind == EngineEvent::Kind::kFinished &&
+                                (e.reason == FinishReason::kError || e.reason == FinishReason::kCancelled);
+            if (!failed) submit_rest();
+            for (Choice& other : choices)  // never submitted: they end as the first did
+                if (!other.submitted) other.submitted = other.finished = true, other.reason = e.reason, other.error = e.error;
+        }
         if (e.kind == EngineEvent::Kind::kFinished) {
-            finished = true;
-            reason = e.reason;
-            error = e.error;
+            ch.finished = true;
+            ch.reason = e.reason;
+            ch.error = e.error;
             return {};
         }
         const Clock::time_point now = Clock::now();
-        if (usage.completion_tokens == 0)
+        if (first_token)
             metrics->time_to_first_token(std::chrono::duration<double>(now - arrival).count());
-        else
-            metrics->inter_token_latency(std::chrono::duration<double>(now - last_token).count());
-        last_token = now;
-        ReplyBuilder::Delta d = builder->push(e.token);
-        usage.completion_tokens = builder->tokens();
-        if (builder->stopped()) cancel();
+        else if (ch.builder->tokens() > 0)
+            metrics->inter_token_latency(std::chrono::duration<double>(now - ch.last_token).count());
+        first_token = false;
+        ch.last_token = now;
+        ReplyBuilder::Delta d = ch.builder->push(e.token);
+        usage.completion_tokens = 0;
+        for (const Choice& other : choices) usage.completion_tokens += other.builder->tokens();
+        if (ch.builder->stopped()) cancel(c);
         return d;
     }
-    void cancel() {
-        if (cancel_sent || finished) return;
-        cancel_sent = true;
-        engine->cancel(engine_id);
+    void cancel(int c) {
+        Choice& ch = choices[size_t(c)];
+        if (ch.cancel_sent || ch.finished || !ch.submitted) return;
+        ch.cancel_sent = true;
+        engine->cancel(ch.engine_id);
     }
-    // Counts the request in the metrics once, by how it ended.
-    void report(const std::string& how) {
-        if (reported) return;
-        reported = true;
+    // Ends every choice (the client is gone, or the reply failed): the engine requests are cancelled; choices not
+    // yet submitted never will be.
+    void cancel_all() {
+        for (size_t c = 0; c < choices.size(); ++c) {
+            if (!choices[c].submitted) choices[c].submitted = choices[c].finished = true;
+            cancel(int(c));
+        }
+    }
+    // Counts each choice in the metrics once, by how it ended.
+    void report(Choice& ch, const std::string& how) {
+        if (ch.reported) return;
+        ch.reported = true;
         metrics->finished(how);
     }
+    void report_all(const std::string& how) {
+        for (Choice& ch : choices) report(ch, how);
+    }
     // The finish reason the client sees and the metrics count.
-    std::string outcome(const ReplyBuilder::Final& f) const {
-        if (builder->stopped()) return f.finish_reason;
-        if (reason == FinishReason::kCancelled) return "cancelled";
-        if (reason == FinishReason::kError) return "error";
+    static std::string outcome(const Choice& ch, const ReplyBuilder::Final& f) {
+        if (ch.builder->stopped()) return f.finish_reason;
+        if (ch.reason == FinishReason::kCancelled) return "cancelled";
+        if (ch.reason == FinishReason::kError) return "error";
         return f.finish_reason;
+    }
+    // The first choice that failed (an error, or cancelled by the server rather than by its stop string).
+    const Choice* failed() const {
+        for (const Choice& ch : choices)
+            if (ch.reason == FinishReason::kError) return &ch;
+        for (const Choice& ch : choices)
+            if (ch.reason == FinishReason::kCancelled && !ch.builder->stopped()) return &ch;
+        return nullptr;
     }
 };
 
@@ -232,33 +306,38 @@ ordered_json request_body(const httplib::Request& req, bool ready, bool draining
     return parse_json_body(req.body);
 }
 
-// Takes the generation's events until it finished (true) or `until` passed (false).
+// Takes the generation's events until every choice finished (true) or `until` passed (false).
 bool wait_events(Generation& g, Clock::time_point until) {
-    while (!g.finished) {
+    while (!g.finished()) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
         if (left.count() <= 0) return false;
-        if (auto e = g.channel->pop(left)) g.take(*e);
+        if (auto e = g.channel->pop(left)) g.take(e->choice, e->event);
     }
     return true;
 }
 
-// The status and body of a finished plain reply.
+// The status and body of a finished plain reply. A choice that failed fails the request.
 std::pair<int, ordered_json> whole_reply(Generation& g) {
-    if (g.reason == FinishReason::kError) {
-        g.report("error");
-        return {500, ApiError(500, "internal_error", g.error).to_json()};
-    }
-    if (g.reason == FinishReason::kCancelled && !g.builder->stopped()) {
-        g.report("cancelled");
+    if (const Choice* failed = g.failed()) {
+        const bool error = failed->reason == FinishReason::kError;
+        g.cancel_all();
+        g.report_all(error ? "error" : "cancelled");
+        if (error) return {500, ApiError(500, "internal_error", failed->error).to_json()};
         return {503, ApiError(503, "service_unavailable", "the server is shutting down").to_json()};
     }
-    const ReplyBuilder::Final f = g.builder->finish(g.reason);
-    const std::string reason = g.outcome(f);
-    g.report(reason);
-    if (g.chat) return {200, chat_response(g.id, g.created, g.model, ChatResult{f.parsed, reason, f.logprobs, g.usage},
-                                           g.options.logprobs)};
-    return {200, completion_response(g.id, g.created, g.model, f.parsed.content, reason, f.logprobs,
-                                     g.options.logprobs, g.usage)};
+    std::vector<ChatResult> chat;
+    std::vector<CompletionChoice> completion;
+    for (Choice& ch : g.choices) {
+        ReplyBuilder::Final f = ch.builder->finish(ch.reason);
+        const std::string reason = Generation::outcome(ch, f);
+        g.report(ch, reason);
+        if (g.chat)
+            chat.push_back(ChatResult{std::move(f.parsed), reason, std::move(f.logprobs), g.usage});
+        else
+            completion.push_back(CompletionChoice{std::move(f.parsed.content), reason, std::move(f.logprobs)});
+    }
+    if (g.chat) return {200, chat_response(g.id, g.created, g.model, chat, g.usage, g.options.logprobs)};
+    return {200, completion_response(g.id, g.created, g.model, completion, g.options.logprobs, g.usage)};
 }
 
 // Plain (non-streamed) answer. Most come within a second and are sent whole, with their status. A longer one is
@@ -274,19 +353,21 @@ void answer_whole(std::shared_ptr<Generation> g, httplib::Response& res) {
         "application/json",
         [g](size_t, httplib::DataSink& sink) {
             while (!wait_events(*g, Clock::now() + std::chrono::seconds(1)))
-                if (!sink.write(" ", 1)) return g->cancel(), false;
+                if (!sink.write(" ", 1)) return g->cancel_all(), false;
             const std::string body = safe_dump(whole_reply(*g).second);
             if (!sink.write(body.data(), body.size())) return false;
             sink.done();
             return true;
         },
-        [g](bool) {  // whatever happened to the connection, the engine request ends
-            g->cancel();
-            g->report("cancelled");  // unless it was counted as finished already
+        [g](bool) {  // whatever happened to the connection, the engine requests end
+            g->cancel_all();
+            g->report_all("cancelled");  // those not counted as finished already
         });
 }
 
-// Streamed answer: SSE chunks as deltas become final. Returns false (and cancels) when the client is gone.
+// Streamed answer: SSE chunks as deltas become final, each tagged with its choice (their chunks interleave as the
+// tokens come); each choice's closing chunks when it finishes; usage and [DONE] once all have. Returns false (and
+// cancels) when the client is gone.
 void answer_stream(std::shared_ptr<Generation> g, httplib::Response& res) {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
@@ -299,80 +380,95 @@ void answer_stream(std::shared_ptr<Generation> g, httplib::Response& res) {
                 return sink.write(line.data(), line.size());
             };
             const bool usage_field = g->options.include_usage;
+            const bool logprobs = g->options.logprobs;
             if (!*started) {
                 *started = true;
-                if (g->chat) {
-                    ChatDelta first;
-                    first.role = "assistant";
-                    if (!send(chat_chunk(g->id, g->created, g->model, first, std::nullopt, usage_field, false)))
-                        return g->cancel(), false;
-                }
+                if (g->chat)
+                    for (int c = 0; c < int(g->choices.size()); ++c) {
+                        ChatDelta first;
+                        first.role = "assistant";
+                        if (!send(chat_chunk(g->id, g->created, g->model, first, std::nullopt, usage_field, false, c)))
+                            return g->cancel_all(), false;
+                    }
             }
-            while (!g->finished) {
-                std::optional<EngineEvent> e = g->channel->pop(std::chrono::milliseconds(200));
-                if (!e) {
-                    if (!sink.is_writable()) return g->cancel(), false;
-                    continue;
+            // A choice's last chunks: what its builder held back, its tool calls, its finish_reason.
+            auto close_choice = [&](int c) {
+                Choice& ch = g->choices[size_t(c)];
+                const ReplyBuilder::Final f = ch.builder->finish(ch.reason);
+                const std::string reason = Generation::outcome(ch, f);
+                g->report(ch, reason);
+                if (!g->chat)
+                    return send(completion_chunk(g->id, g->created, g->model, f.last.content, reason, f.last.logprobs,
+                                                 logprobs, usage_field, ch.text_sent, c));
+                ChatDelta last;
+                last.reasoning_content = f.last.reasoning_content;
+                last.content = f.last.content;
+                last.logprobs = f.last.logprobs;
+                if ((!last.reasoning_content.empty() || !last.content.empty()) &&
+                    !send(chat_chunk(g->id, g->created, g->model, last, std::nullopt, usage_field, logprobs, c)))
+                    return false;
+                if (!f.parsed.tool_calls.empty()) {
+                    ChatDelta calls;
+                    calls.tool_calls = f.parsed.tool_calls;
+                    if (!send(chat_chunk(g->id, g->created, g->model, calls, std::nullopt, usage_field, false, c)))
+                        return false;
                 }
-                ReplyBuilder::Delta d = g->take(*e);
-                if (d.empty()) continue;
-                bool ok;
-                if (g->chat) {
-                    ChatDelta cd;
-                    cd.reasoning_content = std::move(d.reasoning_content);
-                    cd.content = std::move(d.content);
-                    cd.logprobs = std::move(d.logprobs);
-                    ok = send(chat_chunk(g->id, g->created, g->model, cd, std::nullopt, usage_field,
-                                         g->options.logprobs));
-                } else {
-                    ok = send(completion_chunk(g->id, g->created, g->model, d.content, std::nullopt, d.logprobs,
-                                               g->options.logprobs, usage_field, g->text_sent));
-                    for (unsigned char c : d.content) g->text_sent += (c & 0xC0) != 0x80;  // characters, not bytes
-                }
-                if (!ok) return g->cancel(), false;
-            }
-            if (g->reason == FinishReason::kError ||
-                (g->reason == FinishReason::kCancelled && !g->builder->stopped())) {
-                // Mid-stream the status is sent already: an error object as the last event, as OpenAI's API does.
-                g->report(g->reason == FinishReason::kError ? "error" : "cancelled");
-                const std::string why = g->reason == FinishReason::kError ? g->error : "the server is shutting down";
+                return send(chat_chunk(g->id, g->created, g->model, ChatDelta{}, reason, usage_field, false, c));
+            };
+            // A failed choice ends the stream: the status is sent already, so an error object is the last event,
+            // as OpenAI's API does.
+            auto fail_stream = [&](const Choice& failed) {
+                const bool error = failed.reason == FinishReason::kError;
+                const std::string why = error ? failed.error : "the server is shutting down";
+                g->cancel_all();
+                g->report_all(error ? "error" : "cancelled");
                 send(ApiError(500, "internal_error", why).to_json());
                 const std::string done = "data: [DONE]\n\n";
                 sink.write(done.data(), done.size());
                 sink.done();
                 return true;
-            }
-            const ReplyBuilder::Final f = g->builder->finish(g->reason);
-            const std::string reason = g->outcome(f);
-            g->report(reason);
-            bool ok = true;
-            if (g->chat) {
-                ChatDelta last;
-                last.reasoning_content = f.last.reasoning_content;
-                last.content = f.last.content;
-                last.logprobs = f.last.logprobs;
-                if (!last.reasoning_content.empty() || !last.content.empty())
-                    ok = send(chat_chunk(g->id, g->created, g->model, last, std::nullopt, usage_field,
-                                         g->options.logprobs));
-                if (ok && !f.parsed.tool_calls.empty()) {
-                    ChatDelta calls;
-                    calls.tool_calls = f.parsed.tool_calls;
-                    ok = send(chat_chunk(g->id, g->created, g->model, calls, std::nullopt, usage_field, false));
+            };
+            while (!g->finished()) {
+                std::optional<Channel::Tagged> e = g->channel->pop(std::chrono::milliseconds(200));
+                if (!e) {
+                    if (!sink.is_writable()) return g->cancel_all(), false;
+                    continue;
                 }
-                if (ok) ok = send(chat_chunk(g->id, g->created, g->model, ChatDelta{}, reason, usage_field, false));
-            } else {
-                ok = send(completion_chunk(g->id, g->created, g->model, f.last.content, reason, f.last.logprobs,
-                                           g->options.logprobs, usage_field, g->text_sent));
+                const int c = e->choice;
+                Choice& ch = g->choices[size_t(c)];
+                ReplyBuilder::Delta d = g->take(c, e->event);
+                if (!d.empty()) {
+                    bool ok;
+                    if (g->chat) {
+                        ChatDelta cd;
+                        cd.reasoning_content = std::move(d.reasoning_content);
+                        cd.content = std::move(d.content);
+                        cd.logprobs = std::move(d.logprobs);
+                        ok = send(chat_chunk(g->id, g->created, g->model, cd, std::nullopt, usage_field, logprobs, c));
+                    } else {
+                        ok = send(completion_chunk(g->id, g->created, g->model, d.content, std::nullopt, d.logprobs,
+                                                   logprobs, usage_field, ch.text_sent, c));
+                        for (unsigned char b : d.content) ch.text_sent += (b & 0xC0) != 0x80;  // characters
+                    }
+                    if (!ok) return g->cancel_all(), false;
+                }
+                if (ch.finished) {
+                    if (const Choice* failed = g->failed()) return fail_stream(*failed);
+                    if (!close_choice(c)) return g->cancel_all(), false;
+                }
             }
-            if (ok && usage_field) ok = send(usage_chunk(g->id, g->created, g->model, g->chat, g->usage));
+            // Choices that ended without an event of theirs (refused by the engine when submitted).
+            if (const Choice* failed = g->failed()) return fail_stream(*failed);
+            bool ok = true;
+            if (usage_field) ok = send(usage_chunk(g->id, g->created, g->model, g->chat, g->usage));
             const std::string done = "data: [DONE]\n\n";
             if (ok) ok = sink.write(done.data(), done.size());
             if (ok) sink.done();
             return ok;
         },
-        [g](bool) {  // whatever happened to the connection, the engine request ends
-            g->cancel();
-            g->report("cancelled");  // unless it was counted as finished already
+        [g](bool) {  // whatever happened to the connection, the engine requests end
+            g->cancel_all();
+            g->report_all("cancelled");  // those not counted as finished already
         });
 }
 
@@ -432,7 +528,9 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
         g->options = p.options;
         g->engine = engine_;
         g->metrics = &metrics_;
-        g->builder.emplace(*tokenizer_, eos_id(p.options), chat, p.mode, p.options.stop, p.options.logprobs);
+        g->choices.resize(size_t(p.options.n));
+        for (Choice& c : g->choices)
+            c.builder.emplace(*tokenizer_, eos_id(p.options), chat, p.mode, p.options.stop, p.options.logprobs);
         submit(*g, std::move(p.prompt));
     } catch (const ApiError& e) {
         metrics_.rejected();
@@ -447,16 +545,15 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
 void HttpServer::submit(Generation& g, std::vector<int32_t> prompt) {
     const int64_t max_new =
         resolve_max_tokens(int64_t(prompt.size()), g.options, limits_, g.chat ? "messages" : "prompt");
-    EngineRequest r;
-    r.prompt = std::move(prompt);
-    r.max_new_tokens = max_new;
-    r.sampling = g.options.sampling;
-    r.stop_at_eos = !g.options.ignore_eos;
-    r.logprobs = g.options.logprobs ? g.options.top_logprobs : -1;
-    std::shared_ptr<Channel> channel = g.channel;
-    r.on_event = [channel](const EngineEvent& e) { channel->push(e); };
+    g.request.prompt = std::move(prompt);
+    g.request.max_new_tokens = max_new;
+    g.request.sampling = g.options.sampling;
+    g.request.stop_at_eos = !g.options.ignore_eos;
+    g.request.logprobs = g.options.logprobs ? g.options.top_logprobs : -1;
+    Choice& first = g.choices.front();
     try {
-        g.engine_id = engine_->submit(std::move(r));
+        first.engine_id = engine_->submit(g.request_of(0));
+        first.submitted = true;
     } catch (const Error& e) {
         throw ApiError(400, "invalid_request_error", e.what());
     }

@@ -76,7 +76,7 @@ std::string Metrics::render(const Engine::Stats* engine) const {
         metric("dsv4_engine_steps_total", "counter", "Engine steps (batched forwards).", s.steps);
     }
     std::lock_guard lock(mutex_);
-    out += "# HELP dsv4_requests_total Finished requests by finish reason.\n# TYPE dsv4_requests_total counter\n";
+    out += "# HELP dsv4_requests_total Finished requests by finish reason (each choice of a request with n > 1).\n# TYPE dsv4_requests_total counter\n";
     for (const char* reason : {"stop", "length", "tool_calls", "cancelled", "error"}) {
         const auto it = finished_.find(reason);
         out += fmt::format("dsv4_requests_total{{finish_reason=\"{}\"}} {}\n", reason,

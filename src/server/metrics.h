@@ -34,7 +34,7 @@ class Metrics {
     Metrics();
     void time_to_first_token(double seconds);
     void inter_token_latency(double seconds);
-    void finished(const std::string& finish_reason);  // stop | length | tool_calls | cancelled | error
+    void finished(const std::string& finish_reason);  // stop | length | tool_calls | cancelled | error; per choice
     void rejected();                                  // a request answered with an error status before it ran
     // The whole exposition: the engine's numbers (absent while the model loads) and the server's.
     std::string render(const Engine::Stats* engine) const;

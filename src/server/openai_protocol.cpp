@@ -221,8 +221,11 @@ GenerationOptions parse_options(const Fields& f, const RequestLimits& limits, bo
         bad_request("", e.what());
     }
 
-    if (const auto n = f.integer("n"); n && *n != 1)
-        bad_request("n", fmt::format("'n' must be 1 (one choice per request), got {}", *n));
+    if (const auto n = f.integer("n"); n) {
+        if (*n < 1 || *n > limits.max_choices)
+            bad_request("n", fmt::format("'n' must be in [1, {}] (choices per request), got {}", limits.max_choices, *n));
+        o.n = int(*n);
+    }
     refuse_unsupported(f);
 
     for (const char* key : {"max_tokens", "max_completion_tokens"}) {
@@ -521,9 +524,11 @@ CompletionRequest parse_completion_request(const ordered_json& body, const Reque
         }
         if (f.boolean("echo").value_or(false)) bad_request("echo", "'echo' is not supported by this server");
         if (!f.string("suffix").value_or("").empty()) bad_request("suffix", "'suffix' is not supported by this server");
-        if (const auto best_of = f.integer("best_of"); best_of && *best_of != 1)
-            bad_request("best_of", fmt::format("'best_of' must be 1, got {}", *best_of));
         r.options = parse_options(f, limits, /*chat=*/false);
+        if (const auto best_of = f.integer("best_of"); best_of && *best_of != r.options.n)
+            bad_request("best_of", fmt::format("'best_of' must equal n ({}): choosing the best of more choices is not "
+                                               "supported, got {}",
+                                               r.options.n, *best_of));
         return r;
     });
 }

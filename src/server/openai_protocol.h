@@ -61,6 +61,7 @@ struct RequestLimits {
     int64_t vocab_size = 0;     // token ids in prompts must be below it
     int max_stop_strings = 16;  // OpenAI allows 4; vLLM more
     int max_top_logprobs = 20;  // as OpenAI
+    int max_choices = 16;       // n: choices per request
 };
 
 // Decoding options shared by both endpoints.
@@ -74,6 +75,7 @@ struct GenerationOptions {
     bool stream = false;
     bool include_usage = false;  // stream_options.include_usage (only with stream)
     bool ignore_eos = false;     // vLLM's extension: keep generating past EOS
+    int n = 1;                   // choices; choice i samples with sampling.seed + i (the same prompt, prefilled once)
 };
 
 struct ChatRequest {
@@ -95,13 +97,13 @@ struct CompletionRequest {
 
 // Validate a parsed body. Throw ApiError 400 with the field's name for: a body that is not an object, a missing
 // or mistyped required field, a value out of range (temperature outside [0, 2], top_p outside (0, 1], top_k < -1
-// (-1 or 0: no limit), min_p outside [0, 1], max_tokens < 1, n != 1, top_logprobs outside 0..max_top_logprobs or
-// without logprobs, more than max_stop_strings stops or an empty stop string, stream_options without stream,
+// (-1 or 0: no limit), min_p outside [0, 1], max_tokens < 1, n outside [1, max_choices], top_logprobs outside
+// 0..max_top_logprobs or without logprobs, more than max_stop_strings stops or an empty stop string, stream_options without stream,
 // seed not an integer, token ids outside the vocabulary or empty prompts, messages not a non-empty array of objects
 // with a string role, tools not an array of {"type":"function","function":{"name",...}}, tool_choice naming a
 // function that is not in tools, reasoning_effort not a string or null). A JSON null is the field left out.
 // Unknown fields are ignored, as OpenAI's SDK sends extras; known ones we cannot honour are 400s rather than
-// silently ignored (n/best_of != 1, echo, suffix, non-zero penalties, logit_bias, non-text content parts).
+// silently ignored (best_of != n, echo, suffix, non-zero penalties, logit_bias, non-text content parts).
 // `model` must equal `served_model` (404 model_not_found otherwise) when given; it may be absent. Nothing but
 // ApiError is thrown. `body` is an ordered_json (see parse_json_body); a plain json converts, losing key order.
 //
@@ -150,9 +152,10 @@ struct ChatResult {
     Usage usage;
 };
 
-// The id of the i-th tool call of response `response_id`: "call_<response_id without its chatcmpl- prefix>_<i>",
-// unique as long as response ids are; the same in a response and in the chunks of a stream.
-std::string tool_call_id(const std::string& response_id, size_t index);
+// The id of the i-th tool call of choice c of response `response_id`: "call_<response_id without its chatcmpl-
+// prefix>_<i>" for choice 0, "call_<...>_<c>_<i>" for the others; unique as long as response ids are; the same in a
+// response and in the chunks of a stream.
+std::string tool_call_id(const std::string& response_id, size_t index, int choice = 0);
 
 // Response bodies. `id` is "chatcmpl-..." / "cmpl-..." (made by the caller), `created` seconds since the epoch.
 // Chat: {"id","object":"chat.completion","created","model","choices":[{"index":0,"message":{"role":"assistant",
@@ -160,6 +163,9 @@ std::string tool_call_id(const std::string& response_id, size_t index);
 // "arguments"}}]},"logprobs":{"content":[...]}|null,"finish_reason"}],"usage":{...}}. content is null when only tool
 // calls came back; reasoning_content is omitted when empty (always in chat mode); tool_calls omitted when none.
 // A logprobs entry: {"token","logprob","bytes":[ints],"top_logprobs":[{"token","logprob","bytes"}]}.
+// With n choices: one entry per choice, "index" 0..n-1, and `usage` for them all (each ChatResult's own is unused).
+ordered_json chat_response(const std::string& id, int64_t created, const std::string& model,
+                           const std::vector<ChatResult>& choices, const Usage& usage, bool logprobs);
 ordered_json chat_response(const std::string& id, int64_t created, const std::string& model, const ChatResult& r,
                            bool logprobs);
 // Completions: {"id","object":"text_completion","created","model","choices":[{"index":0,"text","logprobs":
@@ -168,6 +174,12 @@ ordered_json chat_response(const std::string& id, int64_t created, const std::st
 ordered_json completion_response(const std::string& id, int64_t created, const std::string& model,
                                  const std::string& text, const std::string& finish_reason,
                                  const std::vector<TokenLogprob>& logprobs, bool want_logprobs, const Usage& usage);
+struct CompletionChoice {
+    std::string text, finish_reason;
+    std::vector<TokenLogprob> logprobs;
+};
+ordered_json completion_response(const std::string& id, int64_t created, const std::string& model,
+                                 const std::vector<CompletionChoice>& choices, bool want_logprobs, const Usage& usage);
 
 // Streaming chunks (SSE "data: <json>" lines, the HTTP layer frames them). Chat: "chat.completion.chunk" objects;
 // the first carries delta {"role":"assistant","content":""}; content / reasoning_content deltas as they become
@@ -183,12 +195,14 @@ struct ChatDelta {
     std::vector<tok::ToolCall> tool_calls;
     std::vector<TokenLogprob> logprobs;  // the tokens this chunk's text came from
 };
+// `choice`: the chunk's "index" (n > 1: every choice streams its own chunks, the first of each carrying the role).
 ordered_json chat_chunk(const std::string& id, int64_t created, const std::string& model, const ChatDelta& delta,
-                        const std::optional<std::string>& finish_reason, bool include_usage_field, bool logprobs);
+                        const std::optional<std::string>& finish_reason, bool include_usage_field, bool logprobs,
+                        int choice = 0);
 ordered_json completion_chunk(const std::string& id, int64_t created, const std::string& model, const std::string& text,
                               const std::optional<std::string>& finish_reason,
                               const std::vector<TokenLogprob>& logprobs, bool want_logprobs, bool include_usage_field,
-                              int64_t text_offset = 0);
+                              int64_t text_offset = 0, int choice = 0);
 ordered_json usage_chunk(const std::string& id, int64_t created, const std::string& model, bool chat,
                          const Usage& usage);
 ordered_json usage_json(const Usage& usage);  // {"prompt_tokens","completion_tokens","total_tokens",

@@ -86,12 +86,13 @@ ordered_json completion_logprobs(const std::vector<TokenLogprob>& tokens, int64_
 }
 
 // [{"index"?, "id", "type": "function", "function": {"name", "arguments"}}]: "index" only in stream deltas.
-ordered_json tool_calls_json(const std::string& response_id, const std::vector<tok::ToolCall>& calls, bool indexed) {
+ordered_json tool_calls_json(const std::string& response_id, const std::vector<tok::ToolCall>& calls, bool indexed,
+                            int choice) {
     ordered_json list = ordered_json::array();
     for (size_t i = 0; i < calls.size(); ++i) {
         ordered_json call = ordered_json::object();
         if (indexed) call["index"] = i;
-        call["id"] = tool_call_id(response_id, i);
+        call["id"] = tool_call_id(response_id, i, choice);
         call["type"] = "function";
         call["function"] = {{"name", calls[i].name}, {"arguments", calls[i].arguments}};
         list.push_back(std::move(call));
@@ -100,9 +101,9 @@ ordered_json tool_calls_json(const std::string& response_id, const std::vector<t
 }
 
 ordered_json envelope(const std::string& id, const char* object, int64_t created, const std::string& model,
-                      ordered_json choice) {
-    ordered_json choices = ordered_json::array();
-    if (!choice.is_null()) choices.push_back(std::move(choice));
+                      ordered_json choices) {
+    if (choices.is_null()) choices = ordered_json::array();
+    if (!choices.is_array()) choices = ordered_json::array({std::move(choices)});
     return {{"id", id}, {"object", object}, {"created", created}, {"model", model}, {"choices", std::move(choices)}};
 }
 
@@ -130,11 +131,12 @@ TokenLogprob make_token_logprob(int32_t id, float logprob, const std::vector<std
     return t;
 }
 
-std::string tool_call_id(const std::string& response_id, size_t index) {
+std::string tool_call_id(const std::string& response_id, size_t index, int choice) {
     std::string_view unique = response_id;
     for (std::string_view prefix : {"chatcmpl-", "cmpl-"})
         if (unique.starts_with(prefix)) unique.remove_prefix(prefix.size());
-    return fmt::format("call_{}_{}", unique, index);
+    if (choice == 0) return fmt::format("call_{}_{}", unique, index);
+    return fmt::format("call_{}_{}_{}", unique, choice, index);
 }
 
 ordered_json usage_json(const Usage& u) {
@@ -144,48 +146,68 @@ ordered_json usage_json(const Usage& u) {
             {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
+ordered_json chat_response(const std::string& id, int64_t created, const std::string& model,
+                           const std::vector<ChatResult>& choices, const Usage& usage, bool logprobs) {
+    ordered_json list = ordered_json::array();
+    for (size_t c = 0; c < choices.size(); ++c) {
+        const ChatResult& r = choices[c];
+        const tok::ParsedCompletion& p = r.parsed;
+        ordered_json message = {{"role", "assistant"}};
+        const bool only_tool_calls = p.content.empty() && !p.tool_calls.empty();
+        message["content"] = only_tool_calls ? ordered_json(nullptr) : ordered_json(p.content);
+        if (!p.reasoning_content.empty()) message["reasoning_content"] = p.reasoning_content;
+        if (!p.tool_calls.empty())
+            message["tool_calls"] = tool_calls_json(id, p.tool_calls, /*indexed=*/false, int(c));
+        list.push_back({{"index", c},
+                        {"message", std::move(message)},
+                        {"logprobs", logprobs ? chat_logprobs(r.logprobs) : ordered_json(nullptr)},
+                        {"finish_reason", r.finish_reason}});
+    }
+    ordered_json body = envelope(id, "chat.completion", created, model, std::move(list));
+    body["usage"] = usage_json(usage);
+    return body;
+}
+
 ordered_json chat_response(const std::string& id, int64_t created, const std::string& model, const ChatResult& r,
                            bool logprobs) {
-    const tok::ParsedCompletion& p = r.parsed;
-    ordered_json message = {{"role", "assistant"}};
-    const bool only_tool_calls = p.content.empty() && !p.tool_calls.empty();
-    message["content"] = only_tool_calls ? ordered_json(nullptr) : ordered_json(p.content);
-    if (!p.reasoning_content.empty()) message["reasoning_content"] = p.reasoning_content;
-    if (!p.tool_calls.empty()) message["tool_calls"] = tool_calls_json(id, p.tool_calls, /*indexed=*/false);
-    ordered_json choice = {{"index", 0},
-                           {"message", std::move(message)},
-                           {"logprobs", logprobs ? chat_logprobs(r.logprobs) : ordered_json(nullptr)},
-                           {"finish_reason", r.finish_reason}};
-    ordered_json body = envelope(id, "chat.completion", created, model, std::move(choice));
-    body["usage"] = usage_json(r.usage);
+    return chat_response(id, created, model, std::vector<ChatResult>{r}, r.usage, logprobs);
+}
+
+ordered_json completion_response(const std::string& id, int64_t created, const std::string& model,
+                                 const std::vector<CompletionChoice>& choices, bool want_logprobs, const Usage& usage) {
+    ordered_json list = ordered_json::array();
+    for (size_t c = 0; c < choices.size(); ++c)
+        list.push_back(
+            {{"index", c},
+             {"text", choices[c].text},
+             {"logprobs", want_logprobs ? completion_logprobs(choices[c].logprobs, 0) : ordered_json(nullptr)},
+             {"finish_reason", choices[c].finish_reason}});
+    ordered_json body = envelope(id, "text_completion", created, model, std::move(list));
+    body["usage"] = usage_json(usage);
     return body;
 }
 
 ordered_json completion_response(const std::string& id, int64_t created, const std::string& model,
                                  const std::string& text, const std::string& finish_reason,
                                  const std::vector<TokenLogprob>& logprobs, bool want_logprobs, const Usage& usage) {
-    ordered_json choice = {{"index", 0},
-                           {"text", text},
-                           {"logprobs", want_logprobs ? completion_logprobs(logprobs, 0) : ordered_json(nullptr)},
-                           {"finish_reason", finish_reason}};
-    ordered_json body = envelope(id, "text_completion", created, model, std::move(choice));
-    body["usage"] = usage_json(usage);
-    return body;
+    return completion_response(id, created, model, {CompletionChoice{text, finish_reason, logprobs}}, want_logprobs,
+                               usage);
 }
 
 ordered_json chat_chunk(const std::string& id, int64_t created, const std::string& model, const ChatDelta& delta,
-                        const std::optional<std::string>& finish_reason, bool include_usage_field, bool logprobs) {
+                        const std::optional<std::string>& finish_reason, bool include_usage_field, bool logprobs,
+                        int choice) {
     ordered_json d = ordered_json::object();
     if (!delta.role.empty()) d["role"] = delta.role;
     if (!delta.role.empty() || !delta.content.empty()) d["content"] = delta.content;
     if (!delta.reasoning_content.empty()) d["reasoning_content"] = delta.reasoning_content;
-    if (!delta.tool_calls.empty()) d["tool_calls"] = tool_calls_json(id, delta.tool_calls, /*indexed=*/true);
+    if (!delta.tool_calls.empty()) d["tool_calls"] = tool_calls_json(id, delta.tool_calls, /*indexed=*/true, choice);
     const bool with_logprobs = logprobs && !delta.logprobs.empty();
-    ordered_json choice = {{"index", 0},
-                           {"delta", std::move(d)},
-                           {"logprobs", with_logprobs ? chat_logprobs(delta.logprobs) : ordered_json(nullptr)},
-                           {"finish_reason", finish_json(finish_reason)}};
-    ordered_json chunk = envelope(id, "chat.completion.chunk", created, model, std::move(choice));
+    ordered_json c = {{"index", choice},
+                      {"delta", std::move(d)},
+                      {"logprobs", with_logprobs ? chat_logprobs(delta.logprobs) : ordered_json(nullptr)},
+                      {"finish_reason", finish_json(finish_reason)}};
+    ordered_json chunk = envelope(id, "chat.completion.chunk", created, model, std::move(c));
     if (include_usage_field) chunk["usage"] = nullptr;
     return chunk;
 }
@@ -193,14 +215,13 @@ ordered_json chat_chunk(const std::string& id, int64_t created, const std::strin
 ordered_json completion_chunk(const std::string& id, int64_t created, const std::string& model, const std::string& text,
                               const std::optional<std::string>& finish_reason,
                               const std::vector<TokenLogprob>& logprobs, bool want_logprobs, bool include_usage_field,
-                              int64_t text_offset) {
+                              int64_t text_offset, int choice) {
     const bool with_logprobs = want_logprobs && !logprobs.empty();
-    ordered_json choice = {
-        {"index", 0},
-        {"text", text},
-        {"logprobs", with_logprobs ? completion_logprobs(logprobs, text_offset) : ordered_json(nullptr)},
-        {"finish_reason", finish_json(finish_reason)}};
-    ordered_json chunk = envelope(id, "text_completion", created, model, std::move(choice));
+    ordered_json c = {{"index", choice},
+                      {"text", text},
+                      {"logprobs", with_logprobs ? completion_logprobs(logprobs, text_offset) : ordered_json(nullptr)},
+                      {"finish_reason", finish_json(finish_reason)}};
+    ordered_json chunk = envelope(id, "text_completion", created, model, std::move(c));
     if (include_usage_field) chunk["usage"] = nullptr;
     return chunk;
 }

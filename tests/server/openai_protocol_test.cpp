@@ -122,7 +122,9 @@ TEST(OpenAiRequest, SamplingValuesAndEdges) {
     EXPECT_EQ(chat(R"("min_p": 0)").options.sampling.min_p, 0.0f);
     EXPECT_EQ(chat(R"("seed": -1)").options.sampling.seed, UINT64_MAX);
     EXPECT_EQ(chat(R"("seed": 18446744073709551615)").options.sampling.seed, UINT64_MAX);
-    EXPECT_NO_THROW(chat(R"("n": 1)"));
+    EXPECT_EQ(chat(R"("n": 1)").options.n, 1);
+    EXPECT_EQ(chat("").options.n, 1);
+    EXPECT_EQ(chat(R"("n": 16)").options.n, 16);
     EXPECT_NO_THROW(chat(R"("presence_penalty": 0, "frequency_penalty": 0.0, "repetition_penalty": 1,
                             "logit_bias": {})"));
 }
@@ -134,7 +136,7 @@ TEST(OpenAiRequest, SamplingTypeAndRangeErrors) {
     for (const char* v : {"-2", "1.5", "\"5\"", "{}"}) expect_chat_400(fmt::format(R"("top_k": {})", v), "top_k");
     for (const char* v : {"-0.01", "1.01", "true"}) expect_chat_400(fmt::format(R"("min_p": {})", v), "min_p");
     for (const char* v : {"1.5", "\"7\"", "[7]"}) expect_chat_400(fmt::format(R"("seed": {})", v), "seed");
-    for (const char* v : {"2", "0", "\"1\""}) expect_chat_400(fmt::format(R"("n": {})", v), "n");
+    for (const char* v : {"17", "0", "-1", "\"1\"", "1.5"}) expect_chat_400(fmt::format(R"("n": {})", v), "n");
     expect_chat_400(R"("presence_penalty": 0.5)", "presence_penalty");
     expect_chat_400(R"("frequency_penalty": "x")", "frequency_penalty");
     expect_chat_400(R"("repetition_penalty": 1.2)", "repetition_penalty");
@@ -447,8 +449,10 @@ TEST(OpenAiRequest, CompletionFields) {
     expect_completion_400(R"("prompt": "x", "echo": "no")", "echo");
     expect_completion_400(R"("prompt": "x", "suffix": "end")", "suffix");
     expect_completion_400(R"("prompt": "x", "suffix": 5)", "suffix");
-    expect_completion_400(R"("prompt": "x", "best_of": 2)", "best_of");
-    expect_completion_400(R"("prompt": "x", "n": 3)", "n");
+    expect_completion_400(R"("prompt": "x", "best_of": 2)", "best_of");  // best of more choices than n
+    EXPECT_EQ(completion(R"("prompt": "x", "n": 3, "best_of": 3)").options.n, 3);
+    expect_completion_400(R"("prompt": "x", "n": 3, "best_of": 4)", "best_of");
+    expect_completion_400(R"("prompt": "x", "n": 17)", "n");
     expect_completion_400(R"("prompt": "x", "max_tokens": 0)", "max_tokens");
     expect_completion_400(R"("prompt": "x", "stream_options": {"include_usage": true})", "stream_options");
     EXPECT_EQ(error_of([] { completion(R"("prompt": "x", "model": "other")"); }).status(), 404);

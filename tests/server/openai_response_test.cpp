@@ -188,6 +188,37 @@ TEST(OpenAiResponse, ToolCallIds) {
     EXPECT_EQ(tool_call_id("xyz", 1), "call_xyz_1");
 }
 
+TEST(OpenAiResponse, SeveralChoices) {
+    // n = 2: one entry per choice with its index, one usage for both; a tool call's id names its choice (choice 0
+    // keeps the one-choice form).
+    ChatResult a, b;
+    a.parsed.content = "A";
+    a.finish_reason = "stop";
+    b.parsed.tool_calls = {{"f", "{}"}};
+    b.finish_reason = "tool_calls";
+    expect_json(chat_response("chatcmpl-x", 1, "m", std::vector<ChatResult>{a, b}, kUsage, false),
+                with_usage(R"({"id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": "m",
+                  "choices": [{"index": 0, "message": {"role": "assistant", "content": "A"}, "logprobs": null,
+                  "finish_reason": "stop"}, {"index": 1, "message": {"role": "assistant", "content": null,
+                  "tool_calls": [{"id": "call_x_1_0", "type": "function", "function": {"name": "f",
+                  "arguments": "{}"}}]}, "logprobs": null, "finish_reason": "tool_calls"}])"));
+    expect_json(completion_response("cmpl-y", 1, "m", {CompletionChoice{"one", "stop", {}},
+                                                       CompletionChoice{"two", "length", {}}},
+                                    false, kUsage),
+                with_usage(R"({"id": "cmpl-y", "object": "text_completion", "created": 1, "model": "m", "choices":
+                  [{"index": 0, "text": "one", "logprobs": null, "finish_reason": "stop"},
+                   {"index": 1, "text": "two", "logprobs": null, "finish_reason": "length"}])"));
+    ChatDelta d;
+    d.content = "hi";
+    expect_json(chat_chunk("chatcmpl-x", 1, "m", d, std::nullopt, false, false, 3),
+                R"({"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                  "choices": [{"index": 3, "delta": {"content": "hi"}, "logprobs": null, "finish_reason": null}]})");
+    expect_json(completion_chunk("cmpl-y", 1, "m", "t", "stop", {}, false, false, 0, 2),
+                R"({"id": "cmpl-y", "object": "text_completion", "created": 1, "model": "m",
+                  "choices": [{"index": 2, "text": "t", "logprobs": null, "finish_reason": "stop"}]})");
+    EXPECT_EQ(tool_call_id("chatcmpl-x", 4, 2), "call_x_2_4");
+}
+
 TEST(OpenAiResponse, TokenLogprobsOnTheV4Tokenizer) {
     const auto path = tok::installed_tokenizer_json();
     ASSERT_TRUE(path) << "run scripts/setup.sh";

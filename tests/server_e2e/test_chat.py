@@ -248,6 +248,26 @@ class ChatTest(unittest.TestCase):
                          .content, self.create(max_tokens=4).choices[0].message.content, "top_k 1 is greedy")
 
 
+    def test_several_choices_streamed(self):
+        # n = 2 streamed: each choice opens with its role, its deltas carry its index and add up to the non-streamed
+        # choice; a stop string ends one choice without ending the other.
+        kw = dict(max_tokens=12, temperature=0.8, seed=5, n=2, extra_body={"ignore_eos": True})
+        whole = self.create(**kw)
+        self.assertEqual([c.index for c in whole.choices], [0, 1])
+        self.assertEqual(whole.usage.completion_tokens, 24)
+        roles, texts, finishes = [None, None], ["", ""], [None, None]
+        for chunk in self.create(stream=True, **kw):
+            for c in chunk.choices:
+                if c.delta.role:
+                    roles[c.index] = c.delta.role
+                texts[c.index] += c.delta.content or ""
+                if c.finish_reason:
+                    finishes[c.index] = c.finish_reason
+        self.assertEqual(roles, ["assistant", "assistant"])
+        self.assertEqual(texts, [c.message.content for c in whole.choices])
+        self.assertEqual(finishes, ["length", "length"])
+
+
 def pick_stop(text):
     """A 3-character substring from the middle of `text` whose first occurrence is at least 5 characters in."""
     for start in range(len(text) // 2, len(text) - 3):

@@ -107,6 +107,35 @@ class CompletionsTest(unittest.TestCase):
         self.assertEqual(status, 200)
         self.assertIn("application/json", headers.get("content-type", ""))
 
+    def test_several_choices(self):
+        # n = 3: choice i is what one request with seed + i gets; the prompt is computed once (choices 1 and 2
+        # continue from the prefix cache); usage counts the prompt once and every choice's tokens; streamed, each
+        # choice's chunks carry its index and add up to its text.
+        kw = dict(max_tokens=10, temperature=0.9, seed=77, extra_body={"ignore_eos": True})
+        before = self.server.metrics()
+        several = self.create(n=3, **kw)
+        after = self.server.metrics()
+        prompt_len = len(harness.byte_token_ids(PROMPT))
+        self.assertEqual([c.index for c in several.choices], [0, 1, 2])
+        self.assertEqual(several.usage.prompt_tokens, prompt_len)
+        self.assertEqual(several.usage.completion_tokens, 30)
+        self.assertGreaterEqual(after["dsv4_prefix_cache_hit_tokens_total"] - before["dsv4_prefix_cache_hit_tokens_total"],
+                                2 * prompt_len)
+        self.assertEqual(after['dsv4_requests_total{finish_reason="length"}'] -
+                         before['dsv4_requests_total{finish_reason="length"}'], 3, "each choice is counted")
+        for i, choice in enumerate(several.choices):
+            self.assertEqual(choice.finish_reason, "length")
+            alone = self.create(**dict(kw, seed=77 + i))
+            self.assertEqual(choice.text, alone.choices[0].text, f"choice {i} vs one request with seed {77 + i}")
+        texts, finishes = ["", "", ""], [None, None, None]
+        for chunk in self.create(n=3, stream=True, **kw):
+            for c in chunk.choices:
+                texts[c.index] += c.text
+                if c.finish_reason:
+                    finishes[c.index] = c.finish_reason
+        self.assertEqual(texts, [c.text for c in several.choices])
+        self.assertEqual(finishes, ["length"] * 3)
+
     def test_health(self):
         status, _, _ = self.server.request("GET", "/health")
         self.assertEqual(status, 200)
