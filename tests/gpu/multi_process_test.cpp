@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -156,54 +157,47 @@ struct LongDecode {
     }
 };
 
-std::string last_line(const std::string& text) {
-    return text.substr(text.rfind('\n', text.size() - 2) + 1);
+// Sends `signal` to rank 1 of a running LongDecode and checks how the run ended: within `limit`, not with success,
+// before the decode could finish, with `expected` in its stderr. Prints the outcome; returns seconds to the end.
+double signal_rank_1(LongDecode& run, int signal, std::chrono::seconds limit, const std::string& expected) {
+    const pid_t victim = rank_pid(run.supervisor, 1);
+    EXPECT_GT(victim, 0) << "no rank 1 among the supervisor's children";
+    if (victim <= 0) return 0.0;
+    EXPECT_EQ(kill(victim, signal), 0);
+    const auto sent = std::chrono::steady_clock::now();
+    const std::optional<int> status = run.wait_end(limit);
+    if (!status) {
+        ::kill(victim, SIGKILL);
+        return 0.0;
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+    EXPECT_TRUE(!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) << "exit status " << *status;
+    const std::string errors = read_text(run.err);
+    EXPECT_NE(errors.find(expected), std::string::npos) << errors;
+    EXPECT_EQ(read_text(run.out), "") << "the decode finished first: the test did not test a fault mid-run";
+    std::printf("[ fault    ] rank 1 got %s mid-decode: the run ended %.2f s later, exit status %d; stderr's last "
+                "line: %s",
+                strsignal(signal), seconds, WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status),
+                errors.substr(errors.rfind('\n', errors.size() - 2) + 1).c_str());
+    return seconds;
 }
 
 TEST(MultiProcessFault, KilledRankEndsTheRunWithAClearError) {
     DSV4_REQUIRE_GPU();
     LongDecode run("fault_kill");
     ASSERT_TRUE(run.wait_until_running());
-    const pid_t victim = rank_pid(run.supervisor, 1);
-    ASSERT_GT(victim, 0) << "no rank 1 among the supervisor's children";
-    ASSERT_EQ(kill(victim, SIGKILL), 0);
-    const auto killed = std::chrono::steady_clock::now();
-    const std::optional<int> status = run.wait_end(std::chrono::seconds(20));
-    ASSERT_TRUE(status.has_value());
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
-    EXPECT_TRUE(!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) << "exit status " << *status;
-    const std::string errors = read_text(run.err);
-    EXPECT_NE(errors.find("rank 1"), std::string::npos) << errors;
-    EXPECT_EQ(read_text(run.out), "") << "the decode finished before the kill: the test did not test a kill mid-run";
-    EXPECT_LT(seconds, 10.0);
-    std::printf("[ fault    ] rank 1 killed mid-decode: the run ended %.2f s later, exit status %d; stderr's last "
-                "line: %s\n",
-                seconds, WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status), last_line(errors).c_str());
+    EXPECT_LT(signal_rank_1(run, SIGKILL, std::chrono::seconds(20), "rank 1"), 10.0);
 }
 
 // A rank that stops without exiting (SIGSTOP: as a hung GPU or a deadlocked process looks from outside) leaves rank 0
-// waiting in a collective; no process exits, so only rank 0's step watchdog (--step-timeout) can end the run.
+// waiting in a collective; no process exits, so only rank 0's step watchdog (--step-timeout) can end the run: after
+// 3 s, then the supervisor's SIGTERM and, 5 s later, SIGKILL to the stopped rank.
 TEST(MultiProcessFault, StoppedRankEndsTheRunAfterTheStepTimeout) {
     DSV4_REQUIRE_GPU();
     LongDecode run("fault_stop", "--step-timeout 3");
     ASSERT_TRUE(run.wait_until_running());
-    const pid_t victim = rank_pid(run.supervisor, 1);
-    ASSERT_GT(victim, 0) << "no rank 1 among the supervisor's children";
-    ASSERT_EQ(kill(victim, SIGSTOP), 0);
-    const auto stopped = std::chrono::steady_clock::now();
-    // 3 s of step timeout, then the supervisor's SIGTERM and, 5 s later, SIGKILL to the stopped rank.
-    const std::optional<int> status = run.wait_end(std::chrono::seconds(30));
-    if (!status) ::kill(victim, SIGKILL);
-    ASSERT_TRUE(status.has_value());
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
-    EXPECT_TRUE(!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) << "exit status " << *status;
-    const std::string errors = read_text(run.err);
-    EXPECT_NE(errors.find("(--step-timeout): a GPU or another rank is stuck"), std::string::npos) << errors;
-    EXPECT_EQ(read_text(run.out), "") << "the decode finished before the stop: the test did not test a stall";
-    EXPECT_GE(seconds, 3.0);
-    std::printf("[ fault    ] rank 1 stopped mid-decode: the run ended %.2f s later, exit status %d; stderr's last "
-                "line: %s\n",
-                seconds, WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status), last_line(errors).c_str());
+    EXPECT_GE(signal_rank_1(run, SIGSTOP, std::chrono::seconds(30), "(--step-timeout): a GPU or another rank is stuck"),
+              3.0);
 }
 
 // A plan that does not fit a rank's GPU (dsv4 bench's state pool for 1024 sequences of a million positions: ~170 GB
