@@ -15,7 +15,7 @@ public:
     explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
-// A failure of the device or of the collective library under it (CUDA, NCCL), not of the request: what the process
+// A failure of the device or of the libraries that drive it (CUDA, cuBLAS, NCCL), not of the request: what the process
 // holds on the device can no longer be trusted. A follower rank that meets one ends instead of waiting for the
 // leader's next call (runtime/parallel/follow_leader.cpp), so a run never hangs on one rank's device failure.
 class DeviceError : public Error {

@@ -83,6 +83,7 @@ struct Generation {
     GenerationOptions options;
     Engine* engine = nullptr;
     Metrics* metrics = nullptr;
+    const std::atomic<bool>* draining = nullptr;  // the server's: no more choices are submitted once it is set
     std::shared_ptr<Channel> channel = std::make_shared<Channel>();
     std::vector<Choice> choices;
     EngineRequest request;  // what choice 0 was submitted with: the others copy it
@@ -103,38 +104,42 @@ struct Generation {
         r.on_event = [ch, c](const EngineEvent& e) { ch->push(c, e); };
         return r;
     }
-    // The choices after the first: submitted once choice 0 has its first event. One the engine refuses (it is
-    // shutting down) ends with that error.
+    // The choices after the first: submitted once choice 0 has its first event. While the server drains, or when
+    // the engine refuses one, they end cancelled (the request then fails with 503, as a drained one does).
     void submit_rest() {
         for (size_t c = 1; c < choices.size(); ++c) {
             Choice& ch = choices[c];
             if (ch.submitted) continue;
             ch.submitted = true;
+            if (draining && draining->load()) {
+                ch.finished = true;
+                ch.reason = FinishReason::kCancelled;
+                continue;
+            }
             try {
                 ch.engine_id = engine->submit(request_of(int(c)));
-            } catch (const Error& e) {
+            } catch (const Error&) {
                 ch.finished = true;
-                ch.reason = FinishReason::kError;
-                ch.error = e.what();
+                ch.reason = FinishReason::kCancelled;
             }
         }
     }
     // Takes one event into choice c's reply; returns the delta to stream (tokens) or nothing (kFinished).
     ReplyBuilder::Delta take(int c, const EngineEvent& e) {
         Choice& ch = choices[size_t(c)];
+        const bool failed = e.kind == EngineEvent::Kind::kFinished &&
+                            (e.reason == FinishReason::kError ||
+                             (e.reason == FinishReason::kCancelled && !ch.builder->stopped()));
         if (c == 0) {
             usage.prompt_tokens = e.prompt_tokens;
             usage.cached_tokens = e.cached_tokens;
-            const bool failed = e.kind == EngineEvent::Kind::kFinished &&
-                                (e.reason == FinishReason::kError || e.reason == FinishReason::kCancelled);
             if (!failed) submit_rest();
-            for (Choice& other : choices)  // never submitted: they end as the first did
-                if (!other.submitted) other.submitted = other.finished = true, other.reason = e.reason, other.error = e.error;
         }
         if (e.kind == EngineEvent::Kind::kFinished) {
             ch.finished = true;
             ch.reason = e.reason;
             ch.error = e.error;
+            if (failed) cancel_all();  // one failed choice fails the request: the others stop now, not at their end
             return {};
         }
         const Clock::time_point now = Clock::now();
@@ -160,7 +165,8 @@ struct Generation {
     // yet submitted never will be.
     void cancel_all() {
         for (size_t c = 0; c < choices.size(); ++c) {
-            if (!choices[c].submitted) choices[c].submitted = choices[c].finished = true;
+            Choice& ch = choices[c];
+            if (!ch.submitted) ch.submitted = ch.finished = true, ch.reason = FinishReason::kCancelled;
             cancel(int(c));
         }
     }
@@ -528,6 +534,7 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
         g->options = p.options;
         g->engine = engine_;
         g->metrics = &metrics_;
+        g->draining = &draining_;
         g->choices.resize(size_t(p.options.n));
         for (Choice& c : g->choices)
             c.builder.emplace(*tokenizer_, eos_id(p.options), chat, p.mode, p.options.stop, p.options.logprobs);

@@ -79,8 +79,19 @@ TEST(StepWatchdog, NestedCallsKeepTheOuterDeadline) {
     EXPECT_EQ(fired.calls[0].first, "forward_batch");
 }
 
-TEST(StepWatchdog, RefusesANonPositiveLimit) {
+TEST(StepWatchdog, RefusesALimitOutOfRange) {
     EXPECT_THROW(StepWatchdog(0.0, [](const std::string&, double) {}), Error);
+    EXPECT_THROW(StepWatchdog(1e10, [](const std::string&, double) {}), Error);  // past the clock's range in ns
+}
+
+TEST(StepWatchdog, TheLargestLimitDoesNotFireAtOnce) {
+    Fired fired;
+    StepWatchdog watchdog(kMaxStepTimeout_s, fired.callback());
+    {
+        auto guard = watchdog.watch("forward");
+        std::this_thread::sleep_for(100ms);
+    }
+    EXPECT_EQ(fired.count(), 0u);
 }
 
 namespace {

@@ -117,7 +117,7 @@ void add_parallel_options(CLI::App* command, ParallelFlags& f) {
         ->add_option("--step-timeout", f.options.step_timeout_s,
                      "Seconds one step (a forward, a prefill piece) may take on a rank before the run is stopped as "
                      "stuck, e.g. a GPU or a peer that stopped without exiting (default 600; 0: no limit)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(CLI::Range(0.0, parallel::kMaxStepTimeout_s));
 }
 
 void set_command_line(int argc, char** argv) {

@@ -13,7 +13,8 @@ namespace dsv4::parallel {
 using Clock = std::chrono::steady_clock;
 
 StepWatchdog::StepWatchdog(double limit_s, OnExpiry on_expiry) : limit_s_(limit_s), on_expiry_(std::move(on_expiry)) {
-    DSV4_CHECK(limit_s > 0, "the step timeout must be positive (got {} s)", limit_s);
+    DSV4_CHECK(limit_s > 0 && limit_s <= kMaxStepTimeout_s, "the step timeout must be in (0, {}] s (got {} s)",
+               kMaxStepTimeout_s, limit_s);
     thread_ = std::thread([this] { run(); });
 }
 

@@ -20,10 +20,12 @@
 
 namespace dsv4::parallel {
 
+constexpr double kMaxStepTimeout_s = 1e6;  // 11.6 days: "never" in practice, and far from the clock's overflow
+
 class StepWatchdog {
   public:
     using OnExpiry = std::function<void(const std::string& call, double seconds)>;
-    StepWatchdog(double limit_s, OnExpiry on_expiry);  // limit_s > 0
+    StepWatchdog(double limit_s, OnExpiry on_expiry);  // 0 < limit_s <= kMaxStepTimeout_s
     ~StepWatchdog();
     StepWatchdog(const StepWatchdog&) = delete;
     StepWatchdog& operator=(const StepWatchdog&) = delete;

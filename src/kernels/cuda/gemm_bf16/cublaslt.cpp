@@ -6,8 +6,8 @@
 namespace dsv4::cuda {
 
 void throw_cublas_error(cublasStatus_t status, const char* expression, const char* file, int line) {
-    fail("cuBLAS error {} ({}) in {} at {}:{}", cublasLtGetStatusName(status), cublasLtGetStatusString(status),
-         expression, file, line);
+    throw DeviceError(fmt::format("cuBLAS error {} ({}) in {} at {}:{}", cublasLtGetStatusName(status),
+                                  cublasLtGetStatusString(status), expression, file, line));
 }
 
 }  // namespace dsv4::cuda
