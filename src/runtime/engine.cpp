@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <span>
 
 #include "core/error.h"
@@ -54,6 +55,7 @@ struct Engine::Active {
     int64_t cached = 0;  // of those, from the prefix cache
     std::vector<int32_t> generated;
     std::vector<float> ready_logits;  // the prompt's last logits from the cache: sample without a forward
+    std::vector<SampledToken> prompt_scores;  // prompt_logprobs: the prompt ids scored so far
     bool cancelled = false;
     bool admitted = false;  // counted in Stats::running
 
@@ -90,7 +92,8 @@ uint64_t Engine::submit(EngineRequest request) {
     DSV4_CHECK(n > 0, "the prompt is empty");
     for (int32_t id : request.prompt)
         DSV4_CHECK(id >= 0 && id < c.vocab_size, "token id {} is outside the vocabulary [0, {})", id, c.vocab_size);
-    DSV4_CHECK(request.max_new_tokens >= 1, "at least one token must be generated (max_tokens >= 1)");
+    DSV4_CHECK(request.max_new_tokens >= 1 || (request.max_new_tokens == 0 && request.prompt_logprobs >= 0),
+               "at least one token must be generated (max_tokens >= 1), unless the prompt is only scored");
     DSV4_CHECK(n + request.max_new_tokens <= options_.max_context,
                "this model's context is {} tokens; the prompt has {} and {} more were asked for ({} in all): shorten "
                "the prompt or ask for fewer tokens",
@@ -156,7 +159,7 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
     // later request that extends it (the next turn of a conversation).
     if ((reason == FinishReason::kEos || reason == FinishReason::kLength) && a.state && cache_.enabled()) {
         std::vector<int32_t> ids = a.request.prompt;
-        ids.insert(ids.end(), a.generated.begin(), a.generated.end() - 1);
+        if (!a.generated.empty()) ids.insert(ids.end(), a.generated.begin(), a.generated.end() - 1);
         if (int64_t(ids.size()) == a.state->position) cache_.insert(std::move(ids), std::move(*a.state), {});
     }
     a.state.reset();
@@ -176,10 +179,10 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
     a.request.on_event(e);
 }
 
-SampledToken Engine::sample(Active& a, const std::vector<float>& logits) const {
+SampledToken Engine::sample(Active& a, const float* logits) const {
     const int64_t V = backend_.config().vocab_size;
-    const int32_t id = a.sampler.sample(logits.data(), V);
-    if (a.request.logprobs >= 0) return token_logprobs(logits.data(), V, id, a.request.logprobs);
+    const int32_t id = a.sampler.sample(logits, V);
+    if (a.request.logprobs >= 0) return token_logprobs(logits, V, id, a.request.logprobs);
     SampledToken t;
     t.id = id;
     return t;
@@ -208,11 +211,12 @@ void Engine::deliver(Active& a, const SampledToken& token) {
 void Engine::admit() {
     while (!waiting_.empty() && int64_t(running_.size()) < options_.max_running) {
         Active& a = *waiting_.front();
-        {
+        const bool scored = a.request.prompt_logprobs >= 0;  // needs every position's logits: no cached prefix
+        if (!scored) {
             std::lock_guard lock(mutex_);
             ++stats_.prefix_queries;
         }
-        if (auto hit = cache_.find(backend_, a.request.prompt)) {
+        if (auto hit = scored ? std::nullopt : cache_.find(backend_, a.request.prompt)) {
             a.state = std::move(hit->state);
             a.fed = a.cached = hit->tokens;
             a.ready_logits = std::move(hit->logits);
@@ -288,7 +292,7 @@ void Engine::step() {
         const int64_t k = options_.snapshot_interval;
         if (k > 0 && cache_.enabled() && end / k * k > a->fed) end = end / k * k;
         items.push_back({&*a->state, std::span(a->request.prompt).subspan(size_t(a->fed), size_t(end - a->fed)),
-                         false});
+                         a->request.prompt_logprobs >= 0});
         owners.push_back(a.get());
         budget -= end - a->fed;
     }
@@ -304,7 +308,7 @@ void Engine::step() {
             for (size_t i = 0; i < items.size(); ++i) logits[i].clear();
             for (size_t i = 0; i < items.size(); ++i) {
                 try {
-                    logits[i] = backend_.forward(*items[i].state, items[i].ids, false);
+                    logits[i] = backend_.forward(*items[i].state, items[i].ids, items[i].all_logits);
                 } catch (const Error& e) {
                     owners[i]->cancelled = true;
                     finish(*owners[i], FinishReason::kError, e.what());
@@ -317,34 +321,77 @@ void Engine::step() {
         ++stats_.steps;
     }
 
-    // Requests with logits to sample from: whole prompts from the cache, finished prompts and decodes.
-    std::vector<std::pair<Active*, const std::vector<float>*>> to_sample;
-    for (Active* a : ready) to_sample.emplace_back(a, &a->ready_logits);
+    // Requests with logits to sample from: whole prompts from the cache, finished prompts and decodes. A prompt
+    // computed with the logits of every position (prompt_logprobs) samples from its last row.
+    const int64_t V = backend_.config().vocab_size;
+    std::vector<std::pair<Active*, const float*>> to_sample;
+    for (Active* a : ready) to_sample.emplace_back(a, a->ready_logits.data());
+    struct Score {
+        Active* a;
+        int32_t id;
+        const float* row;  // the logits of the position before the id
+    };
+    std::vector<Score> scores;
+    std::vector<Active*> scored_prompts;  // prompts scored to their end in this step
     for (size_t i = 0; i < items.size(); ++i) {
         Active& a = *owners[i];
         if (a.cancelled) continue;  // failed above
+        const int64_t rows = items[i].all_logits ? int64_t(items[i].ids.size()) : 1;
+        const float* last = logits[i].data() + (rows - 1) * V;
         if (!a.decoding()) {
+            const int64_t first = a.fed;
             a.fed += int64_t(items[i].ids.size());
+            if (items[i].all_logits) {
+                if (first == 0) {  // nothing before the first id to score it
+                    SampledToken t;
+                    t.id = a.request.prompt[0];
+                    t.logprob = std::numeric_limits<float>::quiet_NaN();
+                    a.prompt_scores.push_back(t);
+                }
+                for (int64_t j = 0; j < rows && first + j + 1 < a.prompt_size(); ++j)
+                    scores.push_back({&a, a.request.prompt[size_t(first + j + 1)], logits[i].data() + j * V});
+                if (a.decoding()) scored_prompts.push_back(&a);
+            }
             // Cache the prompt's state every snapshot_interval tokens (prompts sharing a start) and at its end
             // with its last logits (the same prompt again costs no forward).
             const int64_t k = options_.snapshot_interval;
             if (cache_.enabled() && ((k > 0 && a.fed % k == 0) || a.decoding())) {
                 try {
                     cache_.insert({a.request.prompt.begin(), a.request.prompt.begin() + a.fed},
-                                  backend_.copy_sequence(*a.state), a.decoding() ? logits[i] : std::vector<float>{});
+                                  backend_.copy_sequence(*a.state),
+                                  a.decoding() ? std::vector<float>(last, last + V) : std::vector<float>{});
                 } catch (const Error&) {  // no room for a copy: the cache is an optimisation only
                 }
             }
             if (!a.decoding()) continue;  // more of the prompt to come
         }
-        to_sample.emplace_back(&a, &logits[i]);
+        to_sample.emplace_back(&a, last);
     }
+    // Prompt ids' logprobs (each a pass over the vocabulary), in parallel; in order into each request's list. A
+    // prompt scored to its end gets them in one event; one that asked for no tokens ends there.
+    std::vector<SampledToken> scored(scores.size());
+    sampling_pool_.parallel_for(int64_t(scores.size()), [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            const Score& s = scores[size_t(i)];
+            scored[size_t(i)] = token_logprobs(s.row, V, s.id, s.a->request.prompt_logprobs);
+        }
+    });
+    for (size_t i = 0; i < scores.size(); ++i) scores[i].a->prompt_scores.push_back(std::move(scored[i]));
+    for (Active* a : scored_prompts) {
+        EngineEvent e;
+        e.kind = EngineEvent::Kind::kPrompt;
+        e.prompt = std::move(a->prompt_scores);
+        e.prompt_tokens = a->prompt_size();
+        a->request.on_event(e);
+        if (a->request.max_new_tokens == 0) finish(*a, FinishReason::kLength);
+    }
+    std::erase_if(to_sample, [](const auto& entry) { return !entry.first->state; });  // finished just above
     // Sampling scans the vocabulary per request (129k logits for V4): in parallel, each request with its own
     // sampler, so the tokens are the same as one after another. Then the events, in batch order.
     std::vector<SampledToken> tokens(to_sample.size());
     sampling_pool_.parallel_for(int64_t(to_sample.size()), [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) tokens[size_t(i)] = sample(*to_sample[size_t(i)].first,
-                                                                         *to_sample[size_t(i)].second);
+        for (int64_t i = begin; i < end; ++i)
+            tokens[size_t(i)] = sample(*to_sample[size_t(i)].first, to_sample[size_t(i)].second);
     });
     for (size_t i = 0; i < to_sample.size(); ++i) {
         to_sample[i].first->ready_logits.clear();

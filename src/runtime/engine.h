@@ -50,9 +50,11 @@ enum class FinishReason { kEos, kLength, kCancelled, kError };
 const char* finish_reason_name(FinishReason reason);
 
 struct EngineEvent {
-    enum class Kind { kToken, kFinished };
+    enum class Kind { kToken, kPrompt, kFinished };
     Kind kind = Kind::kToken;
     SampledToken token;                       // kToken: every sampled id, EOS included
+    std::vector<SampledToken> prompt;         // kPrompt: each prompt id scored by the positions before it (the
+                                              // first id has nothing before it: logprob NaN, no alternatives)
     FinishReason reason = FinishReason::kEos;  // kFinished
     std::string error;                        // kFinished with kError: a sentence for the client
     int64_t prompt_tokens = 0;
@@ -61,10 +63,15 @@ struct EngineEvent {
 
 struct EngineRequest {
     std::vector<int32_t> prompt;  // non-empty, ids in the vocabulary
-    int64_t max_new_tokens = 1;   // >= 1; prompt + max_new_tokens <= max_context
+    int64_t max_new_tokens = 1;   // >= 1, or 0 with prompt_logprobs (score the prompt only); prompt + max_new_tokens
+                                  // <= max_context
     SamplingParams sampling;
     bool stop_at_eos = true;
     int logprobs = -1;  // -1: none; 0: the sampled token's; N > 0: and the N most likely
+    // -1: none; N >= 0: every prompt id's logprob (and the N most likely ids at its place) in one kPrompt event, once
+    // the prompt is computed, before any token. The prompt is then computed whole (never from the prefix cache: its
+    // logits at every position are needed), with the logits of every position.
+    int prompt_logprobs = -1;
     // Called on the engine thread for every event, in order, ending with one kFinished. Must be quick (hand the
     // event to another thread) and must not throw or call back into the engine except cancel().
     std::function<void(const EngineEvent&)> on_event;
@@ -109,7 +116,7 @@ class Engine {
     void step();
     void admit();
     void finish(Active& a, FinishReason reason, const std::string& error = {});
-    SampledToken sample(Active& a, const std::vector<float>& logits) const;  // any thread: a's own sampler
+    SampledToken sample(Active& a, const float* logits) const;  // any thread: a's own sampler
     void deliver(Active& a, const SampledToken& token);                     // the event; finishes a if done
 
     Backend& backend_;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <future>
 #include <map>
@@ -38,6 +39,8 @@ struct Result {
     FinishReason reason = FinishReason::kError;
     int64_t cached = 0;
     std::string error;
+    std::vector<SampledToken> prompt;  // the kPrompt event's, when asked
+    int prompt_events = 0;
 };
 
 // Collects a request's events; wait() returns once kFinished arrived.
@@ -46,7 +49,11 @@ class Collector {
     std::function<void(const EngineEvent&)> callback() {
         return [this](const EngineEvent& e) {
             std::lock_guard lock(mutex_);
-            if (e.kind == EngineEvent::Kind::kToken) {
+            if (e.kind == EngineEvent::Kind::kPrompt) {
+                EXPECT_TRUE(result_.tokens.empty()) << "the prompt's scores come before any token";
+                result_.prompt = e.prompt;
+                ++result_.prompt_events;
+            } else if (e.kind == EngineEvent::Kind::kToken) {
                 result_.tokens.push_back(e.token.id);
                 result_.logprobs.push_back(e.token.logprob);
                 if (on_token_) on_token_(int64_t(result_.tokens.size()));
@@ -251,6 +258,52 @@ TEST(Engine, BadRequestsAreRefusedAtSubmit) {
     Collector ok;
     engine.submit(greedy_request(prompt_of(10, 0), context - 10, ok));
     engine.cancel(1);  // an id that was never given out: ignored
+}
+
+TEST(Engine, PromptLogprobsScoreEveryIdAsTheWholePromptsForwardDoes) {
+    // Each prompt id t > 0 is scored by the logits of position t - 1 of one forward over the whole prompt (bitwise,
+    // whatever chunks the step budget cuts the prompt into), with its 3 most likely alternatives; the first id has
+    // nothing before it. Then the tokens are those of the request alone. With max_new_tokens 0 nothing is generated.
+    const std::vector<int32_t> prompt = prompt_of(45, 4);
+    const int64_t V = model().config().vocab_size;
+    SequenceState state = model().new_sequence();
+    const std::vector<float> all = model().forward(state, prompt, true);
+    for (int64_t budget : {7, 64}) {
+        Engine engine(model(), options(budget, 4));
+        Collector scored, only;
+        EngineRequest r = greedy_request(prompt, 5, scored);
+        r.prompt_logprobs = 3;
+        engine.submit(std::move(r));
+        EngineRequest o = greedy_request(prompt, 0, only);
+        o.prompt_logprobs = 0;
+        engine.submit(std::move(o));
+        const Result got = scored.wait(), got_only = only.wait();
+        ASSERT_EQ(got.prompt_events, 1);
+        ASSERT_EQ(got.prompt.size(), prompt.size());
+        EXPECT_EQ(got.prompt[0].id, prompt[0]);
+        EXPECT_TRUE(std::isnan(got.prompt[0].logprob));
+        EXPECT_TRUE(got.prompt[0].top.empty());
+        for (size_t t = 1; t < prompt.size(); ++t) {
+            const SampledToken want = token_logprobs(all.data() + (t - 1) * size_t(V), V, prompt[t], 3);
+            EXPECT_EQ(got.prompt[t].id, prompt[t]);
+            EXPECT_EQ(got.prompt[t].logprob, want.logprob) << "position " << t << ", budget " << budget;
+            ASSERT_EQ(got.prompt[t].top.size(), 3u);
+            for (size_t k = 0; k < 3; ++k) {
+                EXPECT_EQ(got.prompt[t].top[k].id, want.top[k].id);
+                EXPECT_EQ(got.prompt[t].top[k].logprob, want.top[k].logprob);
+            }
+        }
+        const Result want = alone(prompt, 5);
+        EXPECT_EQ(got.tokens, want.tokens);
+        EXPECT_EQ(got.logprobs, want.logprobs);
+        EXPECT_EQ(got.cached, 0) << "a scored prompt is computed whole";
+        ASSERT_EQ(got_only.prompt.size(), prompt.size());
+        EXPECT_EQ(got_only.prompt[9].logprob, got.prompt[9].logprob);
+        EXPECT_TRUE(got_only.prompt[9].top.empty());
+        EXPECT_TRUE(got_only.tokens.empty());
+        EXPECT_EQ(got_only.reason, FinishReason::kLength);
+        ASSERT_TRUE(becomes_idle(engine));
+    }
 }
 
 TEST(Engine, LogprobsAreLogSoftmaxWithTheTopChoicesFirst) {
