@@ -6,6 +6,7 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -90,16 +91,26 @@ struct Generation {
     Usage usage;
     Clock::time_point arrival = Clock::now();
     bool first_token = true;
+    // Completions with echo: every choice's text (and logprobs) begins with the prompt's. Its logprobs come from
+    // choice 0's kPrompt event; the BOS the server put before a text prompt is not the client's, so not echoed.
+    bool echo = false, drop_first_score = false, echo_sent = false;
+    std::string echo_text;
+    std::optional<std::vector<TokenLogprob>> echo_logprobs;
+    const tok::Tokenizer* tokenizer = nullptr;
+
+    bool echo_ready() const { return echo && (request.prompt_logprobs < 0 || echo_logprobs.has_value()); }
+    std::vector<TokenLogprob> echoed_logprobs() const { return echo_logprobs.value_or(std::vector<TokenLogprob>{}); }
 
     bool finished() const {
         for (const Choice& c : choices)
             if (!c.finished) return false;
         return true;
     }
-    // Choice c's engine request, on its own seed, its events tagged with c.
+    // Choice c's engine request, on its own seed, its events tagged with c. Only choice 0 scores the prompt.
     EngineRequest request_of(int c) const {
         EngineRequest r = request;
         r.sampling.seed += uint64_t(c);
+        if (c > 0) r.prompt_logprobs = -1;
         std::shared_ptr<Channel> ch = channel;
         r.on_event = [ch, c](const EngineEvent& e) { ch->push(c, e); };
         return r;
@@ -111,6 +122,11 @@ struct Generation {
             Choice& ch = choices[c];
             if (ch.submitted) continue;
             ch.submitted = true;
+            if (request.max_new_tokens == 0) {  // echo of a scored prompt: nothing to generate, choice 0 has it all
+                ch.finished = true;
+                ch.reason = FinishReason::kLength;
+                continue;
+            }
             if (draining && draining->load()) {
                 ch.finished = true;
                 ch.reason = FinishReason::kCancelled;
@@ -134,6 +150,19 @@ struct Generation {
             usage.prompt_tokens = e.prompt_tokens;
             usage.cached_tokens = e.cached_tokens;
             if (!failed) submit_rest();
+        }
+        if (e.kind == EngineEvent::Kind::kPrompt) {
+            std::vector<TokenLogprob> scores;
+            for (size_t i = drop_first_score ? 1 : 0; i < e.prompt.size(); ++i) {
+                const SampledToken& t = e.prompt[i];
+                std::vector<std::pair<int32_t, float>> top;
+                for (const TokenChoice& alt : t.top) top.emplace_back(alt.id, alt.logprob);
+                TokenLogprob lp = make_token_logprob(t.id, t.logprob, top, *tokenizer);
+                lp.scored = !std::isnan(t.logprob);
+                scores.push_back(std::move(lp));
+            }
+            echo_logprobs = std::move(scores);
+            return {};
         }
         if (e.kind == EngineEvent::Kind::kFinished) {
             ch.finished = true;
@@ -337,10 +366,15 @@ std::pair<int, ordered_json> whole_reply(Generation& g) {
         ReplyBuilder::Final f = ch.builder->finish(ch.reason);
         const std::string reason = Generation::outcome(ch, f);
         g.report(ch, reason);
-        if (g.chat)
+        if (g.chat) {
             chat.push_back(ChatResult{std::move(f.parsed), reason, std::move(f.logprobs), g.usage});
-        else
+        } else if (g.echo) {
+            std::vector<TokenLogprob> logprobs = g.echoed_logprobs();
+            logprobs.insert(logprobs.end(), f.logprobs.begin(), f.logprobs.end());
+            completion.push_back(CompletionChoice{g.echo_text + f.parsed.content, reason, std::move(logprobs)});
+        } else {
             completion.push_back(CompletionChoice{std::move(f.parsed.content), reason, std::move(f.logprobs)});
+        }
     }
     if (g.chat) return {200, chat_response(g.id, g.created, g.model, chat, g.usage, g.options.logprobs)};
     return {200, completion_response(g.id, g.created, g.model, completion, g.options.logprobs, g.usage)};
@@ -397,6 +431,20 @@ void answer_stream(std::shared_ptr<Generation> g, httplib::Response& res) {
                             return g->cancel_all(), false;
                     }
             }
+            // Completions with echo: each choice's text starts with the prompt's, once its logprobs are known.
+            auto send_echo = [&] {
+                if (!g->echo_ready() || g->echo_sent) return true;
+                g->echo_sent = true;
+                const std::vector<TokenLogprob> scores = g->echoed_logprobs();
+                for (int c = 0; c < int(g->choices.size()); ++c) {
+                    if (!send(completion_chunk(g->id, g->created, g->model, g->echo_text, std::nullopt, scores,
+                                               logprobs, usage_field, 0, c)))
+                        return false;
+                    for (unsigned char b : g->echo_text) g->choices[size_t(c)].text_sent += (b & 0xC0) != 0x80;
+                }
+                return true;
+            };
+            if (!send_echo()) return g->cancel_all(), false;
             // A choice's last chunks: what its builder held back, its tool calls, its finish_reason.
             auto close_choice = [&](int c) {
                 Choice& ch = g->choices[size_t(c)];
@@ -443,6 +491,7 @@ void answer_stream(std::shared_ptr<Generation> g, httplib::Response& res) {
                 const int c = e->choice;
                 Choice& ch = g->choices[size_t(c)];
                 ReplyBuilder::Delta d = g->take(c, e->event);
+                if (!send_echo()) return g->cancel_all(), false;
                 if (!d.empty()) {
                     bool ok;
                     if (g->chat) {
@@ -491,6 +540,8 @@ struct Prepared {
     std::vector<int32_t> prompt;
     GenerationOptions options;
     tok::ThinkingMode mode = tok::ThinkingMode::kChat;
+    bool echo = false, bos_added = false;  // completions: echo the prompt; the server put BOS before its text
+    std::string echo_text;                 // the prompt as the client sent it (its ids decoded)
 };
 
 Prepared prepare_chat(const ordered_json& body, const RequestLimits& limits, const ServerOptions& server,
@@ -514,6 +565,9 @@ Prepared prepare_completion(const ordered_json& body, const RequestLimits& limit
         p.prompt = {bos_id};
         tokenizer.encode_append(*r.prompt_text, p.prompt);
     }
+    p.echo = r.echo;
+    p.bos_added = r.prompt_text.has_value();
+    if (r.echo) p.echo_text = r.prompt_text ? *r.prompt_text : tokenizer.decode(r.prompt_ids);
     return p;
 }
 
@@ -535,6 +589,10 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
         g->engine = engine_;
         g->metrics = &metrics_;
         g->draining = &draining_;
+        g->tokenizer = tokenizer_;
+        g->echo = p.echo;
+        g->drop_first_score = p.bos_added;
+        g->echo_text = std::move(p.echo_text);
         g->choices.resize(size_t(p.options.n));
         for (Choice& c : g->choices)
             c.builder.emplace(*tokenizer_, eos_id(p.options), chat, p.mode, p.options.stop, p.options.logprobs);
@@ -557,6 +615,8 @@ void HttpServer::submit(Generation& g, std::vector<int32_t> prompt) {
     g.request.sampling = g.options.sampling;
     g.request.stop_at_eos = !g.options.ignore_eos;
     g.request.logprobs = g.options.logprobs ? g.options.top_logprobs : -1;
+    // An echo with logprobs scores the prompt; so does one that asks for no tokens (the engine runs the prompt).
+    if (g.echo && (g.options.logprobs || max_new == 0)) g.request.prompt_logprobs = g.options.top_logprobs;
     Choice& first = g.choices.front();
     try {
         first.engine_id = engine_->submit(g.request_of(0));

@@ -193,7 +193,8 @@ std::vector<std::string> parse_stop(const Fields& f, const RequestLimits& limits
 }
 
 // The fields both endpoints share: sampling, length, stop strings, logprobs, streaming.
-GenerationOptions parse_options(const Fields& f, const RequestLimits& limits, bool chat) {
+// echo: a completion that returns its prompt, which may ask for no tokens (max_tokens 0: the prompt scored only).
+GenerationOptions parse_options(const Fields& f, const RequestLimits& limits, bool chat, bool echo = false) {
     GenerationOptions o;
     SamplingParams& s = o.sampling;
     const double temperature = f.number("temperature").value_or(1.0);
@@ -232,7 +233,8 @@ GenerationOptions parse_options(const Fields& f, const RequestLimits& limits, bo
         if (!chat && std::string_view(key) == "max_completion_tokens") continue;
         const auto v = f.integer(key);
         if (!v) continue;
-        if (*v < 1) bad_request(key, fmt::format("'{}' must be at least 1, got {}", key, *v));
+        if (*v < (echo ? 0 : 1))
+            bad_request(key, fmt::format("'{}' must be at least {}, got {}", key, echo ? 0 : 1, *v));
         if (limits.max_output > 0 && *v > limits.max_output)
             bad_request(key, fmt::format("'{}' is {}; this server generates at most {} tokens per request", key, *v,
                                          limits.max_output));
@@ -522,9 +524,9 @@ CompletionRequest parse_completion_request(const ordered_json& body, const Reque
         } else {
             f.wrong("prompt", forms);
         }
-        if (f.boolean("echo").value_or(false)) bad_request("echo", "'echo' is not supported by this server");
+        r.echo = f.boolean("echo").value_or(false);
         if (!f.string("suffix").value_or("").empty()) bad_request("suffix", "'suffix' is not supported by this server");
-        r.options = parse_options(f, limits, /*chat=*/false);
+        r.options = parse_options(f, limits, /*chat=*/false, r.echo);
         if (const auto best_of = f.integer("best_of"); best_of && *best_of != r.options.n)
             bad_request("best_of", fmt::format("'best_of' must equal n ({}): choosing the best of more choices is not "
                                                "supported, got {}",
@@ -536,6 +538,15 @@ CompletionRequest parse_completion_request(const ordered_json& body, const Reque
 int64_t resolve_max_tokens(int64_t prompt_tokens, const GenerationOptions& options, const RequestLimits& limits,
                            const std::string& prompt_param) {
     const int64_t context = limits.max_context;
+    if (options.max_tokens == 0) {  // echo: the prompt is scored, nothing generated
+        if (context > 0 && prompt_tokens > context)
+            throw ApiError(400, "invalid_request_error",
+                           fmt::format("This model's maximum context length is {} tokens, and the prompt has {} "
+                                       "tokens. Shorten the prompt.",
+                                       context, prompt_tokens),
+                           prompt_param, "context_length_exceeded");
+        return 0;
+    }
     if (context > 0 && prompt_tokens >= context)
         throw ApiError(400, "invalid_request_error",
                        fmt::format("This model's maximum context length is {} tokens, and the prompt has {} tokens: "

@@ -91,7 +91,8 @@ struct CompletionRequest {
     std::string model;
     std::optional<std::string> prompt_text;  // prompt: "text"
     std::vector<int32_t> prompt_ids;         // prompt: [ids] (validated against vocab_size); empty when text
-    bool echo = false;                       // refused (400): not supported
+    bool echo = false;                       // the reply's text (and logprobs) begin with the prompt's; then max_tokens
+                                             // may be 0: the prompt scored, nothing generated
     GenerationOptions options;
 };
 
@@ -103,7 +104,7 @@ struct CompletionRequest {
 // with a string role, tools not an array of {"type":"function","function":{"name",...}}, tool_choice naming a
 // function that is not in tools, reasoning_effort not a string or null). A JSON null is the field left out.
 // Unknown fields are ignored, as OpenAI's SDK sends extras; known ones we cannot honour are 400s rather than
-// silently ignored (best_of != n, echo, suffix, non-zero penalties, logit_bias, non-text content parts).
+// silently ignored (best_of != n, suffix, non-zero penalties, logit_bias, non-text content parts).
 // `model` must equal `served_model` (404 model_not_found otherwise) when given; it may be absent. Nothing but
 // ApiError is thrown. `body` is an ordered_json (see parse_json_body); a plain json converts, losing key order.
 //
@@ -131,6 +132,7 @@ struct TokenLogprob {
                            // characters as they are and each invalid byte as the 4 characters \xNN (e.g. "bytes:\xe4")
     std::string bytes;     // raw; `bytes` in the JSON lists them as ints
     float logprob = 0.0f;  // below -9999 (-inf) it is written as -9999.0, as OpenAI and vLLM do
+    bool scored = true;    // false: the first id of an echoed prompt (nothing before it): logprob and top are null
     std::vector<TokenLogprob> top;  // top_logprobs alternatives, most likely first (empty when not asked)
 };
 

@@ -72,10 +72,10 @@ ordered_json completion_logprobs(const std::vector<TokenLogprob>& tokens, int64_
                  offsets = ordered_json::array();
     for (const TokenLogprob& t : tokens) {
         texts.push_back(t.text);
-        logprobs.push_back(json_logprob(t.logprob));
+        logprobs.push_back(t.scored ? ordered_json(json_logprob(t.logprob)) : ordered_json(nullptr));
         ordered_json top = ordered_json::object();
         for (const TokenLogprob& alt : t.top) top[alt.text] = json_logprob(alt.logprob);
-        tops.push_back(std::move(top));
+        tops.push_back(t.scored ? std::move(top) : ordered_json(nullptr));
         offsets.push_back(text_offset);
         text_offset += chars_started(t.bytes);
     }

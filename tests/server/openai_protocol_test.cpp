@@ -445,7 +445,10 @@ TEST(OpenAiRequest, CompletionFields) {
     EXPECT_FALSE(completion(R"("prompt": "x", "logprobs": null)").options.logprobs);
     for (const char* v : {"21", "-1", "true", "\"2\""})
         expect_completion_400(fmt::format(R"("prompt": "x", "logprobs": {})", v), "logprobs");
-    expect_completion_400(R"("prompt": "x", "echo": true)", "echo");
+    EXPECT_TRUE(completion(R"("prompt": "x", "echo": true)").echo);
+    EXPECT_EQ(completion(R"("prompt": "x", "echo": true, "max_tokens": 0)").options.max_tokens, 0)
+        << "an echo may only score its prompt";
+    expect_completion_400(R"("prompt": "x", "echo": false, "max_tokens": 0)", "max_tokens");
     expect_completion_400(R"("prompt": "x", "echo": "no")", "echo");
     expect_completion_400(R"("prompt": "x", "suffix": "end")", "suffix");
     expect_completion_400(R"("prompt": "x", "suffix": 5)", "suffix");

@@ -49,7 +49,7 @@ CHAT_BAD = {
 COMPLETIONS_BAD = {
     "prompt": [5, [], [[1, 2], [3]], ["text", "list"], [512], [-1], [1.5], {"a": 1}, ""],
     "logprobs": ["x", -1, 21, True],
-    "echo": [True],
+    "echo": ["yes", 1],
     "best_of": [2],
     "suffix": ["tail"],
 }

@@ -107,6 +107,37 @@ class CompletionsTest(unittest.TestCase):
         self.assertEqual(status, 200)
         self.assertIn("application/json", headers.get("content-type", ""))
 
+    def test_echo_scores_the_prompt(self):
+        # echo + logprobs + max_tokens 0, as lm-evaluation-harness scores a text: one entry per prompt id, the first
+        # (nothing before it) null; at each position the same alternatives and logprobs as a one-token request on
+        # the ids before it reports for its token.
+        ids = harness.byte_token_ids(PROMPT)
+        r = self.server.completion({"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 2, "temperature": 0})
+        choice, usage = r["choices"][0], r["usage"]
+        lp = choice["logprobs"]
+        self.assertEqual(len(lp["tokens"]), len(ids))
+        self.assertIsNone(lp["token_logprobs"][0])
+        self.assertIsNone(lp["top_logprobs"][0])
+        self.assertTrue(choice["text"].endswith(PROMPT), choice["text"])
+        self.assertEqual(choice["finish_reason"], "length")
+        self.assertEqual((usage["prompt_tokens"], usage["completion_tokens"]), (len(ids), 0))
+        for t in (1, 5, len(ids) - 1):
+            one = self.server.completion({"prompt": ids[:t], "max_tokens": 1, "logprobs": 2, "temperature": 0})
+            self.assertEqual(lp["top_logprobs"][t], one["choices"][0]["logprobs"]["top_logprobs"][0], f"position {t}")
+            self.assertLessEqual(lp["token_logprobs"][t], 0.0)
+        # A text prompt: its text comes back as sent, every one of its tokens scored (the BOS before it is the
+        # server's), then the generated text; streamed, the chunks add up to the same text and logprob entries.
+        whole = self.create(max_tokens=6, echo=True, logprobs=1, extra_body={"ignore_eos": True})
+        text = whole.choices[0].text
+        self.assertTrue(text.startswith(PROMPT), text)
+        self.assertEqual(len(whole.choices[0].logprobs.tokens), len(ids) - 1 + 6)
+        self.assertIsNotNone(whole.choices[0].logprobs.token_logprobs[0])
+        self.assertEqual(text[len(PROMPT):], self.create(max_tokens=6, extra_body={"ignore_eos": True}).choices[0].text)
+        chunks = list(self.create(max_tokens=6, echo=True, logprobs=1, stream=True, extra_body={"ignore_eos": True}))
+        self.assertEqual("".join(c.choices[0].text for c in chunks if c.choices), text)
+        self.assertEqual(sum(len(c.choices[0].logprobs.tokens) for c in chunks if c.choices and c.choices[0].logprobs),
+                         len(ids) - 1 + 6)
+
     def test_several_choices(self):
         # n = 3: choice i is what one request with seed + i gets; the prompt is computed once (choices 1 and 2
         # continue from the prefix cache); usage counts the prompt once and every choice's tokens; streamed, each
