@@ -1,25 +1,20 @@
-// HttpServer: see http_server.h. A generation request becomes one engine request whose events land in a channel;
-// the connection's thread takes them from there (a plain response waits for the last one, a stream writes each
-// delta as an SSE chunk). The engine thread never waits on a client.
+// HttpServer: see http_server.h. A generation request becomes a Generation (generation.h: one engine request per
+// choice, their events landing in one channel); the connection's thread takes them from there (a plain response
+// waits for the last one, a stream writes each delta as an SSE chunk). The engine thread never waits on a client.
 #include "server/http_server.h"
 
 #include <httplib.h>
 #include <sys/socket.h>
 
-#include <cmath>
-#include <condition_variable>
-#include <deque>
-#include <mutex>
 #include <random>
 
 #include "core/error.h"
+#include "server/generation.h"
 #include "server/reply_builder.h"
 #include "tokenizer/prompt.h"
 
 namespace dsv4::server {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 void send_json(httplib::Response& res, int status, const ordered_json& body) {
     res.status = status;
@@ -28,202 +23,12 @@ void send_json(httplib::Response& res, int status, const ordered_json& body) {
 
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status(), e.to_json()); }
 
-// A request's events (of all its choices, each tagged with its choice), handed from the engine thread to the
-// connection's thread.
-struct Channel {
-    struct Tagged {
-        int choice = 0;
-        EngineEvent event;
-    };
-    std::mutex mutex;
-    std::condition_variable cv;
-    std::deque<Tagged> events;
-
-    void push(int choice, const EngineEvent& e) {
-        {
-            std::lock_guard lock(mutex);
-            events.push_back({choice, e});
-        }
-        cv.notify_one();
-    }
-    // The next event, or nullopt after `timeout` without one.
-    std::optional<Tagged> pop(std::chrono::milliseconds timeout) {
-        std::unique_lock lock(mutex);
-        if (!cv.wait_for(lock, timeout, [&] { return !events.empty(); })) return std::nullopt;
-        Tagged e = std::move(events.front());
-        events.pop_front();
-        return e;
-    }
-};
-
 std::string random_suffix() {
     static thread_local std::mt19937_64 rng{std::random_device{}()};
     return fmt::format("{:016x}", rng());
 }
 
 }  // namespace
-
-// One choice of a request: its engine request and its reply so far.
-struct Choice {
-    uint64_t engine_id = 0;
-    bool submitted = false, finished = false, cancel_sent = false, reported = false;
-    std::optional<ReplyBuilder> builder;
-    Clock::time_point last_token;
-    int64_t text_sent = 0;  // completions: characters streamed so far (the next chunk's text_offset)
-    FinishReason reason = FinishReason::kEos;
-    std::string error;
-};
-
-// One request in flight: its choices (n of them; choice i samples with seed + i), their shared channel, timing for
-// the metrics. Choice 0 is submitted first; the others once its first event arrives, when its prompt is in the
-// prefix cache with its last logits (if the cache is on), so the prompt is computed once for all n.
-struct Generation {
-    bool chat = false;
-    std::string id, model;
-    int64_t created = 0;
-    GenerationOptions options;
-    Engine* engine = nullptr;
-    Metrics* metrics = nullptr;
-    const std::atomic<bool>* draining = nullptr;  // the server's: no more choices are submitted once it is set
-    std::shared_ptr<Channel> channel = std::make_shared<Channel>();
-    std::vector<Choice> choices;
-    EngineRequest request;  // what choice 0 was submitted with: the others copy it
-    Usage usage;
-    Clock::time_point arrival = Clock::now();
-    bool first_token = true;
-    // Completions with echo: every choice's text (and logprobs) begins with the prompt's. Its logprobs come from
-    // choice 0's kPrompt event; the BOS the server put before a text prompt is not the client's, so not echoed.
-    bool echo = false, drop_first_score = false, echo_sent = false;
-    std::string echo_text;
-    std::optional<std::vector<TokenLogprob>> echo_logprobs;
-    const tok::Tokenizer* tokenizer = nullptr;
-
-    bool echo_ready() const { return echo && (request.prompt_logprobs < 0 || echo_logprobs.has_value()); }
-    std::vector<TokenLogprob> echoed_logprobs() const { return echo_logprobs.value_or(std::vector<TokenLogprob>{}); }
-
-    bool finished() const {
-        for (const Choice& c : choices)
-            if (!c.finished) return false;
-        return true;
-    }
-    // Choice c's engine request, on its own seed, its events tagged with c. Only choice 0 scores the prompt.
-    EngineRequest request_of(int c) const {
-        EngineRequest r = request;
-        r.sampling.seed += uint64_t(c);
-        if (c > 0) r.prompt_logprobs = -1;
-        std::shared_ptr<Channel> ch = channel;
-        r.on_event = [ch, c](const EngineEvent& e) { ch->push(c, e); };
-        return r;
-    }
-    // The choices after the first: submitted once choice 0 has its first event. While the server drains, or when
-    // the engine refuses one, they end cancelled (the request then fails with 503, as a drained one does).
-    void submit_rest() {
-        for (size_t c = 1; c < choices.size(); ++c) {
-            Choice& ch = choices[c];
-            if (ch.submitted) continue;
-            ch.submitted = true;
-            if (request.max_new_tokens == 0) {  // echo of a scored prompt: nothing to generate, choice 0 has it all
-                ch.finished = true;
-                ch.reason = FinishReason::kLength;
-                continue;
-            }
-            if (draining && draining->load()) {
-                ch.finished = true;
-                ch.reason = FinishReason::kCancelled;
-                continue;
-            }
-            try {
-                ch.engine_id = engine->submit(request_of(int(c)));
-            } catch (const Error&) {
-                ch.finished = true;
-                ch.reason = FinishReason::kCancelled;
-            }
-        }
-    }
-    // Takes one event into choice c's reply; returns the delta to stream (tokens) or nothing (kFinished).
-    ReplyBuilder::Delta take(int c, const EngineEvent& e) {
-        Choice& ch = choices[size_t(c)];
-        const bool failed = e.kind == EngineEvent::Kind::kFinished &&
-                            (e.reason == FinishReason::kError ||
-                             (e.reason == FinishReason::kCancelled && !ch.builder->stopped()));
-        if (c == 0) {
-            usage.prompt_tokens = e.prompt_tokens;
-            usage.cached_tokens = e.cached_tokens;
-            if (!failed) submit_rest();
-        }
-        if (e.kind == EngineEvent::Kind::kPrompt) {
-            std::vector<TokenLogprob> scores;
-            for (size_t i = drop_first_score ? 1 : 0; i < e.prompt.size(); ++i) {
-                const SampledToken& t = e.prompt[i];
-                std::vector<std::pair<int32_t, float>> top;
-                for (const TokenChoice& alt : t.top) top.emplace_back(alt.id, alt.logprob);
-                TokenLogprob lp = make_token_logprob(t.id, t.logprob, top, *tokenizer);
-                lp.scored = !std::isnan(t.logprob);
-                scores.push_back(std::move(lp));
-            }
-            echo_logprobs = std::move(scores);
-            return {};
-        }
-        if (e.kind == EngineEvent::Kind::kFinished) {
-            ch.finished = true;
-            ch.reason = e.reason;
-            ch.error = e.error;
-            if (failed) cancel_all();  // one failed choice fails the request: the others stop now, not at their end
-            return {};
-        }
-        const Clock::time_point now = Clock::now();
-        if (first_token)
-            metrics->time_to_first_token(std::chrono::duration<double>(now - arrival).count());
-        else if (ch.builder->tokens() > 0)
-            metrics->inter_token_latency(std::chrono::duration<double>(now - ch.last_token).count());
-        first_token = false;
-        ch.last_token = now;
-        ReplyBuilder::Delta d = ch.builder->push(e.token);
-        usage.completion_tokens = 0;
-        for (const Choice& other : choices) usage.completion_tokens += other.builder->tokens();
-        if (ch.builder->stopped()) cancel(c);
-        return d;
-    }
-    void cancel(int c) {
-        Choice& ch = choices[size_t(c)];
-        if (ch.cancel_sent || ch.finished || !ch.submitted) return;
-        ch.cancel_sent = true;
-        engine->cancel(ch.engine_id);
-    }
-    // Ends every choice (the client is gone, or the reply failed): the engine requests are cancelled; choices not
-    // yet submitted never will be.
-    void cancel_all() {
-        for (size_t c = 0; c < choices.size(); ++c) {
-            Choice& ch = choices[c];
-            if (!ch.submitted) ch.submitted = ch.finished = true, ch.reason = FinishReason::kCancelled;
-            cancel(int(c));
-        }
-    }
-    // Counts each choice in the metrics once, by how it ended.
-    void report(Choice& ch, const std::string& how) {
-        if (ch.reported) return;
-        ch.reported = true;
-        metrics->finished(how);
-    }
-    void report_all(const std::string& how) {
-        for (Choice& ch : choices) report(ch, how);
-    }
-    // The finish reason the client sees and the metrics count.
-    static std::string outcome(const Choice& ch, const ReplyBuilder::Final& f) {
-        if (ch.builder->stopped()) return f.finish_reason;
-        if (ch.reason == FinishReason::kCancelled) return "cancelled";
-        if (ch.reason == FinishReason::kError) return "error";
-        return f.finish_reason;
-    }
-    // The first choice that failed (an error, or cancelled by the server rather than by its stop string).
-    const Choice* failed() const {
-        for (const Choice& ch : choices)
-            if (ch.reason == FinishReason::kError) return &ch;
-        for (const Choice& ch : choices)
-            if (ch.reason == FinishReason::kCancelled && !ch.builder->stopped()) return &ch;
-        return nullptr;
-    }
-};
 
 HttpServer::HttpServer(ServerOptions options)
     : options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
@@ -339,45 +144,6 @@ ordered_json request_body(const httplib::Request& req, bool ready, bool draining
     if (!ready) throw ApiError(503, "service_unavailable", "the model is still loading: retry shortly");
     if (draining) throw ApiError(503, "service_unavailable", "the server is shutting down");
     return parse_json_body(req.body);
-}
-
-// Takes the generation's events until every choice finished (true) or `until` passed (false).
-bool wait_events(Generation& g, Clock::time_point until) {
-    while (!g.finished()) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
-        if (left.count() <= 0) return false;
-        if (auto e = g.channel->pop(left)) g.take(e->choice, e->event);
-    }
-    return true;
-}
-
-// The status and body of a finished plain reply. A choice that failed fails the request.
-std::pair<int, ordered_json> whole_reply(Generation& g) {
-    if (const Choice* failed = g.failed()) {
-        const bool error = failed->reason == FinishReason::kError;
-        g.cancel_all();
-        g.report_all(error ? "error" : "cancelled");
-        if (error) return {500, ApiError(500, "internal_error", failed->error).to_json()};
-        return {503, ApiError(503, "service_unavailable", "the server is shutting down").to_json()};
-    }
-    std::vector<ChatResult> chat;
-    std::vector<CompletionChoice> completion;
-    for (Choice& ch : g.choices) {
-        ReplyBuilder::Final f = ch.builder->finish(ch.reason);
-        const std::string reason = Generation::outcome(ch, f);
-        g.report(ch, reason);
-        if (g.chat) {
-            chat.push_back(ChatResult{std::move(f.parsed), reason, std::move(f.logprobs), g.usage});
-        } else if (g.echo) {
-            std::vector<TokenLogprob> logprobs = g.echoed_logprobs();
-            logprobs.insert(logprobs.end(), f.logprobs.begin(), f.logprobs.end());
-            completion.push_back(CompletionChoice{g.echo_text + f.parsed.content, reason, std::move(logprobs)});
-        } else {
-            completion.push_back(CompletionChoice{std::move(f.parsed.content), reason, std::move(f.logprobs)});
-        }
-    }
-    if (g.chat) return {200, chat_response(g.id, g.created, g.model, chat, g.usage, g.options.logprobs)};
-    return {200, completion_response(g.id, g.created, g.model, completion, g.options.logprobs, g.usage)};
 }
 
 // Plain (non-streamed) answer. Most come within a second and are sent whole, with their status. A longer one is
@@ -548,7 +314,9 @@ Prepared prepare_chat(const ordered_json& body, const RequestLimits& limits, con
                       const tok::Tokenizer& tokenizer) {
     ChatRequest r = parse_chat_request(body, limits, server.model_name);
     r.render.era = server.era;
-    Prepared p{{}, r.options, r.render.thinking_mode};
+    Prepared p;
+    p.options = r.options;
+    p.mode = r.render.thinking_mode;
     try {
         p.prompt = tokenizer.encode(tok::render_prompt(r.messages, r.render));
     } catch (const Error& e) {  // what the DeepSeek-V4 encoder refuses (spec/dsv4-encoding.md §3.9)
@@ -560,7 +328,9 @@ Prepared prepare_chat(const ordered_json& body, const RequestLimits& limits, con
 Prepared prepare_completion(const ordered_json& body, const RequestLimits& limits, const ServerOptions& server,
                             const tok::Tokenizer& tokenizer, int32_t bos_id) {
     CompletionRequest r = parse_completion_request(body, limits, server.model_name);
-    Prepared p{r.prompt_ids, r.options, tok::ThinkingMode::kChat};
+    Prepared p;
+    p.prompt = r.prompt_ids;
+    p.options = r.options;
     if (r.prompt_text) {  // as `dsv4 generate --prompt`: BOS, then the text's tokens
         p.prompt = {bos_id};
         tokenizer.encode_append(*r.prompt_text, p.prompt);

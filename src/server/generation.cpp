@@ -1,0 +1,131 @@
+// Generation: see generation.h.
+#include "server/generation.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace dsv4::server {
+
+void Generation::submit_rest() {
+    for (size_t c = 1; c < choices.size(); ++c) {
+        Choice& ch = choices[c];
+        if (ch.submitted) continue;
+        ch.submitted = true;
+        if (request.max_new_tokens == 0) {  // echo of a scored prompt: nothing to generate, choice 0 has it all
+            ch.finished = true;
+            ch.reason = FinishReason::kLength;
+            continue;
+        }
+        if (draining && draining->load()) {
+            ch.finished = true;
+            ch.reason = FinishReason::kCancelled;
+            continue;
+        }
+        try {
+            ch.engine_id = engine->submit(request_of(int(c)));
+        } catch (const Error&) {
+            ch.finished = true;
+            ch.reason = FinishReason::kCancelled;
+        }
+    }
+}
+
+ReplyBuilder::Delta Generation::take(int c, const EngineEvent& e) {
+    Choice& ch = choices[size_t(c)];
+    const bool failed =
+        e.kind == EngineEvent::Kind::kFinished &&
+        (e.reason == FinishReason::kError || (e.reason == FinishReason::kCancelled && !ch.builder->stopped()));
+    if (c == 0) {
+        usage.prompt_tokens = e.prompt_tokens;
+        usage.cached_tokens = e.cached_tokens;
+        if (!failed) submit_rest();
+    }
+    if (e.kind == EngineEvent::Kind::kPrompt) {
+        std::vector<TokenLogprob> scores;
+        for (size_t i = drop_first_score ? 1 : 0; i < e.prompt.size(); ++i) {
+            const SampledToken& t = e.prompt[i];
+            std::vector<std::pair<int32_t, float>> top;
+            for (const TokenChoice& alt : t.top) top.emplace_back(alt.id, alt.logprob);
+            TokenLogprob lp = make_token_logprob(t.id, t.logprob, top, *tokenizer);
+            lp.scored = !std::isnan(t.logprob);
+            scores.push_back(std::move(lp));
+        }
+        echo_logprobs = std::move(scores);
+        return {};
+    }
+    if (e.kind == EngineEvent::Kind::kFinished) {
+        ch.finished = true;
+        ch.reason = e.reason;
+        ch.error = e.error;
+        if (failed) cancel_all();  // one failed choice fails the request: the others stop now, not at their end
+        return {};
+    }
+    const Clock::time_point now = Clock::now();
+    if (first_token)
+        metrics->time_to_first_token(std::chrono::duration<double>(now - arrival).count());
+    else if (ch.builder->tokens() > 0)
+        metrics->inter_token_latency(std::chrono::duration<double>(now - ch.last_token).count());
+    first_token = false;
+    ch.last_token = now;
+    ReplyBuilder::Delta d = ch.builder->push(e.token);
+    usage.completion_tokens = 0;
+    for (const Choice& other : choices) usage.completion_tokens += other.builder->tokens();
+    if (ch.builder->stopped()) cancel(c);
+    return d;
+}
+
+void Generation::cancel_all() {
+    for (size_t c = 0; c < choices.size(); ++c) {
+        Choice& ch = choices[c];
+        if (!ch.submitted) ch.submitted = ch.finished = true, ch.reason = FinishReason::kCancelled;
+        cancel(int(c));
+    }
+}
+
+const Choice* Generation::failed() const {
+    for (const Choice& ch : choices)
+        if (ch.reason == FinishReason::kError) return &ch;
+    for (const Choice& ch : choices)
+        if (ch.reason == FinishReason::kCancelled && !ch.builder->stopped()) return &ch;
+    return nullptr;
+}
+
+bool wait_events(Generation& g, Clock::time_point until) {
+    while (!g.finished()) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+        if (left.count() <= 0) return false;
+        if (auto e = g.channel->pop(left)) g.take(e->choice, e->event);
+    }
+    return true;
+}
+
+std::pair<int, ordered_json> whole_reply(Generation& g) {
+    if (const Choice* failed = g.failed()) {
+        const bool error = failed->reason == FinishReason::kError;
+        g.cancel_all();
+        g.report_all(error ? "error" : "cancelled");
+        if (error) return {500, ApiError(500, "internal_error", failed->error).to_json()};
+        return {503, ApiError(503, "service_unavailable", "the server is shutting down").to_json()};
+    }
+    std::vector<ChatResult> chat;
+    std::vector<CompletionChoice> completion;
+    for (Choice& ch : g.choices) {
+        ReplyBuilder::Final f = ch.builder->finish(ch.reason);
+        const std::string reason = Generation::outcome(ch, f);
+        g.report(ch, reason);
+        if (g.chat) {
+            chat.push_back(ChatResult{std::move(f.parsed), reason, std::move(f.logprobs), g.usage});
+        } else if (g.echo) {
+            std::vector<TokenLogprob> logprobs = g.echoed_logprobs();
+            logprobs.insert(logprobs.end(), f.logprobs.begin(), f.logprobs.end());
+            completion.push_back(CompletionChoice{g.echo_text + f.parsed.content, reason, std::move(logprobs)});
+        } else {
+            completion.push_back(CompletionChoice{std::move(f.parsed.content), reason, std::move(f.logprobs)});
+        }
+    }
+    if (g.chat) return {200, chat_response(g.id, g.created, g.model, chat, g.usage, g.options.logprobs)};
+    return {200, completion_response(g.id, g.created, g.model, completion, g.options.logprobs, g.usage)};
+}
+
+}  // namespace dsv4::server
