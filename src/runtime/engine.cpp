@@ -38,8 +38,8 @@ SampledToken token_logprobs(const float* logits, int64_t vocab, int32_t id, int 
     t.id = id;
     t.logprob = float(double(logits[id]) - log_total);
     if (top > 0) {
-        TokenOrderScratch scratch;
-        std::vector<int32_t> ids;
+        thread_local TokenOrderScratch scratch;
+        thread_local std::vector<int32_t> ids;
         most_likely(logits, vocab, std::min<int64_t>(top, vocab), ids, scratch);
         for (const int32_t choice : ids) t.top.push_back({choice, float(double(logits[choice]) - log_total)});
     }

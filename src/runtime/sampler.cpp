@@ -39,8 +39,8 @@ int32_t Sampler::sample(const float* logits, int64_t vocab) {
 
     // 1. Weights.
     weights_.resize(size_t(vocab));
-    max_logit_ = logits[scan.argmax];
-    sampling_weights(logits, vocab, max_logit_, params_.temperature, weights_.data());
+    const float max_logit = logits[scan.argmax];
+    sampling_weights(logits, vocab, max_logit, params_.temperature, weights_.data());
     const float* w = weights_.data();
 
     // 2. Candidates: all ids, or a list in ascending id order (order_ keeps the top-k ones in the order). The most
@@ -83,7 +83,7 @@ int32_t Sampler::sample(const float* logits, int64_t vocab) {
 
     // 4, 5. The draw.
     const double u = uniform_53(rng_);
-    if (params_.top_p < 1.0f) return draw_nucleus(logits, w, total, u);
+    if (params_.top_p < 1.0f) return draw_nucleus(logits, max_logit, w, total, u);
     return draw_in_blocks(w, u * total);
 }
 
@@ -105,10 +105,10 @@ int32_t Sampler::draw_in_blocks(const float* w, double target) {
     return id_at(n - 1);
 }
 
-int32_t Sampler::draw_nucleus(const float* logits, const float* w, double total, double u) {
+int32_t Sampler::draw_nucleus(const float* logits, float max_logit, const float* w, double total, double u) {
     const double goal = double(params_.top_p) * total;
     if (order_.empty())  // top-k gave them in the order already; otherwise the tokens that can be in the nucleus
-        ordered_to_mass(logits, w, int64_t(weights_.size()), all_candidates_ ? nullptr : &candidates_, goal, max_logit_,
+        ordered_to_mass(logits, w, int64_t(weights_.size()), all_candidates_ ? nullptr : &candidates_, goal, max_logit,
                         8.0f * params_.temperature, order_, order_scratch_);
     double mass = 0.0;
     size_t cut = order_.size() - 1;

@@ -55,13 +55,12 @@ class Sampler {
 
   private:
     int32_t draw_in_blocks(const float* w, double u);
-    int32_t draw_nucleus(const float* logits, const float* w, double total, double u);
+    int32_t draw_nucleus(const float* logits, float max_logit, const float* w, double total, double u);
 
     SamplingParams params_;
     std::mt19937_64 rng_;
     // Reused from token to token (a request samples every step).
     std::vector<float> weights_;
-    float max_logit_ = 0.0f;
     std::vector<int32_t> candidates_;  // ascending ids; empty with all_candidates_
     bool all_candidates_ = true;
     std::vector<double> block_sums_;

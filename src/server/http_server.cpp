@@ -206,7 +206,7 @@ void answer_stream(std::shared_ptr<Generation> g, httplib::Response& res) {
                     if (!send(completion_chunk(g->id, g->created, g->model, g->echo_text, std::nullopt, scores,
                                                logprobs, usage_field, 0, c)))
                         return false;
-                    for (unsigned char b : g->echo_text) g->choices[size_t(c)].text_sent += (b & 0xC0) != 0x80;
+                    g->choices[size_t(c)].text_sent += utf8_characters(g->echo_text);
                 }
                 return true;
             };
@@ -269,7 +269,7 @@ void answer_stream(std::shared_ptr<Generation> g, httplib::Response& res) {
                     } else {
                         ok = send(completion_chunk(g->id, g->created, g->model, d.content, std::nullopt, d.logprobs,
                                                    logprobs, usage_field, ch.text_sent, c));
-                        for (unsigned char b : d.content) ch.text_sent += (b & 0xC0) != 0x80;  // characters
+                        ch.text_sent += utf8_characters(d.content);
                     }
                     if (!ok) return g->cancel_all(), false;
                 }

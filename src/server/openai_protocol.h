@@ -139,6 +139,9 @@ struct TokenLogprob {
 TokenLogprob make_token_logprob(int32_t id, float logprob, const std::vector<std::pair<int32_t, float>>& top,
                                 const tok::Tokenizer& tokenizer);
 
+// Characters (UTF-8 sequences started: every byte but continuation bytes) in `bytes`: the unit of text_offset.
+int64_t utf8_characters(std::string_view bytes);
+
 struct Usage {
     int64_t prompt_tokens = 0;
     int64_t completion_tokens = 0;

@@ -45,13 +45,6 @@ ordered_json byte_list(const std::string& bytes) {
     return list;
 }
 
-// Characters that start in `bytes` (every byte but UTF-8 continuation bytes): a token's share of a text offset.
-int64_t chars_started(const std::string& bytes) {
-    int64_t n = 0;
-    for (char c : bytes) n += (uint8_t(c) & 0xC0) != 0x80;
-    return n;
-}
-
 ordered_json chat_logprobs(const std::vector<TokenLogprob>& tokens) {
     ordered_json content = ordered_json::array();
     for (const TokenLogprob& t : tokens) {
@@ -77,7 +70,7 @@ ordered_json completion_logprobs(const std::vector<TokenLogprob>& tokens, int64_
         for (const TokenLogprob& alt : t.top) top[alt.text] = json_logprob(alt.logprob);
         tops.push_back(t.scored ? std::move(top) : ordered_json(nullptr));
         offsets.push_back(text_offset);
-        text_offset += chars_started(t.bytes);
+        text_offset += utf8_characters(t.bytes);
     }
     return {{"tokens", std::move(texts)},
             {"token_logprobs", std::move(logprobs)},
@@ -112,6 +105,12 @@ ordered_json finish_json(const std::optional<std::string>& finish_reason) {
 }
 
 }  // namespace
+
+int64_t utf8_characters(std::string_view bytes) {
+    int64_t n = 0;
+    for (char c : bytes) n += (uint8_t(c) & 0xC0) != 0x80;
+    return n;
+}
 
 TokenLogprob make_token_logprob(int32_t id, float logprob, const std::vector<std::pair<int32_t, float>>& top,
                                 const tok::Tokenizer& tokenizer) {
