@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One call on a machine of two or more GPUs (issue 12): build (Release, sm_90a), show how the GPUs are joined,
+# One call on a machine of two or more GPUs (issues 12 and 10): build (Release, sm_90a), show how the GPUs are joined,
 # run the tests of the multi-GPU path (TESTS, a ctest regex; "all" for every test but the server end-to-end
-# groups; empty: none), then `dsv4 bench --gpus 0,1` with each of BENCH_ARGS (';'-separated argument lists, newlines
+# groups; empty: none; the tests give every GPU of the machine a rank), then `dsv4 bench --gpus $GPUS` (default:
+# every GPU, 0,1,...) with each of BENCH_ARGS (';'-separated argument lists, newlines
 # count as spaces; default: 4 and 12 layers, batches 1-256, stage tables), each bench stopped after BENCH_TIMEOUT
 # seconds (default 400) and the tests after 180 s each, so that one hang cannot spend the whole call.
 # Carry `.embedded` and `.httplib` (tools/carry_httplib.sh). Full outputs go to $OUT; a summary is printed last.
@@ -30,7 +31,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV4_CUDA_ARCHS=90
     exit 1
 }
 echo "build: $(($(date +%s) - start)) s"
-tests="${TESTS-TwoGpus|MultiProcess|ExpertParallel|CudaBatch}"
+tests="${TESTS-EveryGpu|MultiProcess|ExpertParallel|CudaBatch}"
 start=$(date +%s)
 if [ "$tests" = all ]; then
     ctest --test-dir build-gpu -j 8 -E server_e2e --timeout 180 -V >"$out/ctest.log" 2>&1
@@ -43,15 +44,16 @@ if [ -n "$tests" ]; then
     grep -hE "\[ bitwise  \].*(GPUs|ranks)|killed|was stopped|rank [0-9] failed" "$out/ctest.log" | head -12
     nccl_transport
 fi
-# BENCH_ARGS: one or more `dsv4 bench --gpus 0,1` argument lists separated by ';' (empty: no bench).
+# BENCH_ARGS: one or more `dsv4 bench --gpus $GPUS` argument lists separated by ';' (empty: no bench).
+gpus="${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)}"
 bench_args="${BENCH_ARGS---layers 4,12 --batch 1,16,64,256 --stages}"
 IFS=';' read -ra benches <<<"${bench_args//$'\n'/ }"
 for i in "${!benches[@]}"; do
     args="${benches[$i]}"
     [ -z "${args// /}" ] && continue
     start=$(date +%s)
-    timeout -k 20 "${BENCH_TIMEOUT:-400}" build-gpu/tools/dsv4/dsv4 bench --gpus 0,1 $args >"$out/bench$i.txt" 2>&1
-    echo "bench $i ($args): rc $? in $(($(date +%s) - start)) s"
+    timeout -k 20 "${BENCH_TIMEOUT:-400}" build-gpu/tools/dsv4/dsv4 bench --gpus "$gpus" $args >"$out/bench$i.txt" 2>&1
+    echo "bench $i (--gpus $gpus $args): rc $? in $(($(date +%s) - start)) s"
     nccl_transport
     grep -E "^dsv4 bench|weights generated|uploaded|^prefill|^decode step|^floor|communication" "$out/bench$i.txt" | head -12
     grep -A6 "^  batch    step ms" "$out/bench$i.txt" | head -6

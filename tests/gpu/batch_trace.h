@@ -1,5 +1,5 @@
 // Batches of sequences and their greedy traces, shared by the batch-invariance tests: tests/gpu/cuda_batch_test.cpp
-// (one GPU) and tests/gpu/two_gpu_test.cpp (expert parallel over two GPUs). A BatchPlan's sequences are prefilled
+// (one GPU) and tests/gpu/every_gpu_test.cpp (expert parallel over every GPU). A BatchPlan's sequences are prefilled
 // in one forward_batch call and decoded greedily together (together()), or each by itself (alone()); a Trace
 // records every step's logits and the chosen tokens, compared bit for bit (expect_same()).
 #pragma once

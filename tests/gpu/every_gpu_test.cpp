@@ -1,11 +1,13 @@
-// Expert parallelism over two real GPUs in one process (two threads, one CudaModel and one NcclGroup each, decode
-// graphs on, so NCCL's all-reduce runs inside the replayed graphs over NVLink): on every fixture, 16 sequences of
-// mixed lengths prefilled and decoded together give every rank the same logits, bit for bit, as each sequence
-// alone on the same two GPUs, and as the 16 together on one GPU holding every expert (docs/parallel.md: the slot
-// sum is exact). Skips on a machine with fewer than two GPUs; tests/gpu/multi_process_test.cpp covers the same
-// layout through the binary with one process per GPU.
+// Expert parallelism over the machine's real GPUs in one process (a thread, a CudaModel and an NcclGroup per GPU,
+// decode graphs on, so NCCL's all-reduce runs inside the replayed graphs over NVLink): on every fixture, 16 sequences
+// of mixed lengths prefilled and decoded together give every rank the same logits, bit for bit, as each sequence
+// alone on the same GPUs, and as the 16 together on one GPU holding every expert (docs/parallel.md: the slot sum is
+// exact). Every GPU gets a rank, up to the fixture's routed experts (a fixture of 3 experts runs 3 ranks on a machine
+// of 4). Skips on a machine with fewer than two GPUs; tests/gpu/multi_process_test.cpp covers the same layout through
+// the binary with one process per GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -35,9 +37,9 @@ std::unique_ptr<CudaModel> model(const std::shared_ptr<const Checkpoint>& checkp
     return std::make_unique<CudaModel>(config, load_model_weights(checkpoint, config), Numerics::kModel, options);
 }
 
-class TwoGpus : public ::testing::TestWithParam<std::string> {};
+class EveryGpu : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(TwoGpus, SixteenSequencesTogetherEqualEachAloneAndOneGpu) {
+TEST_P(EveryGpu, SixteenSequencesTogetherEqualEachAloneAndOneGpu) {
     DSV4_REQUIRE_GPU();
     if (cuda::device_count() < 2) GTEST_SKIP() << "needs two GPUs, found " << cuda::device_count();
     const std::string dir = cuda_fixtures::fixture_dir(GetParam());
@@ -47,40 +49,41 @@ TEST_P(TwoGpus, SixteenSequencesTogetherEqualEachAloneAndOneGpu) {
     if (checkpoint->config().n_routed_experts < 2) GTEST_SKIP() << GetParam() << " has fewer than 2 routed experts";
     const std::vector<Trace> one_gpu = together(*model(checkpoint, 0, {}), ids, kSixteen);
 
-    constexpr int kRanks = 2;
+    const int ranks = int(std::min<int64_t>(cuda::device_count(), checkpoint->config().n_routed_experts));
     const std::vector<uint8_t> id = cuda::NcclGroup::unique_id();
-    std::vector<std::unique_ptr<cuda::NcclGroup>> groups(kRanks);
-    std::vector<std::vector<Trace>> batched(kRanks), alone_traces(kRanks);
+    std::vector<std::unique_ptr<cuda::NcclGroup>> groups(ranks);
+    std::vector<std::vector<Trace>> batched(ranks), alone_traces(ranks);
     std::vector<std::thread> threads;
-    for (int r = 0; r < kRanks; ++r)
+    for (int r = 0; r < ranks; ++r)
         threads.emplace_back([&, r] {
             try {
-                groups[size_t(r)] = std::make_unique<cuda::NcclGroup>(r, kRanks, id, r);
-                auto gpu = model(checkpoint, r, {r, kRanks, groups[size_t(r)].get()});
+                groups[size_t(r)] = std::make_unique<cuda::NcclGroup>(r, ranks, id, r);
+                auto gpu = model(checkpoint, r, {r, ranks, groups[size_t(r)].get()});
                 batched[size_t(r)] = together(*gpu, ids, kSixteen);
                 for (int i = 0; i < kSixteen.batch(); ++i)
                     alone_traces[size_t(r)].push_back(alone(*gpu, ids, kSixteen, i));
             } catch (const std::exception& e) {
                 // The other rank may wait in a collective, or in its communicator's set-up, that this one never
                 // joins; aborting its communicator from here would race its use. The test binary fails at once.
-                std::fprintf(stderr, "TwoGpus: rank %d failed: %s\n", r, e.what());
+                std::fprintf(stderr, "EveryGpu: rank %d failed: %s\n", r, e.what());
                 std::_Exit(1);
             }
         });
     for (std::thread& t : threads) t.join();
-    for (int r = 0; r < kRanks; ++r) {
+    for (int r = 0; r < ranks; ++r) {
         for (int i = 0; i < kSixteen.batch(); ++i) {
             const std::string what = GetParam() + " rank " + std::to_string(r) + " sequence " + std::to_string(i);
             expect_same(batched[size_t(r)][size_t(i)], alone_traces[size_t(r)][size_t(i)],
                         what + ": together vs alone");
-            expect_same(batched[size_t(r)][size_t(i)], one_gpu[size_t(i)], what + ": two GPUs vs one");
+            expect_same(batched[size_t(r)][size_t(i)], one_gpu[size_t(i)],
+                        what + ": " + std::to_string(ranks) + " GPUs vs one");
         }
     }
-    std::printf("[ bitwise  ] %s: 16 sequences on 2 GPUs (NCCL) equal each alone and one GPU on both ranks\n",
-                GetParam().c_str());
+    std::printf("[ bitwise  ] %s: 16 sequences on %d GPUs (NCCL) equal each alone and one GPU on every rank\n",
+                GetParam().c_str(), ranks);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, TwoGpus, ::testing::ValuesIn(cuda_fixtures::fixtures()),
+INSTANTIATE_TEST_SUITE_P(Fixtures, EveryGpu, ::testing::ValuesIn(cuda_fixtures::fixtures()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                              return cuda_fixtures::test_name(info.param);
                          });
