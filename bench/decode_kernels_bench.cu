@@ -137,7 +137,12 @@ const char* verdict(bool same) {
 }
 
 const char* path_name(detail::HcMixPath path) {
-    return path == detail::HcMixPath::kSplit ? "split" : path == detail::HcMixPath::kTiled ? "tiled" : "token";
+    switch (path) {
+        case detail::HcMixPath::kSplit: return "split";
+        case detail::HcMixPath::kTiled: return "tiled";
+        case detail::HcMixPath::kRowGroups: return "rows";
+        default: return "token";
+    }
 }
 
 // hc_pre (head = false) or hc_head at n_hc = 4, dim = 4096, `tokens` tokens.
@@ -149,10 +154,10 @@ void bench_hc(bool head, int64_t tokens) {
     fill_f32<<<1, 64>>>(base.get(), base.size(), 2, 1.0f);
     fill_f32<<<1, 64>>>(scale.get(), scale.size(), 3, 1.0f);
     DeviceBuffer<__nv_bfloat16> streams{size_t(tokens * width)}, x_split{size_t(tokens * dim)},
-        x_token(size_t(tokens * dim)), x_tiled(size_t(tokens * dim));
+        x_token(size_t(tokens * dim)), x_tiled(size_t(tokens * dim)), x_rows(size_t(tokens * dim));
     fill_bf16<<<256, 256>>>(streams.get(), streams.size(), 4);
     DeviceBuffer<float> mix_split{size_t(tokens * rows)}, mix_token{size_t(tokens * rows)},
-        mix_tiled{size_t(tokens * rows)};
+        mix_tiled{size_t(tokens * rows)}, mix_rows{size_t(tokens * rows)};
     check_launch(0);
     auto params = [&](int i, __nv_bfloat16* x, float* mix) {
         HcMixParams p;
@@ -179,18 +184,25 @@ void bench_hc(bool head, int64_t tokens) {
     const double tiled = graph_us([&](int i, cudaStream_t s) {
         detail::launch_hc_mix(params(i, x_tiled.get(), mix_tiled.get()), head, s, detail::HcMixPath::kTiled);
     });
+    // The row groups (hc_pre only).
+    const double row_groups = head ? 0.0 : graph_us([&](int i, cudaStream_t s) {
+        detail::launch_hc_mix(params(i, x_rows.get(), mix_rows.get()), head, s, detail::HcMixPath::kRowGroups);
+    });
     bool same = true;
     for (int i = 0; i < 3; ++i) {
         detail::launch_hc_mix(params(i, x_split.get(), mix_split.get()), head, nullptr, detail::HcMixPath::kSplit);
         detail::launch_hc_mix(params(i, x_token.get(), mix_token.get()), head, nullptr, detail::HcMixPath::kPerToken);
         detail::launch_hc_mix(params(i, x_tiled.get(), mix_tiled.get()), head, nullptr, detail::HcMixPath::kTiled);
+        if (!head)
+            detail::launch_hc_mix(params(i, x_rows.get(), mix_rows.get()), head, nullptr, detail::HcMixPath::kRowGroups);
         DSV4_CUDA_CHECK(cudaDeviceSynchronize());
         same = same && same_bits(x_split, x_token) && same_bits(mix_split, mix_token) && same_bits(x_tiled, x_token) &&
-               same_bits(mix_tiled, mix_token);
+               same_bits(mix_tiled, mix_token) &&
+               (head || (same_bits(x_rows, x_token) && same_bits(mix_rows, mix_token)));
     }
     const double bytes = double(rows * width * 4) + double(tokens) * double(width * 2 + dim * 2 + rows * 4);
-    std::printf("%-8s %6lld %12.2f %12.2f %10.2f %8.1fx %9.0f   %-8s %s\n", head ? "hc_head" : "hc_pre",
-                (long long)tokens, per_token, split, tiled, per_token / split, bytes / (split * 1e-6) / 1e9,
+    std::printf("%-8s %6lld %12.2f %12.2f %10.2f %10.2f %8.1fx %9.0f   %-8s %s\n", head ? "hc_head" : "hc_pre",
+                (long long)tokens, per_token, split, tiled, row_groups, per_token / split, bytes / (split * 1e-6) / 1e9,
                 path_name(detail::hc_mix_auto_path(tokens, head)), verdict(same));
 }
 
@@ -513,10 +525,10 @@ int main(int argc, char** argv) {
         std::printf("limit: device-to-device copy %.0f GB/s (read + write of 1 GiB)\n", 2.0 * copy_bytes / us / 1e3);
     }
     if (run("hc")) {
-        std::printf("\n%-8s %6s %12s %12s %10s %9s %9s   %-8s %s\n", "op", "tokens", "per-token us", "split us",
-                    "tiled us", "speedup", "GB/s", "auto", "bits");
+        std::printf("\n%-8s %6s %12s %12s %10s %10s %9s %9s   %-8s %s\n", "op", "tokens", "per-token us", "split us",
+                    "tiled us", "rows us", "speedup", "GB/s", "auto", "bits");
         for (bool head : {false, true})
-            for (int64_t tokens : {1, 2, 8, 16, 32, 64, 128, 256, 1024}) bench_hc(head, tokens);
+            for (int64_t tokens : {1, 2, 8, 16, 32, 64, 128, 256, 512, 1024}) bench_hc(head, tokens);
     }
     if (run("moe")) {
         std::printf("\n%-8s %6s %6s %5s %12s %12s %9s %9s   %s\n", "moe", "N", "K", "tile", "strided us", "compact us",

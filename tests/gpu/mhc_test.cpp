@@ -203,7 +203,7 @@ TEST(GpuMhc, HcHeadMatchesCpu) {
     check_mix_op(true);
 }
 
-TEST(GpuMhc, SplitAndTiledPathsMatchPerTokenBitwise) {
+TEST(GpuMhc, SplitTiledAndRowGroupPathsMatchPerTokenBitwise) {
     DSV4_REQUIRE_GPU();
     Rng rng;
     struct Shape {
@@ -211,16 +211,19 @@ TEST(GpuMhc, SplitAndTiledPathsMatchPerTokenBitwise) {
     };
     using cuda::detail::HcMixPath;
     for (bool head : {false, true})
-        for (int64_t tokens : {1, 3, 19, 8})
+        for (int64_t tokens : {1, 3, 19, 8, 130})  // 130: the row groups' 4-token tiles (2-token up to 128)
             for (Shape sh : {Shape{4, 4096}, Shape{4, 7168}, Shape{2, 320}, Shape{4, 64}, Shape{2, 4096 + 40},
                              Shape{4, 1000 + 3}}) {
                 const int64_t n = sh.n, dim = sh.dim, rows = head ? n : cuda::hc_pre_mix_size(n);
                 const Inputs in = make_inputs(rng, tokens, n, dim, rows, head ? 1 : 3);
                 const DeviceResult per_token = run_mix(in, tokens, n, dim, rows, head, HcMixPath::kPerToken);
-                for (HcMixPath path : {HcMixPath::kSplit, HcMixPath::kTiled}) {
+                for (HcMixPath path : {HcMixPath::kSplit, HcMixPath::kTiled, HcMixPath::kRowGroups}) {
+                    if (head && path == HcMixPath::kRowGroups) continue;  // hc_pre only
                     const DeviceResult other = run_mix(in, tokens, n, dim, rows, head, path);
-                    const std::string what = std::string(head ? "hc_head " : "hc_pre ") +
-                                             (path == HcMixPath::kSplit ? "split" : "tiled") + " vs per-token tokens " +
+                    const char* name = path == HcMixPath::kSplit   ? "split"
+                                       : path == HcMixPath::kTiled ? "tiled"
+                                                                   : "row groups";
+                    const std::string what = std::string(head ? "hc_head " : "hc_pre ") + name + " vs per-token tokens " +
                                              std::to_string(tokens) + " n_hc " + std::to_string(n) + " dim " +
                                              std::to_string(dim);
                     expect_bitwise_f32(what + " logits", other.logits, per_token.logits);
@@ -264,8 +267,8 @@ TEST(GpuMhc, DeferredSinkhornEqualsWholeHcPreBitwise) {
     using cuda::detail::HcMixPath;
     for (int64_t tokens : {1, 3, 19, 300})
         for (Shape sh : {Shape{4, 4096}, Shape{2, 320}, Shape{3, 64}})
-            for (HcMixPath path :
-                 {HcMixPath::kAuto, HcMixPath::kSplit, HcMixPath::kPerToken, HcMixPath::kTiled, HcMixPath::kGeneric}) {
+            for (HcMixPath path : {HcMixPath::kAuto, HcMixPath::kSplit, HcMixPath::kPerToken, HcMixPath::kTiled,
+                                   HcMixPath::kRowGroups, HcMixPath::kGeneric}) {
                 if (sh.n == 3 && path != HcMixPath::kAuto && path != HcMixPath::kGeneric) continue;
                 const int64_t n = sh.n, dim = sh.dim, rows = cuda::hc_pre_mix_size(n);
                 const Inputs in = make_inputs(rng, tokens, n, dim, rows, 3);

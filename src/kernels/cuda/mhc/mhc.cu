@@ -4,6 +4,10 @@
 //              computes the mix, then all threads collapse the streams.
 //   tiled      the same for kMixTile tokens per CTA, each mixer value loaded once for all of them. Used for many
 //              tokens (prefill).
+//   row groups hc_pre only: kRowTile tokens per CTA and the mixer rows dealt to kRowGroups CTAs, each of which also
+//              chains the sum of squares its rows' logits need; group 0 holds the pre rows and collapses its
+//              tokens. For batches and pieces of a few hundred tokens, which the tiled path gives one CTA per 4
+//              tokens (64 CTAs at 256 tokens, each thread 100 chains at 8 warps per SM: bound by loads in flight).
 //   split      a cluster of kCluster CTAs per token (few tokens, e.g. decode: one CTA cannot pull the 1.5 MB
 //              f32 mixer of V4 fast; 16 for hc_pre of up to kWideTokens tokens where the GPU can co-schedule
 //              them, else 8). The kRows + 1 reduced values are dealt round-robin to the CTAs; each CTA
@@ -42,6 +46,10 @@ constexpr int kMixTile = 4;    // tokens per CTA on the tiled path (its accumula
 // hc_pre at one token: 8 -> 14.2 us, 8 round trips for 64 columns); 16 halves the round trips at 116 registers (two
 // CTAs per SM for batched decode).
 constexpr int kSplitUnroll = 16;
+// The row-group path: 4 CTAs per token tile (n_hc 4: 6 of the 24 rows each, n_hc 2: 2 of 8), strided columns loaded
+// 4 at a time before their fmafs, two CTAs per SM.
+constexpr int kRowGroups = 4;
+constexpr int kRowUnroll = 4;
 
 __device__ __forceinline__ float sigmoid(float z) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
@@ -136,6 +144,120 @@ __global__ void __launch_bounds__(kHcThreads) hc_mix_kernel(HcMixParams p) {
         float pre[kN];
 #pragma unroll
         for (int j = 0; j < kN; ++j) pre[j] = mix_s[tt][j];
+        for (int64_t d = threadIdx.x; d < p.dim; d += kHcThreads) {
+            float out = 0.0f;
+#pragma unroll
+            for (int j = 0; j < kN; ++j) out = __fadd_rn(out, __fmul_rn(pre[j], bf16_to_f32(v[tt][j * p.dim + d])));
+            p.x_out[(t0 + tt) * p.dim + d] = f32_to_bf16(out);
+        }
+    }
+}
+
+// The row-group path (hc_pre): grid (token tiles of kTile, kRowGroups). CTA (b, g) chains rows [g kPer, g kPer +
+// kPer) and the sum of squares for each of its tokens with hc_mix_kernel's strided columns, fmaf order and trees, so
+// every value has the per-token kernel's bits; it derives its rows' mix (the operations of hc_mix_kernel's lane 0 on
+// each element) and group 0, which holds the pre rows, collapses the streams.
+template <int kN, int kTile>
+__global__ void __launch_bounds__(kHcThreads, 2) hc_mix_rows_kernel(HcMixParams p) {
+    constexpr int kRows = (2 + kN) * kN;
+    constexpr int kPer = (kRows + kRowGroups - 1) / kRowGroups;
+    static_assert(kPer >= kN, "group 0 holds every pre row");
+    __shared__ float partial[kTile][kWarps][kPer + 1];
+    __shared__ float pre_s[kTile][kN];
+    const int row0 = int(blockIdx.y) * kPer;
+    const int64_t t0 = int64_t(blockIdx.x) * kTile, width = kN * p.dim;
+    const int tokens = int(p.tokens - t0 < kTile ? p.tokens - t0 : kTile);
+    const __nv_bfloat16* v[kTile];
+#pragma unroll
+    for (int tt = 0; tt < kTile; ++tt) v[tt] = p.streams + (t0 + (tt < tokens ? tt : tokens - 1)) * width;
+    const float* fn_row[kPer];
+    bool is_row[kPer];
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+        is_row[q] = row0 + q < kRows;
+        fn_row[q] = p.fn + int64_t(is_row[q] ? row0 + q : 0) * width;
+    }
+
+    // 1. Per-thread chains: acc[tt][q] for row row0 + q, acc[tt][kPer] the sum of squares.
+    float acc[kTile][kPer + 1];
+#pragma unroll
+    for (int tt = 0; tt < kTile; ++tt)
+#pragma unroll
+        for (int q = 0; q <= kPer; ++q) acc[tt][q] = 0.0f;
+    for (int64_t i0 = threadIdx.x; i0 < width; i0 += int64_t(kHcThreads) * kRowUnroll) {
+        float x[kRowUnroll][kTile], f[kRowUnroll][kPer];
+#pragma unroll
+        for (int s = 0; s < kRowUnroll; ++s) {
+            const int64_t i = i0 + int64_t(s) * kHcThreads;
+#pragma unroll
+            for (int tt = 0; tt < kTile; ++tt) x[s][tt] = i < width ? bf16_to_f32(v[tt][i]) : 0.0f;
+#pragma unroll
+            for (int q = 0; q < kPer; ++q) f[s][q] = is_row[q] && i < width ? __ldg(fn_row[q] + i) : 0.0f;
+        }
+#pragma unroll
+        for (int s = 0; s < kRowUnroll; ++s) {
+            if (i0 + int64_t(s) * kHcThreads >= width) break;
+#pragma unroll
+            for (int q = 0; q < kPer; ++q)
+#pragma unroll
+                for (int tt = 0; tt < kTile; ++tt) acc[tt][q] = fmaf(f[s][q], x[s][tt], acc[tt][q]);
+#pragma unroll
+            for (int tt = 0; tt < kTile; ++tt) acc[tt][kPer] = fmaf(x[s][tt], x[s][tt], acc[tt][kPer]);
+        }
+    }
+    // 2. The same tree: 5 shuffle levels in the warp, then 3 levels over the warps.
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int tt = 0; tt < kTile; ++tt)
+#pragma unroll
+        for (int q = 0; q <= kPer; ++q) {
+#pragma unroll
+            for (int o = 16; o > 0; o /= 2) acc[tt][q] += __shfl_xor_sync(kFull, acc[tt][q], o);
+            if (lane == 0) partial[tt][warp][q] = acc[tt][q];
+        }
+    __syncthreads();
+    for (int u = threadIdx.x; u < kTile * (kPer + 1); u += kHcThreads) {
+        const int tt = u / (kPer + 1), q = u % (kPer + 1);
+        float s[kWarps];
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) s[w] = partial[tt][w][q];
+#pragma unroll
+        for (int width_w = kWarps / 2; width_w > 0; width_w /= 2)
+#pragma unroll
+            for (int w = 0; w < width_w; ++w) s[w] += s[w + width_w];
+        partial[tt][0][q] = s[0];
+    }
+    __syncthreads();
+
+    // 3. The mix, a thread per (token, row) of this CTA.
+    if (threadIdx.x < tokens * kPer) {
+        const int tt = threadIdx.x / kPer, q = threadIdx.x % kPer, m = row0 + q;
+        if (m < kRows) {
+            const int64_t t = t0 + tt;
+            const float mean_sq = __fdiv_rn(partial[tt][0][kPer], float(width));
+            const float rho = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, p.norm_eps)));
+            const float logit = __fmul_rn(partial[tt][0][q], rho);
+            if (p.logits) p.logits[t * kRows + m] = logit;
+            float mix;
+            if (m < kN) {
+                mix = __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(logit, p.scale[0]), p.base[m])), p.hc_eps);
+                pre_s[tt][m] = mix;
+            } else if (m < 2 * kN) {
+                mix = __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(logit, p.scale[1]), p.base[m])));
+            } else {  // comb's inputs: hc_sinkhorn normalizes them
+                mix = __fadd_rn(__fmul_rn(logit, p.scale[2]), p.base[m]);
+            }
+            p.mix[t * kRows + m] = mix;
+        }
+    }
+    if (blockIdx.y != 0) return;  // the whole CTA: only group 0 collapses
+    __syncthreads();
+
+    // 4. Collapse the un-normalized streams with pre, streams in order, then bf16 (hc_mix_kernel's loop).
+    for (int tt = 0; tt < tokens; ++tt) {
+        float pre[kN];
+#pragma unroll
+        for (int j = 0; j < kN; ++j) pre[j] = pre_s[tt][j];
         for (int64_t d = threadIdx.x; d < p.dim; d += kHcThreads) {
             float out = 0.0f;
 #pragma unroll
@@ -352,6 +474,18 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
         if (p.n_hc == 2 && head) hc_mix_split_kernel<2, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p);
         if (p.n_hc == 4 && !head) hc_mix_split_kernel<4, false, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p);
         if (p.n_hc == 4 && head) hc_mix_split_kernel<4, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p);
+    } else if (path == HcMixPath::kRowGroups) {
+        if (head) throw_cuda_error(cudaErrorInvalidValue, "hc_head has no row-group path", __FILE__, __LINE__);
+        // Two tokens per tile up to 128 tokens (twice the CTAs where the tiles are few), four above.
+        if (p.tokens <= 128) {
+            const dim3 grid(unsigned((p.tokens + 1) / 2), unsigned(kRowGroups));
+            if (p.n_hc == 2) hc_mix_rows_kernel<2, 2><<<grid, kHcThreads, 0, stream>>>(p);
+            if (p.n_hc == 4) hc_mix_rows_kernel<4, 2><<<grid, kHcThreads, 0, stream>>>(p);
+        } else {
+            const dim3 grid(unsigned((p.tokens + 3) / 4), unsigned(kRowGroups));
+            if (p.n_hc == 2) hc_mix_rows_kernel<2, 4><<<grid, kHcThreads, 0, stream>>>(p);
+            if (p.n_hc == 4) hc_mix_rows_kernel<4, 4><<<grid, kHcThreads, 0, stream>>>(p);
+        }
     } else if (path == HcMixPath::kPerToken) {
         const dim3 grid(unsigned(p.tokens));
         if (p.n_hc == 2 && !head) hc_mix_kernel<2, false, 1><<<grid, kHcThreads, 0, stream>>>(p);

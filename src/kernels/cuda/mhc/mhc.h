@@ -65,15 +65,18 @@ void hc_post(const HcPostParams& p, cudaStream_t stream);
 // The kernel launches behind the checked launchers (mhc.cu); they assume a valid contract.
 namespace detail {
 // kAuto: the specialised kernels for n_hc 2 and 4 (the path hc_mix_auto_path picks), kGeneric otherwise. Tests
-// force the others (kGeneric works for every n_hc).
-enum class HcMixPath { kAuto, kPerToken, kTiled, kSplit, kGeneric };
+// force the others (kGeneric works for every n_hc; kRowGroups is hc_pre's only).
+enum class HcMixPath { kAuto, kPerToken, kTiled, kSplit, kRowGroups, kGeneric };
 // kAuto's choice for n_hc 4, dim 4096 on an H200 (2026-11-25, us per call in the decode-kernel bench; split / per
 // token / tiled): hc_pre at 128 tokens 65.9 / 105.1 / 112.1, at 256 121.2 / 112.9 / 125.3 (but in the model's
 // batch-256 step the per-token path made the stage slower, 133 -> 165 us: split kept), at 1024 485.2 / 204.6 /
 // 145.0; hc_head at 64 tokens 14.0 / 11.7 / 30.5, at 256 36.5 / 13.8 / 31.3, at 1024 152.1 / 29.3 / 53.6.
+// hc_pre's row groups take 33 to 512 tokens (H100, 2026-11-27, split / tiled / row groups: 32 tokens 25.6 / 85.9 /
+// 28.9, 64 37.6 / 100.0 / 28.8, 256 111.9 / 101.2 / 43.2, 512 214.5 / 101.6 / 72.8, 1024 480.4 / 128.9 / 145.8).
 constexpr HcMixPath hc_mix_auto_path(int64_t tokens, bool head) {
     if (head) return tokens <= 64 ? HcMixPath::kSplit : HcMixPath::kPerToken;
-    return tokens <= 256 ? HcMixPath::kSplit : HcMixPath::kTiled;
+    if (tokens <= 32) return HcMixPath::kSplit;
+    return tokens <= 512 ? HcMixPath::kRowGroups : HcMixPath::kTiled;
 }
 constexpr bool hc_specialised(int64_t n_hc) {
     return n_hc == 2 || n_hc == 4;
