@@ -3,8 +3,9 @@
 # checkpoint of LAYERS trunk layers (default 4; written by `dsv4 synth --preset flash`, real shapes and formats).
 # Builds dsv4 with the server (carry .httplib from tools/carry_httplib.sh and .embedded for the tokenizer), serves
 # the checkpoint, runs tools/bench_serve.py at concurrency CONCURRENCY (default 1,16,64; completions with token-id
-# prompts of INPUT_LEN ids and ignore_eos, OUTPUT_LEN tokens each), stops the server with SIGTERM, then times the
-# same batch sizes with `dsv4 bench`. Logs to $OUT when set; the tables last.
+# prompts of INPUT_LEN ids and ignore_eos, OUTPUT_LEN tokens each, sampled at TEMPERATURE, default 0), stops the
+# server with SIGTERM, then times the same batch sizes with `dsv4 bench`. GPUS (e.g. 0,1) runs both over those GPUs,
+# one rank each (expert parallel), instead of on one. Logs to $OUT when set; the tables last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/dsv4_serve_check}"
@@ -14,6 +15,8 @@ layers="${LAYERS:-4}" concurrency="${CONCURRENCY:-1,16,64}"
 input_len="${INPUT_LEN:-128}" output_len="${OUTPUT_LEN:-128}"
 fetch() { python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' "$1"; }
 max_running=$(echo "$concurrency" | tr ',' '\n' | sort -n | tail -1)
+serve_where=(--backend cuda) bench_where=()
+[ -n "${GPUS:-}" ] && serve_where=(--gpus "$GPUS") bench_where=(--gpus "$GPUS")
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/device.txt"
 start=$SECONDS
@@ -27,7 +30,7 @@ start=$SECONDS
 echo "synth: $((SECONDS - start)) s ($(du -sh "$model" | cut -f1))"
 
 start=$SECONDS
-"$dsv4" serve -m "$model" --backend cuda --port 0 --max-running "$max_running" --max-context 4096 \
+"$dsv4" serve -m "$model" "${serve_where[@]}" --port 0 --max-running "$max_running" --max-context 4096 \
     --prefix-cache 0 2>"$out/serve.log" &
 server=$!
 port=""
@@ -38,8 +41,9 @@ for _ in $(seq 600); do
     sleep 0.5
 done
 echo "serve ready: $((SECONDS - start)) s (load included)"
+grep -E "memory plan|loaded|load" "$out/serve.log" | head -6
 python3 tools/bench_serve.py --url "http://127.0.0.1:$port" --concurrency "$concurrency" --input-len "$input_len" \
-    --output-len "$output_len" 2>&1 | tee "$out/bench_serve.log"
+    --output-len "$output_len" --temperature "${TEMPERATURE:-0}" 2>&1 | tee "$out/bench_serve.log"
 serve_rc=${PIPESTATUS[0]}
 fetch "http://127.0.0.1:$port/metrics" >"$out/metrics.txt"
 kill -TERM $server
@@ -47,5 +51,5 @@ wait $server
 stop_rc=$?
 echo "server exit status after SIGTERM: $stop_rc"
 
-"$dsv4" bench --layers "$layers" --batch "$concurrency" --batch-context "$input_len" 2>&1 | tee "$out/bench.log"
+"$dsv4" bench ${bench_where[@]+"${bench_where[@]}"} --layers "$layers" --batch "$concurrency" --batch-context "$input_len" 2>&1 | tee "$out/bench.log"
 exit $((serve_rc | stop_rc))
