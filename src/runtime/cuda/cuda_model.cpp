@@ -50,11 +50,8 @@ double mib(size_t bytes) {
     return double(bytes) / (1 << 20);
 }
 
-// The workspace for pieces of T tokens: carve() is run once to measure and once on the allocation. Over several
-// ranks the routed experts' output (the expert exchange's buffer) lives outside it (exchange_outside), where the
-// ranks' RankSum wants it (NCCL's symmetric memory).
-void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool, const ModelWeights& w, int num_sms,
-           bool exchange_outside = false) {
+// The workspace for pieces of T tokens: carve() is run once to measure and once on the allocation.
+void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool, const ModelWeights& w, int num_sms) {
     const int64_t T = pool.chunk, D = c.hidden_size, n_hc = c.hc_mult, H = c.num_heads, d = c.head_dim;
     const int64_t k = c.num_experts_per_tok, I = c.moe_intermediate_size, E = c.n_routed_experts;
     const int64_t nI = c.index_n_heads, dI = c.index_head_dim, V = c.vocab_size;
@@ -131,8 +128,7 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     ws.gate = b.take<bf16>(T * k * I);
     ws.up = b.take<bf16>(T * k * I);
     ws.hidden = b.take<bf16>(T * k * I);
-    ws.routed_out_elements = T * k * D;
-    if (!exchange_outside) ws.routed_out = b.take<bf16>(ws.routed_out_elements);
+    ws.routed_out = b.take<bf16>(T * k * D);
     ws.shared_out = b.take<bf16>(T * D);
     ws.shared_gate_up = b.take<bf16>(T * 2 * shared_I);
     ws.shared_hidden = b.take<bf16>(T * shared_I);
@@ -260,11 +256,9 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     m.pool = plan_pool(config, options);
     const size_t state_bytes = m.pool.bytes();
     Bump measure;
-    const bool exchange_outside = ep.ranks > 1;
-    carve(measure, m.ws, config, m.pool, m.host, m.num_sms, exchange_outside);
+    carve(measure, m.ws, config, m.pool, m.host, m.num_sms);
     const size_t workspace_bytes = measure.offset;
-    const size_t exchange_bytes = exchange_outside ? size_t(m.ws.routed_out_elements) * sizeof(bf16) : 0;
-    const size_t need = weight_bytes + state_bytes + workspace_bytes + exchange_bytes;
+    const size_t need = weight_bytes + state_bytes + workspace_bytes;
     const std::string held_note =
         ep.ranks == 1 ? std::string()
                       : fmt::format(" (rank {} of {}: routed experts {}..{} of {})", ep.rank, ep.ranks, m.held.first,
@@ -273,19 +267,16 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
         std::fprintf(stderr,
                      "dsv4: GPU memory plan on %s%s: weights %.1f MiB, state %.1f MiB (%lld sequences of up to %lld "
                      "positions sharing %lld cache pages of %lld positions), workspace %.1f MiB (pieces of %lld "
-                     "tokens)%s; total %.1f MiB of %.1f MiB free\n",
+                     "tokens); total %.1f MiB of %.1f MiB free\n",
                      cuda::describe_device(options.device).c_str(), held_note.c_str(), mib(weight_bytes),
                      mib(state_bytes), (long long)options.max_sequences, (long long)options.max_context,
                      (long long)m.pool.pages, (long long)m.pool.page_positions, mib(workspace_bytes),
-                     (long long)options.max_chunk_tokens,
-                     exchange_bytes ? fmt::format(", expert exchange {:.1f} MiB", mib(exchange_bytes)).c_str() : "",
-                     mib(need), mib(free_bytes));
-    DSV4_CHECK(need + reserve <= free_bytes,
-               "the model does not fit on GPU {}: weights {:.1f} MiB + state {:.1f} MiB + workspace {:.1f} MiB + "
-               "expert exchange {:.1f} MiB (+ {:.0f} MiB reserve) > {:.1f} MiB free; use a smaller model, fewer "
-               "sequences or a shorter context",
-               options.device, mib(weight_bytes), mib(state_bytes), mib(workspace_bytes), mib(exchange_bytes),
-               mib(reserve), mib(free_bytes));
+                     (long long)options.max_chunk_tokens, mib(need), mib(free_bytes));
+    DSV4_CHECK(
+        need + reserve <= free_bytes,
+        "the model does not fit on GPU {}: weights {:.1f} MiB + state {:.1f} MiB + workspace {:.1f} MiB (+ {:.0f} "
+        "MiB reserve) > {:.1f} MiB free; use a smaller model, fewer sequences or a shorter context",
+        options.device, mib(weight_bytes), mib(state_bytes), mib(workspace_bytes), mib(reserve), mib(free_bytes));
 
     // 2. Allocate and upload.
     m.stream = std::make_unique<cuda::Stream>();
@@ -310,16 +301,8 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     m.comp_state = state.take<float>(m.pool.state_floats);
     m.workspace_arena = cuda::DeviceBuffer<uint8_t>(workspace_bytes);
     Bump bump{m.workspace_arena.get()};
-    carve(bump, m.ws, config, m.pool, m.host, m.num_sms, exchange_outside);
+    carve(bump, m.ws, config, m.pool, m.host, m.num_sms);
     DSV4_CHECK(bump.offset == workspace_bytes, "workspace carve changed size");
-    if (exchange_outside) {  // the RankSum's own memory for its sums (collective: every rank asks here), else ours
-        void* buffer = ep.sum->exchange_buffer(exchange_bytes);
-        if (!buffer) {
-            m.exchange_arena = cuda::DeviceBuffer<uint8_t>(exchange_bytes);
-            buffer = m.exchange_arena.get();
-        }
-        m.ws.routed_out = static_cast<bf16*>(buffer);
-    }
     DSV4_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&m.meta_host), sizeof(int32_t) * size_t(m.ws.meta_ints),
                                   cudaHostAllocDefault));
     const auto main_rope = cpu::make_rope_table(config.rope_head_dim, config.main_rope);

@@ -12,7 +12,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -32,13 +31,6 @@ class RankSum {
   public:
     virtual ~RankSum() = default;
     virtual void sum_bf16(void* data, int64_t count, cudaStream_t stream) = 0;
-    // Device memory of at least `bytes` on which sum_bf16 is fastest (NCCL: symmetric memory its load/store kernels
-    // use over NVLink), owned by the RankSum; null where it has none (the model then allocates a plain buffer).
-    // Called once per model, by every rank at the same point of its construction (registering memory is collective).
-    virtual void* exchange_buffer(size_t bytes) {
-        (void)bytes;
-        return nullptr;
-    }
 };
 
 // Expert parallelism (docs/parallel.md): rank r of n holds the routed experts expert_range(E, r, n) of every layer

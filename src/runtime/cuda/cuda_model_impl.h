@@ -137,7 +137,6 @@ struct Workspace {
             *row_index = nullptr;
     float* routing_weights = nullptr;
     bf16 *gate = nullptr, *up = nullptr, *hidden = nullptr, *routed_out = nullptr, *shared_out = nullptr;
-    int64_t routed_out_elements = 0;  // T * k * D
     bf16* shared_gate_up = nullptr;  // [T, 2 I] shared expert: gate | up per row (stacked), or [T, I] gate, [T, I] up
     bf16* shared_hidden = nullptr;   // [T, I] shared expert SwiGLU output
     float* logits = nullptr;  // [T, V]
@@ -192,7 +191,6 @@ struct CudaModel::Impl {
     std::unique_ptr<cuda::Event> side_fork, side_join;  // main -> side where it starts, side -> main at the end
     std::unique_ptr<cuda::CublasLt> lt;
     cuda::DeviceBuffer<uint8_t> weight_arena, state_arena, workspace_arena;
-    cuda::DeviceBuffer<uint8_t> exchange_arena;  // the expert exchange's buffer when the RankSum has none of its own
     cuda::DeviceWeights w;
     cuda::DeviceBuffer<float> main_inv_freq, compress_inv_freq;
     PoolLayout pool;

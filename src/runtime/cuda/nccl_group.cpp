@@ -3,7 +3,6 @@
 #include <nccl.h>
 
 #include <atomic>
-#include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
@@ -24,8 +23,6 @@ void check(ncclResult_t r, const char* what) {
 struct NcclGroup::Comm {
     ncclComm_t comm = nullptr;
     std::atomic<bool> aborted{false};
-    void* exchange = nullptr;  // ncclMemAlloc'd
-    ncclWindow_t window = nullptr;
 };
 
 std::vector<uint8_t> NcclGroup::unique_id() {
@@ -48,25 +45,8 @@ NcclGroup::NcclGroup(int rank, int ranks, std::span<const uint8_t> unique_id, in
 
 NcclGroup::~NcclGroup() {
     if (!comm_->comm) return;
-    if (comm_->aborted.load()) return;  // abort() freed it (the exchange memory goes with the process)
-    if (comm_->window) ncclCommWindowDeregister(comm_->comm, comm_->window);
-    if (comm_->exchange) ncclMemFree(comm_->exchange);
+    if (comm_->aborted.load()) return;  // abort() freed it
     ncclCommDestroy(comm_->comm);
-}
-
-void* NcclGroup::exchange_buffer(size_t bytes) {
-    DSV4_CHECK(!comm_->exchange, "NcclGroup: one exchange buffer per communicator");
-    check(ncclMemAlloc(&comm_->exchange, bytes), "ncclMemAlloc");
-    const ncclResult_t r =
-        ncclCommWindowRegister(comm_->comm, comm_->exchange, bytes, &comm_->window, NCCL_WIN_COLL_SYMMETRIC);
-    if (r != ncclSuccess) {
-        comm_->window = nullptr;
-        std::fprintf(stderr,
-                     "dsv4: rank %d: NCCL could not register the expert exchange as symmetric memory (%s); it runs on "
-                     "NCCL's channel path\n",
-                     rank_, ncclGetErrorString(r));
-    }
-    return comm_->exchange;
 }
 
 void NcclGroup::sum_bf16(void* data, int64_t count, cudaStream_t stream) {

@@ -28,11 +28,6 @@ class NcclGroup final : public RankSum {
     int rank() const { return rank_; }
     int ranks() const { return ranks_; }
     void sum_bf16(void* data, int64_t count, cudaStream_t stream) override;
-    // ncclMemAlloc'd memory registered as a symmetric window (NCCL_WIN_COLL_SYMMETRIC), so that NCCL sums it with its
-    // symmetric kernels (one-shot load/store over NVLink for small sums) instead of its ring through channel buffers.
-    // Where NCCL cannot register it (no peer access between the ranks' GPUs, e.g. the shared-GPU test mode) the
-    // memory stays unregistered and NCCL's usual path runs; a line on stderr says so.
-    void* exchange_buffer(size_t bytes) override;
     void abort();
 
   private:
