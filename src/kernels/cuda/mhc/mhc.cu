@@ -4,7 +4,7 @@
 //              computes the mix, then all threads collapse the streams.
 //   tiled      the same for kMixTile tokens per CTA, each mixer value loaded once for all of them. Used for many
 //              tokens (prefill).
-//   row groups hc_pre only: kRowTile tokens per CTA and the mixer rows dealt to kRowGroups CTAs, each of which also
+//   row groups hc_pre only: 1, 2 or 4 tokens per CTA and the mixer rows dealt to kRowGroups CTAs, each of which also
 //              chains the sum of squares its rows' logits need; group 0 holds the pre rows and collapses its
 //              tokens. For batches and pieces of a few hundred tokens, which the tiled path gives one CTA per 4
 //              tokens (64 CTAs at 256 tokens, each thread 100 chains at 8 warps per SM: bound by loads in flight).
@@ -46,10 +46,12 @@ constexpr int kMixTile = 4;    // tokens per CTA on the tiled path (its accumula
 // hc_pre at one token: 8 -> 14.2 us, 8 round trips for 64 columns); 16 halves the round trips at 116 registers (two
 // CTAs per SM for batched decode).
 constexpr int kSplitUnroll = 16;
-// The row-group path: 4 CTAs per token tile (n_hc 4: 6 of the 24 rows each, n_hc 2: 2 of 8), strided columns loaded
-// 4 at a time before their fmafs, two CTAs per SM.
+// The row-group path: 4 CTAs per token tile (n_hc 4: 6 of the 24 rows each, n_hc 2: 2 of 8), two CTAs per SM.
+// Strided columns are loaded kRowUnroll at a time before their fmafs: 8 for tiles of 2 tokens (few CTAs per SM, so
+// more loads in flight per thread) and of 1, 4 for tiles of 4.
 constexpr int kRowGroups = 4;
-constexpr int kRowUnroll = 4;
+template <int kTile>
+constexpr int kRowUnroll = kTile <= 2 ? 8 : 4;
 
 __device__ __forceinline__ float sigmoid(float z) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
@@ -184,10 +186,10 @@ __global__ void __launch_bounds__(kHcThreads, 2) hc_mix_rows_kernel(HcMixParams 
     for (int tt = 0; tt < kTile; ++tt)
 #pragma unroll
         for (int q = 0; q <= kPer; ++q) acc[tt][q] = 0.0f;
-    for (int64_t i0 = threadIdx.x; i0 < width; i0 += int64_t(kHcThreads) * kRowUnroll) {
-        float x[kRowUnroll][kTile], f[kRowUnroll][kPer];
+    for (int64_t i0 = threadIdx.x; i0 < width; i0 += int64_t(kHcThreads) * kRowUnroll<kTile>) {
+        float x[kRowUnroll<kTile>][kTile], f[kRowUnroll<kTile>][kPer];
 #pragma unroll
-        for (int s = 0; s < kRowUnroll; ++s) {
+        for (int s = 0; s < kRowUnroll<kTile>; ++s) {
             const int64_t i = i0 + int64_t(s) * kHcThreads;
 #pragma unroll
             for (int tt = 0; tt < kTile; ++tt) x[s][tt] = i < width ? bf16_to_f32(v[tt][i]) : 0.0f;
@@ -195,7 +197,7 @@ __global__ void __launch_bounds__(kHcThreads, 2) hc_mix_rows_kernel(HcMixParams 
             for (int q = 0; q < kPer; ++q) f[s][q] = is_row[q] && i < width ? __ldg(fn_row[q] + i) : 0.0f;
         }
 #pragma unroll
-        for (int s = 0; s < kRowUnroll; ++s) {
+        for (int s = 0; s < kRowUnroll<kTile>; ++s) {
             if (i0 + int64_t(s) * kHcThreads >= width) break;
 #pragma unroll
             for (int q = 0; q < kPer; ++q)
@@ -476,8 +478,12 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
         if (p.n_hc == 4 && head) hc_mix_split_kernel<4, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p);
     } else if (path == HcMixPath::kRowGroups) {
         if (head) throw_cuda_error(cudaErrorInvalidValue, "hc_head has no row-group path", __FILE__, __LINE__);
-        // Two tokens per tile up to 128 tokens (twice the CTAs where the tiles are few), four above.
-        if (p.tokens <= 128) {
+        // One token per tile up to 32 tokens, two up to 128 (more CTAs where the tiles are few), four above.
+        if (p.tokens <= 32) {
+            const dim3 grid(unsigned(p.tokens), unsigned(kRowGroups));
+            if (p.n_hc == 2) hc_mix_rows_kernel<2, 1><<<grid, kHcThreads, 0, stream>>>(p);
+            if (p.n_hc == 4) hc_mix_rows_kernel<4, 1><<<grid, kHcThreads, 0, stream>>>(p);
+        } else if (p.tokens <= 128) {
             const dim3 grid(unsigned((p.tokens + 1) / 2), unsigned(kRowGroups));
             if (p.n_hc == 2) hc_mix_rows_kernel<2, 2><<<grid, kHcThreads, 0, stream>>>(p);
             if (p.n_hc == 4) hc_mix_rows_kernel<4, 2><<<grid, kHcThreads, 0, stream>>>(p);

@@ -71,11 +71,12 @@ enum class HcMixPath { kAuto, kPerToken, kTiled, kSplit, kRowGroups, kGeneric };
 // token / tiled): hc_pre at 128 tokens 65.9 / 105.1 / 112.1, at 256 121.2 / 112.9 / 125.3 (but in the model's
 // batch-256 step the per-token path made the stage slower, 133 -> 165 us: split kept), at 1024 485.2 / 204.6 /
 // 145.0; hc_head at 64 tokens 14.0 / 11.7 / 30.5, at 256 36.5 / 13.8 / 31.3, at 1024 152.1 / 29.3 / 53.6.
-// hc_pre's row groups take 33 to 512 tokens (H100, 2026-11-27, split / tiled / row groups: 32 tokens 25.6 / 85.9 /
-// 28.9, 64 37.6 / 100.0 / 28.8, 256 111.9 / 101.2 / 43.2, 512 214.5 / 101.6 / 72.8, 1024 480.4 / 128.9 / 145.8).
+// hc_pre's row groups take 17 to 512 tokens (H100, 2026-11-27, split / tiled / row groups: 16 tokens 17.6 / 88.5 /
+// 19.7, 32 25.7 / 87.5 / 20.1, 64 37.6 / 100.2 / 22.6, 128 60.4 / 101.5 / 23.6, 256 112.5 / 100.9 / 43.2, 512 214.2 /
+// 101.8 / 72.8, 1024 479.8 / 129.6 / 146.0).
 constexpr HcMixPath hc_mix_auto_path(int64_t tokens, bool head) {
     if (head) return tokens <= 64 ? HcMixPath::kSplit : HcMixPath::kPerToken;
-    if (tokens <= 32) return HcMixPath::kSplit;
+    if (tokens <= 16) return HcMixPath::kSplit;
     return tokens <= 512 ? HcMixPath::kRowGroups : HcMixPath::kTiled;
 }
 constexpr bool hc_specialised(int64_t n_hc) {
