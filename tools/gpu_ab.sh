@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine for a same-run A/B: builds this tree (dsv4 and the GPU tests) and, beside it, the
-# tree of an older commit (dsv4 only), runs the GPU tests named by TESTS (a gtest filter; empty: none), then each
+# tree of an older commit (dsv4 only), runs the GPU tests named by TESTS (a gtest filter; empty: none; parameterized
+# suites are named Fixtures/Suite.Test/param, so match them as '*Suite*'), then each
 # `dsv4 bench` argument list of BENCH_ARGS (separated by ';') on old and new alternately, REPEAT times, and prints
 # every run's summary lines last. Prepare the old tree on the CPU machine into an ignored folder the call carries:
 #   mkdir -p out && git archive <commit> | gzip > out/old.tar.gz
