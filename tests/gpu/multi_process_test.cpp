@@ -79,13 +79,13 @@ TEST_P(MultiProcess, RanksEqualOneGpu) {
     const std::string common = "-q --numerics model -m " + in.dir + " --ids-file " + ids;
 
     const std::string one = temp_path(GetParam() + ".one.safetensors"),
-                      two = temp_path(GetParam() + ".ranks.safetensors");
+                      several = temp_path(GetParam() + ".ranks.safetensors");
     const std::string logits = "logits " + common + " --chunks " + chunks_of(in.schedule, in.ids.size());
     Result r1 = run(logits + " --backend cuda --out " + one);
     ASSERT_EQ(r1.exit_code, 0) << r1.output;
-    Result r2 = run(logits + " " + gpus + " --out " + two, env);
+    Result r2 = run(logits + " " + gpus + " --out " + several, env);
     ASSERT_EQ(r2.exit_code, 0) << r2.output;
-    gpu_test::expect_bitwise_f32(GetParam() + ": logits of " + many + " vs one GPU", Golden(two).floats("logits"),
+    gpu_test::expect_bitwise_f32(GetParam() + ": logits of " + many + " vs one GPU", Golden(several).floats("logits"),
                                  Golden(one).floats("logits"));
 
     const std::string generate = "generate " + common + " --greedy -n 24 --print-ids";
