@@ -82,10 +82,22 @@ std::string format_stage_table(const StageTable& table, const StageYardstick& ag
         table.ms, 100.0 * covered, against.step_ms, close ? "" : "NOT ", 100.0 * kStageSumTolerance,
         against.profiled_ms, 100.0 * (against.profiled_ms / against.step_ms - 1.0),
         100.0 * table.ms / against.profiled_ms);
-    for (const StageRow& r : table.rows)
-        if (r.stage == "expert_exchange")
-            out += fmt::format("  communication: the expert exchange takes {:.4f} ms of the stages' {:.4f} ms = {:.1f}%\n",
-                               r.ms, table.ms, 100.0 * r.share);
+    // Communication: the expert exchange, and under data-parallel attention the gathers of the experts' input and
+    // of the logits.
+    double exchange = 0, gathers = 0;
+    bool any = false;
+    for (const StageRow& r : table.rows) {
+        if (r.stage == "expert_exchange") exchange += r.ms, any = true;
+        if (r.stage == "expert_gather" || r.stage == "logits_gather") gathers += r.ms, any = true;
+    }
+    if (any && gathers == 0)
+        out += fmt::format("  communication: the expert exchange takes {:.4f} ms of the stages' {:.4f} ms = {:.1f}%\n",
+                           exchange, table.ms, 100.0 * exchange / table.ms);
+    else if (any)
+        out += fmt::format(
+            "  communication: the expert exchange ({:.4f} ms) and the gathers of the experts' input and the logits "
+            "({:.4f} ms) take {:.4f} ms of the stages' {:.4f} ms = {:.1f}%\n",
+            exchange, gathers, exchange + gathers, table.ms, 100.0 * (exchange + gathers) / table.ms);
     return out;
 }
 

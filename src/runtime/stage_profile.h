@@ -30,6 +30,7 @@ namespace dsv4 {
 //   ring_update     the window ring's new entries
 //   attn_hc_post    mHC post-mix of the attention output
 //   ffn_hc_pre      mHC pre-mix + ffn_norm
+//   expert_gather   the experts' input rows gathered from every rank (data-parallel attention only)
 //   router          gate, routing, row index (the shared expert runs beside this and the next two stages, on a
 //                   second stream)
 //   routed_experts  w1, w3, SwiGLU, w2 over the selected experts (this GPU's, under expert parallelism)
@@ -38,11 +39,13 @@ namespace dsv4 {
 //   moe_combine     routed + shared sum
 //   ffn_hc_post     mHC post-mix of the MoE output
 //   head            mHC head mix, final norm, lm_head
+//   logits_gather   every rank's logits gathered (data-parallel attention only)
 //   logits_copy     the logits to the host
-inline constexpr std::array<std::string_view, 20> kStages = {
-    "upload",          "embed",         "attn_hc_pre", "q_proj",       "window_kv",  "indexer",    "compressor",
-    "sparse_attn",     "o_proj",        "ring_update", "attn_hc_post", "ffn_hc_pre", "router",     "routed_experts",
-    "expert_exchange", "shared_expert", "moe_combine", "ffn_hc_post",  "head",       "logits_copy"};
+inline constexpr std::array<std::string_view, 22> kStages = {
+    "upload",        "embed",           "attn_hc_pre",   "q_proj",      "window_kv",    "indexer",
+    "compressor",    "sparse_attn",     "o_proj",        "ring_update", "attn_hc_post", "ffn_hc_pre",
+    "expert_gather", "router",          "routed_experts", "expert_exchange", "shared_expert", "moe_combine",
+    "ffn_hc_post",   "head",            "logits_gather", "logits_copy"};
 
 // One interval of a recorded piece: from the event opening `stage` to the next event.
 struct StageTime {

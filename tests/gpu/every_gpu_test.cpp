@@ -37,9 +37,22 @@ std::unique_ptr<CudaModel> model(const std::shared_ptr<const Checkpoint>& checkp
     return std::make_unique<CudaModel>(config, load_model_weights(checkpoint, config), Numerics::kModel, options);
 }
 
-class EveryGpu : public ::testing::TestWithParam<std::string> {};
+class EveryGpu : public ::testing::TestWithParam<std::string> {
+  protected:
+    void expect_together_equal_alone_and_one_gpu(AttentionLayout attention);
+};
 
+// With the attention replicated on every rank, and data-parallel: the 16 sequences spread over the ranks (each
+// computes its own sequences' attention; the experts' input rows and the logits gathered over NVLink).
 TEST_P(EveryGpu, SixteenSequencesTogetherEqualEachAloneAndOneGpu) {
+    expect_together_equal_alone_and_one_gpu(AttentionLayout::kReplicated);
+}
+
+TEST_P(EveryGpu, DataParallelAttentionSixteenSequencesEqualEachAloneAndOneGpu) {
+    expect_together_equal_alone_and_one_gpu(AttentionLayout::kDataParallel);
+}
+
+void EveryGpu::expect_together_equal_alone_and_one_gpu(AttentionLayout attention) {
     DSV4_REQUIRE_GPU();
     if (cuda::device_count() < 2) GTEST_SKIP() << "needs two GPUs, found " << cuda::device_count();
     const std::string dir = cuda_fixtures::fixture_dir(GetParam());
@@ -58,7 +71,7 @@ TEST_P(EveryGpu, SixteenSequencesTogetherEqualEachAloneAndOneGpu) {
         threads.emplace_back([&, r] {
             try {
                 groups[size_t(r)] = std::make_unique<cuda::NcclGroup>(r, ranks, id, r);
-                auto gpu = model(checkpoint, r, {r, ranks, groups[size_t(r)].get()});
+                auto gpu = model(checkpoint, r, {r, ranks, groups[size_t(r)].get(), attention});
                 batched[size_t(r)] = together(*gpu, ids, kSixteen);
                 for (int i = 0; i < kSixteen.batch(); ++i)
                     alone_traces[size_t(r)].push_back(alone(*gpu, ids, kSixteen, i));
@@ -79,8 +92,9 @@ TEST_P(EveryGpu, SixteenSequencesTogetherEqualEachAloneAndOneGpu) {
                         what + ": " + std::to_string(ranks) + " GPUs vs one");
         }
     }
-    std::printf("[ bitwise  ] %s: 16 sequences on %d GPUs (NCCL) equal each alone and one GPU on every rank\n",
-                GetParam().c_str(), ranks);
+    std::printf("[ bitwise  ] %s: 16 sequences on %d GPUs (NCCL, attention %s) equal each alone and one GPU on every "
+                "rank\n",
+                GetParam().c_str(), ranks, attention == AttentionLayout::kDataParallel ? "data-parallel" : "replicated");
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, EveryGpu, ::testing::ValuesIn(cuda_fixtures::fixtures()),

@@ -1,16 +1,18 @@
 // Expert parallelism inside one process (CudaOptions::expert_parallel): n CudaModels on one GPU, each holding its
-// share of the routed experts, in n threads, their routed slots summed through the host (HostRankSum below instead
-// of NCCL, so the test needs one GPU and no second process). On every fixture, over the fixture's mixed chunk
-// schedule and a batch of three sequences decoded together, every rank's logits must equal one GPU's holding all
-// experts, bit for bit: each slot is non-zero on one rank only, so the sum is exact (docs/parallel.md). Two ranks
-// split the experts evenly, three unevenly. NCCL and separate processes are tested by tests/gpu/
-// multi_process_test.cpp.
+// share of the routed experts, in n threads, their routed slots summed and their rows gathered through the host
+// (HostRankComm below instead of NCCL, so the test needs one GPU and no second process). On every fixture, over the
+// fixture's mixed chunk schedule and a batch of three sequences decoded together, every rank's logits must equal one
+// GPU's holding all experts, bit for bit: each slot is non-zero on one rank only, so the sum is exact
+// (docs/parallel.md). Two ranks split the experts evenly, three unevenly; with the attention replicated on every rank
+// and data-parallel (each sequence's attention on one rank, the experts' input and the logits gathered). NCCL and
+// separate processes are tested by tests/gpu/multi_process_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <barrier>
 #include <cstdio>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,12 +28,40 @@
 namespace dsv4 {
 namespace {
 
-// The ranks' sums through host memory: each rank waits for its stream, publishes its buffer, and once every rank
-// has, adds them in rank order in f32 and rounds to bf16 (what NCCL's bf16 sum gives when one addend is non-zero).
-// Synchronizes the stream, so the models run without decode graphs.
+// The ranks' sums and gathers through host memory: each rank waits for its stream, publishes its buffer, and once
+// every rank has, adds them in rank order in f32 and rounds to bf16 (what NCCL's bf16 sum gives when one addend is
+// non-zero), or copies every rank's rows to their places. Synchronizes the stream, so the models run without decode
+// graphs.
 class HostRankGroup {
   public:
-    explicit HostRankGroup(int ranks) : barrier_(ranks), buffers_(static_cast<size_t>(ranks)) {}
+    explicit HostRankGroup(int ranks)
+        : barrier_(ranks), buffers_(static_cast<size_t>(ranks)), rows_(static_cast<size_t>(ranks)) {}
+
+    void gather(int rank, std::span<const RankCollectives::Rows> buffers, std::span<const int64_t> rank_rows,
+                cudaStream_t stream) {
+        std::vector<std::vector<uint8_t>>& mine = rows_[size_t(rank)];
+        mine.assign(buffers.size(), {});
+        for (size_t b = 0; b < buffers.size(); ++b) {
+            mine[b].resize(size_t(rank_rows[size_t(rank)] * buffers[b].row_bytes));
+            if (!mine[b].empty())
+                DSV4_CUDA_CHECK(cudaMemcpyAsync(mine[b].data(), buffers[b].local, mine[b].size(),
+                                                cudaMemcpyDeviceToHost, stream));
+        }
+        DSV4_CUDA_CHECK(cudaStreamSynchronize(stream));
+        barrier_.arrive_and_wait();
+        for (size_t b = 0; b < buffers.size(); ++b) {
+            int64_t first = 0;
+            for (size_t r = 0; r < rows_.size(); ++r) {
+                const std::vector<uint8_t>& theirs = rows_[r][b];
+                if (!theirs.empty())
+                    DSV4_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(buffers[b].all) + first * buffers[b].row_bytes,
+                                                    theirs.data(), theirs.size(), cudaMemcpyHostToDevice, stream));
+                first += rank_rows[r];
+            }
+        }
+        DSV4_CUDA_CHECK(cudaStreamSynchronize(stream));
+        barrier_.arrive_and_wait();  // every rank has read the others' rows
+    }
 
     void sum(int rank, void* data, int64_t count, cudaStream_t stream) {
         std::vector<uint16_t>& mine = buffers_[size_t(rank)];
@@ -53,12 +83,16 @@ class HostRankGroup {
   private:
     std::barrier<> barrier_;
     std::vector<std::vector<uint16_t>> buffers_;
+    std::vector<std::vector<std::vector<uint8_t>>> rows_;  // per rank, per buffer: its rows of a gather
 };
 
-class HostRankSum final : public RankSum {
+class HostRankComm final : public RankCollectives {
   public:
-    HostRankSum(HostRankGroup& group, int rank) : group_(group), rank_(rank) {}
+    HostRankComm(HostRankGroup& group, int rank) : group_(group), rank_(rank) {}
     void sum_bf16(void* data, int64_t count, cudaStream_t stream) override { group_.sum(rank_, data, count, stream); }
+    void gather_rows(std::span<const Rows> buffers, std::span<const int64_t> rank_rows, cudaStream_t stream) override {
+        group_.gather(rank_, buffers, rank_rows, stream);
+    }
 
   private:
     HostRankGroup& group_;
@@ -100,12 +134,18 @@ std::vector<float> session(CudaModel& gpu, const cuda_fixtures::ModelInputs& in)
             items[i].ids = next[i];
         }
     }
+    // A copy (the prefix cache's) decoding beside its source and the others.
+    states.push_back(gpu.copy_sequence(states[1]));
+    items.push_back({&states.back(), next[1], false});
+    for (size_t i = 0; i < items.size(); ++i) items[i].state = &states[i];
+    const std::vector<std::vector<float>> logits = gpu.forward_batch(items);
+    for (const std::vector<float>& l : logits) out.insert(out.end(), l.begin(), l.end());
     return out;
 }
 
 std::unique_ptr<CudaModel> model(const std::shared_ptr<const Checkpoint>& checkpoint, ExpertParallel ep) {
     CudaOptions options;
-    options.max_sequences = 4;
+    options.max_sequences = 6;
     options.max_context = 512;
     options.max_chunk_tokens = 64;
     options.decode_graphs = false;  // HostRankSum synchronizes
@@ -117,7 +157,7 @@ std::unique_ptr<CudaModel> model(const std::shared_ptr<const Checkpoint>& checkp
 
 class ExpertParallelRanks : public ::testing::TestWithParam<std::string> {
   protected:
-    void expect_ranks_equal_one_gpu(int ranks) {
+    void expect_ranks_equal_one_gpu(int ranks, AttentionLayout attention = AttentionLayout::kReplicated) {
         DSV4_REQUIRE_GPU();
         const cuda_fixtures::ModelInputs in = cuda_fixtures::model_inputs(GetParam());
         if (!in.found) GTEST_SKIP() << "fixture " << GetParam() << " absent";
@@ -134,8 +174,8 @@ class ExpertParallelRanks : public ::testing::TestWithParam<std::string> {
         for (int r = 0; r < ranks; ++r)
             threads.emplace_back([&, r] {
                 try {
-                    HostRankSum sum(group, r);
-                    got[size_t(r)] = session(*model(checkpoint, {r, ranks, &sum}), in);
+                    HostRankComm comm(group, r);
+                    got[size_t(r)] = session(*model(checkpoint, {r, ranks, &comm, attention}), in);
                 } catch (const std::exception& e) {
                     errors[size_t(r)] = e.what();
                 }
@@ -149,8 +189,9 @@ class ExpertParallelRanks : public ::testing::TestWithParam<std::string> {
                                              std::to_string(held.first + held.count - 1) + ") vs one GPU",
                                          got[size_t(r)], want);
         }
-        std::printf("[ bitwise  ] %s: %d ranks of %lld experts equal one GPU (%zu logits)\n", GetParam().c_str(), ranks,
-                    (long long)E, want.size());
+        std::printf("[ bitwise  ] %s: %d ranks of %lld experts (attention %s) equal one GPU (%zu logits)\n",
+                    GetParam().c_str(), ranks, (long long)E,
+                    attention == AttentionLayout::kDataParallel ? "data-parallel" : "replicated", want.size());
     }
 };
 
@@ -162,19 +203,64 @@ TEST_P(ExpertParallelRanks, ThreeUnevenRanksEqualOneGpu) {
     expect_ranks_equal_one_gpu(3);
 }
 
+// The first sequence lives on rank 0 (the other ranks compute no attention while it runs alone); the batch's three
+// spread over the ranks (each new sequence goes to the rank with the fewest), and the copy stays on its source's.
+TEST_P(ExpertParallelRanks, DataParallelAttentionOnTwoRanksEqualsOneGpu) {
+    expect_ranks_equal_one_gpu(2, AttentionLayout::kDataParallel);
+}
+
+TEST_P(ExpertParallelRanks, DataParallelAttentionOnThreeRanksEqualsOneGpu) {
+    expect_ranks_equal_one_gpu(3, AttentionLayout::kDataParallel);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, ExpertParallelRanks, ::testing::ValuesIn(cuda_fixtures::fixtures()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                              return cuda_fixtures::test_name(info.param);
                          });
 
+// Under data-parallel attention each GPU's pool holds only its own sequences: two ranks of 6 slots hold 12, and
+// every rank refuses the thirteenth alike.
+TEST(ExpertParallelOptions, DataParallelAttentionHoldsEachRanksSequences) {
+    DSV4_REQUIRE_GPU();
+    const auto checkpoint = Checkpoint::open(cuda_fixtures::fixture_dir("hf-tiny-hc2-hca16"));
+    HostRankGroup group(2);
+    std::vector<std::string> errors(2), full(2);
+    std::vector<Backend::PoolUsage> usage(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+        threads.emplace_back([&, r] {
+            try {
+                HostRankComm comm(group, r);
+                auto gpu = model(checkpoint, {r, 2, &comm, AttentionLayout::kDataParallel});
+                std::vector<SequenceState> held;
+                for (int i = 0; i < 12; ++i) held.push_back(gpu->new_sequence());
+                usage[size_t(r)] = gpu->pool_usage();
+                try {
+                    gpu->new_sequence();
+                } catch (const Error& e) {
+                    full[size_t(r)] = e.what();
+                }
+            } catch (const std::exception& e) {
+                errors[size_t(r)] = e.what();
+            }
+        });
+    for (std::thread& t : threads) t.join();
+    for (int r = 0; r < 2; ++r) {
+        ASSERT_EQ(errors[size_t(r)], "") << "rank " << r;
+        EXPECT_EQ(usage[size_t(r)].sequences_used, 12) << "rank " << r;
+        EXPECT_EQ(usage[size_t(r)].sequences_total, 12) << "rank " << r;
+        EXPECT_NE(full[size_t(r)].find("on every one of the 2 GPUs"), std::string::npos) << full[size_t(r)];
+    }
+}
+
 TEST(ExpertParallelOptions, RejectsBadRanks) {
     DSV4_REQUIRE_GPU();
     const auto checkpoint = Checkpoint::open(cuda_fixtures::fixture_dir("hf-tiny-hc2-hca16"));
     HostRankGroup group(2);
-    HostRankSum sum(group, 0);
-    EXPECT_THROW(model(checkpoint, {2, 2, &sum}), Error);
-    EXPECT_THROW(model(checkpoint, {0, 2, nullptr}), Error);    // no RankSum
-    EXPECT_THROW(model(checkpoint, {0, 100000, &sum}), Error);  // more ranks than experts
+    HostRankComm comm(group, 0);
+    EXPECT_THROW(model(checkpoint, {2, 2, &comm}), Error);
+    EXPECT_THROW(model(checkpoint, {0, 2, nullptr}), Error);     // no collectives
+    EXPECT_THROW(model(checkpoint, {0, 100000, &comm}), Error);  // more ranks than experts
 }
 
 }  // namespace

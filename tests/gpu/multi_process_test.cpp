@@ -67,13 +67,26 @@ std::string chunks_of(const std::vector<int64_t>& schedule, size_t ids) {
     return s;
 }
 
-class MultiProcess : public ::testing::TestWithParam<std::string> {};
+class MultiProcess : public ::testing::TestWithParam<std::string> {
+  protected:
+    void expect_ranks_equal_one_gpu(const std::string& attention);
+};
 
 TEST_P(MultiProcess, RanksEqualOneGpu) {
+    expect_ranks_equal_one_gpu("replicated");
+}
+
+// The sequence lives on rank 0: the other processes compute no attention, only their experts over its gathered rows.
+TEST_P(MultiProcess, DataParallelAttentionRanksEqualOneGpu) {
+    expect_ranks_equal_one_gpu("data-parallel");
+}
+
+void MultiProcess::expect_ranks_equal_one_gpu(const std::string& attention) {
     DSV4_REQUIRE_GPU();
     const cuda_fixtures::ModelInputs in = cuda_fixtures::model_inputs(GetParam());
     if (!in.found) GTEST_SKIP() << "fixture " << GetParam() << " absent";
-    const auto [ranks, gpus, env] = machine_ranks();
+    const auto [ranks, machine_gpus, env] = machine_ranks();
+    const std::string gpus = machine_gpus + " --attention " + attention;
     const std::string many = std::to_string(ranks) + " ranks";
     const std::string ids = ids_file(in, GetParam());
     const std::string common = "-q --numerics model -m " + in.dir + " --ids-file " + ids;

@@ -151,3 +151,21 @@ TEST(StageProfile, TextGivesTheExchangeShareOverSeveralGpus) {
     EXPECT_NE(text.find("communication: the expert exchange takes 0.0500 ms of the stages' 3.2300 ms = 1.5%"),
               std::string::npos);
 }
+
+TEST(StageProfile, TextCountsTheGathersOfDataParallelAttentionAsCommunication) {
+    std::vector<StageTime> step = two_layer_step(1.0);  // 3.18 ms
+    step.push_back({"expert_gather", 0, 0.01});
+    step.push_back({"expert_exchange", 0, 0.02});
+    step.push_back({"expert_gather", 1, 0.01});
+    step.push_back({"expert_exchange", 1, 0.03});
+    step.push_back({"logits_gather", -1, 0.05});
+    const std::vector<std::vector<StageTime>> steps = {step};
+    const StageTable table = stage_table(steps);
+    const std::string text = format_stage_table(table, {{}, 1.0, table.ms, table.ms});
+    std::printf("%s", text.c_str());
+    // exchange 0.05, gathers 0.07: 0.12 of 3.30 ms = 3.6 %.
+    EXPECT_NE(text.find("communication: the expert exchange (0.0500 ms) and the gathers of the experts' input and the "
+                        "logits (0.0700 ms) take 0.1200 ms of the stages' 3.3000 ms = 3.6%"),
+              std::string::npos)
+        << text;
+}

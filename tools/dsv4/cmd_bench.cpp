@@ -576,22 +576,23 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
         std::printf("  %5s %10s %12s %11s %10s %10s %8s\n", "batch", "step ms", "tokens/s", "bytes/step", "floor ms",
                     "x floor", "finite");
         std::vector<std::pair<StageRun, double>> stage_runs;  // --stages: per batch size, with its step
+        // Under data-parallel attention a copy stays on its source's GPU, so a shared prompt is prefilled once per
+        // rank (new sequences go to the rank with the fewest) and the copies taken in turn from each.
+        const int64_t prompt_sources = ranks > 1 && a.parallel.options.attention == "data-parallel" ? ranks : 1;
         for (int64_t B : a.batches) {
             std::vector<SequenceState> seqs;
             std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B));
             std::vector<BatchItem> items;
+            const int64_t sources = a.share_batch_prompt ? std::min(B, prompt_sources) : B;
             for (int64_t b = 0; b < B; ++b) {
-                if (b == 0 || !a.share_batch_prompt) seqs.push_back(model.new_sequence());
+                if (b < sources) seqs.push_back(model.new_sequence());
                 prompts[size_t(b)].resize(size_t(a.batch_context));
                 for (auto& id : prompts[size_t(b)]) id = random_id();
             }
-            if (a.share_batch_prompt) {  // one prefill, then B - 1 device copies of its state (copy_sequence)
-                model.forward(seqs[0], prompts[0], false);
-                for (int64_t b = 1; b < B; ++b) seqs.push_back(model.copy_sequence(seqs[0]));
-            } else {
-                for (int64_t b = 0; b < B; ++b) items.push_back({&seqs[size_t(b)], prompts[size_t(b)], false});
-                model.forward_batch(items);
-            }
+            for (int64_t b = 0; b < sources; ++b) items.push_back({&seqs[size_t(b)], prompts[size_t(b)], false});
+            model.forward_batch(items);
+            // --share-batch-prompt: the rest are device copies of the prefilled states (copy_sequence)
+            for (int64_t b = sources; b < B; ++b) seqs.push_back(model.copy_sequence(seqs[size_t(b % sources)]));
             std::vector<int32_t> next(static_cast<size_t>(B));
             std::vector<std::vector<float>> out;  // the logits, its vectors reused from step to step as the engine does
             int64_t nonfinite = 0;

@@ -118,6 +118,13 @@ void add_parallel_options(CLI::App* command, ParallelFlags& f) {
                      "Seconds one step (a forward, a prefill piece) may take on a rank before the run is stopped as "
                      "stuck, e.g. a GPU or a peer that stopped without exiting (default 600; 0: no limit)")
         ->check(CLI::Range(0.0, parallel::kMaxStepTimeout_s));
+    command
+        ->add_option("--attention", f.options.attention,
+                     "Over several GPUs, where each sequence's attention runs: replicated (every GPU computes every "
+                     "sequence's; the lowest latency for few sequences) or data-parallel (each sequence on one GPU, "
+                     "which alone holds its cache: the attention of a batch split over the GPUs, and each GPU's cache "
+                     "holds only its sequences) (default replicated)")
+        ->check(CLI::IsMember({"replicated", "data-parallel"}));
 }
 
 void set_command_line(int argc, char** argv) {
@@ -161,7 +168,8 @@ std::unique_ptr<Backend> model_on_ranks(const parallel::RankInfo& rank, const pa
                                         const ControlHandler& on_control) {
     auto resources = std::make_unique<RankResources>();
     parallel::RendezvousOptions rendezvous;
-    rendezvous.identity = {executable_fingerprint(), identity.model, identity.options};
+    rendezvous.identity = {executable_fingerprint(), identity.model,
+                           identity.options + ", attention " + options.attention};
     if (rank.leader()) rendezvous.payload = cuda::NcclGroup::unique_id();
     rendezvous.timeout_s = options.timeout_s;
     resources->group = parallel::TcpGroup::rendezvous(rank, rendezvous);
@@ -173,7 +181,9 @@ std::unique_ptr<Backend> model_on_ranks(const parallel::RankInfo& rank, const pa
         nccl->abort();
         parallel::exit_on_peer_lost(peer, reason);
     });
-    std::unique_ptr<Backend> local = make(ExpertParallel{rank.rank, rank.world, nccl});
+    const AttentionLayout attention =
+        options.attention == "data-parallel" ? AttentionLayout::kDataParallel : AttentionLayout::kReplicated;
+    std::unique_ptr<Backend> local = make(ExpertParallel{rank.rank, rank.world, nccl, attention});
     if (options.step_timeout_s > 0)  // a stuck GPU or peer would otherwise hold every rank in a collective forever
         local = std::make_unique<parallel::WatchedBackend>(
             std::move(local), options.step_timeout_s, [r = rank.rank](const std::string& call, double seconds) {

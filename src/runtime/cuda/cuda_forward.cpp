@@ -29,16 +29,16 @@ void CudaModel::forward_batch_into(std::span<const BatchItem> items, std::vector
     Impl& m = *impl_;
     const int64_t V = m.config.vocab_size;
     // Check everything before anything runs: a bad item fails the call with no sequence advanced.
-    std::vector<int> slot(items.size());
+    std::vector<const CudaSequence*> seq(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
         DSV4_CHECK(items[i].state, "forward_batch: item {} has no sequence state", i);
-        slot[i] = m.check_input(*items[i].state, items[i].state->position, items[i].ids);
+        seq[i] = &m.check_input(*items[i].state, items[i].state->position, items[i].ids);
         for (size_t j = 0; j < i; ++j)
             DSV4_CHECK(items[j].state != items[i].state, "forward_batch: items {} and {} are the same sequence", j, i);
     }
-    std::vector<std::pair<int, int64_t>> needs;
+    std::vector<Impl::PageNeed> needs;
     for (size_t i = 0; i < items.size(); ++i)
-        needs.emplace_back(slot[i], items[i].state->position + int64_t(items[i].ids.size()));
+        needs.push_back({seq[i]->rank, seq[i]->slot, items[i].state->position + int64_t(items[i].ids.size())});
     m.reserve_pages(needs);
     if (logits.size() < items.size()) logits.resize(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
@@ -48,7 +48,8 @@ void CudaModel::forward_batch_into(std::span<const BatchItem> items, std::vector
 
     // Pack the items' tokens into pieces of at most `chunk` rows, in item order; an item that does not fit the rest
     // of a piece continues in the next one (exact: the forward is chunk-invariant). With an observer, one sequence
-    // per piece, so the activations it receives are one sequence's.
+    // per piece, so the activations it receives are one sequence's. Under data-parallel attention a piece holds
+    // every rank's rows (each rank computes the attention of its own), so every rank runs the same pieces.
     std::vector<int64_t> done(items.size(), 0);
     std::vector<PieceSequence> piece;
     int64_t rows = 0;
@@ -65,7 +66,8 @@ void CudaModel::forward_batch_into(std::span<const BatchItem> items, std::vector
             const int64_t take = std::min(n - done[i], m.pool.chunk - rows);
             const bool last = done[i] + take == n;
             PieceSequence ps;
-            ps.slot = slot[i];
+            ps.rank = seq[i]->rank;
+            ps.slot = seq[i]->slot;
             ps.start = item.state->position + done[i];
             ps.ids = item.ids.data() + done[i];
             ps.tokens = take;
@@ -85,22 +87,23 @@ std::vector<float> CudaModel::forward_block(SequenceState& state, int64_t layer,
     Impl& m = *impl_;
     DSV4_CHECK(layer >= 0 && layer < m.config.num_layers && start_position >= 0,
                "layer {} / position {} out of range", layer, start_position);
-    const int slot = m.check_input(state, start_position, ids);
+    const CudaSequence& seq = m.check_input(state, start_position, ids);
     const int64_t tokens = int64_t(ids.size()), row = m.config.hc_mult * m.config.hidden_size;
-    const std::pair<int, int64_t> need{slot, start_position + tokens};
+    const Impl::PageNeed need{seq.rank, seq.slot, start_position + tokens};
     m.reserve_pages(std::span(&need, 1));
     std::vector<float> streams;
     streams.reserve(size_t(tokens * row));
     for (int64_t done = 0; done < tokens;) {
         const int64_t n = std::min(tokens - done, m.pool.chunk);
-        m.run_block_piece(int(layer), slot, start_position + done, ids.data() + done, streams_in + done * row, n,
+        m.run_block_piece(int(layer), seq, start_position + done, ids.data() + done, streams_in + done * row, n,
                           streams);
         done += n;
     }
     return streams;
 }
 
-int CudaModel::Impl::check_input(const SequenceState& state, int64_t start, std::span<const int32_t> ids) {
+const CudaSequence& CudaModel::Impl::check_input(const SequenceState& state, int64_t start,
+                                                 std::span<const int32_t> ids) {
     const int64_t tokens = int64_t(ids.size()), V = config.vocab_size;
     DSV4_CHECK(tokens > 0, "no input tokens");
     const auto* seq = dynamic_cast<const CudaSequence*>(state.device.get());
@@ -110,19 +113,51 @@ int CudaModel::Impl::check_input(const SequenceState& state, int64_t start, std:
                "the sequence would reach {} positions, more than the {} the GPU state pool holds per sequence",
                start + tokens, pool.context);
     DSV4_CUDA_CHECK(cudaSetDevice(options.device));
-    return seq->slot;
+    return *seq;
 }
 
-void CudaModel::Impl::upload_piece(std::span<const PieceSequence> seqs) {
+PieceShape CudaModel::Impl::shape_of(std::span<const PieceSequence> seqs) const {
+    PieceShape shape;
+    shape.rank_tokens.assign(size_t(dp_ranks), 0);
+    shape.rank_logit_rows.assign(size_t(dp_ranks), 0);
+    for (const PieceSequence& ps : seqs) {
+        shape.rank_tokens[size_t(ps.rank)] += ps.tokens;
+        shape.rank_logit_rows[size_t(ps.rank)] += ps.tokens - ps.first_logit;
+    }
+    for (int r = 0; r < dp_ranks; ++r) {
+        if (r < dp_rank) {
+            shape.moe_first += shape.rank_tokens[size_t(r)];
+            shape.logit_first += shape.rank_logit_rows[size_t(r)];
+        }
+        shape.moe_tokens += shape.rank_tokens[size_t(r)];
+        shape.all_logit_rows += shape.rank_logit_rows[size_t(r)];
+    }
+    return shape;
+}
+
+std::span<const PieceSequence> CudaModel::Impl::local_part(std::span<const PieceSequence> seqs) const {
+    const auto first = std::find_if(seqs.begin(), seqs.end(), [&](const PieceSequence& ps) { return ps.rank == dp_rank; });
+    const auto last = std::find_if(first, seqs.end(), [&](const PieceSequence& ps) { return ps.rank != dp_rank; });
+    return {first, last};
+}
+
+void CudaModel::Impl::upload_piece(std::span<const PieceSequence> all) {
     const int64_t W = config.sliding_window, C = pool.chunk;
+    const std::span<const PieceSequence> seqs = local_part(all);
     // The pinned buffer is rewritten only once the previous piece's copy is done: known after any piece that ended
     // with the logits copy (so a decode step never waits here), else waited for.
     if (meta_in_flight) DSV4_CUDA_CHECK(cudaEventSynchronize(meta_copied->get()));
     int32_t* h = meta_host;
-    const int64_t offset[] = {0, C, 2 * C, 3 * C, 4 * C, 5 * C};
+    const int64_t offset[] = {0, C, 2 * C, 3 * C, 4 * C, 5 * C, 6 * C};
     const int64_t P = std::min(C, pool.sequences);
     DSV4_CHECK(int64_t(seqs.size()) <= P, "a piece of {} sequences exceeds the {} the workspace holds", seqs.size(), P);
-    PieceShape shape;
+    PieceShape shape = shape_of(all);
+    DSV4_CHECK(shape.moe_tokens <= C, "a piece of {} rows exceeds the chunk of {}", shape.moe_tokens, C);
+    {
+        int64_t row = 0;  // the experts' rows: every rank's, rank-major
+        for (const PieceSequence& ps : all)
+            for (int64_t t = 0; t < ps.tokens; ++t) h[offset[6] + row++] = ps.ids[t];
+    }
     int64_t row = 0;
     bool identity = true;
     for (size_t q = 0; q < seqs.size(); ++q) {
@@ -140,10 +175,10 @@ void CudaModel::Impl::upload_piece(std::span<const PieceSequence> seqs) {
                 h[offset[5] + shape.logit_rows++] = int32_t(row);
             }
         }
-        h[6 * C + q] = int32_t(row - ps.tokens);
-        h[6 * C + P + q] = int32_t(ps.tokens);
-        h[6 * C + 2 * P + q] = int32_t(ps.start);
-        h[6 * C + 3 * P + q] = ps.slot;
+        h[7 * C + q] = int32_t(row - ps.tokens);
+        h[7 * C + P + q] = int32_t(ps.tokens);
+        h[7 * C + 2 * P + q] = int32_t(ps.start);
+        h[7 * C + 3 * P + q] = ps.slot;
         shape.max_end = std::max(shape.max_end, ps.start + ps.tokens);
     }
     DSV4_CHECK(row <= C, "a piece of {} rows exceeds the chunk of {}", row, C);
@@ -153,7 +188,7 @@ void CudaModel::Impl::upload_piece(std::span<const PieceSequence> seqs) {
     if (seqs.size() == 1) shape.slot = seqs[0].slot, shape.start = seqs[0].start;
     {
         std::lock_guard lock(slots->mutex);
-        std::copy(slots->table.begin(), slots->table.end(), h + 6 * C + 4 * P);
+        std::copy(slots->table.begin(), slots->table.end(), h + 7 * C + 4 * P);
     }
     stages.restart();
     stages.mark("upload");
@@ -164,11 +199,12 @@ void CudaModel::Impl::upload_piece(std::span<const PieceSequence> seqs) {
     piece = shape;
 }
 
-void CudaModel::Impl::run_block_piece(int layer, int slot, int64_t start, const int32_t* ids,
+void CudaModel::Impl::run_block_piece(int layer, const CudaSequence& seq, int64_t start, const int32_t* ids,
                                       const float* streams_in, int64_t tokens, std::vector<float>& streams_out) {
-    const size_t n = size_t(tokens * config.hc_mult * config.hidden_size);
+    const int64_t row = config.hc_mult * config.hidden_size;
+    const size_t n = size_t(tokens * row);
     cudaStream_t s = stream->get();
-    const PieceSequence ps{slot, start, ids, tokens, tokens, nullptr};
+    const PieceSequence ps{seq.rank, seq.slot, start, ids, tokens, tokens, nullptr};
     upload_piece(std::span(&ps, 1));
     std::vector<uint16_t> raw(n);
     for (size_t i = 0; i < n; ++i) {
@@ -176,34 +212,45 @@ void CudaModel::Impl::run_block_piece(int layer, int slot, int64_t start, const 
         DSV4_CHECK(bf16_to_f32(raw[i]) == streams_in[i] || std::isnan(streams_in[i]),
                    "input stream value {} is not a bf16 value", streams_in[i]);
     }
-    DSV4_CUDA_CHECK(cudaMemcpyAsync(ws.streams, raw.data(), n * 2, cudaMemcpyHostToDevice, s));
+    if (piece.tokens > 0)  // the sequence's rank (every rank without data-parallel attention)
+        DSV4_CUDA_CHECK(cudaMemcpyAsync(ws.streams, raw.data(), n * 2, cudaMemcpyHostToDevice, s));
     block(layer);
+    const bf16* out = ws.streams;
+    if (data_parallel()) {  // the owner's output streams to every rank
+        const RankCollectives::Rows rows{ws.streams, ws.streams_next, row * int64_t(sizeof(bf16))};
+        options.expert_parallel.comm->gather_rows(std::span(&rows, 1), piece.rank_tokens, s);
+        out = ws.streams_next;
+    }
     stages.finish();
-    DSV4_CUDA_CHECK(cudaMemcpyAsync(raw.data(), ws.streams, n * 2, cudaMemcpyDeviceToHost, s));
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(raw.data(), out, n * 2, cudaMemcpyDeviceToHost, s));
     DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
     meta_in_flight = false;
     for (uint16_t b : raw) streams_out.push_back(bf16_to_f32(b));
 }
 
-void CudaModel::Impl::run_piece(std::span<const PieceSequence> seqs) {
+void CudaModel::Impl::run_piece(std::span<const PieceSequence> in) {
     const int64_t V = config.vocab_size;
     cudaStream_t s = stream->get();
+    // Rank-major (data-parallel attention): the order of the experts' rows and of the gathered logits.
+    std::vector<PieceSequence> seqs(in.begin(), in.end());
+    std::stable_sort(seqs.begin(), seqs.end(), [](const PieceSequence& a, const PieceSequence& b) { return a.rank < b.rank; });
     upload_piece(seqs);
     const bool decode = std::all_of(seqs.begin(), seqs.end(),
                                     [](const PieceSequence& ps) { return ps.tokens == 1 && ps.first_logit == 0; });
     if (decode && options.decode_graphs && !observer) {
-        // The graph of this batch size was captured with bounds from the pool (max_end = context), so it serves
-        // every step of any sequences; its launches read positions, slots and ring targets from ws.meta. With the
-        // stage profiler on, a graph of its own: the same launches with event-record nodes between the stages.
-        const std::pair<int64_t, bool> key{piece.tokens, stages.on()};
-        if (!decode_graphs.count(key)) capture_decode_graph(piece.tokens);
+        // The graph of this batch size (of each rank's rows) was captured with bounds from the pool (max_end =
+        // context), so it serves every step of any sequences; its launches read positions, slots and ring targets
+        // from ws.meta. With the stage profiler on, a graph of its own: the same launches with event-record nodes
+        // between the stages.
+        std::pair<std::vector<int64_t>, bool> key{piece.rank_tokens, stages.on()};
+        if (!decode_graphs.count(key)) capture_decode_graph(piece.rank_tokens);
         const DecodeGraph& graph = decode_graphs.at(key);
         DSV4_CUDA_CHECK(cudaGraphLaunch(graph.exec, s));
         stages.replayed(graph.first_mark, graph.marks);
     } else {
         enqueue_piece();
     }
-    if (piece.logit_rows == 0) {
+    if (piece.all_logit_rows == 0) {
         stages.finish();
         return;
     }
@@ -211,16 +258,17 @@ void CudaModel::Impl::run_piece(std::span<const PieceSequence> seqs) {
     // and no fresh host pages are zeroed or faulted in (at batch 256 that is 132 MB a step). Each sequence's rows
     // are appended to its vector in order.
     stages.mark("logits_copy");
+    const int64_t logit_rows = piece.all_logit_rows;  // every rank's (gathered)
     const int64_t slice_rows =
-        std::clamp<int64_t>(int64_t(options.logit_staging_bytes / (sizeof(float) * size_t(V))), 1, piece.logit_rows);
+        std::clamp<int64_t>(int64_t(options.logit_staging_bytes / (sizeof(float) * size_t(V))), 1, logit_rows);
     if (logits_host.size() < size_t(slice_rows * V)) logits_host = cuda::PinnedBuffer<float>(size_t(slice_rows * V));
     size_t seq = 0;
     int64_t seq_rows_done = 0;
-    for (int64_t r0 = 0; r0 < piece.logit_rows; r0 += slice_rows) {
-        const int64_t rows = std::min(slice_rows, piece.logit_rows - r0);
+    for (int64_t r0 = 0; r0 < logit_rows; r0 += slice_rows) {
+        const int64_t rows = std::min(slice_rows, logit_rows - r0);
         DSV4_CUDA_CHECK(cudaMemcpyAsync(logits_host.get(), ws.logits + r0 * V, sizeof(float) * size_t(rows * V),
                                         cudaMemcpyDeviceToHost, s));
-        if (r0 + rows == piece.logit_rows) stages.finish();
+        if (r0 + rows == logit_rows) stages.finish();
         DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
         meta_in_flight = false;
         struct Rows {
@@ -252,11 +300,18 @@ void CudaModel::Impl::run_piece(std::span<const PieceSequence> seqs) {
     }
 }
 
-void CudaModel::Impl::capture_decode_graph(int64_t batch) {
+void CudaModel::Impl::capture_decode_graph(const std::vector<int64_t>& rank_tokens) {
     cudaStream_t s = stream->get();
     const PieceShape uploaded = piece;
-    piece = PieceShape{};
-    piece.tokens = piece.seqs = piece.logit_rows = batch;
+    piece = PieceShape{};  // one token and its logits per sequence
+    piece.rank_tokens = piece.rank_logit_rows = rank_tokens;
+    for (int r = 0; r < dp_ranks; ++r) {
+        if (r < dp_rank) piece.moe_first += rank_tokens[size_t(r)];
+        piece.moe_tokens += rank_tokens[size_t(r)];
+    }
+    piece.tokens = piece.seqs = piece.logit_rows = rank_tokens[size_t(dp_rank)];
+    piece.logit_first = piece.moe_first;
+    piece.all_logit_rows = piece.moe_tokens;
     piece.max_end = pool.context;
     const size_t first_mark = stages.count();  // the marks recorded before the graph (upload)
     // Thread-local capture mode: any call of this thread that could synchronize with the host or allocate
@@ -279,7 +334,7 @@ void CudaModel::Impl::capture_decode_graph(int64_t batch) {
     const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     DSV4_CUDA_CHECK(instantiated);
-    decode_graphs[{batch, stages.on()}] = {exec, first_mark, stages.take_graph_marks(first_mark)};
+    decode_graphs[{rank_tokens, stages.on()}] = {exec, first_mark, stages.take_graph_marks(first_mark)};
     piece = uploaded;
 }
 
@@ -288,22 +343,37 @@ void CudaModel::Impl::enqueue_piece() {
     const int64_t D = c.hidden_size, n_hc = c.hc_mult, V = c.vocab_size, T = piece.tokens;
     cudaStream_t s = stream->get();
 
-    stages.mark("embed");
-    cuda::EmbedParams ep;
-    ep.ids = ws.ids;
-    ep.table = w.embed;
-    ep.streams = ws.streams;
-    ep.tokens = T;
-    ep.vocab = V;
-    ep.dim = D;
-    ep.n_hc = n_hc;
-    cuda::embed(ep, s);
+    if (T > 0) {  // under data-parallel attention a rank may have no rows in a piece: it runs only its experts
+        stages.mark("embed");
+        cuda::EmbedParams ep;
+        ep.ids = ws.ids;
+        ep.table = w.embed;
+        ep.streams = ws.streams;
+        ep.tokens = T;
+        ep.vocab = V;
+        ep.dim = D;
+        ep.n_hc = n_hc;
+        cuda::embed(ep, s);
+    }
 
     for (int64_t layer = 0; layer < c.num_layers; ++layer) block(layer);
 
-    // mHC head, final norm, f32 head for the rows whose logits are wanted.
-    const int64_t rows = piece.logit_rows;
+    // mHC head, final norm, f32 head for the rows whose logits are wanted: this rank's rows of the piece's logits,
+    // which every rank then gathers (data-parallel attention).
+    float* logits = ws.logits + piece.logit_first * V;
+    head(piece.logit_rows, logits);
+    if (data_parallel() && piece.all_logit_rows > 0) {
+        stages.mark("logits_gather");
+        const RankCollectives::Rows all{logits, ws.logits, V * int64_t(sizeof(float))};
+        options.expert_parallel.comm->gather_rows(std::span(&all, 1), piece.rank_logit_rows, s);
+    }
+}
+
+void CudaModel::Impl::head(int64_t rows, float* logits) {
     if (rows == 0) return;
+    const ModelConfig& c = config;
+    const int64_t D = c.hidden_size, n_hc = c.hc_mult;
+    cudaStream_t s = stream->get();
     stages.mark("head");
     const bf16* streams = ws.streams;
     if (piece.gather) {
@@ -312,7 +382,7 @@ void CudaModel::Impl::enqueue_piece() {
     }
     cuda::hc_head(hc_mix_params(w.hc_head, streams, rows), s);
     cuda::rms_norm({ws.x, w.norm, ws.x, rows, D, D, D, float(c.rms_norm_eps)}, s);
-    linear_f32(w.head, ws.x, rows, ws.logits);
+    linear_f32(w.head, ws.x, rows, logits);
 }
 
 }  // namespace dsv4

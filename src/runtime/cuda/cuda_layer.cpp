@@ -251,6 +251,10 @@ void CudaModel::Impl::block(int64_t layer) {
     // sub-layer (pending_sinkhorn; joined before hc_post). An observer synchronizes the main stream to download, so
     // with one everything stays on the main lane.
     const bool side_sinkhorn = !observer;
+    if (T == 0) {  // data-parallel attention, none of the piece's rows on this rank: its share of the experts only
+        moe(layer);
+        return;
+    }
     auto hc_pre = [&](const cuda::DeviceHc& hw, const float* norm) {  // x, and x quantized for the FP8 GEMMs
         cuda::HcMixParams mix = hc_mix_params(hw, ws.streams, T);
         mix.defer_sinkhorn = side_sinkhorn;
@@ -632,27 +636,41 @@ void CudaModel::Impl::shared_expert(const Lane& lane, const cuda::DeviceMoe& m) 
     linear(lane, m.s2, ws.shared_hidden, T, ws.shared_out, lane.act);
 }
 
-// moe_forward: x = ws.x [T, D] -> ws.y [T, D].
+// moe_forward: x = ws.x [T, D] -> ws.y [T, D]. Under data-parallel attention the routed experts run over every
+// rank's rows (ws.moe_x, gathered; `Tm` of them, this rank's from row piece.moe_first on), the shared expert and the
+// combine over this rank's own.
 void CudaModel::Impl::moe(int64_t layer) {
     const ModelConfig& c = config;
-    const int64_t T = piece.tokens;
+    const int64_t T = piece.tokens, Tm = piece.moe_tokens;
     const cuda::DeviceMoe& m = w.layers[size_t(layer)].ffn;
     const int64_t D = c.hidden_size, E = c.n_routed_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
     cudaStream_t s = stream->get();
+    const ExpertParallel& ep = options.expert_parallel;
 
     // The shared expert on the side lane, beside everything up to the combine: it reads only ws.x and ws.x_fp8,
     // which nothing before the combine writes, and writes only its own buffers.
-    fork_side();
-    shared_expert(side_lane(), m);
+    if (T > 0) {
+        fork_side();
+        shared_expert(side_lane(), m);
+    }
+
+    if (data_parallel()) {  // the experts' input: every rank's rows, rank-major
+        stages.mark("expert_gather", layer);
+        const RankCollectives::Rows rows[] = {
+            {ws.x, ws.moe_x, D * int64_t(sizeof(bf16))},
+            {ws.x_fp8.q, ws.moe_x_fp8.q, D},
+            {ws.x_fp8.scales, ws.moe_x_fp8.scales, (D + 127) / 128 * int64_t(sizeof(float))}};
+        ep.comm->gather_rows(rows, piece.rank_tokens, s);
+    }
 
     // Router (f32) and the device permutation.
     stages.mark("router", layer);
-    linear_f32(m.gate, ws.x, T, ws.router_logits);
+    linear_f32(m.gate, ws.moe_x, Tm, ws.router_logits);
     cuda::MoeRoutingParams rp;
     rp.logits = ws.router_logits;
     rp.bias = m.bias;
     rp.tid2eid = m.tid2eid;
-    rp.token_ids = ws.ids;
+    rp.token_ids = ws.moe_ids;
     rp.experts = ws.experts;
     rp.weights = ws.routing_weights;
     rp.expert_counts = ws.counts;
@@ -660,16 +678,17 @@ void CudaModel::Impl::moe(int64_t layer) {
     rp.sorted_assignment = ws.sorted;
     rp.assignment_slot = ws.assignment_slot;
     rp.row_index = ws.row_index;
-    rp.tokens = int32_t(T);
+    rp.tokens = int32_t(Tm);
     rp.num_experts = int32_t(E);
     rp.k = int32_t(k);
     rp.vocab = int32_t(c.vocab_size);
     rp.routed_scaling_factor = float(c.routed_scaling_factor);
     cuda::moe_routing(rp, s);
-    if (observer) {  // selection margins from the device's router logits, as route_tokens computes them
+    if (observer) {  // selection margins from the device's router logits (this rank's rows), as route_tokens does
         std::vector<float> logits(static_cast<size_t>(T * E)), bias(static_cast<size_t>(E)),
             margin(static_cast<size_t>(T), std::numeric_limits<float>::infinity());
-        DSV4_CUDA_CHECK(cudaMemcpyAsync(logits.data(), ws.router_logits, logits.size() * 4, cudaMemcpyDeviceToHost, s));
+        DSV4_CUDA_CHECK(cudaMemcpyAsync(logits.data(), ws.router_logits + piece.moe_first * E, logits.size() * 4,
+                                        cudaMemcpyDeviceToHost, s));
         if (m.bias) DSV4_CUDA_CHECK(cudaMemcpyAsync(bias.data(), m.bias, bias.size() * 4, cudaMemcpyDeviceToHost, s));
         stream->synchronize();
         if (m.bias)
@@ -688,7 +707,7 @@ void CudaModel::Impl::moe(int64_t layer) {
     // weight, down. Under expert parallelism this GPU runs the slots of its experts only: the offsets from its first
     // expert on, its `held` experts (the weights' index 0 is expert held.first).
     stages.mark("routed_experts", layer);
-    const int64_t slots = T * k;
+    const int64_t slots = Tm * k;
     const int32_t* held_offsets = ws.offsets + held.first;
     auto experts = [&](const cuda::DeviceExperts& e, const bf16* x, int64_t rows, int64_t cols,
                        const int32_t* row_index, bf16* y, const cuda::DeviceExperts* second, bf16* y_second,
@@ -711,7 +730,7 @@ void CudaModel::Impl::moe(int64_t layer) {
             p.k = e.cols;
             // A token reaches an expert at most once (score routing picks k distinct experts; hash rows were checked
             // distinct at load), so no expert holds more than T slots.
-            p.max_slots_per_expert = int(m.tid2eid && !hash_rows_distinct ? slots : T);
+            p.max_slots_per_expert = int(m.tid2eid && !hash_rows_distinct ? slots : Tm);
             // Twice the mean over all experts: under balanced routing few active experts hold more.
             p.expected_slots_per_expert = int((2 * slots + E - 1) / E);
             cuda::moe_gemm(p, s);
@@ -735,7 +754,7 @@ void CudaModel::Impl::moe(int64_t layer) {
     };
     DSV4_CHECK(m.w1.format == m.w3.format && m.w1.rows == m.w3.rows && m.w1.cols == m.w3.cols,
                "w1 and w3 of layer {} differ in format or shape", layer);
-    experts(m.w1, ws.x, T, D, ws.row_index, ws.gate, &m.w3, ws.up, ws.x_fp8);
+    experts(m.w1, ws.moe_x, Tm, D, ws.row_index, ws.gate, &m.w3, ws.up, ws.moe_x_fp8);
     cuda::SwigluParams sw;
     sw.gate = ws.gate;
     sw.up = ws.up;
@@ -750,24 +769,24 @@ void CudaModel::Impl::moe(int64_t layer) {
     sw.q = ws.act_q;  // w2's input, quantized as the rows are written (only the held experts' rows: w2 reads no other)
     sw.q_scales = ws.act_scale;
     cuda::swiglu(sw, s);
-    const ExpertParallel& ep = options.expert_parallel;
     if (ep.ranks > 1) DSV4_CUDA_CHECK(cudaMemsetAsync(ws.routed_out, 0, size_t(slots * D) * sizeof(bf16), s));
     experts(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out, nullptr, nullptr, {ws.act_q, ws.act_scale});
     if (ep.ranks > 1) {  // every slot from the rank that holds its expert; x + 0 is x, so the sum is exact
         stages.mark("expert_exchange", layer);
-        ep.sum->sum_bf16(ws.routed_out, slots * D, s);
+        ep.comm->sum_bf16(ws.routed_out, slots * D, s);
     }
+    if (T == 0) return;
 
     // The shared expert's end: what remains of it after the routed experts (and their exchange).
     stages.mark("shared_expert", layer);
     join_side();
 
-    // Sum in f32 (routed in ascending expert order, then the shared expert), bf16.
+    // Sum in f32 (routed in ascending expert order, then the shared expert), bf16: this rank's rows.
     stages.mark("moe_combine", layer);
     cuda::MoeCombineParams cp;
     cp.routed = ws.routed_out;
-    cp.experts = ws.experts;
-    cp.assignment_slot = ws.assignment_slot;
+    cp.experts = ws.experts + piece.moe_first * k;
+    cp.assignment_slot = ws.assignment_slot + piece.moe_first * k;
     cp.shared = ws.shared_out;
     cp.out = ws.y;
     cp.tokens = T;

@@ -50,8 +50,10 @@ double mib(size_t bytes) {
     return double(bytes) / (1 << 20);
 }
 
-// The workspace for pieces of T tokens: carve() is run once to measure and once on the allocation.
-void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool, const ModelWeights& w, int num_sms) {
+// The workspace for pieces of T tokens: carve() is run once to measure and once on the allocation. With
+// `gathered_moe_input` (data-parallel attention) the experts' input rows get buffers of their own.
+void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool, const ModelWeights& w, int num_sms,
+           bool gathered_moe_input) {
     const int64_t T = pool.chunk, D = c.hidden_size, n_hc = c.hc_mult, H = c.num_heads, d = c.head_dim;
     const int64_t k = c.num_experts_per_tok, I = c.moe_intermediate_size, E = c.n_routed_experts;
     const int64_t nI = c.index_n_heads, dI = c.index_head_dim, V = c.vocab_size;
@@ -62,15 +64,15 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     // Rows of any weight (or stack of weights, device_weights.h) whose dense product goes through ws.y_f32.
     const int64_t max_n = std::max({c.q_lora_rank + d, H * d, nI * dI, qo, D, I, 2 * shared_I});
     const int64_t P = std::min(T, pool.sequences);
-    ws.meta_ints = 6 * T + 4 * P + pool.sequences * pool.max_pages;
+    ws.meta_ints = 7 * T + 4 * P + pool.sequences * pool.max_pages;
     ws.meta = b.take<int32_t>(ws.meta_ints);
     if (ws.meta) {
         int32_t* const m = ws.meta;
         ws.ids = m, ws.positions = m + T, ws.token_state = m + 2 * T, ws.token_seq = m + 3 * T;
-        ws.ring_target = m + 4 * T, ws.logit_rows = m + 5 * T;
-        ws.seq_first_row = m + 6 * T, ws.seq_tokens = m + 6 * T + P, ws.seq_start = m + 6 * T + 2 * P;
-        ws.seq_state = m + 6 * T + 3 * P;
-        ws.page_table = m + 6 * T + 4 * P;
+        ws.ring_target = m + 4 * T, ws.logit_rows = m + 5 * T, ws.moe_ids = m + 6 * T;
+        ws.seq_first_row = m + 7 * T, ws.seq_tokens = m + 7 * T + P, ws.seq_start = m + 7 * T + 2 * P;
+        ws.seq_state = m + 7 * T + 3 * P;
+        ws.page_table = m + 7 * T + 4 * P;
     }
     ws.streams = b.take<bf16>(T * n_hc * D);
     ws.streams_next = b.take<bf16>(T * n_hc * D);
@@ -90,6 +92,13 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     ws.act_scale = b.take<float>(act_blocks);
     ws.x_fp8 = {b.take<uint8_t>(T * D), b.take<float>(T * ((D + 127) / 128))};
     ws.qr_fp8 = {b.take<uint8_t>(T * c.q_lora_rank), b.take<float>(T * ((c.q_lora_rank + 127) / 128))};
+    if (gathered_moe_input) {
+        ws.moe_x = b.take<bf16>(T * D);
+        ws.moe_x_fp8 = {b.take<uint8_t>(T * D), b.take<float>(T * ((D + 127) / 128))};
+    } else {
+        ws.moe_x = ws.x;
+        ws.moe_x_fp8 = ws.x_fp8;
+    }
     ws.y_f32 = b.take<float>(T * max_n);
     int64_t f32_width = 0;
     for (const BlockWeights& l : w.layers) {
@@ -223,8 +232,10 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     DSV4_CHECK(ep.ranks >= 1 && ep.rank >= 0 && ep.rank < ep.ranks && ep.ranks <= config.n_routed_experts,
                "expert parallelism: rank {} of {} ranks; the model has {} routed experts per layer", ep.rank, ep.ranks,
                config.n_routed_experts);
-    DSV4_CHECK(ep.ranks == 1 || ep.sum, "expert parallelism over {} ranks needs a RankSum (NCCL)", ep.ranks);
+    DSV4_CHECK(ep.ranks == 1 || ep.comm, "expert parallelism over {} ranks needs its collectives (NCCL)", ep.ranks);
     m.held = expert_range(config.n_routed_experts, ep.rank, ep.ranks);
+    const bool data_parallel = ep.ranks > 1 && ep.attention == AttentionLayout::kDataParallel;
+    if (data_parallel) m.dp_rank = ep.rank, m.dp_ranks = ep.ranks;
     m.numerics = numerics;
     m.options = options;
     DSV4_CUDA_CHECK(cudaSetDevice(options.device));
@@ -247,7 +258,7 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
                 const PoolLayout pool = plan_pool(config, o);
                 Workspace ws;
                 Bump b;
-                carve(b, ws, config, pool, m.host, m.num_sms);
+                carve(b, ws, config, pool, m.host, m.num_sms, data_parallel);
                 return weight_bytes + pool.bytes() + b.offset + reserve;
             },
             free_bytes);
@@ -256,13 +267,14 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     m.pool = plan_pool(config, options);
     const size_t state_bytes = m.pool.bytes();
     Bump measure;
-    carve(measure, m.ws, config, m.pool, m.host, m.num_sms);
+    carve(measure, m.ws, config, m.pool, m.host, m.num_sms, data_parallel);
     const size_t workspace_bytes = measure.offset;
     const size_t need = weight_bytes + state_bytes + workspace_bytes;
     const std::string held_note =
         ep.ranks == 1 ? std::string()
-                      : fmt::format(" (rank {} of {}: routed experts {}..{} of {})", ep.rank, ep.ranks, m.held.first,
-                                    m.held.first + m.held.count - 1, config.n_routed_experts);
+                      : fmt::format(" (rank {} of {}: routed experts {}..{} of {}; attention {})", ep.rank, ep.ranks,
+                                    m.held.first, m.held.first + m.held.count - 1, config.n_routed_experts,
+                                    data_parallel ? "data-parallel: the sequences this GPU owns" : "replicated");
     if (options.print_plan)
         std::fprintf(stderr,
                      "dsv4: GPU memory plan on %s%s: weights %.1f MiB, state %.1f MiB (%lld sequences of up to %lld "
@@ -301,7 +313,7 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     m.comp_state = state.take<float>(m.pool.state_floats);
     m.workspace_arena = cuda::DeviceBuffer<uint8_t>(workspace_bytes);
     Bump bump{m.workspace_arena.get()};
-    carve(bump, m.ws, config, m.pool, m.host, m.num_sms);
+    carve(bump, m.ws, config, m.pool, m.host, m.num_sms, data_parallel);
     DSV4_CHECK(bump.offset == workspace_bytes, "workspace carve changed size");
     DSV4_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&m.meta_host), sizeof(int32_t) * size_t(m.ws.meta_ints),
                                   cudaHostAllocDefault));
@@ -312,12 +324,16 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     m.compress_inv_freq = cuda::DeviceBuffer<float>(compress_rope.inv_freq.size());
     m.compress_inv_freq.upload(compress_rope.inv_freq.data(), compress_rope.inv_freq.size(), m.stream->get());
     m.stream->synchronize();
-    m.slots = std::make_shared<SlotPool>();
-    m.slots->used.assign(size_t(m.pool.sequences), false);
-    m.slots->pages.resize(size_t(m.pool.sequences));
-    m.slots->max_pages = m.pool.max_pages;
-    m.slots->table.assign(size_t(m.pool.sequences * m.pool.max_pages), -1);
-    for (int64_t g = m.pool.pages - 1; g >= 0; --g) m.slots->free_pages.push_back(int32_t(g));
+    for (int r = 0; r < m.dp_ranks; ++r) {  // every rank's pool is laid out alike (the ranks share the options)
+        auto pool = std::make_shared<SlotPool>();
+        pool->used.assign(size_t(m.pool.sequences), false);
+        pool->pages.resize(size_t(m.pool.sequences));
+        pool->max_pages = m.pool.max_pages;
+        pool->table.assign(size_t(m.pool.sequences * m.pool.max_pages), -1);
+        for (int64_t g = m.pool.pages - 1; g >= 0; --g) pool->free_pages.push_back(int32_t(g));
+        m.rank_slots.push_back(std::move(pool));
+    }
+    m.slots = m.rank_slots[size_t(m.dp_rank)];
 }
 
 CudaModel::~CudaModel() {
@@ -348,17 +364,39 @@ std::vector<StageTime> CudaModel::stage_times() const {
 
 SequenceState CudaModel::new_sequence() const {
     Impl& m = *impl_;
+    // Data-parallel attention: the rank with the fewest sequences (the lowest of equals) owns the new one. Every
+    // rank makes the same calls in the same order and keeps every rank's slots, so all choose the same rank.
+    int rank = 0;
+    int64_t fewest = std::numeric_limits<int64_t>::max();
+    for (int r = 0; r < m.dp_ranks; ++r) {
+        SlotPool& p = *m.rank_slots[size_t(r)];
+        std::lock_guard lock(p.mutex);
+        const int64_t used = std::count(p.used.begin(), p.used.end(), true);
+        if (used < fewest) fewest = used, rank = r;
+    }
+    return m.new_sequence_on(rank);
+}
+
+SequenceState CudaModel::Impl::new_sequence_on(int rank) {
+    Impl& m = *this;
     auto seq = std::make_unique<CudaSequence>();
-    seq->pool = m.slots;
+    seq->pool = m.rank_slots[size_t(rank)];
     seq->owner = &m;
+    seq->rank = rank;
     {
-        std::lock_guard lock(m.slots->mutex);
-        auto free = std::find(m.slots->used.begin(), m.slots->used.end(), false);
-        DSV4_CHECK(free != m.slots->used.end(),
-                   "all {} sequence slots of the GPU state pool are in use: release a sequence first",
-                   m.slots->used.size());
+        SlotPool& p = *seq->pool;
+        std::lock_guard lock(p.mutex);
+        auto free = std::find(p.used.begin(), p.used.end(), false);
+        DSV4_CHECK(free != p.used.end(),
+                   "all {} sequence slots of the GPU state pool are in use{}: release a sequence first", p.used.size(),
+                   m.data_parallel() ? fmt::format(" on every one of the {} GPUs", m.dp_ranks) : std::string());
         *free = true;
-        seq->slot = int(free - m.slots->used.begin());
+        seq->slot = int(free - p.used.begin());
+    }
+    SequenceState state;
+    if (rank != m.dp_rank) {  // another GPU holds its state
+        state.device = std::move(seq);
+        return state;
     }
     // Fresh compressor states (kv 0, score -inf, as CompressorState::init); entries are never read before written.
     const int64_t S = m.pool.sequences;
@@ -375,7 +413,6 @@ SequenceState CudaModel::new_sequence() const {
         if (m.pool.index_state_offset[size_t(l)] >= 0)
             reset(m.pool.index_state_offset[size_t(l)], m.config.index_head_dim);
     }
-    SequenceState state;
     state.device = std::move(seq);
     return state;
 }

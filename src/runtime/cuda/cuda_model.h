@@ -25,21 +25,43 @@
 
 namespace dsv4 {
 
-// Sums a bf16 buffer over the ranks of an expert-parallel run, in place, on `stream`: NcclGroup (nccl_group.h).
-// Capturable in a CUDA graph where the decode graphs need it (NCCL is).
-class RankSum {
+// The collectives of a run over several GPUs (NcclGroup, nccl_group.h), on `stream`; capturable in a CUDA graph
+// where the decode graphs need them (NCCL is).
+class RankCollectives {
   public:
-    virtual ~RankSum() = default;
+    virtual ~RankCollectives() = default;
+    // Sums a bf16 buffer over the ranks, in place.
     virtual void sum_bf16(void* data, int64_t count, cudaStream_t stream) = 0;
+    // One buffer of a gather: rank r's rank_rows[r] rows of row_bytes each, read from its `local`, land in `all` at
+    // row sum(rank_rows[0 .. r)) on every rank (rank-major). `local` may be that very place of `all` (in place).
+    struct Rows {
+        const void* local = nullptr;
+        void* all = nullptr;
+        int64_t row_bytes = 0;
+    };
+    // Gathers every buffer of `buffers` (one launch for all of them); every rank passes the same rank_rows.
+    virtual void gather_rows(std::span<const Rows> buffers, std::span<const int64_t> rank_rows,
+                             cudaStream_t stream) = 0;
 };
+
+// Where the attention half of each layer runs when the routed experts are split over ranks (docs/parallel.md):
+//   kReplicated    every rank computes every token's attention (and holds every sequence's cache): no collective
+//                  before the experts, the lowest latency at batch 1;
+//   kDataParallel  a sequence lives on one rank (its owner, chosen at new_sequence: the rank with the fewest
+//                  sequences), which alone computes its attention and holds its cache; the experts' input rows are
+//                  gathered from the ranks before the router and every rank combines its own rows after the
+//                  exchange, the logits gathered back. Each GPU's cache then holds only its sequences, and a batch's
+//                  attention work is split n ways.
+enum class AttentionLayout { kReplicated, kDataParallel };
 
 // Expert parallelism (docs/parallel.md): rank r of n holds the routed experts expert_range(E, r, n) of every layer
 // and everything else whole. Each rank routes every token, runs its experts' slots, zeroes the others' and sums the
 // slot buffer over the ranks: every slot is non-zero on exactly one rank, so the sum is exact and the combine sees
-// the bits one GPU computes.
+// the bits one GPU computes. Where each token's attention runs: `attention`.
 struct ExpertParallel {
     int rank = 0, ranks = 1;
-    RankSum* sum = nullptr;  // required when ranks > 1; outlives the model
+    RankCollectives* comm = nullptr;  // required when ranks > 1; outlives the model
+    AttentionLayout attention = AttentionLayout::kReplicated;
 };
 
 // Runtime knobs of the GPU executor (not model hyperparameters).

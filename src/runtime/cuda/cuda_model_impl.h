@@ -61,9 +61,13 @@ struct SlotPool {
 };
 
 // A sequence's handle on its slot of the pool: gives the slot and its pages back when the SequenceState goes.
+// Under data-parallel attention the sequence lives on rank `rank`, and `pool` is that rank's bookkeeping (every rank
+// keeps every rank's, so each decides alike where a sequence goes and whether its pages fit; only the owner's GPU
+// holds its state).
 struct CudaSequence final : DeviceSequence {
     std::shared_ptr<SlotPool> pool;
     const CudaModel::Impl* owner = nullptr;
+    int rank = 0;
     int slot = -1;
     ~CudaSequence() override;
 };
@@ -74,6 +78,7 @@ PoolLayout plan_pool(const ModelConfig& c, const CudaOptions& o);
 // One sequence's rows in a forward piece: `tokens` ids at positions start, ...; the logits of rows
 // [first_logit, tokens) are appended to *logits.
 struct PieceSequence {
+    int rank = 0;  // the rank that computes its attention (data-parallel attention; else 0)
     int slot = 0;
     int64_t start = 0;
     const int32_t* ids = nullptr;
@@ -92,6 +97,13 @@ struct PieceShape {
     int64_t max_end = 0;     // bound on any sequence's start + tokens: sizes HCA slot lists and indexer columns
     int slot = -1;           // single-sequence pieces (observer downloads): the sequence's slot and start
     int64_t start = 0;
+    // Data-parallel attention: the piece is every rank's rows, rank-major; `tokens` and `logit_rows` above are this
+    // rank's. The experts run over all moe_tokens rows, of which this rank's are moe_first ...; its logits are rows
+    // logit_first ... of the piece's all_logit_rows. One rank (or replicated attention): moe_tokens = tokens,
+    // moe_first = logit_first = 0, all_logit_rows = logit_rows.
+    int64_t moe_tokens = 0, moe_first = 0;
+    int64_t logit_first = 0, all_logit_rows = 0;
+    std::vector<int64_t> rank_tokens, rank_logit_rows;  // per rank (one entry without data-parallel attention)
 };
 
 // Activation buffers for one forward piece of up to `chunk` tokens; carved from one allocation.
@@ -110,6 +122,7 @@ struct Workspace {
     int32_t* token_seq = nullptr;      // [C] the row's sequence in the piece
     int32_t* ring_target = nullptr;    // [C] ring entry (slot W + position % W) for the last W rows of a sequence, else -1
     int32_t* logit_rows = nullptr;     // [C] rows whose logits are wanted, in output order
+    int32_t* moe_ids = nullptr;        // [C] the token ids of the rows the experts see (every rank's, rank-major)
     int32_t* seq_first_row = nullptr;  // [P] per sequence of the piece (P = min(C, S))
     int32_t* seq_tokens = nullptr;     // [P]
     int32_t* seq_start = nullptr;      // [P]
@@ -127,6 +140,10 @@ struct Workspace {
     // (attention: wq_a | wkv; FFN: the routed experts' w1 | w3 and the shared expert's s1 | s3) and qr (wq_b, the
     // indexer's wq_b).
     Fp8Rows x_fp8, qr_fp8;
+    // The experts' input: ws.x and ws.x_fp8 themselves, or (data-parallel attention) their rows gathered from every
+    // rank, rank-major, into buffers of their own.
+    bf16* moe_x = nullptr;
+    Fp8Rows moe_x_fp8;
     float* y_f32 = nullptr;     // dense linear f32 output
     float* f32_proj = nullptr;  // [T, width] the f32 projections of x side by side (F32Projections)
     bf16 *qi = nullptr, *head_weights = nullptr, *index_scores = nullptr;
@@ -208,8 +225,15 @@ struct CudaModel::Impl {
     std::unique_ptr<cuda::Event> meta_copied;
     bool meta_in_flight = false;  // meta_copied not yet known complete by a stream synchronization
     ActivationObserver observer;
-    std::shared_ptr<SlotPool> slots;
-    std::map<std::pair<int64_t, bool>, DecodeGraph> decode_graphs;  // by batch size and profiler on; on first use
+    std::shared_ptr<SlotPool> slots;  // this GPU's: rank_slots[dp_rank]
+    // Data-parallel attention: every rank's slots and pages (host bookkeeping, the same on every rank); else only
+    // this GPU's. dp_rank / dp_ranks: this rank and the ranks that split the attention (0 / 1: replicated).
+    std::vector<std::shared_ptr<SlotPool>> rank_slots;
+    int dp_rank = 0, dp_ranks = 1;
+    bool data_parallel() const { return dp_ranks > 1; }
+    // By the rows of each rank (the batch size, one entry without data-parallel attention) and profiler on; on first
+    // use.
+    std::map<std::pair<std::vector<int64_t>, bool>, DecodeGraph> decode_graphs;
     PieceShape piece;                                               // the piece being enqueued
     ExpertRange held;  // the routed experts of every layer on this GPU (options.expert_parallel)
     bool hash_rows_distinct = true;  // every tid2eid row names k distinct experts (bounds an expert's slots by T)
@@ -222,19 +246,33 @@ struct CudaModel::Impl {
     // Everything a piece does on the stream, for `piece`: embedding, blocks, head. No host synchronization, no
     // allocation: it is what a decode graph captures.
     void enqueue_piece();
-    void capture_decode_graph(int64_t batch);
+    void capture_decode_graph(const std::vector<int64_t>& rank_tokens);
+    // mHC head, final norm and the f32 head of the piece's first `rows` logit rows into `logits` [rows, V].
+    void head(int64_t rows, float* logits);
     // Teacher forcing: block `layer` alone on a piece whose input streams ([tokens, n_hc, D] bf16 values) come
     // from the host; the output streams are appended to `streams_out`.
-    void run_block_piece(int layer, int slot, int64_t start, const int32_t* ids, const float* streams_in,
+    void run_block_piece(int layer, const CudaSequence& seq, int64_t start, const int32_t* ids, const float* streams_in,
                          int64_t tokens, std::vector<float>& streams_out);
+    // A fresh sequence owned by `rank` (data-parallel attention; else 0): a slot in that rank's pool, and on this GPU
+    // fresh compressor states when it is this rank's. Throws dsv4::Error when that pool has no free slot.
+    SequenceState new_sequence_on(int rank);
     // Checks a forward's input (state of this model, ids in the vocabulary, positions in the pool); returns the
-    // sequence's slot.
-    int check_input(const SequenceState& state, int64_t start, std::span<const int32_t> ids);
-    // The piece's metadata and the page table to the device (one copy) and `piece` set from it.
+    // sequence's handle.
+    const CudaSequence& check_input(const SequenceState& state, int64_t start, std::span<const int32_t> ids);
+    // The piece's metadata (this rank's rows; the experts' token ids of every rank's) and the page table to the
+    // device (one copy) and `piece` set from it. `seqs`: every rank's sequences, rank-major.
     void upload_piece(std::span<const PieceSequence> seqs);
-    // Gives each (slot, end position) the cache pages that cover positions [0, end), or throws dsv4::Error (and
-    // gives none) when the pool has too few free pages.
-    void reserve_pages(std::span<const std::pair<int, int64_t>> needs);
+    // The shape of a piece of every rank's sequences `seqs` (rank-major): this rank's rows and everyone's counts.
+    PieceShape shape_of(std::span<const PieceSequence> seqs) const;
+    // This rank's sequences of a rank-major piece.
+    std::span<const PieceSequence> local_part(std::span<const PieceSequence> seqs) const;
+    // Gives each sequence the cache pages that cover positions [0, end), or throws dsv4::Error (and gives none) when
+    // its rank's pool has too few free pages.
+    struct PageNeed {
+        int rank = 0, slot = 0;
+        int64_t end = 0;
+    };
+    void reserve_pages(std::span<const PageNeed> needs);
     // Pool row of compressed entry e (or indexer key, `index`) of the sequence in `slot` at `layer` (host side).
     int64_t entry_row(int64_t layer, int slot, int64_t e, bool index) const;
     void block(int64_t layer);

@@ -1,7 +1,11 @@
 // The per-sequence state pool of CudaModel: its layout (window rings, paged compressed entries and indexer keys,
 // compressor states; see PoolLayout in cuda_model_impl.h), sequence slots and the cache pages they hold.
 #include <algorithm>
+#include <mutex>
 #include <numeric>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "kernels/cuda/common/cuda_check.h"
@@ -84,23 +88,29 @@ size_t PoolLayout::bytes() const {
     return size_t(rows * entry_bytes) + size_t(index_rows * index_entry_bytes) + size_t(state_floats) * 4 + 3 * kArenaAlign;
 }
 
-void CudaModel::Impl::reserve_pages(std::span<const std::pair<int, int64_t>> needs) {
-    std::lock_guard lock(slots->mutex);
-    int64_t wanted = 0;
-    for (const auto& [slot, end] : needs) {
-        const int64_t pages = (end + pool.page_positions - 1) / pool.page_positions;
-        wanted += std::max<int64_t>(0, pages - int64_t(slots->pages[size_t(slot)].size()));
+void CudaModel::Impl::reserve_pages(std::span<const PageNeed> needs) {
+    // Every rank's pool at once (in rank order), so that a step either gets all its pages or none, on every rank alike.
+    std::vector<std::unique_lock<std::mutex>> locks;
+    for (const auto& p : rank_slots) locks.emplace_back(p->mutex);
+    std::vector<int64_t> wanted(rank_slots.size(), 0);
+    for (const PageNeed& n : needs) {
+        const int64_t pages = (n.end + pool.page_positions - 1) / pool.page_positions;
+        wanted[size_t(n.rank)] +=
+            std::max<int64_t>(0, pages - int64_t(rank_slots[size_t(n.rank)]->pages[size_t(n.slot)].size()));
     }
-    DSV4_CHECK(wanted <= int64_t(slots->free_pages.size()),
-               "the GPU cache pool is full: this step needs {} more pages of {} positions, {} of {} are free; finish "
-               "or release sequences, or give the pool more positions",
-               wanted, pool.page_positions, slots->free_pages.size(), pool.pages);
-    for (const auto& [slot, end] : needs) {
-        auto& held = slots->pages[size_t(slot)];
-        while (int64_t(held.size()) * pool.page_positions < end) {
-            slots->table[size_t(slot * pool.max_pages) + held.size()] = slots->free_pages.back();
-            held.push_back(slots->free_pages.back());
-            slots->free_pages.pop_back();
+    for (size_t r = 0; r < rank_slots.size(); ++r)
+        DSV4_CHECK(wanted[r] <= int64_t(rank_slots[r]->free_pages.size()),
+                   "the GPU cache pool{} is full: this step needs {} more pages of {} positions, {} of {} are free; "
+                   "finish or release sequences, or give the pool more positions",
+                   data_parallel() ? fmt::format(" of GPU rank {}", r) : std::string(), wanted[r], pool.page_positions,
+                   rank_slots[r]->free_pages.size(), pool.pages);
+    for (const PageNeed& n : needs) {
+        SlotPool& p = *rank_slots[size_t(n.rank)];
+        auto& held = p.pages[size_t(n.slot)];
+        while (int64_t(held.size()) * pool.page_positions < n.end) {
+            p.table[size_t(n.slot * pool.max_pages) + held.size()] = p.free_pages.back();
+            held.push_back(p.free_pages.back());
+            p.free_pages.pop_back();
         }
     }
 }
@@ -111,14 +121,16 @@ int64_t CudaModel::Impl::entry_row(int64_t layer, int slot, int64_t e, bool inde
     return (index ? pool.index_row : pool.compressed_row)[size_t(layer)] + page * per_page + e % per_page;
 }
 
-Backend::PoolUsage CudaModel::pool_usage() const {
+Backend::PoolUsage CudaModel::pool_usage() const {  // every rank's under data-parallel attention
     const Impl& m = *impl_;
-    std::lock_guard lock(m.slots->mutex);
     PoolUsage u;
-    u.pages_total = m.pool.pages;
-    u.pages_used = m.pool.pages - int64_t(m.slots->free_pages.size());
-    u.sequences_total = int64_t(m.slots->used.size());
-    u.sequences_used = std::count(m.slots->used.begin(), m.slots->used.end(), true);
+    for (const auto& p : m.rank_slots) {
+        std::lock_guard lock(p->mutex);
+        u.pages_total += m.pool.pages;
+        u.pages_used += m.pool.pages - int64_t(p->free_pages.size());
+        u.sequences_total += int64_t(p->used.size());
+        u.sequences_used += std::count(p->used.begin(), p->used.end(), true);
+    }
     return u;
 }
 
@@ -127,10 +139,14 @@ SequenceState CudaModel::copy_sequence(const SequenceState& state) const {
     const auto* from_seq = dynamic_cast<const CudaSequence*>(state.device.get());
     DSV4_CHECK(from_seq && from_seq->owner == &m && state.layers.empty(), "sequence state does not belong to this model");
     DSV4_CUDA_CHECK(cudaSetDevice(m.options.device));
-    SequenceState copy = new_sequence();
+    SequenceState copy = m.new_sequence_on(from_seq->rank);  // the copy stays on its source's rank
     const int from = from_seq->slot, to = static_cast<const CudaSequence*>(copy.device.get())->slot;
-    const std::pair<int, int64_t> need{to, state.position};
+    const Impl::PageNeed need{from_seq->rank, to, state.position};
     m.reserve_pages(std::span(&need, 1));  // throws when the pool is full; `copy` then gives its slot back
+    if (from_seq->rank != m.dp_rank) {     // another GPU copies the state
+        copy.position = state.position;
+        return copy;
+    }
 
     cudaStream_t stream = m.stream->get();
     auto copy_bytes = [&](uint8_t* base, int64_t from_offset, int64_t to_offset, int64_t bytes) {

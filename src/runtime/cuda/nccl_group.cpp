@@ -53,6 +53,24 @@ void NcclGroup::sum_bf16(void* data, int64_t count, cudaStream_t stream) {
     check(ncclAllReduce(data, data, size_t(count), ncclBfloat16, ncclSum, comm_->comm, stream), "ncclAllReduce");
 }
 
+void NcclGroup::gather_rows(std::span<const Rows> buffers, std::span<const int64_t> rank_rows, cudaStream_t stream) {
+    DSV4_CHECK(int(rank_rows.size()) == ranks_, "gather_rows: {} row counts for {} ranks", rank_rows.size(), ranks_);
+    check(ncclGroupStart(), "ncclGroupStart");
+    int64_t first = 0;
+    for (int r = 0; r < ranks_; ++r) {
+        const int64_t rows = rank_rows[size_t(r)];
+        for (const Rows& b : buffers) {
+            if (rows == 0) continue;  // every rank skips the same roots
+            auto* at = static_cast<uint8_t*>(b.all) + first * b.row_bytes;
+            const void* send = r == rank_ ? b.local : at;
+            check(ncclBroadcast(send, at, size_t(rows * b.row_bytes), ncclUint8, r, comm_->comm, stream),
+                  "ncclBroadcast");
+        }
+        first += rows;
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd");
+}
+
 void NcclGroup::abort() {
     if (comm_->aborted.exchange(true)) return;
     ncclCommAbort(comm_->comm);

@@ -1,7 +1,7 @@
 // NcclGroup: the NCCL communicator of an expert-parallel run, one rank per process and GPU (docs/parallel.md).
 // Rank 0 makes the unique id (unique_id()), the rendezvous (runtime/parallel/tcp_group.h) hands it to every rank, and
-// each rank builds its NcclGroup from it on its device; construction waits until all ranks have joined. The sums run
-// on the caller's stream and are captured into the decode graphs like any kernel.
+// each rank builds its NcclGroup from it on its device; construction waits until all ranks have joined. The sums and
+// gathers run on the caller's stream and are captured into the decode graphs like any kernel.
 // abort() may be called from another thread (a watchdog that saw a peer go): it ends every pending NCCL operation,
 // so a rank whose peer died does not wait forever in a collective.
 // Tested on the GPU machine: tests/gpu/expert_parallel_test.cpp (two processes).
@@ -16,7 +16,7 @@
 
 namespace dsv4::cuda {
 
-class NcclGroup final : public RankSum {
+class NcclGroup final : public RankCollectives {
   public:
     static std::vector<uint8_t> unique_id();  // on rank 0, before the rendezvous
     // Throws dsv4::Error with NCCL's reason when the communicator cannot be set up.
@@ -28,6 +28,8 @@ class NcclGroup final : public RankSum {
     int rank() const { return rank_; }
     int ranks() const { return ranks_; }
     void sum_bf16(void* data, int64_t count, cudaStream_t stream) override;
+    // One ncclBroadcast per rank with rows and buffer, rooted at that rank, in one NCCL group (one launch).
+    void gather_rows(std::span<const Rows> buffers, std::span<const int64_t> rank_rows, cudaStream_t stream) override;
     void abort();
 
   private:

@@ -16,6 +16,9 @@ struct ParallelOptions {
     int master_port = 0;      // 0 on one node: the launcher picks a free port on loopback
     double timeout_s = 300;   // how long the ranks wait for each other at the rendezvous
     double step_timeout_s = 600;  // how long one call on a rank's model may run (step_watchdog.h); 0: no limit
+    // Where each token's attention runs (CudaOptions' AttentionLayout): on every rank, or only on the rank that owns
+    // its sequence ("replicated" | "data-parallel").
+    std::string attention = "replicated";
     bool parallel() const { return nnodes > 1 || gpus.size() > 1; }
 };
 
