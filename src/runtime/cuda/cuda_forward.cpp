@@ -300,7 +300,7 @@ void CudaModel::Impl::run_piece(std::span<const PieceSequence> in) {
     }
 }
 
-void CudaModel::Impl::capture_decode_graph(const std::vector<int64_t>& rank_tokens) {
+void CudaModel::Impl::capture_decode_graph(std::vector<int64_t> rank_tokens) {  // a copy: `piece` is reset below
     cudaStream_t s = stream->get();
     const PieceShape uploaded = piece;
     piece = PieceShape{};  // one token and its logits per sequence

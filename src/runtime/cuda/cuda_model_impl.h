@@ -246,7 +246,7 @@ struct CudaModel::Impl {
     // Everything a piece does on the stream, for `piece`: embedding, blocks, head. No host synchronization, no
     // allocation: it is what a decode graph captures.
     void enqueue_piece();
-    void capture_decode_graph(const std::vector<int64_t>& rank_tokens);
+    void capture_decode_graph(std::vector<int64_t> rank_tokens);
     // mHC head, final norm and the f32 head of the piece's first `rows` logit rows into `logits` [rows, V].
     void head(int64_t rows, float* logits);
     // Teacher forcing: block `layer` alone on a piece whose input streams ([tokens, n_hc, D] bf16 values) come
