@@ -453,10 +453,31 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
         }
     }
 
-    // 3. Prefill.
-    SequenceState state = model.new_sequence();
+    // 3. Prefill. With --stages the prompt runs first with the stage profiler on (the table of its last piece), on
+    // a sequence released before the timed one is made: under data-parallel attention both then live on rank 0,
+    // whose stages the table shows.
     std::vector<int32_t> prompt(static_cast<size_t>(a.context));
     for (auto& id : prompt) id = random_id();
+    int64_t bad = 0;
+    std::string prefill_stages;
+    if (a.stages) {
+        control(model, stage_control, "stage_profiling", 1);
+        SequenceState profiled = model.new_sequence();
+        t0 = std::chrono::steady_clock::now();
+        bad += count_nonfinite(model.forward(profiled, prompt, false));
+        const double profiled_ms = seconds_since(t0) * 1e3;
+        const std::vector<std::vector<StageTime>> recorded{
+            dynamic_cast<CudaModel&>(local_model(model)).stage_times()};
+        const StageTable table = stage_table(recorded);
+        control(model, stage_control, "stage_profiling", 0);
+        const int64_t last = std::min(a.chunk, a.context);
+        prefill_stages = fmt::format(
+            "stages of the prefill's last piece ({} tokens at positions {}..{}; GPU time between the CUDA events at "
+            "consecutive stage boundaries; the whole prefill with the profiler: {:.1f} ms):\n{}",
+            last, a.context - last, a.context - 1, profiled_ms,
+            format_stage_table(table, StageYardstick{{}, copy_gbs, table.ms, table.ms}));
+    }
+    SequenceState state = model.new_sequence();
     t0 = std::chrono::steady_clock::now();
     std::vector<float> logits = model.forward(state, prompt, false);
     const double prefill_s = seconds_since(t0);
@@ -469,23 +490,8 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
                 100 * flops.attention / flops.total(), 100 * flops.indexer / flops.total(),
                 100 * flops.head / flops.total(), flops.total() / prefill_s / 1e12,
                 100 * flops.total() / prefill_s / 1e12 / fp8_tflops);
-    int64_t bad = count_nonfinite(logits);
-    if (a.stages) {  // the same prompt again with the stage profiler on: the table of its last piece
-        control(model, stage_control, "stage_profiling", 1);
-        SequenceState profiled = model.new_sequence();
-        t0 = std::chrono::steady_clock::now();
-        bad += count_nonfinite(model.forward(profiled, prompt, false));
-        const double profiled_ms = seconds_since(t0) * 1e3;
-        const std::vector<std::vector<StageTime>> recorded{
-            dynamic_cast<CudaModel&>(local_model(model)).stage_times()};
-        const StageTable table = stage_table(recorded);
-        control(model, stage_control, "stage_profiling", 0);
-        const int64_t last = std::min(a.chunk, a.context);
-        std::printf("stages of the prefill's last piece (%lld tokens at positions %lld..%lld; GPU time between the "
-                    "CUDA events at consecutive stage boundaries; the whole prefill with the profiler: %.1f ms):\n%s",
-                    (long long)last, (long long)(a.context - last), (long long)(a.context - 1), profiled_ms,
-                    format_stage_table(table, StageYardstick{{}, copy_gbs, table.ms, table.ms}).c_str());
-    }
+    bad += count_nonfinite(logits);
+    std::printf("%s", prefill_stages.c_str());
 
     // 4. Decode steps.
     cudaEvent_t e0, e1;
