@@ -5,7 +5,8 @@
 # the checkpoint, runs tools/bench_serve.py at concurrency CONCURRENCY (default 1,16,64; completions with token-id
 # prompts of INPUT_LEN ids and ignore_eos, OUTPUT_LEN tokens each, sampled at TEMPERATURE, default 0), stops the
 # server with SIGTERM, then times the same batch sizes with `dsv4 bench`. GPUS (e.g. 0,1) runs both over those GPUs,
-# one rank each (expert parallel), instead of on one, with ATTENTION (replicated, the default, or data-parallel).
+# one rank each (expert parallel), instead of on one, with ATTENTION (data-parallel, serve's default, or replicated)
+# for both.
 # Logs to $OUT when set; the tables last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,8 +18,8 @@ input_len="${INPUT_LEN:-128}" output_len="${OUTPUT_LEN:-128}"
 fetch() { python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' "$1"; }
 max_running=$(echo "$concurrency" | tr ',' '\n' | sort -n | tail -1)
 serve_where=(--backend cuda) bench_where=()
-[ -n "${GPUS:-}" ] && serve_where=(--gpus "$GPUS" --attention "${ATTENTION:-replicated}") &&
-    bench_where=(--gpus "$GPUS" --attention "${ATTENTION:-replicated}")
+[ -n "${GPUS:-}" ] && serve_where=(--gpus "$GPUS" --attention "${ATTENTION:-data-parallel}") &&
+    bench_where=(--gpus "$GPUS" --attention "${ATTENTION:-data-parallel}")
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/device.txt"
 start=$SECONDS

@@ -102,6 +102,9 @@ void run_serve(ServeArgs& a) {
 void add_serve_command(CLI::App& app) {
     auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat and text completions, streaming)");
     auto a = std::make_shared<ServeArgs>();
+    // Over several GPUs a server's batches are many users' sequences: each GPU computes the attention of its own
+    // (docs/parallel.md, "The layout decision"). --attention replicated overrides it.
+    a->model.parallel.options.attention = "data-parallel";
     add_model_options(cmd, a->model);
     cmd->add_option("--host", a->server.host, "Address to listen on (127.0.0.1: this machine only)");
     cmd->add_option("--port", a->server.port, "Port (0: any free one; printed on stderr)")->check(CLI::Range(0, 65535));

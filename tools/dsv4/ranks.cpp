@@ -123,7 +123,8 @@ void add_parallel_options(CLI::App* command, ParallelFlags& f) {
                      "Over several GPUs, where each sequence's attention runs: replicated (every GPU computes every "
                      "sequence's; the lowest latency for few sequences) or data-parallel (each sequence on one GPU, "
                      "which alone holds its cache: the attention of a batch split over the GPUs, and each GPU's cache "
-                     "holds only its sequences) (default replicated)")
+                     "holds only its sequences). Default: data-parallel for serve (many users), replicated for the other "
+                     "commands")
         ->check(CLI::IsMember({"replicated", "data-parallel"}));
 }
 
