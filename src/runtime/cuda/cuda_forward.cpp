@@ -36,10 +36,10 @@ void CudaModel::forward_batch_into(std::span<const BatchItem> items, std::vector
         for (size_t j = 0; j < i; ++j)
             DSV4_CHECK(items[j].state != items[i].state, "forward_batch: items {} and {} are the same sequence", j, i);
     }
-    std::vector<Impl::PageNeed> needs;
+    std::vector<RankSlotPools::Need> needs;
     for (size_t i = 0; i < items.size(); ++i)
         needs.push_back({seq[i]->rank, seq[i]->slot, items[i].state->position + int64_t(items[i].ids.size())});
-    m.reserve_pages(needs);
+    m.pools->reserve(needs);  // every rank's pages (alike on every rank), or none
     if (logits.size() < items.size()) logits.resize(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
         logits[i].clear();  // keeps its capacity: the pages of the last step's logits
@@ -89,8 +89,8 @@ std::vector<float> CudaModel::forward_block(SequenceState& state, int64_t layer,
                "layer {} / position {} out of range", layer, start_position);
     const CudaSequence& seq = m.check_input(state, start_position, ids);
     const int64_t tokens = int64_t(ids.size()), row = m.config.hc_mult * m.config.hidden_size;
-    const Impl::PageNeed need{seq.rank, seq.slot, start_position + tokens};
-    m.reserve_pages(std::span(&need, 1));
+    const RankSlotPools::Need need{seq.rank, seq.slot, start_position + tokens};
+    m.pools->reserve(std::span(&need, 1));
     std::vector<float> streams;
     streams.reserve(size_t(tokens * row));
     for (int64_t done = 0; done < tokens;) {

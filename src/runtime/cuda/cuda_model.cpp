@@ -324,16 +324,10 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     m.compress_inv_freq = cuda::DeviceBuffer<float>(compress_rope.inv_freq.size());
     m.compress_inv_freq.upload(compress_rope.inv_freq.data(), compress_rope.inv_freq.size(), m.stream->get());
     m.stream->synchronize();
-    for (int r = 0; r < m.dp_ranks; ++r) {  // every rank's pool is laid out alike (the ranks share the options)
-        auto pool = std::make_shared<SlotPool>();
-        pool->used.assign(size_t(m.pool.sequences), false);
-        pool->pages.resize(size_t(m.pool.sequences));
-        pool->max_pages = m.pool.max_pages;
-        pool->table.assign(size_t(m.pool.sequences * m.pool.max_pages), -1);
-        for (int64_t g = m.pool.pages - 1; g >= 0; --g) pool->free_pages.push_back(int32_t(g));
-        m.rank_slots.push_back(std::move(pool));
-    }
-    m.slots = m.rank_slots[size_t(m.dp_rank)];
+    // Every rank's pool is laid out alike (the ranks share the options).
+    m.pools = std::make_unique<RankSlotPools>(m.dp_ranks, m.pool.sequences, m.pool.pages, m.pool.page_positions,
+                                              m.pool.max_pages);
+    m.slots = m.pools->pool(m.dp_rank);
 }
 
 CudaModel::~CudaModel() {
@@ -364,35 +358,22 @@ std::vector<StageTime> CudaModel::stage_times() const {
 
 SequenceState CudaModel::new_sequence() const {
     Impl& m = *impl_;
-    // Data-parallel attention: the rank with the fewest sequences (the lowest of equals) owns the new one. Every
-    // rank makes the same calls in the same order and keeps every rank's slots, so all choose the same rank.
-    int rank = 0;
-    int64_t fewest = std::numeric_limits<int64_t>::max();
-    for (int r = 0; r < m.dp_ranks; ++r) {
-        SlotPool& p = *m.rank_slots[size_t(r)];
-        std::lock_guard lock(p.mutex);
-        const int64_t used = std::count(p.used.begin(), p.used.end(), true);
-        if (used < fewest) fewest = used, rank = r;
-    }
+    // Data-parallel attention: the rank with the fewest sequences (the lowest of equals) owns the new one; every
+    // rank decides alike (slot_pools.h).
+    const int rank = m.pools->least_loaded();
     return m.new_sequence_on(rank);
 }
 
 SequenceState CudaModel::Impl::new_sequence_on(int rank) {
     Impl& m = *this;
     auto seq = std::make_unique<CudaSequence>();
-    seq->pool = m.rank_slots[size_t(rank)];
+    seq->pool = m.pools->pool(rank);
     seq->owner = &m;
     seq->rank = rank;
-    {
-        SlotPool& p = *seq->pool;
-        std::lock_guard lock(p.mutex);
-        auto free = std::find(p.used.begin(), p.used.end(), false);
-        DSV4_CHECK(free != p.used.end(),
-                   "all {} sequence slots of the GPU state pool are in use{}: release a sequence first", p.used.size(),
-                   m.data_parallel() ? fmt::format(" on every one of the {} GPUs", m.dp_ranks) : std::string());
-        *free = true;
-        seq->slot = int(free - p.used.begin());
-    }
+    seq->slot = seq->pool->take_slot();
+    DSV4_CHECK(seq->slot >= 0, "all {} sequence slots of the GPU state pool are in use{}: release a sequence first",
+               m.pool.sequences,
+               m.data_parallel() ? fmt::format(" on every one of the {} GPUs", m.dp_ranks) : std::string());
     SequenceState state;
     if (rank != m.dp_rank) {  // another GPU holds its state
         state.device = std::move(seq);

@@ -20,6 +20,7 @@
 #include "runtime/cuda/cuda_model.h"
 #include "runtime/cuda/device_weights.h"
 #include "runtime/cuda/stage_marks.h"
+#include "runtime/slot_pools.h"
 
 namespace dsv4 {
 
@@ -48,16 +49,6 @@ struct PoolLayout {
     int64_t state_floats = 0;
     int64_t attention_slots(const ModelConfig& c, int64_t layer) const;  // W + compressed slots of the layer
     size_t bytes() const;
-};
-
-// Sequence slots and cache pages, shared with the sequences' handles (which give theirs back when they go).
-struct SlotPool {
-    std::mutex mutex;
-    std::vector<bool> used;                   // per slot
-    std::vector<int32_t> free_pages;          // page ids not held by any sequence
-    std::vector<std::vector<int32_t>> pages;  // per slot: the pages it holds, in position order
-    std::vector<int32_t> table;               // [S, max_pages] host copy of the page table (-1: none)
-    int64_t max_pages = 0;
 };
 
 // A sequence's handle on its slot of the pool: gives the slot and its pages back when the SequenceState goes.
@@ -225,10 +216,11 @@ struct CudaModel::Impl {
     std::unique_ptr<cuda::Event> meta_copied;
     bool meta_in_flight = false;  // meta_copied not yet known complete by a stream synchronization
     ActivationObserver observer;
-    std::shared_ptr<SlotPool> slots;  // this GPU's: rank_slots[dp_rank]
-    // Data-parallel attention: every rank's slots and pages (host bookkeeping, the same on every rank); else only
-    // this GPU's. dp_rank / dp_ranks: this rank and the ranks that split the attention (0 / 1: replicated).
-    std::vector<std::shared_ptr<SlotPool>> rank_slots;
+    // The slots and pages of every rank that holds sequences (data-parallel attention; else this GPU's alone), the
+    // same on every rank, and this GPU's: pools->pool(dp_rank). dp_rank / dp_ranks: this rank and the ranks that
+    // split the attention (0 / 1: replicated).
+    std::unique_ptr<RankSlotPools> pools;
+    std::shared_ptr<SlotPool> slots;
     int dp_rank = 0, dp_ranks = 1;
     bool data_parallel() const { return dp_ranks > 1; }
     // By the rows of each rank (the batch size, one entry without data-parallel attention) and profiler on; on first
@@ -266,13 +258,7 @@ struct CudaModel::Impl {
     PieceShape shape_of(std::span<const PieceSequence> seqs) const;
     // This rank's sequences of a rank-major piece.
     std::span<const PieceSequence> local_part(std::span<const PieceSequence> seqs) const;
-    // Gives each sequence the cache pages that cover positions [0, end), or throws dsv4::Error (and gives none) when
-    // its rank's pool has too few free pages.
-    struct PageNeed {
-        int rank = 0, slot = 0;
-        int64_t end = 0;
-    };
-    void reserve_pages(std::span<const PageNeed> needs);
+
     // Pool row of compressed entry e (or indexer key, `index`) of the sequence in `slot` at `layer` (host side).
     int64_t entry_row(int64_t layer, int slot, int64_t e, bool index) const;
     void block(int64_t layer);

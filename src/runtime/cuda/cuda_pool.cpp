@@ -27,13 +27,7 @@ int64_t page_positions(const ModelConfig& c) {
 }  // namespace
 
 CudaSequence::~CudaSequence() {
-    if (slot < 0) return;  // new_sequence failed before a slot was taken
-    std::lock_guard lock(pool->mutex);
-    auto& held = pool->pages[size_t(slot)];
-    pool->free_pages.insert(pool->free_pages.end(), held.begin(), held.end());
-    held.clear();
-    std::fill_n(pool->table.begin() + slot * pool->max_pages, pool->max_pages, -1);
-    pool->used[size_t(slot)] = false;
+    if (slot >= 0) pool->release(slot);  // else new_sequence failed before a slot was taken
 }
 
 PoolLayout plan_pool(const ModelConfig& c, const CudaOptions& o) {
@@ -88,33 +82,6 @@ size_t PoolLayout::bytes() const {
     return size_t(rows * entry_bytes) + size_t(index_rows * index_entry_bytes) + size_t(state_floats) * 4 + 3 * kArenaAlign;
 }
 
-void CudaModel::Impl::reserve_pages(std::span<const PageNeed> needs) {
-    // Every rank's pool at once (in rank order), so that a step either gets all its pages or none, on every rank alike.
-    std::vector<std::unique_lock<std::mutex>> locks;
-    for (const auto& p : rank_slots) locks.emplace_back(p->mutex);
-    std::vector<int64_t> wanted(rank_slots.size(), 0);
-    for (const PageNeed& n : needs) {
-        const int64_t pages = (n.end + pool.page_positions - 1) / pool.page_positions;
-        wanted[size_t(n.rank)] +=
-            std::max<int64_t>(0, pages - int64_t(rank_slots[size_t(n.rank)]->pages[size_t(n.slot)].size()));
-    }
-    for (size_t r = 0; r < rank_slots.size(); ++r)
-        DSV4_CHECK(wanted[r] <= int64_t(rank_slots[r]->free_pages.size()),
-                   "the GPU cache pool{} is full: this step needs {} more pages of {} positions, {} of {} are free; "
-                   "finish or release sequences, or give the pool more positions",
-                   data_parallel() ? fmt::format(" of GPU rank {}", r) : std::string(), wanted[r], pool.page_positions,
-                   rank_slots[r]->free_pages.size(), pool.pages);
-    for (const PageNeed& n : needs) {
-        SlotPool& p = *rank_slots[size_t(n.rank)];
-        auto& held = p.pages[size_t(n.slot)];
-        while (int64_t(held.size()) * pool.page_positions < n.end) {
-            p.table[size_t(n.slot * pool.max_pages) + held.size()] = p.free_pages.back();
-            held.push_back(p.free_pages.back());
-            p.free_pages.pop_back();
-        }
-    }
-}
-
 int64_t CudaModel::Impl::entry_row(int64_t layer, int slot, int64_t e, bool index) const {
     const int64_t per_page = pool.page_entries[size_t(layer)];
     const int64_t page = slots->table[size_t(slot * pool.max_pages + e / per_page)];
@@ -122,16 +89,7 @@ int64_t CudaModel::Impl::entry_row(int64_t layer, int slot, int64_t e, bool inde
 }
 
 Backend::PoolUsage CudaModel::pool_usage() const {  // every rank's under data-parallel attention
-    const Impl& m = *impl_;
-    PoolUsage u;
-    for (const auto& p : m.rank_slots) {
-        std::lock_guard lock(p->mutex);
-        u.pages_total += m.pool.pages;
-        u.pages_used += m.pool.pages - int64_t(p->free_pages.size());
-        u.sequences_total += int64_t(p->used.size());
-        u.sequences_used += std::count(p->used.begin(), p->used.end(), true);
-    }
-    return u;
+    return impl_->pools->usage();
 }
 
 SequenceState CudaModel::copy_sequence(const SequenceState& state) const {
@@ -141,8 +99,8 @@ SequenceState CudaModel::copy_sequence(const SequenceState& state) const {
     DSV4_CUDA_CHECK(cudaSetDevice(m.options.device));
     SequenceState copy = m.new_sequence_on(from_seq->rank);  // the copy stays on its source's rank
     const int from = from_seq->slot, to = static_cast<const CudaSequence*>(copy.device.get())->slot;
-    const Impl::PageNeed need{from_seq->rank, to, state.position};
-    m.reserve_pages(std::span(&need, 1));  // throws when the pool is full; `copy` then gives its slot back
+    const RankSlotPools::Need need{from_seq->rank, to, state.position};
+    m.pools->reserve(std::span(&need, 1));  // throws when the pool is full; `copy` then gives its slot back
     if (from_seq->rank != m.dp_rank) {     // another GPU copies the state
         copy.position = state.position;
         return copy;
