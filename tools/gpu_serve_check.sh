@@ -17,9 +17,8 @@ layers="${LAYERS:-4}" concurrency="${CONCURRENCY:-1,16,64}"
 input_len="${INPUT_LEN:-128}" output_len="${OUTPUT_LEN:-128}"
 fetch() { python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' "$1"; }
 max_running=$(echo "$concurrency" | tr ',' '\n' | sort -n | tail -1)
-serve_where=(--backend cuda) bench_where=()
-[ -n "${GPUS:-}" ] && serve_where=(--gpus "$GPUS" --attention "${ATTENTION:-data-parallel}") &&
-    bench_where=(--gpus "$GPUS" --attention "${ATTENTION:-data-parallel}")
+where=(--backend cuda)  # serve and bench alike
+[ -n "${GPUS:-}" ] && where=(--gpus "$GPUS" --attention "${ATTENTION:-data-parallel}")
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/device.txt"
 start=$SECONDS
@@ -33,7 +32,7 @@ start=$SECONDS
 echo "synth: $((SECONDS - start)) s ($(du -sh "$model" | cut -f1))"
 
 start=$SECONDS
-"$dsv4" serve -m "$model" "${serve_where[@]}" --port 0 --max-running "$max_running" --max-context 4096 \
+"$dsv4" serve -m "$model" "${where[@]}" --port 0 --max-running "$max_running" --max-context 4096 \
     --prefix-cache 0 2>"$out/serve.log" &
 server=$!
 port=""
@@ -54,5 +53,5 @@ wait $server
 stop_rc=$?
 echo "server exit status after SIGTERM: $stop_rc"
 
-"$dsv4" bench ${bench_where[@]+"${bench_where[@]}"} --layers "$layers" --batch "$concurrency" --batch-context "$input_len" 2>&1 | tee "$out/bench.log"
+"$dsv4" bench "${where[@]}" --layers "$layers" --batch "$concurrency" --batch-context "$input_len" 2>&1 | tee "$out/bench.log"
 exit $((serve_rc | stop_rc))

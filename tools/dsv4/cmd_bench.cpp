@@ -293,6 +293,7 @@ struct BenchArgs {
     bool stages = false;  // also the per-stage table of every measured step (CudaModel's stage profiler)
     bool profile_range = false;  // cudaProfilerStart / Stop around the timed single-sequence steps
     ParallelFlags parallel;  // --gpus ...: the model over several GPUs (ranks.h); rank 0 measures and prints
+    std::string backend;     // --backend: only "cuda" (accepted for scripts that pass it to every model command)
     std::optional<parallel::RankInfo> rank;
     int device = 0;
 };
@@ -710,6 +711,7 @@ void add_bench_command(CLI::App& app) {
         bool stages = false;
         bool profile_range = false;
         ParallelFlags parallel;
+        std::string backend;
     };
     auto a = std::make_shared<BenchArgs>();
 #endif
@@ -743,6 +745,9 @@ void add_bench_command(CLI::App& app) {
                   "Open the CUDA profiler's range (cudaProfilerStart / Stop) around the timed single-sequence decode "
                   "steps only, for `ncu --profile-from-start off` (tools/gpu_kernel_profile.sh)");
     add_parallel_options(cmd, a->parallel);
+    // Accepted so that scripts can give every model command the same `--backend cuda`; the bench runs only there.
+    cmd->add_option("--backend", a->backend, "cuda (the only backend the bench measures)")
+        ->check(CLI::IsMember({"cuda"}));
     cmd->callback([a] {
 #ifdef DSV4_WITH_CUDA
         if (std::optional<int> code = start_ranks(a->parallel, a->rank, a->device)) {

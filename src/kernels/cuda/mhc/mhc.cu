@@ -57,6 +57,53 @@ __device__ __forceinline__ float sigmoid(float z) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
 }
 
+// The sum over the CTA of every thread's chains acc[tt][j] (kValues values for each of kTile tokens): 5 shuffle levels
+// in the warp, then 3 levels over the warps, into partial[tt][0][j]. hc_mix_kernel and hc_mix_rows_kernel reduce every
+// value with this one tree, which is what makes their values the same bits. Every thread of the CTA calls it.
+template <int kTile, int kValues>
+__device__ __forceinline__ void reduce_over_cta(float (&acc)[kTile][kValues], float (&partial)[kTile][kWarps][kValues]) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int tt = 0; tt < kTile; ++tt)
+#pragma unroll
+        for (int j = 0; j < kValues; ++j) {
+#pragma unroll
+            for (int o = 16; o > 0; o /= 2) acc[tt][j] += __shfl_xor_sync(kFull, acc[tt][j], o);
+            if (lane == 0) partial[tt][warp][j] = acc[tt][j];
+        }
+    __syncthreads();
+    for (int u = threadIdx.x; u < kTile * kValues; u += kHcThreads) {
+        const int tt = u / kValues, j = u % kValues;
+        float sum[kWarps];
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) sum[w] = partial[tt][w][j];
+#pragma unroll
+        for (int half = kWarps / 2; half > 0; half /= 2)
+#pragma unroll
+            for (int w = 0; w < half; ++w) sum[w] += sum[w + half];
+        partial[tt][0][j] = sum[0];
+    }
+    __syncthreads();
+}
+
+// x_out of the tile's `tokens` tokens: the un-normalized streams v[tt] collapsed with token tt's pre weights
+// (pre + tt * pre_stride, kN of them), streams in order, then bf16 (cpu::hc_pre's order).
+template <int kN, int kTile>
+__device__ __forceinline__ void collapse_streams(const HcMixParams& p, const __nv_bfloat16* const (&v)[kTile],
+                                                 int64_t t0, int tokens, const float* pre_all, int pre_stride) {
+    for (int tt = 0; tt < tokens; ++tt) {
+        float pre[kN];
+#pragma unroll
+        for (int j = 0; j < kN; ++j) pre[j] = pre_all[tt * pre_stride + j];
+        for (int64_t d = threadIdx.x; d < p.dim; d += kHcThreads) {
+            float out = 0.0f;
+#pragma unroll
+            for (int j = 0; j < kN; ++j) out = __fadd_rn(out, __fmul_rn(pre[j], bf16_to_f32(v[tt][j * p.dim + d])));
+            p.x_out[(t0 + tt) * p.dim + d] = f32_to_bf16(out);
+        }
+    }
+}
+
 // kTile tokens per CTA (1: the per-token path; kMixTile: the tiled path of prefill): each mixer column a thread
 // loads serves kTile tokens, so the 1.5 MB f32 mixer of V4 crosses L2 once per kTile tokens. Every token's chains,
 // tree, mix (lane 0 of warp tt computes token tt's) and collapse are the per-token kernel's.
@@ -92,31 +139,11 @@ __global__ void __launch_bounds__(kHcThreads) hc_mix_kernel(HcMixParams p) {
 #pragma unroll
         for (int tt = 0; tt < kTile; ++tt) acc[tt][kRows] = fmaf(x[tt], x[tt], acc[tt][kRows]);
     }
-    // 2. Tree: 5 shuffle levels in the warp, then 3 levels over the warps.
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-    for (int tt = 0; tt < kTile; ++tt)
-#pragma unroll
-        for (int m = 0; m <= kRows; ++m) {
-#pragma unroll
-            for (int o = 16; o > 0; o /= 2) acc[tt][m] += __shfl_xor_sync(kFull, acc[tt][m], o);
-            if (lane == 0) partial[tt][warp][m] = acc[tt][m];
-        }
-    __syncthreads();
-    for (int u = threadIdx.x; u < kTile * (kRows + 1); u += kHcThreads) {
-        const int tt = u / (kRows + 1), m = u % (kRows + 1);
-        float s[kWarps];
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) s[w] = partial[tt][w][m];
-#pragma unroll
-        for (int width_w = kWarps / 2; width_w > 0; width_w /= 2)
-#pragma unroll
-            for (int w = 0; w < width_w; ++w) s[w] += s[w + width_w];
-        partial[tt][0][m] = s[0];
-    }
-    __syncthreads();
+    // 2. The tree.
+    reduce_over_cta(acc, partial);
 
     // 3. The mix of token tt in lane 0 of warp tt (cpu::hc_pre / hc_head order of operations).
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if (lane == 0 && warp < tokens) {
         const int tt = warp;
         const int64_t t = t0 + tt;
@@ -141,18 +168,8 @@ __global__ void __launch_bounds__(kHcThreads) hc_mix_kernel(HcMixParams p) {
     }
     __syncthreads();
 
-    // 4. Collapse the un-normalized streams with pre, streams in order, then bf16.
-    for (int tt = 0; tt < tokens; ++tt) {
-        float pre[kN];
-#pragma unroll
-        for (int j = 0; j < kN; ++j) pre[j] = mix_s[tt][j];
-        for (int64_t d = threadIdx.x; d < p.dim; d += kHcThreads) {
-            float out = 0.0f;
-#pragma unroll
-            for (int j = 0; j < kN; ++j) out = __fadd_rn(out, __fmul_rn(pre[j], bf16_to_f32(v[tt][j * p.dim + d])));
-            p.x_out[(t0 + tt) * p.dim + d] = f32_to_bf16(out);
-        }
-    }
+    // 4. Collapse the un-normalized streams with pre (mix rows 0 .. kN).
+    collapse_streams<kN>(p, v, t0, tokens, &mix_s[0][0], kRows);
 }
 
 // The row-group path (hc_pre): grid (token tiles of kTile, kRowGroups). CTA (b, g) chains rows [g kPer, g kPer +
@@ -207,29 +224,8 @@ __global__ void __launch_bounds__(kHcThreads, 2) hc_mix_rows_kernel(HcMixParams 
             for (int tt = 0; tt < kTile; ++tt) acc[tt][kPer] = fmaf(x[s][tt], x[s][tt], acc[tt][kPer]);
         }
     }
-    // 2. The same tree: 5 shuffle levels in the warp, then 3 levels over the warps.
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-    for (int tt = 0; tt < kTile; ++tt)
-#pragma unroll
-        for (int q = 0; q <= kPer; ++q) {
-#pragma unroll
-            for (int o = 16; o > 0; o /= 2) acc[tt][q] += __shfl_xor_sync(kFull, acc[tt][q], o);
-            if (lane == 0) partial[tt][warp][q] = acc[tt][q];
-        }
-    __syncthreads();
-    for (int u = threadIdx.x; u < kTile * (kPer + 1); u += kHcThreads) {
-        const int tt = u / (kPer + 1), q = u % (kPer + 1);
-        float s[kWarps];
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) s[w] = partial[tt][w][q];
-#pragma unroll
-        for (int width_w = kWarps / 2; width_w > 0; width_w /= 2)
-#pragma unroll
-            for (int w = 0; w < width_w; ++w) s[w] += s[w + width_w];
-        partial[tt][0][q] = s[0];
-    }
-    __syncthreads();
+    // 2. The same tree.
+    reduce_over_cta(acc, partial);
 
     // 3. The mix, a thread per (token, row) of this CTA.
     if (threadIdx.x < tokens * kPer) {
@@ -255,18 +251,8 @@ __global__ void __launch_bounds__(kHcThreads, 2) hc_mix_rows_kernel(HcMixParams 
     if (blockIdx.y != 0) return;  // the whole CTA: only group 0 collapses
     __syncthreads();
 
-    // 4. Collapse the un-normalized streams with pre, streams in order, then bf16 (hc_mix_kernel's loop).
-    for (int tt = 0; tt < tokens; ++tt) {
-        float pre[kN];
-#pragma unroll
-        for (int j = 0; j < kN; ++j) pre[j] = pre_s[tt][j];
-        for (int64_t d = threadIdx.x; d < p.dim; d += kHcThreads) {
-            float out = 0.0f;
-#pragma unroll
-            for (int j = 0; j < kN; ++j) out = __fadd_rn(out, __fmul_rn(pre[j], bf16_to_f32(v[tt][j * p.dim + d])));
-            p.x_out[(t0 + tt) * p.dim + d] = f32_to_bf16(out);
-        }
-    }
+    // 4. Collapse the un-normalized streams with pre.
+    collapse_streams<kN>(p, v, t0, tokens, &pre_s[0][0], kN);
 }
 
 // cpu::sinkhorn spread over a warp: lane base + i holds element i of c [kN * kN] (other lanes compute garbage and
