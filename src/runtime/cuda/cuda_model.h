@@ -67,7 +67,8 @@ struct ExpertParallel {
 // Runtime knobs of the GPU executor (not model hyperparameters).
 struct CudaOptions {
     int device = 0;
-    int64_t max_sequences = 2;       // slots of the state pool (a chat turn may hold two sequences at once)
+    int64_t max_sequences = 2;       // slots of the state pool (a chat turn may hold two sequences at once); per
+                                     // GPU: under data-parallel attention the ranks hold n times as many
     int64_t max_context = 0;         // positions per sequence; 0: min(max_position_embeddings, 16384)
     int64_t pool_positions = 0;      // compressed-cache positions all sequences share (whole pages of 256 positions
                                      // for V4); 0: room for every sequence at max_context
