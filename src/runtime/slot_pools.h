@@ -32,8 +32,8 @@ struct SlotPool {
     std::vector<int32_t> free_pages;          // page ids not held by any sequence (taken from the back)
     std::vector<std::vector<int32_t>> pages;  // per slot: the pages it holds, in position order
     std::vector<int32_t> table;               // [slots, max_pages] the page table (-1: none), uploaded with a piece
-    int64_t max_pages = 0;    // per slot
-    int64_t total_pages = 0;  // of the pool
+    int64_t max_pages = 0;                    // per slot
+    int64_t total_pages = 0;                  // of the pool
 };
 
 // Every rank's pools (one without data-parallel attention), alike on every rank.

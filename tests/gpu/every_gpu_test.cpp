@@ -92,9 +92,10 @@ void EveryGpu::expect_together_equal_alone_and_one_gpu(AttentionLayout attention
                         what + ": " + std::to_string(ranks) + " GPUs vs one");
         }
     }
-    std::printf("[ bitwise  ] %s: 16 sequences on %d GPUs (NCCL, attention %s) equal each alone and one GPU on every "
-                "rank\n",
-                GetParam().c_str(), ranks, attention == AttentionLayout::kDataParallel ? "data-parallel" : "replicated");
+    std::printf(
+        "[ bitwise  ] %s: 16 sequences on %d GPUs (NCCL, attention %s) equal each alone and one GPU on every "
+        "rank\n",
+        GetParam().c_str(), ranks, attention == AttentionLayout::kDataParallel ? "data-parallel" : "replicated");
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, EveryGpu, ::testing::ValuesIn(cuda_fixtures::fixtures()),

@@ -44,8 +44,8 @@ class HostRankGroup {
         for (size_t b = 0; b < buffers.size(); ++b) {
             mine[b].resize(size_t(rank_rows[size_t(rank)] * buffers[b].row_bytes));
             if (!mine[b].empty())
-                DSV4_CUDA_CHECK(cudaMemcpyAsync(mine[b].data(), buffers[b].local, mine[b].size(),
-                                                cudaMemcpyDeviceToHost, stream));
+                DSV4_CUDA_CHECK(
+                    cudaMemcpyAsync(mine[b].data(), buffers[b].local, mine[b].size(), cudaMemcpyDeviceToHost, stream));
         }
         DSV4_CUDA_CHECK(cudaStreamSynchronize(stream));
         barrier_.arrive_and_wait();
@@ -54,8 +54,9 @@ class HostRankGroup {
             for (size_t r = 0; r < rows_.size(); ++r) {
                 const std::vector<uint8_t>& theirs = rows_[r][b];
                 if (!theirs.empty())
-                    DSV4_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(buffers[b].all) + first * buffers[b].row_bytes,
-                                                    theirs.data(), theirs.size(), cudaMemcpyHostToDevice, stream));
+                    DSV4_CUDA_CHECK(
+                        cudaMemcpyAsync(static_cast<uint8_t*>(buffers[b].all) + first * buffers[b].row_bytes,
+                                        theirs.data(), theirs.size(), cudaMemcpyHostToDevice, stream));
                 first += rank_rows[r];
             }
         }

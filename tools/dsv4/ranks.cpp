@@ -119,12 +119,13 @@ void add_parallel_options(CLI::App* command, ParallelFlags& f) {
                      "stuck, e.g. a GPU or a peer that stopped without exiting (default 600; 0: no limit)")
         ->check(CLI::Range(0.0, parallel::kMaxStepTimeout_s));
     command
-        ->add_option("--attention", f.options.attention,
-                     "Over several GPUs, where each sequence's attention runs: replicated (every GPU computes every "
-                     "sequence's; the lowest latency for few sequences) or data-parallel (each sequence on one GPU, "
-                     "which alone holds its cache: the attention of a batch split over the GPUs, and each GPU's cache "
-                     "holds only its sequences). Default: data-parallel for serve (many users), replicated for the other "
-                     "commands")
+        ->add_option(
+            "--attention", f.options.attention,
+            "Over several GPUs, where each sequence's attention runs: replicated (every GPU computes every "
+            "sequence's; the lowest latency for few sequences) or data-parallel (each sequence on one GPU, "
+            "which alone holds its cache: the attention of a batch split over the GPUs, and each GPU's cache "
+            "holds only its sequences). Default: data-parallel for serve (many users), replicated for the other "
+            "commands")
         ->check(CLI::IsMember({"replicated", "data-parallel"}));
 }
 

@@ -136,7 +136,8 @@ PieceShape CudaModel::Impl::shape_of(std::span<const PieceSequence> seqs) const 
 }
 
 std::span<const PieceSequence> CudaModel::Impl::local_part(std::span<const PieceSequence> seqs) const {
-    const auto first = std::find_if(seqs.begin(), seqs.end(), [&](const PieceSequence& ps) { return ps.rank == dp_rank; });
+    const auto first =
+        std::find_if(seqs.begin(), seqs.end(), [&](const PieceSequence& ps) { return ps.rank == dp_rank; });
     const auto last = std::find_if(first, seqs.end(), [&](const PieceSequence& ps) { return ps.rank != dp_rank; });
     return {first, last};
 }
@@ -233,7 +234,8 @@ void CudaModel::Impl::run_piece(std::span<const PieceSequence> in) {
     cudaStream_t s = stream->get();
     // Rank-major (data-parallel attention): the order of the experts' rows and of the gathered logits.
     std::vector<PieceSequence> seqs(in.begin(), in.end());
-    std::stable_sort(seqs.begin(), seqs.end(), [](const PieceSequence& a, const PieceSequence& b) { return a.rank < b.rank; });
+    std::stable_sort(seqs.begin(), seqs.end(),
+                     [](const PieceSequence& a, const PieceSequence& b) { return a.rank < b.rank; });
     upload_piece(seqs);
     const bool decode = std::all_of(seqs.begin(), seqs.end(),
                                     [](const PieceSequence& ps) { return ps.tokens == 1 && ps.first_logit == 0; });

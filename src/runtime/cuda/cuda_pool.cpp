@@ -101,7 +101,7 @@ SequenceState CudaModel::copy_sequence(const SequenceState& state) const {
     const int from = from_seq->slot, to = static_cast<const CudaSequence*>(copy.device.get())->slot;
     const RankSlotPools::Need need{from_seq->rank, to, state.position};
     m.pools->reserve(std::span(&need, 1));  // throws when the pool is full; `copy` then gives its slot back
-    if (from_seq->rank != m.dp_rank) {     // another GPU copies the state
+    if (from_seq->rank != m.dp_rank) {  // another GPU copies the state
         copy.position = state.position;
         return copy;
     }

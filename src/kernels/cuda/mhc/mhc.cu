@@ -61,7 +61,8 @@ __device__ __forceinline__ float sigmoid(float z) {
 // in the warp, then 3 levels over the warps, into partial[tt][0][j]. hc_mix_kernel and hc_mix_rows_kernel reduce every
 // value with this one tree, which is what makes their values the same bits. Every thread of the CTA calls it.
 template <int kTile, int kValues>
-__device__ __forceinline__ void reduce_over_cta(float (&acc)[kTile][kValues], float (&partial)[kTile][kWarps][kValues]) {
+__device__ __forceinline__ void reduce_over_cta(float (&acc)[kTile][kValues],
+                                                float (&partial)[kTile][kWarps][kValues]) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
     for (int tt = 0; tt < kTile; ++tt)
