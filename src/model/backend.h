@@ -75,6 +75,13 @@ class Backend {
     };
     virtual PoolUsage pool_usage() const { return {}; }
 
+    // Where a sequence's state lives, for a backend that spreads sequences over devices (CudaModel under
+    // data-parallel attention: the GPU rank that owns it), else 0. A copy_sequence lives where its source does, so
+    // the prefix cache continues a request only from entries where new_sequence() would put it now
+    // (next_placement()), as a data-parallel deployment keeps a cache per device.
+    virtual int placement(const SequenceState& /*state*/) const { return 0; }
+    virtual int next_placement() const { return 0; }
+
     // Optional: receives named intermediate activations (attn_in, attn.q, ..., ffn.router_margin) for debugging
     // and golden diffs. A GPU backend downloads them only while an observer is set.
     virtual void set_observer(ActivationObserver observer) = 0;

@@ -10,10 +10,12 @@ namespace dsv4 {
 
 std::optional<PrefixCache::Hit> PrefixCache::find(const Backend& backend, std::span<const int32_t> prompt) {
     if (!enabled()) return std::nullopt;
+    const int here = backend.next_placement();
     auto best = entries_.end();
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
         const size_t n = it->ids.size();
-        const bool usable = n < prompt.size() || (n == prompt.size() && !it->logits.empty());
+        const bool usable = (n < prompt.size() || (n == prompt.size() && !it->logits.empty())) &&
+                            backend.placement(it->state) == here;
         if (!usable || n == 0 || !std::equal(it->ids.begin(), it->ids.end(), prompt.begin())) continue;
         if (best == entries_.end() || n > best->ids.size()) best = it;
     }

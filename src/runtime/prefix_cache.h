@@ -3,7 +3,7 @@
 // that state (Backend::copy_sequence) and computes only the rest, with the same logits bit for bit as a full
 // prefill (the forward is chunk-invariant). Least recently used entries go first when the cache is over its entry
 // limit or the backend needs their room. Used only by the engine thread (not thread-safe). Tested in
-// tests/runtime/prefix_cache_test.cpp.
+// tests/runtime/prefix_cache_test.cpp and, end to end, tests/runtime/engine_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,9 @@ class PrefixCache {
         std::vector<float> logits;   // [vocab] after its last id when tokens == the prompt's length, else empty
     };
 
-    // The longest entry whose ids are a prefix of `prompt`, copied. An entry covering the whole prompt is used
+    // The longest entry whose ids are a prefix of `prompt`, copied, among the entries placed where a new sequence
+    // would go now (Backend::next_placement; a copy stays where its source is, so a device that holds the entry does
+    // not draw every request that shares it: each device builds its own). An entry covering the whole prompt is used
     // only if it kept the logits of its last id (else the prompt's last id must still be fed: an entry one shorter
     // or less is looked for). nullopt when none, or when the copy does not fit the backend (then the least recently
     // used entries are evicted and the copy retried once per eviction, as long as entries are left).

@@ -85,6 +85,8 @@ class RankLeader final : public Backend {
         return leader_->forward_block(s, layer, start, ids, streams_in);
     }
     PoolUsage pool_usage() const override { return leader_->pool_usage(); }
+    int placement(const SequenceState& s) const override { return leader_->placement(s); }
+    int next_placement() const override { return leader_->next_placement(); }
     void set_observer(ActivationObserver observer) override { leader_->set_observer(std::move(observer)); }
     parallel::LeaderBackend& leader() { return *leader_; }
 

@@ -92,6 +92,16 @@ Backend::PoolUsage CudaModel::pool_usage() const {  // every rank's under data-p
     return impl_->pools->usage();
 }
 
+int CudaModel::placement(const SequenceState& state) const {
+    const auto* seq = dynamic_cast<const CudaSequence*>(state.device.get());
+    DSV4_CHECK(seq && seq->owner == impl_.get(), "sequence state does not belong to this model");
+    return seq->rank;
+}
+
+int CudaModel::next_placement() const {
+    return impl_->pools->least_loaded();
+}
+
 SequenceState CudaModel::copy_sequence(const SequenceState& state) const {
     Impl& m = *impl_;
     const auto* from_seq = dynamic_cast<const CudaSequence*>(state.device.get());

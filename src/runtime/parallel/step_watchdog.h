@@ -103,6 +103,8 @@ class WatchedBackend final : public Backend {
         return inner_->forward_block(state, layer, start_position, ids, streams_in);
     }
     PoolUsage pool_usage() const override { return inner_->pool_usage(); }
+    int placement(const SequenceState& state) const override { return inner_->placement(state); }
+    int next_placement() const override { return inner_->next_placement(); }
     void set_observer(ActivationObserver observer) override { inner_->set_observer(std::move(observer)); }
 
     Backend& inner() { return *inner_; }

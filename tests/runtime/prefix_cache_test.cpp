@@ -1,0 +1,129 @@
+// PrefixCache (runtime/prefix_cache.h) against a backend that only hands out states: the longest usable entry wins,
+// a whole-prompt entry needs its logits, the used entry becomes the most recent, and, for a backend that places
+// sequences on several devices (CudaModel under data-parallel attention), only entries where a new sequence would go
+// are continued from. The engine's end-to-end use of the cache is tests/runtime/engine_test.cpp.
+#include "runtime/prefix_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/error.h"
+
+namespace dsv4 {
+namespace {
+
+// States carry the device they live on; copies stay there. Nothing is computed.
+class PlacedStates final : public Backend {
+  public:
+    struct Placed final : DeviceSequence {
+        explicit Placed(int at) : at(at) {}
+        int at;
+    };
+
+    const ModelConfig& config() const override { return config_; }
+    Numerics numerics() const override { return Numerics::kModel; }
+    SequenceState new_sequence() const override {
+        SequenceState s;
+        s.device = std::make_unique<Placed>(next);
+        return s;
+    }
+    SequenceState copy_sequence(const SequenceState& state) const override {
+        ++copies;
+        SequenceState s;
+        s.position = state.position;
+        s.device = std::make_unique<Placed>(placement(state));
+        return s;
+    }
+    std::vector<float> forward(SequenceState&, std::span<const int32_t>, bool) override { throw Error("unused"); }
+    std::vector<float> forward_block(SequenceState&, int64_t, int64_t, std::span<const int32_t>,
+                                     const float*) override {
+        throw Error("unused");
+    }
+    void set_observer(ActivationObserver) override {}
+    int placement(const SequenceState& state) const override { return static_cast<const Placed&>(*state.device).at; }
+    int next_placement() const override { return next; }
+
+    SequenceState state_at(int at, int64_t position) const {
+        SequenceState s;
+        s.position = position;
+        s.device = std::make_unique<Placed>(at);
+        return s;
+    }
+
+    int next = 0;  // where a new sequence goes
+    mutable int copies = 0;
+
+  private:
+    ModelConfig config_;
+};
+
+std::vector<int32_t> ids(int n, int32_t first = 1) {
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) v[size_t(i)] = first + i;
+    return v;
+}
+
+TEST(PrefixCache, TheLongestUsablePrefixWins) {
+    PlacedStates backend;
+    PrefixCache cache(8);
+    cache.insert(ids(4), backend.state_at(0, 4), {});
+    cache.insert(ids(10), backend.state_at(0, 10), {});
+    cache.insert(ids(6, 100), backend.state_at(0, 6), {});  // not a prefix
+    auto hit = cache.find(backend, ids(12));
+    ASSERT_TRUE(hit);
+    EXPECT_EQ(hit->tokens, 10);
+    EXPECT_EQ(hit->state.position, 10);
+    EXPECT_TRUE(hit->logits.empty());
+    // The whole prompt: usable only with its logits, else the next shorter entry.
+    hit = cache.find(backend, ids(10));
+    ASSERT_TRUE(hit);
+    EXPECT_EQ(hit->tokens, 4);
+    cache.insert(ids(10), backend.state_at(0, 10), std::vector<float>{0.5f, 1.5f});
+    hit = cache.find(backend, ids(10));
+    ASSERT_TRUE(hit);
+    EXPECT_EQ(hit->tokens, 10);
+    EXPECT_EQ(hit->logits, (std::vector<float>{0.5f, 1.5f}));
+    EXPECT_FALSE(cache.find(backend, ids(3, 50)));
+}
+
+// A shared prompt cached on device 0 does not draw a request that a new sequence would put on device 1: that
+// request computes its prompt there (and its own entries then serve device 1).
+TEST(PrefixCache, OnlyEntriesWhereANewSequenceWouldGo) {
+    PlacedStates backend;
+    PrefixCache cache(8);
+    cache.insert(ids(256), backend.state_at(0, 256), {});
+    backend.next = 1;
+    EXPECT_FALSE(cache.find(backend, ids(300)));
+    EXPECT_EQ(backend.copies, 0);
+    cache.insert(ids(128), backend.state_at(1, 128), {});
+    auto hit = cache.find(backend, ids(300));
+    ASSERT_TRUE(hit);
+    EXPECT_EQ(hit->tokens, 128) << "the shorter entry on device 1, not the longer one on device 0";
+    EXPECT_EQ(backend.placement(hit->state), 1);
+    backend.next = 0;
+    hit = cache.find(backend, ids(300));
+    ASSERT_TRUE(hit);
+    EXPECT_EQ(hit->tokens, 256);
+    EXPECT_EQ(backend.placement(hit->state), 0);
+}
+
+TEST(PrefixCache, EvictsTheLeastRecentlyUsedBeyondItsLimit) {
+    PlacedStates backend;
+    PrefixCache cache(2);
+    cache.insert(ids(4), backend.state_at(0, 4), {});
+    cache.insert(ids(5), backend.state_at(0, 5), {});
+    ASSERT_TRUE(cache.find(backend, ids(6)));  // ids(5) is now the most recent; then ids(4)
+    cache.insert(ids(3, 40), backend.state_at(0, 3), {});
+    EXPECT_EQ(cache.entries(), 2);
+    auto hit = cache.find(backend, ids(6));
+    ASSERT_TRUE(hit);
+    EXPECT_EQ(hit->tokens, 5) << "ids(4), the least recently used, went";
+    hit.reset();
+    cache.insert(ids(4), backend.state_at(0, 4), {});
+    EXPECT_EQ(cache.entries(), 2);
+    EXPECT_FALSE(cache.find(backend, ids(4, 40)));  // ids(3, 40) went when ids(4) came back
+}
+
+}  // namespace
+}  // namespace dsv4
