@@ -117,21 +117,27 @@ const CudaSequence& CudaModel::Impl::check_input(const SequenceState& state, int
 }
 
 PieceShape CudaModel::Impl::shape_of(std::span<const PieceSequence> seqs) const {
-    PieceShape shape;
-    shape.rank_tokens.assign(size_t(dp_ranks), 0);
-    shape.rank_logit_rows.assign(size_t(dp_ranks), 0);
+    std::vector<int64_t> rank_tokens(size_t(dp_ranks), 0), rank_logit_rows(size_t(dp_ranks), 0);
     for (const PieceSequence& ps : seqs) {
-        shape.rank_tokens[size_t(ps.rank)] += ps.tokens;
-        shape.rank_logit_rows[size_t(ps.rank)] += ps.tokens - ps.first_logit;
+        rank_tokens[size_t(ps.rank)] += ps.tokens;
+        rank_logit_rows[size_t(ps.rank)] += ps.tokens - ps.first_logit;
     }
+    return shape_of_counts(std::move(rank_tokens), std::move(rank_logit_rows));
+}
+
+PieceShape CudaModel::Impl::shape_of_counts(std::vector<int64_t> rank_tokens,
+                                            std::vector<int64_t> rank_logit_rows) const {
+    PieceShape shape;
     for (int r = 0; r < dp_ranks; ++r) {
         if (r < dp_rank) {
-            shape.moe_first += shape.rank_tokens[size_t(r)];
-            shape.logit_first += shape.rank_logit_rows[size_t(r)];
+            shape.moe_first += rank_tokens[size_t(r)];
+            shape.logit_first += rank_logit_rows[size_t(r)];
         }
-        shape.moe_tokens += shape.rank_tokens[size_t(r)];
-        shape.all_logit_rows += shape.rank_logit_rows[size_t(r)];
+        shape.moe_tokens += rank_tokens[size_t(r)];
+        shape.all_logit_rows += rank_logit_rows[size_t(r)];
     }
+    shape.rank_tokens = std::move(rank_tokens);
+    shape.rank_logit_rows = std::move(rank_logit_rows);
     return shape;
 }
 
@@ -182,7 +188,6 @@ void CudaModel::Impl::upload_piece(std::span<const PieceSequence> all) {
         h[7 * C + 3 * P + q] = ps.slot;
         shape.max_end = std::max(shape.max_end, ps.start + ps.tokens);
     }
-    DSV4_CHECK(row <= C, "a piece of {} rows exceeds the chunk of {}", row, C);
     shape.tokens = row;
     shape.seqs = int64_t(seqs.size());
     shape.gather = !identity;
@@ -305,15 +310,8 @@ void CudaModel::Impl::run_piece(std::span<const PieceSequence> in) {
 void CudaModel::Impl::capture_decode_graph(std::vector<int64_t> rank_tokens) {  // a copy: `piece` is reset below
     cudaStream_t s = stream->get();
     const PieceShape uploaded = piece;
-    piece = PieceShape{};  // one token and its logits per sequence
-    piece.rank_tokens = piece.rank_logit_rows = rank_tokens;
-    for (int r = 0; r < dp_ranks; ++r) {
-        if (r < dp_rank) piece.moe_first += rank_tokens[size_t(r)];
-        piece.moe_tokens += rank_tokens[size_t(r)];
-    }
+    piece = shape_of_counts(rank_tokens, rank_tokens);  // one token and its logits per sequence
     piece.tokens = piece.seqs = piece.logit_rows = rank_tokens[size_t(dp_rank)];
-    piece.logit_first = piece.moe_first;
-    piece.all_logit_rows = piece.moe_tokens;
     piece.max_end = pool.context;
     const size_t first_mark = stages.count();  // the marks recorded before the graph (upload)
     // Thread-local capture mode: any call of this thread that could synchronize with the host or allocate

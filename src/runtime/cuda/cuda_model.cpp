@@ -371,9 +371,16 @@ SequenceState CudaModel::Impl::new_sequence_on(int rank) {
     seq->owner = &m;
     seq->rank = rank;
     seq->slot = seq->pool->take_slot();
-    DSV4_CHECK(seq->slot >= 0, "all {} sequence slots of the GPU state pool are in use{}: release a sequence first",
-               m.pool.sequences,
-               m.data_parallel() ? fmt::format(" on every one of the {} GPUs", m.dp_ranks) : std::string());
+    if (seq->slot < 0) {
+        // new_sequence asks the least loaded rank, so every rank is full; a copy asks its source's rank.
+        const bool all_full = m.pools->pool(m.pools->least_loaded())->slots_in_use() == m.pool.sequences;
+        const std::string where =
+            !m.data_parallel() ? std::string()
+            : all_full         ? fmt::format(" on every one of the {} GPUs", m.dp_ranks)
+                               : fmt::format(" on GPU rank {}, which holds the copy's source", rank);
+        throw Error(fmt::format("all {} sequence slots of the GPU state pool are in use{}: release a sequence first",
+                                m.pool.sequences, where));
+    }
     SequenceState state;
     if (rank != m.dp_rank) {  // another GPU holds its state
         state.device = std::move(seq);

@@ -256,6 +256,9 @@ struct CudaModel::Impl {
     void upload_piece(std::span<const PieceSequence> seqs);
     // The shape of a piece of every rank's sequences `seqs` (rank-major): this rank's rows and everyone's counts.
     PieceShape shape_of(std::span<const PieceSequence> seqs) const;
+    // The same from every rank's rows and logit rows: the experts' rows and logits of the piece and where this
+    // rank's begin (shape_of, and a decode graph's capture).
+    PieceShape shape_of_counts(std::vector<int64_t> rank_tokens, std::vector<int64_t> rank_logit_rows) const;
     // This rank's sequences of a rank-major piece.
     std::span<const PieceSequence> local_part(std::span<const PieceSequence> seqs) const;
 

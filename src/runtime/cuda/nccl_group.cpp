@@ -60,7 +60,7 @@ void NcclGroup::gather_rows(std::span<const Rows> buffers, std::span<const int64
     for (int r = 0; r < ranks_; ++r) {
         const int64_t rows = rank_rows[size_t(r)];
         for (const Rows& b : buffers) {
-            if (rows == 0) continue;  // every rank skips the same roots
+            if (rows == 0) break;  // every rank skips the same roots
             auto* at = static_cast<uint8_t*>(b.all) + first * b.row_bytes;
             const void* send = r == rank_ ? b.local : at;
             check(ncclBroadcast(send, at, size_t(rows * b.row_bytes), ncclUint8, r, comm_->comm, stream),
