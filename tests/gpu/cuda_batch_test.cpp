@@ -92,6 +92,26 @@ TEST_P(CudaBatch, GraphReplayEqualsEagerLaunches) {
         expect_same(a[size_t(i)], b[size_t(i)], GetParam() + " sequence " + std::to_string(i) + " graph vs eager");
 }
 
+// A model that may hold only one decode graph: each new batch size destroys the graph of the last one (B = 16,
+// then 11, then 1 for each sequence alone, then 16 again), and every replay still gives the uncapped model's bits.
+TEST_P(CudaBatch, OneDecodeGraphHeldEqualsUncapped) {
+    auto uncapped = model(kSixteen, true);
+    CudaOptions options = batch_trace::batch_options(kSixteen);
+    options.max_decode_graphs = 1;
+    const ModelConfig& config = checkpoint_->config();
+    CudaModel capped(config, load_model_weights(checkpoint_, config), Numerics::kModel, options);
+    const std::vector<Trace> a = together(*uncapped, kSixteen), b = together(capped, kSixteen);
+    EXPECT_EQ(capped.decode_graphs_held(), 1u);
+    EXPECT_EQ(uncapped->decode_graphs_held(), 2u) << "B = 16 and B = 11";
+    for (int i = 0; i < kSixteen.batch(); ++i)
+        expect_same(a[size_t(i)], b[size_t(i)], GetParam() + " sequence " + std::to_string(i) + " capped vs not");
+    for (int i : {0, 5}) expect_same(alone(capped, kSixteen, i), a[size_t(i)], GetParam() + " alone after evictions");
+    const std::vector<Trace> again = together(capped, kSixteen);
+    for (int i = 0; i < kSixteen.batch(); ++i)
+        expect_same(again[size_t(i)], a[size_t(i)], GetParam() + " sequence " + std::to_string(i) + " recaptured");
+    EXPECT_EQ(capped.decode_graphs_held(), 1u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaBatch, ::testing::ValuesIn(cuda_fixtures::fixtures()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                              return cuda_fixtures::test_name(info.param);

@@ -29,12 +29,30 @@ namespace {
 
 using namespace batch_trace;
 
-std::unique_ptr<CudaModel> model(const std::shared_ptr<const Checkpoint>& checkpoint, int device, ExpertParallel ep) {
+std::unique_ptr<CudaModel> model(const std::shared_ptr<const Checkpoint>& checkpoint, int device, ExpertParallel ep,
+                                 int64_t max_decode_graphs = CudaOptions{}.max_decode_graphs) {
     CudaOptions options = batch_options(kSixteen);
     options.device = device;
     options.expert_parallel = ep;
+    options.max_decode_graphs = max_decode_graphs;
     const ModelConfig& config = checkpoint->config();
     return std::make_unique<CudaModel>(config, load_model_weights(checkpoint, config), Numerics::kModel, options);
+}
+
+// Data-parallel attention: a new sequence goes to the rank holding the fewest (the lowest on a tie), a prefix copy
+// to its source's rank, and every rank answers alike (the prefix cache asks the leader's).
+void expect_placements_follow_the_load(CudaModel& gpu, int ranks, int rank) {
+    std::vector<SequenceState> held;
+    for (int i = 0; i < 2 * ranks; ++i) {
+        EXPECT_EQ(gpu.next_placement(), i % ranks) << "rank " << rank << ", sequence " << i;
+        held.push_back(gpu.new_sequence());
+        EXPECT_EQ(gpu.placement(held.back()), i % ranks) << "rank " << rank << ", sequence " << i;
+    }
+    const SequenceState copy = gpu.copy_sequence(held[1]);
+    EXPECT_EQ(gpu.placement(copy), 1 % ranks) << "rank " << rank << ": a copy stays with its source";
+    EXPECT_EQ(gpu.next_placement(), 0) << "rank " << rank;
+    for (int i = 2 * ranks - 1; i >= 0; i -= ranks) held.erase(held.begin() + i);  // the last rank's two
+    EXPECT_EQ(gpu.next_placement(), ranks - 1) << "rank " << rank << ": the last rank now holds none";
 }
 
 class EveryGpu : public ::testing::TestWithParam<std::string> {
@@ -71,7 +89,11 @@ void EveryGpu::expect_together_equal_alone_and_one_gpu(AttentionLayout attention
         threads.emplace_back([&, r] {
             try {
                 groups[size_t(r)] = std::make_unique<cuda::NcclGroup>(r, ranks, id, r);
-                auto gpu = model(checkpoint, r, {r, ranks, groups[size_t(r)].get(), attention});
+                // Data-parallel: at most two decode graphs held, so the ranks evict (and capture again) together.
+                const bool dp = attention == AttentionLayout::kDataParallel;
+                auto gpu = model(checkpoint, r, {r, ranks, groups[size_t(r)].get(), attention},
+                                 dp ? 2 : CudaOptions{}.max_decode_graphs);
+                if (dp) expect_placements_follow_the_load(*gpu, ranks, r);
                 batched[size_t(r)] = together(*gpu, ids, kSixteen);
                 for (int i = 0; i < kSixteen.batch(); ++i)
                     alone_traces[size_t(r)].push_back(alone(*gpu, ids, kSixteen, i));

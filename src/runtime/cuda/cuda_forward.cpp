@@ -250,8 +250,12 @@ void CudaModel::Impl::run_piece(std::span<const PieceSequence> in) {
         // from ws.meta. With the stage profiler on, a graph of its own: the same launches with event-record nodes
         // between the stages.
         std::pair<std::vector<int64_t>, bool> key{piece.rank_tokens, stages.on()};
-        if (!decode_graphs.count(key)) capture_decode_graph(piece.rank_tokens);
-        const DecodeGraph& graph = decode_graphs.at(key);
+        if (!decode_graphs.count(key)) {
+            evict_decode_graphs(size_t(std::max<int64_t>(options.max_decode_graphs, 1) - 1));
+            capture_decode_graph(piece.rank_tokens);
+        }
+        DecodeGraph& graph = decode_graphs.at(key);
+        graph.last_replay = ++decode_steps;
         DSV4_CUDA_CHECK(cudaGraphLaunch(graph.exec, s));
         stages.replayed(graph.first_mark, graph.marks);
     } else {
@@ -336,6 +340,20 @@ void CudaModel::Impl::capture_decode_graph(std::vector<int64_t> rank_tokens) {  
     DSV4_CUDA_CHECK(instantiated);
     decode_graphs[{rank_tokens, stages.on()}] = {exec, first_mark, stages.take_graph_marks(first_mark)};
     piece = uploaded;
+}
+
+void CudaModel::Impl::evict_decode_graphs(size_t keep) {
+    if (decode_graphs.size() <= keep) return;
+    // No replay may still run: a decode step ends with the host waiting for its logits, but say so here rather than
+    // rely on it.
+    DSV4_CUDA_CHECK(cudaStreamSynchronize(stream->get()));
+    while (decode_graphs.size() > keep) {
+        auto oldest = std::min_element(decode_graphs.begin(), decode_graphs.end(), [](const auto& a, const auto& b) {
+            return a.second.last_replay < b.second.last_replay;
+        });
+        DSV4_CUDA_CHECK(cudaGraphExecDestroy(oldest->second.exec));
+        decode_graphs.erase(oldest);
+    }
 }
 
 void CudaModel::Impl::enqueue_piece() {

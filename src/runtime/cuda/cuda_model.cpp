@@ -351,6 +351,10 @@ void CudaModel::set_stage_profiling(bool on) {
     // Every stage at most once per layer and once for the step, and the closing mark.
     m.stages.enable(on, m.stream->get(), kStages.size() * size_t(m.config.num_layers + 1) + 1);
 }
+size_t CudaModel::decode_graphs_held() const {
+    return impl_->decode_graphs.size();
+}
+
 std::vector<StageTime> CudaModel::stage_times() const {
     DSV4_CUDA_CHECK(cudaSetDevice(impl_->options.device));
     return impl_->stages.times();

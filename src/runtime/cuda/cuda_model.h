@@ -76,6 +76,10 @@ struct CudaOptions {
     // memory allows (runtime/auto_chunk.h; one rank only).
     int64_t max_chunk_tokens = 256;
     bool decode_graphs = true;       // replay decode steps from CUDA graphs (one per batch size, captured on first use)
+    // The most decode graphs held at once; capturing one more first destroys the least recently replayed. Under
+    // data-parallel attention a graph is keyed by every rank's row count, so a long serving run meets many keys;
+    // every rank sees the same keys in the same order and evicts alike.
+    int64_t max_decode_graphs = 256;
     bool print_plan = true;          // the memory plan on stderr
     bool show_progress = false;      // the weight upload's progress line on stderr (drawn on a terminal only)
     // One launch for the projections that read one input, where their weights stack (device_weights.h); off: one
@@ -126,6 +130,8 @@ class CudaModel final : public Backend {
     // The intervals of the last forward piece, in forward order (waits for its end); empty when it ran with the
     // profiler off.
     std::vector<StageTime> stage_times() const;
+    // Decode graphs captured and held now (at most CudaOptions::max_decode_graphs).
+    size_t decode_graphs_held() const;
 
     struct Impl;
 

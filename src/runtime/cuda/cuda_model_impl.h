@@ -177,6 +177,7 @@ struct DecodeGraph {
     cudaGraphExec_t exec = nullptr;
     size_t first_mark = 0;
     std::vector<StageMark> marks;
+    uint64_t last_replay = 0;  // the decode step (Impl::decode_steps) that last replayed it
 };
 
 // The f32 projections of x an attention sub-block computed (cuda::f32_projections: compressor and indexer), side by
@@ -226,6 +227,7 @@ struct CudaModel::Impl {
     // By the rows of each rank (the batch size, one entry without data-parallel attention) and profiler on; on first
     // use.
     std::map<std::pair<std::vector<int64_t>, bool>, DecodeGraph> decode_graphs;
+    uint64_t decode_steps = 0;  // decode pieces replayed so far: the clock of the graphs' least-recently-used order
     PieceShape piece;                                               // the piece being enqueued
     ExpertRange held;  // the routed experts of every layer on this GPU (options.expert_parallel)
     bool hash_rows_distinct = true;  // every tid2eid row names k distinct experts (bounds an expert's slots by T)
@@ -239,6 +241,8 @@ struct CudaModel::Impl {
     // allocation: it is what a decode graph captures.
     void enqueue_piece();
     void capture_decode_graph(std::vector<int64_t> rank_tokens);
+    // Destroys the least recently replayed graphs until at most `keep` are held.
+    void evict_decode_graphs(size_t keep);
     // mHC head, final norm and the f32 head of the piece's first `rows` logit rows into `logits` [rows, V].
     void head(int64_t rows, float* logits);
     // Teacher forcing: block `layer` alone on a piece whose input streams ([tokens, n_hc, D] bf16 values) come
