@@ -26,11 +26,12 @@ import urllib.parse
 
 
 class Result:
-    __slots__ = ("ok", "error", "prompt_tokens", "output_tokens", "ttft", "itl", "latency", "start", "end")
+    __slots__ = ("ok", "error", "prompt_tokens", "cached_tokens", "output_tokens", "ttft", "itl", "latency", "start",
+                 "end")
 
     def __init__(self):
         self.ok, self.error = False, ""
-        self.prompt_tokens = self.output_tokens = 0
+        self.prompt_tokens = self.cached_tokens = self.output_tokens = 0
         self.ttft, self.latency, self.start, self.end = 0.0, 0.0, 0.0, 0.0
         self.itl = []
 
@@ -89,6 +90,8 @@ class Client:
                 if chunk.get("usage"):
                     r.prompt_tokens = chunk["usage"]["prompt_tokens"]
                     r.output_tokens = chunk["usage"]["completion_tokens"]
+                    details = chunk["usage"].get("prompt_tokens_details") or {}
+                    r.cached_tokens = details.get("cached_tokens") or 0
                 for choice in chunk.get("choices") or []:
                     if choice.get("finish_reason"):
                         finish = choice["finish_reason"]
@@ -116,6 +119,9 @@ class Client:
 
 
 def make_prompts(args, n, seed):
+    # --shared-prefix: the first ids of every prompt are one sequence (a system prompt every request repeats), the
+    # same in every setting; the rest of each prompt is its own.
+    shared = [random.Random(args.seed + 7).randrange(args.token_min, args.token_max) for _ in range(args.shared_prefix)]
     rng = random.Random(seed)
     out = []
     for _ in range(n):
@@ -123,7 +129,7 @@ def make_prompts(args, n, seed):
         hi = max(lo, int(args.input_len * (1 + args.range_ratio)))
         olo = max(1, int(args.output_len * (1 - args.range_ratio)))
         ohi = max(olo, int(args.output_len * (1 + args.range_ratio)))
-        ids = [rng.randrange(args.token_min, args.token_max) for _ in range(rng.randint(lo, hi))]
+        ids = shared + [rng.randrange(args.token_min, args.token_max) for _ in range(rng.randint(lo, hi))]
         out.append((ids, rng.randint(olo, ohi)))
     return out
 
@@ -221,6 +227,7 @@ def summarize(setting, results, elapsed):
         "itl_ms_mean": 1e3 * statistics.fmean(itl) if itl else float("nan"),
         "itl_ms_p50": 1e3 * percentile(itl, 50), "itl_ms_p99": 1e3 * percentile(itl, 99),
         "tpot_ms_p50": 1e3 * percentile(tpot, 50),
+        "cached_prompt_share": sum(r.cached_tokens for r in ok) / max(1, sum(r.prompt_tokens for r in ok)),
         "errors": sorted({r.error for r in results if not r.ok})[:5],
     }
 
@@ -256,7 +263,9 @@ def main():
     ap.add_argument("--max-concurrency", type=int, default=0, help="with --request-rate: most requests in flight")
     ap.add_argument("--num-prompts", type=int, default=0,
                     help="requests per setting (default: 4 x the concurrency, at least 16; 100 with --request-rate)")
-    ap.add_argument("--input-len", type=int, default=128, help="prompt tokens")
+    ap.add_argument("--input-len", type=int, default=128, help="prompt tokens (after the shared prefix)")
+    ap.add_argument("--shared-prefix", type=int, default=0,
+                    help="ids every prompt starts with (a shared system prompt, for the server's prefix cache)")
     ap.add_argument("--output-len", type=int, default=128, help="generated tokens (ignore_eos)")
     ap.add_argument("--range-ratio", type=float, default=0.0,
                     help="lengths drawn uniformly from [len*(1-r), len*(1+r)] (0: exact)")
@@ -268,8 +277,8 @@ def main():
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
     ap.add_argument("--json", default="", help="also write every setting's numbers here")
     args = ap.parse_args()
-    if args.input_len < 1 or args.output_len < 1 or not 0 <= args.range_ratio < 1:
-        ap.error("--input-len and --output-len must be >= 1, --range-ratio in [0, 1)")
+    if args.input_len < 1 or args.output_len < 1 or not 0 <= args.range_ratio < 1 or args.shared_prefix < 0:
+        ap.error("--input-len and --output-len must be >= 1, --range-ratio in [0, 1), --shared-prefix >= 0")
 
     client = Client(args)
     if not args.model:
@@ -279,7 +288,8 @@ def main():
     else:
         settings = [("concurrency", c) for c in parse_list(args.concurrency or "1,8,64", int)]
     print(f"bench_serve: {args.url} model {args.model}: input {args.input_len}, output {args.output_len} tokens"
-          f"{f' (+-{args.range_ratio:.0%})' if args.range_ratio else ''}", flush=True)
+          f"{f' (+-{args.range_ratio:.0%})' if args.range_ratio else ''}"
+          f"{f', after a shared prefix of {args.shared_prefix}' if args.shared_prefix else ''}", flush=True)
 
     for ids, max_tokens in make_prompts(args, args.warmup, args.seed + 999):
         r = client.run(request_body(args, ids, max_tokens), max_tokens)
@@ -304,7 +314,8 @@ def main():
         print(f"{setting}: {s['requests']} requests ({s['fail']} failed) in {elapsed:.1f} s: "
               f"{s['request_throughput']:.2f} req/s, {s['output_throughput']:.1f} output tok/s, "
               f"TTFT p50 {s['ttft_ms_p50']:.1f} p99 {s['ttft_ms_p99']:.1f} ms, "
-              f"ITL p50 {s['itl_ms_p50']:.2f} p99 {s['itl_ms_p99']:.2f} ms", flush=True)
+              f"ITL p50 {s['itl_ms_p50']:.2f} p99 {s['itl_ms_p99']:.2f} ms, "
+              f"{s['cached_prompt_share']:.0%} of prompt tokens from the prefix cache", flush=True)
         for e in s["errors"]:
             print(f"  failed: {e}", flush=True)
 

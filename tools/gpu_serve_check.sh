@@ -6,7 +6,8 @@
 # prompts of INPUT_LEN ids and ignore_eos, OUTPUT_LEN tokens each, sampled at TEMPERATURE, default 0), stops the
 # server with SIGTERM, then times the same batch sizes with `dsv4 bench`. GPUS (e.g. 0,1) runs both over those GPUs,
 # one rank each (expert parallel), instead of on one, with ATTENTION (data-parallel, serve's default, or replicated)
-# for both.
+# for both. SHARED_PREFIX (default 0) ids start every prompt, and PREFIX_CACHE (default 0: off) sets serve's
+# --prefix-cache, so a shared system prompt shows the prefix cache at work (the share of prompt tokens it served).
 # Logs to $OUT when set; the tables last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +34,7 @@ echo "synth: $((SECONDS - start)) s ($(du -sh "$model" | cut -f1))"
 
 start=$SECONDS
 "$dsv4" serve -m "$model" "${where[@]}" --port 0 --max-running "$max_running" --max-context 4096 \
-    --prefix-cache 0 2>"$out/serve.log" &
+    --prefix-cache "${PREFIX_CACHE:-0}" 2>"$out/serve.log" &
 server=$!
 port=""
 for _ in $(seq 600); do
@@ -45,9 +46,11 @@ done
 echo "serve ready: $((SECONDS - start)) s (load included)"
 grep -E "memory plan|loaded|load" "$out/serve.log" | head -6
 python3 tools/bench_serve.py --url "http://127.0.0.1:$port" --concurrency "$concurrency" --input-len "$input_len" \
-    --output-len "$output_len" --temperature "${TEMPERATURE:-0}" 2>&1 | tee "$out/bench_serve.log"
+    --output-len "$output_len" --temperature "${TEMPERATURE:-0}" --shared-prefix "${SHARED_PREFIX:-0}" 2>&1 |
+    tee "$out/bench_serve.log"
 serve_rc=${PIPESTATUS[0]}
 fetch "http://127.0.0.1:$port/metrics" >"$out/metrics.txt"
+grep -E "^dsv4_(prefix_cache|prompt_tokens|sequences_in_use)" "$out/metrics.txt"
 kill -TERM $server
 wait $server
 stop_rc=$?
