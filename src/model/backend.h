@@ -76,11 +76,11 @@ class Backend {
     virtual PoolUsage pool_usage() const { return {}; }
 
     // Where a sequence's state lives, for a backend that spreads sequences over devices (CudaModel under
-    // data-parallel attention: the GPU rank that owns it), else 0. A copy_sequence lives where its source does, so
-    // the prefix cache continues a request only from entries where new_sequence() would put it now
-    // (next_placement()), as a data-parallel deployment keeps a cache per device.
+    // data-parallel attention: the GPU rank that owns it), else 0; and how many sequences each device holds (empty:
+    // one device). A copy_sequence lives where its source does, so the prefix cache weighs where a copy would run
+    // (runtime/prefix_cache.h).
     virtual int placement(const SequenceState& /*state*/) const { return 0; }
-    virtual int next_placement() const { return 0; }
+    virtual std::vector<int64_t> sequences_per_placement() const { return {}; }
 
     // Optional: receives named intermediate activations (attn_in, attn.q, ..., ffn.router_margin) for debugging
     // and golden diffs. A GPU backend downloads them only while an observer is set.

@@ -10,12 +10,21 @@ namespace dsv4 {
 
 std::optional<PrefixCache::Hit> PrefixCache::find(const Backend& backend, std::span<const int32_t> prompt) {
     if (!enabled()) return std::nullopt;
-    const int here = backend.next_placement();
+    // The sequences each device runs: those it holds less this cache's entries there.
+    std::vector<int64_t> running = backend.sequences_per_placement();
+    for (const Entry& e : entries_) {
+        const int at = backend.placement(e.state);
+        if (at >= 0 && size_t(at) < running.size()) --running[size_t(at)];
+    }
+    const int64_t fewest = running.empty() ? 0 : *std::min_element(running.begin(), running.end());
+    auto least_busy = [&](const SequenceState& state) {
+        const int at = backend.placement(state);
+        return running.empty() || (at >= 0 && size_t(at) < running.size() && running[size_t(at)] == fewest);
+    };
     auto best = entries_.end();
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
         const size_t n = it->ids.size();
-        const bool usable = (n < prompt.size() || (n == prompt.size() && !it->logits.empty())) &&
-                            backend.placement(it->state) == here;
+        const bool usable = (n < prompt.size() || (n == prompt.size() && !it->logits.empty())) && least_busy(it->state);
         if (!usable || n == 0 || !std::equal(it->ids.begin(), it->ids.end(), prompt.begin())) continue;
         if (best == entries_.end() || n > best->ids.size()) best = it;
     }

@@ -27,9 +27,11 @@ class PrefixCache {
         std::vector<float> logits;   // [vocab] after its last id when tokens == the prompt's length, else empty
     };
 
-    // The longest entry whose ids are a prefix of `prompt`, copied, among the entries placed where a new sequence
-    // would go now (Backend::next_placement; a copy stays where its source is, so a device that holds the entry does
-    // not draw every request that shares it: each device builds its own). An entry covering the whole prompt is used
+    // The longest entry whose ids are a prefix of `prompt`, copied. Over several devices (Backend::
+    // sequences_per_placement) a copy runs where its entry is, so only entries on the devices running the fewest
+    // sequences (those held less this cache's entries) are used: a device that holds a shared system prompt does
+    // not draw every request that shares it while the others idle, and each device builds its own copy of it from
+    // the requests that a miss sends there (the least loaded). An entry covering the whole prompt is used
     // only if it kept the logits of its last id (else the prompt's last id must still be fed: an entry one shorter
     // or less is looked for). nullopt when none, or when the copy does not fit the backend (then the least recently
     // used entries are evicted and the copy retried once per eviction, as long as entries are left).

@@ -40,19 +40,23 @@ std::unique_ptr<CudaModel> model(const std::shared_ptr<const Checkpoint>& checkp
 }
 
 // Data-parallel attention: a new sequence goes to the rank holding the fewest (the lowest on a tie), a prefix copy
-// to its source's rank, and every rank answers alike (the prefix cache asks the leader's).
+// to its source's rank, and every rank counts every rank's sequences alike (the prefix cache asks the leader's).
 void expect_placements_follow_the_load(CudaModel& gpu, int ranks, int rank) {
+    const std::string who = "rank " + std::to_string(rank);
     std::vector<SequenceState> held;
     for (int i = 0; i < 2 * ranks; ++i) {
-        EXPECT_EQ(gpu.next_placement(), i % ranks) << "rank " << rank << ", sequence " << i;
         held.push_back(gpu.new_sequence());
-        EXPECT_EQ(gpu.placement(held.back()), i % ranks) << "rank " << rank << ", sequence " << i;
+        EXPECT_EQ(gpu.placement(held.back()), i % ranks) << who << ", sequence " << i;
     }
+    EXPECT_EQ(gpu.sequences_per_placement(), std::vector<int64_t>(size_t(ranks), 2)) << who;
     const SequenceState copy = gpu.copy_sequence(held[1]);
-    EXPECT_EQ(gpu.placement(copy), 1 % ranks) << "rank " << rank << ": a copy stays with its source";
-    EXPECT_EQ(gpu.next_placement(), 0) << "rank " << rank;
+    EXPECT_EQ(gpu.placement(copy), 1) << who << ": a copy stays with its source";
     for (int i = 2 * ranks - 1; i >= 0; i -= ranks) held.erase(held.begin() + i);  // the last rank's two
-    EXPECT_EQ(gpu.next_placement(), ranks - 1) << "rank " << rank << ": the last rank now holds none";
+    std::vector<int64_t> want(size_t(ranks), 2);
+    want[1] += 1, want[size_t(ranks - 1)] -= 2;
+    EXPECT_EQ(gpu.sequences_per_placement(), want) << who;
+    held.push_back(gpu.new_sequence());
+    EXPECT_EQ(gpu.placement(held.back()), ranks - 1) << who << ": the rank holding the fewest";
 }
 
 class EveryGpu : public ::testing::TestWithParam<std::string> {

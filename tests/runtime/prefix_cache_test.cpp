@@ -25,7 +25,7 @@ class PlacedStates final : public Backend {
     Numerics numerics() const override { return Numerics::kModel; }
     SequenceState new_sequence() const override {
         SequenceState s;
-        s.device = std::make_unique<Placed>(next);
+        s.device = std::make_unique<Placed>(0);
         return s;
     }
     SequenceState copy_sequence(const SequenceState& state) const override {
@@ -42,7 +42,7 @@ class PlacedStates final : public Backend {
     }
     void set_observer(ActivationObserver) override {}
     int placement(const SequenceState& state) const override { return static_cast<const Placed&>(*state.device).at; }
-    int next_placement() const override { return next; }
+    std::vector<int64_t> sequences_per_placement() const override { return held; }
 
     SequenceState state_at(int at, int64_t position) const {
         SequenceState s;
@@ -51,7 +51,7 @@ class PlacedStates final : public Backend {
         return s;
     }
 
-    int next = 0;  // where a new sequence goes
+    std::vector<int64_t> held;  // sequences each device holds (the cache's entries included); empty: one device
     mutable int copies = 0;
 
   private:
@@ -87,24 +87,30 @@ TEST(PrefixCache, TheLongestUsablePrefixWins) {
     EXPECT_FALSE(cache.find(backend, ids(3, 50)));
 }
 
-// A shared prompt cached on device 0 does not draw a request that a new sequence would put on device 1: that
-// request computes its prompt there (and its own entries then serve device 1).
-TEST(PrefixCache, OnlyEntriesWhereANewSequenceWouldGo) {
+// Over two devices an entry is used only where the fewest sequences run (held, less the cache's own entries):
+// a shared prompt cached on device 0 does not draw a request while device 0 runs more than device 1 (that request
+// computes its prompt on device 1, and its entries then serve device 1), but an idle device's entries serve.
+TEST(PrefixCache, OnlyEntriesOnTheDevicesRunningTheFewest) {
     PlacedStates backend;
     PrefixCache cache(8);
     cache.insert(ids(256), backend.state_at(0, 256), {});
-    backend.next = 1;
-    EXPECT_FALSE(cache.find(backend, ids(300)));
-    EXPECT_EQ(backend.copies, 0);
-    cache.insert(ids(128), backend.state_at(1, 128), {});
+    backend.held = {1, 0};  // the entry alone: nothing runs anywhere
     auto hit = cache.find(backend, ids(300));
+    ASSERT_TRUE(hit) << "an entry is not a running sequence";
+    EXPECT_EQ(hit->tokens, 256);
+    backend.held = {1 + 3, 2};
+    EXPECT_FALSE(cache.find(backend, ids(300))) << "device 0 runs 3, device 1 runs 2";
+    EXPECT_EQ(backend.copies, 1);
+    cache.insert(ids(128), backend.state_at(1, 128), {});
+    backend.held = {1 + 3, 1 + 2};
+    hit = cache.find(backend, ids(300));
     ASSERT_TRUE(hit);
     EXPECT_EQ(hit->tokens, 128) << "the shorter entry on device 1, not the longer one on device 0";
     EXPECT_EQ(backend.placement(hit->state), 1);
-    backend.next = 0;
+    backend.held = {1 + 2, 1 + 2};
     hit = cache.find(backend, ids(300));
     ASSERT_TRUE(hit);
-    EXPECT_EQ(hit->tokens, 256);
+    EXPECT_EQ(hit->tokens, 256) << "both run 2: the longest entry";
     EXPECT_EQ(backend.placement(hit->state), 0);
 }
 

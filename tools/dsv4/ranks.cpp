@@ -86,7 +86,7 @@ class RankLeader final : public Backend {
     }
     PoolUsage pool_usage() const override { return leader_->pool_usage(); }
     int placement(const SequenceState& s) const override { return leader_->placement(s); }
-    int next_placement() const override { return leader_->next_placement(); }
+    std::vector<int64_t> sequences_per_placement() const override { return leader_->sequences_per_placement(); }
     void set_observer(ActivationObserver observer) override { leader_->set_observer(std::move(observer)); }
     parallel::LeaderBackend& leader() { return *leader_; }
 

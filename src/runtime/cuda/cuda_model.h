@@ -111,9 +111,9 @@ class CudaModel final : public Backend {
     // model's stream, ordered before any later forward).
     SequenceState copy_sequence(const SequenceState& state) const override;
     PoolUsage pool_usage() const override;
-    // Under data-parallel attention: the rank that owns the sequence, and the one a new sequence would go to.
+    // Under data-parallel attention: the rank that owns the sequence, and the sequences each rank holds.
     int placement(const SequenceState& state) const override;
-    int next_placement() const override;
+    std::vector<int64_t> sequences_per_placement() const override;
     std::vector<float> forward(SequenceState& state, std::span<const int32_t> ids, bool all_logits) override;
     // The items' tokens packed into shared pieces; a step of one token per sequence is one piece replayed from the
     // decode graph of its batch size. Not thread-safe: one caller at a time (one stream, one workspace).

@@ -98,8 +98,11 @@ int CudaModel::placement(const SequenceState& state) const {
     return seq->rank;
 }
 
-int CudaModel::next_placement() const {
-    return impl_->pools->least_loaded();
+std::vector<int64_t> CudaModel::sequences_per_placement() const {
+    if (!impl_->data_parallel()) return {};
+    std::vector<int64_t> held;
+    for (int r = 0; r < impl_->pools->ranks(); ++r) held.push_back(impl_->pools->pool(r)->slots_in_use());
+    return held;
 }
 
 SequenceState CudaModel::copy_sequence(const SequenceState& state) const {

@@ -24,7 +24,7 @@ using ControlHandler = std::function<void(Backend& local, const std::string& nam
 
 // Rank 0's Backend. Sent, then made locally: new_sequence, copy_sequence, the release of a sequence (when the
 // SequenceState it handed out is destroyed), forward, forward_batch, forward_block, control. Local only: config,
-// numerics, pool_usage, placement, next_placement, and set_observer (observers are a debugging aid: the leader's activations are what one
+// numerics, pool_usage, placement, sequences_per_placement, and set_observer (observers are a debugging aid: the leader's activations are what one
 // wants to see, and followers have no way to return theirs).
 // The SequenceStates it hands out hold only the position and the sequence's id (state.device); the local backend's
 // own state for that id is kept inside it, its position kept equal to the caller's both ways.
@@ -50,7 +50,7 @@ class LeaderBackend final : public Backend {
     PoolUsage pool_usage() const override { return local_->pool_usage(); }
     // Every rank decides placements alike (slot_pools.h), so the leader's own answer stands for all.
     int placement(const SequenceState& state) const override { return local_->placement(local_state(state)); }
-    int next_placement() const override { return local_->next_placement(); }
+    std::vector<int64_t> sequences_per_placement() const override { return local_->sequences_per_placement(); }
     void set_observer(ActivationObserver observer) override { local_->set_observer(std::move(observer)); }
 
     // Runs on_control(local, name, value) on every rank.

@@ -104,7 +104,7 @@ class WatchedBackend final : public Backend {
     }
     PoolUsage pool_usage() const override { return inner_->pool_usage(); }
     int placement(const SequenceState& state) const override { return inner_->placement(state); }
-    int next_placement() const override { return inner_->next_placement(); }
+    std::vector<int64_t> sequences_per_placement() const override { return inner_->sequences_per_placement(); }
     void set_observer(ActivationObserver observer) override { inner_->set_observer(std::move(observer)); }
 
     Backend& inner() { return *inner_; }
