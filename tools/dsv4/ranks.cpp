@@ -187,7 +187,8 @@ std::unique_ptr<Backend> model_on_ranks(const parallel::RankInfo& rank, const pa
     });
     const AttentionLayout attention =
         options.attention == "data-parallel" ? AttentionLayout::kDataParallel : AttentionLayout::kReplicated;
-    std::unique_ptr<Backend> local = make(ExpertParallel{rank.rank, rank.world, nccl, attention});
+    // Only rank 0's logits are read (it answers every call): the others copy none to the host.
+    std::unique_ptr<Backend> local = make(ExpertParallel{rank.rank, rank.world, nccl, attention, rank.leader()});
     if (options.step_timeout_s > 0)  // a stuck GPU or peer would otherwise hold every rank in a collective forever
         local = std::make_unique<parallel::WatchedBackend>(
             std::move(local), options.step_timeout_s, [r = rank.rank](const std::string& call, double seconds) {

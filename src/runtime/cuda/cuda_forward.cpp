@@ -43,7 +43,8 @@ void CudaModel::forward_batch_into(std::span<const BatchItem> items, std::vector
     if (logits.size() < items.size()) logits.resize(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
         logits[i].clear();  // keeps its capacity: the pages of the last step's logits
-        logits[i].reserve(size_t((items[i].all_logits ? items[i].ids.size() : 1) * V));
+        if (m.options.expert_parallel.host_logits)
+            logits[i].reserve(size_t((items[i].all_logits ? items[i].ids.size() : 1) * V));
     }
 
     // Pack the items' tokens into pieces of at most `chunk` rows, in item order; an item that does not fit the rest
@@ -263,6 +264,12 @@ void CudaModel::Impl::run_piece(std::span<const PieceSequence> in) {
     }
     if (piece.all_logit_rows == 0) {
         stages.finish();
+        return;
+    }
+    if (!options.expert_parallel.host_logits) {  // a follower: the step ends when its device work does
+        stages.finish();
+        DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
+        meta_in_flight = false;
         return;
     }
     // The logits [logit_rows, V] through pinned memory reused from step to step: the copy runs at the link's rate

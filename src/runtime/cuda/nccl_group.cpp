@@ -57,18 +57,21 @@ void NcclGroup::gather_rows(std::span<const Rows> buffers, std::span<const int64
     DSV4_CHECK(int(rank_rows.size()) == ranks_, "gather_rows: {} row counts for {} ranks", rank_rows.size(), ranks_);
     check(ncclGroupStart(), "ncclGroupStart");
     int64_t first = 0;
-    for (int r = 0; r < ranks_; ++r) {
+    ncclResult_t queued = ncclSuccess;  // the first failure; the group is closed before it is reported
+    for (int r = 0; r < ranks_ && queued == ncclSuccess; ++r) {
         const int64_t rows = rank_rows[size_t(r)];
         for (const Rows& b : buffers) {
             if (rows == 0) break;  // every rank skips the same roots
             auto* at = static_cast<uint8_t*>(b.all) + first * b.row_bytes;
             const void* send = r == rank_ ? b.local : at;
-            check(ncclBroadcast(send, at, size_t(rows * b.row_bytes), ncclUint8, r, comm_->comm, stream),
-                  "ncclBroadcast");
+            queued = ncclBroadcast(send, at, size_t(rows * b.row_bytes), ncclUint8, r, comm_->comm, stream);
+            if (queued != ncclSuccess) break;
         }
         first += rows;
     }
-    check(ncclGroupEnd(), "ncclGroupEnd");
+    const ncclResult_t ended = ncclGroupEnd();
+    check(queued, "ncclBroadcast");
+    check(ended, "ncclGroupEnd");
 }
 
 void NcclGroup::abort() {
