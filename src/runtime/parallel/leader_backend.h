@@ -24,8 +24,8 @@ using ControlHandler = std::function<void(Backend& local, const std::string& nam
 
 // Rank 0's Backend. Sent, then made locally: new_sequence, copy_sequence, the release of a sequence (when the
 // SequenceState it handed out is destroyed), forward, forward_batch, forward_block, control. Local only: config,
-// numerics, pool_usage, placement, sequences_per_placement, and set_observer (observers are a debugging aid: the leader's activations are what one
-// wants to see, and followers have no way to return theirs).
+// numerics, pool_usage, placement, sequences_per_placement, and set_observer (observers are a debugging aid: the
+// leader's activations are what one wants to see, and followers have no way to return theirs).
 // The SequenceStates it hands out hold only the position and the sequence's id (state.device); the local backend's
 // own state for that id is kept inside it, its position kept equal to the caller's both ways.
 // An error of the local backend (a full context, a token outside the vocabulary) is thrown to the caller as usual;
