@@ -84,7 +84,9 @@ __host__ __device__ constexpr int threads() {
 }
 template <int kTokens>
 __host__ __device__ constexpr int min_blocks() {
-    return kTokens == 8 ? 3 : kTokens == 16 ? 2 : 1;  // 3 x 8 warps per SM where decode steps run
+    // 3 x 8 warps per SM where decode steps run (8-token passes; 16 at batches of ~200 and more, where 2 CTAs per SM
+    // left the schedulers idle 38 % of the time: docs/perf.md, "The routed experts' 16-token passes at 3 CTAs per SM")
+    return kTokens == 8 || kTokens == 16 ? 3 : 1;
 }
 
 __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
