@@ -3,7 +3,9 @@
 # tree of an older commit (dsv4 only), runs the GPU tests named by TESTS (a gtest filter; empty: none; parameterized
 # suites are named Fixtures/Suite.Test/param, so match them as '*Suite*'), then each
 # `dsv4 bench` argument list of BENCH_ARGS (separated by ';') on old and new alternately, REPEAT times, and prints
-# every run's summary lines last. Prepare the old tree on the CPU machine into an ignored folder the call carries:
+# every run's summary lines last. KERNELS (e.g. "mma"; empty: none) also runs `dsv4_bench_decode_kernels $KERNELS` on
+# old and new alternately, REPEAT times, before the benches (its output hashes show whether the bits changed).
+# Prepare the old tree on the CPU machine into an ignored folder the call carries:
 #   mkdir -p out && git archive <commit> | gzip > out/old.tar.gz
 # and carry ["out", ".embedded", ".httplib"]. Full logs go to $OUT.
 set -uo pipefail
@@ -16,10 +18,11 @@ cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV4_CUDA_ARCHS=90a -DDSV4_HTT
 old=/tmp/dsv4_old
 rm -rf "$old" && mkdir -p "$old" && tar -xzf out/old.tar.gz -C "$old" && cp -r .embedded "$old/" 2>/dev/null
 (cd "$old" && cmake -S . -B build-gpu "${cmake_args[@]}" >"$out/old_configure.log" 2>&1 &&
-    cmake --build build-gpu -j 6 --target dsv4 >"$out/old_build.log" 2>&1) &
+    cmake --build build-gpu -j 6 --target dsv4 ${KERNELS:+dsv4_bench_decode_kernels} >"$out/old_build.log" 2>&1) &
 old_pid=$!
 cmake -S . -B build-gpu "${cmake_args[@]}" >"$out/configure.log" 2>&1 &&
-    cmake --build build-gpu -j 10 --target dsv4 dsv4_gpu_tests >"$out/build.log" 2>&1 || {
+    cmake --build build-gpu -j 10 --target dsv4 dsv4_gpu_tests ${KERNELS:+dsv4_bench_decode_kernels} \
+        >"$out/build.log" 2>&1 || {
     tail -30 "$out/build.log"
     exit 1
 }
@@ -32,6 +35,19 @@ wait $old_pid || {
     tail -30 "$out/old_build.log"
     exit 1
 }
+if [ -n "${KERNELS:-}" ]; then
+    kernels_bin=$(find build-gpu -name dsv4_bench_decode_kernels -type f | head -1)
+    for ((r = 1; r <= ${REPEAT:-1}; ++r)); do
+        for side in old new; do
+            bin="$kernels_bin"
+            [ "$side" = old ] && bin="$old/$kernels_bin"
+            echo "== run $r, $side: dsv4_bench_decode_kernels $KERNELS"
+            # shellcheck disable=SC2086
+            $bin $KERNELS 2>&1 | tee "$out/kernels_${side}_${r}.txt" | grep -E "^[a-z0-9+/ ]+ +[0-9]|BITWISE|bitwise" |
+                head -"${LINES_PER_RUN:-40}"
+        done
+    done
+fi
 IFS=';' read -ra benches <<<"${BENCH_ARGS:-}"
 for ((r = 1; r <= ${REPEAT:-1}; ++r)); do
     for i in "${!benches[@]}"; do

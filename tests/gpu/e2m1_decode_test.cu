@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 
 #include "gpu_test_util.h"
 #include "kernels/cuda/common/device_buffer.h"
