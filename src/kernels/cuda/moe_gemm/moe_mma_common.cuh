@@ -107,9 +107,10 @@ __device__ __forceinline__ uint32_t e2m1_high_bytes_odd(uint32_t q) {
 }
 
 // The fragments from the words w_words loaded (split so a kernel can load a block's words ahead of its decode):
-// fragment i of a word is e2m1_pair_scaled(word, i), built as two byte permutes of its nibbles' high bytes, which
-// takes ~11 instructions a word instead of ~16 (the same values, checked against e2m1_pair_scaled for every 32-bit
-// word; the kernels' bitwise tests hold them to it).
+// fragment i of a word is e2m1_pair_scaled(word, i), built as a byte permute of its nibbles' high bytes (two words of
+// them per word: even and odd nibbles), ~11 instructions a word where the shifts and masks of e2m1_pair_scaled took
+// ~12-16 after the compiler's folding (docs/perf.md, "The e2m1 decode from byte permutes"). The same values for every
+// 32-bit word (tests/gpu/e2m1_decode_test.cu).
 __device__ __forceinline__ void w_decode(uint32_t qa, uint32_t qb, uint32_t (&w0)[4], uint32_t (&w1)[4]) {
     constexpr uint32_t kLowPair = 0x2404u, kHighPair = 0x3414u;  // [0, byte 0, 0, byte 2] / [0, byte 1, 0, byte 3]
     const uint32_t ea = e2m1_high_bytes_even(qa), oa = e2m1_high_bytes_odd(qa);
