@@ -2,10 +2,16 @@
 computed, counted in usage.prompt_tokens_details.cached_tokens and /metrics) with the same reply as a server without
 a prefix cache; a long shared system prompt is reused across users (snapshots every --prefix-snapshot tokens)."""
 
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import unittest
 
-
 import harness
+
+BENCH_SERVE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "bench_serve.py")
 
 SYSTEM = "You are a terse assistant who answers in one line. "
 LONG_SYSTEM = ("You are a helpful assistant for a library of old maps. Answer questions about the history of "
@@ -91,6 +97,26 @@ class PrefixCacheTest(unittest.TestCase):
         alone = self.fresh.completion({"prompt": longer, "max_tokens": 8, "temperature": 0, "ignore_eos": True})
         self.assertEqual(r["choices"][0]["text"], alone["choices"][0]["text"])
         self.assertEqual(first["usage"]["prompt_tokens"], len(base))
+
+    def test_bench_serve_shared_prefix(self):
+        # tools/bench_serve.py with a shared prefix: every request but the first continues from the prefix's snapshot
+        # (300 shared ids, snapshots every 256), and the tool reports the share of prompt tokens the cache served.
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "bench.json")
+            run = subprocess.run([sys.executable, BENCH_SERVE, "--url", self.cached.url, "--concurrency", "1,2",
+                                  "--num-prompts", "4", "--input-len", "8", "--output-len", "4",
+                                  "--shared-prefix", "300", "--warmup", "1", "--json", out],
+                                 capture_output=True, text=True, timeout=300)
+            self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+            with open(out) as f:
+                settings = json.load(f)["settings"]
+        self.assertEqual([s["setting"] for s in settings], ["conc 1", "conc 2"])
+        for s in settings:
+            self.assertEqual(s["fail"], 0, s["errors"])
+            # each prompt: 300 shared ids and 8 of its own; at least the 256-id snapshot comes from the cache
+            self.assertGreaterEqual(s["cached_prompt_share"], 256 / 308 - 1e-9, s)
+            self.assertLess(s["cached_prompt_share"], 1.0, s)
+        self.assertIn("of prompt tokens from the prefix cache", run.stdout)
 
 
 if __name__ == "__main__":
