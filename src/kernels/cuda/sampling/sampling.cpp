@@ -1,0 +1,15 @@
+// Host-side contract checks of sample_rows (sampling.h); the kernel is in sampling.cu.
+#include "kernels/cuda/sampling/sampling.h"
+
+#include "core/error.h"
+
+namespace dsv4::cuda {
+
+void sample_rows(const SampleParams& p, cudaStream_t stream) {
+    DSV4_CHECK(p.logits && p.draws && p.ids && p.weights && p.candidates, "sample_rows: null pointer");
+    DSV4_CHECK(p.rows >= 0 && p.vocab > 0 && p.vocab <= kMaxDrawVocab,
+               "sample_rows: bad shape rows {} vocab {}", p.rows, p.vocab);
+    if (p.rows) detail::launch_sample_rows(p, stream);
+}
+
+}  // namespace dsv4::cuda

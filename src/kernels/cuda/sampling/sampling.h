@@ -1,0 +1,42 @@
+// Next-token draws on the GPU, by the host sampler's definition (runtime/sampler.h, steps 1-5) for the draws that
+// need no order of the vocabulary: greedy (the first index of the row's maximum), and temperature with an optional
+// min-p, where the candidates' weights e^((l - max) / T) (exp_nonpositive's arithmetic, each operation rounded as the
+// host's) are summed in double in blocks of kSampleBlock candidates in ascending id order and the draw walks the
+// block sums with the row's uniform u, which the caller takes from the request's generator (one per non-greedy
+// draw, as the host sampler does). So a draw gives the host sampler's id for the same logits and generator. top-k
+// and top-p are not here (they need the vocabulary in order): such requests stay on the host.
+// Not yet used by the engine, and not yet run on a GPU: tests/gpu/sampling_test.cpp holds it to the host sampler.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dsv4::cuda {
+
+constexpr int64_t kDrawBlock = 1024;  // candidates per block of the sums: runtime/sampler.h's kSampleBlock
+constexpr int64_t kMaxDrawVocab = 1024 * kDrawBlock;  // a row's block sums fit one CTA's shared memory
+
+// One row's draw.
+struct RowDraw {
+    double u = 0.0;  // step 4's uniform in [0, 1); unused when greedy
+    float temperature = 1.0f;
+    float min_p = 0.0f;  // 0: every token a candidate
+    int32_t greedy = 1;
+};
+
+struct SampleParams {
+    const float* logits = nullptr;  // [rows, vocab] f32
+    const RowDraw* draws = nullptr;   // [rows] device
+    int32_t* ids = nullptr;           // [rows] out: the drawn id, or -1 where the row holds a NaN
+    float* weights = nullptr;         // [rows, vocab] scratch
+    int32_t* candidates = nullptr;    // [rows, vocab] scratch (the candidates' ids under min-p)
+    int64_t rows = 0, vocab = 0;
+};
+void sample_rows(const SampleParams& p, cudaStream_t stream);
+
+namespace detail {
+void launch_sample_rows(const SampleParams& p, cudaStream_t stream);  // unchecked (sampling.cu)
+}
+
+}  // namespace dsv4::cuda
