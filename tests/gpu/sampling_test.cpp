@@ -63,7 +63,9 @@ void expect_same_draws(int64_t vocab, const std::vector<Row>& rows) {
     const cuda::DeviceBuffer<float> d_logits = gpu_test::to_device(logits);
     const cuda::DeviceBuffer<cuda::RowDraw> d_draws = gpu_test::to_device(draws);
     cuda::DeviceBuffer<float> weights(logits.size());
-    cuda::DeviceBuffer<int32_t> candidates(logits.size()), ids(static_cast<size_t>(n));
+    cuda::DeviceBuffer<int32_t> candidates(logits.size());
+    // Poisoned with 0x7F7F7F7F, neither an id nor the NaN rows' -1: a row the kernel never writes fails.
+    cuda::DeviceBuffer<int32_t> ids = gpu_test::poisoned<int32_t>(static_cast<size_t>(n), 0x7F);
     cuda::SampleParams p;
     p.logits = d_logits.get();
     p.draws = d_draws.get();

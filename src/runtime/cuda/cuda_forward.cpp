@@ -252,7 +252,7 @@ void CudaModel::Impl::run_piece(std::span<const PieceSequence> in) {
         // between the stages.
         std::pair<std::vector<int64_t>, bool> key{piece.rank_tokens, stages.on()};
         if (!decode_graphs.count(key)) {
-            evict_decode_graphs(size_t(std::max<int64_t>(options.max_decode_graphs, 1) - 1));
+            evict_decode_graphs(size_t(options.max_decode_graphs - 1));
             capture_decode_graph(piece.rank_tokens);
         }
         DecodeGraph& graph = decode_graphs.at(key);

@@ -217,6 +217,8 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
                "CudaOptions: max_sequences {} must be positive, and max_chunk_tokens {}, max_context {}, pool_positions "
                "{} positive or 0 (chosen by dsv4)",
                options.max_sequences, options.max_chunk_tokens, options.max_context, options.pool_positions);
+    DSV4_CHECK(options.max_decode_graphs >= 1, "CudaOptions: max_decode_graphs {} must be at least 1",
+               options.max_decode_graphs);
     if (options.max_context == 0) options.max_context = std::min<int64_t>(config.max_position_embeddings, 16384);
     m.config = config;
     m.host = std::move(weights);
