@@ -2,13 +2,13 @@
 // per-token path) over token counts, moe_gemm (compact grid vs the former strided grid) for the routed w1/w3/w2 at
 // one token with the plain (tile 1) and hash-layer (tile 8) slot bounds, moe_combine, and the small bf16
 // dense_linear calls at one token (staged kernel; bits checked against the tiled fallback), sparse attention (one
-// cluster per token vs three kernels) at decode token counts. Each case is captured as
+// cluster per token vs three kernels) at decode token counts, the GPU draws (sample_rows) at V4's vocabulary. Each case is captured as
 // a CUDA graph of 20 launches and replayed (median of 7 replays, per launch), so the times are kernel time, not
 // launch cost; weights rotate over copies larger than L2 (8 routings of 6 experts for moe_gemm, 64 mixer copies),
 // as in a decode step, where other layers' weights evict them. Correctness: the two versions' outputs compared
 // bitwise for every rotation; the tensor-core routed experts at batches 1-256 (mma) print a hash of their outputs
 // instead, to compare builds; at prefill sizes (prefill) the warp-MMA and warpgroup kernels side by side, bitwise.
-// Usage: dsv4_bench_decode_kernels [hc|moe|mma|prefill|combine|dense|attn]   (default: all; numbers recorded in
+// Usage: dsv4_bench_decode_kernels [hc|moe|mma|prefill|draw|combine|dense|attn]   (default: all; numbers recorded in
 // docs/perf.md)
 #include <cuda_bf16.h>
 
@@ -27,6 +27,7 @@
 #include "kernels/cuda/moe_expert/moe_expert.h"
 #include "kernels/cuda/moe_gemm/moe_gemm.h"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
+#include "kernels/cuda/sampling/sampling.h"
 #include "kernels/cuda/smoke/device_info.h"
 #include "kernels/cuda/sparse_attention/sparse_attention.h"
 
@@ -510,6 +511,42 @@ void bench_dense(int64_t n) {
                 double(w_bytes) / (us * 1e-6) / 1e9, verdict(same_bits(y, y_ref)));
 }
 
+// sample_rows at V4's vocabulary: `rows` draws from model-like logits (N(0, 2.5) and a few far above). The kernel
+// overwrites its rows with the weights, so each timed launch gets a fresh copy (made before its start event); one
+// launch per timing, median of 9.
+void bench_draw(int64_t rows, const char* mode) {
+    constexpr int64_t V = 129280;
+    const size_t n = size_t(rows * V);
+    DeviceBuffer<float> pristine(n), logits(n);
+    fill_f32<<<1024, 256>>>(pristine.get(), n, 7u, 5.0f);  // ~N(0, 2.9)
+    std::vector<RowDraw> host(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+        RowDraw& d = host[size_t(r)];
+        d.greedy = std::strcmp(mode, "greedy") == 0;
+        d.temperature = 1.0f;
+        d.min_p = std::strcmp(mode, "min_p 0.05") == 0 ? 0.05f : 0.0f;
+        d.u = double(r + 1) / double(rows + 2);
+        d.logits_row = int32_t(r);
+    }
+    DeviceBuffer<RowDraw> draws(host.size());
+    draws.upload(host.data(), host.size());
+    DeviceBuffer<int32_t> ids(static_cast<size_t>(rows)), candidates(n);
+    Stream stream;
+    std::vector<double> us;
+    for (int i = 0; i < 10; ++i) {
+        DSV4_CUDA_CHECK(cudaMemcpyAsync(logits.get(), pristine.get(), n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                        stream.get()));
+        Event start, stop;
+        start.record(stream.get());
+        sample_rows({logits.get(), draws.get(), ids.get(), candidates.get(), rows, V}, stream.get());
+        stop.record(stream.get());
+        stream.synchronize();
+        if (i > 0) us.push_back(double(stop.elapsed_since(start)) * 1e3);
+    }
+    std::sort(us.begin(), us.end());
+    std::printf("%-6s %6lld %-12s %10.1f\n", "draw", (long long)rows, mode, us[us.size() / 2]);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -547,6 +584,11 @@ int main(int argc, char** argv) {
         std::printf("\n%-8s %6s %8s %8s %10s %9s %9s   %s\n", "routed", "tokens", "experts", "max", "us", "GB/s",
                     "TFLOP/s", "hash of routing 0's outputs, kernel");
         for (int64_t tokens : {2048, 8192}) bench_moe_mma(tokens, true);
+    }
+    if (run("draw")) {
+        std::printf("\n%-6s %6s %-12s %10s\n", "draw", "rows", "mode", "us");
+        for (int64_t rows : {1, 64, 256})
+            for (const char* mode : {"greedy", "T 1", "min_p 0.05"}) bench_draw(rows, mode);
     }
     if (run("combine")) {
         std::printf("\n");

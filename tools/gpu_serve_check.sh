@@ -32,29 +32,46 @@ start=$SECONDS
 [ -f "$model/config.json" ] || "$dsv4" synth -o "$model" --preset flash --layers "$layers" -q || exit 1
 echo "synth: $((SECONDS - start)) s ($(du -sh "$model" | cut -f1))"
 
-start=$SECONDS
-"$dsv4" serve -m "$model" "${where[@]}" --port 0 --max-running "$max_running" --max-context 4096 \
-    --prefix-cache "${PREFIX_CACHE:-0}" 2>"$out/serve.log" &
-server=$!
-port=""
-for _ in $(seq 600); do
-    port=$(grep -o 'listening on http://[^ ]*' "$out/serve.log" | sed 's/.*://')
-    [ -n "$port" ] && fetch "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-    kill -0 $server 2>/dev/null || { cat "$out/serve.log"; exit 1; }
-    sleep 0.5
+# One server per SERVE_VARIANTS entry (';'-separated extra serve flags, e.g. ";--host-sampling": the default, then
+# with every draw on the host), then one `dsv4 bench` per BENCH_VARIANTS entry (e.g. ";--draw").
+serve_rc=0 stop_rc=0
+IFS=';' read -ra serve_variants <<<"${SERVE_VARIANTS:-}"
+[ ${#serve_variants[@]} -eq 0 ] && serve_variants=("")
+for v in "${!serve_variants[@]}"; do
+    flags="${serve_variants[$v]}"
+    start=$SECONDS
+    # shellcheck disable=SC2086
+    "$dsv4" serve -m "$model" "${where[@]}" --port 0 --max-running "$max_running" --step-tokens $((max_running + 256)) --max-context 4096 \
+        --prefix-cache "${PREFIX_CACHE:-0}" $flags 2>"$out/serve_$v.log" &
+    server=$!
+    port=""
+    for _ in $(seq 600); do
+        port=$(grep -o 'listening on http://[^ ]*' "$out/serve_$v.log" | sed 's/.*://')
+        [ -n "$port" ] && fetch "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+        kill -0 $server 2>/dev/null || { cat "$out/serve_$v.log"; exit 1; }
+        sleep 0.5
+    done
+    echo "== serve ${flags:-(default flags)}: ready in $((SECONDS - start)) s (load included)"
+    grep -E "memory plan|loaded|load" "$out/serve_$v.log" | head -6
+    python3 tools/bench_serve.py --url "http://127.0.0.1:$port" --concurrency "$concurrency" --input-len "$input_len" \
+        --output-len "$output_len" --temperature "${TEMPERATURE:-0}" --shared-prefix "${SHARED_PREFIX:-0}" 2>&1 |
+        tee "$out/bench_serve_$v.log"
+    serve_rc=$((serve_rc | PIPESTATUS[0]))
+    fetch "http://127.0.0.1:$port/metrics" >"$out/metrics_$v.txt"
+    grep -E "^dsv4_(prefix_cache|prompt_tokens|sequences_in_use)" "$out/metrics_$v.txt"
+    kill -TERM $server
+    wait $server
+    rc=$?
+    echo "server exit status after SIGTERM: $rc"
+    stop_rc=$((stop_rc | rc))
 done
-echo "serve ready: $((SECONDS - start)) s (load included)"
-grep -E "memory plan|loaded|load" "$out/serve.log" | head -6
-python3 tools/bench_serve.py --url "http://127.0.0.1:$port" --concurrency "$concurrency" --input-len "$input_len" \
-    --output-len "$output_len" --temperature "${TEMPERATURE:-0}" --shared-prefix "${SHARED_PREFIX:-0}" 2>&1 |
-    tee "$out/bench_serve.log"
-serve_rc=${PIPESTATUS[0]}
-fetch "http://127.0.0.1:$port/metrics" >"$out/metrics.txt"
-grep -E "^dsv4_(prefix_cache|prompt_tokens|sequences_in_use)" "$out/metrics.txt"
-kill -TERM $server
-wait $server
-stop_rc=$?
-echo "server exit status after SIGTERM: $stop_rc"
 
-"$dsv4" bench "${where[@]}" --layers "$layers" --batch "$concurrency" --batch-context "$input_len" 2>&1 | tee "$out/bench.log"
+IFS=';' read -ra bench_variants <<<"${BENCH_VARIANTS:-}"
+[ ${#bench_variants[@]} -eq 0 ] && bench_variants=("")
+for v in "${!bench_variants[@]}"; do
+    echo "== dsv4 bench ${bench_variants[$v]:-(default flags)}"
+    # shellcheck disable=SC2086
+    "$dsv4" bench "${where[@]}" --layers "$layers" --batch "$concurrency" --batch-context "$input_len" \
+        ${bench_variants[$v]} 2>&1 | tee "$out/bench_$v.log"
+done
 exit $((serve_rc | stop_rc))

@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "core/error.h"
 #include "model/model_config.h"
 #include "model/numerics.h"
 #include "model/observer.h"
@@ -14,11 +15,26 @@
 
 namespace dsv4 {
 
-// One sequence's share of a batched forward (Backend::forward_batch).
+// The next token drawn where the logits are computed (Backend::draws_tokens), by runtime/sampler.h's definition of
+// a draw without top-k and top-p: greedy, or temperature with an optional min-p, with step 4's uniform `u` taken by
+// the caller from the request's generator. So the id is the one the host Sampler gives for the same logits, and a
+// step of a large batch copies no logits to the host (V4 at batch 256: 132 MB).
+struct TokenDraw {
+    bool greedy = true;
+    float temperature = 1.0f;
+    float min_p = 0.0f;
+    double u = 0.0;
+    int32_t id = -1;  // out: the drawn id, or -1 where the logits held a NaN
+};
+
+// One sequence's share of a batched forward (Backend::forward_batch). With `draw` (a backend that draws_tokens(),
+// an item without all_logits), the next id is drawn from the item's last logits into draw->id and the item's
+// logits are not returned (an empty vector).
 struct BatchItem {
     SequenceState* state = nullptr;
     std::span<const int32_t> ids;
     bool all_logits = false;
+    TokenDraw* draw = nullptr;
 };
 
 class Backend {
@@ -44,10 +60,14 @@ class Backend {
     // would, bit for bit (batch invariance). A backend that batches (CudaModel: shared pieces, decode steps
     // replayed from CUDA graphs) overrides it; this one runs the items one after another.
     virtual std::vector<std::vector<float>> forward_batch(std::span<const BatchItem> items) {
+        check_no_draws(items);
         std::vector<std::vector<float>> logits;
         for (const BatchItem& item : items) logits.push_back(forward(*item.state, item.ids, item.all_logits));
         return logits;
     }
+
+    // Whether forward_batch draws the items that ask for it (BatchItem::draw): CudaModel does, on the GPU.
+    virtual bool draws_tokens() const { return false; }
 
     // forward_batch() into `logits`: item i's logits in logits[i] (its capacity reused), the vector grown to the
     // items if shorter and never shrunk (entries past the items keep their capacity for a later, larger step). A
@@ -85,6 +105,13 @@ class Backend {
     // Optional: receives named intermediate activations (attn_in, attn.q, ..., ffn.router_margin) for debugging
     // and golden diffs. A GPU backend downloads them only while an observer is set.
     virtual void set_observer(ActivationObserver observer) = 0;
+
+  protected:
+    // For a backend that does not draw tokens.
+    static void check_no_draws(std::span<const BatchItem> items) {
+        for (const BatchItem& item : items)
+            DSV4_CHECK(item.draw == nullptr, "this backend does not draw tokens: ask for the logits instead");
+    }
 };
 
 }  // namespace dsv4

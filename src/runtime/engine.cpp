@@ -68,7 +68,8 @@ Engine::Engine(Backend& backend, EngineOptions options)
     : backend_(backend),
       options_(options),
       cache_(options.prefix_cache_entries),
-      sampling_pool_(int(std::min<int64_t>(options.max_running, std::max(1u, std::thread::hardware_concurrency())))) {
+      sampling_pool_(int(std::min<int64_t>(options.max_running, std::max(1u, std::thread::hardware_concurrency())))),
+      backend_draws_(options.backend_draws && backend.draws_tokens()) {
     DSV4_CHECK(options_.max_context > 0, "the engine needs a context length");
     DSV4_CHECK(options_.max_running >= 1, "the engine needs room for at least one running request");
     DSV4_CHECK(options_.step_tokens > options_.max_running,
@@ -179,13 +180,30 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
     a.request.on_event(e);
 }
 
-SampledToken Engine::sample(Active& a, const float* logits) const {
+SampledToken Engine::sample(Active& a, const float* logits, const TokenDraw* draw) const {
     const int64_t V = backend_.config().vocab_size;
-    const int32_t id = a.sampler.sample(logits, V);
+    const int32_t id = draw ? a.sampler.sample(logits, V, draw->u) : a.sampler.sample(logits, V);
     if (a.request.logprobs >= 0) return token_logprobs(logits, V, id, a.request.logprobs);
     SampledToken t;
     t.id = id;
     return t;
+}
+
+// The draw of a's next token, for the backend to make (appended to `draws`, reserved for every running request so
+// that the pointers stay), where it can and the draw needs no order of the vocabulary; the uniform is taken from a's
+// generator now, as the host sampler would take it.
+TokenDraw* Engine::ask_backend_draw(Active& a, std::vector<TokenDraw>& draws) {
+    const SamplingParams& p = a.request.sampling;
+    const int64_t V = backend_.config().vocab_size;
+    const bool ordered = !p.greedy && (p.top_p < 1.0f || (p.top_k > 0 && p.top_k < V));
+    if (!backend_draws_ || ordered || a.request.logprobs >= 0) return nullptr;
+    DSV4_CHECK(draws.size() < draws.capacity(), "engine: more draws than running requests");
+    TokenDraw& d = draws.emplace_back();
+    d.greedy = p.greedy;
+    d.temperature = p.temperature;
+    d.min_p = p.min_p;
+    d.u = p.greedy ? 0.0 : a.sampler.next_uniform();
+    return &d;
 }
 
 void Engine::deliver(Active& a, const SampledToken& token) {
@@ -274,15 +292,19 @@ void Engine::step() {
 
     // The batch: decodes (one token each), then prompt chunks while the budget lasts. A chunk ends at a multiple of
     // snapshot_interval when it crosses one, so the prompt's state there can be cached.
+    // Where the backend draws, a decode's token and a prompt's first are drawn there (not a prompt's first when its
+    // last logits are cached with it).
     std::vector<BatchItem> items;
     std::vector<Active*> owners;
     std::vector<Active*> ready;  // whole prompt cached with its logits: sample without a forward
+    std::vector<TokenDraw> draws;
+    draws.reserve(running_.size());
     int64_t budget = options_.step_tokens;
     for (auto& a : running_)
         if (!a->ready_logits.empty())
             ready.push_back(a.get());
         else if (a->decoding()) {
-            items.push_back({&*a->state, std::span(&a->generated.back(), 1), false});
+            items.push_back({&*a->state, std::span(&a->generated.back(), 1), false, ask_backend_draw(*a, draws)});
             owners.push_back(a.get());
             --budget;
         }
@@ -291,17 +313,21 @@ void Engine::step() {
         int64_t end = std::min(a->prompt_size(), a->fed + budget);
         const int64_t k = options_.snapshot_interval;
         if (k > 0 && cache_.enabled() && end / k * k > a->fed) end = end / k * k;
-        items.push_back({&*a->state, std::span(a->request.prompt).subspan(size_t(a->fed), size_t(end - a->fed)),
-                         a->request.prompt_logprobs >= 0});
+        const bool scored = a->request.prompt_logprobs >= 0;
+        const bool first_token = end == a->prompt_size() && !scored && !cache_.enabled() && a->request.max_new_tokens > 0;
+        items.push_back({&*a->state, std::span(a->request.prompt).subspan(size_t(a->fed), size_t(end - a->fed)), scored,
+                         first_token ? ask_backend_draw(*a, draws) : nullptr});
         owners.push_back(a.get());
         budget -= end - a->fed;
     }
 
     std::vector<std::vector<float>>& logits = step_logits_;  // [0, items.size()) are this step's
+    bool backend_drew = true;  // the items' draws made (else their logits are here, to draw on the host)
     if (!items.empty()) {
         try {
             backend_.forward_batch_into(items, logits);
         } catch (const Error&) {
+            backend_drew = false;
             // The batch was refused before it ran (e.g. the GPU pool is full). Run the items one at a time so one
             // request's failure does not end the others.
             if (logits.size() < items.size()) logits.resize(items.size());
@@ -324,8 +350,13 @@ void Engine::step() {
     // Requests with logits to sample from: whole prompts from the cache, finished prompts and decodes. A prompt
     // computed with the logits of every position (prompt_logprobs) samples from its last row.
     const int64_t V = backend_.config().vocab_size;
-    std::vector<std::pair<Active*, const float*>> to_sample;
-    for (Active* a : ready) to_sample.emplace_back(a, a->ready_logits.data());
+    struct ToSample {
+        Active* a;
+        const float* logits;    // null: drawn by the backend
+        const TokenDraw* draw;  // the backend's draw: made, or (logits) to make on the host with its uniform
+    };
+    std::vector<ToSample> to_sample;
+    for (Active* a : ready) to_sample.push_back({a, a->ready_logits.data(), nullptr});
     struct Score {
         Active* a;
         int32_t id;
@@ -336,8 +367,9 @@ void Engine::step() {
     for (size_t i = 0; i < items.size(); ++i) {
         Active& a = *owners[i];
         if (a.cancelled) continue;  // failed above
+        const TokenDraw* draw = items[i].draw;
         const int64_t rows = items[i].all_logits ? int64_t(items[i].ids.size()) : 1;
-        const float* last = logits[i].data() + (rows - 1) * V;
+        const float* last = draw && backend_drew ? nullptr : logits[i].data() + (rows - 1) * V;
         if (!a.decoding()) {
             const int64_t first = a.fed;
             a.fed += int64_t(items[i].ids.size());
@@ -365,7 +397,7 @@ void Engine::step() {
             }
             if (!a.decoding()) continue;  // more of the prompt to come
         }
-        to_sample.emplace_back(&a, last);
+        to_sample.push_back({&a, last, draw});
     }
     // Prompt ids' logprobs (each a pass over the vocabulary), in parallel; in order into each request's list. A
     // prompt scored to its end gets them in one event; one that asked for no tokens ends there.
@@ -385,17 +417,34 @@ void Engine::step() {
         a->request.on_event(e);
         if (a->request.max_new_tokens == 0) finish(*a, FinishReason::kLength);
     }
-    std::erase_if(to_sample, [](const auto& entry) { return !entry.first->state; });  // finished just above
+    std::erase_if(to_sample, [](const ToSample& s) { return !s.a->state; });  // finished just above
     // Sampling scans the vocabulary per request (129k logits for V4): in parallel, each request with its own
-    // sampler, so the tokens are the same as one after another. Then the events, in batch order.
+    // sampler, so the tokens are the same as one after another. Then the events, in batch order. A row the model
+    // made NaN ends its request with an error (the host sampler refuses it; the backend's draw gives -1).
     std::vector<SampledToken> tokens(to_sample.size());
+    std::vector<std::string> errors(to_sample.size());
     sampling_pool_.parallel_for(int64_t(to_sample.size()), [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i)
-            tokens[size_t(i)] = sample(*to_sample[size_t(i)].first, to_sample[size_t(i)].second);
+        for (int64_t i = begin; i < end; ++i) {
+            const ToSample& s = to_sample[size_t(i)];
+            try {
+                if (s.logits)
+                    tokens[size_t(i)] = sample(*s.a, s.logits, s.draw);
+                else if (s.draw->id >= 0)
+                    tokens[size_t(i)].id = s.draw->id;
+                else
+                    fail("the model produced a NaN logit: refusing to sample");
+            } catch (const Error& e) {
+                errors[size_t(i)] = e.what();
+            }
+        }
     });
     for (size_t i = 0; i < to_sample.size(); ++i) {
-        to_sample[i].first->ready_logits.clear();
-        deliver(*to_sample[i].first, tokens[i]);
+        Active& a = *to_sample[i].a;
+        a.ready_logits.clear();
+        if (!errors[i].empty())
+            finish(a, FinishReason::kError, errors[i]);
+        else
+            deliver(a, tokens[i]);
     }
     // Whatever finished (its on_event saw kFinished and its state is gone) leaves the running list.
     std::erase_if(running_, [](const auto& a) { return a->cancelled || !a->state; });

@@ -33,6 +33,10 @@ struct EngineOptions {
     int64_t max_context = 0;           // positions per sequence (prompt + output); required
     int64_t prefix_cache_entries = 0;  // 0: no prefix cache
     int64_t snapshot_interval = 256;   // prompts are cached at their end and every this many tokens (shared starts)
+    // Draws that need no order of the vocabulary (greedy, temperature, min-p; no logprobs) are made where the
+    // backend computes the logits (Backend::draws_tokens: the GPU), so a decode step copies no logits to the host.
+    // The same ids either way (the request's generator gives the draw's uniform); off: every draw on the host.
+    bool backend_draws = true;
 };
 
 struct TokenChoice {
@@ -116,13 +120,17 @@ class Engine {
     void step();
     void admit();
     void finish(Active& a, FinishReason reason, const std::string& error = {});
-    SampledToken sample(Active& a, const float* logits) const;  // any thread: a's own sampler
+    // Any thread: a's own sampler. With `draw`, the draw the backend was asked for and could not make (its uniform
+    // taken already).
+    SampledToken sample(Active& a, const float* logits, const TokenDraw* draw) const;
+    TokenDraw* ask_backend_draw(Active& a, std::vector<TokenDraw>& draws);  // null: drawn on the host
     void deliver(Active& a, const SampledToken& token);                     // the event; finishes a if done
 
     Backend& backend_;
     EngineOptions options_;
     PrefixCache cache_;
     ThreadPool sampling_pool_;
+    bool backend_draws_;  // options_.backend_draws and the backend draws
 
     mutable std::mutex mutex_;  // guards incoming_, cancelled_, stats_, stop_
     std::condition_variable wake_;

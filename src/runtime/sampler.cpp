@@ -30,6 +30,10 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab) {
+    return sample(logits, vocab, params_.greedy ? 0.0 : next_uniform());
+}
+
+int32_t Sampler::sample(const float* logits, int64_t vocab, double u) {
     const LogitScan scan = scan_logits(logits, vocab);
     if (scan.has_nan) {
         const int64_t at = std::find_if(logits, logits + vocab, [](float x) { return std::isnan(x); }) - logits;
@@ -82,7 +86,6 @@ int32_t Sampler::sample(const float* logits, int64_t vocab) {
     }
 
     // 4, 5. The draw.
-    const double u = uniform_53(rng_);
     if (params_.top_p < 1.0f) return draw_nucleus(logits, max_logit, w, total, u);
     return draw_in_blocks(w, u * total);
 }

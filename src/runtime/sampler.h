@@ -51,7 +51,13 @@ inline double uniform_53(std::mt19937_64& generator) {
 class Sampler {
   public:
     explicit Sampler(const SamplingParams& params);
+    // A draw: step 4's uniform from the generator (a non-greedy draw).
     int32_t sample(const float* logits, int64_t vocab);
+    // A draw with step 4's uniform given: one the caller took with next_uniform() (the engine takes it so that the
+    // draw can be made where the logits are, Backend::draws_tokens, and the generator advances alike either way).
+    int32_t sample(const float* logits, int64_t vocab, double u);
+    double next_uniform() { return uniform_53(rng_); }
+    const SamplingParams& params() const { return params_; }
 
   private:
     int32_t draw_in_blocks(const float* w, double u);

@@ -71,35 +71,42 @@ inline std::vector<int32_t> prompt(const std::vector<int32_t>& ids, const BatchP
     return p;
 }
 
-// All sequences together: one prefill call, then decode steps over the sequences still running.
-inline std::vector<Trace> together(CudaModel& gpu, const std::vector<int32_t>& ids, const BatchPlan& plan) {
+// All sequences together: one prefill call, then decode steps over the sequences still running. With `draw`, every
+// item asks the model for a greedy draw (BatchItem::draw): the traces hold the drawn tokens and no logits.
+inline std::vector<Trace> together(CudaModel& gpu, const std::vector<int32_t>& ids, const BatchPlan& plan,
+                                   bool draw = false) {
     const int64_t V = gpu.config().vocab_size;
     const int batch = plan.batch();
     std::vector<SequenceState> states;
     std::vector<std::vector<int32_t>> prompts;
     std::vector<Trace> traces(static_cast<size_t>(batch));
     std::vector<BatchItem> items;
+    std::vector<TokenDraw> draws(static_cast<size_t>(batch));
+    auto record = [&](Trace& t, std::vector<float>& logits, const TokenDraw& d) {
+        if (draw) {
+            EXPECT_TRUE(logits.empty()) << "a drawn item returns no logits";
+            t.tokens.push_back(d.id);
+        } else {
+            t.tokens.push_back(argmax(logits.data(), V));
+            t.logits.push_back(std::move(logits));
+        }
+    };
     for (int i = 0; i < batch; ++i) states.push_back(gpu.new_sequence()), prompts.push_back(prompt(ids, plan, i));
-    for (int i = 0; i < batch; ++i) items.push_back({&states[size_t(i)], prompts[size_t(i)], false});
+    for (int i = 0; i < batch; ++i)
+        items.push_back({&states[size_t(i)], prompts[size_t(i)], false, draw ? &draws[size_t(i)] : nullptr});
     std::vector<std::vector<float>> out = gpu.forward_batch(items);
-    for (int i = 0; i < batch; ++i) {
-        traces[size_t(i)].tokens.push_back(argmax(out[size_t(i)].data(), V));
-        traces[size_t(i)].logits.push_back(std::move(out[size_t(i)]));
-    }
+    for (int i = 0; i < batch; ++i) record(traces[size_t(i)], out[size_t(i)], draws[size_t(i)]);
     for (int step = 0; step < plan.steps; ++step) {
         items.clear();
         std::vector<int> running;
         for (int i = 0; i < batch; ++i)
             if (step < plan.steps_of(i)) {
                 running.push_back(i);
-                items.push_back({&states[size_t(i)], std::span(&traces[size_t(i)].tokens.back(), 1), false});
+                items.push_back({&states[size_t(i)], std::span(&traces[size_t(i)].tokens.back(), 1), false,
+                                 draw ? &draws[running.size() - 1] : nullptr});
             }
         out = gpu.forward_batch(items);
-        for (size_t j = 0; j < running.size(); ++j) {
-            Trace& t = traces[size_t(running[j])];
-            t.tokens.push_back(argmax(out[j].data(), V));
-            t.logits.push_back(std::move(out[j]));
-        }
+        for (size_t j = 0; j < running.size(); ++j) record(traces[size_t(running[j])], out[j], draws[j]);
     }
     return traces;
 }

@@ -2,9 +2,10 @@
 // decode graphs on, so NCCL's all-reduce runs inside the replayed graphs over NVLink): on every fixture, 16 sequences
 // of mixed lengths prefilled and decoded together give every rank the same logits, bit for bit, as each sequence
 // alone on the same GPUs, and as the 16 together on one GPU holding every expert (docs/parallel.md: the slot sum is
-// exact). Every GPU gets a rank, up to the fixture's routed experts (a fixture of 3 experts runs 3 ranks on a machine
-// of 4). Skips on a machine with fewer than two GPUs; tests/gpu/multi_process_test.cpp covers the same layout through
-// the binary with one process per GPU.
+// exact); greedy draws on the GPU (BatchItem::draw, from the gathered logits) give one GPU's tokens. Every GPU gets a
+// rank, up to the fixture's routed experts (a fixture of 3 experts runs 3 ranks on a machine of 4). Skips on a
+// machine with fewer than two GPUs; tests/gpu/multi_process_test.cpp covers the same layout through the binary with
+// one process per GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -87,7 +88,7 @@ void EveryGpu::expect_together_equal_alone_and_one_gpu(AttentionLayout attention
     const int ranks = int(std::min<int64_t>(cuda::device_count(), checkpoint->config().n_routed_experts));
     const std::vector<uint8_t> id = cuda::NcclGroup::unique_id();
     std::vector<std::unique_ptr<cuda::NcclGroup>> groups(ranks);
-    std::vector<std::vector<Trace>> batched(ranks), alone_traces(ranks);
+    std::vector<std::vector<Trace>> batched(ranks), alone_traces(ranks), drawn(ranks);
     std::vector<std::thread> threads;
     for (int r = 0; r < ranks; ++r)
         threads.emplace_back([&, r] {
@@ -99,6 +100,7 @@ void EveryGpu::expect_together_equal_alone_and_one_gpu(AttentionLayout attention
                                  dp ? 2 : CudaOptions{}.max_decode_graphs);
                 if (dp) expect_placements_follow_the_load(*gpu, ranks, r);
                 batched[size_t(r)] = together(*gpu, ids, kSixteen);
+                drawn[size_t(r)] = together(*gpu, ids, kSixteen, /*draw=*/true);  // greedy, on the GPU
                 for (int i = 0; i < kSixteen.batch(); ++i)
                     alone_traces[size_t(r)].push_back(alone(*gpu, ids, kSixteen, i));
             } catch (const std::exception& e) {
@@ -116,11 +118,13 @@ void EveryGpu::expect_together_equal_alone_and_one_gpu(AttentionLayout attention
                         what + ": together vs alone");
             expect_same(batched[size_t(r)][size_t(i)], one_gpu[size_t(i)],
                         what + ": " + std::to_string(ranks) + " GPUs vs one");
+            EXPECT_EQ(drawn[size_t(r)][size_t(i)].tokens, one_gpu[size_t(i)].tokens)
+                << what << ": greedy draws on the GPU vs the argmax of one GPU's logits";
         }
     }
     std::printf(
         "[ bitwise  ] %s: 16 sequences on %d GPUs (NCCL, attention %s) equal each alone and one GPU on every "
-        "rank\n",
+        "rank; their greedy draws on the GPU too\n",
         GetParam().c_str(), ranks, attention == AttentionLayout::kDataParallel ? "data-parallel" : "replicated");
 }
 

@@ -5,6 +5,7 @@
 // a row holding a NaN gives -1 (the host refuses it).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -38,7 +39,8 @@ std::vector<float> model_like(int64_t vocab, std::mt19937& rng) {
     return l;
 }
 
-// One launch over `rows` (all of `vocab` ids), each row's id against the host sampler's.
+// One launch over `rows` (all of `vocab` ids), each row's id against the host sampler's. Draw i reads row n - 1 - i
+// (a draw names its row).
 void expect_same_draws(int64_t vocab, const std::vector<Row>& rows) {
     const int64_t n = int64_t(rows.size());
     std::vector<float> logits;
@@ -48,6 +50,7 @@ void expect_same_draws(int64_t vocab, const std::vector<Row>& rows) {
         ASSERT_EQ(int64_t(r.logits.size()), vocab);
         logits.insert(logits.end(), r.logits.begin(), r.logits.end());
         cuda::RowDraw d;
+        d.logits_row = int32_t(draws.size());
         d.greedy = r.params.greedy;
         d.temperature = r.params.temperature;
         d.min_p = r.params.min_p;
@@ -60,9 +63,10 @@ void expect_same_draws(int64_t vocab, const std::vector<Row>& rows) {
             want.push_back(-1);  // a NaN row
         }
     }
-    const cuda::DeviceBuffer<float> d_logits = gpu_test::to_device(logits);
+    std::reverse(draws.begin(), draws.end());
+    std::reverse(want.begin(), want.end());
+    cuda::DeviceBuffer<float> d_logits = gpu_test::to_device(logits);
     const cuda::DeviceBuffer<cuda::RowDraw> d_draws = gpu_test::to_device(draws);
-    cuda::DeviceBuffer<float> weights(logits.size());
     cuda::DeviceBuffer<int32_t> candidates(logits.size());
     // Poisoned with 0x7F7F7F7F, neither an id nor the NaN rows' -1: a row the kernel never writes fails.
     cuda::DeviceBuffer<int32_t> ids = gpu_test::poisoned<int32_t>(static_cast<size_t>(n), 0x7F);
@@ -70,15 +74,16 @@ void expect_same_draws(int64_t vocab, const std::vector<Row>& rows) {
     p.logits = d_logits.get();
     p.draws = d_draws.get();
     p.ids = ids.get();
-    p.weights = weights.get();
     p.candidates = candidates.get();
-    p.rows = n;
+    p.draws_count = n;
     p.vocab = vocab;
     cuda::sample_rows(p, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<int32_t> got = gpu_test::to_host(ids);
-    for (int64_t i = 0; i < n; ++i)
-        EXPECT_EQ(got[size_t(i)], want[size_t(i)]) << "vocab " << vocab << ", row " << i << ": " << rows[size_t(i)].what;
+    for (int64_t i = 0; i < n; ++i) {
+        const int32_t row = draws[size_t(i)].logits_row;
+        EXPECT_EQ(got[size_t(i)], want[size_t(i)]) << "vocab " << vocab << ", row " << row << ": " << rows[size_t(row)].what;
+    }
 }
 
 SamplingParams params(bool greedy, float temperature, float min_p, uint64_t seed) {

@@ -130,7 +130,7 @@ class RecordingBackend final : public Backend {
             call.ids.emplace_back(item.ids.begin(), item.ids.end());
             call.all_logits.push_back(item.all_logits);
             s.inner.position = item.state->position;
-            inner_items.push_back({&s.inner, item.ids, item.all_logits});
+            inner_items.push_back({&s.inner, item.ids, item.all_logits, item.draw});
         }
         return record(call, [&] {
             std::vector<std::vector<float>> logits = inner_->forward_batch(inner_items);

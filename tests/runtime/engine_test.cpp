@@ -5,6 +5,7 @@
 // counted; cancellation ends a request at once and releases it; bad requests are refused at submit.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -320,6 +321,136 @@ TEST(Engine, LogprobsAreLogSoftmaxWithTheTopChoicesFirst) {
     for (int64_t i = 0; i < V; ++i) total += std::exp(double(token_logprobs(logits.data(), V, int32_t(i), 0).logprob));
     EXPECT_NEAR(total, 1.0, 1e-5);
     for (size_t i = 1; i < t.top.size(); ++i) EXPECT_GE(t.top[i - 1].logprob, t.top[i].logprob);
+}
+
+// A backend that draws tokens (Backend::draws_tokens) by the draw's definition, on the host: the model's logits,
+// then runtime/sampler.h's draw with the uniform the engine took. Counts its draws; the draw numbered
+// `nan_draw` reports NaN logits (-1), and with `refuse_batches` every batch is refused before it runs (a full GPU
+// pool), so the engine runs its items one by one through forward() and draws on the host.
+class DrawingBackend final : public Backend {
+  public:
+    explicit DrawingBackend(Backend& inner) : inner_(inner) {}
+    const ModelConfig& config() const override { return inner_.config(); }
+    Numerics numerics() const override { return inner_.numerics(); }
+    SequenceState new_sequence() const override { return inner_.new_sequence(); }
+    SequenceState copy_sequence(const SequenceState& s) const override { return inner_.copy_sequence(s); }
+    std::vector<float> forward(SequenceState& s, std::span<const int32_t> ids, bool all_logits) override {
+        return inner_.forward(s, ids, all_logits);
+    }
+    std::vector<float> forward_block(SequenceState& s, int64_t layer, int64_t start, std::span<const int32_t> ids,
+                                     const float* streams_in) override {
+        return inner_.forward_block(s, layer, start, ids, streams_in);
+    }
+    void set_observer(ActivationObserver observer) override { inner_.set_observer(std::move(observer)); }
+    bool draws_tokens() const override { return true; }
+    std::vector<std::vector<float>> forward_batch(std::span<const BatchItem> items) override {
+        DSV4_CHECK(!refuse_batches, "no room for this batch");
+        std::vector<BatchItem> plain(items.begin(), items.end());
+        for (BatchItem& item : plain) item.draw = nullptr;
+        std::vector<std::vector<float>> logits = inner_.forward_batch(plain);
+        for (size_t i = 0; i < items.size(); ++i) {
+            TokenDraw* d = items[i].draw;
+            if (!d) continue;
+            EXPECT_FALSE(items[i].all_logits);
+            SamplingParams p;
+            p.greedy = d->greedy;
+            p.temperature = d->temperature;
+            p.min_p = d->min_p;
+            d->id = draws++ == nan_draw ? -1 : Sampler(p).sample(logits[i].data(), config().vocab_size, d->u);
+            logits[i].clear();
+        }
+        return logits;
+    }
+    std::atomic<int64_t> draws = 0;
+    int64_t nan_draw = -1;
+    bool refuse_batches = false;
+
+  private:
+    Backend& inner_;
+};
+
+// Requests whose draws need no order of the vocabulary (greedy, temperature, min-p, top-k not below the vocabulary;
+// no logprobs) are drawn where the backend draws, the others on the host; every request gets the tokens it gets
+// with every draw on the host (its generator gives the same uniforms), with and without the prefix cache (which keeps
+// a prompt's last logits, so a prompt's first token is then drawn on the host), and when the backend refuses the
+// batch after the uniforms were taken.
+TEST(Engine, DrawsWhereTheBackendDrawsGiveTheHostSamplersTokens) {
+    const int64_t V = model().config().vocab_size;
+    struct Case {
+        SamplingParams sampling;
+        int logprobs;
+        bool drawn;  // by the backend
+    };
+    auto sampling = [](bool greedy, float temperature, float min_p, int64_t top_k, float top_p, uint64_t seed) {
+        SamplingParams p;
+        p.greedy = greedy, p.temperature = temperature, p.min_p = min_p, p.top_k = top_k, p.top_p = top_p;
+        p.seed = seed;
+        return p;
+    };
+    const std::vector<Case> cases = {
+        {sampling(true, 1.0f, 0.0f, 0, 1.0f, 0), -1, true},       {sampling(true, 1.0f, 0.0f, 0, 1.0f, 0), 0, false},
+        {sampling(false, 0.8f, 0.0f, 0, 1.0f, 7), -1, true},      {sampling(false, 1.3f, 0.05f, 0, 1.0f, 8), -1, true},
+        {sampling(false, 1.0f, 0.0f, V, 1.0f, 9), -1, true},      {sampling(false, 0.9f, 0.0f, 5, 1.0f, 10), -1, false},
+        {sampling(false, 1.0f, 0.0f, 0, 0.8f, 11), -1, false},    {sampling(false, 2.0f, 0.0f, 0, 1.0f, 12), 2, false},
+    };
+    constexpr int64_t kMaxNew = 9;
+    for (const auto [cache_entries, refuse] : {std::pair<int64_t, bool>{0, false}, {8, false}, {0, true}}) {
+        {
+            auto run = [&](Backend& backend) {
+                Engine engine(backend, options(7, cache_entries));
+                std::vector<std::unique_ptr<Collector>> collectors;
+                for (size_t i = 0; i < cases.size(); ++i) {
+                    collectors.push_back(std::make_unique<Collector>());
+                    EngineRequest r = greedy_request(prompt_of(6 + int64_t(i), int(i)), kMaxNew, *collectors.back());
+                    r.sampling = cases[i].sampling;
+                    r.logprobs = cases[i].logprobs;
+                    r.stop_at_eos = false;
+                    engine.submit(std::move(r));
+                }
+                std::vector<Result> results;
+                for (auto& c : collectors) results.push_back(c->wait());
+                EXPECT_TRUE(becomes_idle(engine));
+                return results;
+            };
+            const std::vector<Result> want = run(model());
+            DrawingBackend drawing(model());
+            drawing.refuse_batches = refuse;
+            const std::vector<Result> got = run(drawing);
+            int64_t drawn = 0;
+            for (size_t i = 0; i < cases.size(); ++i) {
+                ASSERT_EQ(got[i].reason, FinishReason::kLength) << "request " << i << ": " << got[i].error;
+                EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i << ", cache " << cache_entries;
+                EXPECT_EQ(got[i].logprobs, want[i].logprobs) << "request " << i;
+                // With the cache, a prompt's first token comes from its cached last logits, on the host.
+                if (cases[i].drawn) drawn += kMaxNew - (cache_entries > 0 ? 1 : 0);
+            }
+            EXPECT_EQ(drawing.draws.load(), refuse ? 0 : drawn) << "cache " << cache_entries;
+        }
+    }
+}
+
+// A draw the backend reports as NaN logits ends that request with an error; the engine serves the next one.
+TEST(Engine, ABackendDrawOfNaNLogitsEndsThatRequestOnly) {
+    DrawingBackend drawing(model());
+    drawing.nan_draw = 3;
+    Engine engine(drawing, options(64, 0));
+    Collector first, second;
+    EngineRequest r = greedy_request(prompt_of(10, 1), 8, first);
+    r.logprobs = -1;
+    r.stop_at_eos = false;
+    engine.submit(std::move(r));
+    const Result failed = first.wait();
+    EXPECT_EQ(failed.reason, FinishReason::kError);
+    EXPECT_NE(failed.error.find("NaN"), std::string::npos) << failed.error;
+    EXPECT_EQ(failed.tokens.size(), 3u);
+    EngineRequest next = greedy_request(prompt_of(10, 1), 8, second);
+    next.logprobs = -1;
+    next.stop_at_eos = false;
+    engine.submit(std::move(next));
+    const Result ok = second.wait();
+    EXPECT_EQ(ok.reason, FinishReason::kLength);
+    ASSERT_EQ(ok.tokens.size(), 8u);
+    EXPECT_EQ(failed.tokens, std::vector<int32_t>(ok.tokens.begin(), ok.tokens.begin() + 3)) << "the same greedy draws";
 }
 
 }  // namespace

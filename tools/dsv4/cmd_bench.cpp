@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -54,6 +55,7 @@
 #include "model/prefill_flops.h"
 #include "model/weights.h"
 #include "runtime/cuda/cuda_model.h"
+#include "runtime/sampler.h"
 #include "runtime/stage_profile.h"
 #endif
 
@@ -288,6 +290,7 @@ struct BenchArgs {
     std::vector<int64_t> batches;  // batched decode: batch sizes to time (each sequence prefilled with batch_context)
     int64_t batch_context = 128;
     bool share_batch_prompt = false;  // prefill one batch prompt and copy its state to every sequence of a batch
+    bool draw = false;  // batched steps draw each sequence's next id on the GPU instead of copying its logits
     uint64_t seed = 0;
     int threads = 0;
     bool stages = false;  // also the per-stage table of every measured step (CudaModel's stage profiler)
@@ -602,17 +605,24 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
             for (int64_t b = sources; b < B; ++b) seqs.push_back(model.copy_sequence(seqs[size_t(b % sources)]));
             std::vector<int32_t> next(static_cast<size_t>(B));
             std::vector<std::vector<float>> out;  // the logits, its vectors reused from step to step as the engine does
+            std::vector<TokenDraw> draws(static_cast<size_t>(B));  // --draw
+            std::mt19937_64 draw_generator(a.seed);
             int64_t nonfinite = 0;
             auto step = [&] {  // one token per sequence; ms of forward_batch by the host clock
                 items.clear();
                 for (int64_t b = 0; b < B; ++b) {
                     next[size_t(b)] = random_id();
                     items.push_back({&seqs[size_t(b)], std::span<const int32_t>(&next[size_t(b)], 1), false});
+                    if (a.draw) {
+                        draws[size_t(b)] = {.greedy = false, .u = uniform_53(draw_generator)};
+                        items.back().draw = &draws[size_t(b)];
+                    }
                 }
                 const auto h0 = std::chrono::steady_clock::now();
                 model.forward_batch_into(items, out);
                 const double h = seconds_since(h0) * 1e3;
-                for (int64_t b = 0; b < B; ++b) nonfinite += count_nonfinite(out[size_t(b)]);
+                for (int64_t b = 0; b < B; ++b)
+                    nonfinite += a.draw ? draws[size_t(b)].id < 0 : count_nonfinite(out[size_t(b)]);
                 return h;
             };
             std::vector<double> ms;
@@ -632,8 +642,8 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
             run.batch_ms.push_back(step_ms);
             run.batch_bytes.push_back(step_b);
         }
-        std::printf(
-            "  (host clock around forward_batch: upload, graph replay, logits copy and host synchronization)\n");
+        std::printf("  (host clock around forward_batch: upload, graph replay, %s and host synchronization)\n",
+                    a.draw ? "the draws on the GPU (temperature 1), the ids' copy" : "logits copy");
         for (size_t i = 0; i < stage_runs.size(); ++i) {
             const double B = double(a.batches[i]), E = double(config.n_routed_experts);
             const double k = double(config.num_experts_per_tok);
@@ -735,6 +745,9 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--share-batch-prompt", a->share_batch_prompt,
                   "Prefill one --batch-context prompt and copy its state to every sequence of a batch (long contexts "
                   "at large batches without prefilling B prompts); each sequence still decodes its own random ids");
+    cmd->add_flag("--draw", a->draw,
+                  "Batched steps draw every sequence's next token on the GPU (temperature 1: the serving path) "
+                  "instead of copying the logits to the host");
     cmd->add_option("--seed", a->seed, "Seed of the random weights and ids");
     cmd->add_option("--threads", a->threads, "Host threads generating the weights (0: all cores)")
         ->check(CLI::NonNegativeNumber);

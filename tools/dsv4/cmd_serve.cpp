@@ -26,6 +26,7 @@ struct ServeArgs {
     int64_t max_running = 16, step_tokens = 256, prefix_cache = 32, snapshot_interval = 256, max_output = 0;
     int64_t max_context = 0;
     int drain_seconds = 30;
+    bool host_sampling = false;
 };
 
 void run_serve(ServeArgs& a) {
@@ -77,6 +78,7 @@ void run_serve(ServeArgs& a) {
         a.max_context > 0 ? a.max_context : std::min<int64_t>(config.max_position_embeddings, 16384);
     engine_options.prefix_cache_entries = a.prefix_cache;
     engine_options.snapshot_interval = a.snapshot_interval;
+    engine_options.backend_draws = !a.host_sampling;
     Engine engine(*backend, engine_options);
     server::RequestLimits limits;
     limits.max_context = engine_options.max_context;
@@ -119,6 +121,9 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--prefix-snapshot", a->snapshot_interval,
                     "Also cache prompts every this many tokens (shared system prompts; 0: only whole prompts)")
         ->check(CLI::NonNegativeNumber);
+    cmd->add_flag("--host-sampling", a->host_sampling,
+                  "Draw every token on the host from copied logits (default: greedy, temperature and min-p draws "
+                  "are made on the GPU, the same ids)");
     cmd->add_option("--max-context", a->max_context,
                     "Positions per request, prompt + output (0: the model's, at most 16384)")
         ->check(CLI::NonNegativeNumber);

@@ -84,6 +84,7 @@ class RankLeader final : public Backend {
                                      const float* streams_in) override {
         return leader_->forward_block(s, layer, start, ids, streams_in);
     }
+    bool draws_tokens() const override { return leader_->draws_tokens(); }
     PoolUsage pool_usage() const override { return leader_->pool_usage(); }
     int placement(const SequenceState& s) const override { return leader_->placement(s); }
     std::vector<int64_t> sequences_per_placement() const override { return leader_->sequences_per_placement(); }

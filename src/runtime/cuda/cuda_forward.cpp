@@ -25,6 +25,10 @@ std::vector<std::vector<float>> CudaModel::forward_batch(std::span<const BatchIt
     return logits;
 }
 
+bool CudaModel::draws_tokens() const {
+    return impl_->options.expert_parallel.host_logits;
+}
+
 void CudaModel::forward_batch_into(std::span<const BatchItem> items, std::vector<std::vector<float>>& logits) {
     Impl& m = *impl_;
     const int64_t V = m.config.vocab_size;
@@ -32,6 +36,9 @@ void CudaModel::forward_batch_into(std::span<const BatchItem> items, std::vector
     std::vector<const CudaSequence*> seq(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
         DSV4_CHECK(items[i].state, "forward_batch: item {} has no sequence state", i);
+        DSV4_CHECK(!items[i].draw || (draws_tokens() && !items[i].all_logits),
+                   "forward_batch: item {} asks for a draw {}", i,
+                   draws_tokens() ? "with the logits of every position" : "from a rank that returns no logits");
         seq[i] = &m.check_input(*items[i].state, items[i].state->position, items[i].ids);
         for (size_t j = 0; j < i; ++j)
             DSV4_CHECK(items[j].state != items[i].state, "forward_batch: items {} and {} are the same sequence", j, i);
@@ -43,7 +50,7 @@ void CudaModel::forward_batch_into(std::span<const BatchItem> items, std::vector
     if (logits.size() < items.size()) logits.resize(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
         logits[i].clear();  // keeps its capacity: the pages of the last step's logits
-        if (m.options.expert_parallel.host_logits)
+        if (m.options.expert_parallel.host_logits && !items[i].draw)
             logits[i].reserve(size_t((items[i].all_logits ? items[i].ids.size() : 1) * V));
     }
 
@@ -74,6 +81,7 @@ void CudaModel::forward_batch_into(std::span<const BatchItem> items, std::vector
             ps.tokens = take;
             ps.first_logit = item.all_logits ? 0 : (last ? take - 1 : take);
             ps.logits = &logits[i];
+            if (last) ps.draw = item.draw;
             piece.push_back(ps);
             rows += take;
             done[i] += take;
@@ -272,48 +280,98 @@ void CudaModel::Impl::run_piece(std::span<const PieceSequence> in) {
         meta_in_flight = false;
         return;
     }
-    // The logits [logit_rows, V] through pinned memory reused from step to step: the copy runs at the link's rate
-    // and no fresh host pages are zeroed or faulted in (at batch 256 that is 132 MB a step). Each sequence's rows
-    // are appended to its vector in order.
-    stages.mark("logits_copy");
-    const int64_t logit_rows = piece.all_logit_rows;  // every rank's (gathered)
-    const int64_t slice_rows =
-        std::clamp<int64_t>(int64_t(options.logit_staging_bytes / (sizeof(float) * size_t(V))), 1, logit_rows);
-    if (logits_host.size() < size_t(slice_rows * V)) logits_host = cuda::PinnedBuffer<float>(size_t(slice_rows * V));
-    size_t seq = 0;
-    int64_t seq_rows_done = 0;
-    for (int64_t r0 = 0; r0 < logit_rows; r0 += slice_rows) {
-        const int64_t rows = std::min(slice_rows, logit_rows - r0);
-        DSV4_CUDA_CHECK(cudaMemcpyAsync(logits_host.get(), ws.logits + r0 * V, sizeof(float) * size_t(rows * V),
-                                        cudaMemcpyDeviceToHost, s));
-        if (r0 + rows == logit_rows) stages.finish();
+    // Every rank's logit rows (gathered), in the order of seqs: a sequence's rows are drawn from where they are
+    // (its draw) or copied to its vector.
+    std::vector<LogitRows> copies;
+    std::vector<TokenDraw*> drawn;
+    for (int64_t row = 0; const PieceSequence& ps : seqs) {
+        const int64_t count = ps.tokens - ps.first_logit;
+        if (count == 0) continue;
+        if (ps.draw) {
+            const TokenDraw& d = *ps.draw;
+            draws_host.get()[drawn.size()] = {d.u, d.temperature, d.min_p, d.greedy, int32_t(row)};
+            drawn.push_back(ps.draw);
+        } else {
+            copies.push_back({ps.logits, row, count});
+        }
+        row += count;
+    }
+    if (!drawn.empty()) {
+        stages.mark("draw");
+        const int64_t n = int64_t(drawn.size());
+        DSV4_CUDA_CHECK(cudaMemcpyAsync(ws.draws, draws_host.get(), sizeof(cuda::RowDraw) * size_t(n),
+                                        cudaMemcpyHostToDevice, s));
+        cuda::sample_rows({ws.logits, ws.draws, ws.drawn_ids, ws.draw_candidates, n, V}, s);
+        DSV4_CUDA_CHECK(
+            cudaMemcpyAsync(drawn_host.get(), ws.drawn_ids, sizeof(int32_t) * size_t(n), cudaMemcpyDeviceToHost, s));
+    }
+    if (copies.empty()) {
+        stages.finish();
         DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
         meta_in_flight = false;
-        struct Rows {
+    } else {
+        copy_logits(copies);
+    }
+    for (size_t i = 0; i < drawn.size(); ++i) drawn[i]->id = drawn_host.get()[i];
+}
+
+void CudaModel::Impl::copy_logits(std::span<const LogitRows> copies) {
+    // Through pinned memory reused from step to step: the copy runs at the link's rate and no fresh host pages are
+    // zeroed or faulted in (at batch 256 that is 132 MB a step). The runs of rows are packed into slices of the
+    // staging buffer (runs adjacent on the device in one copy); each run is appended to its vector in order.
+    const int64_t V = config.vocab_size;
+    cudaStream_t s = stream->get();
+    stages.mark("logits_copy");
+    int64_t total = 0;
+    for (const LogitRows& c : copies) total += c.count;
+    const int64_t slice_rows =
+        std::clamp<int64_t>(int64_t(options.logit_staging_bytes / (sizeof(float) * size_t(V))), 1, total);
+    if (logits_host.size() < size_t(slice_rows * V)) logits_host = cuda::PinnedBuffer<float>(size_t(slice_rows * V));
+    size_t run = 0;
+    int64_t run_done = 0;  // rows of copies[run] already staged
+    for (int64_t staged = 0; staged < total;) {
+        const int64_t rows = std::min(slice_rows, total - staged);
+        struct Part {
             std::vector<float>* to;
-            int64_t first, count;
+            int64_t at, count;  // rows at ... of the slice
         };
-        std::vector<Rows> copies;  // the slice's rows by sequence (each sequence at most once per slice)
-        for (int64_t r = 0; r < rows;) {
-            const PieceSequence& ps = seqs[seq];
-            const int64_t take = std::min(rows - r, ps.tokens - ps.first_logit - seq_rows_done);
-            copies.push_back({ps.logits, r, take});
-            r += take;
-            seq_rows_done += take;
-            if (seq_rows_done == ps.tokens - ps.first_logit) ++seq, seq_rows_done = 0;
+        std::vector<Part> parts;  // the slice's rows by run (each run at most once per slice)
+        int64_t device_first = -1, device_count = 0, at = 0;  // the device rows of the copy being gathered
+        auto flush = [&] {
+            if (device_count > 0)
+                DSV4_CUDA_CHECK(cudaMemcpyAsync(logits_host.get() + (at - device_count) * V,
+                                                ws.logits + device_first * V, sizeof(float) * size_t(device_count * V),
+                                                cudaMemcpyDeviceToHost, s));
+            device_count = 0;
+        };
+        while (at < rows) {
+            const LogitRows& c = copies[run];
+            const int64_t take = std::min(rows - at, c.count - run_done), first = c.first + run_done;
+            if (device_count > 0 && device_first + device_count != first) flush();
+            if (device_count == 0) device_first = first;
+            device_count += take;
+            parts.push_back({c.to, at, take});
+            at += take;
+            run_done += take;
+            if (run_done == c.count) ++run, run_done = 0;
         }
+        flush();
+        staged += rows;
+        if (staged == total) stages.finish();
+        DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
+        meta_in_flight = false;
         auto copy = [&](int64_t begin, int64_t end) {
             for (int64_t i = begin; i < end; ++i) {
-                const float* from = logits_host.get() + copies[size_t(i)].first * V;
-                copies[size_t(i)].to->insert(copies[size_t(i)].to->end(), from, from + copies[size_t(i)].count * V);
+                const float* from = logits_host.get() + parts[size_t(i)].at * V;
+                parts[size_t(i)].to->insert(parts[size_t(i)].to->end(), from, from + parts[size_t(i)].count * V);
             }
         };
         constexpr int64_t kRowsPerTask = 8;  // ~4 MB at V4's vocabulary: below that one thread is as quick
         if (rows >= 2 * kRowsPerTask) {
             if (!logits_pool) logits_pool = std::make_unique<ThreadPool>(8);
-            logits_pool->parallel_for(int64_t(copies.size()), copy, kRowsPerTask);
+            logits_pool->parallel_for(int64_t(parts.size()), copy, kRowsPerTask);
         } else {
-            copy(0, int64_t(copies.size()));
+            copy(0, int64_t(parts.size()));
         }
     }
 }

@@ -51,9 +51,11 @@ double mib(size_t bytes) {
 }
 
 // The workspace for pieces of T tokens: carve() is run once to measure and once on the allocation. With
-// `gathered_moe_input` (data-parallel attention) the experts' input rows get buffers of their own.
+// `gathered_moe_input` (data-parallel attention) the experts' input rows get buffers of their own; the draws' scratch
+// holds the most sequences a piece can draw for: up to `draw_sequences` (every rank's on the rank that returns
+// logits; 0 on the others).
 void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool, const ModelWeights& w, int num_sms,
-           bool gathered_moe_input) {
+           bool gathered_moe_input, int64_t draw_sequences) {
     const int64_t T = pool.chunk, D = c.hidden_size, n_hc = c.hc_mult, H = c.num_heads, d = c.head_dim;
     const int64_t k = c.num_experts_per_tok, I = c.moe_intermediate_size, E = c.n_routed_experts;
     const int64_t nI = c.index_n_heads, dI = c.index_head_dim, V = c.vocab_size;
@@ -142,6 +144,12 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     ws.shared_gate_up = b.take<bf16>(T * 2 * shared_I);
     ws.shared_hidden = b.take<bf16>(T * shared_I);
     ws.logits = b.take<float>(T * V);
+    if (draw_sequences > 0) {
+        const int64_t draws = std::min(T, draw_sequences);
+        ws.draws = b.take<cuda::RowDraw>(draws);
+        ws.drawn_ids = b.take<int32_t>(draws);
+        ws.draw_candidates = b.take<int32_t>(draws * V);
+    }
 
     // GEMM workspace: the largest any FP8 product of a piece of 1 .. T rows asks for, and cuBLASLt's for fp8_gemm's
     // block-scaled path (the grouped projection needs none).
@@ -244,6 +252,7 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&m.num_sms, cudaDevAttrMultiProcessorCount, options.device));
 
     // 1. The memory plan, before anything is allocated.
+    const int64_t draw_sequences = ep.host_logits ? options.max_sequences * m.dp_ranks : 0;
     const cuda::ExpertShare share{m.held.first, m.held.count, options.random_experts_seed.has_value()};
     const size_t weight_bytes = cuda::measure_weights(config, m.host, share);
     const size_t reserve = size_t(256) << 20;  // CUDA context, cuBLASLt and allocator slack
@@ -260,7 +269,7 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
                 const PoolLayout pool = plan_pool(config, o);
                 Workspace ws;
                 Bump b;
-                carve(b, ws, config, pool, m.host, m.num_sms, data_parallel);
+                carve(b, ws, config, pool, m.host, m.num_sms, data_parallel, draw_sequences);
                 return weight_bytes + pool.bytes() + b.offset + reserve;
             },
             free_bytes);
@@ -269,7 +278,7 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     m.pool = plan_pool(config, options);
     const size_t state_bytes = m.pool.bytes();
     Bump measure;
-    carve(measure, m.ws, config, m.pool, m.host, m.num_sms, data_parallel);
+    carve(measure, m.ws, config, m.pool, m.host, m.num_sms, data_parallel, draw_sequences);
     const size_t workspace_bytes = measure.offset;
     const size_t need = weight_bytes + state_bytes + workspace_bytes;
     const std::string held_note =
@@ -315,10 +324,15 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     m.comp_state = state.take<float>(m.pool.state_floats);
     m.workspace_arena = cuda::DeviceBuffer<uint8_t>(workspace_bytes);
     Bump bump{m.workspace_arena.get()};
-    carve(bump, m.ws, config, m.pool, m.host, m.num_sms, data_parallel);
+    carve(bump, m.ws, config, m.pool, m.host, m.num_sms, data_parallel, draw_sequences);
     DSV4_CHECK(bump.offset == workspace_bytes, "workspace carve changed size");
     DSV4_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&m.meta_host), sizeof(int32_t) * size_t(m.ws.meta_ints),
                                   cudaHostAllocDefault));
+    if (draw_sequences > 0) {
+        const size_t draws = size_t(std::min(m.pool.chunk, draw_sequences));
+        m.draws_host = cuda::PinnedBuffer<cuda::RowDraw>(draws);
+        m.drawn_host = cuda::PinnedBuffer<int32_t>(draws);
+    }
     const auto main_rope = cpu::make_rope_table(config.rope_head_dim, config.main_rope);
     const auto compress_rope = cpu::make_rope_table(config.rope_head_dim, config.compress_rope);
     m.main_inv_freq = cuda::DeviceBuffer<float>(main_rope.inv_freq.size());

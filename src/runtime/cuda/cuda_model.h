@@ -123,6 +123,9 @@ class CudaModel final : public Backend {
     // decode graph of its batch size. Not thread-safe: one caller at a time (one stream, one workspace).
     std::vector<std::vector<float>> forward_batch(std::span<const BatchItem> items) override;
     void forward_batch_into(std::span<const BatchItem> items, std::vector<std::vector<float>>& logits) override;
+    // On the GPU (kernels/cuda/sampling), after the piece's logits: a decode step that draws every item copies no
+    // logits. The rank that returns logits only (not a follower, ExpertParallel::host_logits).
+    bool draws_tokens() const override;
     std::vector<float> forward_block(SequenceState& state, int64_t layer, int64_t start_position,
                                      std::span<const int32_t> ids, const float* streams_in) override;
     void set_observer(ActivationObserver observer) override;

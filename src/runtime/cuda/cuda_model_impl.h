@@ -17,6 +17,7 @@
 #include "kernels/cuda/common/device_buffer.h"
 #include "kernels/cuda/gemm_bf16/cublaslt.h"
 #include "kernels/cuda/mhc/mhc.h"
+#include "kernels/cuda/sampling/sampling.h"
 #include "runtime/cuda/cuda_model.h"
 #include "runtime/cuda/device_weights.h"
 #include "runtime/cuda/stage_marks.h"
@@ -67,7 +68,7 @@ struct CudaSequence final : DeviceSequence {
 PoolLayout plan_pool(const ModelConfig& c, const CudaOptions& o);
 
 // One sequence's rows in a forward piece: `tokens` ids at positions start, ...; the logits of rows
-// [first_logit, tokens) are appended to *logits.
+// [first_logit, tokens) are appended to *logits, or (with `draw`, one logit row: the item's last) drawn from.
 struct PieceSequence {
     int rank = 0;  // the rank that computes its attention (data-parallel attention; else 0)
     int slot = 0;
@@ -76,6 +77,13 @@ struct PieceSequence {
     int64_t tokens = 0;
     int64_t first_logit = 0;
     std::vector<float>* logits = nullptr;
+    TokenDraw* draw = nullptr;
+};
+
+// Rows first ... first + count - 1 of the piece's logits (ws.logits), to be appended to *to.
+struct LogitRows {
+    std::vector<float>* to = nullptr;
+    int64_t first = 0, count = 0;
 };
 
 // What the launches of a piece need to know on the host: sizes only. Everything per row or per sequence
@@ -148,6 +156,11 @@ struct Workspace {
     bf16* shared_gate_up = nullptr;  // [T, 2 I] shared expert: gate | up per row (stacked), or [T, I] gate, [T, I] up
     bf16* shared_hidden = nullptr;   // [T, I] shared expert SwiGLU output
     float* logits = nullptr;  // [T, V]
+    // Draws where the logits are (BatchItem::draw; the rank that returns logits only): [P] each, and the draws'
+    // min-p candidates [P, V].
+    cuda::RowDraw* draws = nullptr;
+    int32_t* drawn_ids = nullptr;
+    int32_t* draw_candidates = nullptr;
     void* gemm = nullptr;     // GEMM workspace
     size_t gemm_bytes = 0;
     // The side lane's scratch (Lane): act_quant rows, dense f32 output and GEMM workspace (of gemm_bytes) for the
@@ -214,6 +227,10 @@ struct CudaModel::Impl {
     // Copies a slice's rows out of logits_host into the sequences' vectors, a sequence per task: one thread reads
     // pinned memory at ~10 GB/s, and a batch of 256 at V4's vocabulary is 132 MB a step. Made on first use.
     std::unique_ptr<ThreadPool> logits_pool;
+    // A piece's draws on their way to the device and their ids on the way back ([P] each; the rank that returns
+    // logits only).
+    cuda::PinnedBuffer<cuda::RowDraw> draws_host;
+    cuda::PinnedBuffer<int32_t> drawn_host;
     std::unique_ptr<cuda::Event> meta_copied;
     bool meta_in_flight = false;  // meta_copied not yet known complete by a stream synchronization
     ActivationObserver observer;
@@ -235,8 +252,10 @@ struct CudaModel::Impl {
 
     // Runs one forward piece (the sequences' rows in order, at most `chunk` tokens and one entry per sequence):
     // a decode piece (one token per sequence, every logit wanted) replays the captured graph of its size, any
-    // other piece is enqueued directly. Appends each sequence's logits.
+    // other piece is enqueued directly. Appends each sequence's logits, or draws its next id (PieceSequence::draw).
     void run_piece(std::span<const PieceSequence> seqs);
+    // The end of run_piece for the rows not drawn from: the copies to the host, their vectors in order.
+    void copy_logits(std::span<const LogitRows> copies);
     // Everything a piece does on the stream, for `piece`: embedding, blocks, head. No host synchronization, no
     // allocation: it is what a decode graph captures.
     void enqueue_piece();

@@ -124,7 +124,7 @@ void LeaderBackend::forward_batch_into(std::span<const BatchItem> items, std::ve
         s.position = item.state->position;
         batch.items.push_back({leader_sequence(*item.state)->id, item.state->position, item.all_logits,
                                std::vector<int32_t>(item.ids.begin(), item.ids.end())});
-        local_items.push_back({&s, item.ids, item.all_logits});
+        local_items.push_back({&s, item.ids, item.all_logits, item.draw});
         back.add(*item.state, s);
     }
     link_->send(batch);

@@ -47,6 +47,8 @@ class LeaderBackend final : public Backend {
     void forward_batch_into(std::span<const BatchItem> items, std::vector<std::vector<float>>& logits) override;
     std::vector<float> forward_block(SequenceState& state, int64_t layer, int64_t start_position,
                                      std::span<const int32_t> ids, const float* streams_in) override;
+    // The leader's own backend draws (the followers need no ids).
+    bool draws_tokens() const override { return local_->draws_tokens(); }
     PoolUsage pool_usage() const override { return local_->pool_usage(); }
     // Every rank decides placements alike (slot_pools.h), so the leader's own answer stands for all.
     int placement(const SequenceState& state) const override { return local_->placement(local_state(state)); }

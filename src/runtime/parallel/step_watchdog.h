@@ -102,6 +102,7 @@ class WatchedBackend final : public Backend {
         auto guard = watchdog_.watch("forward_block");
         return inner_->forward_block(state, layer, start_position, ids, streams_in);
     }
+    bool draws_tokens() const override { return inner_->draws_tokens(); }
     PoolUsage pool_usage() const override { return inner_->pool_usage(); }
     int placement(const SequenceState& state) const override { return inner_->placement(state); }
     std::vector<int64_t> sequences_per_placement() const override { return inner_->sequences_per_placement(); }

@@ -1,11 +1,12 @@
-// sample_rows (sampling.h): one CTA of 1024 threads per row. Steps as runtime/sampler.cpp computes them: the row's
+// sample_rows (sampling.h): one CTA of 512 threads per draw. Steps as runtime/sampler.cpp computes them: the row's
 // maximum and its first index (a NaN anywhere: id -1); greedy stops there. Then every weight (exp_nonpositive of
 // runtime/sampling_weights.h with each operation rounded on its own, as the host, built without contraction, does),
 // the candidates (min-p) compacted in id order, each block's sum in double by one thread in candidate order from 0,
 // and the walk by thread 0: the block sums in order for the total, then the first block whose running sum passes
 // u x total, then in it the first candidate where the sum before the block plus the block's running sum passes it.
-#include <cub/block/block_scan.cuh>
-
+// The passes over the row are coalesced with several loads in flight per thread: one row is one CTA, so at batch 1
+// the draw's time is its memory latency.
+#include <climits>
 #include <cstdint>
 
 #include "kernels/cuda/common/cuda_check.h"
@@ -14,7 +15,10 @@
 namespace dsv4::cuda {
 namespace {
 
-constexpr int kThreads = 1024;
+// 512 threads: room for kAhead loads in flight per thread (a block's sum) within the registers.
+constexpr int kThreads = 512, kWarps = kThreads / 32;
+constexpr int kUnroll = 8;   // loads in flight per thread in the passes over the row
+constexpr int kAhead = 32;   // loads in flight per thread while a block's sum is added up
 
 // runtime/sampling_weights.h's exp_nonpositive, operation for operation.
 __device__ __forceinline__ float exp_nonpositive_rn(float x) {
@@ -41,120 +45,179 @@ __device__ __forceinline__ float weight_of(float logit, float max_logit, float t
     return logit == max_logit ? 1.0f : e;
 }
 
+// The better of two (value, index) candidates for the row's maximum: the larger value, the lower index among equal
+// ones (the host's first index of the maximum). A thread that saw nothing holds (-inf, INT_MAX), which loses to any
+// element, -inf included.
+__device__ __forceinline__ void keep_max(float& m, int& at, float other_m, int other_at) {
+    if (other_m > m || (other_m == m && other_at < at)) m = other_m, at = other_at;
+}
+
 __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleParams p) {
-    using Scan = cub::BlockScan<int, kThreads>;
-    __shared__ typename Scan::TempStorage scan_storage;
     __shared__ double block_sums[kMaxDrawVocab / kDrawBlock];
-    __shared__ float warp_max[kThreads / 32];
-    __shared__ int warp_flag[kThreads / 32];
-    __shared__ float row_max;
-    __shared__ int row_nan, row_argmax;
+    __shared__ float warp_max[kWarps];
+    __shared__ int warp_at[kWarps], warp_nan[kWarps], warp_offset[kWarps];
+    __shared__ float row_max, staged[kDrawBlock];  // staged: the walked block's weights
+    __shared__ int row_nan, row_argmax, candidates_n;
+    __shared__ int64_t walk_block;
+    __shared__ double walk_before, walk_target;
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int64_t V = p.vocab, row = blockIdx.x;
-    const float* logits = p.logits + row * V;
-    const RowDraw d = p.draws[row];
+    const int64_t V = p.vocab, draw = blockIdx.x;
+    const RowDraw d = p.draws[draw];
+    float* logits = p.logits + int64_t(d.logits_row) * V;
+    const float kNegInf = -__int_as_float(0x7f800000);
 
-    // 1. The maximum (the host's `x > m ? x : m`; which of two equal values wins does not matter: only == and the
-    //    first index of the maximum are used) and whether a NaN is in the row.
-    float m = -__int_as_float(0x7f800000);
-    int nan = 0;
-    for (int64_t i = tid; i < V; i += kThreads) {
-        const float x = logits[i];
-        m = x > m ? x : m;
-        nan |= x != x;
+    // 1. The maximum, its first index and whether a NaN is in the row, in one coalesced pass with kUnroll loads in
+    //    flight per thread (each thread meets its elements in ascending order, so a strict > keeps its first).
+    float m = kNegInf;
+    int at = INT_MAX, nan = 0;
+    for (int64_t base = tid; base < V; base += int64_t(kThreads) * kUnroll) {
+        float v[kUnroll];
+#pragma unroll
+        for (int q = 0; q < kUnroll; ++q) v[q] = base + q * kThreads < V ? logits[base + q * kThreads] : kNegInf;
+#pragma unroll
+        for (int q = 0; q < kUnroll; ++q) {
+            const int64_t i = base + q * kThreads;
+            if (i < V) {
+                nan |= v[q] != v[q];
+                keep_max(m, at, v[q], int(i));
+            }
+        }
     }
     for (int o = 16; o; o /= 2) {
-        const float other = __shfl_xor_sync(0xffffffffu, m, o);
-        m = other > m ? other : m;
+        keep_max(m, at, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, at, o));
         nan |= __shfl_xor_sync(0xffffffffu, nan, o);
     }
-    if (lane == 0) warp_max[warp] = m, warp_flag[warp] = nan;
+    if (lane == 0) warp_max[warp] = m, warp_at[warp] = at, warp_nan[warp] = nan;
     __syncthreads();
     if (tid == 0) {
-        float best = warp_max[0];
-        int any_nan = warp_flag[0];
-        for (int w = 1; w < kThreads / 32; ++w) best = warp_max[w] > best ? warp_max[w] : best, any_nan |= warp_flag[w];
-        row_max = best, row_nan = any_nan;
+        for (int w = 1; w < kWarps; ++w) keep_max(m, at, warp_max[w], warp_at[w]), nan |= warp_nan[w];
+        row_nan = nan, row_argmax = at;
+        row_max = logits[at];  // the host's max_logit: the value at the first index of the maximum
     }
     __syncthreads();
     if (row_nan) {
-        if (tid == 0) p.ids[row] = -1;
+        if (tid == 0) p.ids[draw] = -1;
         return;
     }
-    // The first index holding the maximum.
-    int first = int(V);
-    for (int64_t i = tid; i < V; i += kThreads)
-        if (logits[i] == row_max) {
-            first = int(i);
-            break;
+    if (d.greedy) {
+        if (tid == 0) p.ids[draw] = row_argmax;
+        return;
+    }
+
+    // 2. The weights, in place of the logits, and the candidates (min-p) in id order. Warp w owns a segment of whole
+    //    32-id steps; a lane computes the ids step + lane, so the loads and stores are coalesced and the ids a warp
+    //    keeps at each step are in order (ballot). The segments' counts give each warp where its candidates go.
+    const float max_logit = row_max;
+    const bool filter = d.min_p > 0.0f;
+    const int64_t segment = ((V + kWarps - 1) / kWarps + 31) / 32 * 32;
+    const int64_t s0 = min(V, warp * segment), s1 = min(V, s0 + segment);
+    int count = 0;
+    for (int64_t step = s0; step < s1; step += 32 * kUnroll) {
+        float v[kUnroll];
+#pragma unroll
+        for (int q = 0; q < kUnroll; ++q) {
+            const int64_t i = step + q * 32 + lane;
+            v[q] = i < s1 ? logits[i] : 0.0f;
         }
-    for (int o = 16; o; o /= 2) first = min(first, __shfl_xor_sync(0xffffffffu, first, o));
-    if (lane == 0) warp_flag[warp] = first;
+#pragma unroll
+        for (int q = 0; q < kUnroll; ++q) {
+            const int64_t i = step + q * 32 + lane;
+            const float wi = weight_of(v[q], max_logit, d.temperature);
+            if (i < s1) logits[i] = wi;
+            count += __popc(__ballot_sync(0xffffffffu, i < s1 && wi >= d.min_p));
+        }
+    }
+    if (lane == 0) warp_offset[warp] = count;
     __syncthreads();
     if (tid == 0) {
-        int best = warp_flag[0];
-        for (int w = 1; w < kThreads / 32; ++w) best = min(best, warp_flag[w]);
-        row_argmax = best;
+        int total = 0;
+        for (int w = 0; w < kWarps; ++w) {
+            const int c = warp_offset[w];
+            warp_offset[w] = total;
+            total += c;
+        }
+        candidates_n = total;
     }
     __syncthreads();
-    if (d.greedy) {
-        if (tid == 0) p.ids[row] = row_argmax;
-        return;
+    const float* w = logits;
+    int32_t* cand = p.candidates + draw * V;
+    if (filter) {
+        // The same ids by the same lanes as above: each lane reads back only weights it wrote.
+        int next = warp_offset[warp];
+        for (int64_t step = s0; step < s1; step += 32 * kUnroll) {
+            float v[kUnroll];
+#pragma unroll
+            for (int q = 0; q < kUnroll; ++q) {
+                const int64_t i = step + q * 32 + lane;
+                v[q] = i < s1 ? w[i] : 0.0f;
+            }
+#pragma unroll
+            for (int q = 0; q < kUnroll; ++q) {
+                const int64_t i = step + q * 32 + lane;
+                const bool keep = i < s1 && v[q] >= d.min_p;
+                const unsigned kept = __ballot_sync(0xffffffffu, keep);
+                if (keep) cand[next + __popc(kept & ((1u << lane) - 1))] = int32_t(i);
+                next += __popc(kept);
+            }
+        }
+        __syncthreads();  // the candidates, written by every warp, read by others below
     }
-
-    // 2. Weights, and the candidates in id order (each thread a contiguous range, so the order is the threads').
-    const float max_logit = logits[row_argmax];
-    const bool filter = d.min_p > 0.0f;
-    float* w = p.weights + row * V;
-    int32_t* cand = p.candidates + row * V;
-    const int64_t chunk = (V + kThreads - 1) / kThreads, begin = min(V, tid * chunk), end = min(V, begin + chunk);
-    int count = 0;
-    for (int64_t i = begin; i < end; ++i) {
-        const float wi = weight_of(logits[i], max_logit, d.temperature);
-        w[i] = wi;
-        count += !filter || wi >= d.min_p;
-    }
-    int offset = 0, n = 0;
-    Scan(scan_storage).ExclusiveSum(count, offset, n);
-    if (filter)
-        for (int64_t i = begin; i < end; ++i)
-            if (w[i] >= d.min_p) cand[offset++] = int32_t(i);
-    __syncthreads();  // the weights and candidates, written by every thread, read by others below
+    const int64_t n = filter ? candidates_n : V;
     auto id_at = [&](int64_t j) { return filter ? cand[j] : int32_t(j); };
 
-    // 3. Each block's sum, in candidate order from 0.
+    // 3. Each block's sum, in candidate order from 0: one thread per block. The additions are a chain (their order
+    //    is the definition); the loads are not, so they are issued kAhead at a time before the additions.
     const int64_t blocks = (n + kDrawBlock - 1) / kDrawBlock;
     for (int64_t b = tid; b < blocks; b += kThreads) {
+        const int64_t j0 = b * kDrawBlock, j1 = min(n, j0 + kDrawBlock);
         double s = 0.0;
-        const int64_t j1 = min(int64_t(n), (b + 1) * kDrawBlock);
-        for (int64_t j = b * kDrawBlock; j < j1; ++j) s += double(w[id_at(j)]);
+        for (int64_t j = j0; j < j1; j += kAhead) {
+            float v[kAhead];
+#pragma unroll
+            for (int q = 0; q < kAhead; ++q) v[q] = j + q < j1 ? w[id_at(j + q)] : 0.0f;
+#pragma unroll
+            for (int q = 0; q < kAhead; ++q)
+                if (j + q < j1) s += double(v[q]);
+        }
         block_sums[b] = s;
     }
     __syncthreads();
 
-    // 4, 5. The walk.
+    // 4, 5. The walk: thread 0 finds the block whose running sum passes u x total; the block's weights are staged in
+    //       shared memory by every thread; thread 0 walks them.
     if (tid == 0) {
         double total = 0.0;
         for (int64_t b = 0; b < blocks; ++b) total += block_sums[b];
         const double target = d.u * total;
         double before = 0.0;
-        int32_t id = id_at(n - 1);
-        for (int64_t b = 0; b < blocks; ++b) {
-            if (before + block_sums[b] > target) {
-                const int64_t j1 = min(int64_t(n), (b + 1) * kDrawBlock);
-                id = id_at(j1 - 1);
-                double run = 0.0;
-                for (int64_t j = b * kDrawBlock; j < j1; ++j)
-                    if (before + (run += double(w[id_at(j)])) > target) {
-                        id = id_at(j);
-                        break;
-                    }
+        int64_t chosen = -1;
+        for (int64_t b = 0; b < blocks && chosen < 0; ++b) {
+            if (before + block_sums[b] > target)
+                chosen = b;
+            else
+                before += block_sums[b];
+        }
+        walk_block = chosen, walk_before = before, walk_target = target;
+    }
+    __syncthreads();
+    if (walk_block < 0) {  // no block passes it (rounding): the last candidate
+        if (tid == 0) p.ids[draw] = id_at(n - 1);
+        return;
+    }
+    const int64_t j0 = walk_block * kDrawBlock, j1 = min(n, j0 + kDrawBlock);
+    for (int64_t j = j0 + tid; j < j1; j += kThreads) staged[j - j0] = w[id_at(j)];
+    __syncthreads();
+    if (tid == 0) {
+        const double before = walk_before, target = walk_target;
+        int64_t pick = j1 - 1;
+        double run = 0.0;
+        for (int64_t j = j0; j < j1; ++j)
+            if (before + (run += double(staged[j - j0])) > target) {
+                pick = j;
                 break;
             }
-            before += block_sums[b];
-        }
-        p.ids[row] = id;
+        p.ids[draw] = id_at(pick);
     }
 }
 
@@ -162,7 +225,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleParams p) {
 
 namespace detail {
 void launch_sample_rows(const SampleParams& p, cudaStream_t stream) {
-    sample_rows_kernel<<<unsigned(p.rows), kThreads, 0, stream>>>(p);
+    sample_rows_kernel<<<unsigned(p.draws_count), kThreads, 0, stream>>>(p);
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 }  // namespace detail

@@ -4,8 +4,8 @@
 // host's) are summed in double in blocks of kSampleBlock candidates in ascending id order and the draw walks the
 // block sums with the row's uniform u, which the caller takes from the request's generator (one per non-greedy
 // draw, as the host sampler does). So a draw gives the host sampler's id for the same logits and generator. top-k
-// and top-p are not here (they need the vocabulary in order): such requests stay on the host.
-// Not yet used by the engine, and not yet run on a GPU: tests/gpu/sampling_test.cpp holds it to the host sampler.
+// and top-p are not here (they need the vocabulary in order): such requests stay on the host. CudaModel draws with
+// it for the items that ask (BatchItem::draw). tests/gpu/sampling_test.cpp holds it to the host sampler.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,21 +17,23 @@ namespace dsv4::cuda {
 constexpr int64_t kDrawBlock = 1024;  // candidates per block of the sums: runtime/sampler.h's kSampleBlock
 constexpr int64_t kMaxDrawVocab = 1024 * kDrawBlock;  // a row's block sums fit one CTA's shared memory
 
-// One row's draw.
+// One draw.
 struct RowDraw {
     double u = 0.0;  // step 4's uniform in [0, 1); unused when greedy
     float temperature = 1.0f;
     float min_p = 0.0f;  // 0: every token a candidate
     int32_t greedy = 1;
+    int32_t logits_row = 0;  // the row of SampleParams::logits drawn from (each row at most once)
 };
 
 struct SampleParams {
-    const float* logits = nullptr;  // [rows, vocab] f32
-    const RowDraw* draws = nullptr;   // [rows] device
-    int32_t* ids = nullptr;           // [rows] out: the drawn id, or -1 where the row holds a NaN
-    float* weights = nullptr;         // [rows, vocab] scratch
-    int32_t* candidates = nullptr;    // [rows, vocab] scratch (the candidates' ids under min-p)
-    int64_t rows = 0, vocab = 0;
+    // [*, vocab] f32. A non-greedy draw overwrites its row with the weights (the logits are not needed after it,
+    // and a batch of V4's vocabulary needs no scratch of its size).
+    float* logits = nullptr;
+    const RowDraw* draws = nullptr;  // [draws] device
+    int32_t* ids = nullptr;          // [draws] out: the drawn id, or -1 where the row holds a NaN
+    int32_t* candidates = nullptr;   // [draws, vocab] scratch (the candidates' ids under min-p)
+    int64_t draws_count = 0, vocab = 0;
 };
 void sample_rows(const SampleParams& p, cudaStream_t stream);
 
