@@ -530,7 +530,8 @@ void bench_draw(int64_t rows, const char* mode) {
     }
     DeviceBuffer<RowDraw> draws(host.size());
     draws.upload(host.data(), host.size());
-    DeviceBuffer<int32_t> ids(static_cast<size_t>(rows)), candidates(n);
+    DeviceBuffer<int32_t> ids(static_cast<size_t>(rows));
+    DeviceBuffer<uint8_t> scratch(sample_rows_scratch_bytes(rows, V));
     Stream stream;
     std::vector<double> us;
     for (int i = 0; i < 10; ++i) {
@@ -538,7 +539,14 @@ void bench_draw(int64_t rows, const char* mode) {
                                         stream.get()));
         Event start, stop;
         start.record(stream.get());
-        sample_rows({logits.get(), draws.get(), ids.get(), candidates.get(), rows, V}, stream.get());
+        SampleParams p;
+        p.logits = logits.get();
+        p.draws = draws.get();
+        p.ids = ids.get();
+        p.scratch = scratch.get();
+        p.draws_count = rows;
+        p.vocab = V;
+        sample_rows(p, stream.get());
         stop.record(stream.get());
         stream.synchronize();
         if (i > 0) us.push_back(double(stop.elapsed_since(start)) * 1e3);

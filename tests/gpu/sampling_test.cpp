@@ -39,8 +39,9 @@ std::vector<float> model_like(int64_t vocab, std::mt19937& rng) {
     return l;
 }
 
-// One launch over `rows` (all of `vocab` ids), each row's id against the host sampler's. Draw i reads row n - 1 - i
-// (a draw names its row).
+// One launch over `rows` (all of `vocab` ids), each row's id against the host sampler's, with the rows cut into the
+// segments the batch gets and into 1, 3 and 64 (any count gives the same ids). Draw i reads row n - 1 - i (a draw
+// names its row).
 void expect_same_draws(int64_t vocab, const std::vector<Row>& rows) {
     const int64_t n = int64_t(rows.size());
     std::vector<float> logits;
@@ -65,24 +66,28 @@ void expect_same_draws(int64_t vocab, const std::vector<Row>& rows) {
     }
     std::reverse(draws.begin(), draws.end());
     std::reverse(want.begin(), want.end());
-    cuda::DeviceBuffer<float> d_logits = gpu_test::to_device(logits);
     const cuda::DeviceBuffer<cuda::RowDraw> d_draws = gpu_test::to_device(draws);
-    cuda::DeviceBuffer<int32_t> candidates(logits.size());
-    // Poisoned with 0x7F7F7F7F, neither an id nor the NaN rows' -1: a row the kernel never writes fails.
-    cuda::DeviceBuffer<int32_t> ids = gpu_test::poisoned<int32_t>(static_cast<size_t>(n), 0x7F);
-    cuda::SampleParams p;
-    p.logits = d_logits.get();
-    p.draws = d_draws.get();
-    p.ids = ids.get();
-    p.candidates = candidates.get();
-    p.draws_count = n;
-    p.vocab = vocab;
-    cuda::sample_rows(p, nullptr);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const std::vector<int32_t> got = gpu_test::to_host(ids);
-    for (int64_t i = 0; i < n; ++i) {
-        const int32_t row = draws[size_t(i)].logits_row;
-        EXPECT_EQ(got[size_t(i)], want[size_t(i)]) << "vocab " << vocab << ", row " << row << ": " << rows[size_t(row)].what;
+    cuda::DeviceBuffer<uint8_t> scratch(cuda::sample_rows_scratch_bytes(n, vocab));
+    for (const int segments : {0, 1, 3, cuda::kMaxDrawSegments}) {
+        cuda::DeviceBuffer<float> d_logits = gpu_test::to_device(logits);  // the draws overwrite their rows
+        // Poisoned with 0x7F7F7F7F, neither an id nor the NaN rows' -1: a row the kernels never write fails.
+        cuda::DeviceBuffer<int32_t> ids = gpu_test::poisoned<int32_t>(static_cast<size_t>(n), 0x7F);
+        cuda::SampleParams p;
+        p.logits = d_logits.get();
+        p.draws = d_draws.get();
+        p.ids = ids.get();
+        p.scratch = scratch.get();
+        p.draws_count = n;
+        p.vocab = vocab;
+        p.segments = segments;
+        cuda::sample_rows(p, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<int32_t> got = gpu_test::to_host(ids);
+        for (int64_t i = 0; i < n; ++i) {
+            const int32_t row = draws[size_t(i)].logits_row;
+            EXPECT_EQ(got[size_t(i)], want[size_t(i)]) << "vocab " << vocab << ", row " << row << ", segments "
+                                                       << segments << ": " << rows[size_t(row)].what;
+        }
     }
 }
 

@@ -301,7 +301,14 @@ void CudaModel::Impl::run_piece(std::span<const PieceSequence> in) {
         const int64_t n = int64_t(drawn.size());
         DSV4_CUDA_CHECK(cudaMemcpyAsync(ws.draws, draws_host.get(), sizeof(cuda::RowDraw) * size_t(n),
                                         cudaMemcpyHostToDevice, s));
-        cuda::sample_rows({ws.logits, ws.draws, ws.drawn_ids, ws.draw_candidates, n, V}, s);
+        cuda::SampleParams sp;
+        sp.logits = ws.logits;
+        sp.draws = ws.draws;
+        sp.ids = ws.drawn_ids;
+        sp.scratch = ws.draw_scratch;
+        sp.draws_count = n;
+        sp.vocab = V;
+        cuda::sample_rows(sp, s);
         DSV4_CUDA_CHECK(
             cudaMemcpyAsync(drawn_host.get(), ws.drawn_ids, sizeof(int32_t) * size_t(n), cudaMemcpyDeviceToHost, s));
     }

@@ -148,7 +148,7 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
         const int64_t draws = std::min(T, draw_sequences);
         ws.draws = b.take<cuda::RowDraw>(draws);
         ws.drawn_ids = b.take<int32_t>(draws);
-        ws.draw_candidates = b.take<int32_t>(draws * V);
+        ws.draw_scratch = b.take<uint8_t>(int64_t(cuda::sample_rows_scratch_bytes(draws, V)));
     }
 
     // GEMM workspace: the largest any FP8 product of a piece of 1 .. T rows asks for, and cuBLASLt's for fp8_gemm's

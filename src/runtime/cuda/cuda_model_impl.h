@@ -156,11 +156,11 @@ struct Workspace {
     bf16* shared_gate_up = nullptr;  // [T, 2 I] shared expert: gate | up per row (stacked), or [T, I] gate, [T, I] up
     bf16* shared_hidden = nullptr;   // [T, I] shared expert SwiGLU output
     float* logits = nullptr;  // [T, V]
-    // Draws where the logits are (BatchItem::draw; the rank that returns logits only): [P] each, and the draws'
-    // min-p candidates [P, V].
+    // Draws where the logits are (BatchItem::draw; the rank that returns logits only): one per sequence a piece can
+    // hold, and sample_rows' scratch for as many.
     cuda::RowDraw* draws = nullptr;
     int32_t* drawn_ids = nullptr;
-    int32_t* draw_candidates = nullptr;
+    void* draw_scratch = nullptr;
     void* gemm = nullptr;     // GEMM workspace
     size_t gemm_bytes = 0;
     // The side lane's scratch (Lane): act_quant rows, dense f32 output and GEMM workspace (of gemm_bytes) for the

@@ -1,11 +1,17 @@
-// sample_rows (sampling.h): one CTA of 512 threads per draw. Steps as runtime/sampler.cpp computes them: the row's
-// maximum and its first index (a NaN anywhere: id -1); greedy stops there. Then every weight (exp_nonpositive of
-// runtime/sampling_weights.h with each operation rounded on its own, as the host, built without contraction, does),
-// the candidates (min-p) compacted in id order, each block's sum in double by one thread in candidate order from 0,
-// and the walk by thread 0: the block sums in order for the total, then the first block whose running sum passes
-// u x total, then in it the first candidate where the sum before the block plus the block's running sum passes it.
-// The passes over the row are coalesced with several loads in flight per thread: one row is one CTA, so at batch 1
-// the draw's time is its memory latency.
+// sample_rows (sampling.h) in five kernels, each row cut into `segments` segments of whole 512-id tiles, one CTA
+// per (segment, row) in the passes over the row, so a small batch's rows spread over the GPU (at one draw the
+// time is latency). The steps as runtime/sampler.cpp computes them:
+//  1. scan:    each segment's maximum, its first index and whether it holds a NaN (coalesced, loads in flight).
+//  2. weights: every CTA reduces its row's segments (a NaN: id -1; greedy: the first index of the maximum, done);
+//              otherwise its segment's weights (exp_nonpositive of runtime/sampling_weights.h with each operation
+//              rounded on its own, as the host, built without contraction, does) in place of the logits, and under
+//              min-p each warp's count of candidates.
+//  3. compact: under min-p, the candidates' ids in id order (each warp's place from the counts before it).
+//  4. sums:    each block's sum in double by one thread in candidate order from 0, the blocks spread over small
+//              CTAs (a sum is a chain of 1,024 dependent additions fed by loads: many SMs feed more of them at once).
+//  5. walk:    one CTA per row: thread 0 walks the block sums for the total and the first block whose running sum
+//              passes u x total, and in it (staged in shared memory) the first candidate where the sum before the
+//              block plus the block's running sum passes it.
 #include <climits>
 #include <cstdint>
 
@@ -15,10 +21,50 @@
 namespace dsv4::cuda {
 namespace {
 
-// 512 threads: room for kAhead loads in flight per thread (a block's sum) within the registers.
 constexpr int kThreads = 512, kWarps = kThreads / 32;
-constexpr int kUnroll = 8;   // loads in flight per thread in the passes over the row
-constexpr int kAhead = 32;   // loads in flight per thread while a block's sum is added up
+constexpr int kUnroll = 8;       // loads in flight per thread in the passes over the row
+constexpr int kAhead = 32;       // loads in flight per thread while a block's sum is added up
+constexpr int kWalkThreads = 256;
+constexpr int kSumThreads = 8;   // blocks summed per CTA of step 4
+constexpr int kMaxBlocks = int(kMaxDrawVocab / kDrawBlock);
+constexpr int64_t kTile = kThreads;  // segments are whole tiles: each warp's part is whole 32-id steps
+static_assert(kDrawBlock / kWalkThreads * kWalkThreads == kDrawBlock, "the walked block is staged in whole rounds");
+
+
+// A segment's results: its maximum (the value at `at`), the first index holding it (INT_MAX: the segment is
+// empty), whether it holds a NaN, and (min-p) each warp's count of candidates.
+struct DrawSegment {
+    float max;
+    int32_t at, nan;
+    int32_t warp_count[kWarps];
+};
+
+struct Layout {
+    int32_t* candidates;     // [draws, vocab]
+    DrawSegment* segments;   // [draws, kMaxDrawSegments]
+    double* block_sums;      // [draws, kMaxBlocks]
+};
+__host__ __device__ inline size_t candidates_bytes(int64_t draws, int64_t vocab) {
+    return (size_t(draws * vocab) * sizeof(int32_t) + 255) / 256 * 256;
+}
+__host__ __device__ inline size_t segments_bytes(int64_t draws) {
+    return (size_t(draws) * kMaxDrawSegments * sizeof(DrawSegment) + 255) / 256 * 256;
+}
+__device__ inline Layout layout_of(const SampleParams& p) {
+    uint8_t* base = static_cast<uint8_t*>(p.scratch);
+    const size_t c = candidates_bytes(p.draws_count, p.vocab), g = segments_bytes(p.draws_count);
+    return {reinterpret_cast<int32_t*>(base), reinterpret_cast<DrawSegment*>(base + c),
+            reinterpret_cast<double*>(base + c + g)};
+}
+
+// Segment s of a row: ids [begin, end), whole tiles.
+struct Segment {
+    int64_t begin, end;
+};
+__device__ inline Segment segment_of(int64_t vocab, int segments, int s) {
+    const int64_t tiles = (vocab + kTile - 1) / kTile, per = (tiles + segments - 1) / segments;
+    return {min(vocab, s * per * kTile), min(vocab, (s + 1) * per * kTile)};
+}
 
 // runtime/sampling_weights.h's exp_nonpositive, operation for operation.
 __device__ __forceinline__ float exp_nonpositive_rn(float x) {
@@ -46,43 +92,55 @@ __device__ __forceinline__ float weight_of(float logit, float max_logit, float t
 }
 
 // The better of two (value, index) candidates for the row's maximum: the larger value, the lower index among equal
-// ones (the host's first index of the maximum). A thread that saw nothing holds (-inf, INT_MAX), which loses to any
-// element, -inf included.
+// ones (the host's first index of the maximum). Nothing seen is (-inf, INT_MAX), which loses to any element.
 __device__ __forceinline__ void keep_max(float& m, int& at, float other_m, int other_at) {
     if (other_m > m || (other_m == m && other_at < at)) m = other_m, at = other_at;
 }
 
-__global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleParams p) {
-    __shared__ double block_sums[kMaxDrawVocab / kDrawBlock];
+__device__ __forceinline__ float* row_of(const SampleParams& p, const RowDraw& d) {
+    return p.logits + int64_t(d.logits_row) * p.vocab;
+}
+
+// The row's maximum, first index and NaN flag from its segments' (every thread gets them).
+struct RowMax {
+    float max;
+    int at, nan;
+};
+__device__ RowMax reduce_segments(const DrawSegment* seg, int segments) {
+    __shared__ RowMax row;
+    if (threadIdx.x < 32) {
+        float m = -__int_as_float(0x7f800000);
+        int at = INT_MAX, nan = 0;
+        for (int s = threadIdx.x; s < segments; s += 32) keep_max(m, at, seg[s].max, seg[s].at), nan |= seg[s].nan;
+        for (int o = 16; o; o /= 2) {
+            keep_max(m, at, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, at, o));
+            nan |= __shfl_xor_sync(0xffffffffu, nan, o);
+        }
+        if (threadIdx.x == 0) row = {m, at, nan};
+    }
+    __syncthreads();
+    return row;
+}
+
+// 1. Each segment's maximum, its first index and whether it holds a NaN: a thread meets its ids in ascending order,
+//    so a strict > keeps its first.
+__global__ void __launch_bounds__(kThreads) draw_scan_kernel(SampleParams p) {
     __shared__ float warp_max[kWarps];
-    __shared__ int warp_at[kWarps], warp_nan[kWarps], warp_offset[kWarps];
-    __shared__ float row_max, staged[kDrawBlock];  // staged: the walked block's weights
-    __shared__ int row_nan, row_argmax, candidates_n;
-    __shared__ int64_t walk_block;
-    __shared__ double walk_before, walk_target;
-
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int64_t V = p.vocab, draw = blockIdx.x;
-    const RowDraw d = p.draws[draw];
-    float* logits = p.logits + int64_t(d.logits_row) * V;
-    const float kNegInf = -__int_as_float(0x7f800000);
-
-    // 1. The maximum, its first index and whether a NaN is in the row, in one coalesced pass with kUnroll loads in
-    //    flight per thread (each thread meets its elements in ascending order, so a strict > keeps its first).
-    float m = kNegInf;
+    __shared__ int warp_at[kWarps], warp_nan[kWarps];
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, s = blockIdx.x;
+    const RowDraw d = p.draws[blockIdx.y];
+    const float* logits = row_of(p, d);
+    const Segment g = segment_of(p.vocab, p.segments, s);
+    const float neg_inf = -__int_as_float(0x7f800000);
+    float m = neg_inf;
     int at = INT_MAX, nan = 0;
-    for (int64_t base = tid; base < V; base += int64_t(kThreads) * kUnroll) {
+    for (int64_t base = g.begin + tid; base < g.end; base += int64_t(kThreads) * kUnroll) {
         float v[kUnroll];
 #pragma unroll
-        for (int q = 0; q < kUnroll; ++q) v[q] = base + q * kThreads < V ? logits[base + q * kThreads] : kNegInf;
+        for (int q = 0; q < kUnroll; ++q) v[q] = base + q * kThreads < g.end ? logits[base + q * kThreads] : neg_inf;
 #pragma unroll
-        for (int q = 0; q < kUnroll; ++q) {
-            const int64_t i = base + q * kThreads;
-            if (i < V) {
-                nan |= v[q] != v[q];
-                keep_max(m, at, v[q], int(i));
-            }
-        }
+        for (int q = 0; q < kUnroll; ++q)
+            if (base + q * kThreads < g.end) nan |= v[q] != v[q], keep_max(m, at, v[q], int(base + q * kThreads));
     }
     for (int o = 16; o; o /= 2) {
         keep_max(m, at, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, at, o));
@@ -92,100 +150,140 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleParams p) {
     __syncthreads();
     if (tid == 0) {
         for (int w = 1; w < kWarps; ++w) keep_max(m, at, warp_max[w], warp_at[w]), nan |= warp_nan[w];
-        row_nan = nan, row_argmax = at;
-        row_max = logits[at];  // the host's max_logit: the value at the first index of the maximum
+        DrawSegment& out = layout_of(p).segments[blockIdx.y * kMaxDrawSegments + s];
+        out.max = m, out.at = at, out.nan = nan;
     }
-    __syncthreads();
-    if (row_nan) {
-        if (tid == 0) p.ids[draw] = -1;
-        return;
-    }
-    if (d.greedy) {
-        if (tid == 0) p.ids[draw] = row_argmax;
-        return;
-    }
+}
 
-    // 2. The weights, in place of the logits, and the candidates (min-p) in id order. Warp w owns a segment of whole
-    //    32-id steps; a lane computes the ids step + lane, so the loads and stores are coalesced and the ids a warp
-    //    keeps at each step are in order (ballot). The segments' counts give each warp where its candidates go.
-    const float max_logit = row_max;
-    const bool filter = d.min_p > 0.0f;
-    const int64_t segment = ((V + kWarps - 1) / kWarps + 31) / 32 * 32;
-    const int64_t s0 = min(V, warp * segment), s1 = min(V, s0 + segment);
+// 2. The row's maximum from its segments; the greedy and NaN rows end here (segment 0's CTA writes the id). Else
+//    the segment's weights in place of its logits and (min-p) each warp's count of candidates. Warp w of the CTA owns
+//    a part of the segment of whole 32-id steps and a lane computes the ids step + lane, so the accesses are
+//    coalesced and the compaction (step 3: the same ids by the same lanes) keeps id order.
+__global__ void __launch_bounds__(kThreads) draw_weights_kernel(SampleParams p) {
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, s = blockIdx.x;
+    const RowDraw d = p.draws[blockIdx.y];
+    DrawSegment* seg = layout_of(p).segments + blockIdx.y * kMaxDrawSegments;
+    const RowMax row = reduce_segments(seg, p.segments);
+    if (row.nan || d.greedy) {
+        if (s == 0 && tid == 0) p.ids[blockIdx.y] = row.nan ? -1 : row.at;
+        return;
+    }
+    float* logits = row_of(p, d);
+    const Segment g = segment_of(p.vocab, p.segments, s);
+    const int64_t part = (g.end - g.begin + kWarps * 32 - 1) / (kWarps * 32) * 32;
+    const int64_t w0 = min(g.end, g.begin + warp * part), w1 = min(g.end, w0 + part);
     int count = 0;
-    for (int64_t step = s0; step < s1; step += 32 * kUnroll) {
+    for (int64_t step = w0; step < w1; step += 32 * kUnroll) {
         float v[kUnroll];
 #pragma unroll
         for (int q = 0; q < kUnroll; ++q) {
             const int64_t i = step + q * 32 + lane;
-            v[q] = i < s1 ? logits[i] : 0.0f;
+            v[q] = i < w1 ? logits[i] : 0.0f;
         }
 #pragma unroll
         for (int q = 0; q < kUnroll; ++q) {
             const int64_t i = step + q * 32 + lane;
-            const float wi = weight_of(v[q], max_logit, d.temperature);
-            if (i < s1) logits[i] = wi;
-            count += __popc(__ballot_sync(0xffffffffu, i < s1 && wi >= d.min_p));
+            const float wi = weight_of(v[q], row.max, d.temperature);
+            if (i < w1) logits[i] = wi;
+            count += __popc(__ballot_sync(0xffffffffu, i < w1 && wi >= d.min_p));
         }
     }
-    if (lane == 0) warp_offset[warp] = count;
-    __syncthreads();
-    if (tid == 0) {
-        int total = 0;
-        for (int w = 0; w < kWarps; ++w) {
-            const int c = warp_offset[w];
-            warp_offset[w] = total;
-            total += c;
-        }
-        candidates_n = total;
-    }
-    __syncthreads();
-    const float* w = logits;
-    int32_t* cand = p.candidates + draw * V;
-    if (filter) {
-        // The same ids by the same lanes as above: each lane reads back only weights it wrote.
-        int next = warp_offset[warp];
-        for (int64_t step = s0; step < s1; step += 32 * kUnroll) {
-            float v[kUnroll];
+    if (lane == 0) seg[s].warp_count[warp] = count;
+}
+
+// The candidates before warp `warp` of segment `s`, and (all) in the row: from the warps' counts.
+__device__ int candidates_before(const DrawSegment* seg, int segments, int s, int warp) {
+    int before = 0;
+    for (int t = 0; t < s; ++t)
+        for (int w = 0; w < kWarps; ++w) before += seg[t].warp_count[w];
+    for (int w = 0; w < warp; ++w) before += seg[s].warp_count[w];
+    return before;
+}
+
+// 3. Under min-p, the candidates' ids in id order: the same ids by the same lanes as step 2 (each lane reads back
+//    weights it wrote), each warp from its place after the candidates before it.
+__global__ void __launch_bounds__(kThreads) draw_compact_kernel(SampleParams p) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, s = blockIdx.x;
+    const RowDraw d = p.draws[blockIdx.y];
+    if (d.greedy || !(d.min_p > 0.0f)) return;
+    const Layout l = layout_of(p);
+    const DrawSegment* seg = l.segments + blockIdx.y * kMaxDrawSegments;
+    if (reduce_segments(seg, p.segments).nan) return;
+    const float* w = row_of(p, d);
+    int32_t* cand = l.candidates + blockIdx.y * p.vocab;
+    const Segment g = segment_of(p.vocab, p.segments, s);
+    const int64_t part = (g.end - g.begin + kWarps * 32 - 1) / (kWarps * 32) * 32;
+    const int64_t w0 = min(g.end, g.begin + warp * part), w1 = min(g.end, w0 + part);
+    int next = candidates_before(seg, p.segments, s, warp);
+    for (int64_t step = w0; step < w1; step += 32 * kUnroll) {
+        float v[kUnroll];
 #pragma unroll
-            for (int q = 0; q < kUnroll; ++q) {
-                const int64_t i = step + q * 32 + lane;
-                v[q] = i < s1 ? w[i] : 0.0f;
-            }
-#pragma unroll
-            for (int q = 0; q < kUnroll; ++q) {
-                const int64_t i = step + q * 32 + lane;
-                const bool keep = i < s1 && v[q] >= d.min_p;
-                const unsigned kept = __ballot_sync(0xffffffffu, keep);
-                if (keep) cand[next + __popc(kept & ((1u << lane) - 1))] = int32_t(i);
-                next += __popc(kept);
-            }
+        for (int q = 0; q < kUnroll; ++q) {
+            const int64_t i = step + q * 32 + lane;
+            v[q] = i < w1 ? w[i] : 0.0f;
         }
-        __syncthreads();  // the candidates, written by every warp, read by others below
+#pragma unroll
+        for (int q = 0; q < kUnroll; ++q) {
+            const int64_t i = step + q * 32 + lane;
+            const bool keep = i < w1 && v[q] >= d.min_p;
+            const unsigned kept = __ballot_sync(0xffffffffu, keep);
+            if (keep) cand[next + __popc(kept & ((1u << lane) - 1))] = int32_t(i);
+            next += __popc(kept);
+        }
     }
-    const int64_t n = filter ? candidates_n : V;
+}
+
+// The row's candidates (min-p: counted in step 2) and, for steps 4 and 5, whether the row goes on (not greedy, no NaN).
+struct Candidates {
+    bool drawn;
+    int64_t n;
+};
+__device__ Candidates candidates_of(const SampleParams& p, const RowDraw& d, const DrawSegment* seg) {
+    if (d.greedy || reduce_segments(seg, p.segments).nan) return {false, 0};
+    return {true, d.min_p > 0.0f ? candidates_before(seg, p.segments, p.segments, 0) : p.vocab};
+}
+
+// 4. Each block's sum in candidate order from 0, one thread per block. The additions are a chain (their order is
+//    the definition); the loads are not, so they are issued kAhead at a time before the additions.
+__global__ void __launch_bounds__(32) draw_sums_kernel(SampleParams p) {
+    const RowDraw d = p.draws[blockIdx.y];
+    const Layout l = layout_of(p);
+    const Candidates c = candidates_of(p, d, l.segments + blockIdx.y * kMaxDrawSegments);
+    const int64_t b = int64_t(blockIdx.x) * kSumThreads + threadIdx.x, j0 = b * kDrawBlock;
+    if (!c.drawn || threadIdx.x >= kSumThreads || j0 >= c.n) return;
+    const float* w = row_of(p, d);
+    const int32_t* cand = l.candidates + blockIdx.y * p.vocab;
+    const bool filter = d.min_p > 0.0f;
+    const int64_t j1 = min(c.n, j0 + kDrawBlock);
+    double sum = 0.0;
+    for (int64_t j = j0; j < j1; j += kAhead) {
+        float v[kAhead];
+#pragma unroll
+        for (int q = 0; q < kAhead; ++q) v[q] = j + q < j1 ? w[filter ? cand[j + q] : j + q] : 0.0f;
+#pragma unroll
+        for (int q = 0; q < kAhead; ++q)
+            if (j + q < j1) sum += double(v[q]);
+    }
+    l.block_sums[blockIdx.y * kMaxBlocks + b] = sum;
+}
+
+// 5. The walk, one CTA per row.
+__global__ void __launch_bounds__(kWalkThreads) draw_walk_kernel(SampleParams p) {
+    __shared__ float staged[kDrawBlock];  // the walked block's weights
+    __shared__ int64_t walk_block;
+    __shared__ double walk_before, walk_target;
+    const int tid = threadIdx.x;
+    const RowDraw d = p.draws[blockIdx.x];
+    const Layout l = layout_of(p);
+    const Candidates c = candidates_of(p, d, l.segments + blockIdx.x * kMaxDrawSegments);
+    if (!c.drawn) return;
+    const float* w = row_of(p, d);
+    const int32_t* cand = l.candidates + blockIdx.x * p.vocab;
+    const bool filter = d.min_p > 0.0f;
+    const int64_t n = c.n;
     auto id_at = [&](int64_t j) { return filter ? cand[j] : int32_t(j); };
-
-    // 3. Each block's sum, in candidate order from 0: one thread per block. The additions are a chain (their order
-    //    is the definition); the loads are not, so they are issued kAhead at a time before the additions.
+    const double* block_sums = l.block_sums + blockIdx.x * kMaxBlocks;
     const int64_t blocks = (n + kDrawBlock - 1) / kDrawBlock;
-    for (int64_t b = tid; b < blocks; b += kThreads) {
-        const int64_t j0 = b * kDrawBlock, j1 = min(n, j0 + kDrawBlock);
-        double s = 0.0;
-        for (int64_t j = j0; j < j1; j += kAhead) {
-            float v[kAhead];
-#pragma unroll
-            for (int q = 0; q < kAhead; ++q) v[q] = j + q < j1 ? w[id_at(j + q)] : 0.0f;
-#pragma unroll
-            for (int q = 0; q < kAhead; ++q)
-                if (j + q < j1) s += double(v[q]);
-        }
-        block_sums[b] = s;
-    }
-    __syncthreads();
-
-    // 4, 5. The walk: thread 0 finds the block whose running sum passes u x total; the block's weights are staged in
-    //       shared memory by every thread; thread 0 walks them.
     if (tid == 0) {
         double total = 0.0;
         for (int64_t b = 0; b < blocks; ++b) total += block_sums[b];
@@ -202,11 +300,11 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleParams p) {
     }
     __syncthreads();
     if (walk_block < 0) {  // no block passes it (rounding): the last candidate
-        if (tid == 0) p.ids[draw] = id_at(n - 1);
+        if (tid == 0) p.ids[blockIdx.x] = id_at(n - 1);
         return;
     }
     const int64_t j0 = walk_block * kDrawBlock, j1 = min(n, j0 + kDrawBlock);
-    for (int64_t j = j0 + tid; j < j1; j += kThreads) staged[j - j0] = w[id_at(j)];
+    for (int64_t j = j0 + tid; j < j1; j += kWalkThreads) staged[j - j0] = w[id_at(j)];
     __syncthreads();
     if (tid == 0) {
         const double before = walk_before, target = walk_target;
@@ -217,15 +315,27 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleParams p) {
                 pick = j;
                 break;
             }
-        p.ids[draw] = id_at(pick);
+        p.ids[blockIdx.x] = id_at(pick);
     }
 }
 
 }  // namespace
 
 namespace detail {
+size_t draw_scratch_bytes(int64_t draws_count, int64_t vocab) {
+    return candidates_bytes(draws_count, vocab) + segments_bytes(draws_count) +
+           size_t(draws_count) * kMaxBlocks * sizeof(double);
+}
+
 void launch_sample_rows(const SampleParams& p, cudaStream_t stream) {
-    sample_rows_kernel<<<unsigned(p.draws_count), kThreads, 0, stream>>>(p);
+    const dim3 passes(unsigned(p.segments), unsigned(p.draws_count));
+    draw_scan_kernel<<<passes, kThreads, 0, stream>>>(p);
+    draw_weights_kernel<<<passes, kThreads, 0, stream>>>(p);
+    draw_compact_kernel<<<passes, kThreads, 0, stream>>>(p);
+    const int64_t blocks = (p.vocab + kDrawBlock - 1) / kDrawBlock;
+    draw_sums_kernel<<<dim3(unsigned((blocks + kSumThreads - 1) / kSumThreads), unsigned(p.draws_count)), 32, 0,
+                       stream>>>(p);
+    draw_walk_kernel<<<unsigned(p.draws_count), kWalkThreads, 0, stream>>>(p);
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 }  // namespace detail

@@ -32,13 +32,21 @@ struct SampleParams {
     float* logits = nullptr;
     const RowDraw* draws = nullptr;  // [draws] device
     int32_t* ids = nullptr;          // [draws] out: the drawn id, or -1 where the row holds a NaN
-    int32_t* candidates = nullptr;   // [draws, vocab] scratch (the candidates' ids under min-p)
+    void* scratch = nullptr;         // sample_rows_scratch_bytes(draws_count, vocab): the candidates (min-p) and the
+                                     // row segments' partial results
     int64_t draws_count = 0, vocab = 0;
+    // CTAs per row in the passes over the row, 1 .. kMaxDrawSegments (0: draw_segments(draws_count)). Any count
+    // gives the same ids; more spread a small batch's rows over the GPU (at one draw the time is latency).
+    int segments = 0;
 };
+constexpr int kMaxDrawSegments = 64;
+int draw_segments(int64_t draws_count);
+size_t sample_rows_scratch_bytes(int64_t draws_count, int64_t vocab);
 void sample_rows(const SampleParams& p, cudaStream_t stream);
 
 namespace detail {
-void launch_sample_rows(const SampleParams& p, cudaStream_t stream);  // unchecked (sampling.cu)
+void launch_sample_rows(const SampleParams& p, cudaStream_t stream);  // unchecked, segments set (sampling.cu)
+size_t draw_scratch_bytes(int64_t draws_count, int64_t vocab);
 }
 
 }  // namespace dsv4::cuda
