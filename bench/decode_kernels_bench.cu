@@ -2,12 +2,14 @@
 // per-token path) over token counts, moe_gemm (compact grid vs the former strided grid) for the routed w1/w3/w2 at
 // one token with the plain (tile 1) and hash-layer (tile 8) slot bounds, moe_combine, and the small bf16
 // dense_linear calls at one token (staged kernel; bits checked against the tiled fallback), sparse attention (one
-// cluster per token vs three kernels) at decode token counts, the GPU draws (sample_rows) at V4's vocabulary. Each case is captured as
-// a CUDA graph of 20 launches and replayed (median of 7 replays, per launch), so the times are kernel time, not
-// launch cost; weights rotate over copies larger than L2 (8 routings of 6 experts for moe_gemm, 64 mixer copies),
-// as in a decode step, where other layers' weights evict them. Correctness: the two versions' outputs compared
-// bitwise for every rotation; the tensor-core routed experts at batches 1-256 (mma) print a hash of their outputs
-// instead, to compare builds; at prefill sizes (prefill) the warp-MMA and warpgroup kernels side by side, bitwise.
+// cluster per token vs three kernels) at decode token counts. Each case is captured as a CUDA graph of 20 launches
+// and replayed (median of 7 replays, per launch), so the times are kernel time, not launch cost; weights rotate over
+// copies larger than L2 (8 routings of 6 experts for moe_gemm, 64 mixer copies), as in a decode step, where other
+// layers' weights evict them. Correctness: the two versions' outputs compared bitwise for every rotation; the
+// tensor-core routed experts at batches 1-256 (mma) print a hash of their outputs instead, to compare builds; at
+// prefill sizes (prefill) the warp-MMA and warpgroup kernels side by side, bitwise. The GPU draws (draw: sample_rows
+// at V4's vocabulary, 1-256 rows) are timed launch by launch (they overwrite their input; tests/gpu/sampling_test.cpp
+// checks their ids).
 // Usage: dsv4_bench_decode_kernels [hc|moe|mma|prefill|draw|combine|dense|attn]   (default: all; numbers recorded in
 // docs/perf.md)
 #include <cuda_bf16.h>

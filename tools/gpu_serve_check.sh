@@ -41,7 +41,8 @@ for v in "${!serve_variants[@]}"; do
     flags="${serve_variants[$v]}"
     start=$SECONDS
     # shellcheck disable=SC2086
-    "$dsv4" serve -m "$model" "${where[@]}" --port 0 --max-running "$max_running" --step-tokens $((max_running + 256)) --max-context 4096 \
+    "$dsv4" serve -m "$model" "${where[@]}" --port 0 --max-running "$max_running" \
+        --step-tokens $((max_running + 256)) --max-context 4096 \
         --prefix-cache "${PREFIX_CACHE:-0}" $flags 2>"$out/serve_$v.log" &
     server=$!
     port=""

@@ -314,7 +314,8 @@ void Engine::step() {
         const int64_t k = options_.snapshot_interval;
         if (k > 0 && cache_.enabled() && end / k * k > a->fed) end = end / k * k;
         const bool scored = a->request.prompt_logprobs >= 0;
-        const bool first_token = end == a->prompt_size() && !scored && !cache_.enabled() && a->request.max_new_tokens > 0;
+        const bool first_token =
+            end == a->prompt_size() && !scored && !cache_.enabled() && a->request.max_new_tokens > 0;
         items.push_back({&*a->state, std::span(a->request.prompt).subspan(size_t(a->fed), size_t(end - a->fed)), scored,
                          first_token ? ask_backend_draw(*a, draws) : nullptr});
         owners.push_back(a.get());

@@ -47,16 +47,17 @@ TEST(CudaDraw, DrawsEqualTheHostSamplerOnTheSameLogits) {
     ASSERT_TRUE(drawing_model.draws_tokens());
 
     // Sequence i: its prompt, its draw's parameters (none: its logits are returned) and its generator.
-    const std::vector<std::vector<int32_t>> prompts = {{5, 6, 7}, {9}, {3, 4, 5, 6, 7, 8, 9, 10}, {11, 12}, {20, 21, 22},
-                                                       {30, 31, 32, 33}};
+    const std::vector<std::vector<int32_t>> prompts = {{5, 6, 7}, {9},          {3, 4, 5, 6, 7, 8, 9, 10},
+                                                       {11, 12},  {20, 21, 22}, {30, 31, 32, 33}};
     const std::vector<std::optional<SamplingParams>> params = {
-        sampling(true, 1.0f, 0.0f), sampling(false, 0.7f, 0.0f), std::nullopt,
+        sampling(true, 1.0f, 0.0f),  sampling(false, 0.7f, 0.0f), std::nullopt,
         sampling(false, 1.0f, 0.1f), sampling(false, 5.0f, 0.0f), std::nullopt};
     const size_t n = prompts.size();
     std::vector<std::mt19937_64> generators;
     for (size_t i = 0; i < n; ++i) generators.emplace_back(1000 + i);
     std::vector<SequenceState> plain, drawn;
-    for (size_t i = 0; i < n; ++i) plain.push_back(logits_model.new_sequence()), drawn.push_back(drawing_model.new_sequence());
+    for (size_t i = 0; i < n; ++i)
+        plain.push_back(logits_model.new_sequence()), drawn.push_back(drawing_model.new_sequence());
 
     std::vector<std::vector<int32_t>> inputs = prompts;
     int64_t draws = 0;

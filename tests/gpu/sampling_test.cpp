@@ -85,8 +85,8 @@ void expect_same_draws(int64_t vocab, const std::vector<Row>& rows) {
         const std::vector<int32_t> got = gpu_test::to_host(ids);
         for (int64_t i = 0; i < n; ++i) {
             const int32_t row = draws[size_t(i)].logits_row;
-            EXPECT_EQ(got[size_t(i)], want[size_t(i)]) << "vocab " << vocab << ", row " << row << ", segments "
-                                                       << segments << ": " << rows[size_t(row)].what;
+            EXPECT_EQ(got[size_t(i)], want[size_t(i)])
+                << "vocab " << vocab << ", row " << row << ", segments " << segments << ": " << rows[size_t(row)].what;
         }
     }
 }

@@ -11,9 +11,9 @@ namespace dsv4::cuda {
 int draw_segments(int64_t draws_count) {
     // About two CTAs per SM of an H100 / H200 (132 SMs) over all rows, at most kMaxDrawSegments per row.
     constexpr int64_t kTargetCtas = 264;
-    return int(std::clamp<int64_t>((kTargetCtas + std::max<int64_t>(draws_count, 1) - 1) /
-                                       std::max<int64_t>(draws_count, 1),
-                                   1, kMaxDrawSegments));
+    return int(
+        std::clamp<int64_t>((kTargetCtas + std::max<int64_t>(draws_count, 1) - 1) / std::max<int64_t>(draws_count, 1),
+                            1, kMaxDrawSegments));
 }
 
 size_t sample_rows_scratch_bytes(int64_t draws_count, int64_t vocab) {

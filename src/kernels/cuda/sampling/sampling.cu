@@ -22,14 +22,13 @@ namespace dsv4::cuda {
 namespace {
 
 constexpr int kThreads = 512, kWarps = kThreads / 32;
-constexpr int kUnroll = 8;       // loads in flight per thread in the passes over the row
-constexpr int kAhead = 32;       // loads in flight per thread while a block's sum is added up
+constexpr int kUnroll = 8;  // loads in flight per thread in the passes over the row
+constexpr int kAhead = 32;  // loads in flight per thread while a block's sum is added up
 constexpr int kWalkThreads = 256;
-constexpr int kSumThreads = 8;   // blocks summed per CTA of step 4
+constexpr int kSumThreads = 8;  // blocks summed per CTA of step 4
 constexpr int kMaxBlocks = int(kMaxDrawVocab / kDrawBlock);
 constexpr int64_t kTile = kThreads;  // segments are whole tiles: each warp's part is whole 32-id steps
 static_assert(kDrawBlock / kWalkThreads * kWalkThreads == kDrawBlock, "the walked block is staged in whole rounds");
-
 
 // A segment's results: its maximum (the value at `at`), the first index holding it (INT_MAX: the segment is
 // empty), whether it holds a NaN, and (min-p) each warp's count of candidates.
@@ -40,9 +39,9 @@ struct DrawSegment {
 };
 
 struct Layout {
-    int32_t* candidates;     // [draws, vocab]
-    DrawSegment* segments;   // [draws, kMaxDrawSegments]
-    double* block_sums;      // [draws, kMaxBlocks]
+    int32_t* candidates;    // [draws, vocab]
+    DrawSegment* segments;  // [draws, kMaxDrawSegments]
+    double* block_sums;     // [draws, kMaxBlocks]
 };
 __host__ __device__ inline size_t candidates_bytes(int64_t draws, int64_t vocab) {
     return (size_t(draws * vocab) * sizeof(int32_t) + 255) / 256 * 256;

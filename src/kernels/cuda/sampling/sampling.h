@@ -47,6 +47,6 @@ void sample_rows(const SampleParams& p, cudaStream_t stream);
 namespace detail {
 void launch_sample_rows(const SampleParams& p, cudaStream_t stream);  // unchecked, segments set (sampling.cu)
 size_t draw_scratch_bytes(int64_t draws_count, int64_t vocab);
-}
+}  // namespace detail
 
 }  // namespace dsv4::cuda
