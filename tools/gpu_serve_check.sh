@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: `dsv4 serve` on the GPU backend against `dsv4 bench`, on a synthetic V4-Flash
-# checkpoint of LAYERS trunk layers (default 4; written by `dsv4 synth --preset flash`, real shapes and formats).
+# One call on the GPU machine: `dsv4 serve` on the GPU backend against `dsv4 bench`, on V4-Flash of LAYERS trunk
+# layers (default 4) with random weights in the real shapes and formats: `--random-weights flash` (the routed experts
+# generated on the GPU, as dsv4 bench does: seconds), or with SYNTH=1 a checkpoint written by `dsv4 synth --preset
+# flash` and loaded from its files (4 layers: 19 GB, ~4 minutes to write).
 # Builds dsv4 with the server (carry .httplib from tools/carry_httplib.sh and .embedded for the tokenizer), serves
 # the checkpoint, runs tools/bench_serve.py at concurrency CONCURRENCY (default 1,16,64; completions with token-id
 # prompts of INPUT_LEN ids and ignore_eos, OUTPUT_LEN tokens each, sampled at TEMPERATURE, default 0), stops the
@@ -27,10 +29,15 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV4_HTTPLIB_ROOT=
     cmake --build build-gpu -j "$(nproc)" --target dsv4 >"$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 echo "build: $((SECONDS - start)) s"
 dsv4=build-gpu/tools/dsv4/dsv4
-model=${MODEL_DIR:-/dev/shm}/dsv4-flash-$layers  # RAM: writing 19 GB to disk took minutes
-start=$SECONDS
-[ -f "$model/config.json" ] || "$dsv4" synth -o "$model" --preset flash --layers "$layers" -q || exit 1
-echo "synth: $((SECONDS - start)) s ($(du -sh "$model" | cut -f1))"
+if [ -n "${SYNTH:-}" ]; then
+    model_dir=${MODEL_DIR:-/dev/shm}/dsv4-flash-$layers  # RAM: writing 19 GB to disk took minutes
+    start=$SECONDS
+    [ -f "$model_dir/config.json" ] || "$dsv4" synth -o "$model_dir" --preset flash --layers "$layers" -q || exit 1
+    echo "synth: $((SECONDS - start)) s ($(du -sh "$model_dir" | cut -f1))"
+    model=(-m "$model_dir")
+else
+    model=(--random-weights flash --random-layers "$layers")
+fi
 
 # One server per SERVE_VARIANTS entry (';'-separated extra serve flags, e.g. ";--host-sampling": the default, then
 # with every draw on the host), then one `dsv4 bench` per BENCH_VARIANTS entry (e.g. ";--draw").
@@ -41,7 +48,7 @@ for v in "${!serve_variants[@]}"; do
     flags="${serve_variants[$v]}"
     start=$SECONDS
     # shellcheck disable=SC2086
-    "$dsv4" serve -m "$model" "${where[@]}" --port 0 --max-running "$max_running" \
+    "$dsv4" serve "${model[@]}" "${where[@]}" --port 0 --max-running "$max_running" \
         --step-tokens $((max_running + 256)) --max-context 4096 \
         --prefix-cache "${PREFIX_CACHE:-0}" $flags 2>"$out/serve_$v.log" &
     server=$!

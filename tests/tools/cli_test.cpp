@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -10,7 +11,11 @@
 #include <string>
 
 #include "../model/golden_io.h"
+#include "core/thread_pool.h"
 #include "fixture_paths.h"
+#include "model/bench_weights.h"
+#include "model/cpu_model.h"
+#include "model/synthetic_checkpoint.h"
 #include "runtime/sampler.h"
 #include "tool_test_util.h"
 
@@ -72,6 +77,39 @@ TEST(Cli, InspectShowsScheduleAndFormats) {
     EXPECT_NE(r.output.find("hash-routed"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("FP4"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("per token"), std::string::npos) << r.output;
+}
+
+// --random-weights instead of -m: the logits of the named preset's random weights (BenchWeights, the routed experts
+// generated on the host for the CPU backend), the same bits as that model built here; a different seed gives other
+// logits; -m and --random-weights together, or neither, are one clear error.
+TEST(Cli, RandomWeightsRunWithoutACheckpoint) {
+    const std::string ids_file = write_text("random_ids.txt", "0 17 4093 129279 7 7");
+    const std::vector<int32_t> ids = {0, 17, 4093, 129279, 7, 7};
+    auto logits_of = [&](const std::string& flags, const std::string& name) {
+        const std::string out = temp_path(name);
+        Result r = run("logits --random-weights tiny --random-layers 2 --backend cpu --ids-file " + ids_file +
+                       " --out " + out + " " + flags);
+        EXPECT_EQ(r.exit_code, 0) << r.output;
+        return r.exit_code == 0 ? Golden(out).floats("logits") : std::vector<float>{};
+    };
+    const std::vector<float> got = logits_of("--random-seed 3", "random3.safetensors");
+    ModelConfig config = synthetic_preset("tiny", 2);
+    config.num_mtp_layers = 0;
+    config.mtp_compress_ratios.clear();
+    ThreadPool pool(2);
+    BenchWeights bench(3, pool);
+    CpuModel model(config, bench.build(config, {0, config.n_routed_experts}, ExpertBytes::kHost), Numerics::kModel, 2);
+    SequenceState state = model.new_sequence();
+    const std::vector<float> want = model.forward(state, ids, true);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float))) << "the CLI's logits differ";
+    EXPECT_NE(logits_of("--random-seed 4", "random4.safetensors"), got) << "another seed, other weights";
+
+    for (const std::string& args : {"logits -m " + kFixture + " --random-weights tiny", std::string("logits")}) {
+        Result r = run(args + " --ids-file " + ids_file + " --out " + temp_path("none.st"));
+        EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
+        EXPECT_NE(r.output.find("--random-weights PRESET"), std::string::npos) << r.output;
+    }
 }
 
 TEST(Cli, BadInputGivesOneClearError) {

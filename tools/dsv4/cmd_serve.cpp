@@ -30,6 +30,9 @@ struct ServeArgs {
 };
 
 void run_serve(ServeArgs& a) {
+    if (a.server.model_name.empty() && !a.model.random_weights.empty())
+        a.server.model_name = "random-" + a.model.random_weights + "-" +
+                              (a.model.random_layers ? std::to_string(a.model.random_layers) + "-layers" : "all");
     if (a.server.model_name.empty())
         a.server.model_name = std::filesystem::path(a.model.dir).lexically_normal().filename().string();
     if (a.server.model_name.empty())  // DIR ended with a slash
@@ -111,7 +114,7 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--host", a->server.host, "Address to listen on (127.0.0.1: this machine only)");
     cmd->add_option("--port", a->server.port, "Port (0: any free one; printed on stderr)")->check(CLI::Range(0, 65535));
     cmd->add_option("--api-key", a->server.api_key, "Require 'Authorization: Bearer KEY' on the /v1 endpoints");
-    cmd->add_option("--served-model-name", a->server.model_name, "The model's name in the API (default: DIR's name)");
+    cmd->add_option("--served-model-name", a->server.model_name, "The model's name in the API (default: DIR's name, or random-PRESET-...)");
     cmd->add_option("--max-running", a->max_running, "Requests computed at once (continuous batching)")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--step-tokens", a->step_tokens, "Tokens per engine step: decodes, then prompt chunks")

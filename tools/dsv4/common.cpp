@@ -7,13 +7,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "io/checkpoint.h"
+#include "model/bench_weights.h"
 #include "model/cpu_model.h"
+#include "model/expert_range.h"
+#include "model/synthetic_checkpoint.h"
 #ifdef DSV4_WITH_CUDA
 #include "runtime/cuda/cuda_model.h"
 #endif
@@ -22,7 +27,14 @@
 namespace dsv4::cli {
 
 void add_model_options(CLI::App* command, ModelOptions& o) {
-    command->add_option("-m,--model", o.dir, "Model directory (config.json + *.safetensors)")->required();
+    command->add_option("-m,--model", o.dir, "Model directory (config.json + *.safetensors)");
+    command->add_option("--random-weights", o.random_weights,
+                        "Instead of -m: random weights in a synthetic preset's shapes and formats (tiny, flash, pro), "
+                        "for measurements without a checkpoint")
+        ->check(CLI::IsMember({"tiny", "flash", "pro"}));
+    command->add_option("--random-layers", o.random_layers, "Layers of the --random-weights model (0: the preset's)")
+        ->check(CLI::NonNegativeNumber);
+    command->add_option("--random-seed", o.random_seed, "Seed of the --random-weights model");
     command
         ->add_option("--numerics", o.numerics,
                      "reference (f32, as transformers) | model (official DeepSeek-V4 numerics) | auto "
@@ -42,6 +54,10 @@ void add_model_options(CLI::App* command, ModelOptions& o) {
 }
 
 void start_ranks_or_exit(ModelOptions& o) {
+    DSV4_CHECK(o.dir.empty() != o.random_weights.empty(),
+               "give the model: -m DIR (a checkpoint), or --random-weights PRESET (random weights), not both");
+    DSV4_CHECK(o.random_weights.size() || (o.random_layers == 0 && o.random_seed == 0),
+               "--random-layers and --random-seed go with --random-weights");
     const bool gpus = (o.parallel.gpus_option && o.parallel.gpus_option->count() > 0) || o.parallel.options.nnodes > 1;
     DSV4_CHECK(!(gpus && o.backend == "cpu"), "--gpus runs the model on GPUs: drop --backend cpu");
     if (o.backend.empty()) o.backend = gpus ? "cuda" : "cpu";
@@ -56,15 +72,37 @@ namespace {
 
 // The fingerprints the ranks of a run compare (ranks.h): the checkpoint (its config and tensor index) and the
 // options that shape the computation.
-RunIdentity run_identity(const Checkpoint& checkpoint, const ModelOptions& o, Numerics numerics) {
-    const ModelConfig& c = checkpoint.config();
+RunIdentity run_identity(const ModelConfig& c, const std::string& source, const ModelOptions& o, Numerics numerics) {
     RunIdentity id;
-    id.model =
-        fmt::format("layers {} experts {} hidden {} vocab {}, {} tensors, {} bytes", c.num_layers, c.n_routed_experts,
-                    c.hidden_size, c.vocab_size, checkpoint.tensors().size(), checkpoint.total_bytes());
+    id.model = fmt::format("layers {} experts {} hidden {} vocab {}, {}", c.num_layers, c.n_routed_experts,
+                           c.hidden_size, c.vocab_size, source);
     id.options = fmt::format("numerics {}, sequences {}, context {}, chunk {}", numerics_name(numerics),
                              o.max_sequences, o.max_context, o.max_chunk_tokens);
     return id;
+}
+
+// --random-weights: the preset's config (without MTP layers, which the forward does not run) and its weights, the
+// routed experts of this rank only, generated on the host (CPU) or left for the GPU to generate (CUDA).
+struct RandomModel {
+    ModelConfig config;
+    ModelWeights weights;
+};
+RandomModel random_model(const ModelOptions& o, ExpertBytes where) {
+    RandomModel r;
+    r.config = synthetic_preset(o.random_weights, o.random_layers);
+    r.config.num_mtp_layers = 0;
+    r.config.mtp_compress_ratios.clear();
+    struct Generated {  // the bytes the weights point into, and the pool that made them
+        ThreadPool pool;
+        BenchWeights bench;
+        Generated(int threads, uint64_t seed) : pool(threads), bench(seed, pool) {}
+    };
+    auto generated = std::make_shared<Generated>(o.threads, o.random_seed);
+    const ExpertRange held =
+        expert_range(r.config.n_routed_experts, o.rank ? o.rank->rank : 0, o.rank ? o.rank->world : 1);
+    r.weights = generated->bench.build(r.config, held, where);
+    r.weights.storage = generated;
+    return r;
 }
 
 }  // namespace
@@ -82,14 +120,20 @@ std::unique_ptr<Backend> load_model(const ModelOptions& o) {
     };
     OpenOptions open_options;
     open_options.show_progress = !o.quiet && isatty(STDERR_FILENO) && (!o.rank || o.rank->local_rank == 0);
-    auto checkpoint = Checkpoint::open(o.dir, open_options);
-    const ModelConfig& config = checkpoint->config();
+    const bool random = !o.random_weights.empty();
+    std::shared_ptr<const Checkpoint> checkpoint = random ? nullptr : Checkpoint::open(o.dir, open_options);
+    std::optional<RandomModel> generated;
+    if (random) generated = random_model(o, o.backend == "cuda" ? ExpertBytes::kDevice : ExpertBytes::kHost);
+    const ModelConfig& config = random ? generated->config : checkpoint->config();
     Numerics numerics = o.numerics == "auto" ? (config.fp8_quantized ? Numerics::kModel : Numerics::kReference)
                                              : parse_numerics(o.numerics);
     if (!o.quiet && o.numerics == "auto" && (!o.rank || o.rank->leader()))
-        std::fprintf(stderr, "dsv4: numerics %s (%s checkpoint; choose with --numerics)\n", numerics_name(numerics),
-                     config.fp8_quantized ? "quantized" : "floating-point");
-    ModelWeights weights = load_model_weights(checkpoint, config);
+        std::fprintf(stderr, "dsv4: numerics %s (%s %s; choose with --numerics)\n", numerics_name(numerics),
+                     config.fp8_quantized ? "quantized" : "floating-point", random ? "random weights" : "checkpoint");
+    ModelWeights weights = random ? std::move(generated->weights) : load_model_weights(checkpoint, config);
+    const std::string source =
+        random ? fmt::format("random weights {} seed {}", o.random_weights, o.random_seed)
+               : fmt::format("{} tensors, {} bytes", checkpoint->tensors().size(), checkpoint->total_bytes());
 #ifdef DSV4_WITH_CUDA
     if (o.backend == "cuda") {
         CudaOptions cuda_options;
@@ -99,6 +143,7 @@ std::unique_ptr<Backend> load_model(const ModelOptions& o) {
         if (o.max_sequences > 0) cuda_options.max_sequences = o.max_sequences;
         if (o.max_context > 0) cuda_options.max_context = o.max_context;
         if (o.max_chunk_tokens > 0) cuda_options.max_chunk_tokens = o.max_chunk_tokens;
+        if (random) cuda_options.random_experts_seed = o.random_seed;  // each GPU makes the experts it holds
         if (!o.rank) {
             if (o.max_chunk_tokens == 0 && o.auto_chunk) cuda_options.max_chunk_tokens = 0;
             auto model = std::make_unique<CudaModel>(config, std::move(weights), numerics, cuda_options);
@@ -108,7 +153,7 @@ std::unique_ptr<Backend> load_model(const ModelOptions& o) {
         const std::string rank_model =
             fmt::format("rank {} of {}: its share of the model", o.rank->rank, o.rank->world);
         std::unique_ptr<Backend> model = model_on_ranks(
-            *o.rank, o.parallel.options, run_identity(*checkpoint, o, numerics),
+            *o.rank, o.parallel.options, run_identity(config, source, o, numerics),
             [&](const ExpertParallel& ep) -> std::unique_ptr<Backend> {
                 cuda_options.expert_parallel = ep;
                 auto local = std::make_unique<CudaModel>(config, std::move(weights), numerics, cuda_options);

@@ -24,6 +24,12 @@ namespace dsv4::cli {
 
 struct ModelOptions {
     std::string dir;
+    // Instead of a checkpoint (-m): a model of random weights in a synthetic preset's exact shapes and formats
+    // (model/bench_weights.h; on the GPU its routed experts are generated there, as dsv4 bench does), so the server
+    // and the other commands can be measured at any layer count without writing a checkpoint.
+    std::string random_weights;  // tiny | flash | pro; empty: -m
+    int64_t random_layers = 0;   // 0: the preset's
+    uint64_t random_seed = 0;
     std::string numerics = "auto";  // auto: model numerics for quantized checkpoints, reference for float ones
     std::string backend;  // cpu | cuda; empty: cuda with --gpus, else cpu
     int threads = 0;
