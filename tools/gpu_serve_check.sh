@@ -40,7 +40,7 @@ else
 fi
 
 # One server per SERVE_VARIANTS entry (';'-separated extra serve flags, e.g. ";--host-sampling": the default, then
-# with every draw on the host), then one `dsv4 bench` per BENCH_VARIANTS entry (e.g. ";--draw").
+# with every draw on the host), then one `dsv4 bench` per BENCH_VARIANTS entry (e.g. ";--draw"; NO_BENCH=1: none).
 serve_rc=0 stop_rc=0
 IFS=';' read -ra serve_variants <<<"${SERVE_VARIANTS:-}"
 [ ${#serve_variants[@]} -eq 0 ] && serve_variants=("")
@@ -76,6 +76,7 @@ done
 
 IFS=';' read -ra bench_variants <<<"${BENCH_VARIANTS:-}"
 [ ${#bench_variants[@]} -eq 0 ] && bench_variants=("")
+[ -n "${NO_BENCH:-}" ] && bench_variants=()  # the server alone
 for v in "${!bench_variants[@]}"; do
     echo "== dsv4 bench ${bench_variants[$v]:-(default flags)}"
     # shellcheck disable=SC2086

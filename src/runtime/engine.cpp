@@ -161,7 +161,7 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
     if ((reason == FinishReason::kEos || reason == FinishReason::kLength) && a.state && cache_.enabled()) {
         std::vector<int32_t> ids = a.request.prompt;
         if (!a.generated.empty()) ids.insert(ids.end(), a.generated.begin(), a.generated.end() - 1);
-        if (int64_t(ids.size()) == a.state->position) cache_.insert(std::move(ids), std::move(*a.state), {});
+        if (int64_t(ids.size()) == a.state->position) cache_.insert(backend_, std::move(ids), std::move(*a.state), {});
     }
     a.state.reset();
     {
@@ -390,7 +390,7 @@ void Engine::step() {
             const int64_t k = options_.snapshot_interval;
             if (cache_.enabled() && ((k > 0 && a.fed % k == 0) || a.decoding())) {
                 try {
-                    cache_.insert({a.request.prompt.begin(), a.request.prompt.begin() + a.fed},
+                    cache_.insert(backend_, {a.request.prompt.begin(), a.request.prompt.begin() + a.fed},
                                   backend_.copy_sequence(*a.state),
                                   a.decoding() ? std::vector<float>(last, last + V) : std::vector<float>{});
                 } catch (const Error&) {  // no room for a copy: the cache is an optimisation only

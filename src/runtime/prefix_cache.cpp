@@ -12,19 +12,16 @@ std::optional<PrefixCache::Hit> PrefixCache::find(const Backend& backend, std::s
     if (!enabled()) return std::nullopt;
     // The sequences each device runs: those it holds less this cache's entries there.
     std::vector<int64_t> running = backend.sequences_per_placement();
-    for (const Entry& e : entries_) {
-        const int at = backend.placement(e.state);
-        if (at >= 0 && size_t(at) < running.size()) --running[size_t(at)];
-    }
+    for (const Entry& e : entries_)
+        if (e.placement >= 0 && size_t(e.placement) < running.size()) --running[size_t(e.placement)];
     const int64_t fewest = running.empty() ? 0 : *std::min_element(running.begin(), running.end());
-    auto least_busy = [&](const SequenceState& state) {
-        const int at = backend.placement(state);
+    auto least_busy = [&](int at) {
         return running.empty() || (at >= 0 && size_t(at) < running.size() && running[size_t(at)] == fewest);
     };
     auto best = entries_.end();
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
         const size_t n = it->ids.size();
-        const bool usable = (n < prompt.size() || (n == prompt.size() && !it->logits.empty())) && least_busy(it->state);
+        const bool usable = (n < prompt.size() || (n == prompt.size() && !it->logits.empty())) && least_busy(it->placement);
         if (!usable || n == 0 || !std::equal(it->ids.begin(), it->ids.end(), prompt.begin())) continue;
         if (best == entries_.end() || n > best->ids.size()) best = it;
     }
@@ -43,10 +40,12 @@ std::optional<PrefixCache::Hit> PrefixCache::find(const Backend& backend, std::s
     }
 }
 
-void PrefixCache::insert(std::vector<int32_t> ids, SequenceState state, std::vector<float> logits) {
+void PrefixCache::insert(const Backend& backend, std::vector<int32_t> ids, SequenceState state,
+                         std::vector<float> logits) {
     if (!enabled() || ids.empty()) return;
-    entries_.remove_if([&](const Entry& e) { return e.ids == ids; });
-    entries_.push_front(Entry{std::move(ids), std::move(state), std::move(logits)});
+    const int at = backend.placement(state);
+    entries_.remove_if([&](const Entry& e) { return e.placement == at && e.ids == ids; });
+    entries_.push_front(Entry{std::move(ids), std::move(state), std::move(logits), at});
     while (int64_t(entries_.size()) > max_entries_) entries_.pop_back();
 }
 

@@ -37,9 +37,11 @@ class PrefixCache {
     // used entries are evicted and the copy retried once per eviction, as long as entries are left).
     std::optional<Hit> find(const Backend& backend, std::span<const int32_t> prompt);
 
-    // Keeps `state`, which has consumed exactly `ids`; `logits` ([vocab] after the last id) may be empty. An entry
-    // with the same ids is replaced. Evicts the least recently used entries beyond max_entries.
-    void insert(std::vector<int32_t> ids, SequenceState state, std::vector<float> logits);
+    // Keeps `state` (made by `backend`), which has consumed exactly `ids`; `logits` ([vocab] after the last id) may
+    // be empty. An entry with the same ids on the same device is replaced; one on another device stays, so a shared
+    // prompt is held where each device's requests built it. Evicts the least recently used entries beyond
+    // max_entries.
+    void insert(const Backend& backend, std::vector<int32_t> ids, SequenceState state, std::vector<float> logits);
 
     // Drops the least recently used entry (to free backend room); false when empty.
     bool evict_one();
@@ -52,6 +54,7 @@ class PrefixCache {
         std::vector<int32_t> ids;
         SequenceState state;
         std::vector<float> logits;
+        int placement = 0;  // Backend::placement(state)
     };
     int64_t max_entries_;
     std::list<Entry> entries_;  // most recently used first

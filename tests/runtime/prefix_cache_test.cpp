@@ -1,7 +1,7 @@
 // PrefixCache (runtime/prefix_cache.h) against a backend that only hands out states: the longest usable entry wins,
 // a whole-prompt entry needs its logits, the used entry becomes the most recent, and, for a backend that places
 // sequences on several devices (CudaModel under data-parallel attention), only entries where a new sequence would go
-// are continued from. The engine's end-to-end use of the cache is tests/runtime/engine_test.cpp.
+// are continued from, and a prompt is kept once per device. The engine's end-to-end use of the cache is tests/runtime/engine_test.cpp.
 #include "runtime/prefix_cache.h"
 
 #include <gtest/gtest.h>
@@ -67,9 +67,9 @@ std::vector<int32_t> ids(int n, int32_t first = 1) {
 TEST(PrefixCache, TheLongestUsablePrefixWins) {
     PlacedStates backend;
     PrefixCache cache(8);
-    cache.insert(ids(4), backend.state_at(0, 4), {});
-    cache.insert(ids(10), backend.state_at(0, 10), {});
-    cache.insert(ids(6, 100), backend.state_at(0, 6), {});  // not a prefix
+    cache.insert(backend, ids(4), backend.state_at(0, 4), {});
+    cache.insert(backend, ids(10), backend.state_at(0, 10), {});
+    cache.insert(backend, ids(6, 100), backend.state_at(0, 6), {});  // not a prefix
     auto hit = cache.find(backend, ids(12));
     ASSERT_TRUE(hit);
     EXPECT_EQ(hit->tokens, 10);
@@ -79,7 +79,7 @@ TEST(PrefixCache, TheLongestUsablePrefixWins) {
     hit = cache.find(backend, ids(10));
     ASSERT_TRUE(hit);
     EXPECT_EQ(hit->tokens, 4);
-    cache.insert(ids(10), backend.state_at(0, 10), std::vector<float>{0.5f, 1.5f});
+    cache.insert(backend, ids(10), backend.state_at(0, 10), std::vector<float>{0.5f, 1.5f});
     hit = cache.find(backend, ids(10));
     ASSERT_TRUE(hit);
     EXPECT_EQ(hit->tokens, 10);
@@ -93,7 +93,7 @@ TEST(PrefixCache, TheLongestUsablePrefixWins) {
 TEST(PrefixCache, OnlyEntriesOnTheDevicesRunningTheFewest) {
     PlacedStates backend;
     PrefixCache cache(8);
-    cache.insert(ids(256), backend.state_at(0, 256), {});
+    cache.insert(backend, ids(256), backend.state_at(0, 256), {});
     backend.held = {1, 0};  // the entry alone: nothing runs anywhere
     auto hit = cache.find(backend, ids(300));
     ASSERT_TRUE(hit) << "an entry is not a running sequence";
@@ -101,7 +101,7 @@ TEST(PrefixCache, OnlyEntriesOnTheDevicesRunningTheFewest) {
     backend.held = {1 + 3, 2};
     EXPECT_FALSE(cache.find(backend, ids(300))) << "device 0 runs 3, device 1 runs 2";
     EXPECT_EQ(backend.copies, 1);
-    cache.insert(ids(128), backend.state_at(1, 128), {});
+    cache.insert(backend, ids(128), backend.state_at(1, 128), {});
     backend.held = {1 + 3, 1 + 2};
     hit = cache.find(backend, ids(300));
     ASSERT_TRUE(hit);
@@ -114,19 +114,38 @@ TEST(PrefixCache, OnlyEntriesOnTheDevicesRunningTheFewest) {
     EXPECT_EQ(backend.placement(hit->state), 0);
 }
 
+// The same prompt computed on two devices is kept on both (each device's requests built it there), so whichever
+// device runs the fewest continues from its own copy; the same ids on the same device replace the older entry.
+TEST(PrefixCache, ASharedPromptIsKeptOnEveryDevice) {
+    PlacedStates backend;
+    PrefixCache cache(8);
+    cache.insert(backend, ids(256), backend.state_at(0, 256), {});
+    cache.insert(backend, ids(256), backend.state_at(1, 256), {});
+    EXPECT_EQ(cache.entries(), 2);
+    for (int busy : {0, 1}) {
+        backend.held = {1 + (busy == 0 ? 3 : 2), 1 + (busy == 1 ? 3 : 2)};
+        auto hit = cache.find(backend, ids(300));
+        ASSERT_TRUE(hit) << "device " << busy << " busier";
+        EXPECT_EQ(hit->tokens, 256);
+        EXPECT_EQ(backend.placement(hit->state), 1 - busy) << "the copy on the device running fewer";
+    }
+    cache.insert(backend, ids(256), backend.state_at(0, 256), {});
+    EXPECT_EQ(cache.entries(), 2) << "device 0's entry replaced, device 1's kept";
+}
+
 TEST(PrefixCache, EvictsTheLeastRecentlyUsedBeyondItsLimit) {
     PlacedStates backend;
     PrefixCache cache(2);
-    cache.insert(ids(4), backend.state_at(0, 4), {});
-    cache.insert(ids(5), backend.state_at(0, 5), {});
+    cache.insert(backend, ids(4), backend.state_at(0, 4), {});
+    cache.insert(backend, ids(5), backend.state_at(0, 5), {});
     ASSERT_TRUE(cache.find(backend, ids(6)));  // ids(5) is now the most recent; then ids(4)
-    cache.insert(ids(3, 40), backend.state_at(0, 3), {});
+    cache.insert(backend, ids(3, 40), backend.state_at(0, 3), {});
     EXPECT_EQ(cache.entries(), 2);
     auto hit = cache.find(backend, ids(6));
     ASSERT_TRUE(hit);
     EXPECT_EQ(hit->tokens, 5) << "ids(4), the least recently used, went";
     hit.reset();
-    cache.insert(ids(4), backend.state_at(0, 4), {});
+    cache.insert(backend, ids(4), backend.state_at(0, 4), {});
     EXPECT_EQ(cache.entries(), 2);
     EXPECT_FALSE(cache.find(backend, ids(4, 40)));  // ids(3, 40) went when ids(4) came back
 }
