@@ -50,6 +50,7 @@ struct Engine::Active {
     uint64_t id = 0;
     EngineRequest request;
     Sampler sampler;
+    TokenHistory history;  // with adjustments: the ids the penalties look at
     std::optional<SequenceState> state;
     int64_t fed = 0;     // prompt ids the state has consumed
     int64_t cached = 0;  // of those, from the prefix cache
@@ -59,7 +60,9 @@ struct Engine::Active {
     bool cancelled = false;
     bool admitted = false;  // counted in Stats::running
 
-    Active(uint64_t id, EngineRequest r) : id(id), request(std::move(r)), sampler(request.sampling) {}
+    Active(uint64_t id, EngineRequest r) : id(id), request(std::move(r)), sampler(request.sampling) {
+        if (request.adjust.any()) history = TokenHistory(request.adjust, request.prompt);
+    }
     int64_t prompt_size() const { return int64_t(request.prompt.size()); }
     bool decoding() const { return fed == prompt_size(); }
 };
@@ -100,6 +103,7 @@ uint64_t Engine::submit(EngineRequest request) {
                "the prompt or ask for fewer tokens",
                options_.max_context, n, request.max_new_tokens, n + request.max_new_tokens);
     validate_sampling(request.sampling);
+    validate_adjustments(request.adjust, c.vocab_size);
     std::lock_guard lock(mutex_);
     DSV4_CHECK(!stop_, "the engine is shutting down");
     const uint64_t id = next_id_++;
@@ -182,7 +186,14 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
 
 SampledToken Engine::sample(Active& a, const float* logits, const TokenDraw* draw) const {
     const int64_t V = backend_.config().vocab_size;
-    const int32_t id = draw ? a.sampler.sample(logits, V, draw->u) : a.sampler.sample(logits, V);
+    const float* row = logits;
+    if (a.request.adjust.any()) {  // the draw from the adjusted logits; the logprobs from the model's own
+        thread_local std::vector<float> adjusted;
+        adjusted.resize(size_t(V));
+        a.history.apply(a.request.adjust, logits, adjusted.data(), V);
+        row = adjusted.data();
+    }
+    const int32_t id = draw ? a.sampler.sample(row, V, draw->u) : a.sampler.sample(row, V);
     if (a.request.logprobs >= 0) return token_logprobs(logits, V, id, a.request.logprobs);
     SampledToken t;
     t.id = id;
@@ -190,13 +201,13 @@ SampledToken Engine::sample(Active& a, const float* logits, const TokenDraw* dra
 }
 
 // The draw of a's next token, for the backend to make (appended to `draws`, reserved for every running request so
-// that the pointers stay), where it can and the draw needs no order of the vocabulary; the uniform is taken from a's
-// generator now, as the host sampler would take it.
+// that the pointers stay), where it can, the draw needs no order of the vocabulary and the logits no adjustment; the
+// uniform is taken from a's generator now, as the host sampler would take it.
 TokenDraw* Engine::ask_backend_draw(Active& a, std::vector<TokenDraw>& draws) {
     const SamplingParams& p = a.request.sampling;
     const int64_t V = backend_.config().vocab_size;
     const bool ordered = !p.greedy && (p.top_p < 1.0f || (p.top_k > 0 && p.top_k < V));
-    if (!backend_draws_ || ordered || a.request.logprobs >= 0) return nullptr;
+    if (!backend_draws_ || ordered || a.request.logprobs >= 0 || a.request.adjust.any()) return nullptr;
     DSV4_CHECK(draws.size() < draws.capacity(), "engine: more draws than running requests");
     TokenDraw& d = draws.emplace_back();
     d.greedy = p.greedy;
@@ -212,6 +223,7 @@ void Engine::deliver(Active& a, const SampledToken& token) {
     e.prompt_tokens = a.prompt_size();
     e.cached_tokens = a.cached;
     a.generated.push_back(token.id);
+    if (a.request.adjust.any()) a.history.add_output(token.id);
     a.request.on_event(e);
     {
         std::lock_guard lock(mutex_);

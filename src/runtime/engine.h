@@ -22,6 +22,7 @@
 
 #include "core/thread_pool.h"
 #include "model/backend.h"
+#include "runtime/logit_adjust.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
 
@@ -70,6 +71,7 @@ struct EngineRequest {
     int64_t max_new_tokens = 1;   // >= 1, or 0 with prompt_logprobs (score the prompt only); prompt + max_new_tokens
                                   // <= max_context
     SamplingParams sampling;
+    LogitAdjustments adjust;  // penalties and biases on the logits before each draw (not on the logprobs)
     bool stop_at_eos = true;
     int logprobs = -1;  // -1: none; 0: the sampled token's; N > 0: and the N most likely
     // -1: none; N >= 0: every prompt id's logprob (and the N most likely ids at its place) in one kPrompt event, once
@@ -90,7 +92,8 @@ class Engine {
     Engine& operator=(const Engine&) = delete;
 
     // Checks the request (throws dsv4::Error with a sentence for the client: empty prompt, an id outside the
-    // vocabulary, a request that cannot fit the context, bad sampling parameters) and queues it. Returns its id.
+    // vocabulary, a request that cannot fit the context, bad sampling parameters or adjustments) and queues it.
+    // Returns its id.
     uint64_t submit(EngineRequest request);
     // From any thread: the request ends with kCancelled at the next step and its sequence is released, unless it
     // finished already.

@@ -383,6 +383,7 @@ void HttpServer::submit(Generation& g, std::vector<int32_t> prompt) {
     g.request.prompt = std::move(prompt);
     g.request.max_new_tokens = max_new;
     g.request.sampling = g.options.sampling;
+    g.request.adjust = g.options.adjust;
     g.request.stop_at_eos = !g.options.ignore_eos;
     g.request.logprobs = g.options.logprobs ? g.options.top_logprobs : -1;
     // An echo with logprobs scores the prompt; so does one that asks for no tokens (the engine runs the prompt).

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -157,17 +158,45 @@ uint64_t random_seed() {
     return (uint64_t(device()) << 32) ^ device();
 }
 
-// Known fields whose effect we do not implement: refused when set to anything but their neutral value, so that a
-// client never gets output it did not ask for without being told.
-void refuse_unsupported(const Fields& f) {
-    for (const char* key : {"presence_penalty", "frequency_penalty"})
-        if (const auto v = f.number(key); v && *v != 0.0)
-            bad_request(key, fmt::format("'{}' is not supported by this server: leave it out or set it to 0", key));
-    if (const auto v = f.number("repetition_penalty"); v && *v != 1.0)
-        bad_request("repetition_penalty",
-                    "'repetition_penalty' is not supported by this server: leave it out or set it to 1");
-    if (const ordered_json* v = f.object("logit_bias"); v && !v->empty())
-        bad_request("logit_bias", "'logit_bias' is not supported by this server");
+// Penalties and biases on the logits (runtime/logit_adjust.h): OpenAI's presence_penalty, frequency_penalty and
+// logit_bias ({"token id": bias}), vLLM's repetition_penalty.
+LogitAdjustments parse_adjustments(const Fields& f, const RequestLimits& limits) {
+    LogitAdjustments a;
+    auto in_range = [&](const char* key, double low, double high, float& to) {
+        const auto v = f.number(key);
+        if (!v) return;
+        if (!(*v >= low && *v <= high))
+            bad_request(key, fmt::format("'{}' must be in [{}, {}], got {}", key, low, high, *v));
+        to = float(*v);
+    };
+    in_range("presence_penalty", -2.0, 2.0, a.presence_penalty);
+    in_range("frequency_penalty", -2.0, 2.0, a.frequency_penalty);
+    if (const auto v = f.number("repetition_penalty")) {
+        if (!(*v > 0.0 && std::isfinite(*v)))
+            bad_request("repetition_penalty",
+                        fmt::format("'repetition_penalty' must be a positive number (1: off), got {}", *v));
+        a.repetition_penalty = float(*v);
+    }
+    if (const ordered_json* bias = f.object("logit_bias")) {
+        for (const auto& [key, value] : bias->items()) {
+            int64_t id = -1;
+            const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), id);
+            if (error != std::errc() || end != key.data() + key.size() || id < 0 || id >= limits.vocab_size)
+                bad_request("logit_bias", fmt::format("'logit_bias' keys must be token ids in [0, {}), got '{}'",
+                                                      limits.vocab_size, key));
+            if (!value.is_number() || !(value.get<double>() >= -100.0 && value.get<double>() <= 100.0))
+                bad_request("logit_bias", fmt::format("'logit_bias' values must be numbers in [-100, 100], got {} for "
+                                                      "token {}",
+                                                      describe(value), key));
+            a.logit_bias.emplace_back(int32_t(id), float(value.get<double>()));
+        }
+    }
+    try {
+        validate_adjustments(a, limits.vocab_size);  // the checks above cover it; a disagreement is still a 400
+    } catch (const Error& e) {
+        bad_request("", e.what());
+    }
+    return a;
 }
 
 std::vector<std::string> parse_stop(const Fields& f, const RequestLimits& limits) {
@@ -227,7 +256,7 @@ GenerationOptions parse_options(const Fields& f, const RequestLimits& limits, bo
             bad_request("n", fmt::format("'n' must be in [1, {}] (choices per request), got {}", limits.max_choices, *n));
         o.n = int(*n);
     }
-    refuse_unsupported(f);
+    o.adjust = parse_adjustments(f, limits);
 
     for (const char* key : {"max_tokens", "max_completion_tokens"}) {
         if (!chat && std::string_view(key) == "max_completion_tokens") continue;

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/logit_adjust.h"
 #include "runtime/sampler.h"
 #include "tokenizer/completion.h"
 #include "tokenizer/prompt.h"
@@ -76,6 +77,7 @@ struct GenerationOptions {
     bool include_usage = false;  // stream_options.include_usage (only with stream)
     bool ignore_eos = false;     // vLLM's extension: keep generating past EOS
     int n = 1;                   // choices; choice i samples with sampling.seed + i (the same prompt, prefilled once)
+    LogitAdjustments adjust;     // presence / frequency / repetition penalties, logit_bias
 };
 
 struct ChatRequest {

@@ -5,6 +5,7 @@
 // counted; cancellation ends a request at once and releases it; bad requests are refused at submit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -427,6 +428,79 @@ TEST(Engine, DrawsWhereTheBackendDrawsGiveTheHostSamplersTokens) {
             EXPECT_EQ(drawing.draws.load(), refuse ? 0 : drawn) << "cache " << cache_entries;
         }
     }
+}
+
+// Penalties and biases (runtime/logit_adjust.h) through the engine: each request's greedy tokens are those of the
+// definition written out here on the same model alone (the bias, the repetition penalty once per id of the prompt
+// or the output, then the output's frequency and presence penalties, every operation in float), whatever else
+// runs beside it; the logprobs stay the model's own; a backend that draws is never asked to draw for them.
+TEST(Engine, PenaltiesAndBiasesAsDefinedAndDrawnOnTheHost) {
+    const int64_t V = model().config().vocab_size;
+    auto adjust = [](float rep, float freq, float pres, std::vector<std::pair<int32_t, float>> bias) {
+        LogitAdjustments a;
+        a.repetition_penalty = rep, a.frequency_penalty = freq, a.presence_penalty = pres;
+        a.logit_bias = std::move(bias);
+        return a;
+    };
+    const std::vector<LogitAdjustments> cases = {
+        adjust(1.3f, 0.0f, 0.0f, {}), adjust(1.0f, 1.5f, 0.0f, {}), adjust(1.0f, 0.0f, 2.0f, {}),
+        adjust(0.7f, -0.5f, 0.3f, {{101, 4.0f}, {32, -100.0f}}), adjust(1.0f, 0.0f, 0.0f, {{101, 100.0f}})};
+    constexpr int64_t kMaxNew = 10;
+    // The definition, alone on the model: one token at a time, argmax of the adjusted logits.
+    auto reference = [&](const std::vector<int32_t>& prompt, const LogitAdjustments& a) {
+        Backend& m = model();
+        SequenceState state = m.new_sequence();
+        std::vector<float> logits = m.forward(state, prompt, false);
+        std::vector<int32_t> out;
+        while (int64_t(out.size()) < kMaxNew) {
+            std::vector<float> l = logits;
+            for (const auto& [id, bias] : a.logit_bias) l[size_t(id)] += bias;
+            for (int64_t id = 0; id < V; ++id) {
+                const bool seen = std::count(prompt.begin(), prompt.end(), id) + std::count(out.begin(), out.end(), id);
+                if (seen && a.repetition_penalty != 1.0f)
+                    l[size_t(id)] = l[size_t(id)] > 0 ? l[size_t(id)] / a.repetition_penalty
+                                                      : l[size_t(id)] * a.repetition_penalty;
+                const int64_t count = std::count(out.begin(), out.end(), id);
+                if (count > 0)
+                    l[size_t(id)] = (l[size_t(id)] - a.frequency_penalty * float(count)) - a.presence_penalty;
+            }
+            out.push_back(argmax(l.data(), V));
+            logits = m.forward(state, std::span(&out.back(), 1), false);
+        }
+        return out;
+    };
+    DrawingBackend drawing(model());
+    Engine engine(drawing, options(16, 0));
+    std::vector<std::unique_ptr<Collector>> collectors;
+    for (size_t i = 0; i < cases.size(); ++i) {
+        collectors.push_back(std::make_unique<Collector>());
+        EngineRequest r = greedy_request(prompt_of(12 + int64_t(i), int(i)), kMaxNew, *collectors.back());
+        r.adjust = cases[i];
+        r.logprobs = -1;
+        r.stop_at_eos = false;
+        engine.submit(std::move(r));
+    }
+    for (size_t i = 0; i < cases.size(); ++i) {
+        const Result got = collectors[i]->wait();
+        ASSERT_EQ(got.reason, FinishReason::kLength) << got.error;
+        EXPECT_EQ(got.tokens, reference(prompt_of(12 + int64_t(i), int(i)), cases[i])) << "case " << i;
+    }
+    EXPECT_EQ(std::vector<int32_t>(size_t(kMaxNew), 101), collectors.back()->wait().tokens) << "a +100 bias wins";
+    EXPECT_EQ(drawing.draws.load(), 0) << "adjusted requests draw on the host";
+    // Logprobs are the model's: a +100 bias picks token 101, whose reported logprob is its logprob under the
+    // model's own logits (not ~0, as under the biased ones).
+    Collector biased;
+    EngineRequest b = greedy_request(prompt_of(9, 3), 1, biased);  // logprobs 0
+    b.adjust = adjust(1.0f, 0.0f, 0.0f, {{101, 100.0f}});
+    engine.submit(std::move(b));
+    const Result br = biased.wait();
+    SequenceState state = model().new_sequence();
+    const std::vector<float> raw = model().forward(state, prompt_of(9, 3), false);
+    ASSERT_EQ(br.tokens, std::vector<int32_t>{101});
+    EXPECT_EQ(br.logprobs, std::vector<float>{token_logprobs(raw.data(), V, 101, 0).logprob});
+    EngineRequest bad = greedy_request(prompt_of(4, 1), 1, biased);
+    bad.adjust = adjust(1.0f, 3.0f, 0.0f, {});
+    EXPECT_THROW(engine.submit(std::move(bad)), Error);
 }
 
 // A draw the backend reports as NaN logits ends that request with an error; the engine serves the next one.

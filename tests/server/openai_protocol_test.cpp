@@ -125,8 +125,16 @@ TEST(OpenAiRequest, SamplingValuesAndEdges) {
     EXPECT_EQ(chat(R"("n": 1)").options.n, 1);
     EXPECT_EQ(chat("").options.n, 1);
     EXPECT_EQ(chat(R"("n": 16)").options.n, 16);
-    EXPECT_NO_THROW(chat(R"("presence_penalty": 0, "frequency_penalty": 0.0, "repetition_penalty": 1,
-                            "logit_bias": {})"));
+    EXPECT_FALSE(chat(R"("presence_penalty": 0, "frequency_penalty": 0.0, "repetition_penalty": 1,
+                         "logit_bias": {})")
+                     .options.adjust.any());
+    const LogitAdjustments a = chat(R"("presence_penalty": -2, "frequency_penalty": 0.5, "repetition_penalty": 1.2,
+                                       "logit_bias": {"5": 10, "0": -100})")
+                                   .options.adjust;
+    EXPECT_EQ(a.presence_penalty, -2.0f);
+    EXPECT_EQ(a.frequency_penalty, 0.5f);
+    EXPECT_EQ(a.repetition_penalty, 1.2f);
+    EXPECT_EQ(a.logit_bias, (std::vector<std::pair<int32_t, float>>{{5, 10.0f}, {0, -100.0f}}));
 }
 
 TEST(OpenAiRequest, SamplingTypeAndRangeErrors) {
@@ -137,11 +145,14 @@ TEST(OpenAiRequest, SamplingTypeAndRangeErrors) {
     for (const char* v : {"-0.01", "1.01", "true"}) expect_chat_400(fmt::format(R"("min_p": {})", v), "min_p");
     for (const char* v : {"1.5", "\"7\"", "[7]"}) expect_chat_400(fmt::format(R"("seed": {})", v), "seed");
     for (const char* v : {"17", "0", "-1", "\"1\"", "1.5"}) expect_chat_400(fmt::format(R"("n": {})", v), "n");
-    expect_chat_400(R"("presence_penalty": 0.5)", "presence_penalty");
-    expect_chat_400(R"("frequency_penalty": "x")", "frequency_penalty");
-    expect_chat_400(R"("repetition_penalty": 1.2)", "repetition_penalty");
-    expect_chat_400(R"("logit_bias": {"5": 10})", "logit_bias");
-    expect_chat_400(R"("logit_bias": [1])", "logit_bias");
+    for (const char* v : {"2.01", "-3", "\"0.5\""})
+        expect_chat_400(fmt::format(R"("presence_penalty": {})", v), "presence_penalty");
+    for (const char* v : {"-2.5", "\"x\""})
+        expect_chat_400(fmt::format(R"("frequency_penalty": {})", v), "frequency_penalty");
+    for (const char* v : {"0", "-1", "\"1\""})
+        expect_chat_400(fmt::format(R"("repetition_penalty": {})", v), "repetition_penalty");
+    for (const char* v : {R"({"5": 101})", R"({"x": 1})", R"({"-1": 1})", R"({"5a": 1})", R"({"5": "1"})", "[1]"})
+        expect_chat_400(fmt::format(R"("logit_bias": {})", v), "logit_bias");
 }
 
 TEST(OpenAiRequest, MaxTokens) {

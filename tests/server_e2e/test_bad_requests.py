@@ -27,9 +27,10 @@ COMMON_BAD = {
     "stream": ["yes", 1, {}],
     "stream_options": ["x", 5],
     "ignore_eos": ["x", 5],
-    "presence_penalty": [0.5, "x"],
-    "frequency_penalty": [0.5, "x"],
-    "logit_bias": [{"5": 10}, "x"],
+    "presence_penalty": [2.5, "x"],
+    "frequency_penalty": [-2.5, "x"],
+    "repetition_penalty": [0, -1, "x"],
+    "logit_bias": [{"5": 101}, {"x": 1}, "x"],
     "model": [5, ["m"]],
 }
 

@@ -1,6 +1,6 @@
-"""/v1/completions (text and token-id prompts, streaming, logprobs, stop strings, exact usage), /v1/models, /health
-and /metrics (parsed; counters and histograms move by exactly what a request did) through the openai client and raw
-HTTP against the shared `dsv4 serve`."""
+"""/v1/completions (text and token-id prompts, streaming, logprobs, stop strings, exact usage, logit_bias and
+penalties), /v1/models, /health and /metrics (parsed; counters and histograms move by exactly what a request did)
+through the openai client and raw HTTP against the shared `dsv4 serve`."""
 
 import unittest
 
@@ -56,6 +56,15 @@ class CompletionsTest(unittest.TestCase):
             self.assertEqual(r.usage.prompt_tokens, len(ids))
             self.assertEqual(r.usage.total_tokens, len(ids) + n)
             self.assertEqual(r.choices[0].finish_reason, "length")
+
+    def test_logit_bias_and_penalties(self):
+        z = harness.byte_token_ids("z")[-1]
+        r = self.create(max_tokens=6, logit_bias={str(z): 100}, extra_body={"ignore_eos": True})
+        self.assertEqual(r.choices[0].text, "zzzzzz", "a +100 bias on 'z' picks it every time")
+        # The same bias with a frequency penalty of 2 and a repetition penalty: still accepted, still a reply.
+        r = self.create(max_tokens=6, logit_bias={str(z): 5}, frequency_penalty=2, presence_penalty=-1,
+                        extra_body={"ignore_eos": True, "repetition_penalty": 1.3})
+        self.assertEqual(r.usage.completion_tokens, 6)
 
     def test_logprobs(self):
         r = self.create(max_tokens=10, logprobs=2, extra_body={"ignore_eos": True})

@@ -1,0 +1,50 @@
+// LogitAdjustments: see logit_adjust.h. Only the ids a request names or has seen change, so a row is one copy and a
+// few writes.
+#include "runtime/logit_adjust.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace dsv4 {
+
+void validate_adjustments(const LogitAdjustments& a, int64_t vocab) {
+    DSV4_CHECK(a.repetition_penalty > 0.0f && std::isfinite(a.repetition_penalty),
+               "'repetition_penalty' must be a positive number (1: off), got {}", a.repetition_penalty);
+    DSV4_CHECK(a.frequency_penalty >= -2.0f && a.frequency_penalty <= 2.0f,
+               "'frequency_penalty' must be in [-2, 2], got {}", a.frequency_penalty);
+    DSV4_CHECK(a.presence_penalty >= -2.0f && a.presence_penalty <= 2.0f,
+               "'presence_penalty' must be in [-2, 2], got {}", a.presence_penalty);
+    for (const auto& [id, bias] : a.logit_bias) {
+        DSV4_CHECK(id >= 0 && id < vocab, "'logit_bias' names token {}, outside the vocabulary [0, {})", id, vocab);
+        DSV4_CHECK(bias >= -100.0f && bias <= 100.0f, "'logit_bias' values must be in [-100, 100], got {} for token {}",
+                   bias, id);
+    }
+}
+
+TokenHistory::TokenHistory(const LogitAdjustments& a, std::span<const int32_t> prompt) {
+    if (a.repetition_penalty == 1.0f) return;
+    prompt_ids_.assign(prompt.begin(), prompt.end());
+    std::sort(prompt_ids_.begin(), prompt_ids_.end());
+    prompt_ids_.erase(std::unique(prompt_ids_.begin(), prompt_ids_.end()), prompt_ids_.end());
+}
+
+void TokenHistory::apply(const LogitAdjustments& a, const float* logits, float* out, int64_t vocab) const {
+    if (out != logits) std::memcpy(out, logits, sizeof(float) * size_t(vocab));
+    for (const auto& [id, bias] : a.logit_bias) out[id] += bias;
+    if (a.repetition_penalty != 1.0f) {
+        const float r = a.repetition_penalty;
+        auto penalize = [&](int32_t id) { out[id] = out[id] > 0.0f ? out[id] / r : out[id] * r; };
+        // An id in both the prompt and the output is penalized once.
+        for (const int32_t id : prompt_ids_) penalize(id);
+        for (const auto& [id, count] : output_counts_)
+            if (!std::binary_search(prompt_ids_.begin(), prompt_ids_.end(), id)) penalize(id);
+    }
+    if (a.frequency_penalty != 0.0f || a.presence_penalty != 0.0f)
+        for (const auto& [id, count] : output_counts_)
+            out[id] = (out[id] - a.frequency_penalty * float(count)) - a.presence_penalty;
+}
+
+}  // namespace dsv4
