@@ -279,8 +279,36 @@ void Engine::admit() {
     }
 }
 
+// One step's batch: the items the backend runs and whose they are, the requests whose whole prompt came from the
+// cache with its logits (sampled without a forward), and the draws asked of the backend.
+struct Engine::Batch {
+    std::vector<BatchItem> items;
+    std::vector<Active*> owners;  // per item
+    std::vector<Active*> ready;
+    std::vector<TokenDraw> draws;  // reserved for every running request: the items point into it (a move keeps it)
+    bool backend_drew = true;      // the items' draws made (else their logits are here, to draw on the host)
+};
+
+// A request with a token to sample: from its logits on the host (with `draw`: the draw the backend could not make,
+// its uniform taken), or the id the backend drew (logits null).
+struct Engine::ToSample {
+    Active* a;
+    const float* logits;
+    const TokenDraw* draw;
+};
+
 void Engine::step() {
-    // New requests and cancellations.
+    take_incoming();
+    admit();
+    Batch batch = plan_batch();
+    run_batch(batch);
+    std::vector<ToSample> to_sample = advance_prompts(batch);
+    sample_and_deliver(to_sample);
+    end_step();
+}
+
+// New requests and cancellations; the cancelled ones end now.
+void Engine::take_incoming() {
     {
         std::lock_guard lock(mutex_);
         while (!incoming_.empty()) {
@@ -300,24 +328,22 @@ void Engine::step() {
     };
     drop_cancelled(waiting_);
     drop_cancelled(running_);
-    admit();
+}
 
-    // The batch: decodes (one token each), then prompt chunks while the budget lasts. A chunk ends at a multiple of
-    // snapshot_interval when it crosses one, so the prompt's state there can be cached.
-    // Where the backend draws, a decode's token and a prompt's first are drawn there (not a prompt's first when its
-    // last logits are cached with it).
-    std::vector<BatchItem> items;
-    std::vector<Active*> owners;
-    std::vector<Active*> ready;  // whole prompt cached with its logits: sample without a forward
-    std::vector<TokenDraw> draws;
-    draws.reserve(running_.size());
+// The batch: decodes (one token each), then prompt chunks while the budget lasts. A chunk ends at a multiple of
+// snapshot_interval when it crosses one, so the prompt's state there can be cached. Where the backend draws, a
+// decode's token and a prompt's first are drawn there (not a prompt's first when its last logits are cached with
+// it).
+Engine::Batch Engine::plan_batch() {
+    Batch b;
+    b.draws.reserve(running_.size());
     int64_t budget = options_.step_tokens;
     for (auto& a : running_)
         if (!a->ready_logits.empty())
-            ready.push_back(a.get());
+            b.ready.push_back(a.get());
         else if (a->decoding()) {
-            items.push_back({&*a->state, std::span(&a->generated.back(), 1), false, ask_backend_draw(*a, draws)});
-            owners.push_back(a.get());
+            b.items.push_back({&*a->state, std::span(&a->generated.back(), 1), false, ask_backend_draw(*a, b.draws)});
+            b.owners.push_back(a.get());
             --budget;
         }
     for (auto& a : running_) {
@@ -328,48 +354,47 @@ void Engine::step() {
         const bool scored = a->request.prompt_logprobs >= 0;
         const bool first_token =
             end == a->prompt_size() && !scored && !cache_.enabled() && a->request.max_new_tokens > 0;
-        items.push_back({&*a->state, std::span(a->request.prompt).subspan(size_t(a->fed), size_t(end - a->fed)), scored,
-                         first_token ? ask_backend_draw(*a, draws) : nullptr});
-        owners.push_back(a.get());
+        b.items.push_back({&*a->state, std::span(a->request.prompt).subspan(size_t(a->fed), size_t(end - a->fed)),
+                           scored, first_token ? ask_backend_draw(*a, b.draws) : nullptr});
+        b.owners.push_back(a.get());
         budget -= end - a->fed;
     }
+    return b;
+}
 
+// One forward of the batch into step_logits_. A batch refused before it ran (e.g. a full GPU pool) is run an item
+// at a time, so one request's failure does not end the others (their draws then made on the host).
+void Engine::run_batch(Batch& b) {
     std::vector<std::vector<float>>& logits = step_logits_;  // [0, items.size()) are this step's
-    bool backend_drew = true;  // the items' draws made (else their logits are here, to draw on the host)
-    if (!items.empty()) {
+    if (!b.items.empty()) {
         try {
-            backend_.forward_batch_into(items, logits);
+            backend_.forward_batch_into(b.items, logits);
         } catch (const Error&) {
-            backend_drew = false;
-            // The batch was refused before it ran (e.g. the GPU pool is full). Run the items one at a time so one
-            // request's failure does not end the others.
-            if (logits.size() < items.size()) logits.resize(items.size());
-            for (size_t i = 0; i < items.size(); ++i) logits[i].clear();
-            for (size_t i = 0; i < items.size(); ++i) {
+            b.backend_drew = false;
+            if (logits.size() < b.items.size()) logits.resize(b.items.size());
+            for (size_t i = 0; i < b.items.size(); ++i) logits[i].clear();
+            for (size_t i = 0; i < b.items.size(); ++i) {
                 try {
-                    logits[i] = backend_.forward(*items[i].state, items[i].ids, items[i].all_logits);
+                    logits[i] = backend_.forward(*b.items[i].state, b.items[i].ids, b.items[i].all_logits);
                 } catch (const Error& e) {
-                    owners[i]->cancelled = true;
-                    finish(*owners[i], FinishReason::kError, e.what());
+                    b.owners[i]->cancelled = true;
+                    finish(*b.owners[i], FinishReason::kError, e.what());
                 }
             }
         }
     }
-    {
-        std::lock_guard lock(mutex_);
-        ++stats_.steps;
-    }
+    std::lock_guard lock(mutex_);
+    ++stats_.steps;
+}
 
-    // Requests with logits to sample from: whole prompts from the cache, finished prompts and decodes. A prompt
-    // computed with the logits of every position (prompt_logprobs) samples from its last row.
+// After the forward: prompts advance (scored with prompt_logprobs; cached every snapshot_interval tokens and at
+// their end, with their last logits); returns the requests with a token to sample: whole prompts from the cache,
+// finished prompts and decodes (a prompt computed with the logits of every position samples from its last row).
+std::vector<Engine::ToSample> Engine::advance_prompts(const Batch& b) {
     const int64_t V = backend_.config().vocab_size;
-    struct ToSample {
-        Active* a;
-        const float* logits;    // null: drawn by the backend
-        const TokenDraw* draw;  // the backend's draw: made, or (logits) to make on the host with its uniform
-    };
+    const std::vector<std::vector<float>>& logits = step_logits_;
     std::vector<ToSample> to_sample;
-    for (Active* a : ready) to_sample.push_back({a, a->ready_logits.data(), nullptr});
+    for (Active* a : b.ready) to_sample.push_back({a, a->ready_logits.data(), nullptr});
     struct Score {
         Active* a;
         int32_t id;
@@ -377,16 +402,16 @@ void Engine::step() {
     };
     std::vector<Score> scores;
     std::vector<Active*> scored_prompts;  // prompts scored to their end in this step
-    for (size_t i = 0; i < items.size(); ++i) {
-        Active& a = *owners[i];
-        if (a.cancelled) continue;  // failed above
-        const TokenDraw* draw = items[i].draw;
-        const int64_t rows = items[i].all_logits ? int64_t(items[i].ids.size()) : 1;
-        const float* last = draw && backend_drew ? nullptr : logits[i].data() + (rows - 1) * V;
+    for (size_t i = 0; i < b.items.size(); ++i) {
+        Active& a = *b.owners[i];
+        if (a.cancelled) continue;  // failed in run_batch
+        const BatchItem& item = b.items[i];
+        const int64_t rows = item.all_logits ? int64_t(item.ids.size()) : 1;
+        const float* last = item.draw && b.backend_drew ? nullptr : logits[i].data() + (rows - 1) * V;
         if (!a.decoding()) {
             const int64_t first = a.fed;
-            a.fed += int64_t(items[i].ids.size());
-            if (items[i].all_logits) {
+            a.fed += int64_t(item.ids.size());
+            if (item.all_logits) {
                 if (first == 0) {  // nothing before the first id to score it
                     SampledToken t;
                     t.id = a.request.prompt[0];
@@ -397,8 +422,6 @@ void Engine::step() {
                     scores.push_back({&a, a.request.prompt[size_t(first + j + 1)], logits[i].data() + j * V});
                 if (a.decoding()) scored_prompts.push_back(&a);
             }
-            // Cache the prompt's state every snapshot_interval tokens (prompts sharing a start) and at its end
-            // with its last logits (the same prompt again costs no forward).
             const int64_t k = options_.snapshot_interval;
             if (cache_.enabled() && ((k > 0 && a.fed % k == 0) || a.decoding())) {
                 try {
@@ -410,7 +433,7 @@ void Engine::step() {
             }
             if (!a.decoding()) continue;  // more of the prompt to come
         }
-        to_sample.push_back({&a, last, draw});
+        to_sample.push_back({&a, last, item.draw});
     }
     // Prompt ids' logprobs (each a pass over the vocabulary), in parallel; in order into each request's list. A
     // prompt scored to its end gets them in one event; one that asked for no tokens ends there.
@@ -431,9 +454,13 @@ void Engine::step() {
         if (a->request.max_new_tokens == 0) finish(*a, FinishReason::kLength);
     }
     std::erase_if(to_sample, [](const ToSample& s) { return !s.a->state; });  // finished just above
-    // Sampling scans the vocabulary per request (129k logits for V4): in parallel, each request with its own
-    // sampler, so the tokens are the same as one after another. Then the events, in batch order. A row the model
-    // made NaN ends its request with an error (the host sampler refuses it; the backend's draw gives -1).
+    return to_sample;
+}
+
+// Sampling scans the vocabulary per request (129k logits for V4): in parallel, each request with its own sampler,
+// so the tokens are the same as one after another. Then the events, in batch order. A row the model made NaN ends
+// its request with an error (the host sampler refuses it; the backend's draw gives -1).
+void Engine::sample_and_deliver(const std::vector<ToSample>& to_sample) {
     std::vector<SampledToken> tokens(to_sample.size());
     std::vector<std::string> errors(to_sample.size());
     sampling_pool_.parallel_for(int64_t(to_sample.size()), [&](int64_t begin, int64_t end) {
@@ -459,7 +486,10 @@ void Engine::step() {
         else
             deliver(a, tokens[i]);
     }
-    // Whatever finished (its on_event saw kFinished and its state is gone) leaves the running list.
+}
+
+// Whatever finished (its on_event saw kFinished and its state is gone) leaves the running list; the stats.
+void Engine::end_step() {
     std::erase_if(running_, [](const auto& a) { return a->cancelled || !a->state; });
     const Backend::PoolUsage pool = backend_.pool_usage();
     std::lock_guard lock(mutex_);

@@ -119,9 +119,19 @@ class Engine {
 
   private:
     struct Active;
+    struct Batch;
+    struct ToSample;
     void loop();
+    // One step of continuous batching, in order: take_incoming, admit, plan_batch, run_batch, advance_prompts,
+    // sample_and_deliver, end_step.
     void step();
+    void take_incoming();
     void admit();
+    Batch plan_batch();
+    void run_batch(Batch& batch);
+    std::vector<ToSample> advance_prompts(const Batch& batch);
+    void sample_and_deliver(const std::vector<ToSample>& to_sample);
+    void end_step();
     void finish(Active& a, FinishReason reason, const std::string& error = {});
     // Any thread: a's own sampler. With `draw`, the draw the backend was asked for and could not make (its uniform
     // taken already).
