@@ -1,11 +1,15 @@
 // dsv4 generate with text on the tiny synthetic model: --prompt streams exactly the text of the generated ids,
 // -n and EOS bound it (EOS never printed; --ignore-eos goes on past it), --prompt equals --ids-file with the
 // tokenized prompt (BOS first), --chat renders the DeepSeek-V4 chat prompt and shows reasoning apart, and bad inputs
-// give clear errors.
+// give clear errors; the penalty flags draw as their definition says.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
+#include "io/checkpoint.h"
+#include "model/cpu_model.h"
 #include "tool_test_util.h"
 
 namespace dsv4 {
@@ -123,6 +127,42 @@ TEST(Generate, ChatRendersTheChatPromptAndShowsReasoningApart) {
     EXPECT_EQ(r.output.find("\033["), std::string::npos) << "no ANSI styling off a terminal";
 }
 
+// --repetition-penalty, --frequency-penalty and --presence-penalty: the greedy ids are those of the definition
+// (runtime/logit_adjust.h) written out here on the same model: the repetition penalty once per id of the prompt or
+// the output, then the output's frequency and presence penalties, each in float.
+TEST(Generate, PenaltiesAsDefined) {
+    const std::vector<int32_t> prompt = {0, 17, 4093, 17, 90, 7};
+    const std::string ids_file = write_text("penalty_ids.txt", "0 17 4093 17 90 7");
+    constexpr int kNew = 8;
+    // Penalties below 0 and 1 reward what was seen, so on a random model (which rarely repeats) they change the ids.
+    const float rep = 0.3f, freq = -1.0f, pres = -2.0f;
+    const std::vector<int64_t> got =
+        generated_ids("--ids-file " + ids_file + " -n 8 --greedy --ignore-eos --repetition-penalty 0.3 "
+                      "--frequency-penalty -1 --presence-penalty -2");
+    auto checkpoint = Checkpoint::open(tiny_model());
+    CpuModel model(checkpoint->config(), load_model_weights(checkpoint, checkpoint->config()), Numerics::kModel, 2);
+    const int64_t V = checkpoint->config().vocab_size;
+    SequenceState state = model.new_sequence();
+    std::vector<float> logits = model.forward(state, prompt, false);
+    std::vector<int64_t> want;
+    std::vector<int32_t> out;
+    while (int(out.size()) < kNew) {
+        std::vector<float> l = logits;
+        for (int32_t id = 0; id < V; ++id) {
+            const int64_t count = std::count(out.begin(), out.end(), id);
+            if (count > 0 || std::count(prompt.begin(), prompt.end(), id) > 0)
+                l[size_t(id)] = l[size_t(id)] > 0 ? l[size_t(id)] / rep : l[size_t(id)] * rep;
+            if (count > 0) l[size_t(id)] = (l[size_t(id)] - freq * float(count)) - pres;
+        }
+        out.push_back(int32_t(std::max_element(l.begin(), l.end()) - l.begin()));
+        want.push_back(out.back());
+        logits = model.forward(state, std::span(&out.back(), 1), false);
+    }
+    EXPECT_EQ(got, want);
+    EXPECT_NE(got, generated_ids("--ids-file " + ids_file + " -n 8 --greedy --ignore-eos"))
+        << "the penalties change nothing on this prompt: the test checks nothing";
+}
+
 TEST(Generate, BadInputsGiveClearErrors) {
     DSV4_REQUIRE_TOKENIZER();
     std::string long_prompt;
@@ -141,6 +181,8 @@ TEST(Generate, BadInputsGiveClearErrors) {
         {"--prompt hi --chat --thinking --effort extreme", "", "extreme"},
         {"--prompt hi --greedy --temp 0.5", "", "contradict"},
         {"--prompt hi --temp 1 --top-p 0", "", "--top-p"},
+        {"--prompt hi --presence-penalty 3", "", "presence_penalty"},
+        {"--prompt hi --repetition-penalty 0", "", "repetition_penalty"},
     };
     for (const auto& c : cases) {
         Result r = run("generate -q -m " + tiny_model() + " " + c.args, c.env);

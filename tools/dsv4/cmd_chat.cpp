@@ -91,10 +91,13 @@ class ChatSession {
         g_generating = 1;
         DecodeResult r;
         try {
-            r = decode(*model_, *state_, std::span(ids).subspan(reused), args_.max_new, sampler_, [&](int32_t id) {
-                printer.push(id);
-                if (g_interrupted) throw Interrupted{};
-            });
+            r = decode(
+                *model_, *state_, std::span(ids).subspan(reused), args_.max_new, sampler_,
+                [&](int32_t id) {
+                    printer.push(id);
+                    if (g_interrupted) throw Interrupted{};
+                },
+                true, args_.sampling.adjust, ids);
         } catch (const Interrupted&) {  // the reply so far stays on screen; the state is dropped
             g_generating = 0;
             state_.reset();

@@ -89,7 +89,7 @@ void add_generate_command(CLI::App& app) {
         SequenceState state = model->new_sequence();
         if (a->print_ids) {
             DecodeResult r = decode(
-                *model, state, prompt_ids, a->max_new, sampler, [](int32_t) {}, !a->ignore_eos);
+                *model, state, prompt_ids, a->max_new, sampler, [](int32_t) {}, !a->ignore_eos, a->sampling.adjust);
             std::string line;
             for (size_t i = 0; i < r.generated.size(); ++i) line += (i ? " " : "") + std::to_string(r.generated[i]);
             std::printf("%s\n", line.c_str());
@@ -97,8 +97,9 @@ void add_generate_command(CLI::App& app) {
         }
         if (a->chat) {
             ReplyPrinter printer(*tokenizer, mode, stdout_color());
-            DecodeResult r =
-                decode(*model, state, prompt_ids, a->max_new, sampler, [&](int32_t id) { printer.push(id); });
+            DecodeResult r = decode(
+                *model, state, prompt_ids, a->max_new, sampler, [&](int32_t id) { printer.push(id); }, true,
+                a->sampling.adjust);
             if (r.hit_eos) printer.push(int32_t(config.eos_token_id));  // ends the completion text; not printed
             printer.finish();
             return;
@@ -111,7 +112,7 @@ void add_generate_command(CLI::App& app) {
                 std::fwrite(piece.data(), 1, piece.size(), stdout);
                 std::fflush(stdout);
             },
-            !a->ignore_eos);
+            !a->ignore_eos, a->sampling.adjust);
         std::printf("%s\n", decoder.finish().c_str());
     });
 }

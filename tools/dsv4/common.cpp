@@ -203,6 +203,15 @@ void add_sampling_options(CLI::App* command, SamplingOptions& o) {
     command->add_option("--top-p", o.params.top_p, "Nucleus sampling mass");
     command->add_option("--top-k", o.params.top_k, "Keep only the k most likely tokens (0: all)");
     command->add_option("--seed", o.params.seed, "Random seed for sampling");
+    command->add_option("--min-p", o.params.min_p,
+                        "Drop tokens less likely than this fraction of the most likely (0: off)");
+    command->add_option("--repetition-penalty", o.adjust.repetition_penalty,
+                        "Penalize every token of the prompt or the output: positive logits divided, negative ones "
+                        "multiplied (1: off)");
+    command->add_option("--frequency-penalty", o.adjust.frequency_penalty,
+                        "Subtract this times a token's count in the output from its logit (0: off)");
+    command->add_option("--presence-penalty", o.adjust.presence_penalty,
+                        "Subtract this from the logit of every token in the output (0: off)");
 }
 
 SamplingParams resolve_sampling(const SamplingOptions& o) {
@@ -211,6 +220,7 @@ SamplingParams resolve_sampling(const SamplingOptions& o) {
     SamplingParams params = o.params;
     params.greedy = o.greedy || !temp_given;
     validate_sampling(params);
+    validate_adjustments(o.adjust, INT64_MAX);  // the CLI sets no logit bias
     return params;
 }
 
@@ -219,16 +229,26 @@ tok::Tokenizer open_tokenizer(const std::string& model_dir) {
 }
 
 DecodeResult decode(Backend& model, SequenceState& state, std::span<const int32_t> ids, int64_t max_new,
-                    Sampler& sampler, const std::function<void(int32_t)>& on_token, bool stop_at_eos) {
+                    Sampler& sampler, const std::function<void(int32_t)>& on_token, bool stop_at_eos,
+                    const LogitAdjustments& adjust, std::span<const int32_t> prompt) {
     const ModelConfig& config = model.config();
     DSV4_CHECK(!ids.empty(), "nothing to feed the model");
     DSV4_CHECK(state.position + int64_t(ids.size()) <= config.max_position_embeddings,
                "the prompt needs {} positions, more than the model's context of {}: shorten it (nothing is truncated)",
                state.position + int64_t(ids.size()), config.max_position_embeddings);
     DecodeResult result;
+    TokenHistory history = adjust.any() ? TokenHistory(adjust, prompt.empty() ? ids : prompt) : TokenHistory();
+    std::vector<float> adjusted;
     std::vector<float> logits = model.forward(state, ids, false);
     for (int64_t i = 0; i < max_new; ++i) {
-        const int32_t next = sampler.sample(logits.data(), config.vocab_size);
+        const float* row = logits.data();
+        if (adjust.any()) {
+            adjusted.resize(size_t(config.vocab_size));
+            history.apply(adjust, logits.data(), adjusted.data(), config.vocab_size);
+            row = adjusted.data();
+        }
+        const int32_t next = sampler.sample(row, config.vocab_size);
+        if (adjust.any()) history.add_output(next);
         result.generated.push_back(next);
         if (next == config.eos_token_id && stop_at_eos) {
             result.hit_eos = true;

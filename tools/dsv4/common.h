@@ -16,6 +16,7 @@
 #include "model/backend.h"
 #include "ranks.h"
 #include "runtime/parallel/parallel_options.h"
+#include "runtime/logit_adjust.h"
 #include "runtime/sampler.h"
 #include "tokenizer/completion.h"
 #include "tokenizer/tokenizer.h"
@@ -70,11 +71,12 @@ std::optional<int64_t> parse_integer(const std::string& word);
 // --greedy | --temp T --top-p P --top-k K --seed S. Greedy unless --temp is given.
 struct SamplingOptions {
     SamplingParams params;
+    LogitAdjustments adjust;  // --repetition-penalty, --frequency-penalty, --presence-penalty
     bool greedy = false;
     CLI::Option* temp = nullptr;
 };
 void add_sampling_options(CLI::App* command, SamplingOptions& options);
-SamplingParams resolve_sampling(const SamplingOptions& options);  // validated
+SamplingParams resolve_sampling(const SamplingOptions& options);  // validated, as are the adjustments
 
 // DIR/tokenizer.json, else the installed one (scripts/setup.sh); an empty dir means the installed one.
 tok::Tokenizer open_tokenizer(const std::string& model_dir);
@@ -88,9 +90,11 @@ struct DecodeResult {
 // Feeds `ids` at state.position (must be non-empty), then samples up to `max_new` tokens, feeding each but the
 // last. Stops after sampling EOS (unless !stop_at_eos: then EOS is an ordinary token), at max_new, or when the next
 // token would not fit the context. `on_token` sees every generated id but a final EOS, as it comes. Afterwards
-// state.position = before + ids.size() + generated.size() - 1.
+// state.position = before + ids.size() + generated.size() - 1. With `adjust`, each draw is from the adjusted logits
+// (runtime/logit_adjust.h), the repetition penalty counting the ids of `prompt` (the whole conversation; empty: ids).
 DecodeResult decode(Backend& model, SequenceState& state, std::span<const int32_t> ids, int64_t max_new,
-                    Sampler& sampler, const std::function<void(int32_t)>& on_token, bool stop_at_eos = true);
+                    Sampler& sampler, const std::function<void(int32_t)>& on_token, bool stop_at_eos = true,
+                    const LogitAdjustments& adjust = {}, std::span<const int32_t> prompt = {});
 
 // Streams a chat reply to stdout as text arrives: parsed with CompletionStream, the reasoning shown apart from
 // the answer (dim on a terminal, else every reasoning line prefixed "> "), tool calls listed at the end.
