@@ -289,6 +289,8 @@ void CudaModel::Impl::run_piece(std::span<const PieceSequence> in) {
         if (count == 0) continue;
         if (ps.draw) {
             const TokenDraw& d = *ps.draw;
+            DSV4_CHECK(drawn.size() < draws_host.size(), "a piece draws for more than the {} sequences planned",
+                       draws_host.size());
             draws_host.get()[drawn.size()] = {d.u, d.temperature, d.min_p, d.greedy, int32_t(row)};
             drawn.push_back(ps.draw);
         } else {
