@@ -66,7 +66,7 @@ for v in "${!serve_variants[@]}"; do
         tee "$out/bench_serve_$v.log"
     serve_rc=$((serve_rc | PIPESTATUS[0]))
     fetch "http://127.0.0.1:$port/metrics" >"$out/metrics_$v.txt"
-    grep -E "^dsv4_(prefix_cache|prompt_tokens|sequences_in_use)" "$out/metrics_$v.txt"
+    grep -E "^dsv4_(prefix_cache|prompt_tokens|generation_tokens|sequences_in_use)" "$out/metrics_$v.txt"
     kill -TERM $server
     wait $server
     rc=$?

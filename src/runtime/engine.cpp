@@ -478,14 +478,19 @@ void Engine::sample_and_deliver(const std::vector<ToSample>& to_sample) {
             }
         }
     });
+    int64_t backend_draws = 0;
     for (size_t i = 0; i < to_sample.size(); ++i) {
         Active& a = *to_sample[i].a;
         a.ready_logits.clear();
-        if (!errors[i].empty())
+        if (!errors[i].empty()) {
             finish(a, FinishReason::kError, errors[i]);
-        else
+        } else {
+            backend_draws += to_sample[i].logits == nullptr;
             deliver(a, tokens[i]);
+        }
     }
+    std::lock_guard lock(mutex_);
+    stats_.backend_draws += backend_draws;
 }
 
 // Whatever finished (its on_event saw kFinished and its state is gone) leaves the running list; the stats.

@@ -106,6 +106,7 @@ class Engine {
         int64_t prompt_tokens = 0;     // prompt tokens of finished and running requests, cached ones included
         int64_t cached_tokens = 0;     // of those, taken from the prefix cache
         int64_t generated_tokens = 0;  // sampled tokens
+        int64_t backend_draws = 0;     // of those, drawn by the backend where the logits are (BatchItem::draw)
         int64_t prefix_queries = 0, prefix_hits = 0, prefix_entries = 0;
         int64_t steps = 0;
         int64_t requests_finished = 0;

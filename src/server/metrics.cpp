@@ -62,6 +62,9 @@ std::string Metrics::render(const Engine::Stats* engine) const {
         metric("dsv4_prompt_tokens_total", "counter", "Prompt tokens of admitted requests (cached ones included).",
                s.prompt_tokens);
         metric("dsv4_generation_tokens_total", "counter", "Generated tokens.", s.generated_tokens);
+        metric("dsv4_generation_tokens_drawn_on_device_total", "counter",
+               "Generated tokens drawn where the logits are (the GPU); the others were drawn on the host.",
+               s.backend_draws);
         metric("dsv4_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.",
                s.cached_tokens);
         metric("dsv4_prefix_cache_queries_total", "counter", "Prefix cache look-ups.", s.prefix_queries);

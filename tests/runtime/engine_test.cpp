@@ -397,6 +397,7 @@ TEST(Engine, DrawsWhereTheBackendDrawsGiveTheHostSamplersTokens) {
     constexpr int64_t kMaxNew = 9;
     for (const auto [cache_entries, refuse] : {std::pair<int64_t, bool>{0, false}, {8, false}, {0, true}}) {
         {
+            int64_t stats_draws = -1;
             auto run = [&](Backend& backend) {
                 Engine engine(backend, options(7, cache_entries));
                 std::vector<std::unique_ptr<Collector>> collectors;
@@ -411,6 +412,7 @@ TEST(Engine, DrawsWhereTheBackendDrawsGiveTheHostSamplersTokens) {
                 std::vector<Result> results;
                 for (auto& c : collectors) results.push_back(c->wait());
                 EXPECT_TRUE(becomes_idle(engine));
+                stats_draws = engine.stats().backend_draws;
                 return results;
             };
             const std::vector<Result> want = run(model());
@@ -426,6 +428,7 @@ TEST(Engine, DrawsWhereTheBackendDrawsGiveTheHostSamplersTokens) {
                 if (cases[i].drawn) drawn += kMaxNew - (cache_entries > 0 ? 1 : 0);
             }
             EXPECT_EQ(drawing.draws.load(), refuse ? 0 : drawn) << "cache " << cache_entries;
+            EXPECT_EQ(stats_draws, drawing.draws.load()) << "the engine counts the backend's draws";
         }
     }
 }

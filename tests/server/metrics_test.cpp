@@ -50,6 +50,7 @@ TEST(Metrics, ExpositionHasTheEngineOnlyWhenLoadedAndEveryFinishReason) {
     s.running = 3;
     s.waiting = 2;
     s.generated_tokens = 40;
+    s.backend_draws = 31;
     s.cached_tokens = 17;
     s.pool.pages_used = 5;
     s.pool.pages_total = 64;
@@ -57,6 +58,7 @@ TEST(Metrics, ExpositionHasTheEngineOnlyWhenLoadedAndEveryFinishReason) {
     EXPECT_TRUE(has_line(ready, "dsv4_requests_running 3")) << ready;
     EXPECT_TRUE(has_line(ready, "dsv4_requests_waiting 2"));
     EXPECT_TRUE(has_line(ready, "dsv4_generation_tokens_total 40"));
+    EXPECT_TRUE(has_line(ready, "dsv4_generation_tokens_drawn_on_device_total 31"));
     EXPECT_TRUE(has_line(ready, "dsv4_prefix_cache_hit_tokens_total 17"));
     EXPECT_TRUE(has_line(ready, "dsv4_state_pool_pages_used 5"));
     EXPECT_TRUE(has_line(ready, "dsv4_state_pool_pages_total 64"));
