@@ -26,7 +26,8 @@ std::vector<std::vector<float>> CudaModel::forward_batch(std::span<const BatchIt
 }
 
 bool CudaModel::draws_tokens() const {
-    return impl_->options.expert_parallel.host_logits;
+    // Only the rank whose logits are read, and a vocabulary whose block sums fit a CTA (every model so far).
+    return impl_->options.expert_parallel.host_logits && impl_->config.vocab_size <= cuda::kMaxDrawVocab;
 }
 
 void CudaModel::forward_batch_into(std::span<const BatchItem> items, std::vector<std::vector<float>>& logits) {
@@ -38,7 +39,9 @@ void CudaModel::forward_batch_into(std::span<const BatchItem> items, std::vector
         DSV4_CHECK(items[i].state, "forward_batch: item {} has no sequence state", i);
         DSV4_CHECK(!items[i].draw || (draws_tokens() && !items[i].all_logits),
                    "forward_batch: item {} asks for a draw {}", i,
-                   draws_tokens() ? "with the logits of every position" : "from a rank that returns no logits");
+                   draws_tokens() ? "with the logits of every position"
+                                  : "this model does not make (a rank whose logits nobody reads, or a vocabulary "
+                                    "past the draws' limit)");
         seq[i] = &m.check_input(*items[i].state, items[i].state->position, items[i].ids);
         for (size_t j = 0; j < i; ++j)
             DSV4_CHECK(items[j].state != items[i].state, "forward_batch: items {} and {} are the same sequence", j, i);
