@@ -50,7 +50,7 @@ struct Engine::Active {
     uint64_t id = 0;
     EngineRequest request;
     Sampler sampler;
-    TokenHistory history;  // with adjustments: the ids the penalties look at
+    TokenHistory history;  // the ids the penalties look at (nothing when the request has none)
     std::optional<SequenceState> state;
     int64_t fed = 0;     // prompt ids the state has consumed
     int64_t cached = 0;  // of those, from the prefix cache
@@ -60,9 +60,8 @@ struct Engine::Active {
     bool cancelled = false;
     bool admitted = false;  // counted in Stats::running
 
-    Active(uint64_t id, EngineRequest r) : id(id), request(std::move(r)), sampler(request.sampling) {
-        if (request.adjust.any()) history = TokenHistory(request.adjust, request.prompt);
-    }
+    Active(uint64_t id, EngineRequest r)
+        : id(id), request(std::move(r)), sampler(request.sampling), history(request.adjust, request.prompt) {}
     int64_t prompt_size() const { return int64_t(request.prompt.size()); }
     bool decoding() const { return fed == prompt_size(); }
 };
@@ -186,13 +185,8 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
 
 SampledToken Engine::sample(Active& a, const float* logits, const TokenDraw* draw) const {
     const int64_t V = backend_.config().vocab_size;
-    const float* row = logits;
-    if (a.request.adjust.any()) {  // the draw from the adjusted logits; the logprobs from the model's own
-        thread_local std::vector<float> adjusted;
-        adjusted.resize(size_t(V));
-        a.history.apply(a.request.adjust, logits, adjusted.data(), V);
-        row = adjusted.data();
-    }
+    thread_local std::vector<float> adjusted;  // the draw from the adjusted logits; the logprobs from the model's own
+    const float* row = a.history.row_for_draw(a.request.adjust, logits, V, adjusted);
     const int32_t id = draw ? a.sampler.sample(row, V, draw->u) : a.sampler.sample(row, V);
     if (a.request.logprobs >= 0) return token_logprobs(logits, V, id, a.request.logprobs);
     SampledToken t;
@@ -223,7 +217,7 @@ void Engine::deliver(Active& a, const SampledToken& token) {
     e.prompt_tokens = a.prompt_size();
     e.cached_tokens = a.cached;
     a.generated.push_back(token.id);
-    if (a.request.adjust.any()) a.history.add_output(token.id);
+    a.history.add_output(token.id);
     a.request.on_event(e);
     {
         std::lock_guard lock(mutex_);

@@ -24,7 +24,7 @@ void validate_adjustments(const LogitAdjustments& a, int64_t vocab) {
     }
 }
 
-TokenHistory::TokenHistory(const LogitAdjustments& a, std::span<const int32_t> prompt) {
+TokenHistory::TokenHistory(const LogitAdjustments& a, std::span<const int32_t> prompt) : on_(a.any()) {
     if (a.repetition_penalty == 1.0f) return;
     prompt_ids_.assign(prompt.begin(), prompt.end());
     std::sort(prompt_ids_.begin(), prompt_ids_.end());
@@ -45,6 +45,14 @@ void TokenHistory::apply(const LogitAdjustments& a, const float* logits, float* 
     if (a.frequency_penalty != 0.0f || a.presence_penalty != 0.0f)
         for (const auto& [id, count] : output_counts_)
             out[id] = (out[id] - a.frequency_penalty * float(count)) - a.presence_penalty;
+}
+
+const float* TokenHistory::row_for_draw(const LogitAdjustments& a, const float* logits, int64_t vocab,
+                                        std::vector<float>& scratch) const {
+    if (!on_) return logits;
+    scratch.resize(size_t(vocab));
+    apply(a, logits, scratch.data(), vocab);
+    return scratch.data();
 }
 
 }  // namespace dsv4

@@ -30,17 +30,24 @@ struct LogitAdjustments {
 // Throws dsv4::Error with a sentence for the client: a value out of its range, a bias on an id outside [0, vocab).
 void validate_adjustments(const LogitAdjustments& a, int64_t vocab);
 
-// What the penalties look at: the prompt's ids (the repetition penalty only) and each output id's count.
+// What the penalties look at: the prompt's ids (the repetition penalty only) and each output id's count. Made
+// for adjustments that are off (LogitAdjustments::any() false), it keeps nothing and changes nothing.
 class TokenHistory {
   public:
     TokenHistory() = default;
     TokenHistory(const LogitAdjustments& a, std::span<const int32_t> prompt);
-    void add_output(int32_t id) { ++output_counts_[id]; }
+    void add_output(int32_t id) {
+        if (on_) ++output_counts_[id];
+    }
 
     // `out` = `logits` [vocab] adjusted (out may be logits itself).
     void apply(const LogitAdjustments& a, const float* logits, float* out, int64_t vocab) const;
+    // The row a draw reads: `logits` itself when the adjustments are off, else their adjusted copy in `scratch`.
+    const float* row_for_draw(const LogitAdjustments& a, const float* logits, int64_t vocab,
+                              std::vector<float>& scratch) const;
 
   private:
+    bool on_ = false;
     std::vector<int32_t> prompt_ids_;  // distinct, with the repetition penalty on
     std::unordered_map<int32_t, int32_t> output_counts_;
 };

@@ -57,7 +57,6 @@ class Sampler {
     // draw can be made where the logits are, Backend::draws_tokens, and the generator advances alike either way).
     int32_t sample(const float* logits, int64_t vocab, double u);
     double next_uniform() { return uniform_53(rng_); }
-    const SamplingParams& params() const { return params_; }
 
   private:
     int32_t draw_in_blocks(const float* w, double u);

@@ -395,7 +395,7 @@ TEST(Engine, DrawsWhereTheBackendDrawsGiveTheHostSamplersTokens) {
         {sampling(false, 1.0f, 0.0f, 0, 0.8f, 11), -1, false},    {sampling(false, 2.0f, 0.0f, 0, 1.0f, 12), 2, false},
     };
     constexpr int64_t kMaxNew = 9;
-    for (const auto [cache_entries, refuse] : {std::pair<int64_t, bool>{0, false}, {8, false}, {0, true}}) {
+    for (const auto& [cache_entries, refuse] : {std::pair<int64_t, bool>{0, false}, {8, false}, {0, true}}) {
         {
             int64_t stats_draws = -1;
             auto run = [&](Backend& backend) {

@@ -237,18 +237,13 @@ DecodeResult decode(Backend& model, SequenceState& state, std::span<const int32_
                "the prompt needs {} positions, more than the model's context of {}: shorten it (nothing is truncated)",
                state.position + int64_t(ids.size()), config.max_position_embeddings);
     DecodeResult result;
-    TokenHistory history = adjust.any() ? TokenHistory(adjust, prompt.empty() ? ids : prompt) : TokenHistory();
+    TokenHistory history(adjust, prompt.empty() ? ids : prompt);
     std::vector<float> adjusted;
     std::vector<float> logits = model.forward(state, ids, false);
     for (int64_t i = 0; i < max_new; ++i) {
-        const float* row = logits.data();
-        if (adjust.any()) {
-            adjusted.resize(size_t(config.vocab_size));
-            history.apply(adjust, logits.data(), adjusted.data(), config.vocab_size);
-            row = adjusted.data();
-        }
+        const float* row = history.row_for_draw(adjust, logits.data(), config.vocab_size, adjusted);
         const int32_t next = sampler.sample(row, config.vocab_size);
-        if (adjust.any()) history.add_output(next);
+        history.add_output(next);
         result.generated.push_back(next);
         if (next == config.eos_token_id && stop_at_eos) {
             result.hit_eos = true;

@@ -26,8 +26,7 @@ std::vector<std::vector<float>> CudaModel::forward_batch(std::span<const BatchIt
 }
 
 bool CudaModel::draws_tokens() const {
-    // Only the rank whose logits are read, and a vocabulary whose block sums fit a CTA (every model so far).
-    return impl_->options.expert_parallel.host_logits && impl_->config.vocab_size <= cuda::kMaxDrawVocab;
+    return impl_->draws;
 }
 
 void CudaModel::forward_batch_into(std::span<const BatchItem> items, std::vector<std::vector<float>>& logits) {

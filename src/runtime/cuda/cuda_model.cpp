@@ -252,8 +252,9 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&m.num_sms, cudaDevAttrMultiProcessorCount, options.device));
 
     // 1. The memory plan, before anything is allocated.
-    const bool draws = ep.host_logits && config.vocab_size <= cuda::kMaxDrawVocab;  // CudaModel::draws_tokens
-    const int64_t draw_sequences = draws ? options.max_sequences * m.dp_ranks : 0;
+    // Draws only on the rank whose logits are read, for a vocabulary whose block sums fit a CTA (every model so far).
+    m.draws = ep.host_logits && config.vocab_size <= cuda::kMaxDrawVocab;
+    const int64_t draw_sequences = m.draws ? options.max_sequences * m.dp_ranks : 0;
     const cuda::ExpertShare share{m.held.first, m.held.count, options.random_experts_seed.has_value()};
     const size_t weight_bytes = cuda::measure_weights(config, m.host, share);
     const size_t reserve = size_t(256) << 20;  // CUDA context, cuBLASLt and allocator slack

@@ -227,8 +227,8 @@ struct CudaModel::Impl {
     // Copies a slice's rows out of logits_host into the sequences' vectors, a sequence per task: one thread reads
     // pinned memory at ~10 GB/s, and a batch of 256 at V4's vocabulary is 132 MB a step. Made on first use.
     std::unique_ptr<ThreadPool> logits_pool;
-    // A piece's draws on their way to the device and their ids on the way back ([P] each; the rank that returns
-    // logits only).
+    bool draws = false;  // CudaModel::draws_tokens: this rank draws the items that ask (BatchItem::draw)
+    // A piece's draws on their way to the device and their ids on the way back (the rank that draws only).
     cuda::PinnedBuffer<cuda::RowDraw> draws_host;
     cuda::PinnedBuffer<int32_t> drawn_host;
     std::unique_ptr<cuda::Event> meta_copied;

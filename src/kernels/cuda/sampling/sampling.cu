@@ -65,6 +65,24 @@ __device__ inline Segment segment_of(int64_t vocab, int segments, int s) {
     return {min(vocab, s * per * kTile), min(vocab, (s + 1) * per * kTile)};
 }
 
+// Warp `warp`'s part of segment `s`: whole 32-id steps, a lane taking the ids step + lane (steps 2 and 3 alike, so
+// a lane reads back in step 3 only the weights it wrote in step 2).
+__device__ inline Segment warp_part(int64_t vocab, int segments, int s, int warp) {
+    const Segment g = segment_of(vocab, segments, s);
+    const int64_t part = (g.end - g.begin + kWarps * 32 - 1) / (kWarps * 32) * 32;
+    const int64_t begin = min(g.end, g.begin + warp * part);
+    return {begin, min(g.end, begin + part)};
+}
+
+// A lane's values of the kUnroll 32-id steps from `step` (0 at or past `end`), all loaded before any is used.
+__device__ __forceinline__ void load_steps(const float* row, int64_t step, int64_t end, int lane, float (&v)[kUnroll]) {
+#pragma unroll
+    for (int q = 0; q < kUnroll; ++q) {
+        const int64_t i = step + q * 32 + lane;
+        v[q] = i < end ? row[i] : 0.0f;
+    }
+}
+
 // runtime/sampling_weights.h's exp_nonpositive, operation for operation.
 __device__ __forceinline__ float exp_nonpositive_rn(float x) {
     const bool tiny = !(x >= -87.0f);
@@ -155,9 +173,8 @@ __global__ void __launch_bounds__(kThreads) draw_scan_kernel(SampleParams p) {
 }
 
 // 2. The row's maximum from its segments; the greedy and NaN rows end here (segment 0's CTA writes the id). Else
-//    the segment's weights in place of its logits and (min-p) each warp's count of candidates. Warp w of the CTA owns
-//    a part of the segment of whole 32-id steps and a lane computes the ids step + lane, so the accesses are
-//    coalesced and the compaction (step 3: the same ids by the same lanes) keeps id order.
+//    the segment's weights in place of its logits and (min-p) each warp's count of candidates, by warp parts
+//    (warp_part: coalesced, and the compaction keeps id order).
 __global__ void __launch_bounds__(kThreads) draw_weights_kernel(SampleParams p) {
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, s = blockIdx.x;
     const RowDraw d = p.draws[blockIdx.y];
@@ -168,17 +185,11 @@ __global__ void __launch_bounds__(kThreads) draw_weights_kernel(SampleParams p) 
         return;
     }
     float* logits = row_of(p, d);
-    const Segment g = segment_of(p.vocab, p.segments, s);
-    const int64_t part = (g.end - g.begin + kWarps * 32 - 1) / (kWarps * 32) * 32;
-    const int64_t w0 = min(g.end, g.begin + warp * part), w1 = min(g.end, w0 + part);
+    const auto [w0, w1] = warp_part(p.vocab, p.segments, s, warp);
     int count = 0;
     for (int64_t step = w0; step < w1; step += 32 * kUnroll) {
         float v[kUnroll];
-#pragma unroll
-        for (int q = 0; q < kUnroll; ++q) {
-            const int64_t i = step + q * 32 + lane;
-            v[q] = i < w1 ? logits[i] : 0.0f;
-        }
+        load_steps(logits, step, w1, lane, v);
 #pragma unroll
         for (int q = 0; q < kUnroll; ++q) {
             const int64_t i = step + q * 32 + lane;
@@ -199,8 +210,7 @@ __device__ int candidates_before(const DrawSegment* seg, int segments, int s, in
     return before;
 }
 
-// 3. Under min-p, the candidates' ids in id order: the same ids by the same lanes as step 2 (each lane reads back
-//    weights it wrote), each warp from its place after the candidates before it.
+// 3. Under min-p, the candidates' ids in id order, each warp from its place after the candidates before it.
 __global__ void __launch_bounds__(kThreads) draw_compact_kernel(SampleParams p) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, s = blockIdx.x;
     const RowDraw d = p.draws[blockIdx.y];
@@ -210,17 +220,11 @@ __global__ void __launch_bounds__(kThreads) draw_compact_kernel(SampleParams p) 
     if (reduce_segments(seg, p.segments).nan) return;
     const float* w = row_of(p, d);
     int32_t* cand = l.candidates + blockIdx.y * p.vocab;
-    const Segment g = segment_of(p.vocab, p.segments, s);
-    const int64_t part = (g.end - g.begin + kWarps * 32 - 1) / (kWarps * 32) * 32;
-    const int64_t w0 = min(g.end, g.begin + warp * part), w1 = min(g.end, w0 + part);
+    const auto [w0, w1] = warp_part(p.vocab, p.segments, s, warp);
     int next = candidates_before(seg, p.segments, s, warp);
     for (int64_t step = w0; step < w1; step += 32 * kUnroll) {
         float v[kUnroll];
-#pragma unroll
-        for (int q = 0; q < kUnroll; ++q) {
-            const int64_t i = step + q * 32 + lane;
-            v[q] = i < w1 ? w[i] : 0.0f;
-        }
+        load_steps(w, step, w1, lane, v);
 #pragma unroll
         for (int q = 0; q < kUnroll; ++q) {
             const int64_t i = step + q * 32 + lane;
