@@ -276,19 +276,14 @@ void CudaModel::Impl::run_piece(std::span<const PieceSequence> in) {
         stages.finish();
         return;
     }
-    if (!options.expert_parallel.host_logits) {  // a follower: the step ends when its device work does
-        stages.finish();
-        DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
-        meta_in_flight = false;
-        return;
-    }
     // Every rank's logit rows (gathered), in the order of seqs: a sequence's rows are drawn from where they are
-    // (its draw) or copied to its vector.
+    // (its draw) or copied to its vector. A follower (host_logits off) does neither: its step ends when its device
+    // work does.
     std::vector<LogitRows> copies;
     std::vector<TokenDraw*> drawn;
     for (int64_t row = 0; const PieceSequence& ps : seqs) {
         const int64_t count = ps.tokens - ps.first_logit;
-        if (count == 0) continue;
+        if (count == 0 || !options.expert_parallel.host_logits) continue;
         if (ps.draw) {
             const TokenDraw& d = *ps.draw;
             DSV4_CHECK(drawn.size() < draws_host.size(), "a piece draws for more than the {} sequences planned",
