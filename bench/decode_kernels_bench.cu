@@ -317,10 +317,8 @@ void bench_moe_mma(int64_t tokens, bool variants = false) {
     const int64_t slots = tokens * topk;
     DeviceBuffer<__nv_bfloat16> y1{size_t(slots * inter)}, y3{y1.size()}, y2{size_t(slots * dim)};
     check_launch(0);
-    MoeGemmPath path = MoeGemmPath::kMma;
     auto params = [&](int i, bool down) {
         MoeGemmParams p;
-        p.path = path;
         p.a = down ? h.get() : x.get();
         p.a_scale = down ? h_scale.get() : x_scale.get();
         p.row_index = down ? nullptr : row_index[size_t(i % kRoutings)].get();
@@ -352,17 +350,12 @@ void bench_moe_mma(int64_t tokens, bool variants = false) {
     for (bool down : {false, true}) {
         const double bytes = mean_active * matrix_bytes * (down ? 1 : 2) +
                              double(slots) * double(down ? inter + dim * 2 : dim + 2 * inter * 2);
-        if (!variants) {  // the f16 path, then the FP8 MMAs (--expert-mma fp8) on the same operands
-            for (MoeGemmPath p : {MoeGemmPath::kMma, MoeGemmPath::kMmaFp8}) {
-                path = p;
-                const double us = graph_us([&](int i, cudaStream_t s) { moe_gemm(params(i, down), s); });
-                moe_gemm(params(0, down), nullptr);
-                const uint64_t hash = outputs_hash(down);
-                std::printf("%-8s %6lld %8.1f %8d %10.2f %9.0f   %016llx %s\n", down ? "w2" : "w1+w3",
-                            (long long)tokens, mean_active, max_slots, us, bytes / (us * 1e-6) / 1e9,
-                            (unsigned long long)hash, p == MoeGemmPath::kMma ? "f16" : "fp8");
-            }
-            path = MoeGemmPath::kMma;
+        if (!variants) {
+            const double us = graph_us([&](int i, cudaStream_t s) { moe_gemm(params(i, down), s); });
+            moe_gemm(params(0, down), nullptr);
+            const uint64_t hash = outputs_hash(down);
+            std::printf("%-8s %6lld %8.1f %8d %10.2f %9.0f   %016llx\n", down ? "w2" : "w1+w3", (long long)tokens,
+                        mean_active, max_slots, us, bytes / (us * 1e-6) / 1e9, (unsigned long long)hash);
             continue;
         }
         // Prefill passes: the warp-MMA kernel against the launcher's choice (the warpgroup kernel on sm_90), outputs
@@ -594,7 +587,7 @@ int main(int argc, char** argv) {
     }
     if (run("mma")) {
         std::printf("\n%-8s %6s %8s %8s %10s %9s   %s\n", "routed", "tokens", "experts", "max", "us", "GB/s",
-                    "hash of routing 0's outputs, MMA operands");
+                    "hash of routing 0's outputs");
         for (int64_t tokens : {1, 16, 64, 256}) bench_moe_mma(tokens);
     }
     if (run("prefill")) {

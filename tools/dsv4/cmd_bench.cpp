@@ -291,7 +291,6 @@ struct BenchArgs {
     int64_t batch_context = 128;
     bool share_batch_prompt = false;  // prefill one batch prompt and copy its state to every sequence of a batch
     bool draw = false;  // batched steps draw each sequence's next id on the GPU instead of copying its logits
-    std::string expert_mma = "f16";  // f16 | fp8: CudaOptions::fp8_expert_mma
     uint64_t seed = 0;
     int threads = 0;
     bool stages = false;  // also the per-stage table of every measured step (CudaModel's stage profiler)
@@ -381,10 +380,9 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
         pattern += (l ? " " : "") + std::string(r == 0 ? "SWA" : (r == 4 ? "CSA" : "HCA")) +
                    (config.mlp_types[size_t(l)] == MlpType::kHashMoe ? "/hash" : "");
     }
-    std::printf("dsv4 bench: preset %s, %lld layers (%s), context %lld, %lld decode steps (+%lld warm-up), seed %llu, "
-                "routed experts on %s MMAs\n",
+    std::printf("dsv4 bench: preset %s, %lld layers (%s), context %lld, %lld decode steps (+%lld warm-up), seed %llu\n",
                 a.preset.c_str(), (long long)config.num_layers, pattern.c_str(), (long long)a.context,
-                (long long)a.steps, (long long)a.warmup, (unsigned long long)a.seed, a.expert_mma.c_str());
+                (long long)a.steps, (long long)a.warmup, (unsigned long long)a.seed);
     std::fflush(stdout);
 
     // 2. Weights in host memory but the routed experts, then the model, whose GPU generates its routed experts.
@@ -418,7 +416,6 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
     options.max_context = max_context;
     options.max_chunk_tokens = a.chunk;
     options.random_experts_seed = a.seed;
-    options.fp8_expert_mma = a.expert_mma == "fp8";
     auto make = [&](const ExpertParallel& ep) -> std::unique_ptr<Backend> {
         options.expert_parallel = ep;
         return std::make_unique<CudaModel>(config, std::move(weights), Numerics::kModel, options);
@@ -427,10 +424,9 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
     if (a.rank) {
         const RunIdentity identity{
             fmt::format("bench preset {} layers {} seed {}", a.preset, config.num_layers, a.seed),
-            fmt::format("context {} batch context {} shared {} steps {} warmup {} chunk {} batches {} stages {} "
-                        "expert mma {}",
+            fmt::format("context {} batch context {} shared {} steps {} warmup {} chunk {} batches {} stages {}",
                         a.context, a.batch_context, a.share_batch_prompt, a.steps, a.warmup, a.chunk,
-                        fmt::join(a.batches, ","), a.stages, a.expert_mma)};
+                        fmt::join(a.batches, ","), a.stages)};
         owner = model_on_ranks(*a.rank, a.parallel.options, identity, make, stage_control);
         if (!owner) return run;  // a rank other than 0: it made rank 0's calls on its share of the model
     } else {
@@ -722,7 +718,6 @@ void add_bench_command(CLI::App& app) {
         int64_t batch_context = 128;
         bool share_batch_prompt = false;
         bool draw = false;
-        std::string expert_mma = "f16";
         uint64_t seed = 0;
         int threads = 0;
         bool stages = false;
@@ -755,10 +750,6 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--draw", a->draw,
                   "Batched steps draw every sequence's next token on the GPU (temperature 1: the serving path) "
                   "instead of copying the logits to the host");
-    cmd->add_option("--expert-mma", a->expert_mma,
-                    "The routed experts' tensor cores: f16 (exact operands, the default) or fp8 (the FP8 MMAs, "
-                    "faster, each 32-column sum rounded by the FP8 accumulation; docs/numerics.md)")
-        ->check(CLI::IsMember({"f16", "fp8"}));
     cmd->add_option("--seed", a->seed, "Seed of the random weights and ids");
     cmd->add_option("--threads", a->threads, "Host threads generating the weights (0: all cores)")
         ->check(CLI::NonNegativeNumber);

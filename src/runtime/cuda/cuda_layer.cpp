@@ -733,7 +733,6 @@ void CudaModel::Impl::moe(int64_t layer) {
             p.max_slots_per_expert = int(m.tid2eid && !hash_rows_distinct ? slots : Tm);
             // Twice the mean over all experts: under balanced routing few active experts hold more.
             p.expected_slots_per_expert = int((2 * slots + E - 1) / E);
-            p.path = options.fp8_expert_mma ? cuda::MoeGemmPath::kMmaFp8 : cuda::MoeGemmPath::kMma;
             cuda::moe_gemm(p, s);
             return;
         }

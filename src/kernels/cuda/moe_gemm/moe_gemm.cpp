@@ -38,9 +38,7 @@ std::string moe_gemm_can_implement(const MoeGemmParams& p) {
     if (p.k % 32) return fmt::format("K must be a multiple of 32, got {}", p.k);
     if (reinterpret_cast<uintptr_t>(p.w) % 16) return "W must be 16-byte aligned";
     if (p.max_slots_per_expert < 1) return "max_slots_per_expert must be >= 1";
-    if (p.path == MoeGemmPath::kMmaFp8 && p.format != ExpertFormat::kMxfp4)
-        return "the FP8 tensor-core path takes MXFP4 experts (scales per 32 columns), not NVFP4";
-    if (p.path != MoeGemmPath::kCudaCore) {  // cp.async sources: 16-byte activation rows, 4-byte scale words
+    if (p.path == MoeGemmPath::kMma) {  // cp.async sources: 16-byte activation rows, 4-byte scale words
         if (reinterpret_cast<uintptr_t>(p.a) % 16) return "the activations must be 16-byte aligned";
         if (reinterpret_cast<uintptr_t>(p.w_scale) % 4 || reinterpret_cast<uintptr_t>(p.second.w_scale) % 4)
             return "the weight scales must be 4-byte aligned";
@@ -55,7 +53,7 @@ std::string moe_gemm_can_implement(const MoeGemmParams& p) {
 
 void moe_gemm(const MoeGemmParams& p, cudaStream_t stream) {
     if (std::string why = moe_gemm_can_implement(p); !why.empty()) fail("moe_gemm: {}", why);
-    if (p.path != MoeGemmPath::kCudaCore) {
+    if (p.path == MoeGemmPath::kMma) {
         DSV4_CUDA_CHECK(launch_moe_mma(p, stream));
         return;
     }

@@ -5,7 +5,7 @@
 
 namespace dsv4::cuda {
 
-// The tensor-core paths (moe_mma.cu; p.path kMma or kMmaFp8), both matrices when p.second is set.
+// The tensor-core path (moe_mma.cu), both matrices when p.second is set.
 cudaError_t launch_moe_mma(const MoeGemmParams& p, cudaStream_t stream);
 // Slots per pass of the tensor-core kernel (8 to 64) from the host's bound on any expert's slot count and its
 // expectation for an active expert (0: none).
@@ -16,9 +16,9 @@ cudaError_t launch_moe_gemm(const MoeGemmParams& p, const MoeGemmConfig& config,
 
 namespace detail {
 // Which tensor-core kernel, all with the same bits (tests compare them): kChosen, the launcher's choice (the warpgroup
-// kernel for passes of 64 slots on sm_90 when K % 128 == 0 on the f16 path, else the warp-MMA kernel with whole-stage
-// loads where K % 128 == 0); kWarpMma, the warp-MMA kernel with the loads the launcher would pick; kGeneral, the
-// warp-MMA kernel with the bounded loads any K takes.
+// kernel for passes of 64 slots on sm_90 when K % 128 == 0, else the warp-MMA kernel with whole-stage loads where
+// K % 128 == 0); kWarpMma, the warp-MMA kernel with the loads the launcher would pick; kGeneral, the warp-MMA kernel
+// with the bounded loads any K takes.
 enum class MoeMmaVariant { kChosen, kWarpMma, kGeneral };
 cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaStream_t stream);
 // Whether kChosen takes the warpgroup kernel (moe_wgmma.cu) for these parameters on the current device.

@@ -26,14 +26,6 @@
 //          columns only; MMA 1 the same of the second 16. Each MMA has its own acc and its own scale.
 // Activation columns are paired the same way (prmt + cvt.rn.f16x2.e4m3x2), so W and x meet at the same k.
 //
-// FP8 MMAs (MoeGemmPath::kMmaFp8, MXFP4 only; kFp8 below): the same structure with one m16n8k32 e4m3 MMA per 32-column
-// block, as DeepSeek's own Hopper kernel computes the FP4 linear (FP4 cast to FP8, an FP8 MMA per 32 columns, then
-// the scales): w[k] * 2^-6 as e4m3 (moe_mma_common.cuh w_fragments_e4m3) against the activation's e4m3 bytes as they
-// are, so no operand is converted, and the 2^6 goes into the scale. The products are exact but the FP8 MMA sums them
-// in its own narrower accumulation (docs/numerics.md "FP8 MMAs for the routed experts"), so acc is not the f16 path's:
-// not the CPU's bits, within its own bound. Lane t's columns: a0/a1 (rows g, g + 8) and b0 take 8t..8t+3 as k
-// 4t..4t+3, a2/a3 and b1 take 8t+4..8t+7 as k 4t+16..4t+19; the activations are one 8-byte read.
-//
 // Grid: persistent, 1-D; every CTA lists the active experts (non-empty slot ranges of expert_offsets, on the device,
 // so the launch needs no host sync and is capturable), then takes items (matrix, active expert, 64-row tile). A
 // CTA of 8 warps computes 64 weight rows (16 per warp pair, one warp per K part) for passes of kTokens slots of its
@@ -104,22 +96,13 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// One m16n8k32 FP8 MMA from +0: d = a (16 x 32 e4m3) x b (32 x 8 e4m3), f32 outputs.
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%10, %10, %10, %10};"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
-}
-
 // kWholeStages (K % 128 == 0, every V4 shape): every stage holds four whole 32-column blocks and every row's scales
 // of a stage are whole aligned words, so the loads need no bounds and each warp's two blocks unroll. Otherwise a
 // stage may end early and the scale words are found by their offset. The arithmetic is the same on both.
-template <int kTokens, ExpertFormat kFormat, bool kWholeStages, bool kFp8>
+template <int kTokens, ExpertFormat kFormat, bool kWholeStages>
 __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe_mma_kernel(Args p) {
     constexpr int kThreads = threads<kTokens>();
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
-    static_assert(!(kFp8 && kNv), "the FP8 MMAs take 32-column scale blocks (MXFP4)");
     constexpr int kTn = kTokens / 8;                  // 8-token MMA tiles per pass
     constexpr int kScaleBytesPerStage = kNv ? 8 : 4;  // scale bytes of one row per 128 columns
     constexpr int kScaleWords = kNv ? 3 : 2;          // aligned words that cover them whatever their offset
@@ -264,21 +247,6 @@ __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe
                 for (int j = 0; j < 4 / kSplit; ++j) {  // this warp's blocks: b = k_part (mod kSplit), ascending
                     const int b = k_part + kSplit * j;
                     if (!kWholeStages && b >= blocks) break;
-                    if constexpr (kFp8) {
-                        uint32_t qa, qb, w[4];
-                        w_words<false>(w_g, w_g8, b, t, qa, qb);
-                        w_fragments_e4m3(qa, qb, w);
-                        const float ws_g = e8m0_times_pow2<6>(sc_g[b]), ws_g8 = e8m0_times_pow2<6>(sc_g8[b]);
-#pragma unroll
-                        for (int nt = 0; nt < kTn; ++nt) {
-                            const uint2 x = *reinterpret_cast<const uint2*>(st + L::a + (nt * 8 + g) * kARowBytes +
-                                                                            32 * b + 8 * t);
-                            float acc[4];
-                            mma_e4m3(acc, w, x.x, x.y);
-                            promote(sum[nt], acc, ws_g, ws_g8, as[nt][0], as[nt][1]);
-                        }
-                        continue;
-                    }
                     uint32_t w0[4], w1[4];
                     w_fragments<kNv>(w_g, w_g8, b, t, w0, w1);
                     float ws_g[2], ws_g8[2];
@@ -335,9 +303,9 @@ __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe
     }
 }
 
-template <int kTokens, ExpertFormat kFormat, bool kWholeStages, bool kFp8>
+template <int kTokens, ExpertFormat kFormat, bool kWholeStages>
 cudaError_t launch(const Args& args, cudaStream_t stream) {
-    const auto kernel = moe_mma_kernel<kTokens, kFormat, kWholeStages, kFp8>;
+    const auto kernel = moe_mma_kernel<kTokens, kFormat, kWholeStages>;
     const int smem = smem_bytes<kTokens, kWholeStages>(args.experts);
     const int64_t n_tiles = (args.n + kRowsPerCta - 1) / kRowsPerCta;
     const int64_t items = args.experts * n_tiles * args.mat_count,
@@ -347,26 +315,25 @@ cudaError_t launch(const Args& args, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
-template <ExpertFormat kFormat, bool kWholeStages, bool kFp8>
+template <ExpertFormat kFormat, bool kWholeStages>
 cudaError_t launch(const Args& args, int tokens, cudaStream_t stream) {
     switch (tokens) {
         case 8:
-            return launch<8, kFormat, kWholeStages, kFp8>(args, stream);
+            return launch<8, kFormat, kWholeStages>(args, stream);
         case 16:
-            return launch<16, kFormat, kWholeStages, kFp8>(args, stream);
+            return launch<16, kFormat, kWholeStages>(args, stream);
         case 32:
-            return launch<32, kFormat, kWholeStages, kFp8>(args, stream);
+            return launch<32, kFormat, kWholeStages>(args, stream);
         case 64:
-            return launch<64, kFormat, kWholeStages, kFp8>(args, stream);
+            return launch<64, kFormat, kWholeStages>(args, stream);
         default:
             return cudaErrorInvalidValue;
     }
 }
 
-template <ExpertFormat kFormat, bool kFp8 = false>
+template <ExpertFormat kFormat>
 cudaError_t launch(const Args& args, int tokens, bool whole_stages, cudaStream_t stream) {
-    return whole_stages ? launch<kFormat, true, kFp8>(args, tokens, stream)
-                        : launch<kFormat, false, kFp8>(args, tokens, stream);
+    return whole_stages ? launch<kFormat, true>(args, tokens, stream) : launch<kFormat, false>(args, tokens, stream);
 }
 
 }  // namespace
@@ -383,7 +350,7 @@ int moe_mma_pass_tokens(int max_slots_per_expert, int expected_slots_per_expert)
 
 namespace detail {
 bool moe_mma_takes_wgmma(const MoeGemmParams& p) {
-    return p.path == MoeGemmPath::kMma && p.k % kStageCols == 0 && moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert) == 64 &&
+    return p.k % kStageCols == 0 && moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert) == 64 &&
            device_has_wgmma();
 }
 
@@ -399,12 +366,9 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaSt
     args.experts = p.experts;
     args.n = p.n;
     args.k = p.k;
+    if (variant == MoeMmaVariant::kChosen && moe_mma_takes_wgmma(p)) return launch_moe_wgmma(args, p.format, stream);
     const int tokens = moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert);
     const bool whole = variant != MoeMmaVariant::kGeneral && p.k % kStageCols == 0;
-    if (p.path == MoeGemmPath::kMmaFp8)  // every pass width on this kernel: the warpgroup one sums as the f16 path
-        return p.format == ExpertFormat::kMxfp4 ? launch<ExpertFormat::kMxfp4, true>(args, tokens, whole, stream)
-                                                : cudaErrorInvalidValue;
-    if (variant == MoeMmaVariant::kChosen && moe_mma_takes_wgmma(p)) return launch_moe_wgmma(args, p.format, stream);
     return p.format == ExpertFormat::kMxfp4 ? launch<ExpertFormat::kMxfp4>(args, tokens, whole, stream)
                                             : launch<ExpertFormat::kNvfp4>(args, tokens, whole, stream);
 }

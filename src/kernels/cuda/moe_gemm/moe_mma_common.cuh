@@ -128,26 +128,6 @@ __device__ __forceinline__ void w_fragments(const uint8_t* w_g, const uint8_t* w
     w_decode(qa, qb, w0, w1);
 }
 
-// The FP8 MMA's A fragment (m16n8k32 e4m3) of one 32-column MXFP4 block for rows g (word qa) and g + 8 (word qb),
-// each word lane t's eight nibbles of columns 8t..8t+7: a[0] = row g, columns 8t..8t+3; a[1] = row g + 8, the same;
-// a[2] = row g, columns 8t+4..8t+7; a[3] = row g + 8, the same (the MMA's k 4t..4t+3 and 4t+16..4t+19; the
-// activations' bytes meet them at the same k: moe_mma.cu). An e2m1 nibble s e1 e0 m placed at e4m3 bits 7 | 4 3 | 2
-// is exactly its value times 2^-6 (0.5 becomes the subnormal 2^-7; no code reaches NaN), so each byte is the nibble's
-// sign and magnitude moved: the even nibbles' bytes and the odd ones' (five logic ops), then two byte permutes a word.
-__device__ __forceinline__ uint32_t e2m1_e4m3_bytes_even(uint32_t q) {  // byte k: nibble 2k
-    return ((q & 0x07070707u) << 2) | ((q << 4) & 0x80808080u);
-}
-__device__ __forceinline__ uint32_t e2m1_e4m3_bytes_odd(uint32_t q) {  // byte k: nibble 2k + 1
-    return ((q >> 2) & 0x1C1C1C1Cu) | (q & 0x80808080u);
-}
-__device__ __forceinline__ void w_fragments_e4m3(uint32_t qa, uint32_t qb, uint32_t (&a)[4]) {
-    constexpr uint32_t kLowNibbles = 0x5140u, kHighNibbles = 0x7362u;  // [even 0, odd 0, even 1, odd 1] / [.. 2, .. 3]
-    const uint32_t ea = e2m1_e4m3_bytes_even(qa), oa = e2m1_e4m3_bytes_odd(qa);
-    const uint32_t eb = e2m1_e4m3_bytes_even(qb), ob = e2m1_e4m3_bytes_odd(qb);
-    a[0] = prmt(ea, oa, kLowNibbles), a[1] = prmt(eb, ob, kLowNibbles);    // nibbles 0..3
-    a[2] = prmt(ea, oa, kHighNibbles), a[3] = prmt(eb, ob, kHighNibbles);  // 4..7
-}
-
 // The activation bytes of one token's 32-column block that the two MMAs take, as e4m3 pairs: x0 for the first MMA,
 // x1 for the second; the low 16 bits of each feed b0 (k 2t, 2t + 1), the high 16 bits b1 (k 2t + 8, 2t + 9).
 template <bool kNv>
@@ -173,17 +153,13 @@ __device__ __forceinline__ void promote(float (&sum)[4], const float (&acc)[4], 
     sum[3] = __fmaf_rn(acc[3], __fmul_rn(as1, ws_g8), sum[3]);
 }
 
-// E8M0 code e as 2^(e - 127) * 2^kShift: the normal f32 with exponent field e + kShift up to e = 254 - kShift;
-// beyond, the product overflows to +inf, and 255 is NaN (what e8m0_to_float(e) * 2^kShift gives, in one or two
-// instructions). kShift 14 undoes the f16 decode's 2^-14, 6 the e4m3 decode's 2^-6.
-template <uint32_t kShift>
-__device__ __forceinline__ float e8m0_times_pow2(uint32_t e) {
-    static_assert(kShift >= 1 && kShift <= 127, "e + kShift must be a normal exponent field from e = 0 on");
-    return e <= 254u - kShift ? __uint_as_float((e + kShift) << 23)
-           : e == 255u        ? __uint_as_float(0x7FC00000u)
-                              : __int_as_float(0x7F800000);
+// E8M0 code e as 2^(e - 127) * 2^14 = 2^(e - 113): the normal f32 with exponent field e + 14 up to e = 240; beyond,
+// the product overflows to +inf, and 255 is NaN (what e8m0_to_float(e) * 2^14 gives, in one or two instructions).
+__device__ __forceinline__ float e8m0_times_2_14(uint32_t e) {
+    return e <= 240u   ? __uint_as_float((e + 14u) << 23)
+           : e == 255u ? __uint_as_float(0x7FC00000u)
+                       : __int_as_float(0x7F800000);
 }
-__device__ __forceinline__ float e8m0_times_2_14(uint32_t e) { return e8m0_times_pow2<14>(e); }
 
 // The weight scales of a 32-column block b for rows g and g + 8, times 2^14: per MMA (NVFP4: e4m3 scale x global
 // per 16 columns) or the block's one E8M0 scale for both MMAs (MXFP4). sc_g, sc_g8: the rows' staged scale bytes.
