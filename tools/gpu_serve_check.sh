@@ -10,7 +10,8 @@
 # one rank each (expert parallel), instead of on one, with ATTENTION (data-parallel, serve's default, or replicated)
 # for both. SHARED_PREFIX (default 0) ids start every prompt, and PREFIX_CACHE (default 0: off) sets serve's
 # --prefix-cache, so a shared system prompt shows the prefix cache at work (the share of prompt tokens it served).
-# Logs to $OUT when set; the tables last.
+# STEP_TOKENS sets serve's --step-tokens (default: the largest concurrency + 256). Logs to $OUT when set; the tables
+# last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/dsv4_serve_check}"
@@ -49,7 +50,7 @@ for v in "${!serve_variants[@]}"; do
     start=$SECONDS
     # shellcheck disable=SC2086
     "$dsv4" serve "${model[@]}" "${where[@]}" --port 0 --max-running "$max_running" \
-        --step-tokens $((max_running + 256)) --max-context 4096 \
+        --step-tokens "${STEP_TOKENS:-$((max_running + 256))}" --max-context 4096 \
         --prefix-cache "${PREFIX_CACHE:-0}" $flags 2>"$out/serve_$v.log" &
     server=$!
     port=""

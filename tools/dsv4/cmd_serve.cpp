@@ -42,6 +42,10 @@ void run_serve(ServeArgs& a) {
                a.max_running);
 
     a.model.max_sequences = a.max_running + a.prefix_cache + 1;  // + 1: a cache entry's copy while it is made
+    // A step is one forward_batch; on the GPU its tokens run in pieces of --max-chunk-tokens, each a pass over every
+    // layer's weights (all the routed experts at large batches). Pieces as long as a step make a step one pass: a
+    // 512-token step in pieces of 256 took two (docs/perf.md, "The whole V4-Flash on two H200s ... served").
+    if (a.model.max_chunk_tokens == 0) a.model.max_chunk_tokens = a.step_tokens;
     a.model.max_context = a.max_context;
     start_ranks_or_exit(a.model);
     // A rank other than 0 serves nothing itself: it mirrors rank 0's engine and ends with it (load_model does not

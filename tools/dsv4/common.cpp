@@ -48,7 +48,7 @@ void add_model_options(CLI::App* command, ModelOptions& o) {
         ->add_option("--max-chunk-tokens", o.max_chunk_tokens,
                      "GPU: tokens per forward piece (the same results at any size; larger pieces prefill faster and "
                      "take more memory). 0: on one GPU, generate, chat and logits take the largest of 2048, 1024, 512, "
-                     "256 that the free memory allows; otherwise 256")
+                     "256 that the free memory allows; serve takes --step-tokens (a step is one piece); otherwise 256")
         ->check(CLI::NonNegativeNumber);
     add_parallel_options(command, o.parallel);
 }
