@@ -31,7 +31,7 @@ struct ServerOptions {
     std::string api_key;  // empty: no authentication
     std::string model_name;
     size_t max_body_bytes = size_t(32) << 20;
-    int max_connections = 128;  // served at once; more wait for a thread
+    int max_connections = 128;  // served at once, a thread each; more wait for a thread (serve: --max-running + 64)
     tok::EncoderEra era = tok::EncoderEra::k0731;
 };
 

@@ -2,6 +2,7 @@
 // model loads), then loads the model, starts the engine and serves. SIGTERM or SIGINT drains: new requests get
 // 503, running ones finish (or --drain-seconds pass), then the process exits 0. Tested end to end by
 // tests/server_e2e (the openai client and curl against this command on the CPU backend).
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -40,6 +41,12 @@ void run_serve(ServeArgs& a) {
     a.server.era = tok::parse_encoder_era(a.encoder);
     DSV4_CHECK(a.step_tokens > a.max_running, "--step-tokens ({}) must exceed --max-running ({})", a.step_tokens,
                a.max_running);
+    // A request holds its connection's thread from arrival to its last token: with fewer threads than --max-running
+    // the running slots cannot fill (256 slots behind 128 threads ran ~100 requests at once, and the rest waited
+    // outside the engine: docs/perf.md, "The whole V4-Flash on two H200s ... served"). 64 more serve /health,
+    // /metrics and the requests that wait for a slot.
+    if (a.server.max_connections == 0)
+        a.server.max_connections = int(std::max<int64_t>(128, a.max_running + 64));
 
     a.model.max_sequences = a.max_running + a.prefix_cache + 1;  // + 1: a cache entry's copy while it is made
     // A step is one forward_batch; on the GPU its tokens run in pieces of --max-chunk-tokens, each a pass over every
@@ -111,6 +118,7 @@ void run_serve(ServeArgs& a) {
 void add_serve_command(CLI::App& app) {
     auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat and text completions, streaming)");
     auto a = std::make_shared<ServeArgs>();
+    a->server.max_connections = 0;  // chosen from --max-running in run_serve
     // Over several GPUs a server's batches are many users' sequences: each GPU computes the attention of its own
     // (docs/parallel.md, "The layout decision"). --attention replicated overrides it.
     a->model.parallel.options.attention = "data-parallel";
@@ -136,8 +144,10 @@ void add_serve_command(CLI::App& app) {
         ->check(CLI::NonNegativeNumber);
     cmd->add_option("--max-output", a->max_output, "Most tokens one request may generate (0: the context bounds it)")
         ->check(CLI::NonNegativeNumber);
-    cmd->add_option("--max-connections", a->server.max_connections, "Connections served at once")
-        ->check(CLI::PositiveNumber);
+    cmd->add_option("--max-connections", a->server.max_connections,
+                    "Connections served at once, each on a thread of its own while its request runs (0: --max-running "
+                    "+ 64, at least 128, so that every running slot can be filled)")
+        ->check(CLI::NonNegativeNumber);
     cmd->add_option("--max-body-bytes", a->server.max_body_bytes, "Largest request body (413 beyond)")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--drain-seconds", a->drain_seconds, "On SIGTERM, how long running requests may finish")
