@@ -153,7 +153,10 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
     if (pair == Pair::kChosenVsWarpMma) {
         EXPECT_TRUE(cuda::detail::moe_mma_takes_wgmma(p)) << "no warpgroup kernel";
     }
-    cuda::moe_gemm(p, nullptr);
+    if (pair == Pair::kWholeVsGeneralStages)  // the warp-MMA kernel on both sides (the launcher may pick wgmma)
+        DSV4_CUDA_CHECK(cuda::detail::launch_moe_mma(p, cuda::detail::MoeMmaVariant::kWarpMma, nullptr));
+    else
+        cuda::moe_gemm(p, nullptr);
     p.y = reinterpret_cast<__nv_bfloat16*>(y_old.get());
     if (strided)
         DSV4_CUDA_CHECK(cuda::detail::launch_moe_gemm_strided(
@@ -204,9 +207,9 @@ TEST(MoeGemm, MmaWholeStagesEqualGeneralStagesBitwise) {
     }
 }
 
-// The warpgroup kernel (passes of 64 slots on sm_90, K % 128 == 0) gives the warp-MMA kernel's bits: the prefill
-// shapes of V4-Flash, experts with one pass, several passes and a partial last pass, odd N (rows past N repeated),
-// and every scale code (subnormal, overflowing and negative scales). One matrix a launch: a pair launch on the
+// The warpgroup kernel (passes of 16, 32 and 64 slots on sm_90, K % 128 == 0) gives the warp-MMA kernel's bits: the
+// batched-decode and prefill shapes of V4-Flash, experts with one pass, several passes and a partial last pass, odd N
+// (rows past N repeated), and every scale code (subnormal, overflowing and negative scales). One matrix a launch: a pair launch on the
 // warpgroup kernel is compared with two single launches in PairLaunchEqualsTwoLaunches.
 TEST(MoeGemm, WarpgroupKernelEqualsWarpMmaBitwise) {
     DSV4_REQUIRE_GPU();
@@ -218,17 +221,22 @@ TEST(MoeGemm, WarpgroupKernelEqualsWarpMmaBitwise) {
         compare_grids(rng, 300, 16, 6, 4096, 2048, nvfp4, false, 300, false, kPair);   // w2, ~112: two passes
         compare_grids(rng, 300, 8, 3, 72, 512, nvfp4, true, 300, false, kPair);        // expert 0: 5 passes, odd N
         compare_grids(rng, 200, 32, 4, 264, 2048, nvfp4, false, 256, true, kPair);     // every scale code
+        compare_grids(rng, 256, 256, 6, 2048, 4096, nvfp4, false, 64, false, kPair);   // passes of 16: batch 256
+        compare_grids(rng, 256, 256, 6, 4096, 2048, nvfp4, false, 128, false, kPair);  // passes of 32
+        compare_grids(rng, 40, 16, 6, 200, 1024, nvfp4, true, 64, false, kPair);       // 16: several passes, odd N
+        compare_grids(rng, 60, 32, 4, 264, 2048, nvfp4, false, 64, true, kPair);       // 16: every scale code
+        compare_grids(rng, 90, 32, 4, 264, 2048, nvfp4, false, 128, true, kPair);      // 32: every scale code
     }
 }
 
 // A token's expert outputs must not depend on the batch: 16 tokens in one launch against each token alone (one
 // slot per expert it selected), bitwise, at V4-Flash shapes where K spans several ranges; on both paths, the
-// tensor-core one also with a bound that makes passes of 64 slots.
+// tensor-core one also with bounds that make passes of 16 and 64 slots (the warpgroup kernel on sm_90).
 TEST(MoeGemm, RowsIndependentOfBatch) {
     DSV4_REQUIRE_GPU();
     Rng rng;
     for (auto [path, batch_bound] : {std::pair{cuda::MoeGemmPath::kCudaCore, 16}, {cuda::MoeGemmPath::kMma, 16},
-                                     {cuda::MoeGemmPath::kMma, 256}})
+                                     {cuda::MoeGemmPath::kMma, 64}, {cuda::MoeGemmPath::kMma, 256}})
     for (bool nvfp4 : {false, true})
         for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
             const int64_t tokens = 16, experts = 64, topk = 6;
@@ -307,7 +315,7 @@ TEST(MoeGemm, PairLaunchEqualsTwoLaunches) {
         int slot_bound;  // 0: the routing's largest expert; 300 makes passes of 64 (the warpgroup kernel on sm_90)
     };
     for (const Case c : {Case{cuda::MoeGemmPath::kMma, 9, 1056, 0}, Case{cuda::MoeGemmPath::kMma, 300, 1024, 300},
-                         Case{cuda::MoeGemmPath::kCudaCore, 9, 1056, 0}})
+                         Case{cuda::MoeGemmPath::kMma, 100, 1024, 64}, Case{cuda::MoeGemmPath::kCudaCore, 9, 1056, 0}})
         for (bool nvfp4 : {false, true}) {
             const cuda::MoeGemmPath path = c.path;
             const int64_t tokens = c.tokens, experts = 32, topk = 6, n = 520, k = c.k;

@@ -16,7 +16,7 @@ cudaError_t launch_moe_gemm(const MoeGemmParams& p, const MoeGemmConfig& config,
 
 namespace detail {
 // Which tensor-core kernel, all with the same bits (tests compare them): kChosen, the launcher's choice (the warpgroup
-// kernel for passes of 64 slots on sm_90 when K % 128 == 0, else the warp-MMA kernel with whole-stage loads where
+// kernel for passes of 16 slots or more on sm_90 when K % 128 == 0, else the warp-MMA kernel with whole-stage loads where
 // K % 128 == 0); kWarpMma, the warp-MMA kernel with the loads the launcher would pick; kGeneral, the warp-MMA kernel
 // with the bounded loads any K takes.
 enum class MoeMmaVariant { kChosen, kWarpMma, kGeneral };

@@ -350,7 +350,9 @@ int moe_mma_pass_tokens(int max_slots_per_expert, int expected_slots_per_expert)
 
 namespace detail {
 bool moe_mma_takes_wgmma(const MoeGemmParams& p) {
-    return p.k % kStageCols == 0 && moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert) == 64 &&
+    // From 16 slots a pass: below, one wgmma's 64 rows x 8 tokens leaves the warp-MMA kernel's three CTAs of 64 rows
+    // per SM more weights in flight for the same instructions (batch 1 is the weights' bandwidth).
+    return p.k % kStageCols == 0 && moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert) >= 16 &&
            device_has_wgmma();
 }
 
@@ -366,8 +368,9 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaSt
     args.experts = p.experts;
     args.n = p.n;
     args.k = p.k;
-    if (variant == MoeMmaVariant::kChosen && moe_mma_takes_wgmma(p)) return launch_moe_wgmma(args, p.format, stream);
     const int tokens = moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert);
+    if (variant == MoeMmaVariant::kChosen && moe_mma_takes_wgmma(p))
+        return launch_moe_wgmma(args, p.format, tokens, stream);
     const bool whole = variant != MoeMmaVariant::kGeneral && p.k % kStageCols == 0;
     return p.format == ExpertFormat::kMxfp4 ? launch<ExpertFormat::kMxfp4>(args, tokens, whole, stream)
                                             : launch<ExpertFormat::kNvfp4>(args, tokens, whole, stream);

@@ -1,10 +1,11 @@
-// moe_gemm's passes of 64 slots (prefill) on Hopper's warpgroup MMA: the same products, accumulators and promotions
-// as moe_mma.cu's warp-MMA kernel (its header has the arithmetic), so the same bits, at a fraction of the
-// instructions: one wgmma multiplies a warpgroup's 64 weight rows by the pass's 64 tokens over 16 K, where mma.sync
-// took 32 warp instructions, each warp converting its own activation fragments.
+// moe_gemm's passes of 16, 32 and 64 slots (batched decode and prefill) on Hopper's warpgroup MMA: the same products,
+// accumulators and promotions as moe_mma.cu's warp-MMA kernel (its header has the arithmetic), so the same bits, at a
+// fraction of the instructions: one wgmma multiplies a warpgroup's 64 weight rows by the pass's kTokens tokens over
+// 16 K, where mma.sync took kTokens / 2 warp instructions, and the CTA converts the pass's activations once, where
+// each warp of the warp-MMA kernel converted its own (four times the same tokens).
 //
 // Roles: each warpgroup's A operand is W (its 64 rows, 16 per warp, in moe_mma.cu's fragments, decoded from the
-// staged nibbles in registers), its B operand the pass's activations as f16 in shared memory. The CTA converts the
+// staged nibbles in registers), its B operand the pass's activations as f16 in shared memory (N = kTokens). The CTA converts the
 // staged e4m3 activations of each 128-column stage once into eight k16 tiles, each k16 slot holding the column
 // mma.sync's B fragment puts there (x_pairs: the two MMAs of a 32-column block see the same physical columns at the
 // same k as before); W's two fragments of a block meet them in two wgmmas from a zero accumulator (MXFP4: one
@@ -13,8 +14,8 @@
 //
 // Overlap: two accumulators, so a unit's wgmmas run while the previous unit is promoted; two f16 tiles, so stage
 // kt + 1 is converted between stage kt's wgmmas (one barrier per stage). Grid: persistent over items (matrix, active
-// expert, 128-row tile), as moe_mma.cu; CTA: two warpgroups (128 weight rows, 64 tokens), K streaming through 4
-// stages of 128 columns (16-byte cp.async). Needs K % 128 == 0 (every V4 shape; the launcher takes the warp-MMA
+// expert, 128-row tile), as moe_mma.cu; CTA: two warpgroups (128 weight rows, kTokens tokens), K streaming through
+// 4 (64 tokens) or 6 stages of 128 columns (16-byte cp.async). Needs K % 128 == 0 (every V4 shape; the launcher takes the warp-MMA
 // kernel otherwise). Tested bitwise against the warp-MMA kernel in tests/gpu/moe_gemm_test.cpp.
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/resident_ctas.h"
@@ -27,53 +28,75 @@ namespace {
 
 using namespace moe_mma;
 
-constexpr int kTokens = 64;  // slots per pass: the wgmma's N
 constexpr int kStageCols = 128;
 constexpr int kWRowBytes = kStageCols / 2 + 16;  // as moe_mma.cu: fragment reads conflict-free
 constexpr int kARowBytes = kStageCols + 32;
 constexpr int kScaleRowBytes = 16;
-// The f16 B tile of one k16 step: 64 tokens x 16 k as core matrices (token block of 8, k half) at
-// (token / 8) * 256 + half * 128, row token % 8 at 16 bytes each; the next step 2 KiB further.
-constexpr int kCoreK = 128, kCoreN = 256, kStepBytes = kTokens * 32, kB16Bytes = 8 * kStepBytes;  // per tile
+// The f16 B tile of one k16 step: kTokens tokens x 16 k as core matrices (token block of 8, k half) at
+// (token / 8) * 256 + half * 128, row token % 8 at 16 bytes each; the next step kTokens * 32 bytes further.
+constexpr int kCoreK = 128, kCoreN = 256;
+template <int kTokens>
+constexpr int kStepBytes = kTokens * 32;
+template <int kTokens>
+constexpr int kB16Bytes = 8 * kStepBytes<kTokens>;  // one stage's eight k16 steps
 
 // Two warpgroups per CTA, each 64 weight rows (the wgmma's M, 16 per warp): they share the staged and converted
 // activations of the pass (one warpgroup per CTA, two CTAs per SM, measured 6-11 % slower: twice the conversions
 // and activation loads per product).
 constexpr int kRows = 128, kThreads = 256;
-constexpr int kStages = 4;  // raw stages in flight: kt + 1 is converted while kt is multiplied
+// Raw stages in flight (kt + 1 is converted while kt is multiplied): 4 for the wide passes, whose wgmmas are long
+// and whose accumulators take the registers of one CTA per SM (32 tokens spill at two); 6 for the 16-token passes of
+// batched decode, whose time is the weights' loads (two CTAs per SM).
+template <int kTokens>
+constexpr int kStages = kTokens >= 32 ? 4 : 6;
+template <int kTokens>
+constexpr int kMinBlocks = kTokens >= 32 ? 1 : 2;
 
+template <int kTokens>
 struct Stage {
     static constexpr int w = 0;
     static constexpr int a = w + kRows * kWRowBytes;
     static constexpr int w_scale = a + kTokens * kARowBytes;
     static constexpr int a_scale = w_scale + kRows * kScaleRowBytes;
-    static constexpr int bytes = a_scale + kTokens * 4;
+    static constexpr int bytes = (a_scale + kTokens * 4 + 15) / 16 * 16;
 };
-static_assert(Stage::bytes % 16 == 0);
 
+template <int kTokens>
 __host__ __device__ constexpr int smem_bytes(int64_t experts) {
-    return 2 * kB16Bytes + list_bytes(experts) + kStages * Stage::bytes;
+    return 2 * kB16Bytes<kTokens> + list_bytes(experts) + kStages<kTokens> * Stage<kTokens>::bytes;
+}
+
+// The wgmma of one k16 step for a pass of kTokens (its N).
+template <int kTokens>
+__device__ __forceinline__ void wgmma_f16(float (&d)[kTokens / 2], const uint32_t (&a)[4], uint64_t b_desc,
+                                          bool accumulate) {
+    if constexpr (kTokens == 64) wgmma_m64n64k16_f16(d, a, b_desc, accumulate);
+    else if constexpr (kTokens == 32) wgmma_m64n32k16_f16(d, a, b_desc, accumulate);
+    else wgmma_m64n16k16_f16(d, a, b_desc, accumulate);
 }
 
 // Writes the f16 pair of e4m3 bytes 0, 1 of `x` at k slot 2t (half 0) of token n in k16 step `step`, and bytes 2, 3
 // at the same slot of half 1 (k 2t + 8): where mma.sync's b0 and b1 take them.
-[[maybe_unused]] __device__ __forceinline__ void put_pairs(uint8_t* b16, int step, int n, int t, uint32_t x) {
-    uint8_t* at = b16 + step * kStepBytes + (n / 8) * kCoreN + (n % 8) * 16 + 4 * t;
+template <int kTokens>
+__device__ __forceinline__ void put_pairs(uint8_t* b16, int step, int n, int t, uint32_t x) {
+    uint8_t* at = b16 + step * kStepBytes<kTokens> + (n / 8) * kCoreN + (n % 8) * 16 + 4 * t;
     *reinterpret_cast<uint32_t*>(at) = e4m3x2_to_f16x2(x);
     *reinterpret_cast<uint32_t*>(at + kCoreK) = e4m3x2_to_f16x2(x >> 16);
 }
 
-template <ExpertFormat kFormat>
-__global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(Args p) {
+template <ExpertFormat kFormat, int kTokens>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kernel(Args p) {
 #if DSV4_WGMMA
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
     constexpr int kScaleBytesPerStage = kNv ? 8 : 4;
-    using L = Stage;
+    constexpr int kTn = kTokens / 8;  // n8 tiles of the pass
+    constexpr int kStageCount = kStages<kTokens>, kStep = kStepBytes<kTokens>, kTile = kB16Bytes<kTokens>;
+    using L = Stage<kTokens>;
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ int warp_counts[kThreads / 32];
     uint8_t* b16 = smem;
-    int* active = reinterpret_cast<int*>(smem + 2 * kB16Bytes);
-    uint8_t* stages = smem + 2 * kB16Bytes + list_bytes(p.experts);
+    int* active = reinterpret_cast<int*>(smem + 2 * kTile);
+    uint8_t* stages = smem + 2 * kTile + list_bytes(p.experts);
     const unsigned stages_addr = smem_addr(stages);
     const uint64_t b_desc0 = wgmma_desc(smem_addr(b16), kCoreK, kCoreN);
 
@@ -113,13 +136,13 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(Args p) {
                 const int64_t slot = s0 + (r < tokens ? r : tokens - 1);
                 return p.row_index ? p.row_index[slot] : slot;
             };
-            constexpr int kAPerThread = kTokens * 8 / kThreads;
+            constexpr int kAChunks = kTokens * 8, kAPerThread = (kAChunks + kThreads - 1) / kThreads;
             const uint8_t* a_src[kAPerThread];
             unsigned a_dst[kAPerThread];
 #pragma unroll
             for (int i = 0; i < kAPerThread; ++i) {
                 const int c = tid + kThreads * i, r = c / 8;
-                a_src[i] = p.a + act_row(r) * p.k + (c % 8) * 16;
+                a_src[i] = c < kAChunks ? p.a + act_row(r) * p.k + (c % 8) * 16 : nullptr;
                 a_dst[i] = L::a + r * kARowBytes + (c % 8) * 16;
             }
             const float* as_src = tid < kTokens ? p.a_scale + act_row(tid) * kb : nullptr;
@@ -129,7 +152,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(Args p) {
                 cp_async16(base + w_dst0, w_src0 + kt * 64);
                 cp_async16(base + w_dst1, w_src1 + kt * 64);
 #pragma unroll
-                for (int i = 0; i < kAPerThread; ++i) cp_async16(base + a_dst[i], a_src[i] + kt * kStageCols);
+                for (int i = 0; i < kAPerThread; ++i)
+                    if (a_src[i]) cp_async16(base + a_dst[i], a_src[i] + kt * kStageCols);
                 if (scale_src)
 #pragma unroll
                     for (int j = 0; j < kScaleBytesPerStage / 4; ++j)
@@ -138,18 +162,19 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(Args p) {
                 if (as_src) cp_async4(base + L::a_scale + tid * 4, as_src + kt, 4);
             };
 
-            float sum[2][8][4];  // [K part: the block's parity][n8 tile][fragment]
+            float sum[2][kTn][4];  // [K part: the block's parity][n8 tile][fragment]
 #pragma unroll
             for (int part = 0; part < 2; ++part)
 #pragma unroll
-                for (int j = 0; j < 8; ++j)
+                for (int j = 0; j < kTn; ++j)
 #pragma unroll
                     for (int i = 0; i < 4; ++i) sum[part][j][i] = 0.0f;
 
             // The activations of a stage as f16 k16 tiles: task (block b, token n, lane-quarter tq) converts the
             // bytes x_pairs gives lane t = tq of token n's block b; a warp covers 8 tokens x 4 quarters, 32
             // distinct words of each core matrix it writes.
-            constexpr int kTasks = 4 * kTokens * 4 / kThreads;
+            constexpr int kTaskCount = 4 * kTokens * 4, kTasks = (kTaskCount + kThreads - 1) / kThreads;
+            auto task_live = [&](int i) { return kTaskCount % kThreads == 0 || tid + kThreads * i < kTaskCount; };
             const int task_tq = tid % 4;  // the task's lane quarter and token are the same for all of a thread's tasks
             auto task_block = [&](int i) { return (tid + kThreads * i) / (4 * kTokens); };
             auto task_token = [&](int i) { return (tid + kThreads * i) / 4 % kTokens; };
@@ -157,8 +182,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(Args p) {
                 x_pairs<kNv>(raw + L::a + task_token(i) * kARowBytes + 32 * task_block(i), task_tq, x0, x1);
             };
             auto store_task = [&](uint8_t* tile, int i, uint32_t x0, uint32_t x1) {
-                put_pairs(tile, 2 * task_block(i), task_token(i), task_tq, x0);
-                put_pairs(tile, 2 * task_block(i) + 1, task_token(i), task_tq, x1);
+                put_pairs<kTokens>(tile, 2 * task_block(i), task_token(i), task_tq, x0);
+                put_pairs<kTokens>(tile, 2 * task_block(i) + 1, task_token(i), task_tq, x1);
             };
             auto convert = [&](const uint8_t* raw, uint8_t* tile, int i) {
                 uint32_t x0, x1;
@@ -167,36 +192,37 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(Args p) {
             };
 
 #pragma unroll
-            for (int s = 0; s < kStages - 1; ++s) {
+            for (int s = 0; s < kStageCount - 1; ++s) {
                 if (s < kt_count) load(s, s);
                 cp_async_commit();
             }
             // Stage 0's tile before the loop; in the loop, stage kt + 1's conversion runs between stage kt's MMAs.
-            cp_async_wait<kStages - 2>();
+            cp_async_wait<kStageCount - 2>();
             __syncthreads();
 #pragma unroll
-            for (int i = 0; i < kTasks; ++i) convert(stages, b16, i);
+            for (int i = 0; i < kTasks; ++i)
+                if (task_live(i)) convert(stages, b16, i);
             fence_proxy_async_shared();
             for (int kt = 0; kt < kt_count; ++kt) {
                 // Stages kt and kt + 1 landed for every thread, tile kt is converted and published, and every warp
                 // is past stage kt - 1 (its wgmmas waited for): tile kt + 1 and stage kt - 1's slot are free.
-                cp_async_wait<kStages - 3>();
+                cp_async_wait<kStageCount - 3>();
                 __syncthreads();
-                if (kt + kStages - 1 < kt_count) load((kt + kStages - 1) % kStages, kt + kStages - 1);
+                if (kt + kStageCount - 1 < kt_count) load((kt + kStageCount - 1) % kStageCount, kt + kStageCount - 1);
                 cp_async_commit();
 
-                const uint8_t* st = stages + (kt % kStages) * L::bytes;
-                const uint8_t* next_raw = stages + ((kt + 1) % kStages) * L::bytes;
-                uint8_t* next_tile = b16 + ((kt + 1) % 2) * kB16Bytes;
+                const uint8_t* st = stages + (kt % kStageCount) * L::bytes;
+                const uint8_t* next_raw = stages + ((kt + 1) % kStageCount) * L::bytes;
+                uint8_t* next_tile = b16 + ((kt + 1) % 2) * kTile;
                 const bool convert_next = kt + 1 < kt_count;
-                const uint64_t b_desc = b_desc0 + (((kt % 2) * kB16Bytes) >> 4);
+                const uint64_t b_desc = b_desc0 + (((kt % 2) * kTile) >> 4);
                 const uint8_t* w_g = st + L::w + row_g * kWRowBytes;
                 const uint8_t* w_g8 = w_g + 8 * kWRowBytes;
                 const uint8_t* sc_g = st + L::w_scale + row_g * kScaleRowBytes;
                 const uint8_t* sc_g8 = sc_g + 8 * kScaleRowBytes;
-                float as[8][2];
+                float as[kTn][2];
 #pragma unroll
-                for (int j = 0; j < 8; ++j) {
+                for (int j = 0; j < kTn; ++j) {
                     const float* a_s = reinterpret_cast<const float*>(st + L::a_scale) + j * 8 + 2 * t;
                     as[j][0] = a_s[0];
                     as[j][1] = a_s[1];
@@ -208,18 +234,18 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(Args p) {
                 // the next stage's activation pairs before their conversion), in the shadow of the wgmmas.
                 constexpr int kUnits = kNv ? 8 : 4;
                 constexpr int kPerUnit = (kTasks + kUnits - 1) / kUnits;  // conversion tasks per unit
-                float acc[2][32];
+                float acc[2][kTokens / 2];
                 uint32_t w0[4], w1[4], qa, qb, cx[kPerUnit][2];
                 float ws[2][2][2];  // [block parity][half][row g, g + 8]
                 w_words<kNv>(w_g, w_g8, 0, t, qa, qb);
 #pragma unroll
                 for (int i = 0; i < kPerUnit && i < kTasks; ++i)
-                    if (convert_next) load_task(next_raw, i, cx[i][0], cx[i][1]);
+                    if (convert_next && task_live(i)) load_task(next_raw, i, cx[i][0], cx[i][1]);
                 auto promote_unit = [&](int u) {
                     const int b = kNv ? u / 2 : u, h = kNv ? u % 2 : 1;
                     wgmma_fence_operand(acc[u % 2]);
 #pragma unroll
-                    for (int j = 0; j < 8; ++j) {
+                    for (int j = 0; j < kTn; ++j) {
                         float(&a4)[4] = *reinterpret_cast<float(*)[4]>(acc[u % 2] + 4 * j);
                         promote(sum[b % 2][j], a4, ws[b % 2][h][0], ws[b % 2][h][1], as[j][0], as[j][1]);
                     }
@@ -235,14 +261,14 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(Args p) {
                         ws[b % 2][0][0] = ws_g[0], ws[b % 2][0][1] = ws_g8[0];
                         ws[b % 2][1][0] = ws_g[1], ws[b % 2][1][1] = ws_g8[1];
                     }
-                    const uint64_t d0 = b_desc + ((2 * b * kStepBytes) >> 4), d1 = d0 + (kStepBytes >> 4);
+                    const uint64_t d0 = b_desc + ((2 * b * kStep) >> 4), d1 = d0 + (kStep >> 4);
                     wgmma_fence_operand(acc[u % 2]);
                     wgmma_fence();
                     if constexpr (kNv) {
-                        wgmma_m64n64k16_f16(acc[u % 2], h ? w1 : w0, h ? d1 : d0, false);
+                        wgmma_f16<kTokens>(acc[u % 2], h ? w1 : w0, h ? d1 : d0, false);
                     } else {
-                        wgmma_m64n64k16_f16(acc[u % 2], w0, d0, false);
-                        wgmma_m64n64k16_f16(acc[u % 2], w1, d1, true);
+                        wgmma_f16<kTokens>(acc[u % 2], w0, d0, false);
+                        wgmma_f16<kTokens>(acc[u % 2], w1, d1, true);
                     }
                     wgmma_commit();
                     // This unit's share of the next stage's conversion (pairs loaded a unit ago), and the loads of
@@ -250,8 +276,10 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(Args p) {
 #pragma unroll
                     for (int i = 0; i < kPerUnit; ++i) {
                         const int task = u * kPerUnit + i, ahead = task + kPerUnit;
-                        if (convert_next && task < kTasks) store_task(next_tile, task, cx[i][0], cx[i][1]);
-                        if (convert_next && ahead < kTasks) load_task(next_raw, ahead, cx[i][0], cx[i][1]);
+                        if (convert_next && task < kTasks && task_live(task))
+                            store_task(next_tile, task, cx[i][0], cx[i][1]);
+                        if (convert_next && ahead < kTasks && task_live(ahead))
+                            load_task(next_raw, ahead, cx[i][0], cx[i][1]);
                     }
                     if (u > 0) {
                         wgmma_wait<1>();
@@ -266,7 +294,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(Args p) {
             __syncthreads();  // the next pass's prologue refills the stages
 
 #pragma unroll
-            for (int j = 0; j < 8; ++j)
+            for (int j = 0; j < kTn; ++j)
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     const int token = 8 * j + 2 * t + (i & 1);
@@ -281,10 +309,10 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(Args p) {
 #endif
 }
 
-template <ExpertFormat kFormat>
+template <ExpertFormat kFormat, int kTokens>
 cudaError_t launch(const Args& args, cudaStream_t stream) {
-    const auto kernel = moe_wgmma_kernel<kFormat>;
-    const int smem = smem_bytes(args.experts);
+    const auto kernel = moe_wgmma_kernel<kFormat, kTokens>;
+    const int smem = smem_bytes<kTokens>(args.experts);
     const int64_t n_tiles = (args.n + kRows - 1) / kRows;
     const int64_t items = args.experts * n_tiles * args.mat_count,
                   resident = resident_ctas(reinterpret_cast<const void*>(kernel), kThreads, smem);
@@ -293,12 +321,26 @@ cudaError_t launch(const Args& args, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
+template <ExpertFormat kFormat>
+cudaError_t launch(const Args& args, int tokens, cudaStream_t stream) {
+    switch (tokens) {
+        case 16:
+            return launch<kFormat, 16>(args, stream);
+        case 32:
+            return launch<kFormat, 32>(args, stream);
+        case 64:
+            return launch<kFormat, 64>(args, stream);
+        default:
+            return cudaErrorInvalidValue;
+    }
+}
+
 }  // namespace
 
 namespace detail {
-cudaError_t launch_moe_wgmma(const moe_mma::Args& args, ExpertFormat format, cudaStream_t stream) {
-    return format == ExpertFormat::kMxfp4 ? launch<ExpertFormat::kMxfp4>(args, stream)
-                                          : launch<ExpertFormat::kNvfp4>(args, stream);
+cudaError_t launch_moe_wgmma(const moe_mma::Args& args, ExpertFormat format, int tokens, cudaStream_t stream) {
+    return format == ExpertFormat::kMxfp4 ? launch<ExpertFormat::kMxfp4>(args, tokens, stream)
+                                          : launch<ExpertFormat::kNvfp4>(args, tokens, stream);
 }
 }  // namespace detail
 
