@@ -1,4 +1,4 @@
-// moe_gemm's passes of 8 (batches of 16 tokens and more), 16, 32 and 64 slots (batched decode and prefill) on Hopper's warpgroup MMA: the same products,
+// moe_gemm's passes of 16, 32 and 64 slots (batched decode and prefill) on Hopper's warpgroup MMA: the same products,
 // accumulators and promotions as moe_mma.cu's warp-MMA kernel (its header has the arithmetic), so the same bits, at a
 // fraction of the instructions: one wgmma multiplies a warpgroup's 64 weight rows by the pass's kTokens tokens over
 // 16 K, where mma.sync took kTokens / 2 warp instructions, and the CTA converts the pass's activations once, where
@@ -46,7 +46,7 @@ constexpr int kB16Bytes = 8 * kStepBytes<kTokens>;  // one stage's eight k16 ste
 constexpr int kRows = 128, kThreads = 256;
 // Raw stages in flight (kt + 1 is converted while kt is multiplied): 4 for the wide passes, whose wgmmas are long
 // and whose accumulators take the registers of one CTA per SM (32 tokens spill at two); 6 for the 16-token passes of
-// batched decode (8 and 16 tokens), whose time is the weights' loads (two CTAs per SM).
+// batched decode, whose time is the weights' loads (two CTAs per SM).
 template <int kTokens>
 constexpr int kStages = kTokens >= 32 ? 4 : 6;
 template <int kTokens>
@@ -72,8 +72,7 @@ __device__ __forceinline__ void wgmma_f16(float (&d)[kTokens / 2], const uint32_
                                           bool accumulate) {
     if constexpr (kTokens == 64) wgmma_m64n64k16_f16(d, a, b_desc, accumulate);
     else if constexpr (kTokens == 32) wgmma_m64n32k16_f16(d, a, b_desc, accumulate);
-    else if constexpr (kTokens == 16) wgmma_m64n16k16_f16(d, a, b_desc, accumulate);
-    else wgmma_m64n8k16_f16(d, a, b_desc, accumulate);
+    else wgmma_m64n16k16_f16(d, a, b_desc, accumulate);
 }
 
 // Writes the f16 pair of e4m3 bytes 0, 1 of `x` at k slot 2t (half 0) of token n in k16 step `step`, and bytes 2, 3
@@ -325,8 +324,6 @@ cudaError_t launch(const Args& args, cudaStream_t stream) {
 template <ExpertFormat kFormat>
 cudaError_t launch(const Args& args, int tokens, cudaStream_t stream) {
     switch (tokens) {
-        case 8:
-            return launch<kFormat, 8>(args, stream);
         case 16:
             return launch<kFormat, 16>(args, stream);
         case 32:
