@@ -67,7 +67,10 @@ for v in "${!serve_variants[@]}"; do
         tee "$out/bench_serve_$v.log"
     serve_rc=$((serve_rc | PIPESTATUS[0]))
     fetch "http://127.0.0.1:$port/metrics" >"$out/metrics_$v.txt"
-    grep -E "^dsv4_(prefix_cache|prompt_tokens|generation_tokens|sequences_in_use)" "$out/metrics_$v.txt"
+    # The engine's steps and its own time to first token beside the client's (a gap is time outside the engine,
+    # e.g. connections waiting for a server thread), and the connection threads' limit.
+    grep -E "^dsv4_(prefix_cache|prompt_tokens|generation_tokens|sequences_in_use|engine_steps_total|http_connections_limit|time_to_first_token_seconds_(sum|count))" \
+        "$out/metrics_$v.txt"
     kill -TERM $server
     wait $server
     rc=$?

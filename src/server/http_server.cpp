@@ -9,6 +9,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "server/connection_pool.h"
 #include "server/generation.h"
 #include "server/reply_builder.h"
 #include "tokenizer/prompt.h"
@@ -35,7 +36,7 @@ HttpServer::HttpServer(ServerOptions options)
     created_ =
         std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     const int threads = options_.max_connections;
-    http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+    http_->new_task_queue = [this, threads] { return new ConnectionPool(size_t(threads), connections_); };
     http_->set_payload_max_length(options_.max_body_bytes);
     http_->set_read_timeout(30);
     http_->set_write_timeout(30);
@@ -101,7 +102,9 @@ void HttpServer::routes() {
     http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
         std::optional<Engine::Stats> stats;
         if (ready_) stats = engine_->stats();
-        res.set_content(metrics_.render(stats ? &*stats : nullptr), "text/plain; version=0.0.4");
+        const ConnectionGauges connections{options_.max_connections, connections_.busy.load(),
+                                           connections_.waiting.load()};
+        res.set_content(metrics_.render(stats ? &*stats : nullptr, connections), "text/plain; version=0.0.4");
     });
     http_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
         if (!authorized(req, res)) return;

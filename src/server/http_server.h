@@ -71,6 +71,7 @@ class HttpServer {
     Engine* engine_ = nullptr;
     RequestLimits limits_;
     Metrics metrics_;
+    ConnectionCounts connections_;  // the connection threads' counts (connection_pool.h), for /metrics
     int64_t created_ = 0;
     std::atomic<uint64_t> next_id_{1};
     int listen_fd_ = -1;  // the listening socket (httplib's), to set its backlog

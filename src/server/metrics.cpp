@@ -50,7 +50,7 @@ void Metrics::rejected() {
     ++rejected_;
 }
 
-std::string Metrics::render(const Engine::Stats* engine) const {
+std::string Metrics::render(const Engine::Stats* engine, const ConnectionGauges& connections) const {
     std::string out;
     auto metric = [&](const char* name, const char* type, const char* help, int64_t value) {
         out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
@@ -86,6 +86,13 @@ std::string Metrics::render(const Engine::Stats* engine) const {
                            it == finished_.end() ? 0 : it->second);
     }
     metric("dsv4_requests_rejected_total", "counter", "Requests answered with an error before they ran.", rejected_);
+    metric("dsv4_http_connections_limit", "gauge", "Connections served at once (--max-connections).",
+           connections.limit);
+    metric("dsv4_http_connections_busy", "gauge", "Connections on a server thread (this scrape's among them).",
+           connections.busy);
+    metric("dsv4_http_connections_waiting", "gauge",
+           "Accepted connections waiting for a server thread (above 0: every thread is busy; raise --max-connections).",
+           connections.waiting);
     out += "# HELP dsv4_time_to_first_token_seconds Time from request arrival to its first token.\n"
            "# TYPE dsv4_time_to_first_token_seconds histogram\n";
     ttft_.render("dsv4_time_to_first_token_seconds", out);

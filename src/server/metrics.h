@@ -1,9 +1,11 @@
 // What GET /metrics reports, in Prometheus' text format (version 0.0.4): the engine's gauges and counters
 // (requests running / waiting, prompt, generated and cached-prefix tokens, state-pool use) and the server's own
-// latency histograms (time to first token, inter-token latency) and finished requests by finish_reason.
+// latency histograms (time to first token, inter-token latency), finished requests by finish_reason and the HTTP
+// connection threads in use and waited for.
 // Thread-safe. Tested by tests/server/metrics_test.cpp and end to end by tests/server_e2e.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -29,6 +31,19 @@ class Histogram {
     int64_t count_ = 0;
 };
 
+// The HTTP server's connection threads as they change (ConnectionPool, connection_pool.h, keeps them).
+struct ConnectionCounts {
+    std::atomic<int64_t> busy{0};     // connections a thread is serving
+    std::atomic<int64_t> waiting{0};  // accepted, waiting for a thread
+};
+
+// The HTTP server's connection threads at the moment of a scrape (the scrape's own connection among the busy).
+struct ConnectionGauges {
+    int64_t limit = 0;    // --max-connections
+    int64_t busy = 0;     // connections a thread is serving
+    int64_t waiting = 0;  // accepted connections waiting for a thread (above 0: the threads are all busy)
+};
+
 class Metrics {
   public:
     Metrics();
@@ -37,7 +52,7 @@ class Metrics {
     void finished(const std::string& finish_reason);  // stop | length | tool_calls | cancelled | error; per choice
     void rejected();                                  // a request answered with an error status before it ran
     // The whole exposition: the engine's numbers (absent while the model loads) and the server's.
-    std::string render(const Engine::Stats* engine) const;
+    std::string render(const Engine::Stats* engine, const ConnectionGauges& connections = {}) const;
 
   private:
     mutable std::mutex mutex_;

@@ -1,10 +1,17 @@
 // Metrics (src/server/metrics.h): histogram buckets are cumulative with +Inf equal to the count and a sum of the
 // observations; the exposition carries the engine's numbers only once the model is loaded, and every finish reason
-// as a labelled counter. The end-to-end tests parse the same text from a running server (tests/server_e2e).
+// as a labelled counter; the connection pool counts busy threads and connections waiting for one. The end-to-end
+// tests parse the same text from a running server (tests/server_e2e).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <string>
+#include <thread>
 
+#include "server/connection_pool.h"
 #include "server/metrics.h"
 
 namespace dsv4::server {
@@ -63,6 +70,45 @@ TEST(Metrics, ExpositionHasTheEngineOnlyWhenLoadedAndEveryFinishReason) {
     EXPECT_TRUE(has_line(ready, "dsv4_state_pool_pages_used 5"));
     EXPECT_TRUE(has_line(ready, "dsv4_state_pool_pages_total 64"));
     EXPECT_TRUE(has_line(ready, "# TYPE dsv4_time_to_first_token_seconds histogram"));
+    const std::string with_connections = m.render(&s, {128, 128, 7});
+    EXPECT_TRUE(has_line(with_connections, "dsv4_http_connections_limit 128")) << with_connections;
+    EXPECT_TRUE(has_line(with_connections, "dsv4_http_connections_busy 128"));
+    EXPECT_TRUE(has_line(with_connections, "dsv4_http_connections_waiting 7"));
+}
+
+// The connection threads' counts: with every thread held, the connections beyond them count as waiting, and each
+// becomes busy when a thread frees (then nothing is left counted when all are done).
+TEST(ConnectionPool, CountsBusyThreadsAndTheConnectionsWaitingForOne) {
+    ConnectionCounts counts;
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool release = false;
+    std::atomic<int> ran{0};
+    {
+        ConnectionPool pool(2, counts);
+        for (int i = 0; i < 5; ++i)
+            pool.enqueue([&] {
+                std::unique_lock lock(mutex);
+                cv.wait(lock, [&] { return release; });
+                ++ran;
+            });
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (counts.busy.load() < 2 && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        EXPECT_EQ(counts.busy.load(), 2);
+        EXPECT_EQ(counts.waiting.load(), 3);
+        {
+            std::lock_guard lock(mutex);
+            release = true;
+        }
+        cv.notify_all();
+        while (ran.load() < 5 && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        pool.shutdown();
+    }
+    EXPECT_EQ(ran.load(), 5);
+    EXPECT_EQ(counts.busy.load(), 0);
+    EXPECT_EQ(counts.waiting.load(), 0);
 }
 
 }  // namespace

@@ -202,11 +202,16 @@ class CompletionsTest(unittest.TestCase):
         self.assertGreater(delta("dsv4_time_to_first_token_seconds_sum"), 0)
         for gauge in ("dsv4_requests_running", "dsv4_requests_waiting"):
             self.assertEqual(after[gauge], 0, gauge)
+        # The scrape's own connection holds a thread (kept-alive ones may too); none waits for one.
+        self.assertGreaterEqual(after["dsv4_http_connections_busy"], 1)
+        self.assertEqual(after["dsv4_http_connections_waiting"], 0)
+        self.assertGreaterEqual(after["dsv4_http_connections_limit"], 128)
         self.check_metrics_format(after)
 
     def check_metrics_format(self, m):
         for name in ("dsv4_requests_running", "dsv4_requests_waiting", "dsv4_state_pool_pages_used",
-                     "dsv4_state_pool_pages_total", "dsv4_sequences_in_use"):
+                     "dsv4_state_pool_pages_total", "dsv4_sequences_in_use", "dsv4_http_connections_limit",
+                     "dsv4_http_connections_busy", "dsv4_http_connections_waiting"):
             self.assertEqual(m.types.get(name), "gauge", name)
             self.assertGreaterEqual(m[name], 0)
         for name in ("dsv4_prompt_tokens_total", "dsv4_generation_tokens_total", "dsv4_prefix_cache_hit_tokens_total",

@@ -34,7 +34,7 @@ constexpr int kARowBytes = kStageCols + 32;
 constexpr int kScaleRowBytes = 16;
 // The f16 B tile of one k16 step: kTokens tokens x 16 k as core matrices (token block of 8, k half) at
 // (token / 8) * 256 + half * 128, row token % 8 at 16 bytes each; the next step kTokens * 32 bytes further.
-constexpr int kCoreK = 128, kCoreN = 256;
+[[maybe_unused]] constexpr int kCoreK = 128, kCoreN = 256;  // unused where the kernel is compiled out (not sm_90a)
 template <int kTokens>
 constexpr int kStepBytes = kTokens * 32;
 template <int kTokens>
