@@ -209,8 +209,8 @@ TEST(MoeGemm, MmaWholeStagesEqualGeneralStagesBitwise) {
 
 // The warpgroup kernel (passes of 16, 32 and 64 slots on sm_90, K % 128 == 0) gives the warp-MMA kernel's bits: the
 // batched-decode and prefill shapes of V4-Flash, experts with one pass, several passes and a partial last pass, odd N
-// (rows past N repeated), and every scale code (subnormal, overflowing and negative scales). One matrix a launch: a pair launch on the
-// warpgroup kernel is compared with two single launches in PairLaunchEqualsTwoLaunches.
+// (rows past N repeated), and every scale code (subnormal, overflowing and negative scales). One matrix a launch: a
+// pair launch on the warpgroup kernel is compared with two single launches in PairLaunchEqualsTwoLaunches.
 TEST(MoeGemm, WarpgroupKernelEqualsWarpMmaBitwise) {
     DSV4_REQUIRE_GPU();
     if (!cuda::device_has_wgmma()) GTEST_SKIP() << "wgmma needs compute capability 9.0";

@@ -77,23 +77,6 @@ __device__ __forceinline__ void wgmma_m64n64k16_f16(float (&d)[32], const uint32
 #endif
 }
 
-// d (m64n8, 4 floats per thread in the layout of wgmma_m64n64k16_f16's first 1 n8 tiles) = a x b +
-// (accumulate ? d : 0): the narrow passes of moe_wgmma.cu.
-__device__ __forceinline__ void wgmma_m64n8k16_f16(float (&d)[4], const uint32_t (&a)[4], uint64_t b_desc,
-                                                    bool accumulate) {
-#if DSV4_WGMMA
-    asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %9, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
-        "{%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(int(accumulate)));
-#else
-    __trap();
-#endif
-}
-
 // d (m64n16, 8 floats per thread in the layout of wgmma_m64n64k16_f16's first 2 n8 tiles) = a x b +
 // (accumulate ? d : 0): the narrow passes of moe_wgmma.cu.
 __device__ __forceinline__ void wgmma_m64n16k16_f16(float (&d)[8], const uint32_t (&a)[4], uint64_t b_desc,
@@ -121,7 +104,8 @@ __device__ __forceinline__ void wgmma_m64n32k16_f16(float (&d)[16], const uint32
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
         "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(int(accumulate)));
 #else
     __trap();

@@ -5,9 +5,9 @@
 // each warp of the warp-MMA kernel converted its own (four times the same tokens).
 //
 // Roles: each warpgroup's A operand is W (its 64 rows, 16 per warp, in moe_mma.cu's fragments, decoded from the
-// staged nibbles in registers), its B operand the pass's activations as f16 in shared memory (N = kTokens). The CTA converts the
-// staged e4m3 activations of each 128-column stage once into eight k16 tiles, each k16 slot holding the column
-// mma.sync's B fragment puts there (x_pairs: the two MMAs of a 32-column block see the same physical columns at the
+// staged nibbles in registers), its B operand the pass's activations as f16 in shared memory (N = kTokens). The CTA
+// converts the staged e4m3 activations of each 128-column stage once into eight k16 tiles, each k16 slot holding the
+// column mma.sync's B fragment puts there (x_pairs: the two MMAs of a 32-column block see the same physical columns at the
 // same k as before); W's two fragments of a block meet them in two wgmmas from a zero accumulator (MXFP4: one
 // promotion per block; NVFP4: one per 16 columns), and the promotions go to the sum of the block's parity (the two
 // K parts of moe_mma.cu), added part 0 + part 1 at the end and rounded to bf16.
@@ -15,8 +15,8 @@
 // Overlap: two accumulators, so a unit's wgmmas run while the previous unit is promoted; two f16 tiles, so stage
 // kt + 1 is converted between stage kt's wgmmas (one barrier per stage). Grid: persistent over items (matrix, active
 // expert, 128-row tile), as moe_mma.cu; CTA: two warpgroups (128 weight rows, kTokens tokens), K streaming through
-// 4 (64 tokens) or 6 stages of 128 columns (16-byte cp.async). Needs K % 128 == 0 (every V4 shape; the launcher takes the warp-MMA
-// kernel otherwise). Tested bitwise against the warp-MMA kernel in tests/gpu/moe_gemm_test.cpp.
+// stages of 128 columns (16-byte cp.async; kStages below). Needs K % 128 == 0 (every V4 shape; the launcher takes the
+// warp-MMA kernel otherwise). Tested bitwise against the warp-MMA kernel in tests/gpu/moe_gemm_test.cpp.
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/common/wgmma.cuh"
