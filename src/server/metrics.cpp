@@ -93,7 +93,8 @@ std::string Metrics::render(const Engine::Stats* engine, const ConnectionGauges&
     metric("dsv4_http_connections_waiting", "gauge",
            "Accepted connections waiting for a server thread (above 0: every thread is busy; raise --max-connections).",
            connections.waiting);
-    out += "# HELP dsv4_time_to_first_token_seconds Time from request arrival to its first token.\n"
+    out += "# HELP dsv4_time_to_first_token_seconds Time from a request reaching a server thread to its first token "
+           "(a wait for a thread is not in it: dsv4_http_connections_waiting).\n"
            "# TYPE dsv4_time_to_first_token_seconds histogram\n";
     ttft_.render("dsv4_time_to_first_token_seconds", out);
     out += "# HELP dsv4_inter_token_latency_seconds Time between consecutive tokens of a request.\n"
