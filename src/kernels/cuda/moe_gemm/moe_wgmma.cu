@@ -7,8 +7,8 @@
 // Roles: each warpgroup's A operand is W (its 64 rows, 16 per warp, in moe_mma.cu's fragments, decoded from the
 // staged nibbles in registers), its B operand the pass's activations as f16 in shared memory (N = kTokens). The CTA
 // converts the staged e4m3 activations of each 128-column stage once into eight k16 tiles, each k16 slot holding the
-// column mma.sync's B fragment puts there (x_pairs: the two MMAs of a 32-column block see the same physical columns at the
-// same k as before); W's two fragments of a block meet them in two wgmmas from a zero accumulator (MXFP4: one
+// column mma.sync's B fragment puts there (x_pairs: the two MMAs of a 32-column block see the same physical columns at
+// the same k as before); W's two fragments of a block meet them in two wgmmas from a zero accumulator (MXFP4: one
 // promotion per block; NVFP4: one per 16 columns), and the promotions go to the sum of the block's parity (the two
 // K parts of moe_mma.cu), added part 0 + part 1 at the end and rounded to bf16.
 //
@@ -58,7 +58,8 @@ struct Stage {
     static constexpr int a = w + kRows * kWRowBytes;
     static constexpr int w_scale = a + kTokens * kARowBytes;
     static constexpr int a_scale = w_scale + kRows * kScaleRowBytes;
-    static constexpr int bytes = (a_scale + kTokens * 4 + 15) / 16 * 16;
+    static constexpr int bytes = a_scale + kTokens * 4;
+    static_assert(bytes % 16 == 0);
 };
 
 template <int kTokens>
@@ -173,8 +174,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
             // The activations of a stage as f16 k16 tiles: task (block b, token n, lane-quarter tq) converts the
             // bytes x_pairs gives lane t = tq of token n's block b; a warp covers 8 tokens x 4 quarters, 32
             // distinct words of each core matrix it writes.
-            constexpr int kTaskCount = 4 * kTokens * 4, kTasks = (kTaskCount + kThreads - 1) / kThreads;
-            auto task_live = [&](int i) { return kTaskCount % kThreads == 0 || tid + kThreads * i < kTaskCount; };
+            constexpr int kTasks = 4 * kTokens * 4 / kThreads;
+            static_assert(kTasks * kThreads == 4 * kTokens * 4, "every thread takes the same number of tasks");
             const int task_tq = tid % 4;  // the task's lane quarter and token are the same for all of a thread's tasks
             auto task_block = [&](int i) { return (tid + kThreads * i) / (4 * kTokens); };
             auto task_token = [&](int i) { return (tid + kThreads * i) / 4 % kTokens; };
@@ -200,8 +201,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
             cp_async_wait<kStageCount - 2>();
             __syncthreads();
 #pragma unroll
-            for (int i = 0; i < kTasks; ++i)
-                if (task_live(i)) convert(stages, b16, i);
+            for (int i = 0; i < kTasks; ++i) convert(stages, b16, i);
             fence_proxy_async_shared();
             for (int kt = 0; kt < kt_count; ++kt) {
                 // Stages kt and kt + 1 landed for every thread, tile kt is converted and published, and every warp
@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
                 w_words<kNv>(w_g, w_g8, 0, t, qa, qb);
 #pragma unroll
                 for (int i = 0; i < kPerUnit && i < kTasks; ++i)
-                    if (convert_next && task_live(i)) load_task(next_raw, i, cx[i][0], cx[i][1]);
+                    if (convert_next) load_task(next_raw, i, cx[i][0], cx[i][1]);
                 auto promote_unit = [&](int u) {
                     const int b = kNv ? u / 2 : u, h = kNv ? u % 2 : 1;
                     wgmma_fence_operand(acc[u % 2]);
@@ -276,10 +276,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
 #pragma unroll
                     for (int i = 0; i < kPerUnit; ++i) {
                         const int task = u * kPerUnit + i, ahead = task + kPerUnit;
-                        if (convert_next && task < kTasks && task_live(task))
-                            store_task(next_tile, task, cx[i][0], cx[i][1]);
-                        if (convert_next && ahead < kTasks && task_live(ahead))
-                            load_task(next_raw, ahead, cx[i][0], cx[i][1]);
+                        if (convert_next && task < kTasks) store_task(next_tile, task, cx[i][0], cx[i][1]);
+                        if (convert_next && ahead < kTasks) load_task(next_raw, ahead, cx[i][0], cx[i][1]);
                     }
                     if (u > 0) {
                         wgmma_wait<1>();
