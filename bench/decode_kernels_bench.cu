@@ -593,7 +593,7 @@ int main(int argc, char** argv) {
     if (run("prefill")) {
         std::printf("\n%-8s %6s %8s %8s %10s %9s %9s   %s\n", "routed", "tokens", "experts", "max", "us", "GB/s",
                     "TFLOP/s", "hash of routing 0's outputs, kernel");
-        for (int64_t tokens : {256, 512, 2048, 8192}) bench_moe_mma(tokens, true);
+        for (int64_t tokens : {16, 64, 256, 512, 2048, 8192}) bench_moe_mma(tokens, true);
     }
     if (run("draw")) {
         std::printf("\n%-6s %6s %-12s %10s\n", "draw", "rows", "mode", "us");

@@ -207,7 +207,7 @@ TEST(MoeGemm, MmaWholeStagesEqualGeneralStagesBitwise) {
     }
 }
 
-// The warpgroup kernel (passes of 16, 32 and 64 slots on sm_90, K % 128 == 0) gives the warp-MMA kernel's bits: the
+// The warpgroup kernel (passes of 8 to 64 slots on sm_90, K % 128 == 0) gives the warp-MMA kernel's bits: the
 // batched-decode and prefill shapes of V4-Flash, experts with one pass, several passes and a partial last pass, odd N
 // (rows past N repeated), and every scale code (subnormal, overflowing and negative scales). One matrix a launch: a
 // pair launch on the warpgroup kernel is compared with two single launches in PairLaunchEqualsTwoLaunches.
@@ -226,12 +226,14 @@ TEST(MoeGemm, WarpgroupKernelEqualsWarpMmaBitwise) {
         compare_grids(rng, 40, 16, 6, 200, 1024, nvfp4, true, 64, false, kPair);       // 16: several passes, odd N
         compare_grids(rng, 60, 32, 4, 264, 2048, nvfp4, false, 64, true, kPair);       // 16: every scale code
         compare_grids(rng, 90, 32, 4, 264, 2048, nvfp4, false, 128, true, kPair);      // 32: every scale code
+        compare_grids(rng, 64, 256, 6, 2048, 4096, nvfp4, false, 16, false, kPair);    // passes of 8: batch 64
+        compare_grids(rng, 20, 16, 6, 200, 1024, nvfp4, true, 16, true, kPair);        // 8: several, odd N, scales
     }
 }
 
 // A token's expert outputs must not depend on the batch: 16 tokens in one launch against each token alone (one
 // slot per expert it selected), bitwise, at V4-Flash shapes where K spans several ranges; on both paths, the
-// tensor-core one also with bounds that make passes of 16 and 64 slots (the warpgroup kernel on sm_90).
+// tensor-core one also with bounds that make the warpgroup kernel's passes of 8, 16 and 64 slots on sm_90.
 TEST(MoeGemm, RowsIndependentOfBatch) {
     DSV4_REQUIRE_GPU();
     Rng rng;

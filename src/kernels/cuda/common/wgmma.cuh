@@ -77,6 +77,23 @@ __device__ __forceinline__ void wgmma_m64n64k16_f16(float (&d)[32], const uint32
 #endif
 }
 
+// d (m64n8, 4 floats per thread in the layout of wgmma_m64n64k16_f16's first n8 tile) = a x b +
+// (accumulate ? d : 0): the 8-token passes of moe_wgmma.cu.
+__device__ __forceinline__ void wgmma_m64n8k16_f16(float (&d)[4], const uint32_t (&a)[4], uint64_t b_desc,
+                                                    bool accumulate) {
+#if DSV4_WGMMA
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
+        "{%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(int(accumulate)));
+#else
+    __trap();
+#endif
+}
+
 // d (m64n16, 8 floats per thread in the layout of wgmma_m64n64k16_f16's first 2 n8 tiles) = a x b +
 // (accumulate ? d : 0): the narrow passes of moe_wgmma.cu.
 __device__ __forceinline__ void wgmma_m64n16k16_f16(float (&d)[8], const uint32_t (&a)[4], uint64_t b_desc,

@@ -16,9 +16,9 @@ cudaError_t launch_moe_gemm(const MoeGemmParams& p, const MoeGemmConfig& config,
 
 namespace detail {
 // Which tensor-core kernel, all with the same bits (tests compare them): kChosen, the launcher's choice (the warpgroup
-// kernel for passes of 16 slots or more on sm_90 when K % 128 == 0, else the warp-MMA kernel with whole-stage loads
-// where K % 128 == 0); kWarpMma, the warp-MMA kernel with the loads the launcher would pick; kGeneral, the warp-MMA
-// kernel with the bounded loads any K takes.
+// kernel on sm_90 when K % 128 == 0, for passes of 16 slots or more and for passes of 8 from batches of 16 tokens;
+// else the warp-MMA kernel with whole-stage loads where K % 128 == 0); kWarpMma, the warp-MMA kernel with the loads
+// the launcher would pick; kGeneral, the warp-MMA kernel with the bounded loads any K takes.
 enum class MoeMmaVariant { kChosen, kWarpMma, kGeneral };
 cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaStream_t stream);
 // Whether kChosen takes the warpgroup kernel (moe_wgmma.cu) for these parameters on the current device.

@@ -350,10 +350,10 @@ int moe_mma_pass_tokens(int max_slots_per_expert, int expected_slots_per_expert)
 
 namespace detail {
 bool moe_mma_takes_wgmma(const MoeGemmParams& p) {
-    // From 16 slots a pass: below, one wgmma's 64 rows x 8 tokens leaves the warp-MMA kernel's three CTAs of 64 rows
-    // per SM more weights in flight for the same instructions (batch 1 is the weights' bandwidth).
-    return p.k % kStageCols == 0 && moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert) >= 16 &&
-           device_has_wgmma();
+    // Passes of 8 slots only from batches of 16 tokens: below, an expert holds one slot or none and the step is the
+    // weights' bandwidth, where the warp-MMA kernel's three CTAs of 64 rows per SM keep more of them in flight.
+    const int tokens = moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert);
+    return p.k % kStageCols == 0 && (tokens >= 16 || p.max_slots_per_expert >= 16) && device_has_wgmma();
 }
 
 cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaStream_t stream) {

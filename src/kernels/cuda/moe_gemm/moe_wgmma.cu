@@ -1,8 +1,8 @@
-// moe_gemm's passes of 16, 32 and 64 slots (batched decode and prefill) on Hopper's warpgroup MMA: the same products,
-// accumulators and promotions as moe_mma.cu's warp-MMA kernel (its header has the arithmetic), so the same bits, at a
-// fraction of the instructions: one wgmma multiplies a warpgroup's 64 weight rows by the pass's kTokens tokens over
-// 16 K, where mma.sync took kTokens / 2 warp instructions, and the CTA converts the pass's activations once, where
-// each warp of the warp-MMA kernel converted its own (four times the same tokens).
+// moe_gemm's passes of 8 (from batches of 16 tokens), 16, 32 and 64 slots (batched decode and prefill) on Hopper's
+// warpgroup MMA: the same products, accumulators and promotions as moe_mma.cu's warp-MMA kernel (its header has the
+// arithmetic), so the same bits, at a fraction of the instructions: one wgmma multiplies a warpgroup's 64 weight rows
+// by the pass's kTokens tokens over 16 K, where mma.sync took kTokens / 2 warp instructions, and the CTA converts the
+// pass's activations once, where each warp of the warp-MMA kernel converted its own (four times the same tokens).
 //
 // Roles: each warpgroup's A operand is W (its 64 rows, 16 per warp, in moe_mma.cu's fragments, decoded from the
 // staged nibbles in registers), its B operand the pass's activations as f16 in shared memory (N = kTokens). The CTA
@@ -46,7 +46,7 @@ constexpr int kB16Bytes = 8 * kStepBytes<kTokens>;  // one stage's eight k16 ste
 constexpr int kRows = 128, kThreads = 256;
 // Raw stages in flight (kt + 1 is converted while kt is multiplied): 4 for the wide passes, whose wgmmas are long
 // and whose accumulators take the registers of one CTA per SM (32 tokens spill at two); 6 for the 16-token passes of
-// batched decode, whose time is the weights' loads (two CTAs per SM).
+// batched decode (8 and 16 tokens), whose time is the weights' loads (two CTAs per SM).
 template <int kTokens>
 constexpr int kStages = kTokens >= 32 ? 4 : 6;
 template <int kTokens>
@@ -73,7 +73,8 @@ __device__ __forceinline__ void wgmma_f16(float (&d)[kTokens / 2], const uint32_
                                           bool accumulate) {
     if constexpr (kTokens == 64) wgmma_m64n64k16_f16(d, a, b_desc, accumulate);
     else if constexpr (kTokens == 32) wgmma_m64n32k16_f16(d, a, b_desc, accumulate);
-    else wgmma_m64n16k16_f16(d, a, b_desc, accumulate);
+    else if constexpr (kTokens == 16) wgmma_m64n16k16_f16(d, a, b_desc, accumulate);
+    else wgmma_m64n8k16_f16(d, a, b_desc, accumulate);
 }
 
 // Writes the f16 pair of e4m3 bytes 0, 1 of `x` at k slot 2t (half 0) of token n in k16 step `step`, and bytes 2, 3
@@ -174,8 +175,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
             // The activations of a stage as f16 k16 tiles: task (block b, token n, lane-quarter tq) converts the
             // bytes x_pairs gives lane t = tq of token n's block b; a warp covers 8 tokens x 4 quarters, 32
             // distinct words of each core matrix it writes.
-            constexpr int kTasks = 4 * kTokens * 4 / kThreads;
-            static_assert(kTasks * kThreads == 4 * kTokens * 4, "every thread takes the same number of tasks");
+            // At 8 tokens there are half as many tasks as threads: the second half idles (task_live).
+            constexpr int kTaskCount = 4 * kTokens * 4, kTasks = (kTaskCount + kThreads - 1) / kThreads;
+            auto task_live = [&](int i) { return kTaskCount % kThreads == 0 || tid + kThreads * i < kTaskCount; };
             const int task_tq = tid % 4;  // the task's lane quarter and token are the same for all of a thread's tasks
             auto task_block = [&](int i) { return (tid + kThreads * i) / (4 * kTokens); };
             auto task_token = [&](int i) { return (tid + kThreads * i) / 4 % kTokens; };
@@ -201,7 +203,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
             cp_async_wait<kStageCount - 2>();
             __syncthreads();
 #pragma unroll
-            for (int i = 0; i < kTasks; ++i) convert(stages, b16, i);
+            for (int i = 0; i < kTasks; ++i)
+                if (task_live(i)) convert(stages, b16, i);
             fence_proxy_async_shared();
             for (int kt = 0; kt < kt_count; ++kt) {
                 // Stages kt and kt + 1 landed for every thread, tile kt is converted and published, and every warp
@@ -240,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
                 w_words<kNv>(w_g, w_g8, 0, t, qa, qb);
 #pragma unroll
                 for (int i = 0; i < kPerUnit && i < kTasks; ++i)
-                    if (convert_next) load_task(next_raw, i, cx[i][0], cx[i][1]);
+                    if (convert_next && task_live(i)) load_task(next_raw, i, cx[i][0], cx[i][1]);
                 auto promote_unit = [&](int u) {
                     const int b = kNv ? u / 2 : u, h = kNv ? u % 2 : 1;
                     wgmma_fence_operand(acc[u % 2]);
@@ -276,8 +279,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
 #pragma unroll
                     for (int i = 0; i < kPerUnit; ++i) {
                         const int task = u * kPerUnit + i, ahead = task + kPerUnit;
-                        if (convert_next && task < kTasks) store_task(next_tile, task, cx[i][0], cx[i][1]);
-                        if (convert_next && ahead < kTasks) load_task(next_raw, ahead, cx[i][0], cx[i][1]);
+                        if (convert_next && task < kTasks && task_live(task))
+                            store_task(next_tile, task, cx[i][0], cx[i][1]);
+                        if (convert_next && ahead < kTasks && task_live(ahead))
+                            load_task(next_raw, ahead, cx[i][0], cx[i][1]);
                     }
                     if (u > 0) {
                         wgmma_wait<1>();
@@ -322,6 +327,8 @@ cudaError_t launch(const Args& args, cudaStream_t stream) {
 template <ExpertFormat kFormat>
 cudaError_t launch(const Args& args, int tokens, cudaStream_t stream) {
     switch (tokens) {
+        case 8:
+            return launch<kFormat, 8>(args, stream);
         case 16:
             return launch<kFormat, 16>(args, stream);
         case 32:
