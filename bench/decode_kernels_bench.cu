@@ -408,7 +408,7 @@ void bench_combine() {
 // CSA 128 + 512 slots, HCA 128 + context / 128), the splits combined by one cluster per token (kCluster) against
 // the three kernels through the workspace (kKernels). Entries are spread over 75 MB (> L2) and each launch reads
 // another of 8 index sets.
-void bench_attention(int32_t tokens, int32_t slots) {
+void bench_attention(int32_t tokens, int32_t slots, bool prefill = false) {
     const int32_t heads = 64, d = 512, rope = 64, sets = 8;
     const MainEntryLayout layout = main_entry_layout(d, rope);
     const size_t entries = size_t(75) * 1000 * 1000 / size_t(layout.bytes());
@@ -455,6 +455,19 @@ void bench_attention(int32_t tokens, int32_t slots) {
         sparse_attention(params(i, SparseAttentionCombine::kKernels, out_kernels.get()), s);
     });
     sparse_attention(params(0, SparseAttentionCombine::kKernels, out_kernels.get()), nullptr);
+    if (prefill) {  // a prefill piece: the kernels against the sequential kernel (no workspace)
+        const double sequential_us = graph_us([&](int i, cudaStream_t s) {
+            sparse_attention(params(i, SparseAttentionCombine::kSequential, out_cluster.get()), s);
+        });
+        sparse_attention(params(0, SparseAttentionCombine::kSequential, out_cluster.get()), nullptr);
+        DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+        const bool auto_sequential =
+            detail::sparse_attention_takes_sequential(params(0, SparseAttentionCombine::kAuto, out_cluster.get()));
+        std::printf("%-6d %6d %6d %11s %12.2f %12.2f %12s   %-9s %s\n", tokens, slots, plan.splits, "-", kernels_us,
+                    sequential_us, "(sequential)", auto_sequential ? "sequential" : "kernels",
+                    verdict(same_bits(out_cluster, out_kernels)));
+        return;
+    }
     double cluster_us[2] = {0.0, 0.0};
     int64_t resident[2] = {0, 0};
     bool same = true;
@@ -613,6 +626,7 @@ int main(int argc, char** argv) {
                     "kernels us", "cluster64 us", "cluster16 us", "auto", "bits");
         for (int32_t tokens : {1, 2, 4, 8, 16, 64})
             for (int32_t slots : {160, 640}) bench_attention(tokens, slots);
+        for (int32_t tokens : {256, 1024, 8192}) bench_attention(tokens, 640, true);
     }
     std::printf("\n%s\n", failures ? "BITWISE CHECK FAILED" : "all bitwise checks passed");
     return failures ? 1 : 0;

@@ -13,6 +13,8 @@
 #include "gpu_test_util.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/compressor/kv_entry_layout.h"
 #include "kernels/cuda/rope/rope.h"
 #include "kernels/cuda/sparse_attention/sparse_attention.h"
@@ -84,8 +86,8 @@ struct Case {
     int valid_only = -1;    // >= 0: every slot empty except this one; -2: all empty
 };
 
-// Runs a case and checks it against the CPU reference; with kCluster, also the same inputs through the three kernels
-// (kKernels), which must give the same bits.
+// Runs a case and checks it against the CPU reference; with kCluster or kSequential, also the same inputs through the
+// three kernels (kKernels), which must give the same bits.
 void run_case(const Case& c, int forced_splits = 0,
               cuda::SparseAttentionCombine combine = cuda::SparseAttentionCombine::kAuto) {
     Rng rng;
@@ -136,12 +138,21 @@ void run_case(const Case& c, int forced_splits = 0,
 
     char what[200];
     const bool generic = cuda::sparse_attention_path(c.d, c.rope) == cuda::SparseAttentionPath::kGeneric;
-    const char* combined = combine == cuda::SparseAttentionCombine::kCluster   ? ", cluster"
-                           : combine == cuda::SparseAttentionCombine::kKernels ? ", kernels"
-                                                                               : "";
+    const char* combined = combine == cuda::SparseAttentionCombine::kCluster      ? ", cluster"
+                           : combine == cuda::SparseAttentionCombine::kKernels    ? ", kernels"
+                           : combine == cuda::SparseAttentionCombine::kSequential ? ", sequential"
+                                                                                  : "";
     std::snprintf(what, sizeof what, "sparse_attention tokens %d heads %d d %d rope %d slots %d splits %d (%s%s)",
                   c.tokens, c.heads, c.d, c.rope, c.slots, plan.splits, generic ? "generic" : "tensor cores", combined);
     std::printf("[ time     ] %s: %.1f us (first launch, includes setup)\n", what, ms * 1e3);
+    if (combine == cuda::SparseAttentionCombine::kSequential) {  // the same inputs through the three kernels
+        auto d_other = gpu_test::poisoned<uint16_t>(size_t(c.tokens) * c.heads * c.d);
+        cuda::SparseAttentionParams k = p;
+        k.out = d_other.get();
+        k.combine = cuda::SparseAttentionCombine::kKernels;
+        cuda::sparse_attention(k, nullptr);
+        EXPECT_EQ(bits, gpu_test::to_host(d_other)) << what << ": the sequential kernel and the three kernels differ";
+    }
     if (combine == cuda::SparseAttentionCombine::kCluster) {
         // The same inputs through the three kernels, and through the cluster of 64 heads per CTA (the launch above
         // took 16 where they are built): the same bits.
@@ -263,6 +274,21 @@ TEST(SparseAttentionGpu, ClusterCombineEqualsKernelsBitwise) {
     for (const auto& [c, splits] : cases) run_case(c, splits, cuda::SparseAttentionCombine::kCluster);
 }
 
+// The sequential kernel (one CTA walks a token's splits; prefill pieces) against the three kernels: the same bits,
+// both checked against the CPU. Prefill and decode shapes, splits of several tiles (forced), a gap of empty tiles
+// (HCA before its entries), Pro's two head groups, the tiny dims, no valid slot, one valid slot.
+TEST(SparseAttentionGpu, SequentialCombineEqualsKernelsBitwise) {
+    DSV4_REQUIRE_GPU();
+    const std::pair<Case, int> cases[] = {
+        {{37, 64, 512, 64, 128 + 512, 0.1}, 0}, {{2, 64, 512, 64, 128 + 640, 0.5}, 0},
+        {{1, 64, 512, 64, 1024, 0.05}, 0},      {{3, 128, 512, 64, 128 + 512, 0.05}, 0},
+        {{9, 64, 512, 64, 128 + 512, 0.1}, 3},  {{5, 4, 80, 16, 37, 0.2}, 2},
+        {{7, 4, 96, 32, 150, 0.2}, 0},          {{4, 4, 128, 64, 70, 0.0}, 2},
+        {{3, 64, 512, 64, 130, 0.0, -2}, 3},    {{2, 64, 512, 64, 300, 0.0, 129}, 0},
+    };
+    for (const auto& [c, splits] : cases) run_case(c, splits, cuda::SparseAttentionCombine::kSequential);
+}
+
 // The inverse RoPE asked of the attention (fused into the cluster's combine, apply_rope after the other paths)
 // equals the attention without it followed by apply_rope, bit for bit: decode shapes on the cluster, a prefill
 // shape on the kernels, a tiny dim, the generic path; YaRN's table and positions up to 2^20.
@@ -277,6 +303,7 @@ TEST(SparseAttentionGpu, InverseRopeEqualsApplyRopeAfter) {
     const RopeCase cases[] = {{1, 64, 512, 64, 640, cuda::SparseAttentionCombine::kCluster},
                               {1, 64, 512, 64, 160, cuda::SparseAttentionCombine::kAuto},
                               {37, 64, 512, 64, 640, cuda::SparseAttentionCombine::kKernels},
+                              {37, 64, 512, 64, 640, cuda::SparseAttentionCombine::kSequential},
                               {3, 4, 128, 64, 70, cuda::SparseAttentionCombine::kCluster},
                               {3, 4, 64, 32, 70, cuda::SparseAttentionCombine::kAuto}};
     for (const RopeCase& c : cases) {
@@ -440,6 +467,31 @@ TEST(SparseAttentionGpu, TokenResultIndependentOfLaunch) {
     }
     std::printf("[ bitwise  ] sparse attention: 37 tokens x 64 heads equal alone, in groups of 3, widened by %d slots\n",
                 extra);
+
+    // A prefill-sized launch (the 37 tokens repeated past kSequentialMinWaves waves of the SMs), where the automatic
+    // choice is the sequential kernel: every token's bits as in the 37-token launch of the three kernels.
+    const int big = (cuda::kSequentialMinWaves * cuda::multiprocessor_count() + T) / T * T;
+    std::vector<int32_t> big_idx(size_t(big) * slots);
+    for (int t = 0; t < big; ++t)
+        std::copy_n(idx.begin() + int64_t(t % T) * slots, slots, big_idx.begin() + int64_t(t) * slots);
+    auto d_big_q = gpu_test::poisoned<uint16_t>(size_t(big) * H * d);
+    for (int t0 = 0; t0 < big; t0 += T)
+        DSV4_CUDA_CHECK(cudaMemcpy(d_big_q.get() + int64_t(t0) * H * d, d_q.get(), size_t(T) * H * d * 2,
+                                   cudaMemcpyDeviceToDevice));
+    auto d_big_idx = gpu_test::to_device(big_idx);
+    auto big_out = gpu_test::poisoned<uint16_t>(size_t(big) * H * d);
+    const cuda::SparseAttentionPlan plan = cuda::plan_sparse_attention(H, d, slots);
+    const cuda::SparseAttentionParams p = launch_params(
+        big, H, d, rope, slots, plan.splits, d_big_q.get(), d_kv.get(),
+        d_big_idx.get(), d_sink.get(), big_out.get(), nullptr, 0);
+    ASSERT_TRUE(cuda::detail::sparse_attention_takes_sequential(p)) << big << " tokens";
+    cuda::sparse_attention(p, nullptr);
+    const std::vector<uint16_t> big_bits = gpu_test::to_host(big_out);
+    for (int t = 0; t < big; ++t)
+        ASSERT_TRUE(std::equal(all.begin() + int64_t(t % T) * H * d, all.begin() + int64_t(t % T + 1) * H * d,
+                               big_bits.begin() + int64_t(t) * H * d))
+            << "token " << t << " of " << big << " (sequential) differs from the 37-token launch";
+    std::printf("[ bitwise  ] sparse attention: %d tokens on the sequential kernel equal the 37-token launch\n", big);
 }
 
 }  // namespace

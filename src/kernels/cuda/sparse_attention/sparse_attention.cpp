@@ -14,9 +14,18 @@ constexpr int32_t kTile = 64, kHeadsPerCta = 64;
 
 }  // namespace
 
+// The sequential kernel where asked, or (kAuto) for a token's several splits where its CTAs of 64 heads, one per SM,
+// fill kSequentialMinWaves waves: fewer, and the kernels' tokens x splits CTAs spread the work better.
+bool detail::sparse_attention_takes_sequential(const SparseAttentionParams& p) {
+    if (p.combine == SparseAttentionCombine::kSequential) return true;
+    if (p.combine != SparseAttentionCombine::kAuto || p.splits < 2) return false;
+    const int64_t ctas = int64_t(p.tokens) * ((p.heads + kHeadsPerCta - 1) / kHeadsPerCta);
+    return ctas >= kSequentialMinWaves * multiprocessor_count();
+}
+
 // SparseAttentionCombine's choice for a launch on the tensor-core path (a dsv4::Error where kCluster cannot run).
 int32_t detail::sparse_attention_cluster_heads(const SparseAttentionParams& p) {
-    if (p.combine == SparseAttentionCombine::kKernels) return 0;
+    if (p.combine == SparseAttentionCombine::kKernels || p.combine == SparseAttentionCombine::kSequential) return 0;
     const bool forced = p.combine == SparseAttentionCombine::kCluster;
     // The cluster kernel writes 4 outputs (8 bytes) at a time.
     const bool shape =
@@ -113,6 +122,11 @@ void sparse_attention(const SparseAttentionParams& p, cudaStream_t stream) {
     DSV4_CHECK(reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 8 == 0 &&
                    reinterpret_cast<uintptr_t>(p.out) % 4 == 0 && reinterpret_cast<uintptr_t>(p.workspace) % 8 == 0,
                "sparse_attention: q must be 16-byte, kv and workspace 8-byte, out 4-byte aligned");
+    if (detail::sparse_attention_takes_sequential(p)) {
+        detail::sparse_attention_sequential_launch(p, stream);
+        inverse_rope(p, stream);
+        return;
+    }
     if (const int32_t heads = detail::sparse_attention_cluster_heads(p)) {
         detail::sparse_attention_cluster_launch(p, heads, stream);
         return;

@@ -571,6 +571,70 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
     cluster.sync();  // no CTA leaves while another still reads its shared memory
 }
 
+// The sequential path (SparseAttentionCombine::kSequential): one CTA per (token, head group) walks the token's
+// splits in order, each with the main kernel's code (the same tiles, logits, P and P V chain from zero, the same
+// denominators), and sums them as the combine kernel does (from +0, split after split), so the bits are the three
+// kernels'. Nothing goes through the workspace: for a prefill piece the splits' partial O (a token's 10 x 64 heads x
+// 512 f32 = 1.3 MB, written and read back) and the q rows reloaded per split and per pass were most of the kernels'
+// memory traffic. An empty split is skipped: the kernels add its exact zeros, which leave a sum that started at +0
+// unchanged. The max pass runs over all of the token's slots at once (fmaxf is exact and order-free).
+template <int kHeadDim>
+__global__ void __launch_bounds__(kThreads, 1) sparse_attention_sequential_kernel(const SparseAttentionParams p) {
+    constexpr int kNTiles = kHeadDim / 16;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    Smem<kHeadDim>& s = *reinterpret_cast<Smem<kHeadDim>*>(smem_raw);
+    uint8_t* staged = smem_raw + kStagedOffset<kHeadDim>;
+
+    const int token = blockIdx.x, head0 = blockIdx.y * kHeadsPerCta;
+    const int heads_here = min(kHeadsPerCta, p.heads - head0), m_tiles = (heads_here + 15) / 16;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+    const int mt = warp % 4, half = warp / 4;
+
+    load_q(s, p, token, head0, heads_here);
+    float logits[4][4];
+    range_max(s, staged, p, token, SplitRange{0, p.slots}, m_tiles, logits);
+    float acc[kNTiles][4], sum0 = 0.0f, sum1 = 0.0f;
+    for (int nt = 0; nt < kNTiles; ++nt)
+        for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+    for (int split = 0; split < p.splits; ++split) {
+        const SplitRange range = split_range(p, split);
+        if (!range_has_keys(p, token, range)) continue;
+        float o[kNTiles][4], den0, den1, split0, split1;
+        range_pv(s, staged, p, token, range, m_tiles, false, logits, o, den0, den1);
+        split_denominators(s, den0, den1, split0, split1);
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[nt][i] += o[nt][i];
+        sum0 += split0;
+        sum1 += split1;
+    }
+    if (mt >= m_tiles) return;
+    // The combine's last step: o / (sum + exp(sink - M)) as bf16, zeros for a head without keys.
+    const int hs[2] = {mt * 16 + g, mt * 16 + g + 8};
+    const float sums[2] = {sum0, sum1};
+    for (int r = 0; r < 2; ++r) {
+        if (hs[r] >= heads_here) continue;
+        const float mx = s.row_max[hs[r]];
+        const float denom = sums[r] + expf(p.sink[head0 + hs[r]] - mx);
+        uint16_t* out = p.out + (int64_t(token) * p.heads + head0 + hs[r]) * kHeadDim + half * (kHeadDim / 2);
+        for (int nt = 0; nt < kNTiles; ++nt) {
+            const uint16_t lo = combined(acc[nt][2 * r], denom, mx), hi = combined(acc[nt][2 * r + 1], denom, mx);
+            *reinterpret_cast<uint32_t*>(out + nt * 8 + 2 * tig) = uint32_t(lo) | uint32_t(hi) << 16;
+        }
+    }
+}
+
+template <int kHeadDim>
+void launch_sequential(const SparseAttentionParams& p, cudaStream_t stream) {
+    const int bytes = smem_bytes<kHeadDim>(p.rope_dim);
+    DSV4_CUDA_CHECK(cudaFuncSetAttribute(sparse_attention_sequential_kernel<kHeadDim>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    const dim3 grid(p.tokens, (p.heads + kHeadsPerCta - 1) / kHeadsPerCta);
+    sparse_attention_sequential_kernel<kHeadDim><<<grid, kThreads, bytes, stream>>>(p);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+}
+
 template <int kHeadDim>
 void launch(const SparseAttentionParams& p, cudaStream_t stream) {
     const int bytes = smem_bytes<kHeadDim>(p.rope_dim);
@@ -654,6 +718,16 @@ void sparse_attention_launch(const SparseAttentionParams& p, cudaStream_t stream
         case 128: return launch<128>(p, stream);
         case 96: return launch<96>(p, stream);
         case 80: return launch<80>(p, stream);
+        default: return;  // rejected by the host-side contract
+    }
+}
+
+void sparse_attention_sequential_launch(const SparseAttentionParams& p, cudaStream_t stream) {
+    switch (p.head_dim) {
+        case 512: return launch_sequential<512>(p, stream);
+        case 128: return launch_sequential<128>(p, stream);
+        case 96: return launch_sequential<96>(p, stream);
+        case 80: return launch_sequential<80>(p, stream);
         default: return;  // rejected by the host-side contract
     }
 }

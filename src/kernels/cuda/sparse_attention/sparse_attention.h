@@ -28,8 +28,11 @@ namespace dsv4::cuda {
 // a max kernel, the main kernel and a combine kernel through the workspace. The same arithmetic in the same order,
 // so the same bits. kAuto: the cluster (16 heads per CTA first, then 64) where its launch needs no more waves than
 // the main kernel's (decode steps of a few tokens; more where the splits are few), the kernels otherwise (one CTA
-// per SM: a cluster of 10 takes a GPC).
-enum class SparseAttentionCombine { kAuto, kCluster, kKernels };
+// per SM: a cluster of 10 takes a GPC). kSequential: one CTA per token and head group walks the token's splits in
+// order and sums them as the combine kernel does, no workspace (prefill pieces, where the kernels' workspace traffic
+// was most of their time); kAuto takes it where its CTAs fill kSequentialMinWaves waves of the SMs. Same bits.
+enum class SparseAttentionCombine { kAuto, kCluster, kKernels, kSequential };
+inline constexpr int32_t kSequentialMinWaves = 4;
 inline constexpr int32_t kMaxClusterSplits = 16;
 inline constexpr int32_t kNarrowClusterHeads = 16;  // the cluster's narrow CTAs (head_dim 512, 128); else 64
 
@@ -81,6 +84,9 @@ void sparse_attention_generic_launch(const SparseAttentionParams& params, cudaSt
 int64_t sparse_attention_resident_clusters(const SparseAttentionParams& params, int32_t heads_per_cta);
 // The combine's choice on the tensor-core path: the cluster's heads per CTA, or 0 for the three kernels.
 int32_t sparse_attention_cluster_heads(const SparseAttentionParams& params);
+// Whether the tensor-core path takes the sequential kernel (kSequential, or kAuto at enough tokens).
+bool sparse_attention_takes_sequential(const SparseAttentionParams& params);
+void sparse_attention_sequential_launch(const SparseAttentionParams& params, cudaStream_t stream);
 void sparse_attention_cluster_launch(const SparseAttentionParams& params, int32_t heads_per_cta, cudaStream_t stream);
 }
 
