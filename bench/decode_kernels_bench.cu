@@ -626,7 +626,8 @@ int main(int argc, char** argv) {
                     "kernels us", "cluster64 us", "cluster16 us", "auto", "bits");
         for (int32_t tokens : {1, 2, 4, 8, 16, 64})
             for (int32_t slots : {160, 640}) bench_attention(tokens, slots);
-        for (int32_t tokens : {256, 1024, 8192}) bench_attention(tokens, 640, true);
+        for (int32_t tokens : {64, 128, 256, 1024, 8192})
+            for (int32_t slots : {160, 640}) bench_attention(tokens, slots, true);
     }
     std::printf("\n%s\n", failures ? "BITWISE CHECK FAILED" : "all bitwise checks passed");
     return failures ? 1 : 0;

@@ -468,9 +468,9 @@ TEST(SparseAttentionGpu, TokenResultIndependentOfLaunch) {
     std::printf("[ bitwise  ] sparse attention: 37 tokens x 64 heads equal alone, in groups of 3, widened by %d slots\n",
                 extra);
 
-    // A prefill-sized launch (the 37 tokens repeated past kSequentialMinWaves waves of the SMs), where the automatic
-    // choice is the sequential kernel: every token's bits as in the 37-token launch of the three kernels.
-    const int big = (cuda::kSequentialMinWaves * cuda::multiprocessor_count() + T) / T * T;
+    // A prefill-sized launch (the 37 tokens repeated past a wave of the SMs), where the automatic choice is the
+    // sequential kernel: every token's bits as in the 37-token launch of the three kernels.
+    const int big = (cuda::multiprocessor_count() + T) / T * T;
     std::vector<int32_t> big_idx(size_t(big) * slots);
     for (int t = 0; t < big; ++t)
         std::copy_n(idx.begin() + int64_t(t % T) * slots, slots, big_idx.begin() + int64_t(t) * slots);

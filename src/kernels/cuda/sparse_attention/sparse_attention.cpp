@@ -15,12 +15,14 @@ constexpr int32_t kTile = 64, kHeadsPerCta = 64;
 }  // namespace
 
 // The sequential kernel where asked, or (kAuto) for a token's several splits where its CTAs of 64 heads, one per SM,
-// fill kSequentialMinWaves waves: fewer, and the kernels' tokens x splits CTAs spread the work better.
+// fill at least half of the SMs: one CTA walks a V4 token's 10 tiles in ~0.23 ms on an H100, so from about half a
+// wave on it beats the kernels (64 tokens: 234 us; 256: 902 against 455; 8,192: 31.1 ms against 13.7), and below,
+// the kernels' tokens x splits CTAs or the cluster spread a few tokens' work wider (docs/perf.md).
 bool detail::sparse_attention_takes_sequential(const SparseAttentionParams& p) {
     if (p.combine == SparseAttentionCombine::kSequential) return true;
     if (p.combine != SparseAttentionCombine::kAuto || p.splits < 2) return false;
     const int64_t ctas = int64_t(p.tokens) * ((p.heads + kHeadsPerCta - 1) / kHeadsPerCta);
-    return ctas >= kSequentialMinWaves * multiprocessor_count();
+    return 2 * ctas >= multiprocessor_count();
 }
 
 // SparseAttentionCombine's choice for a launch on the tensor-core path (a dsv4::Error where kCluster cannot run).

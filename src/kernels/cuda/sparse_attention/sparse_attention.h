@@ -30,9 +30,8 @@ namespace dsv4::cuda {
 // the main kernel's (decode steps of a few tokens; more where the splits are few), the kernels otherwise (one CTA
 // per SM: a cluster of 10 takes a GPC). kSequential: one CTA per token and head group walks the token's splits in
 // order and sums them as the combine kernel does, no workspace (prefill pieces, where the kernels' workspace traffic
-// was most of their time); kAuto takes it where its CTAs fill kSequentialMinWaves waves of the SMs. Same bits.
+// was most of their time); kAuto takes it where its CTAs (one per SM) fill at least half of the SMs. Same bits.
 enum class SparseAttentionCombine { kAuto, kCluster, kKernels, kSequential };
-inline constexpr int32_t kSequentialMinWaves = 4;
 inline constexpr int32_t kMaxClusterSplits = 16;
 inline constexpr int32_t kNarrowClusterHeads = 16;  // the cluster's narrow CTAs (head_dim 512, 128); else 64
 
