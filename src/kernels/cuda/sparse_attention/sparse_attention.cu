@@ -98,15 +98,55 @@ __device__ void load_q(Smem<kHeadDim, kHeads>& s, const SparseAttentionParams& p
     }
 }
 
+// The landed raw entries of a tile ([64, entry bytes] at `raw`) as bf16 keys in s.k, zeros where valid[r] < 0. The
+// caller has waited for the copies and passed a barrier.
+template <int kHeadDim, int kHeads>
+__device__ void dequant_k_tile(Smem<kHeadDim, kHeads>& s, const uint8_t* raw, const int* valid,
+                               const SparseAttentionParams& p) {
+    const MainEntryLayout layout = main_entry_layout(kHeadDim, p.rope_dim);
+    const int nope_chunks = int(layout.nope) / 8, chunks = nope_chunks + int(layout.rope) / 4;
+    const int entry_bytes = int(layout.bytes());
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int r = warp; r < kTile; r += kThreads / 32) {
+        __nv_bfloat16* dst = &s.k[r * Smem<kHeadDim, kHeads>::kStride];
+        const uint8_t* entry = raw + r * entry_bytes;
+        const bool live = valid[r] >= 0;
+        for (int c = lane; c < chunks; c += 32) {
+            if (!live) {
+                if (c < nope_chunks)
+                    *reinterpret_cast<uint4*>(dst + c * 8) = make_uint4(0, 0, 0, 0);
+                else
+                    *reinterpret_cast<uint2*>(dst + layout.nope + (c - nope_chunks) * 4) = make_uint2(0, 0);
+            } else if (c < nope_chunks) {
+                const uint2 codes = *reinterpret_cast<const uint2*>(entry + c * 8);
+                const float scale = entry::e8m0_to_f32(entry[layout.scale_offset() + (c * 8) / kKvScaleBlock]);
+                uint32_t packed[4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const uint32_t word = (j < 2 ? codes.x : codes.y) >> ((j % 2) * 16);
+                    const float2 v = entry::e4m3x2_to_f32x2(uint16_t(word));
+                    packed[j] = pack_bf16(v.x * scale, v.y * scale);
+                }
+                *reinterpret_cast<uint4*>(dst + c * 8) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+            } else {
+                const int k = c - nope_chunks;
+                *reinterpret_cast<uint2*>(dst + layout.nope + k * 4) =
+                    *reinterpret_cast<const uint2*>(entry + layout.rope_offset() + k * 8);
+            }
+        }
+    }
+}
+
+// kOneTileSplits (every split one tile: V4's plan): a split's P V from zero is added to the token's sum as soon as it
+// is computed, in chunks of at most 16 n-tiles (each n-tile's MMA chain over the tile's keys is the same), so the
+// split's O never takes a whole head slice of registers beside the sum (at head_dim 512 both would spill).
 // Dequantizes the entries of slots [slot0, slot0 + 64) (those < slot_end and != -1) into s.k as bf16; other rows
 // are zeros and marked invalid. The raw entries first land in `staged` ([64, entry bytes]) by 8-byte copies (an
 // entry is a multiple of 8 bytes, not of 16), all in flight at once, then are decoded from shared memory.
 template <int kHeadDim, int kHeads>
 __device__ void load_k_tile(Smem<kHeadDim, kHeads>& s, uint8_t* staged, const SparseAttentionParams& p, int token,
                             int slot0, int slot_end) {
-    const MainEntryLayout layout = main_entry_layout(kHeadDim, p.rope_dim);
-    const int nope_chunks = int(layout.nope) / 8, chunks = nope_chunks + int(layout.rope) / 4;
-    const int entry_bytes = int(layout.bytes()), words = entry_bytes / 8;
+    const int entry_bytes = int(main_entry_layout(kHeadDim, p.rope_dim).bytes()), words = entry_bytes / 8;
     const int32_t* idx = p.indices + int64_t(token) * p.slots;
     if (threadIdx.x < kTile) {
         const int slot = slot0 + threadIdx.x;
@@ -123,34 +163,7 @@ __device__ void load_k_tile(Smem<kHeadDim, kHeads>& s, uint8_t* staged, const Sp
     }
     cp_async_wait_all();
     __syncthreads();
-    for (int r = warp; r < kTile; r += kThreads / 32) {
-        __nv_bfloat16* dst = &s.k[r * Smem<kHeadDim, kHeads>::kStride];
-        const uint8_t* entry = staged + r * entry_bytes;
-        const bool valid = s.valid[r] >= 0;
-        for (int c = lane; c < chunks; c += 32) {
-            if (!valid) {
-                if (c < nope_chunks)
-                    *reinterpret_cast<uint4*>(dst + c * 8) = make_uint4(0, 0, 0, 0);
-                else
-                    *reinterpret_cast<uint2*>(dst + layout.nope + (c - nope_chunks) * 4) = make_uint2(0, 0);
-            } else if (c < nope_chunks) {
-                const uint2 codes = *reinterpret_cast<const uint2*>(entry + c * 8);
-                const float scale = entry::e8m0_to_f32(entry[layout.scale_offset() + (c * 8) / kKvScaleBlock]);
-                uint32_t packed[4];
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const uint32_t word = (j < 2 ? codes.x : codes.y) >> ((j % 2) * 16);
-                    const float2 v = entry::e4m3x2_to_f32x2(uint16_t(word));  // bytes 0, 1 of `word`
-                    packed[j] = pack_bf16(v.x * scale, v.y * scale);          // exact: 4 significant bits times 2^k
-                }
-                *reinterpret_cast<uint4*>(dst + c * 8) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-            } else {
-                const int k = c - nope_chunks;
-                *reinterpret_cast<uint2*>(dst + layout.nope + k * 4) =
-                    *reinterpret_cast<const uint2*>(entry + layout.rope_offset() + k * 8);
-            }
-        }
-    }
+    dequant_k_tile(s, staged, s.valid, p);
     __syncthreads();
 }
 
@@ -622,49 +635,6 @@ __device__ void issue_k_tile(uint8_t* raw, int* valid, const SparseAttentionPara
     cp_async_commit();
 }
 
-// load_k_tile's second half: the landed raw entries of a tile as bf16 keys in s.k (zeros where empty), and its
-// valid rows in s.valid. The caller has waited for the copies and passed a barrier.
-template <int kHeadDim>
-__device__ void dequant_k_tile(Smem<kHeadDim>& s, const uint8_t* raw, const int* valid,
-                               const SparseAttentionParams& p) {
-    const MainEntryLayout layout = main_entry_layout(kHeadDim, p.rope_dim);
-    const int nope_chunks = int(layout.nope) / 8, chunks = nope_chunks + int(layout.rope) / 4;
-    const int entry_bytes = int(layout.bytes());
-    if (threadIdx.x < kTile) s.valid[threadIdx.x] = valid[threadIdx.x];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int r = warp; r < kTile; r += kThreads / 32) {
-        __nv_bfloat16* dst = &s.k[r * Smem<kHeadDim>::kStride];
-        const uint8_t* entry = raw + r * entry_bytes;
-        const bool live = valid[r] >= 0;
-        for (int c = lane; c < chunks; c += 32) {
-            if (!live) {
-                if (c < nope_chunks)
-                    *reinterpret_cast<uint4*>(dst + c * 8) = make_uint4(0, 0, 0, 0);
-                else
-                    *reinterpret_cast<uint2*>(dst + layout.nope + (c - nope_chunks) * 4) = make_uint2(0, 0);
-            } else if (c < nope_chunks) {
-                const uint2 codes = *reinterpret_cast<const uint2*>(entry + c * 8);
-                const float scale = entry::e8m0_to_f32(entry[layout.scale_offset() + (c * 8) / kKvScaleBlock]);
-                uint32_t packed[4];
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const uint32_t word = (j < 2 ? codes.x : codes.y) >> ((j % 2) * 16);
-                    const float2 v = entry::e4m3x2_to_f32x2(uint16_t(word));
-                    packed[j] = pack_bf16(v.x * scale, v.y * scale);
-                }
-                *reinterpret_cast<uint4*>(dst + c * 8) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-            } else {
-                const int k = c - nope_chunks;
-                *reinterpret_cast<uint2*>(dst + layout.nope + k * 4) =
-                    *reinterpret_cast<const uint2*>(entry + layout.rope_offset() + k * 8);
-            }
-        }
-    }
-}
-
-// kOneTileSplits (every split one tile: V4's plan): a split's P V from zero is added to the token's sum as soon as it
-// is computed, in chunks of at most 16 n-tiles (each n-tile's MMA chain over the tile's keys is the same), so the
-// split's O never takes a whole head slice of registers beside the sum (at head_dim 512 both would spill).
 template <int kHeadDim, bool kOneTileSplits>
 __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sequential_kernel(const SparseAttentionParams p) {
     constexpr int kNTiles = kHeadDim / 16;
@@ -740,6 +710,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sequential_kerne
         const int* v = valid[step % 2];
         const bool tile_live = __syncthreads_or(threadIdx.x < kTile && v[threadIdx.x] >= 0) != 0;
         if (tile_live) {
+            if (threadIdx.x < kTile) s.valid[threadIdx.x] = v[threadIdx.x];  // tile_logits' mask
             dequant_k_tile(s, raw[step % 2], v, p);
             __syncthreads();
             if (!pass2) {
