@@ -19,15 +19,15 @@ namespace dsv4 {
 //   upload          the piece's metadata to the device, then the wait for the launch of the step (graph or kernels)
 //   embed           embedding rows into the mHC streams
 //   attn_hc_pre     mHC pre-mix + attn_norm
-//   q_proj          wq_a | wkv (one GEMM), q_norm and kv_norm, wq_b, head norm, RoPE of q and kv
-//   window_kv       packing the chunk's own entries
+//   q_proj          wq_a | wkv (one GEMM), q_norm and kv_norm, wq_b, then in one launch the head norm, RoPE of q
+//                   and kv and the window KV packed as the chunk's own entries (and, in a decode step, the ring's)
 //   indexer         CSA layers: the wait for the side lane's f32 projections of x (compressors, weights_proj),
 //                   indexer queries, its compressor (keys), scores, top-k and the main compressor, which run beside
-//                   q_proj's wq_b .. RoPE and window_kv on a second stream (what they add after window_kv)
+//                   q_proj's wq_b .. packing on a second stream (what they add after q_proj)
 //   compressor      HCA layers: the same wait for the f32 projections of x and the main compressor
 //   sparse_attn     slot lists, sparse attention, inverse RoPE
 //   o_proj          grouped wo_a, wo_b
-//   ring_update     the window ring's new entries
+//   ring_update     the window ring's new entries (pieces other than decode steps, which write them in q_proj)
 //   attn_hc_post    mHC post-mix of the attention output
 //   ffn_hc_pre      mHC pre-mix + ffn_norm
 //   expert_gather   the experts' input rows gathered from every rank (data-parallel attention only)
@@ -41,11 +41,11 @@ namespace dsv4 {
 //   head            mHC head mix, final norm, lm_head
 //   logits_gather   every rank's logits gathered (data-parallel attention only)
 //   logits_copy     the logits to the host
-inline constexpr std::array<std::string_view, 22> kStages = {
-    "upload",        "embed",       "attn_hc_pre",    "q_proj",          "window_kv",     "indexer",
-    "compressor",    "sparse_attn", "o_proj",         "ring_update",     "attn_hc_post",  "ffn_hc_pre",
-    "expert_gather", "router",      "routed_experts", "expert_exchange", "shared_expert", "moe_combine",
-    "ffn_hc_post",   "head",        "logits_gather",  "logits_copy"};
+inline constexpr std::array<std::string_view, 21> kStages = {
+    "upload",         "embed",         "attn_hc_pre",     "q_proj",        "indexer",     "compressor",
+    "sparse_attn",    "o_proj",        "ring_update",     "attn_hc_post",  "ffn_hc_pre",  "expert_gather",
+    "router",         "routed_experts", "expert_exchange", "shared_expert", "moe_combine", "ffn_hc_post",
+    "head",           "logits_gather", "logits_copy"};
 
 // One interval of a recorded piece: from the event opening `stage` to the next event.
 struct StageTime {

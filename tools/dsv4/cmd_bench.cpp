@@ -166,8 +166,8 @@ std::map<std::string, StageFloor> stage_floors(const ModelConfig& c, const Model
         const BlockWeights& L = w.layers[size_t(l)];
         const AttentionWeights& a = L.attn;
         f["attn_hc_pre"].weights += hc_bytes(L.hc_attn) + vec_bytes(L.attn_norm);
-        f["q_proj"].weights += matrix_bytes(a.wq_a) + vec_bytes(a.q_norm) + matrix_bytes(a.wq_b);
-        f["window_kv"].weights += matrix_bytes(a.wkv) + vec_bytes(a.kv_norm);
+        f["q_proj"].weights += matrix_bytes(a.wq_a) + vec_bytes(a.q_norm) + matrix_bytes(a.wq_b) + matrix_bytes(a.wkv) +
+                               vec_bytes(a.kv_norm);
         if (a.indexer)
             f["indexer"].weights += matrix_bytes(a.indexer->wq_b) + matrix_bytes(a.indexer->weights_proj) +
                                     compressor_bytes(a.indexer->compressor);

@@ -201,6 +201,8 @@ void CudaModel::Impl::upload_piece(std::span<const PieceSequence> all) {
     }
     shape.tokens = row;
     shape.seqs = int64_t(seqs.size());
+    shape.one_token_each =
+        std::all_of(seqs.begin(), seqs.end(), [](const PieceSequence& ps) { return ps.tokens == 1; });
     shape.gather = !identity;
     if (seqs.size() == 1) shape.slot = seqs[0].slot, shape.start = seqs[0].start;
     {
@@ -387,6 +389,7 @@ void CudaModel::Impl::capture_decode_graph(std::vector<int64_t> rank_tokens) {  
     const PieceShape uploaded = piece;
     piece = shape_of_counts(rank_tokens, rank_tokens);  // one token and its logits per sequence
     piece.tokens = piece.seqs = piece.logit_rows = rank_tokens[size_t(dp_rank)];
+    piece.one_token_each = true;
     piece.max_end = pool.context;
     const size_t first_mark = stages.count();  // the marks recorded before the graph (upload)
     // Thread-local capture mode: any call of this thread that could synchronize with the host or allocate

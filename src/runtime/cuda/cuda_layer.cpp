@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/number_formats.h"
+#include "kernels/cuda/attention_inputs/attention_inputs.h"
 #include "kernels/cuda/attention_slots/attention_slots.h"
 #include "kernels/cuda/bf16_linear/bf16_linear.h"
 #include "kernels/cuda/compressor/compressor.h"
@@ -348,7 +349,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     const float eps = float(c.rms_norm_eps);
     cudaStream_t s = stream->get();
     // RoPE (or its inverse) of the layer on the trailing r channels of every head of x [T, heads, head_dim].
-    auto rope_of = [&](bf16* x, int64_t heads, int64_t head_dim, bool inverse) {
+    auto rope = [&](bf16* x, int64_t heads, int64_t head_dim, bool inverse, cudaStream_t on) {
         cuda::ApplyRopeParams p;
         p.x = x;
         p.inv_freq = inv_freq(layer);
@@ -359,10 +360,7 @@ void CudaModel::Impl::attention(int64_t layer) {
         p.rope_dim = r;
         p.token_stride = heads * head_dim;
         p.inverse = inverse;
-        return p;
-    };
-    auto rope = [&](bf16* x, int64_t heads, int64_t head_dim, bool inverse, cudaStream_t on) {
-        cuda::apply_rope(rope_of(x, heads, head_dim, inverse), on);
+        cuda::apply_rope(p, on);
     };
     // run_compressor on its f32 projections of x (wkv x, wgate x): the device state machine writes the closed
     // entries.
@@ -413,23 +411,36 @@ void CudaModel::Impl::attention(int64_t layer) {
         sinkhorn_on_side();
     }
 
-    // 1. Queries and window KV: qr = q_norm(wq_a x) and kv = kv_norm(wkv x); q = wq_b qr, the per-head norm; RoPE on
-    //    q and kv (one launch: same positions and table).
+    // 1. Queries and window KV: qr = q_norm(wq_a x) and kv = kv_norm(wkv x); q = wq_b qr.
     stages.mark("q_proj", layer);
     query_and_kv_latents(a);
     observe_bf16("attn.qr", layer, ws.qr, T, c.q_lora_rank);
     if (fork) fork_side();  // the side lane's indexer reads qr
     linear(a.wq_b, ws.qr, T, ws.q, ws.qr_fp8);
     observe_bf16("attn.q_proj", layer, ws.q, T, H * d);
-    cuda::head_rms_norm({ws.q, T, H, d, H * d, eps}, s);
-    const cuda::ApplyRopeParams q_and_kv[] = {rope_of(ws.q, H, d, false), rope_of(ws.kv, 1, d, false)};
-    cuda::apply_ropes(q_and_kv, s);
-    observe_bf16("attn.q", layer, ws.q, T, H * d);
 
-    // 2. Window KV packed (FP8 nope) as the chunk's own entries.
-    stages.mark("window_kv", layer);
+    // 2. With them in one launch: the per-head norm and RoPE of q, RoPE of kv and kv packed (FP8 nope) as the
+    //    chunk's own entries. In a decode step (one token per sequence) also into each sequence's ring of the last W
+    //    entries: the entry a token replaces there is W positions back, outside every window of the step. Otherwise
+    //    the ring is updated after the attention (step 7), which may still read the entries the piece replaces.
+    const int64_t ring_row = pool.ring_row + layer * S * W;  // this layer's ring of state slot 0
     uint8_t* chunk_entries = entries + pool.chunk_row * pool.entry_bytes;
-    cuda::pack_kv_entries({ws.kv, chunk_entries, nullptr, T, d, r, d}, s);
+    const bool ring_now = piece.one_token_each;
+    cuda::AttentionInputsParams in;
+    in.q = ws.q;
+    in.kv = ws.kv;
+    in.inv_freq = inv_freq(layer);
+    in.positions = ws.positions;
+    in.entries = chunk_entries;
+    in.ring = ring_now ? entries + ring_row * pool.entry_bytes : nullptr;
+    in.ring_slots = ring_now ? ws.ring_target : nullptr;
+    in.tokens = T;
+    in.heads = H;
+    in.head_dim = d;
+    in.rope_dim = r;
+    in.eps = eps;
+    cuda::attention_inputs(in, s);
+    observe_bf16("attn.q", layer, ws.q, T, H * d);
     if (observer) {
         cuda::unpack_kv_entries({chunk_entries, nullptr, ws.kv_view, T, d, r, d}, s);
         observe_bf16("attn.kv", layer, ws.kv_view, T, d);
@@ -557,7 +568,6 @@ void CudaModel::Impl::attention(int64_t layer) {
     // 5. Sparse attention over the window slots and the compressed entries, then the inverse RoPE.
     stages.mark("sparse_attn", layer);
     const int64_t slots = a.indexer ? W + c.index_topk : (a.compressor ? W + visible : W);
-    const int64_t ring_row = pool.ring_row + layer * S * W;  // this layer's ring of state slot 0
     cuda::AttentionSlotsParams ap;
     ap.indices = ws.attn_indices;
     ap.selected = a.indexer ? ws.selected : nullptr;
@@ -605,9 +615,12 @@ void CudaModel::Impl::attention(int64_t layer) {
     observe_bf16("attn.z", layer, ws.z, T, c.o_groups * c.o_lora_rank);
     linear(a.wo_b, ws.z, T, ws.y);
 
-    // 7. Each sequence's ring keeps its last W entries (written after the attention read the old ones).
-    stages.mark("ring_update", layer);
-    cuda::pack_kv_entries({ws.kv, entries + ring_row * pool.entry_bytes, ws.ring_target, T, d, r, d}, s);
+    // 7. Each sequence's ring keeps its last W entries (written after the attention read the old ones), unless
+    //    step 2 wrote them.
+    if (!ring_now) {
+        stages.mark("ring_update", layer);
+        cuda::pack_kv_entries({ws.kv, entries + ring_row * pool.entry_bytes, ws.ring_target, T, d, r, d}, s);
+    }
     (void)D;
 }
 

@@ -91,6 +91,7 @@ struct LogitRows {
 // a captured decode step replays with whatever metadata the next step uploads.
 struct PieceShape {
     int64_t tokens = 0, seqs = 0;
+    bool one_token_each = false;  // every sequence of the piece (this rank's) has one token: a decode step
     int64_t logit_rows = 0;  // rows of the head
     bool gather = false;     // the head's rows are ws.logit_rows, not 0 .. logit_rows - 1
     int64_t max_end = 0;     // bound on any sequence's start + tokens: sizes HCA slot lists and indexer columns

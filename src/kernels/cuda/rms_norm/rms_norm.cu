@@ -6,6 +6,7 @@
 #include "kernels/cuda/common/numeric.cuh"
 #include "kernels/cuda/quant/fp8_act_codec.cuh"
 #include "kernels/cuda/quant/quant.h"
+#include "kernels/cuda/rms_norm/head_rms_norm.cuh"
 #include "kernels/cuda/rms_norm/rms_norm.h"
 
 namespace dsv4::cuda {
@@ -87,9 +88,8 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const RmsNorms norms
     }
 }
 
-// One warp per head: squares to shared memory, lane 0 sums them in index order (the CPU's order), every step
-// rounded to bf16 as Precision::head_rms_norm does. Lane l holds elements l, l + 32, ... (head_dim <= 32 kPer), all
-// loaded before the first use: one memory round trip per head.
+// One warp per head (head_rms_norm_factor): lane l holds elements l, l + 32, ... (head_dim <= 32 kPer), all loaded
+// before the first use: one memory round trip per head.
 template <int kPer>
 __global__ void __launch_bounds__(kHeadWarps * 32) head_rms_norm_kernel(HeadRmsNormParams p) {
     extern __shared__ float squares[];  // [kHeadWarps, head_dim]
@@ -97,35 +97,13 @@ __global__ void __launch_bounds__(kHeadWarps * 32) head_rms_norm_kernel(HeadRmsN
     const int64_t head = int64_t(blockIdx.x) * kHeadWarps + warp;
     if (head >= p.rows * p.heads) return;  // whole warps exit together
     __nv_bfloat16* q = p.q + (head / p.heads) * p.row_stride + (head % p.heads) * p.head_dim;
-    float* sq = squares + warp * p.head_dim;
     float held[kPer];
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
         const int64_t i = lane + 32 * j;
         held[j] = i < p.head_dim ? bf16_to_f32(q[i]) : 0.0f;
     }
-#pragma unroll
-    for (int j = 0; j < kPer; ++j)
-        if (lane + 32 * j < p.head_dim) sq[lane + 32 * j] = round_bf16(__fmul_rn(held[j], held[j]));
-    __syncwarp();
-    float r = 0.0f;
-    if (lane == 0) {
-        // 16 squares per step in registers (shared-memory latency paid once per step, not per add), then the rest.
-        float sum = 0.0f;
-        const int n = int(p.head_dim), whole = p.head_dim % 4 == 0 ? n / 16 * 16 : 0;
-        for (int i = 0; i < whole; i += 16) {
-            float4 v[4];
-#pragma unroll
-            for (int j = 0; j < 4; ++j) v[j] = *reinterpret_cast<const float4*>(sq + i + 4 * j);
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-                sum = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(sum, v[j].x), v[j].y), v[j].z), v[j].w);
-        }
-        for (int i = whole; i < n; ++i) sum = __fadd_rn(sum, sq[i]);
-        const float mean = round_bf16(__fdiv_rn(sum, float(p.head_dim)));
-        r = round_bf16(__fdiv_rn(1.0f, __fsqrt_rn(round_bf16(__fadd_rn(mean, p.eps)))));
-    }
-    r = __shfl_sync(kFull, r, 0);
+    const float r = head_rms_norm_factor(held, squares + warp * p.head_dim, p.head_dim, p.eps, lane);
 #pragma unroll
     for (int j = 0; j < kPer; ++j)
         if (lane + 32 * j < p.head_dim) q[lane + 32 * j] = f32_to_bf16(__fmul_rn(held[j], r));

@@ -1,0 +1,157 @@
+// The fused attention-inputs kernel: see attention_inputs.h. One CTA of 8 warps per 8 q heads or 8 kv rows. A q
+// warp holds its head as head_rms_norm's warp does (lane l: elements l + 32 j), builds the token's cos/sin table
+// while its loads are in flight, normalizes, and rotates the trailing pairs in registers: a pair's two elements sit
+// in lanes 2a and 2a + 1 of the same j (the rope slice starts at an even element), so each lane takes its partner's
+// value by one shuffle. A kv warp holds its row as pairs (lane l: elements 64 c + 2 l, + 1), so a lane rotates a
+// whole RoPE pair and, in a nope chunk, owns two values of the 64-value scale block, whose amax is a warp max.
+#include "kernels/cuda/attention_inputs/attention_inputs.h"
+
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/numeric.cuh"
+#include "kernels/cuda/quant/fp8_act_codec.cuh"
+#include "kernels/cuda/quant/quant.h"
+#include "kernels/cuda/rms_norm/head_rms_norm.cuh"
+#include "kernels/cuda/rms_norm/rms_norm.h"
+#include "kernels/cuda/rope/rope_math.cuh"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr unsigned kFull = 0xFFFFFFFFu;
+constexpr int kChunk = int(kKvQuantBlock);               // a kv warp's values per step: one scale block
+constexpr int kMaxChunks = int(kStagedHeadDim) / kChunk;  // a kv row of up to kStagedHeadDim values
+static_assert(kChunk == 64, "a lane holds one pair of each 64-value chunk");
+
+// Head `head` (token head / heads) of q: the per-head norm, then RoPE of its trailing rope_dim channels. `sq` holds
+// head_dim floats, `cos_t` and `sin_t` rope_dim / 2 each (this warp's).
+template <int kPer>
+__device__ void normalize_and_rotate_head(const AttentionInputsParams& p, int64_t head, float* sq, float* cos_t,
+                                          float* sin_t, int lane) {
+    __nv_bfloat16* q = p.q + head * p.head_dim;
+    float held[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+        const int64_t i = lane + 32 * j;
+        held[j] = i < p.head_dim ? bf16_to_f32(q[i]) : 0.0f;
+    }
+    const int half = int(p.rope_dim / 2);
+    const int32_t position = p.positions[head / p.heads];
+    for (int m = lane; m < half; m += 32) rope_cos_sin(position, p.inv_freq[m], false, cos_t[m], sin_t[m]);
+    const float r = head_rms_norm_factor(held, sq, p.head_dim, p.eps, lane);  // the table is visible after it
+    const int64_t rope_first = p.head_dim - p.rope_dim;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+        const int64_t i = lane + 32 * j;
+        const __nv_bfloat16 normed = f32_to_bf16(__fmul_rn(held[j], r));  // what head_rms_norm stores
+        const __nv_bfloat16 partner =
+            __ushort_as_bfloat16(__shfl_xor_sync(kFull, __bfloat16_as_ushort(normed), 1));  // every lane shuffles
+        if (i >= p.head_dim) continue;
+        __nv_bfloat16 out = normed;
+        if (i >= rope_first) {  // rope_rotate on the pair, as apply_rope reads it back from q
+            const int m = int(i - rope_first) / 2;
+            const bool second = (i - rope_first) % 2 != 0;
+            __nv_bfloat162 pair;
+            pair.x = second ? partner : normed;
+            pair.y = second ? normed : partner;
+            const __nv_bfloat162 rotated = rope_rotate(pair, cos_t[m], sin_t[m]);
+            out = second ? rotated.y : rotated.x;
+        }
+        q[i] = out;
+    }
+}
+
+// Row t of kv: RoPE in place, then the packed entry (pack_kv_entries' format and codec) into entry t and, with a
+// ring, into ring entry ring_slots[t].
+__device__ void rotate_and_pack_kv(const AttentionInputsParams& p, int64_t t, int lane) {
+    __nv_bfloat16* x = p.kv + t * p.head_dim;
+    const KvEntryLayout l = kv_entry_layout(p.head_dim, p.rope_dim);
+    const int chunks = int((p.head_dim + kChunk - 1) / kChunk), nope_chunks = int(l.nope / kChunk);
+    __nv_bfloat162 v[kMaxChunks];
+#pragma unroll
+    for (int c = 0; c < kMaxChunks; ++c) {
+        const int64_t col = int64_t(c) * kChunk + 2 * lane;
+        if (c < chunks && col < p.head_dim) v[c] = *reinterpret_cast<const __nv_bfloat162*>(x + col);
+    }
+    const int32_t position = p.positions[t];
+    uint16_t codes[kMaxChunks];  // a nope chunk's two e4m3 codes
+    uint32_t exponent[kMaxChunks];
+#pragma unroll
+    for (int c = 0; c < kMaxChunks; ++c) {
+        if (c >= chunks) break;
+        const int64_t col = int64_t(c) * kChunk + 2 * lane;
+        if (c < nope_chunks) {
+            float amax = 0.0f;  // pack_kv_entries' order of maxima
+            amax = fmaxf(amax, fabsf(bf16_to_f32(v[c].x)));
+            amax = fmaxf(amax, fabsf(bf16_to_f32(v[c].y)));
+            exponent[c] = fp8_scale_exponent(group_max<32>(amax));
+            const float s = e8m0_to_f32(exponent[c]);
+            codes[c] = uint16_t(fp8_code(bf16_to_f32(v[c].x), s) | uint32_t(fp8_code(bf16_to_f32(v[c].y), s)) << 8);
+        } else if (col < p.head_dim) {
+            float co, si;
+            rope_cos_sin(position, p.inv_freq[(col - l.nope) / 2], false, co, si);
+            v[c] = rope_rotate(v[c], co, si);
+            *reinterpret_cast<__nv_bfloat162*>(x + col) = v[c];
+        }
+    }
+    auto store = [&](uint8_t* entry) {
+#pragma unroll
+        for (int c = 0; c < kMaxChunks; ++c) {
+            if (c >= chunks) break;
+            const int64_t col = int64_t(c) * kChunk + 2 * lane;
+            if (c < nope_chunks) {
+                *reinterpret_cast<uint16_t*>(entry + col) = codes[c];
+                if (lane == 0) entry[l.scale_offset + c] = uint8_t(exponent[c]);
+            } else if (col < p.head_dim) {
+                *reinterpret_cast<__nv_bfloat162*>(entry + l.rope_offset + 2 * (col - l.nope)) = v[c];
+            }
+        }
+        for (int64_t i = l.scale_offset + l.n_scales + lane; i < l.bytes; i += 32) entry[i] = 0;
+    };
+    store(p.entries + t * l.bytes);
+    if (p.ring) {
+        const int64_t slot = p.ring_slots[t];
+        if (slot >= 0) store(p.ring + slot * l.bytes);
+    }
+}
+
+// grid: ceil(tokens heads / kWarps) CTAs of q heads, then ceil(tokens / kWarps) CTAs of kv rows. Dynamic shared
+// memory: per warp head_dim squares and the rope_dim / 2 cosines and sines.
+template <int kPer>
+__global__ void __launch_bounds__(kThreads) attention_inputs_kernel(AttentionInputsParams p, unsigned q_ctas) {
+    extern __shared__ float smem[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (blockIdx.x < q_ctas) {
+        const int64_t head = int64_t(blockIdx.x) * kWarps + warp;
+        if (head >= p.tokens * p.heads) return;  // whole warps
+        float* sq = smem + warp * (p.head_dim + p.rope_dim);
+        normalize_and_rotate_head<kPer>(p, head, sq, sq + p.head_dim, sq + p.head_dim + p.rope_dim / 2, lane);
+        return;
+    }
+    const int64_t t = int64_t(blockIdx.x - q_ctas) * kWarps + warp;
+    if (t < p.tokens) rotate_and_pack_kv(p, t, lane);
+}
+
+}  // namespace
+
+namespace detail {
+void launch_attention_inputs(const AttentionInputsParams& p, cudaStream_t stream) {
+    const unsigned q_ctas = unsigned(ceil_div(p.tokens * p.heads, int64_t(kWarps)));
+    const unsigned kv_ctas = unsigned(ceil_div(p.tokens, int64_t(kWarps)));
+    const size_t smem = size_t(kWarps) * size_t(p.head_dim + p.rope_dim) * sizeof(float);  // <= 40 KiB
+    const int64_t per = ceil_div(p.head_dim, int64_t(32));  // q elements per lane
+    auto launch = [&](auto kernel) { kernel<<<q_ctas + kv_ctas, kThreads, smem, stream>>>(p, q_ctas); };
+    if (per <= 4)
+        launch(attention_inputs_kernel<4>);
+    else if (per <= 8)
+        launch(attention_inputs_kernel<8>);
+    else if (per <= 16)
+        launch(attention_inputs_kernel<16>);
+    else
+        launch(attention_inputs_kernel<32>);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+}
+}  // namespace detail
+
+}  // namespace dsv4::cuda
