@@ -1,6 +1,6 @@
-// The fused attention-inputs kernel: see attention_inputs.h. One CTA of 8 warps per 8 q heads or 8 kv rows. A q
-// warp holds its head as head_rms_norm's warp does (lane l: elements l + 32 j), builds the token's cos/sin table
-// while its loads are in flight, normalizes, and rotates the trailing pairs in registers: a pair's two elements sit
+// The fused attention-inputs kernel: see attention_inputs.h. One CTA of 8 warps per 8 q heads of a token or 8 kv
+// rows. A q warp holds its head as head_rms_norm's warp does (lane l: elements l + 32 j), normalizes it and rotates
+// the trailing pairs in registers: a pair's two elements sit
 // in lanes 2a and 2a + 1 of the same j (the rope slice starts at an even element), so each lane takes its partner's
 // value by one shuffle. A kv warp holds its row as pairs (lane l: elements 64 c + 2 l, + 1), so a lane rotates a
 // whole RoPE pair and, in a nope chunk, owns two values of the 64-value scale block, whose amax is a warp max.
@@ -24,22 +24,13 @@ constexpr int kChunk = int(kKvQuantBlock);               // a kv warp's values p
 constexpr int kMaxChunks = int(kStagedHeadDim) / kChunk;  // a kv row of up to kStagedHeadDim values
 static_assert(kChunk == 64, "a lane holds one pair of each 64-value chunk");
 
-// Head `head` (token head / heads) of q: the per-head norm, then RoPE of its trailing rope_dim channels. `sq` holds
-// head_dim floats, `cos_t` and `sin_t` rope_dim / 2 each (this warp's).
+// One head of q (its elements l + 32 j in lane l's held[j], loaded by the caller): the per-head norm, then RoPE of
+// its trailing rope_dim channels with the token's table cos_t, sin_t (rope_dim / 2 each). `sq` holds head_dim floats
+// (this warp's).
 template <int kPer>
-__device__ void normalize_and_rotate_head(const AttentionInputsParams& p, int64_t head, float* sq, float* cos_t,
-                                          float* sin_t, int lane) {
-    __nv_bfloat16* q = p.q + head * p.head_dim;
-    float held[kPer];
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-        const int64_t i = lane + 32 * j;
-        held[j] = i < p.head_dim ? bf16_to_f32(q[i]) : 0.0f;
-    }
-    const int half = int(p.rope_dim / 2);
-    const int32_t position = p.positions[head / p.heads];
-    for (int m = lane; m < half; m += 32) rope_cos_sin(position, p.inv_freq[m], false, cos_t[m], sin_t[m]);
-    const float r = head_rms_norm_factor(held, sq, p.head_dim, p.eps, lane);  // the table is visible after it
+__device__ void normalize_and_rotate_head(const AttentionInputsParams& p, __nv_bfloat16* q, const float (&held)[kPer],
+                                          float* sq, const float* cos_t, const float* sin_t, int lane) {
+    const float r = head_rms_norm_factor(held, sq, p.head_dim, p.eps, lane);
     const int64_t rope_first = p.head_dim - p.rope_dim;
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
@@ -116,17 +107,32 @@ __device__ void rotate_and_pack_kv(const AttentionInputsParams& p, int64_t t, in
     }
 }
 
-// grid: ceil(tokens heads / kWarps) CTAs of q heads, then ceil(tokens / kWarps) CTAs of kv rows. Dynamic shared
-// memory: per warp head_dim squares and the rope_dim / 2 cosines and sines.
+// grid: tokens x ceil(heads / kWarps) CTAs of q heads (CTA (t, g): heads g kWarps .. of token t, so its warps
+// share one cos/sin table, built while their loads are in flight), then ceil(tokens / kWarps) CTAs of kv rows.
+// Dynamic shared memory: the table, then per warp head_dim squares.
 template <int kPer>
 __global__ void __launch_bounds__(kThreads) attention_inputs_kernel(AttentionInputsParams p, unsigned q_ctas) {
     extern __shared__ float smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (blockIdx.x < q_ctas) {
-        const int64_t head = int64_t(blockIdx.x) * kWarps + warp;
-        if (head >= p.tokens * p.heads) return;  // whole warps
-        float* sq = smem + warp * (p.head_dim + p.rope_dim);
-        normalize_and_rotate_head<kPer>(p, head, sq, sq + p.head_dim, sq + p.head_dim + p.rope_dim / 2, lane);
+        const unsigned groups = unsigned((p.heads + kWarps - 1) / kWarps);
+        const int64_t t = blockIdx.x / groups, h = int64_t(blockIdx.x % groups) * kWarps + warp;
+        const bool has_head = h < p.heads;  // whole warps
+        __nv_bfloat16* q = p.q + (t * p.heads + h) * p.head_dim;
+        float held[kPer];
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+            const int64_t i = lane + 32 * j;
+            held[j] = has_head && i < p.head_dim ? bf16_to_f32(q[i]) : 0.0f;
+        }
+        const int half = int(p.rope_dim / 2);
+        float *cos_t = smem, *sin_t = smem + half;
+        const int32_t position = p.positions[t];
+        for (int m = threadIdx.x; m < half; m += kThreads)
+            rope_cos_sin(position, p.inv_freq[m], false, cos_t[m], sin_t[m]);
+        __syncthreads();
+        if (has_head)
+            normalize_and_rotate_head<kPer>(p, q, held, smem + p.rope_dim + warp * p.head_dim, cos_t, sin_t, lane);
         return;
     }
     const int64_t t = int64_t(blockIdx.x - q_ctas) * kWarps + warp;
@@ -137,9 +143,9 @@ __global__ void __launch_bounds__(kThreads) attention_inputs_kernel(AttentionInp
 
 namespace detail {
 void launch_attention_inputs(const AttentionInputsParams& p, cudaStream_t stream) {
-    const unsigned q_ctas = unsigned(ceil_div(p.tokens * p.heads, int64_t(kWarps)));
+    const unsigned q_ctas = unsigned(p.tokens * ceil_div(p.heads, int64_t(kWarps)));
     const unsigned kv_ctas = unsigned(ceil_div(p.tokens, int64_t(kWarps)));
-    const size_t smem = size_t(kWarps) * size_t(p.head_dim + p.rope_dim) * sizeof(float);  // <= 40 KiB
+    const size_t smem = size_t(p.rope_dim + kWarps * p.head_dim) * sizeof(float);  // <= 33 KiB
     const int64_t per = ceil_div(p.head_dim, int64_t(32));  // q elements per lane
     auto launch = [&](auto kernel) { kernel<<<q_ctas + kv_ctas, kThreads, smem, stream>>>(p, q_ctas); };
     if (per <= 4)
