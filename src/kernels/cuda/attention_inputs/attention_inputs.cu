@@ -20,8 +20,7 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr unsigned kFull = 0xFFFFFFFFu;
-constexpr int kChunk = int(kKvQuantBlock);               // a kv warp's values per step: one scale block
-constexpr int kMaxChunks = int(kStagedHeadDim) / kChunk;  // a kv row of up to kStagedHeadDim values
+constexpr int kChunk = int(kKvQuantBlock);  // a kv warp's values per step: one scale block
 static_assert(kChunk == 64, "a lane holds one pair of each 64-value chunk");
 
 // One head of q (its elements l + 32 j in lane l's held[j], loaded by the caller): the per-head norm, then RoPE of
@@ -54,36 +53,40 @@ __device__ void normalize_and_rotate_head(const AttentionInputsParams& p, __nv_b
 }
 
 // Row t of kv: RoPE in place, then the packed entry (pack_kv_entries' format and codec) into entry t and, with a
-// ring, into ring entry ring_slots[t].
+// ring, into ring entry ring_slots[t]. The row has at most kMaxChunks chunks of 64 values (the kernel's registers
+// are those of its larger branch, so the kv warps hold no more than the row needs).
+template <int kMaxChunks>
 __device__ void rotate_and_pack_kv(const AttentionInputsParams& p, int64_t t, int lane) {
     __nv_bfloat16* x = p.kv + t * p.head_dim;
     const KvEntryLayout l = kv_entry_layout(p.head_dim, p.rope_dim);
     const int chunks = int((p.head_dim + kChunk - 1) / kChunk), nope_chunks = int(l.nope / kChunk);
-    __nv_bfloat162 v[kMaxChunks];
+    // word[c]: lane's pair of chunk c as loaded; then a nope chunk's two e4m3 codes and its scale exponent, a rope
+    // chunk's rotated pair.
+    uint32_t word[kMaxChunks];
 #pragma unroll
     for (int c = 0; c < kMaxChunks; ++c) {
         const int64_t col = int64_t(c) * kChunk + 2 * lane;
-        if (c < chunks && col < p.head_dim) v[c] = *reinterpret_cast<const __nv_bfloat162*>(x + col);
+        if (c < chunks && col < p.head_dim) word[c] = *reinterpret_cast<const uint32_t*>(x + col);
     }
     const int32_t position = p.positions[t];
-    uint16_t codes[kMaxChunks];  // a nope chunk's two e4m3 codes
-    uint32_t exponent[kMaxChunks];
 #pragma unroll
     for (int c = 0; c < kMaxChunks; ++c) {
         if (c >= chunks) break;
         const int64_t col = int64_t(c) * kChunk + 2 * lane;
+        __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(&word[c]);
         if (c < nope_chunks) {
             float amax = 0.0f;  // pack_kv_entries' order of maxima
-            amax = fmaxf(amax, fabsf(bf16_to_f32(v[c].x)));
-            amax = fmaxf(amax, fabsf(bf16_to_f32(v[c].y)));
-            exponent[c] = fp8_scale_exponent(group_max<32>(amax));
-            const float s = e8m0_to_f32(exponent[c]);
-            codes[c] = uint16_t(fp8_code(bf16_to_f32(v[c].x), s) | uint32_t(fp8_code(bf16_to_f32(v[c].y), s)) << 8);
+            amax = fmaxf(amax, fabsf(bf16_to_f32(v.x)));
+            amax = fmaxf(amax, fabsf(bf16_to_f32(v.y)));
+            const uint32_t e = fp8_scale_exponent(group_max<32>(amax));
+            const float s = e8m0_to_f32(e);
+            word[c] = fp8_code(bf16_to_f32(v.x), s) | uint32_t(fp8_code(bf16_to_f32(v.y), s)) << 8 | e << 16;
         } else if (col < p.head_dim) {
             float co, si;
             rope_cos_sin(position, p.inv_freq[(col - l.nope) / 2], false, co, si);
-            v[c] = rope_rotate(v[c], co, si);
-            *reinterpret_cast<__nv_bfloat162*>(x + col) = v[c];
+            v = rope_rotate(v, co, si);
+            word[c] = *reinterpret_cast<const uint32_t*>(&v);
+            *reinterpret_cast<uint32_t*>(x + col) = word[c];
         }
     }
     auto store = [&](uint8_t* entry) {
@@ -92,10 +95,10 @@ __device__ void rotate_and_pack_kv(const AttentionInputsParams& p, int64_t t, in
             if (c >= chunks) break;
             const int64_t col = int64_t(c) * kChunk + 2 * lane;
             if (c < nope_chunks) {
-                *reinterpret_cast<uint16_t*>(entry + col) = codes[c];
-                if (lane == 0) entry[l.scale_offset + c] = uint8_t(exponent[c]);
+                *reinterpret_cast<uint16_t*>(entry + col) = uint16_t(word[c]);
+                if (lane == 0) entry[l.scale_offset + c] = uint8_t(word[c] >> 16);
             } else if (col < p.head_dim) {
-                *reinterpret_cast<__nv_bfloat162*>(entry + l.rope_offset + 2 * (col - l.nope)) = v[c];
+                *reinterpret_cast<uint32_t*>(entry + l.rope_offset + 2 * (col - l.nope)) = word[c];
             }
         }
         for (int64_t i = l.scale_offset + l.n_scales + lane; i < l.bytes; i += 32) entry[i] = 0;
@@ -107,47 +110,70 @@ __device__ void rotate_and_pack_kv(const AttentionInputsParams& p, int64_t t, in
     }
 }
 
-// grid: tokens x ceil(heads / kWarps) CTAs of q heads (CTA (t, g): heads g kWarps .. of token t, so its warps
-// share one cos/sin table, built while their loads are in flight), then ceil(tokens / kWarps) CTAs of kv rows.
-// Dynamic shared memory: the table, then per warp head_dim squares.
+// grid: tokens x groups CTAs of q heads, then ceil(tokens / kWarps) CTAs of kv rows. q CTA (t, g) takes heads
+// g kWarps heads_per_warp + w + kWarps k (k < heads_per_warp) of token t in warp w, so its warps share one cos/sin
+// table, built while their first loads are in flight. Dynamic shared memory: the table, then per warp head_dim
+// squares. At most 64 registers for heads up to 512 (kPer <= 16): four CTAs per SM, as head_rms_norm runs, where
+// the 91 the compiler would take allow two; it spills 12 bytes at kPer 16 for that.
 template <int kPer>
-__global__ void __launch_bounds__(kThreads) attention_inputs_kernel(AttentionInputsParams p, unsigned q_ctas) {
+__global__ void __launch_bounds__(kThreads, kPer <= 16 ? 4 : 1)
+    attention_inputs_kernel(AttentionInputsParams p, unsigned q_ctas, int heads_per_warp) {
     extern __shared__ float smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (blockIdx.x < q_ctas) {
-        const unsigned groups = unsigned((p.heads + kWarps - 1) / kWarps);
-        const int64_t t = blockIdx.x / groups, h = int64_t(blockIdx.x % groups) * kWarps + warp;
-        const bool has_head = h < p.heads;  // whole warps
-        __nv_bfloat16* q = p.q + (t * p.heads + h) * p.head_dim;
+        const unsigned groups = unsigned((p.heads + kWarps * heads_per_warp - 1) / (kWarps * heads_per_warp));
+        const int64_t t = blockIdx.x / groups;
+        const int64_t first = int64_t(blockIdx.x % groups) * kWarps * heads_per_warp + warp;
         float held[kPer];
+        auto load = [&](int64_t h) {
+            const __nv_bfloat16* q = p.q + (t * p.heads + h) * p.head_dim;
 #pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-            const int64_t i = lane + 32 * j;
-            held[j] = has_head && i < p.head_dim ? bf16_to_f32(q[i]) : 0.0f;
-        }
+            for (int j = 0; j < kPer; ++j) {
+                const int64_t i = lane + 32 * j;
+                held[j] = h < p.heads && i < p.head_dim ? bf16_to_f32(q[i]) : 0.0f;
+            }
+        };
+        load(first);
         const int half = int(p.rope_dim / 2);
         float *cos_t = smem, *sin_t = smem + half;
         const int32_t position = p.positions[t];
         for (int m = threadIdx.x; m < half; m += kThreads)
             rope_cos_sin(position, p.inv_freq[m], false, cos_t[m], sin_t[m]);
         __syncthreads();
-        if (has_head)
-            normalize_and_rotate_head<kPer>(p, q, held, smem + p.rope_dim + warp * p.head_dim, cos_t, sin_t, lane);
+        float* sq = smem + p.rope_dim + warp * p.head_dim;
+        for (int k = 0; k < heads_per_warp; ++k) {
+            const int64_t h = first + int64_t(k) * kWarps;
+            if (h >= p.heads) break;  // whole warps
+            if (k > 0) load(h);  // sq is free again: head_rms_norm_factor ends with every lane past lane 0's reads
+            normalize_and_rotate_head<kPer>(p, p.q + (t * p.heads + h) * p.head_dim, held, sq, cos_t, sin_t, lane);
+        }
         return;
     }
     const int64_t t = int64_t(blockIdx.x - q_ctas) * kWarps + warp;
-    if (t < p.tokens) rotate_and_pack_kv(p, t, lane);
+    if (t < p.tokens) rotate_and_pack_kv<kPer / 2>(p, t, lane);  // head_dim <= 32 kPer: at most kPer / 2 chunks
 }
 
 }  // namespace
 
 namespace detail {
 void launch_attention_inputs(const AttentionInputsParams& p, cudaStream_t stream) {
-    const unsigned q_ctas = unsigned(p.tokens * ceil_div(p.heads, int64_t(kWarps)));
+    // One head per warp (the most CTAs, the shortest chains: decode) until the q CTAs pass kQCtas (a few waves),
+    // then twice as many per warp until they fit, up to one CTA per token (long prefill pieces: the token's table
+    // is built once for all its heads, where a CTA per 8 heads made the 8k prefill 2.4 % slower than the separate
+    // kernels).
+    constexpr int64_t kQCtas = 4096;
+    const int64_t warps_per_token = ceil_div(p.heads, int64_t(kWarps));
+    int64_t heads_per_warp = 1;
+    while (heads_per_warp < warps_per_token && p.tokens * ceil_div(p.heads, kWarps * heads_per_warp) > kQCtas)
+        heads_per_warp *= 2;
+    heads_per_warp = heads_per_warp < warps_per_token ? heads_per_warp : warps_per_token;
+    const unsigned q_ctas = unsigned(p.tokens * ceil_div(p.heads, kWarps * heads_per_warp));
     const unsigned kv_ctas = unsigned(ceil_div(p.tokens, int64_t(kWarps)));
     const size_t smem = size_t(p.rope_dim + kWarps * p.head_dim) * sizeof(float);  // <= 33 KiB
     const int64_t per = ceil_div(p.head_dim, int64_t(32));  // q elements per lane
-    auto launch = [&](auto kernel) { kernel<<<q_ctas + kv_ctas, kThreads, smem, stream>>>(p, q_ctas); };
+    auto launch = [&](auto kernel) {
+        kernel<<<q_ctas + kv_ctas, kThreads, smem, stream>>>(p, q_ctas, int(heads_per_warp));
+    };
     if (per <= 4)
         launch(attention_inputs_kernel<4>);
     else if (per <= 8)
