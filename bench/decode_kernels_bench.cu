@@ -10,7 +10,8 @@
 // prefill sizes (prefill) the warp-MMA and warpgroup kernels side by side, bitwise. The GPU draws (draw: sample_rows
 // at V4's vocabulary, 1-256 rows) are timed launch by launch (they overwrite their input; tests/gpu/sampling_test.cpp
 // checks their ids).
-// Usage: dsv4_bench_decode_kernels [hc|moe|mma|prefill|draw|combine|dense|attn]   (default: all; numbers recorded in
+// The attention's inputs (inputs): attention_inputs against the launches it replaces, bitwise.
+// Usage: dsv4_bench_decode_kernels [hc|moe|mma|prefill|draw|combine|dense|attn|inputs]   (default: all; numbers recorded in
 // docs/perf.md)
 #include <cuda_bf16.h>
 
@@ -22,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/attention_inputs/attention_inputs.h"
 #include "kernels/cuda/common/device_buffer.h"
 #include "kernels/cuda/compressor/kv_entry_layout.h"
 #include "kernels/cuda/dense_linear/dense_linear.h"
@@ -29,6 +31,9 @@
 #include "kernels/cuda/moe_expert/moe_expert.h"
 #include "kernels/cuda/moe_gemm/moe_gemm.h"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
+#include "kernels/cuda/quant/quant.h"
+#include "kernels/cuda/rms_norm/rms_norm.h"
+#include "kernels/cuda/rope/rope.h"
 #include "kernels/cuda/sampling/sampling.h"
 #include "kernels/cuda/smoke/device_info.h"
 #include "kernels/cuda/sparse_attention/sparse_attention.h"
@@ -404,6 +409,97 @@ void bench_combine() {
     std::printf("moe_combine, 1 token, dim 4096, k 6: %.2f us (CPU-reference check: tests/gpu/moe_expert_test)\n", us);
 }
 
+// The attention's inputs of `tokens` rows at V4-Flash shapes (64 heads of 512, rope 64): attention_inputs against
+// the launches it replaces (head_rms_norm, apply_ropes on q and kv, pack_kv_entries into the chunk's entries and,
+// with `ring`, into ring entries), each of those also timed alone; outputs compared bitwise from the same inputs.
+void bench_inputs(int64_t tokens, bool ring) {
+    const int64_t heads = 64, d = 512, rope = 64, entry = kv_entry_layout(d, rope).bytes;
+    DeviceBuffer<__nv_bfloat16> q0{size_t(tokens * heads * d)}, kv0{size_t(tokens * d)};
+    fill_bf16<<<256, 256>>>(q0.get(), q0.size(), 21);
+    fill_bf16<<<256, 256>>>(kv0.get(), kv0.size(), 22);
+    DeviceBuffer<__nv_bfloat16> q{q0.size()}, kv{kv0.size()}, q_ref{q0.size()}, kv_ref{kv0.size()};
+    DeviceBuffer<uint8_t> entries{size_t(tokens * entry)}, ring_entries{size_t(2 * tokens * entry)};
+    DeviceBuffer<uint8_t> entries_ref{entries.size()}, ring_ref{ring_entries.size()};
+    std::vector<float> freq(size_t(rope / 2));
+    for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0f, -2.0f * float(i) / float(rope));
+    std::vector<int32_t> positions, slots;
+    for (int64_t t = 0; t < tokens; ++t) {
+        positions.push_back(int32_t(4096 + 37 * t));
+        slots.push_back(int32_t(2 * t + 1));
+    }
+    DeviceBuffer<float> d_freq{freq.size()};
+    DeviceBuffer<int32_t> d_pos{positions.size()}, d_slots{slots.size()};
+    d_freq.upload(freq.data(), freq.size());
+    d_pos.upload(positions.data(), positions.size());
+    d_slots.upload(slots.data(), slots.size());
+    check_launch(0);
+    auto fused = [&](__nv_bfloat16* qp, __nv_bfloat16* kvp, uint8_t* e, uint8_t* r, cudaStream_t s) {
+        AttentionInputsParams p;
+        p.q = qp;
+        p.kv = kvp;
+        p.inv_freq = d_freq.get();
+        p.positions = d_pos.get();
+        p.entries = e;
+        p.ring = ring ? r : nullptr;
+        p.ring_slots = ring ? d_slots.get() : nullptr;
+        p.tokens = tokens;
+        p.heads = heads;
+        p.head_dim = d;
+        p.rope_dim = rope;
+        p.eps = 1e-6f;
+        attention_inputs(p, s);
+    };
+    auto norm = [&](__nv_bfloat16* qp, cudaStream_t s) { head_rms_norm({qp, tokens, heads, d, heads * d, 1e-6f}, s); };
+    auto ropes = [&](__nv_bfloat16* qp, __nv_bfloat16* kvp, cudaStream_t s) {
+        const ApplyRopeParams r[] = {{qp, d_freq.get(), d_pos.get(), tokens, heads, d, rope, heads * d, false},
+                                     {kvp, d_freq.get(), d_pos.get(), tokens, 1, d, rope, d, false}};
+        apply_ropes(r, s);
+    };
+    auto packs = [&](__nv_bfloat16* kvp, uint8_t* e, uint8_t* r, cudaStream_t s) {
+        pack_kv_entries({kvp, e, nullptr, tokens, d, rope, d}, s);
+        if (ring) pack_kv_entries({kvp, r, d_slots.get(), tokens, d, rope, d}, s);
+    };
+    // Bits: both from the same inputs.
+    auto reset = [&](DeviceBuffer<__nv_bfloat16>& qd, DeviceBuffer<__nv_bfloat16>& kvd, DeviceBuffer<uint8_t>& e,
+                     DeviceBuffer<uint8_t>& r) {
+        DSV4_CUDA_CHECK(cudaMemcpy(qd.get(), q0.get(), q0.bytes(), cudaMemcpyDeviceToDevice));
+        DSV4_CUDA_CHECK(cudaMemcpy(kvd.get(), kv0.get(), kv0.bytes(), cudaMemcpyDeviceToDevice));
+        DSV4_CUDA_CHECK(cudaMemset(e.get(), 0xA5, e.bytes()));
+        DSV4_CUDA_CHECK(cudaMemset(r.get(), 0x5A, r.bytes()));
+    };
+    reset(q, kv, entries, ring_entries);
+    reset(q_ref, kv_ref, entries_ref, ring_ref);
+    fused(q.get(), kv.get(), entries.get(), ring_entries.get(), nullptr);
+    norm(q_ref.get(), nullptr);
+    ropes(q_ref.get(), kv_ref.get(), nullptr);
+    packs(kv_ref.get(), entries_ref.get(), ring_ref.get(), nullptr);
+    DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+    auto same = [](const auto& a, const auto& b) {
+        std::vector<uint8_t> x(a.bytes()), y(b.bytes());
+        DSV4_CUDA_CHECK(cudaMemcpy(x.data(), a.get(), x.size(), cudaMemcpyDeviceToHost));
+        DSV4_CUDA_CHECK(cudaMemcpy(y.data(), b.get(), y.size(), cudaMemcpyDeviceToHost));
+        return x == y;
+    };
+    const bool bits = same(q, q_ref) && same(kv, kv_ref) && same(entries, entries_ref) && same(ring_entries, ring_ref);
+    if (!bits) ++failures;
+    // Times (in place, so the launches repeat on their own outputs: the same work each time).
+    const double norm_us = graph_us([&](int, cudaStream_t s) { norm(q_ref.get(), s); });
+    const double rope_us = graph_us([&](int, cudaStream_t s) { ropes(q_ref.get(), kv_ref.get(), s); });
+    const double pack_us =
+        graph_us([&](int, cudaStream_t s) { packs(kv_ref.get(), entries_ref.get(), ring_ref.get(), s); });
+    const double separate_us = graph_us([&](int, cudaStream_t s) {
+        norm(q_ref.get(), s);
+        ropes(q_ref.get(), kv_ref.get(), s);
+        packs(kv_ref.get(), entries_ref.get(), ring_ref.get(), s);
+    });
+    const double fused_us =
+        graph_us([&](int, cudaStream_t s) { fused(q.get(), kv.get(), entries.get(), ring_entries.get(), s); });
+    const double bytes = 2.0 * double(q0.bytes() + kv0.bytes()) + double(tokens * entry) * (ring ? 2 : 1);
+    std::printf("%-6s %6lld %5s %9.1f %9.1f %9.1f %11.1f %9.1f %9.0f   %s\n", "inputs", (long long)tokens,
+                ring ? "yes" : "no", norm_us, rope_us, pack_us, separate_us, fused_us, bytes / (fused_us * 1e-6) / 1e9,
+                bits ? "same" : "DIFFER");
+}
+
 // Sparse attention of `tokens` decode tokens over `slots` cache entries each (V4-Flash: 64 heads of 512, rope 64;
 // CSA 128 + 512 slots, HCA 128 + context / 128), the splits combined by one cluster per token (kCluster) against
 // the three kernels through the workspace (kKernels). Entries are spread over 75 MB (> L2) and each launch reads
@@ -620,6 +716,13 @@ int main(int argc, char** argv) {
     if (run("dense")) {
         std::printf("\n");
         for (int64_t n : {64, 512, 1024, 2048}) bench_dense(n);
+    }
+    if (run("inputs")) {
+        std::printf("\n%-6s %6s %5s %9s %9s %9s %11s %9s %9s   %s\n", "inputs", "tokens", "ring", "norm us", "rope us",
+                    "pack us", "separate us", "fused us", "GB/s", "bits");
+        for (int64_t tokens : {1, 16, 64, 256})
+            for (bool ring : {false, true}) bench_inputs(tokens, ring);
+        for (int64_t tokens : {1024, 8192}) bench_inputs(tokens, false);
     }
     if (run("attn")) {
         std::printf("\n%-6s %6s %6s %11s %12s %12s %12s   %-9s %s\n", "attn", "slots", "splits", "resident",
