@@ -111,42 +111,32 @@ __device__ void rotate_and_pack_kv(const AttentionInputsParams& p, int64_t t, in
 }
 
 // grid: tokens x groups CTAs of q heads, then ceil(tokens / kWarps) CTAs of kv rows. q CTA (t, g) takes heads
-// g kWarps heads_per_warp + w + kWarps k (k < heads_per_warp) of token t in warp w, so its warps share one cos/sin
-// table, built while their first loads are in flight. Dynamic shared memory: the table, then per warp head_dim
-// squares. At most 64 registers for heads up to 512 (kPer <= 16): four CTAs per SM, as head_rms_norm runs, where
-// the 91 the compiler would take allow two; it spills 12 bytes at kPer 16 for that.
+// g kWarps + w of token t in warp w, so its warps share one cos/sin table, built while their loads are in flight.
+// Dynamic shared memory: the table, then per warp head_dim squares. At most 64 registers for heads up to 512
+// (kPer <= 16, no spill): four CTAs per SM, as head_rms_norm runs, where the 94 the compiler would take allow two.
 template <int kPer>
 __global__ void __launch_bounds__(kThreads, kPer <= 16 ? 4 : 1)
-    attention_inputs_kernel(AttentionInputsParams p, unsigned q_ctas, int heads_per_warp) {
+    attention_inputs_kernel(AttentionInputsParams p, unsigned q_ctas) {
     extern __shared__ float smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (blockIdx.x < q_ctas) {
-        const unsigned groups = unsigned((p.heads + kWarps * heads_per_warp - 1) / (kWarps * heads_per_warp));
-        const int64_t t = blockIdx.x / groups;
-        const int64_t first = int64_t(blockIdx.x % groups) * kWarps * heads_per_warp + warp;
+        const unsigned groups = unsigned((p.heads + kWarps - 1) / kWarps);
+        const int64_t t = blockIdx.x / groups, h = int64_t(blockIdx.x % groups) * kWarps + warp;
+        __nv_bfloat16* q = p.q + (t * p.heads + h) * p.head_dim;
         float held[kPer];
-        auto load = [&](int64_t h) {
-            const __nv_bfloat16* q = p.q + (t * p.heads + h) * p.head_dim;
 #pragma unroll
-            for (int j = 0; j < kPer; ++j) {
-                const int64_t i = lane + 32 * j;
-                held[j] = h < p.heads && i < p.head_dim ? bf16_to_f32(q[i]) : 0.0f;
-            }
-        };
-        load(first);
+        for (int j = 0; j < kPer; ++j) {
+            const int64_t i = lane + 32 * j;
+            held[j] = h < p.heads && i < p.head_dim ? bf16_to_f32(q[i]) : 0.0f;
+        }
         const int half = int(p.rope_dim / 2);
         float *cos_t = smem, *sin_t = smem + half;
         const int32_t position = p.positions[t];
         for (int m = threadIdx.x; m < half; m += kThreads)
             rope_cos_sin(position, p.inv_freq[m], false, cos_t[m], sin_t[m]);
         __syncthreads();
-        float* sq = smem + p.rope_dim + warp * p.head_dim;
-        for (int k = 0; k < heads_per_warp; ++k) {
-            const int64_t h = first + int64_t(k) * kWarps;
-            if (h >= p.heads) break;  // whole warps
-            if (k > 0) load(h);  // sq is free again: head_rms_norm_factor ends with every lane past lane 0's reads
-            normalize_and_rotate_head<kPer>(p, p.q + (t * p.heads + h) * p.head_dim, held, sq, cos_t, sin_t, lane);
-        }
+        if (h < p.heads)  // whole warps
+            normalize_and_rotate_head<kPer>(p, q, held, smem + p.rope_dim + warp * p.head_dim, cos_t, sin_t, lane);
         return;
     }
     const int64_t t = int64_t(blockIdx.x - q_ctas) * kWarps + warp;
@@ -157,23 +147,11 @@ __global__ void __launch_bounds__(kThreads, kPer <= 16 ? 4 : 1)
 
 namespace detail {
 void launch_attention_inputs(const AttentionInputsParams& p, cudaStream_t stream) {
-    // One head per warp (the most CTAs, the shortest chains: decode) until the q CTAs pass kQCtas (a few waves),
-    // then twice as many per warp until they fit, up to one CTA per token (long prefill pieces: the token's table
-    // is built once for all its heads, where a CTA per 8 heads made the 8k prefill 2.4 % slower than the separate
-    // kernels).
-    constexpr int64_t kQCtas = 4096;
-    const int64_t warps_per_token = ceil_div(p.heads, int64_t(kWarps));
-    int64_t heads_per_warp = 1;
-    while (heads_per_warp < warps_per_token && p.tokens * ceil_div(p.heads, kWarps * heads_per_warp) > kQCtas)
-        heads_per_warp *= 2;
-    heads_per_warp = heads_per_warp < warps_per_token ? heads_per_warp : warps_per_token;
-    const unsigned q_ctas = unsigned(p.tokens * ceil_div(p.heads, kWarps * heads_per_warp));
+    const unsigned q_ctas = unsigned(p.tokens * ceil_div(p.heads, int64_t(kWarps)));
     const unsigned kv_ctas = unsigned(ceil_div(p.tokens, int64_t(kWarps)));
     const size_t smem = size_t(p.rope_dim + kWarps * p.head_dim) * sizeof(float);  // <= 33 KiB
     const int64_t per = ceil_div(p.head_dim, int64_t(32));  // q elements per lane
-    auto launch = [&](auto kernel) {
-        kernel<<<q_ctas + kv_ctas, kThreads, smem, stream>>>(p, q_ctas, int(heads_per_warp));
-    };
+    auto launch = [&](auto kernel) { kernel<<<q_ctas + kv_ctas, kThreads, smem, stream>>>(p, q_ctas); };
     if (per <= 4)
         launch(attention_inputs_kernel<4>);
     else if (per <= 8)

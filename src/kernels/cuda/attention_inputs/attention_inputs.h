@@ -30,9 +30,15 @@ struct AttentionInputsParams {
 };
 void attention_inputs(const AttentionInputsParams& p, cudaStream_t stream);
 
-// kFused: one kernel (warps per q head and per kv row). Shapes it takes: head_dim <= 1024, even head and rope
-// dims, rope_dim <= 256, a nope part of whole 64-value scale blocks (every V4 and fixture shape). kSeparate: the
-// four launches it replaces, for any other shape (the same bits either way).
+// kFused: one kernel (warps per q head and per kv row), for pieces of up to kMaxFusedHeads q heads (decode batches
+// of V4 up to 256 sequences) and shapes with head_dim <= 1024, even head and rope dims, rope_dim <= 256 and a nope
+// part of whole 64-value scale blocks (every V4 and fixture shape). kSeparate: the four launches it replaces, for
+// longer pieces and any other shape (the same bits either way). Why the bound (dsv4_bench_decode_kernels inputs,
+// one H100): the fused kernel takes 7.4 us for 1 token where the launches take 14.0 (11.6 against 20.0 at 64), and
+// at 256 tokens they are even (39.4 against 37.6 us, 41.5 with the ring): each CTA of 8 heads builds its token's
+// cos/sin table (a double sincos per pair, which the RoPE kernel shares over 32 heads) and waits for it. Giving
+// warps several heads to share the table in long pieces was slower still (186 against 124 us at 1,024 tokens).
+inline constexpr int64_t kMaxFusedHeads = 256 * 64;
 enum class AttentionInputsPath { kFused, kSeparate };
 AttentionInputsPath attention_inputs_path(const AttentionInputsParams& p);
 
