@@ -36,8 +36,8 @@ namespace dsv4 {
 //   routed_experts  w1, w3, SwiGLU, w2 over the selected experts (this GPU's, under expert parallelism)
 //   expert_exchange the routed slots summed over the ranks (expert parallelism only)
 //   shared_expert   the wait for the shared expert (s1, s3, SwiGLU, s2): what it adds after the routed experts
-//   moe_combine     routed + shared sum
-//   ffn_hc_post     mHC post-mix of the MoE output
+//   moe_combine     routed + shared sum (only with an observer attached; otherwise ffn_hc_post's kernel computes it)
+//   ffn_hc_post     the routed + shared sum and the mHC post-mix of it, in one kernel
 //   head            mHC head mix, final norm, lm_head
 //   logits_gather   every rank's logits gathered (data-parallel attention only)
 //   logits_copy     the logits to the host

@@ -41,7 +41,6 @@ Marks expected_stages(const ModelConfig& c, bool decode) {
                            {"router", l},
                            {"routed_experts", l},
                            {"shared_expert", l},
-                           {"moe_combine", l},
                            {"ffn_hc_post", l}});
     }
     m.insert(m.end(), {{"head", -1}, {"logits_copy", -1}});

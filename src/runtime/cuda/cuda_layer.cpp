@@ -263,10 +263,15 @@ void CudaModel::Impl::block(int64_t layer) {
         if (side_sinkhorn) pending_sinkhorn = mix;
         cuda::rms_norm({ws.x, norm, ws.x, T, D, D, D, float(c.rms_norm_eps), ws.x_fp8.q, ws.x_fp8.scales}, s);
     };
-    auto hc_post = [&]() {
+    auto hc_post = [&]() {  // of ws.y, or of the MoE's pending sum of routed and shared outputs
         sinkhorn_on_side();  // where the sub-layer did not launch it
         if (side_sinkhorn) join_side();
-        cuda::hc_post({ws.y, ws.streams, ws.mix, ws.streams_next, T, n_hc, D}, s);
+        const cuda::HcPostParams post{ws.y, ws.streams, ws.mix, ws.streams_next, T, n_hc, D};
+        if (pending_combine)
+            cuda::hc_post_of_moe(post, *pending_combine, s);
+        else
+            cuda::hc_post(post, s);
+        pending_combine.reset();
         std::swap(ws.streams, ws.streams_next);
     };
 
@@ -794,8 +799,8 @@ void CudaModel::Impl::moe(int64_t layer) {
     stages.mark("shared_expert", layer);
     join_side();
 
-    // Sum in f32 (routed in ascending expert order, then the shared expert), bf16: this rank's rows.
-    stages.mark("moe_combine", layer);
+    // Sum in f32 (routed in ascending expert order, then the shared expert), bf16: this rank's rows. Computed by the
+    // kernel of the hc_post that reads it, unless an observer reads it here.
     cuda::MoeCombineParams cp;
     cp.routed = ws.routed_out;
     cp.experts = ws.experts + piece.moe_first * k;
@@ -805,7 +810,12 @@ void CudaModel::Impl::moe(int64_t layer) {
     cp.tokens = T;
     cp.dim = D;
     cp.k = int32_t(k);
-    cuda::moe_combine(cp, s);
+    if (observer) {
+        stages.mark("moe_combine", layer);
+        cuda::moe_combine(cp, s);
+        return;
+    }
+    pending_combine = cp;
 }
 
 }  // namespace dsv4

@@ -290,7 +290,10 @@ struct CudaModel::Impl {
     int64_t entry_row(int64_t layer, int slot, int64_t e, bool index) const;
     void block(int64_t layer);
     void attention(int64_t layer);
+    // moe_forward up to the routed + shared sum: that sum (moe_combine) is left in pending_combine for the MoE's
+    // hc_post to compute in its own kernel (hc_post_of_moe), or, with an observer (which reads ws.y), run into ws.y.
     void moe(int64_t layer);
+    std::optional<cuda::MoeCombineParams> pending_combine;
     // attention_forward's first step: qr = q_norm(wq_a x) into ws.qr and kv = kv_norm(wkv x) into ws.kv, the two
     // projections in one GEMM where their weights stack.
     void query_and_kv_latents(const cuda::DeviceAttention& a);

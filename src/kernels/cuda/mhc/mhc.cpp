@@ -33,13 +33,39 @@ void hc_head(const HcMixParams& p, cudaStream_t stream) {
     if (p.tokens) detail::launch_hc_mix(p, true, stream);
 }
 
+namespace {
+void check_post(const char* op, const HcPostParams& p) {
+    DSV4_CHECK(p.streams && p.mix && p.out, "{}: null pointer", op);
+    DSV4_CHECK(p.n_hc >= 1 && p.n_hc <= kMaxHcMult, "{}: n_hc {} outside [1, {}]", op, p.n_hc, kMaxHcMult);
+    DSV4_CHECK(p.tokens >= 0 && p.dim > 0, "{}: bad shape tokens {} dim {}", op, p.tokens, p.dim);
+    DSV4_CHECK(static_cast<const void*>(p.out) != static_cast<const void*>(p.streams), "{}: out may not alias streams",
+               op);
+}
+}  // namespace
+
 void hc_post(const HcPostParams& p, cudaStream_t stream) {
-    DSV4_CHECK(p.f && p.streams && p.mix && p.out, "hc_post: null pointer");
-    DSV4_CHECK(p.n_hc >= 1 && p.n_hc <= kMaxHcMult, "hc_post: n_hc {} outside [1, {}]", p.n_hc, kMaxHcMult);
-    DSV4_CHECK(p.tokens >= 0 && p.dim > 0, "hc_post: bad shape tokens {} dim {}", p.tokens, p.dim);
-    DSV4_CHECK(static_cast<const void*>(p.out) != static_cast<const void*>(p.streams),
-               "hc_post: out may not alias streams");
+    check_post("hc_post", p);
+    DSV4_CHECK(p.f, "hc_post: null f");
     if (p.tokens) detail::launch_hc_post(p, stream);
+}
+
+void hc_post_of_moe(const HcPostParams& p, const MoeCombineParams& combine, cudaStream_t stream) {
+    check_post("hc_post_of_moe", p);
+    DSV4_CHECK(combine.tokens == p.tokens && combine.dim == p.dim,
+               "hc_post_of_moe: the combine's shape [{}, {}] is not the post's [{}, {}]", combine.tokens, combine.dim,
+               p.tokens, p.dim);
+    if (!detail::hc_specialised(p.n_hc)) {
+        moe_combine(combine, stream);  // checks the combine's contract
+        HcPostParams post = p;
+        post.f = combine.out;
+        hc_post(post, stream);
+        return;
+    }
+    DSV4_CHECK(combine.routed && combine.experts && combine.assignment_slot && combine.shared && combine.out,
+               "hc_post_of_moe: null combine pointer");
+    DSV4_CHECK(combine.k > 0 && combine.k <= kMaxCombineK, "hc_post_of_moe: k {} outside [1, {}]", combine.k,
+               kMaxCombineK);
+    if (p.tokens) detail::launch_hc_post_of_moe(p, combine, stream);
 }
 
 }  // namespace dsv4::cuda

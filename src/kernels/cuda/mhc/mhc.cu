@@ -19,13 +19,14 @@
 // holds whole tokens' comb matrices, one lane per element, each lane doing the CPU's operations on its element in the
 // CPU's order (sinkhorn_lanes). Once in the mix kernels (thread 0 looping over the matrix, or rank 0's warp 0), its
 // 20 serial iterations were on the path to x; now they can run beside the sub-layer (hc_pre's defer_sinkhorn).
-// hc_post: elementwise over (token, d).
+// hc_post: elementwise over (token, d); hc_post_of_moe computes its f there too, with moe_combine's code.
 #include <cooperative_groups.h>
 
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/numeric.cuh"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/mhc/mhc.h"
+#include "kernels/cuda/moe_expert/moe_combine.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -420,18 +421,28 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads) h
     }
 }
 
-template <int kN>
-__global__ void __launch_bounds__(kPostThreads) hc_post_kernel(HcPostParams p) {
+// kCombine: f is moe_combine's output for (t, d), computed here (moe_combine.cuh) instead of read from p.f.
+template <int kN, bool kCombine>
+__global__ void __launch_bounds__(kPostThreads) hc_post_kernel(HcPostParams p, MoeCombineParams m) {
     constexpr int kMix = (2 + kN) * kN;
     const int64_t t = blockIdx.y;
     const int64_t d = int64_t(blockIdx.x) * kPostThreads + threadIdx.x;
+    __shared__ MoeCombineOrder order;
+    if constexpr (kCombine) moe_combine_order(m, t, order);  // every thread, before any leaves
     if (d >= p.dim) return;
     const float* mix = p.mix + t * kMix;
     const __nv_bfloat16* x = p.streams + t * kN * p.dim;
     float xj[kN];
 #pragma unroll
     for (int j = 0; j < kN; ++j) xj[j] = bf16_to_f32(x[j * p.dim + d]);
-    const float f = bf16_to_f32(p.f[t * p.dim + d]);
+    float f;
+    if constexpr (kCombine) {
+        const __nv_bfloat16 combined = moe_combine_value(m, order, t, d);
+        m.out[t * p.dim + d] = combined;
+        f = bf16_to_f32(combined);
+    } else {
+        f = bf16_to_f32(p.f[t * p.dim + d]);
+    }
 #pragma unroll
     for (int k = 0; k < kN; ++k) {
         float residual = 0.0f;  // sum over the first index of C: C[j][k] X_j
@@ -510,8 +521,15 @@ void launch_hc_sinkhorn(const HcMixParams& p, cudaStream_t stream) {
 void launch_hc_post(const HcPostParams& p, cudaStream_t stream, bool generic) {
     if (generic || !hc_specialised(p.n_hc)) return launch_hc_post_generic(p, stream);
     const dim3 grid(unsigned((p.dim + kPostThreads - 1) / kPostThreads), unsigned(p.tokens));
-    if (p.n_hc == 2) hc_post_kernel<2><<<grid, kPostThreads, 0, stream>>>(p);
-    if (p.n_hc == 4) hc_post_kernel<4><<<grid, kPostThreads, 0, stream>>>(p);
+    if (p.n_hc == 2) hc_post_kernel<2, false><<<grid, kPostThreads, 0, stream>>>(p, {});
+    if (p.n_hc == 4) hc_post_kernel<4, false><<<grid, kPostThreads, 0, stream>>>(p, {});
+    DSV4_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_hc_post_of_moe(const HcPostParams& p, const MoeCombineParams& combine, cudaStream_t stream) {
+    const dim3 grid(unsigned((p.dim + kPostThreads - 1) / kPostThreads), unsigned(p.tokens));
+    if (p.n_hc == 2) hc_post_kernel<2, true><<<grid, kPostThreads, 0, stream>>>(p, combine);
+    if (p.n_hc == 4) hc_post_kernel<4, true><<<grid, kPostThreads, 0, stream>>>(p, combine);
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/moe_expert/moe_expert.h"
+
 namespace dsv4::cuda {
 
 // Threads per token of hc_pre / hc_head. Each thread accumulates ceil(n_hc * dim / kHcThreads) products before a
@@ -62,6 +64,13 @@ struct HcPostParams {
 };
 void hc_post(const HcPostParams& p, cudaStream_t stream);
 
+// hc_post of the MoE's output: f is moe_combine(combine)'s, computed in the same kernel with moe_combine's code
+// (moe_combine.cuh) instead of read from p.f (unused), so the same bits as moe_combine then hc_post, in one launch and
+// without reading f back. f is still stored in combine.out (a [tokens, dim] buffer: 8 KB a token), so it stays
+// what moe_combine leaves there. n_hc other than 2 and 4 (no V4 shape): those two launches. Tested in
+// tests/gpu/mhc_test.cpp.
+void hc_post_of_moe(const HcPostParams& p, const MoeCombineParams& combine, cudaStream_t stream);
+
 // The kernel launches behind the checked launchers (mhc.cu); they assume a valid contract.
 namespace detail {
 // kAuto: the specialised kernels for n_hc 2 and 4 (the path hc_mix_auto_path picks), kGeneric otherwise. Tests
@@ -86,6 +95,7 @@ constexpr bool hc_specialised(int64_t n_hc) {
 void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPath path = HcMixPath::kAuto);
 void launch_hc_sinkhorn(const HcMixParams& p, cudaStream_t stream);
 void launch_hc_post(const HcPostParams& p, cudaStream_t stream, bool generic = false);
+void launch_hc_post_of_moe(const HcPostParams& p, const MoeCombineParams& combine, cudaStream_t stream);  // n_hc 2, 4
 void launch_hc_mix_generic(const HcMixParams& p, bool head, cudaStream_t stream);  // mhc_generic.cu
 void launch_hc_sinkhorn_generic(const HcMixParams& p, cudaStream_t stream);
 void launch_hc_post_generic(const HcPostParams& p, cudaStream_t stream);

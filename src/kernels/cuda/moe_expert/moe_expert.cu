@@ -1,6 +1,7 @@
 // MoE glue kernels (see moe_expert.h). Arithmetic repeats src/model/moe.cpp in f32 in the same order.
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/numeric.cuh"
+#include "kernels/cuda/moe_expert/moe_combine.cuh"
 #include "kernels/cuda/moe_expert/moe_expert.h"
 #include "kernels/cuda/quant/fp8_act_codec.cuh"
 #include "kernels/cuda/quant/quant.h"
@@ -10,7 +11,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxK = 16;
 
 // One CTA row-strip per slot row; threads over the intermediate dim in chunks of kThreads * kHeld, kHeld elements per
 // thread loaded before any is used (the stores could alias the loads, so the compiler would not hoist them): one
@@ -54,52 +54,15 @@ __global__ void __launch_bounds__(kThreads) swiglu_kernel(const SwigluParams p) 
 }
 
 // grid (ceil(dim / kThreads), min(tokens, 65535)): one output column per thread, so a decode token's 4096 columns
-// spread over 16 blocks; blocks stride the tokens. Every block orders its token's assignments itself (k <= 16). The
-// token's experts and slots are loaded by k threads at once, and a thread's routed values all before the first add
-// (the adds in the same order as a loop over them): no chain of dependent global loads.
+// spread over 16 blocks; blocks stride the tokens. Every block orders its token's assignments itself
+// (moe_combine_order: no chain of dependent global loads) and each thread sums its column (moe_combine_value).
 __global__ void moe_combine_kernel(const MoeCombineParams p) {
-    __shared__ int expert_s[kMaxK], assigned_s[kMaxK];
-    __shared__ int64_t slot_s[kMaxK];
-    __shared__ int count;
+    __shared__ MoeCombineOrder order;
     const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     for (int64_t t = blockIdx.y; t < p.tokens; t += gridDim.y) {
-        if (threadIdx.x < p.k) {
-            expert_s[threadIdx.x] = p.experts[t * p.k + threadIdx.x];
-            assigned_s[threadIdx.x] = p.assignment_slot[t * p.k + threadIdx.x];
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            // The token's valid assignments in ascending expert order (ties: selection order), as moe_forward's
-            // loop over experts accumulates them.
-            int order[kMaxK];
-            int n = 0;
-            for (int j = 0; j < p.k; ++j) {
-                const int e = expert_s[j];
-                if (e < 0 || assigned_s[j] < 0) continue;
-                int pos = n++;
-                while (pos > 0 && expert_s[order[pos - 1]] > e) {
-                    order[pos] = order[pos - 1];
-                    --pos;
-                }
-                order[pos] = j;
-            }
-            for (int i = 0; i < n; ++i) slot_s[i] = assigned_s[order[i]];
-            count = n;
-        }
-        __syncthreads();
-        if (c < p.dim) {
-            const int n = count;
-            float routed[kMaxK];
-#pragma unroll
-            for (int i = 0; i < kMaxK; ++i) routed[i] = i < n ? bf16_to_f32(p.routed[slot_s[i] * p.dim + c]) : 0.0f;
-            const float shared = bf16_to_f32(p.shared[t * p.dim + c]);
-            float acc = 0.0f;
-#pragma unroll
-            for (int i = 0; i < kMaxK; ++i)
-                if (i < n) acc += routed[i];
-            p.out[t * p.dim + c] = f32_to_bf16(acc + shared);
-        }
-        __syncthreads();  // the shared arrays are rewritten for the next token
+        moe_combine_order(p, t, order);
+        if (c < p.dim) p.out[t * p.dim + c] = moe_combine_value(p, order, t, c);
+        __syncthreads();  // the order is rewritten for the next token
     }
 }
 

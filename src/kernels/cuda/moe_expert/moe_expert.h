@@ -47,8 +47,9 @@ struct MoeCombineParams {
     const __nv_bfloat16* shared = nullptr;     // [tokens, dim] bf16 shared expert output
     __nv_bfloat16* out = nullptr;              // [tokens, dim] bf16
     int64_t tokens = 0, dim = 0;
-    int32_t k = 0;  // at most 16
+    int32_t k = 0;  // at most kMaxCombineK
 };
+inline constexpr int kMaxCombineK = 16;
 void moe_combine(const MoeCombineParams& p, cudaStream_t stream);
 
 struct DenseExpertGemmParams {
