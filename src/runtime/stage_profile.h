@@ -42,10 +42,10 @@ namespace dsv4 {
 //   logits_gather   every rank's logits gathered (data-parallel attention only)
 //   logits_copy     the logits to the host
 inline constexpr std::array<std::string_view, 21> kStages = {
-    "upload",         "embed",         "attn_hc_pre",     "q_proj",        "indexer",     "compressor",
-    "sparse_attn",    "o_proj",        "ring_update",     "attn_hc_post",  "ffn_hc_pre",  "expert_gather",
-    "router",         "routed_experts", "expert_exchange", "shared_expert", "moe_combine", "ffn_hc_post",
-    "head",           "logits_gather", "logits_copy"};
+    "upload",      "embed",          "attn_hc_pre",     "q_proj",        "indexer",     "compressor",
+    "sparse_attn", "o_proj",         "ring_update",     "attn_hc_post",  "ffn_hc_pre",  "expert_gather",
+    "router",      "routed_experts", "expert_exchange", "shared_expert", "moe_combine", "ffn_hc_post",
+    "head",        "logits_gather",  "logits_copy"};
 
 // One interval of a recorded piece: from the event opening `stage` to the next event.
 struct StageTime {

@@ -55,9 +55,9 @@ TEST(GpuAttentionInputs, EqualsNormRopeAndPackLaunchesBitwise) {
         for (int64_t tokens : {1, 7, 33, 1100})
             for (bool ring : {false, true}) {
                 if (tokens == 1100 && c.heads != 64) continue;  // V4 at 1,100 tokens: the separate launches
-                const std::string what = "heads " + std::to_string(c.heads) + " head_dim " + std::to_string(c.head_dim) +
-                                         " rope " + std::to_string(c.rope_dim) + " tokens " + std::to_string(tokens) +
-                                         (ring ? " ring" : "");
+                const std::string what = "heads " + std::to_string(c.heads) + " head_dim " +
+                                         std::to_string(c.head_dim) + " rope " + std::to_string(c.rope_dim) +
+                                         " tokens " + std::to_string(tokens) + (ring ? " ring" : "");
                 const cpu::RopeTable table = cpu::make_rope_table(c.rope_dim, yarn);
                 const int64_t entry = cuda::kv_entry_layout(c.head_dim, c.rope_dim).bytes;
                 const int64_t ring_entries = 2 * tokens + 3;
@@ -110,10 +110,10 @@ TEST(GpuAttentionInputs, EqualsNormRopeAndPackLaunchesBitwise) {
                 Outputs want = fresh();
                 const cuda::AttentionInputsParams w = params(want);
                 cuda::head_rms_norm({w.q, tokens, c.heads, c.head_dim, c.heads * c.head_dim, eps}, nullptr);
-                const cuda::ApplyRopeParams ropes[] = {{w.q, w.inv_freq, w.positions, tokens, c.heads, c.head_dim,
-                                                        c.rope_dim, c.heads * c.head_dim, false},
-                                                       {w.kv, w.inv_freq, w.positions, tokens, 1, c.head_dim,
-                                                        c.rope_dim, c.head_dim, false}};
+                const cuda::ApplyRopeParams ropes[] = {
+                    {w.q, w.inv_freq, w.positions, tokens, c.heads, c.head_dim, c.rope_dim, c.heads * c.head_dim,
+                     false},
+                    {w.kv, w.inv_freq, w.positions, tokens, 1, c.head_dim, c.rope_dim, c.head_dim, false}};
                 cuda::apply_ropes(ropes, nullptr);
                 cuda::pack_kv_entries({w.kv, w.entries, nullptr, tokens, c.head_dim, c.rope_dim, c.head_dim}, nullptr);
                 if (ring)

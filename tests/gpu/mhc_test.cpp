@@ -223,9 +223,9 @@ TEST(GpuMhc, SplitTiledAndRowGroupPathsMatchPerTokenBitwise) {
                     const char* name = path == HcMixPath::kSplit   ? "split"
                                        : path == HcMixPath::kTiled ? "tiled"
                                                                    : "row groups";
-                    const std::string what = std::string(head ? "hc_head " : "hc_pre ") + name + " vs per-token tokens " +
-                                             std::to_string(tokens) + " n_hc " + std::to_string(n) + " dim " +
-                                             std::to_string(dim);
+                    const std::string what = std::string(head ? "hc_head " : "hc_pre ") + name +
+                                             " vs per-token tokens " + std::to_string(tokens) + " n_hc " +
+                                             std::to_string(n) + " dim " + std::to_string(dim);
                     expect_bitwise_f32(what + " logits", other.logits, per_token.logits);
                     expect_bitwise_f32(what + " mix", other.mix, per_token.mix);
                     expect_bitwise_f32(what + " x_out", other.x_out, per_token.x_out);
@@ -342,7 +342,8 @@ TEST(GpuMhc, HcPostOfMoeEqualsCombineThenPostBitwise) {
         int64_t tokens, n, dim;
         int32_t k;
     };
-    for (Case c : {Case{1, 4, 4096, 6}, Case{7, 4, 1003, 6}, Case{33, 2, 320, 2}, Case{3, 4, 64, 16}, Case{5, 3, 96, 6}}) {
+    for (Case c :
+         {Case{1, 4, 4096, 6}, Case{7, 4, 1003, 6}, Case{33, 2, 320, 2}, Case{3, 4, 64, 16}, Case{5, 3, 96, 6}}) {
         const int64_t experts = 64, mix_size = cuda::hc_pre_mix_size(c.n);
         std::vector<int32_t> chosen(static_cast<size_t>(c.tokens * c.k)), slot(static_cast<size_t>(c.tokens * c.k));
         int32_t slots = 0;

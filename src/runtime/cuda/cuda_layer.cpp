@@ -263,7 +263,7 @@ void CudaModel::Impl::block(int64_t layer) {
         if (side_sinkhorn) pending_sinkhorn = mix;
         cuda::rms_norm({ws.x, norm, ws.x, T, D, D, D, float(c.rms_norm_eps), ws.x_fp8.q, ws.x_fp8.scales}, s);
     };
-    auto hc_post = [&]() {  // of ws.y, or of the MoE's pending sum of routed and shared outputs
+    auto hc_post = [&]() {   // of ws.y, or of the MoE's pending sum of routed and shared outputs
         sinkhorn_on_side();  // where the sub-layer did not launch it
         if (side_sinkhorn) join_side();
         const cuda::HcPostParams post{ws.y, ws.streams, ws.mix, ws.streams_next, T, n_hc, D};
@@ -556,7 +556,8 @@ void CudaModel::Impl::attention(int64_t layer) {
                  side.stream);
         if (observer && closed > 0) {  // the entries this piece closed, unpacked (closed <= T rows of kv_view)
             std::vector<int32_t> rows(static_cast<size_t>(closed));
-            for (int64_t e = 0; e < closed; ++e) rows[size_t(e)] = int32_t(entry_row(layer, slot, start / ratio + e, false));
+            for (int64_t e = 0; e < closed; ++e)
+                rows[size_t(e)] = int32_t(entry_row(layer, slot, start / ratio + e, false));
             DSV4_CUDA_CHECK(cudaMemcpyAsync(ws.attn_indices, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice, s));
             cuda::unpack_kv_entries({entries, ws.attn_indices, ws.kv_view, closed, d, r, d}, s);
             observe_bf16("attn.compressed", layer, ws.kv_view, closed, d);  // synchronizes: `rows` outlives the copy

@@ -11,9 +11,9 @@ namespace dsv4::cuda {
 
 AttentionInputsPath attention_inputs_path(const AttentionInputsParams& p) {
     const int64_t nope = p.head_dim - p.rope_dim;
-    const bool fused = p.tokens * p.heads <= kMaxFusedHeads && p.head_dim <= kStagedHeadDim && p.head_dim % 2 == 0 && p.rope_dim % 2 == 0 &&
-                       p.rope_dim <= 256 && nope % kKvQuantBlock == 0 && reinterpret_cast<uintptr_t>(p.q) % 4 == 0 &&
-                       reinterpret_cast<uintptr_t>(p.kv) % 4 == 0;
+    const bool fused = p.tokens * p.heads <= kMaxFusedHeads && p.head_dim <= kStagedHeadDim && p.head_dim % 2 == 0 &&
+                       p.rope_dim % 2 == 0 && p.rope_dim <= 256 && nope % kKvQuantBlock == 0 &&
+                       reinterpret_cast<uintptr_t>(p.q) % 4 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 4 == 0;
     return fused ? AttentionInputsPath::kFused : AttentionInputsPath::kSeparate;
 }
 

@@ -1,9 +1,9 @@
 // The fused attention-inputs kernel: see attention_inputs.h. One CTA of 8 warps per 8 q heads of a token or 8 kv
 // rows. A q warp holds its head as head_rms_norm's warp does (lane l: elements l + 32 j), normalizes it and rotates
-// the trailing pairs in registers: a pair's two elements sit
-// in lanes 2a and 2a + 1 of the same j (the rope slice starts at an even element), so each lane takes its partner's
-// value by one shuffle. A kv warp holds its row as pairs (lane l: elements 64 c + 2 l, + 1), so a lane rotates a
-// whole RoPE pair and, in a nope chunk, owns two values of the 64-value scale block, whose amax is a warp max.
+// the trailing pairs in registers: a pair's two elements sit in lanes 2a and 2a + 1 of the same j (the rope slice
+// starts at an even element), so each lane takes its partner's value by one shuffle. A kv warp holds its row as
+// pairs (lane l: elements 64 c + 2 l, + 1), so a lane rotates a whole RoPE pair and, in a nope chunk, owns two
+// values of the 64-value scale block, whose amax is a warp max.
 #include "kernels/cuda/attention_inputs/attention_inputs.h"
 
 #include "kernels/cuda/common/cuda_check.h"
@@ -150,7 +150,7 @@ void launch_attention_inputs(const AttentionInputsParams& p, cudaStream_t stream
     const unsigned q_ctas = unsigned(p.tokens * ceil_div(p.heads, int64_t(kWarps)));
     const unsigned kv_ctas = unsigned(ceil_div(p.tokens, int64_t(kWarps)));
     const size_t smem = size_t(p.rope_dim + kWarps * p.head_dim) * sizeof(float);  // <= 33 KiB
-    const int64_t per = ceil_div(p.head_dim, int64_t(32));  // q elements per lane
+    const int64_t per = ceil_div(p.head_dim, int64_t(32));                         // q elements per lane
     auto launch = [&](auto kernel) { kernel<<<q_ctas + kv_ctas, kThreads, smem, stream>>>(p, q_ctas); };
     if (per <= 4)
         launch(attention_inputs_kernel<4>);

@@ -18,8 +18,8 @@
 namespace dsv4::cuda {
 
 struct AttentionInputsParams {
-    __nv_bfloat16* q = nullptr;   // [tokens, heads, head_dim], in place
-    __nv_bfloat16* kv = nullptr;  // [tokens, head_dim], in place (RoPE)
+    __nv_bfloat16* q = nullptr;          // [tokens, heads, head_dim], in place
+    __nv_bfloat16* kv = nullptr;         // [tokens, head_dim], in place (RoPE)
     const float* inv_freq = nullptr;     // [rope_dim / 2] (cpu::make_rope_table(...).inv_freq)
     const int32_t* positions = nullptr;  // [tokens] absolute positions
     uint8_t* entries = nullptr;          // [tokens, entry bytes]: row t -> entry t

@@ -36,13 +36,13 @@ namespace cg = cooperative_groups;
 constexpr unsigned kFull = 0xFFFFFFFFu;
 constexpr int kWarps = kHcThreads / 32;
 constexpr int kPostThreads = 256;
-constexpr int kHcCluster = 8;      // CTAs per token on the split path (the portable cluster size)
+constexpr int kHcCluster = 8;  // CTAs per token on the split path (the portable cluster size)
 // hc_pre of at most kWideTokens tokens (batch-1 decode, small batches): a non-portable cluster of kHcWideCluster
 // CTAs, two of the 25 values per CTA instead of four, so twice the SMs pull the mixer and each issues fewer loads.
 // Larger batches keep 8: a cluster of 16 takes most of a GPC, so few of them run at once.
 constexpr int kHcWideCluster = 16;
 constexpr int64_t kWideTokens = 8;
-constexpr int kMixTile = 4;    // tokens per CTA on the tiled path (its accumulators: 4 x 25 registers at n_hc 4)
+constexpr int kMixTile = 4;  // tokens per CTA on the tiled path (its accumulators: 4 x 25 registers at n_hc 4)
 // Strided columns a thread loads before their fmafs: the split kernel is bound by loads in flight per SM (H200,
 // hc_pre at one token: 8 -> 14.2 us, 8 round trips for 64 columns); 16 halves the round trips at 116 registers (two
 // CTAs per SM for batched decode).

@@ -18,8 +18,8 @@ void swiglu(const SwigluParams& p, cudaStream_t stream) {
 }
 
 void moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
-    DSV4_CHECK(p.tokens >= 0 && p.dim > 0 && p.k > 0 && p.k <= kMaxCombineK, "moe_combine: tokens {} dim {} k {}", p.tokens,
-               p.dim, p.k);
+    DSV4_CHECK(p.tokens >= 0 && p.dim > 0 && p.k > 0 && p.k <= kMaxCombineK, "moe_combine: tokens {} dim {} k {}",
+               p.tokens, p.dim, p.k);
     if (p.tokens == 0) return;
     DSV4_CHECK(p.routed && p.experts && p.assignment_slot && p.shared && p.out, "moe_combine: null pointer");
     detail::launch_moe_combine(p, stream);

@@ -53,8 +53,8 @@ inline constexpr int kMaxCombineK = 16;
 void moe_combine(const MoeCombineParams& p, cudaStream_t stream);
 
 struct DenseExpertGemmParams {
-    const __nv_bfloat16* x = nullptr;         // [rows, k] bf16
-    const int32_t* row_index = nullptr;       // [slots] row of x per slot; null: slot p reads row p
+    const __nv_bfloat16* x = nullptr;    // [rows, k] bf16
+    const int32_t* row_index = nullptr;  // [slots] row of x per slot; null: slot p reads row p
     // [experts + 1] device, non-decreasing; offsets[0] may be > 0 (the first expert a rank holds): slots before it are
     // another rank's and are left alone.
     const int32_t* expert_offsets = nullptr;

@@ -16,8 +16,8 @@ namespace dsv4::cuda {
 // lanes must call it; it ends with the warp synchronized (what a lane wrote to shared memory before the call is
 // visible to the others after it).
 template <int kPer>
-__device__ __forceinline__ float head_rms_norm_factor(const float (&held)[kPer], float* sq, int64_t head_dim,
-                                                      float eps, int lane) {
+__device__ __forceinline__ float head_rms_norm_factor(const float (&held)[kPer], float* sq, int64_t head_dim, float eps,
+                                                      int lane) {
 #pragma unroll
     for (int j = 0; j < kPer; ++j)
         if (lane + 32 * j < head_dim) sq[lane + 32 * j] = round_bf16(__fmul_rn(held[j], held[j]));
