@@ -294,9 +294,12 @@ int main() {
         fill_f32<<<64, 256>>>(w_scale.get(), w_scale.size(), 1.0f / 256);
         DeviceBuffer<__nv_bfloat16> x(size_t(max_m * groups * in)), y(size_t(max_m * groups * out));
         fill_bf16<<<256, 256>>>(x.get(), x.size());
-        // (m, forced tile): 0 = grouped_linear's choice; at 4096 rows also the 64 x 128 warp-MMA tile against it.
-        for (const auto& [m, forced] :
-             {std::pair<int, int>{1, 0}, {4, 0}, {16, 0}, {64, 0}, {256, 0}, {4096, 0}, {4096, 64}}) {
+        // (m, forced tile): {0, 0} = grouped_linear's choice; at 1 and 16 rows also each 16-row decode tile, at 4096
+        // rows the 64 x 128 warp-MMA tile against it.
+        using T = bf16_act_mma::Tiles;
+        for (const auto& [m, forced] : {std::pair<int, T>{1, {0, 0}}, {1, {16, 8}}, {1, {16, 16}}, {1, {16, 32}},
+                                        {4, {0, 0}}, {16, {0, 0}}, {16, {16, 8}}, {16, {16, 32}}, {64, {0, 0}},
+                                        {256, {0, 0}}, {4096, {0, 0}}, {4096, {64, 128}}}) {
             GroupedLinearParams p;
             p.x = x.get();
             p.w_scale = w_scale.get();
@@ -305,11 +308,12 @@ int main() {
             p.groups = groups;
             p.in = in;
             p.out = out;
-            const bf16_act_mma::Tiles tiles = forced ? bf16_act_mma::Tiles{64, 128}
-                                                     : grouped_linear_tiles(m, groups, in, out, multiprocessor_count());
+            const bool is_forced = forced.block_m != 0;
+            const bf16_act_mma::Tiles tiles =
+                is_forced ? forced : grouped_linear_tiles(m, groups, in, out, multiprocessor_count());
             const float ms = time_ms(m >= 1024 ? 20 : 100, [&](int i) {
                 p.w = w.get() + size_t(i % copies) * w_bytes;
-                if (forced)
+                if (is_forced)
                     DSV4_CUDA_CHECK(launch_grouped_linear_mma(p, tiles, nullptr));
                 else
                     grouped_linear(p, nullptr);
@@ -317,7 +321,7 @@ int main() {
             const double moved = double(w_bytes) + 2.0 * m * groups * (in + out);
             const double gbs = moved / (ms * 1e-3) / 1e9, tflops = 2.0 * m * groups * out * in / (ms * 1e-3) / 1e12;
             char tile[24];
-            std::snprintf(tile, sizeof tile, "%dx%d%s", tiles.block_m, tiles.block_n, forced ? "*" : "");
+            std::snprintf(tile, sizeof tile, "%dx%d%s", tiles.block_m, tiles.block_n, is_forced ? "*" : "");
             std::printf("%-10s %6lld %6lld %4d %-8s %9.0f %9.2f %8.0f %5.0f%% %8.1f TFLOP/s\n", "wo_a",
                         (long long)(groups * out), (long long)in, m, tile, moved, ms * 1e3, gbs, 100.0 * gbs / copy_gbs,
                         tflops);
