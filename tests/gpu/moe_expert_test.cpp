@@ -116,7 +116,7 @@ TEST(GpuMoeExpert, SwigluWithARowStrideEqualsDenseBitwise) {
 // swiglu's output feeds w2 (and the shared expert's s2) through act_quant; swiglu writes it quantized as well
 // (SwigluParams::q): codes and scales equal act_quant_fp8 of the bf16 output, bit for bit, with routing weights, for
 // inter sizes of one chunk (V4's 2048), several chunks with a partial 128-block (3000) and a small one; skipped rows
-// (outside the row bounds) are left as they were.
+// (outside the row bounds) are left as they were, and their zero_rows rows set to +0.
 TEST(GpuMoeExpert, SwigluQuantizedOutputEqualsActQuantOfItBitwise) {
     DSV4_REQUIRE_GPU();
     Rng rng;
@@ -136,6 +136,8 @@ TEST(GpuMoeExpert, SwigluQuantizedOutputEqualsActQuantOfItBitwise) {
         auto out = poisoned<uint16_t>(size_t(rows * inter));
         auto q = poisoned<uint8_t>(size_t(rows * inter));
         auto scales = poisoned<float>(size_t(rows * nb));
+        const int64_t zero_cols = 96;  // the skipped rows' zeros (expert parallelism's routed outputs)
+        auto zeros = poisoned<uint16_t>(size_t(rows * zero_cols));
         cuda::SwigluParams p;
         p.gate = reinterpret_cast<const __nv_bfloat16*>(d_gate.get());
         p.up = reinterpret_cast<const __nv_bfloat16*>(d_up.get());
@@ -149,6 +151,8 @@ TEST(GpuMoeExpert, SwigluQuantizedOutputEqualsActQuantOfItBitwise) {
         p.limit = 7.0f;
         p.q = q.get();
         p.q_scales = scales.get();
+        p.zero_rows = reinterpret_cast<__nv_bfloat16*>(zeros.get());
+        p.zero_cols = zero_cols;
         cuda::swiglu(p, nullptr);
         auto want_q = poisoned<uint8_t>(size_t(rows * inter));
         auto want_scales = poisoned<float>(size_t(rows * nb));
@@ -166,6 +170,15 @@ TEST(GpuMoeExpert, SwigluQuantizedOutputEqualsActQuantOfItBitwise) {
         EXPECT_TRUE(std::all_of(got_q.begin(), got_q.begin() + inter, [](uint8_t b) { return b == 0xFF; }) &&
                     std::all_of(got_q.end() - inter, got_q.end(), [](uint8_t b) { return b == 0xFF; }))
             << what << ": a skipped row was written";
+        // zero_rows: +0 in the skipped rows (0 and rows - 1), untouched (the poison) in the computed ones.
+        const std::vector<uint16_t> got_zeros = to_host(zeros);
+        for (int64_t r = 0; r < rows; ++r) {
+            const bool skipped = r == 0 || r == rows - 1;
+            const auto first = got_zeros.begin() + r * zero_cols;
+            EXPECT_TRUE(std::all_of(first, first + zero_cols,
+                                    [&](uint16_t v) { return v == (skipped ? uint16_t(0) : uint16_t(0xFFFF)); }))
+                << what << ": zero_rows row " << r << (skipped ? " is not +0" : " was written");
+        }
     }
 }
 

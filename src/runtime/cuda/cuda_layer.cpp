@@ -787,8 +787,11 @@ void CudaModel::Impl::moe(int64_t layer) {
     sw.limit = float(c.swiglu_limit);
     sw.q = ws.act_q;  // w2's input, quantized as the rows are written (only the held experts' rows: w2 reads no other)
     sw.q_scales = ws.act_scale;
+    if (ep.ranks > 1) {  // the other ranks' slots: +0 for the exchange's sum
+        sw.zero_rows = ws.routed_out;
+        sw.zero_cols = D;
+    }
     cuda::swiglu(sw, s);
-    if (ep.ranks > 1) DSV4_CUDA_CHECK(cudaMemsetAsync(ws.routed_out, 0, size_t(slots * D) * sizeof(bf16), s));
     experts(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out, nullptr, nullptr, {ws.act_q, ws.act_scale});
     if (ep.ranks > 1) {  // every slot from the rank that holds its expert; x + 0 is x, so the sum is exact
         stages.mark("expert_exchange", layer);

@@ -14,6 +14,7 @@ void swiglu(const SwigluParams& p, cudaStream_t stream) {
     DSV4_CHECK((p.routing_weights == nullptr) == (p.sorted_assignment == nullptr),
                "swiglu: routing weights and sorted assignments come together");
     DSV4_CHECK(!p.q == !p.q_scales, "swiglu: a quantized output needs both its codes and its scales");
+    DSV4_CHECK(!p.zero_rows || p.zero_cols > 0, "swiglu: zero_rows without a width");
     detail::launch_swiglu(p, stream);
 }
 

@@ -12,15 +12,21 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
-// One CTA row-strip per slot row; threads over the intermediate dim in chunks of kThreads * kHeld, kHeld elements per
-// thread loaded before any is used (the stores could alias the loads, so the compiler would not hoist them): one
-// round trip per chunk. With p.q, the chunk's bf16 outputs are quantized as act_quant_fp8 does: element
-// c + t + j kThreads of thread t, so for each j warps 0-3 hold one 128-block and warps 4-7 the next.
+// One CTA row-strip per slot row (a skipped row only zeroes its zero_rows row); threads over the intermediate dim in
+// chunks of kThreads * kHeld, kHeld elements per thread loaded before any is used (the stores could alias the loads, so
+// the compiler would not hoist them): one round trip per chunk. With p.q, the chunk's bf16 outputs are quantized as
+// act_quant_fp8 does: element c + t + j kThreads of thread t, so for each j warps 0-3 hold one 128-block and warps 4-7
+// the next.
 __global__ void __launch_bounds__(kThreads) swiglu_kernel(const SwigluParams p) {
     constexpr int kHeld = 8;
     static_assert(kThreads == 256, "quantize_held_row's thread layout");
     const int64_t r = blockIdx.x;
-    if ((p.row_first && r < *p.row_first) || (p.row_count && r >= *p.row_count)) return;
+    if ((p.row_first && r < *p.row_first) || (p.row_count && r >= *p.row_count)) {
+        if (p.zero_rows)
+            for (int64_t i = threadIdx.x; i < p.zero_cols; i += kThreads)
+                p.zero_rows[r * p.zero_cols + i] = __ushort_as_bfloat16(0);  // +0
+        return;
+    }
     float weight = 1.0f;
     if (p.routing_weights) weight = p.routing_weights[p.sorted_assignment[r]];
     const int64_t in = r * (p.gate_up_stride ? p.gate_up_stride : p.inter);  // the row's gate and up

@@ -37,6 +37,11 @@ struct SwigluParams {
     // are skipped are not written). Both or neither.
     uint8_t* q = nullptr;
     float* q_scales = nullptr;
+    // Optional: each skipped row r set to +0 in zero_rows [rows, zero_cols] bf16 instead. Under expert parallelism the
+    // routed outputs of the slots another rank's experts hold, which this rank's w2 does not write and the exchange
+    // adds as x + 0 = x (in place of a memset before w2: one launch fewer).
+    __nv_bfloat16* zero_rows = nullptr;
+    int64_t zero_cols = 0;
 };
 void swiglu(const SwigluParams& p, cudaStream_t stream);
 
