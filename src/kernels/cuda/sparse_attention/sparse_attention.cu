@@ -289,14 +289,53 @@ struct PvWarp {
     int mt, slice;
     __device__ PvWarp() : mt(int(threadIdx.x / 32) % kMTiles), slice(int(threadIdx.x / 32) / kMTiles) {}
 };
+// A tile's P for warp (mt, half): the probabilities of its 16 x 32 logits `l` against the rows' bases (their maxima,
+// +inf where a row has no key), added to the denominators of rows g and g + 8 and stored to s.p as bf16 for P V.
+// range_pv's and the sequential kernel's one definition.
+template <int kHeadDim, int kHeads>
+__device__ __forceinline__ void tile_probabilities(Smem<kHeadDim, kHeads>& s, const float (&l)[4][4], float base0,
+                                                   float base1, int mt, int half, float& den0, float& den1) {
+    const int lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+    for (int nt = 0; nt < 4; ++nt) {
+        const float p0 = probability(l[nt][0], base0), p1 = probability(l[nt][1], base0);
+        const float p2 = probability(l[nt][2], base1), p3 = probability(l[nt][3], base1);
+        den0 += p0 + p1;
+        den1 += p2 + p3;
+        const int col = half * 32 + nt * 8 + 2 * tig;
+        *reinterpret_cast<uint32_t*>(&s.p[(mt * 16 + g) * kPStride + col]) =
+            pack_bf16(probability_for_pv(p0), probability_for_pv(p1));
+        *reinterpret_cast<uint32_t*>(&s.p[(mt * 16 + g + 8) * kPStride + col]) =
+            pack_bf16(probability_for_pv(p2), probability_for_pv(p3));
+    }
+}
+
+// A tile's P V for the 16 heads of row tile `mt`: kCount 8-dim n-tiles of the values from column col0 on,
+// o[nt] += P V by k16 steps in ascending order. range_pv's and the sequential kernel's one definition.
+template <int kCount, int kHeadDim, int kHeads>
+__device__ __forceinline__ void tile_pv(const Smem<kHeadDim, kHeads>& s, int mt, int col0, float (&o)[kCount][4]) {
+    constexpr int kS = Smem<kHeadDim, kHeads>::kStride;
+    const int lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+#pragma unroll
+    for (int k0 = 0; k0 < kTile; k0 += 16) {
+        const __nv_bfloat16* pa = &s.p[(mt * 16 + g) * kPStride + k0 + 2 * tig];
+        const uint32_t a[4] = {ld32(pa), ld32(pa + 8 * kPStride), ld32(pa + 8), ld32(pa + 8 * kPStride + 8)};
+        const __nv_bfloat16* vrow = &s.k[(k0 + lane % 16) * kS + col0];
+#pragma unroll
+        for (int nt = 0; nt < kCount; ++nt) {
+            uint32_t b0, b1;
+            ldmatrix_x2_trans(b0, b1, vrow + nt * 8);
+            mma_16816(o[nt], a, b0, b1);
+        }
+    }
+}
+
 template <int kHeadDim, int kHeads>
 __device__ __forceinline__ void range_pv(Smem<kHeadDim, kHeads>& s, uint8_t* staged, const SparseAttentionParams& p,
                                          int token, SplitRange range, int m_tiles, bool tile_loaded,
                                          const float (&logits)[4][4], float (&o)[pv_tiles<kHeadDim, kHeads>()][4],
                                          float& den0, float& den1) {
-    constexpr int kS = Smem<kHeadDim, kHeads>::kStride;
     constexpr int kNTiles = pv_tiles<kHeadDim, kHeads>();  // 8-dim n-tiles of this warp's slice of head_dim
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+    const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
     const int mt = warp % 4, half = warp / 4;  // QK: heads 16 mt.., slot half of the tile
     const PvWarp<kHeads> pv;
     // Heads without any valid key have M = -inf: their P is 0 (the CPU reference outputs zeros).
@@ -320,34 +359,10 @@ __device__ __forceinline__ void range_pv(Smem<kHeadDim, kHeads>& s, uint8_t* sta
             } else {
                 tile_logits(s, p.scale, mt, half, l);
             }
-            for (int nt = 0; nt < 4; ++nt) {
-                const float p0 = probability(l[nt][0], base0), p1 = probability(l[nt][1], base0);
-                const float p2 = probability(l[nt][2], base1), p3 = probability(l[nt][3], base1);
-                den0 += p0 + p1;
-                den1 += p2 + p3;
-                const int col = half * 32 + nt * 8 + 2 * tig;
-                *reinterpret_cast<uint32_t*>(&s.p[(mt * 16 + g) * kPStride + col]) =
-                    pack_bf16(probability_for_pv(p0), probability_for_pv(p1));
-                *reinterpret_cast<uint32_t*>(&s.p[(mt * 16 + g + 8) * kPStride + col]) =
-                    pack_bf16(probability_for_pv(p2), probability_for_pv(p3));
-            }
+            tile_probabilities(s, l, base0, base1, mt, half, den0, den1);
         }
         __syncthreads();
-        if (pv.mt < m_tiles) {
-#pragma unroll
-            for (int k0 = 0; k0 < kTile; k0 += 16) {
-                const __nv_bfloat16* pa = &s.p[(pv.mt * 16 + g) * kPStride + k0 + 2 * tig];
-                const uint32_t a[4] = {ld32(pa), ld32(pa + 8 * kPStride), ld32(pa + 8), ld32(pa + 8 * kPStride + 8)};
-                const __nv_bfloat16* vrow =
-                    &s.k[(k0 + lane % 16) * kS + pv.slice * (kHeadDim / PvWarp<kHeads>::kSlices)];
-#pragma unroll
-                for (int nt = 0; nt < kNTiles; ++nt) {
-                    uint32_t b0, b1;
-                    ldmatrix_x2_trans(b0, b1, vrow + nt * 8);
-                    mma_16816(o[nt], a, b0, b1);
-                }
-            }
-        }
+        if (pv.mt < m_tiles) tile_pv(s, pv.mt, pv.slice * (kHeadDim / PvWarp<kHeads>::kSlices), o);
     }
 }
 
@@ -640,7 +655,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sequential_kerne
     constexpr int kNTiles = kHeadDim / 16;
     constexpr int kChunk = kNTiles < 16 ? kNTiles : 16;
     static_assert(kNTiles % kChunk == 0);
-    constexpr int kS = Smem<kHeadDim>::kStride;
     using L = SequentialSmem<kHeadDim>;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     Smem<kHeadDim>& s = *reinterpret_cast<Smem<kHeadDim>*>(smem_raw);
@@ -727,17 +741,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sequential_kerne
                 if (mt < m_tiles) {  // range_pv's P and denominators
                     float l[4][4];
                     tile_logits(s, p.scale, mt, half, l);
-                    for (int nt = 0; nt < 4; ++nt) {
-                        const float p0 = probability(l[nt][0], base0), p1 = probability(l[nt][1], base0);
-                        const float p2 = probability(l[nt][2], base1), p3 = probability(l[nt][3], base1);
-                        den0 += p0 + p1;
-                        den1 += p2 + p3;
-                        const int col = half * 32 + nt * 8 + 2 * tig;
-                        *reinterpret_cast<uint32_t*>(&s.p[(mt * 16 + g) * kPStride + col]) =
-                            pack_bf16(probability_for_pv(p0), probability_for_pv(p1));
-                        *reinterpret_cast<uint32_t*>(&s.p[(mt * 16 + g + 8) * kPStride + col]) =
-                            pack_bf16(probability_for_pv(p2), probability_for_pv(p3));
-                    }
+                    tile_probabilities(s, l, base0, base1, mt, half, den0, den1);
                 }
                 __syncthreads();
                 if (kOneTileSplits && mt < m_tiles) {  // range_pv's P V, straight into the sum by chunks
@@ -748,40 +752,15 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sequential_kerne
                         for (int nt = 0; nt < kChunk; ++nt)
 #pragma unroll
                             for (int i = 0; i < 4; ++i) oc[nt][i] = 0.0f;
-#pragma unroll
-                        for (int k0 = 0; k0 < kTile; k0 += 16) {
-                            const __nv_bfloat16* pa = &s.p[(mt * 16 + g) * kPStride + k0 + 2 * tig];
-                            const uint32_t a[4] = {ld32(pa), ld32(pa + 8 * kPStride), ld32(pa + 8),
-                                                   ld32(pa + 8 * kPStride + 8)};
-                            const __nv_bfloat16* vrow = &s.k[(k0 + lane % 16) * kS + half * (kHeadDim / 2)];
-#pragma unroll
-                            for (int nt = 0; nt < kChunk; ++nt) {
-                                uint32_t b0, b1;
-                                ldmatrix_x2_trans(b0, b1, vrow + (c0 + nt) * 8);
-                                mma_16816(oc[nt], a, b0, b1);
-                            }
-                        }
+                        tile_pv(s, mt, half * (kHeadDim / 2) + c0 * 8, oc);
 #pragma unroll
                         for (int nt = 0; nt < kChunk; ++nt)
 #pragma unroll
                             for (int i = 0; i < 4; ++i) acc[c0 + nt][i] += oc[nt][i];
                     }
                 }
-                if (!kOneTileSplits && mt < m_tiles) {  // range_pv's P V (64 heads: the P V warp is the QK warp)
-#pragma unroll
-                    for (int k0 = 0; k0 < kTile; k0 += 16) {
-                        const __nv_bfloat16* pa = &s.p[(mt * 16 + g) * kPStride + k0 + 2 * tig];
-                        const uint32_t a[4] = {ld32(pa), ld32(pa + 8 * kPStride), ld32(pa + 8),
-                                               ld32(pa + 8 * kPStride + 8)};
-                        const __nv_bfloat16* vrow = &s.k[(k0 + lane % 16) * kS + half * (kHeadDim / 2)];
-#pragma unroll
-                        for (int nt = 0; nt < kOTiles; ++nt) {
-                            uint32_t b0, b1;
-                            ldmatrix_x2_trans(b0, b1, vrow + nt * 8);
-                            mma_16816(o[nt], a, b0, b1);
-                        }
-                    }
-                }
+                // range_pv's P V (64 heads: the P V warp is the QK warp)
+                if (!kOneTileSplits && mt < m_tiles) tile_pv(s, mt, half * (kHeadDim / 2), o);
             }
         }
         // The end of a split in pass 2: its denominators, and its O and denominator into the token's sums.
