@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -60,6 +61,27 @@
 #endif
 
 namespace dsv4::cli {
+
+namespace {
+// The command's options (both builds parse them; only a CUDA build runs the bench).
+struct BenchArgs {
+    std::string preset = "flash";
+    std::vector<int64_t> layers = {2};  // one model per layer count; two or more also give the cost per added layer
+    int64_t context = 4096, steps = 64, warmup = 8, chunk = 256;
+    std::vector<int64_t> batches;  // batched decode: batch sizes to time (each sequence prefilled with batch_context)
+    int64_t batch_context = 128;
+    bool share_batch_prompt = false;  // prefill one batch prompt and copy its state to every sequence of a batch
+    bool draw = false;  // batched steps draw each sequence's next id on the GPU instead of copying its logits
+    uint64_t seed = 0;
+    int threads = 0;
+    bool stages = false;  // also the per-stage table of every measured step (CudaModel's stage profiler)
+    bool profile_range = false;  // cudaProfilerStart / Stop around the timed single-sequence steps
+    ParallelFlags parallel;  // --gpus ...: the model over several GPUs (ranks.h); rank 0 measures and prints
+    std::string backend;     // --backend: only "cuda" (accepted for scripts that pass it to every model command)
+    std::optional<parallel::RankInfo> rank;
+    int device = 0;
+};
+}  // namespace
 
 #ifdef DSV4_WITH_CUDA
 namespace {
@@ -283,23 +305,6 @@ int64_t count_nonfinite(const std::vector<float>& v) {
     return std::count_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
 }
 
-struct BenchArgs {
-    std::string preset = "flash";
-    std::vector<int64_t> layers = {2};  // one model per layer count; two or more also give the cost per added layer
-    int64_t context = 4096, steps = 64, warmup = 8, chunk = 256;
-    std::vector<int64_t> batches;  // batched decode: batch sizes to time (each sequence prefilled with batch_context)
-    int64_t batch_context = 128;
-    bool share_batch_prompt = false;  // prefill one batch prompt and copy its state to every sequence of a batch
-    bool draw = false;  // batched steps draw each sequence's next id on the GPU instead of copying its logits
-    uint64_t seed = 0;
-    int threads = 0;
-    bool stages = false;  // also the per-stage table of every measured step (CudaModel's stage profiler)
-    bool profile_range = false;  // cudaProfilerStart / Stop around the timed single-sequence steps
-    ParallelFlags parallel;  // --gpus ...: the model over several GPUs (ranks.h); rank 0 measures and prints
-    std::string backend;     // --backend: only "cuda" (accepted for scripts that pass it to every model command)
-    std::optional<parallel::RankInfo> rank;
-    int device = 0;
-};
 
 // The stage profiler as a call every rank makes (LeaderBackend::control): the decode graphs of all ranks are
 // re-captured with the event nodes, so every rank keeps running the same graphs.
@@ -707,26 +712,7 @@ void run_bench(const BenchArgs& a) {
 
 void add_bench_command(CLI::App& app) {
     auto* cmd = app.add_subcommand("bench", "Decode-step latency of a V4-Flash-shaped model with random weights (GPU)");
-#ifdef DSV4_WITH_CUDA
     auto a = std::make_shared<BenchArgs>();
-#else
-    struct BenchArgs {
-        std::string preset = "flash";
-        std::vector<int64_t> layers = {2};
-        int64_t context = 4096, steps = 64, warmup = 8, chunk = 256;
-        std::vector<int64_t> batches;
-        int64_t batch_context = 128;
-        bool share_batch_prompt = false;
-        bool draw = false;
-        uint64_t seed = 0;
-        int threads = 0;
-        bool stages = false;
-        bool profile_range = false;
-        ParallelFlags parallel;
-        std::string backend;
-    };
-    auto a = std::make_shared<BenchArgs>();
-#endif
     cmd->add_option("--preset", a->preset, "Model shapes (flash: V4-Flash, pro: V4-Pro)")->check(CLI::IsMember({"flash", "pro"}));
     cmd->add_option("--layers", a->layers,
                     "Trunk layers, continuing the preset's layer pattern; two or more counts (e.g. 4,12) also give "
