@@ -54,17 +54,14 @@ void hc_post_of_moe(const HcPostParams& p, const MoeCombineParams& combine, cuda
     DSV4_CHECK(combine.tokens == p.tokens && combine.dim == p.dim,
                "hc_post_of_moe: the combine's shape [{}, {}] is not the post's [{}, {}]", combine.tokens, combine.dim,
                p.tokens, p.dim);
+    check_moe_combine("hc_post_of_moe", combine);
     if (!detail::hc_specialised(p.n_hc)) {
-        moe_combine(combine, stream);  // checks the combine's contract
+        moe_combine(combine, stream);
         HcPostParams post = p;
         post.f = combine.out;
         hc_post(post, stream);
         return;
     }
-    DSV4_CHECK(combine.routed && combine.experts && combine.assignment_slot && combine.shared && combine.out,
-               "hc_post_of_moe: null combine pointer");
-    DSV4_CHECK(combine.k > 0 && combine.k <= kMaxCombineK, "hc_post_of_moe: k {} outside [1, {}]", combine.k,
-               kMaxCombineK);
     if (p.tokens) detail::launch_hc_post_of_moe(p, combine, stream);
 }
 

@@ -18,12 +18,16 @@ void swiglu(const SwigluParams& p, cudaStream_t stream) {
     detail::launch_swiglu(p, stream);
 }
 
+void check_moe_combine(const char* op, const MoeCombineParams& p) {
+    DSV4_CHECK(p.tokens >= 0 && p.dim > 0 && p.k > 0 && p.k <= kMaxCombineK, "{}: tokens {} dim {} k {}", op, p.tokens,
+               p.dim, p.k);
+    DSV4_CHECK(p.tokens == 0 || (p.routed && p.experts && p.assignment_slot && p.shared && p.out), "{}: null pointer",
+               op);
+}
+
 void moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
-    DSV4_CHECK(p.tokens >= 0 && p.dim > 0 && p.k > 0 && p.k <= kMaxCombineK, "moe_combine: tokens {} dim {} k {}",
-               p.tokens, p.dim, p.k);
-    if (p.tokens == 0) return;
-    DSV4_CHECK(p.routed && p.experts && p.assignment_slot && p.shared && p.out, "moe_combine: null pointer");
-    detail::launch_moe_combine(p, stream);
+    check_moe_combine("moe_combine", p);
+    if (p.tokens) detail::launch_moe_combine(p, stream);
 }
 
 void dense_expert_gemm(const DenseExpertGemmParams& p, cudaStream_t stream) {

@@ -56,6 +56,9 @@ struct MoeCombineParams {
 };
 inline constexpr int kMaxCombineK = 16;
 void moe_combine(const MoeCombineParams& p, cudaStream_t stream);
+// moe_combine's contract (shape, k, pointers where there are tokens), for the launchers that run its code in their
+// own kernels (hc_post_of_moe); throws naming `op`.
+void check_moe_combine(const char* op, const MoeCombineParams& p);
 
 struct DenseExpertGemmParams {
     const __nv_bfloat16* x = nullptr;    // [rows, k] bf16
