@@ -11,8 +11,9 @@
 // at V4's vocabulary, 1-256 rows) are timed launch by launch (they overwrite their input; tests/gpu/sampling_test.cpp
 // checks their ids).
 // The attention's inputs (inputs): attention_inputs against the launches it replaces, bitwise.
-// Usage: dsv4_bench_decode_kernels [hc|moe|mma|prefill|draw|combine|dense|attn|inputs]   (default: all; numbers recorded in
-// docs/perf.md)
+// Usage: dsv4_bench_decode_kernels [hc|moe|mma|mma1|rows|prefill|draw|combine|dense|attn|inputs]   (default: all;
+// numbers recorded in docs/perf.md; mma1: the routed experts at batch 1 alone, for a profiler; rows: the decode
+// passes' row tiles side by side, bitwise)
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -279,8 +280,10 @@ void bench_moe(const char* name, int64_t n, int64_t k, int slot_bound) {
 // 8 routings rotated so no routing's weights stay in L2), w1 and w3 in one pair launch ([2048, 4096] each) and w2
 // ([4096, 2048]) as the executor launches them. Bytes: the active experts' weights and scales (each read once), the
 // gathered activations and the outputs. `hash`: FNV-1a of routing 0's outputs, to compare two builds' bits.
-void bench_moe_mma(int64_t tokens, bool variants = false) {
-    const int64_t experts = 256, topk = 6, dim = 4096, inter = 2048;
+// variants: the prefill kernels side by side; row_tiles: the warp-MMA kernel's row tiles side by side (decode
+// passes); topk: experts per token (3 of 256: one of two expert-parallel GPUs' share of a V4-Flash token's 6 of 256).
+void bench_moe_mma(int64_t tokens, bool variants = false, bool row_tiles = false, int64_t topk = 6) {
+    const int64_t experts = 256, dim = 4096, inter = 2048;
     constexpr int kRoutings = 8;
     DeviceBuffer<uint8_t> w1{size_t(experts * inter * dim / 2)}, w3{w1.size()}, w2{w1.size()};
     DeviceBuffer<uint8_t> s1{size_t(experts * inter * dim / 32)}, s3{s1.size()}, s2{s1.size()};
@@ -355,6 +358,26 @@ void bench_moe_mma(int64_t tokens, bool variants = false) {
     for (bool down : {false, true}) {
         const double bytes = mean_active * matrix_bytes * (down ? 1 : 2) +
                              double(slots) * double(down ? inter + dim * 2 : dim + 2 * inter * 2);
+        if (row_tiles) {
+            uint64_t reference = 0;
+            for (int row_groups : {4, 2, 1}) {
+                auto launch = [&](int i, cudaStream_t s) {
+                    DSV4_CUDA_CHECK(detail::launch_moe_mma(params(i, down), detail::MoeMmaVariant::kWarpMma, s,
+                                                           row_groups));
+                };
+                const double us = graph_us(launch);
+                launch(0, nullptr);
+                const uint64_t hash = outputs_hash(down);
+                if (row_groups == 4)
+                    reference = hash;
+                else if (hash != reference)
+                    ++failures;
+                std::printf("%-8s %6lld %4lld %8.1f %5d rows %10.2f %9.0f   %016llx %s\n", down ? "w2" : "w1+w3",
+                            (long long)tokens, (long long)topk, mean_active, 16 * row_groups, us,
+                            bytes / (us * 1e-6) / 1e9, (unsigned long long)hash, hash == reference ? "" : "DIFFERS");
+            }
+            continue;
+        }
         if (!variants) {
             const double us = graph_us([&](int i, cudaStream_t s) { moe_gemm(params(i, down), s); });
             moe_gemm(params(0, down), nullptr);
@@ -698,6 +721,13 @@ int main(int argc, char** argv) {
         std::printf("\n%-8s %6s %8s %8s %10s %9s   %s\n", "routed", "tokens", "experts", "max", "us", "GB/s",
                     "hash of routing 0's outputs");
         for (int64_t tokens : {1, 16, 64, 256}) bench_moe_mma(tokens);
+    }
+    if (only == "mma1") bench_moe_mma(1);  // batch 1 alone (for a profiler: w1+w3's launches, then w2's)
+    if (only == "rows") {
+        std::printf("\n%-8s %6s %4s %8s %10s %10s %9s   %s\n", "routed", "tokens", "topk", "experts", "row tile", "us",
+                    "GB/s", "hash of routing 0's outputs");
+        for (int64_t tokens : {1, 2, 4, 16})
+            for (int64_t topk : {6, 3}) bench_moe_mma(tokens, false, true, topk);
     }
     if (run("prefill")) {
         std::printf("\n%-8s %6s %8s %8s %10s %9s %9s   %s\n", "routed", "tokens", "experts", "max", "us", "GB/s",

@@ -20,7 +20,9 @@ namespace detail {
 // else the warp-MMA kernel with whole-stage loads where K % 128 == 0); kWarpMma, the warp-MMA kernel with the loads
 // the launcher would pick; kGeneral, the warp-MMA kernel with the bounded loads any K takes.
 enum class MoeMmaVariant { kChosen, kWarpMma, kGeneral };
-cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaStream_t stream);
+// row_groups: the warp-MMA kernel's row tile in 16-row warp groups (1, 2 or 4; 0: the launcher's); passes wider
+// than 16 slots always take 4.
+cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaStream_t stream, int row_groups = 0);
 // Whether kChosen takes the warpgroup kernel (moe_wgmma.cu) for these parameters on the current device.
 bool moe_mma_takes_wgmma(const MoeGemmParams& p);
 // The former grid over all experts, same bits: for the bitwise comparison in tests and benchmarks.

@@ -45,16 +45,20 @@ namespace {
 
 using namespace moe_mma;
 
-constexpr int kRowGroups = 4;  // warps along the weight rows, 16 rows each
-constexpr int kRowsPerCta = 16 * kRowGroups;
+// Warps along the weight rows, 16 rows each: 4 (64-row tiles) for the passes of prefill and batched decode; 2 or 1
+// for the decode passes of small batches, whose few active experts would otherwise leave SMs without a tile (one
+// V4-Flash expert's w1 is 32 tiles of 64 rows; a batch-1 step on two GPUs has ~3 experts a GPU for 396 CTA slots).
+// The row tile never changes bits: each output is one warp pair's, whatever the tile.
+constexpr int kMaxRowGroups = 4;
 constexpr int kStageCols = 128;  // one activation-scale block
 constexpr int kWRowBytes = kStageCols / 2 + 16;  // 64 bytes of nibbles + pad: rows g land on distinct bank groups
 constexpr int kARowBytes = kStageCols + 32;      // 128 e4m3 + pad: 8-byte reads of 16 lanes conflict-free
 constexpr int kScaleRowBytes = 16;               // the aligned words covering a row's scales of one stage
 
 // Shared-memory layout of one stage.
-template <int kTokens>
+template <int kTokens, int kRowGroups>
 struct Stage {
+    static constexpr int kRowsPerCta = 16 * kRowGroups;
     static constexpr int w = 0;
     static constexpr int a = w + kRowsPerCta * kWRowBytes;
     static constexpr int w_scale = a + kTokens * kARowBytes;
@@ -69,24 +73,25 @@ template <int kTokens, bool kWholeStages>
 __host__ __device__ constexpr int stage_count() {
     return kTokens <= 16 && kWholeStages ? 8 : 4;
 }
-template <int kTokens, bool kWholeStages>
+template <int kTokens, int kRowGroups, bool kWholeStages>
 __host__ __device__ constexpr int smem_bytes(int64_t experts) {
-    return list_bytes(experts) + stage_count<kTokens, kWholeStages>() * Stage<kTokens>::bytes;
+    return list_bytes(experts) + stage_count<kTokens, kWholeStages>() * Stage<kTokens, kRowGroups>::bytes;
 }
 
 // Warp groups that share out the 32-column blocks of every stage: a decode step has few items per SM, and one warp
 // per 16 rows would leave the schedulers idle on its dependent chain (decode, MMA, rescale). The split fixes the
 // summation, so it must not depend on the pass width (which follows the batch).
 constexpr int kSplit = 2;
-template <int kTokens>
+template <int kRowGroups>
 __host__ __device__ constexpr int threads() {
     return 32 * kRowGroups * kSplit;
 }
-template <int kTokens>
+template <int kTokens, int kRowGroups>
 __host__ __device__ constexpr int min_blocks() {
     // 3 x 8 warps per SM where decode steps run (8-token passes; 16 at batches of ~200 and more, where 2 CTAs per SM
-    // left the schedulers idle 38 % of the time: docs/perf.md, "The routed experts' 16-token passes at 3 CTAs per SM")
-    return kTokens == 8 || kTokens == 16 ? 3 : 1;
+    // left the schedulers idle 38 % of the time: docs/perf.md, "The routed experts' 16-token passes at 3 CTAs per SM"),
+    // as many warps with narrower row tiles
+    return kTokens == 8 || kTokens == 16 ? 3 * kMaxRowGroups / kRowGroups : 1;
 }
 
 __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -99,16 +104,18 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
 // kWholeStages (K % 128 == 0, every V4 shape): every stage holds four whole 32-column blocks and every row's scales
 // of a stage are whole aligned words, so the loads need no bounds and each warp's two blocks unroll. Otherwise a
 // stage may end early and the scale words are found by their offset. The arithmetic is the same on both.
-template <int kTokens, ExpertFormat kFormat, bool kWholeStages>
-__global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe_mma_kernel(Args p) {
-    constexpr int kThreads = threads<kTokens>();
+template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages>
+__global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRowGroups>()) moe_mma_kernel(Args p) {
+    constexpr int kThreads = threads<kRowGroups>();
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
     constexpr int kTn = kTokens / 8;                  // 8-token MMA tiles per pass
     constexpr int kScaleBytesPerStage = kNv ? 8 : 4;  // scale bytes of one row per 128 columns
     constexpr int kScaleWords = kNv ? 3 : 2;          // aligned words that cover them whatever their offset
     constexpr int kStages = stage_count<kTokens, kWholeStages>();
+    using L = Stage<kTokens, kRowGroups>;
+    constexpr int kRowsPerCta = L::kRowsPerCta;
     static_assert(kRowsPerCta * 4 == kThreads, "one 16-byte W chunk per thread and stage");
-    using L = Stage<kTokens>;
+    static_assert(kTokens <= kThreads, "one activation scale per thread and stage");
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ int warp_counts[kThreads / 32];
     int* active = reinterpret_cast<int*>(smem);
@@ -157,6 +164,9 @@ __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe
                 const int64_t slot = s0 + (r < tokens ? r : tokens - 1);
                 return p.row_index ? p.row_index[slot] : slot;
             };
+            // Only the pass's own rows are staged: a pass with fewer slots than its width (a decode step's experts
+            // hold one or two) reads its last row for the rest, whose outputs are never stored. Staging copies of
+            // one row instead sent every CTA's duplicate requests for the same activation bytes to one L2 slice.
             constexpr int kAChunks = kTokens * 8, kAPerThread = (kAChunks + kThreads - 1) / kThreads;
             const uint8_t* a_src[kAPerThread];
             unsigned a_dst[kAPerThread];
@@ -165,10 +175,11 @@ __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe
             for (int i = 0; i < kAPerThread; ++i) {
                 const int c = tid + kThreads * i, r = c / 8;
                 a_part[i] = c % 8;
-                a_src[i] = c < kAChunks ? p.a + act_row(r) * p.k + a_part[i] * 16 : nullptr;
+                a_src[i] = c < tokens * 8 ? p.a + act_row(r) * p.k + a_part[i] * 16 : nullptr;
                 a_dst[i] = L::a + r * kARowBytes + a_part[i] * 16;
             }
-            const float* as_src = tid < kTokens ? p.a_scale + act_row(tid) * kb : nullptr;
+            const float* as_src = tid < tokens ? p.a_scale + act_row(tid) * kb : nullptr;
+            auto staged_row = [&](int r) { return r < tokens ? r : tokens - 1; };
 
             auto load = [&](int slot, int kt) {
                 const unsigned base = stages_addr + slot * L::bytes;
@@ -234,9 +245,9 @@ __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe
                 float as[kTn][2];
 #pragma unroll
                 for (int nt = 0; nt < kTn; ++nt) {
-                    const float* a_s = reinterpret_cast<const float*>(st + L::a_scale) + nt * 8 + 2 * t;
-                    as[nt][0] = a_s[0];
-                    as[nt][1] = a_s[1];
+                    const float* a_s = reinterpret_cast<const float*>(st + L::a_scale);
+                    as[nt][0] = a_s[staged_row(nt * 8 + 2 * t)];
+                    as[nt][1] = a_s[staged_row(nt * 8 + 2 * t + 1)];
                 }
                 int blocks = 4;
                 if constexpr (!kWholeStages) {
@@ -253,7 +264,7 @@ __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe
                     w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
 #pragma unroll
                     for (int nt = 0; nt < kTn; ++nt) {
-                        const uint8_t* x = st + L::a + (nt * 8 + g) * kARowBytes + 32 * b;
+                        const uint8_t* x = st + L::a + staged_row(nt * 8 + g) * kARowBytes + 32 * b;
                         uint32_t x0, x1;
                         x_pairs<kNv>(x, t, x0, x1);
                         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -303,37 +314,48 @@ __global__ void __launch_bounds__(threads<kTokens>(), min_blocks<kTokens>()) moe
     }
 }
 
-template <int kTokens, ExpertFormat kFormat, bool kWholeStages>
+template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages>
 cudaError_t launch(const Args& args, cudaStream_t stream) {
-    const auto kernel = moe_mma_kernel<kTokens, kFormat, kWholeStages>;
-    const int smem = smem_bytes<kTokens, kWholeStages>(args.experts);
-    const int64_t n_tiles = (args.n + kRowsPerCta - 1) / kRowsPerCta;
+    const auto kernel = moe_mma_kernel<kTokens, kRowGroups, kFormat, kWholeStages>;
+    const int smem = smem_bytes<kTokens, kRowGroups, kWholeStages>(args.experts);
+    const int64_t n_tiles = (args.n + 16 * kRowGroups - 1) / (16 * kRowGroups);
     const int64_t items = args.experts * n_tiles * args.mat_count,
-                  resident = resident_ctas(reinterpret_cast<const void*>(kernel), threads<kTokens>(), smem);
+                  resident = resident_ctas(reinterpret_cast<const void*>(kernel), threads<kRowGroups>(), smem);
     const int64_t grid = items < resident ? items : resident;
-    kernel<<<unsigned(grid), threads<kTokens>(), smem, stream>>>(args);
+    kernel<<<unsigned(grid), threads<kRowGroups>(), smem, stream>>>(args);
     return cudaGetLastError();
 }
 
+// Narrow row tiles only for the decode passes (8 and 16 slots); the wider passes keep 64 rows.
+template <int kTokens, ExpertFormat kFormat, bool kWholeStages>
+cudaError_t launch(const Args& args, int row_groups, cudaStream_t stream) {
+    if constexpr (kTokens <= 16) {
+        if (row_groups == 1) return launch<kTokens, 1, kFormat, kWholeStages>(args, stream);
+        if (row_groups == 2) return launch<kTokens, 2, kFormat, kWholeStages>(args, stream);
+    }
+    return launch<kTokens, kMaxRowGroups, kFormat, kWholeStages>(args, stream);
+}
+
 template <ExpertFormat kFormat, bool kWholeStages>
-cudaError_t launch(const Args& args, int tokens, cudaStream_t stream) {
+cudaError_t launch(const Args& args, int tokens, int row_groups, cudaStream_t stream) {
     switch (tokens) {
         case 8:
-            return launch<8, kFormat, kWholeStages>(args, stream);
+            return launch<8, kFormat, kWholeStages>(args, row_groups, stream);
         case 16:
-            return launch<16, kFormat, kWholeStages>(args, stream);
+            return launch<16, kFormat, kWholeStages>(args, row_groups, stream);
         case 32:
-            return launch<32, kFormat, kWholeStages>(args, stream);
+            return launch<32, kFormat, kWholeStages>(args, row_groups, stream);
         case 64:
-            return launch<64, kFormat, kWholeStages>(args, stream);
+            return launch<64, kFormat, kWholeStages>(args, row_groups, stream);
         default:
             return cudaErrorInvalidValue;
     }
 }
 
 template <ExpertFormat kFormat>
-cudaError_t launch(const Args& args, int tokens, bool whole_stages, cudaStream_t stream) {
-    return whole_stages ? launch<kFormat, true>(args, tokens, stream) : launch<kFormat, false>(args, tokens, stream);
+cudaError_t launch(const Args& args, int tokens, int row_groups, bool whole_stages, cudaStream_t stream) {
+    return whole_stages ? launch<kFormat, true>(args, tokens, row_groups, stream)
+                        : launch<kFormat, false>(args, tokens, row_groups, stream);
 }
 
 }  // namespace
@@ -356,7 +378,7 @@ bool moe_mma_takes_wgmma(const MoeGemmParams& p) {
     return p.k % kStageCols == 0 && (tokens >= 16 || p.max_slots_per_expert >= 16) && device_has_wgmma();
 }
 
-cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaStream_t stream) {
+cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaStream_t stream, int row_groups) {
     Args args;
     args.a = p.a;
     args.a_scale = p.a_scale;
@@ -372,8 +394,9 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaSt
     if (variant == MoeMmaVariant::kChosen && moe_mma_takes_wgmma(p))
         return launch_moe_wgmma(args, p.format, tokens, stream);
     const bool whole = variant != MoeMmaVariant::kGeneral && p.k % kStageCols == 0;
-    return p.format == ExpertFormat::kMxfp4 ? launch<ExpertFormat::kMxfp4>(args, tokens, whole, stream)
-                                            : launch<ExpertFormat::kNvfp4>(args, tokens, whole, stream);
+    if (row_groups == 0) row_groups = kMaxRowGroups;
+    return p.format == ExpertFormat::kMxfp4 ? launch<ExpertFormat::kMxfp4>(args, tokens, row_groups, whole, stream)
+                                            : launch<ExpertFormat::kNvfp4>(args, tokens, row_groups, whole, stream);
 }
 }  // namespace detail
 
