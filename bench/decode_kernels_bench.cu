@@ -322,6 +322,8 @@ void bench_moe_mma(int64_t tokens, bool variants = false, bool row_tiles = false
         row_index.emplace_back(r.size());
         row_index.back().upload(r.data(), r.size());
     }
+    double mean_active = 0;
+    for (int64_t a : active) mean_active += double(a) / kRoutings;
     const int64_t slots = tokens * topk;
     DeviceBuffer<__nv_bfloat16> y1{size_t(slots * inter)}, y3{y1.size()}, y2{size_t(slots * dim)};
     check_launch(0);
@@ -340,10 +342,9 @@ void bench_moe_mma(int64_t tokens, bool variants = false, bool row_tiles = false
         p.k = down ? inter : dim;
         p.max_slots_per_expert = int(tokens);
         p.expected_slots_per_expert = int((2 * slots + experts - 1) / experts);
+        p.expected_active_experts = int(std::lround(mean_active));
         return p;
     };
-    double mean_active = 0;
-    for (int64_t a : active) mean_active += double(a) / kRoutings;
     const double matrix_bytes = double(inter * dim / 2 + inter * dim / 32);
     auto outputs_hash = [&](bool down) {
         DSV4_CUDA_CHECK(cudaDeviceSynchronize());

@@ -109,9 +109,9 @@ void run_case(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n
 
 // Two launches of the same routed product that must agree bitwise: the CUDA-core compact grid (f16-pair decode)
 // against the former strided kernel (skinny's decoder), the tensor-core kernel's whole-stage loads (K % 128 == 0)
-// against its general, bounded ones, or the launcher's choice (the warpgroup kernel for passes of 64 slots on sm_90)
-// against the warp-MMA kernel.
-enum class Pair { kCompactVsStrided, kWholeVsGeneralStages, kChosenVsWarpMma };
+// against its general, bounded ones, the launcher's choice (the warpgroup kernel for passes of 64 slots on sm_90)
+// against the warp-MMA kernel, or the warp-MMA kernel's 32- and 16-row tiles against its 64-row tile.
+enum class Pair { kCompactVsStrided, kWholeVsGeneralStages, kChosenVsWarpMma, kRowTiles32, kRowTiles16 };
 
 // `every_scale`: scale codes cycle through every value (E8M0 0..254: subnormal 2^-127 up to 2^127, overflowing
 // products included; e4m3 codes 0..254 but NaN: subnormal and negative scales) and activations spread over 2^+-30;
@@ -153,14 +153,20 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
     if (pair == Pair::kChosenVsWarpMma) {
         EXPECT_TRUE(cuda::detail::moe_mma_takes_wgmma(p)) << "no warpgroup kernel";
     }
+    const bool row_tiles = pair == Pair::kRowTiles32 || pair == Pair::kRowTiles16;
     if (pair == Pair::kWholeVsGeneralStages)  // the warp-MMA kernel on both sides (the launcher may pick wgmma)
         DSV4_CUDA_CHECK(cuda::detail::launch_moe_mma(p, cuda::detail::MoeMmaVariant::kWarpMma, nullptr));
+    else if (row_tiles)
+        DSV4_CUDA_CHECK(cuda::detail::launch_moe_mma(p, cuda::detail::MoeMmaVariant::kWarpMma, nullptr,
+                                                     pair == Pair::kRowTiles32 ? 2 : 1));
     else
         cuda::moe_gemm(p, nullptr);
     p.y = reinterpret_cast<__nv_bfloat16*>(y_old.get());
     if (strided)
         DSV4_CUDA_CHECK(cuda::detail::launch_moe_gemm_strided(
             p, cuda::moe_gemm_config(p.experts, p.n, p.k, p.max_slots_per_expert), nullptr));
+    else if (row_tiles)
+        DSV4_CUDA_CHECK(cuda::detail::launch_moe_mma(p, cuda::detail::MoeMmaVariant::kWarpMma, nullptr, 4));
     else
         DSV4_CUDA_CHECK(cuda::detail::launch_moe_mma(p,
                                                      pair == Pair::kChosenVsWarpMma
@@ -169,6 +175,8 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
                                                      nullptr));
     const char* pair_name = strided                          ? "compact vs strided"
                             : pair == Pair::kChosenVsWarpMma ? "warpgroup vs warp MMA"
+                            : pair == Pair::kRowTiles32      ? "32- vs 64-row tiles"
+                            : pair == Pair::kRowTiles16      ? "16- vs 64-row tiles"
                                                              : "whole vs general stages";
     char what[224];
     std::snprintf(what, sizeof what, "moe_gemm %s %s%s tokens=%lld experts=%lld topk=%lld N=%lld K=%lld slot bound=%d",
@@ -205,6 +213,36 @@ TEST(MoeGemm, MmaWholeStagesEqualGeneralStagesBitwise) {
         compare_grids(rng, 300, 8, 3, 72, 512, nvfp4, true, 1, false, kPair);       // passes of 64, more than one
         compare_grids(rng, 5, 32, 4, 264, 2048, nvfp4, false, 1, true, kPair);      // every scale code
     }
+}
+
+// The warp-MMA kernel's narrow row tiles (decode passes of 8 and 16 slots with few active experts) give its 64-row
+// tile's bits: one and two slots per expert, several passes, odd N (the last tile's rows past N repeated), whole and
+// bounded stages (K % 128 != 0), every scale code.
+TEST(MoeGemm, NarrowRowTilesEqualWideBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    for (Pair pair : {Pair::kRowTiles32, Pair::kRowTiles16})
+        for (bool nvfp4 : {false, true}) {
+            compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 1, false, pair);   // w1/w3 at batch 1
+            compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, false, pair);   // w2 at batch 1
+            compare_grids(rng, 2, 128, 3, 2048, 4096, nvfp4, false, 2, false, pair);   // one of two GPUs' share
+            compare_grids(rng, 40, 16, 6, 200, 1024, nvfp4, true, 40, false, pair);    // passes of 16, odd N
+            compare_grids(rng, 30, 8, 3, 72, 1056, nvfp4, true, 30, false, pair);      // several passes, K % 128
+            compare_grids(rng, 5, 32, 4, 264, 2048, nvfp4, false, 5, true, pair);      // every scale code
+        }
+}
+
+TEST(MoeGemm, RowTileFillsTheSms) {
+    // 6 active V4-Flash experts on 132 SMs (batch 1, one GPU): 64-row tiles give the busiest SM 3 tiles (192 rows),
+    // as 32-row tiles give it 6: the wider; 3 experts (batch 1, one of two GPUs): 2 x 64 rows against 3 x 32;
+    // unknown: 64.
+    EXPECT_EQ(cuda::moe_mma_row_groups(6, 2048, 2, 132), 4);
+    EXPECT_EQ(cuda::moe_mma_row_groups(6, 4096, 1, 132), 4);
+    EXPECT_EQ(cuda::moe_mma_row_groups(3, 2048, 2, 132), 2);
+    EXPECT_EQ(cuda::moe_mma_row_groups(1, 2048, 2, 132), 2);  // 1 x 32 rows, as 2 x 16: the wider
+    EXPECT_EQ(cuda::moe_mma_row_groups(1, 1024, 1, 132), 1);  // 1 x 16 rows against 1 x 32 or 64
+    EXPECT_EQ(cuda::moe_mma_row_groups(0, 2048, 2, 132), 4);
+    EXPECT_EQ(cuda::moe_mma_row_groups(96, 2048, 2, 132), 4);  // 16 rows: 2,992 a SM against 3,008, not an eighth
 }
 
 // The warpgroup kernel (passes of 8 to 64 slots on sm_90, K % 128 == 0) gives the warp-MMA kernel's bits: the

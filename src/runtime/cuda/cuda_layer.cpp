@@ -752,6 +752,9 @@ void CudaModel::Impl::moe(int64_t layer) {
             p.max_slots_per_expert = int(m.tid2eid && !hash_rows_distinct ? slots : Tm);
             // Twice the mean over all experts: under balanced routing few active experts hold more.
             p.expected_slots_per_expert = int((2 * slots + E - 1) / E);
+            // Under uniform routing each held expert is empty with probability (1 - 1/E)^slots.
+            p.expected_active_experts =
+                int(std::lround(double(held.count) * (1.0 - std::pow(1.0 - 1.0 / double(E), double(slots)))));
             cuda::moe_gemm(p, s);
             return;
         }

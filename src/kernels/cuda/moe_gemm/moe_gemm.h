@@ -50,6 +50,7 @@ struct MoeGemmParams {
     int64_t experts = 0, n = 0, k = 0;
     int max_slots_per_expert = 1;  // host bound on any expert's slot count (the batch's token count); picks the tile
     int expected_slots_per_expert = 0;  // optional: slots a busy active expert holds (picks the pass width; no bits)
+    int expected_active_experts = 0;    // optional: non-empty experts of this launch (picks the row tile; no bits)
     MoeGemmMatrix second;               // optional: w == nullptr for one matrix
     MoeGemmPath path = MoeGemmPath::kMma;
 };

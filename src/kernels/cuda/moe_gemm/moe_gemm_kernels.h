@@ -10,6 +10,9 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, cudaStream_t stream);
 // Slots per pass of the tensor-core kernel (8 to 64) from the host's bound on any expert's slot count and its
 // expectation for an active expert (0: none).
 int moe_mma_pass_tokens(int max_slots_per_expert, int expected_slots_per_expert);
+// The warp-MMA kernel's row tile for decode passes (8 and 16 slots), in 16-row warp groups (4, 2 or 1), from the
+// expected non-empty experts (0: unknown, 64 rows), the rows of a matrix, the matrices and the SM count.
+int moe_mma_row_groups(int64_t active_experts, int64_t n, int mat_count, int sms);
 
 // The CUDA-core compact grid over the active experts (p.second ignored).
 cudaError_t launch_moe_gemm(const MoeGemmParams& p, const MoeGemmConfig& config, cudaStream_t stream);

@@ -164,9 +164,10 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
                 const int64_t slot = s0 + (r < tokens ? r : tokens - 1);
                 return p.row_index ? p.row_index[slot] : slot;
             };
-            // Only the pass's own rows are staged: a pass with fewer slots than its width (a decode step's experts
-            // hold one or two) reads its last row for the rest, whose outputs are never stored. Staging copies of
-            // one row instead sent every CTA's duplicate requests for the same activation bytes to one L2 slice.
+            // Only the pass's own activation rows are staged: a pass with fewer slots than its width (a decode
+            // step's experts hold one or two) reads its last row for the rest, whose outputs are never stored.
+            // Staging copies of that row sent every CTA's duplicate requests for the same bytes to one L2 slice.
+            // (Their 4-byte scales are still staged per slot of the width, the last one repeated.)
             constexpr int kAChunks = kTokens * 8, kAPerThread = (kAChunks + kThreads - 1) / kThreads;
             const uint8_t* a_src[kAPerThread];
             unsigned a_dst[kAPerThread];
@@ -178,7 +179,7 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
                 a_src[i] = c < tokens * 8 ? p.a + act_row(r) * p.k + a_part[i] * 16 : nullptr;
                 a_dst[i] = L::a + r * kARowBytes + a_part[i] * 16;
             }
-            const float* as_src = tid < tokens ? p.a_scale + act_row(tid) * kb : nullptr;
+            const float* as_src = tid < kTokens ? p.a_scale + act_row(tid) * kb : nullptr;
             auto staged_row = [&](int r) { return r < tokens ? r : tokens - 1; };
 
             auto load = [&](int slot, int kt) {
@@ -245,9 +246,9 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
                 float as[kTn][2];
 #pragma unroll
                 for (int nt = 0; nt < kTn; ++nt) {
-                    const float* a_s = reinterpret_cast<const float*>(st + L::a_scale);
-                    as[nt][0] = a_s[staged_row(nt * 8 + 2 * t)];
-                    as[nt][1] = a_s[staged_row(nt * 8 + 2 * t + 1)];
+                    const float* a_s = reinterpret_cast<const float*>(st + L::a_scale) + nt * 8 + 2 * t;
+                    as[nt][0] = a_s[0];
+                    as[nt][1] = a_s[1];
                 }
                 int blocks = 4;
                 if constexpr (!kWholeStages) {
@@ -370,6 +371,22 @@ int moe_mma_pass_tokens(int max_slots_per_expert, int expected_slots_per_expert)
     return tokens;
 }
 
+int moe_mma_row_groups(int64_t active_experts, int64_t n, int mat_count, int sms) {
+    // The tile whose busiest SM holds the fewest rows: with the work spread as CTAs of whole tiles, the step lasts as
+    // long as that SM's share (docs/perf.md, "The routed experts' row tile at batch 1"). A narrower tile must cut
+    // that share by an eighth: each CTA stages the activations again and has its own prologue (16-row tiles ran
+    // ~10 % slower than 64 on the same rows per SM). Without an expectation, 64 rows.
+    if (active_experts <= 0 || sms <= 0) return kMaxRowGroups;
+    int best = kMaxRowGroups;
+    int64_t best_rows = 0;
+    for (int groups = kMaxRowGroups; groups >= 1; groups /= 2) {
+        const int64_t rows = 16 * groups, items = active_experts * ((n + rows - 1) / rows) * mat_count;
+        const int64_t busiest = (items + sms - 1) / sms * rows;
+        if (groups == kMaxRowGroups || busiest * 8 <= best_rows * 7) best = groups, best_rows = busiest;
+    }
+    return best;
+}
+
 namespace detail {
 bool moe_mma_takes_wgmma(const MoeGemmParams& p) {
     // Passes of 8 slots only from batches of 16 tokens: below, an expert holds one slot or none and the step is the
@@ -394,7 +411,8 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaSt
     if (variant == MoeMmaVariant::kChosen && moe_mma_takes_wgmma(p))
         return launch_moe_wgmma(args, p.format, tokens, stream);
     const bool whole = variant != MoeMmaVariant::kGeneral && p.k % kStageCols == 0;
-    if (row_groups == 0) row_groups = kMaxRowGroups;
+    if (row_groups == 0)
+        row_groups = moe_mma_row_groups(p.expected_active_experts, p.n, args.mat_count, multiprocessor_count());
     return p.format == ExpertFormat::kMxfp4 ? launch<ExpertFormat::kMxfp4>(args, tokens, row_groups, whole, stream)
                                             : launch<ExpertFormat::kNvfp4>(args, tokens, row_groups, whole, stream);
 }

@@ -138,16 +138,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
                 const int64_t slot = s0 + (r < tokens ? r : tokens - 1);
                 return p.row_index ? p.row_index[slot] : slot;
             };
+            // Only the pass's own rows are staged; the rest of the pass's width reads its last row (moe_mma.cu).
             constexpr int kAChunks = kTokens * 8, kAPerThread = (kAChunks + kThreads - 1) / kThreads;
             const uint8_t* a_src[kAPerThread];
             unsigned a_dst[kAPerThread];
 #pragma unroll
             for (int i = 0; i < kAPerThread; ++i) {
                 const int c = tid + kThreads * i, r = c / 8;
-                a_src[i] = c < kAChunks ? p.a + act_row(r) * p.k + (c % 8) * 16 : nullptr;
+                a_src[i] = c < tokens * 8 ? p.a + act_row(r) * p.k + (c % 8) * 16 : nullptr;
                 a_dst[i] = L::a + r * kARowBytes + (c % 8) * 16;
             }
             const float* as_src = tid < kTokens ? p.a_scale + act_row(tid) * kb : nullptr;
+            auto staged_row = [&](int r) { return r < tokens ? r : tokens - 1; };
 
             auto load = [&](int slot, int kt) {
                 const unsigned base = stages_addr + slot * L::bytes;
@@ -182,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
             auto task_block = [&](int i) { return (tid + kThreads * i) / (4 * kTokens); };
             auto task_token = [&](int i) { return (tid + kThreads * i) / 4 % kTokens; };
             auto load_task = [&](const uint8_t* raw, int i, uint32_t& x0, uint32_t& x1) {
-                x_pairs<kNv>(raw + L::a + task_token(i) * kARowBytes + 32 * task_block(i), task_tq, x0, x1);
+                x_pairs<kNv>(raw + L::a + staged_row(task_token(i)) * kARowBytes + 32 * task_block(i), task_tq, x0, x1);
             };
             auto store_task = [&](uint8_t* tile, int i, uint32_t x0, uint32_t x1) {
                 put_pairs<kTokens>(tile, 2 * task_block(i), task_token(i), task_tq, x0);
