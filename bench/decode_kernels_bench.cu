@@ -147,10 +147,14 @@ const char* verdict(bool same) {
 
 const char* path_name(detail::HcMixPath path) {
     switch (path) {
-        case detail::HcMixPath::kSplit: return "split";
-        case detail::HcMixPath::kTiled: return "tiled";
-        case detail::HcMixPath::kRowGroups: return "rows";
-        default: return "token";
+        case detail::HcMixPath::kSplit:
+            return "split";
+        case detail::HcMixPath::kTiled:
+            return "tiled";
+        case detail::HcMixPath::kRowGroups:
+            return "rows";
+        default:
+            return "token";
     }
 }
 
@@ -203,7 +207,8 @@ void bench_hc(bool head, int64_t tokens) {
         detail::launch_hc_mix(params(i, x_token.get(), mix_token.get()), head, nullptr, detail::HcMixPath::kPerToken);
         detail::launch_hc_mix(params(i, x_tiled.get(), mix_tiled.get()), head, nullptr, detail::HcMixPath::kTiled);
         if (!head)
-            detail::launch_hc_mix(params(i, x_rows.get(), mix_rows.get()), head, nullptr, detail::HcMixPath::kRowGroups);
+            detail::launch_hc_mix(params(i, x_rows.get(), mix_rows.get()), head, nullptr,
+                                  detail::HcMixPath::kRowGroups);
         DSV4_CUDA_CHECK(cudaDeviceSynchronize());
         same = same && same_bits(x_split, x_token) && same_bits(mix_split, mix_token) && same_bits(x_tiled, x_token) &&
                same_bits(mix_tiled, mix_token) &&
@@ -261,8 +266,7 @@ void bench_moe(const char* name, int64_t n, int64_t k, int slot_bound) {
     const double strided = graph_us([&](int i, cudaStream_t s) {
         DSV4_CUDA_CHECK(detail::launch_moe_gemm_strided(params(i, y_old.get()), config, s));
     });
-    const double mma =
-        graph_us([&](int i, cudaStream_t s) { moe_gemm(params(i, y_new.get(), MoeGemmPath::kMma), s); });
+    const double mma = graph_us([&](int i, cudaStream_t s) { moe_gemm(params(i, y_new.get(), MoeGemmPath::kMma), s); });
     bool same = true;
     for (int i = 0; i < kRoutings; ++i) {
         moe_gemm(params(i, y_new.get()), nullptr);
@@ -363,8 +367,8 @@ void bench_moe_mma(int64_t tokens, bool variants = false, bool row_tiles = false
             uint64_t reference = 0;
             for (int row_groups : {4, 2, 1}) {
                 auto launch = [&](int i, cudaStream_t s) {
-                    DSV4_CUDA_CHECK(detail::launch_moe_mma(params(i, down), detail::MoeMmaVariant::kWarpMma, s,
-                                                           row_groups));
+                    DSV4_CUDA_CHECK(
+                        detail::launch_moe_mma(params(i, down), detail::MoeMmaVariant::kWarpMma, s, row_groups));
                 };
                 const double us = graph_us(launch);
                 launch(0, nullptr);
@@ -670,8 +674,8 @@ void bench_draw(int64_t rows, const char* mode) {
     Stream stream;
     std::vector<double> us;
     for (int i = 0; i < 10; ++i) {
-        DSV4_CUDA_CHECK(cudaMemcpyAsync(logits.get(), pristine.get(), n * sizeof(float), cudaMemcpyDeviceToDevice,
-                                        stream.get()));
+        DSV4_CUDA_CHECK(
+            cudaMemcpyAsync(logits.get(), pristine.get(), n * sizeof(float), cudaMemcpyDeviceToDevice, stream.get()));
         Event start, stop;
         start.record(stream.get());
         SampleParams p;

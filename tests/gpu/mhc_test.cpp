@@ -11,7 +11,7 @@
 //   end to end against cpu::hc_pre / hc_head: x_out must be a bf16 rounding within the propagated pre difference.
 // hc_post is checked bitwise against cpu::hc_post + bf16 for a given mix. The hc_pre / hc_head paths (a CTA per
 // token, per 4 tokens, a cluster per token, the generic kernel) are compared with each other bitwise: logits, mix and
-// x_out; so is hc_pre with its Sinkhorn deferred to hc_sinkhorn.
+// x_out; so is hc_pre with its Sinkhorn deferred to hc_sinkhorn, and hc_pre_norm with hc_pre then rms_norm.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -280,6 +280,104 @@ TEST(GpuMhc, DeferredSinkhornEqualsWholeHcPreBitwise) {
                 expect_bitwise_f32(what + " mix", deferred.mix, whole.mix);
                 expect_bitwise_f32(what + " x_out", deferred.x_out, whole.x_out);
             }
+}
+
+// hc_pre_norm (hc_pre then the sub-layer's rms_norm of x in place, quantized for the FP8 GEMMs) against the two
+// launches: x, its FP8 codes and scales, mix and logits bitwise. Decode batches (tokens <= 16: the split kernel's
+// wide and 8-CTA clusters, the norm inside it), the split kernel forced at more tokens, the paths that keep two
+// launches (17 and 40 tokens, n_hc 3), unweighted and unquantized norms, and widths that are not whole 128-column
+// blocks or 256-column chunks.
+TEST(GpuMhc, HcPreNormEqualsHcPreThenRmsNormBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    struct Shape {
+        int64_t n, dim;
+    };
+    using cuda::detail::HcMixPath;
+    for (int64_t tokens : {1, 3, 8, 9, 16, 17, 40})
+        for (Shape sh : {Shape{4, 4096}, Shape{4, 7168}, Shape{2, 320}, Shape{4, 1000 + 3}, Shape{3, 64}})
+            for (int variant = 0; variant < 3; ++variant) {  // weighted + quantized, weighted, neither
+                const bool weighted = variant < 2, quantized = variant == 0;
+                const int64_t n = sh.n, dim = sh.dim, rows = cuda::hc_pre_mix_size(n);
+                const Inputs in = make_inputs(rng, tokens, n, dim, rows, 3);
+                std::vector<float> weight;
+                for (int64_t i = 0; i < dim; ++i) weight.push_back(rng.uniform(0.5f, 1.5f));
+                auto d_streams = to_device(to_bf16(in.streams));
+                auto d_fn = to_device(in.fn);
+                auto d_base = to_device(in.base);
+                auto d_scale = to_device(in.scale);
+                auto d_weight = to_device(weight);
+                const int64_t blocks = (dim + 127) / 128;
+                struct Out {
+                    std::vector<uint16_t> x;
+                    std::vector<uint8_t> q;
+                    std::vector<float> scales, mix, logits;
+                };
+                // path: kAuto through hc_pre_norm, else detail::launch_hc_mix with that path and the norm.
+                auto run = [&](bool one_call, HcMixPath path) {
+                    auto d_x = poisoned<uint16_t>(size_t(tokens * dim));
+                    auto d_q = poisoned<uint8_t>(size_t(tokens * dim));
+                    auto d_scales = poisoned<float>(size_t(tokens * blocks));
+                    auto d_mix = poisoned<float>(size_t(tokens * rows));
+                    auto d_logits = poisoned<float>(size_t(tokens * rows));
+                    auto* x = reinterpret_cast<__nv_bfloat16*>(d_x.get());
+                    cuda::HcMixParams p{reinterpret_cast<const __nv_bfloat16*>(d_streams.get()),
+                                        d_fn.get(),
+                                        d_base.get(),
+                                        d_scale.get(),
+                                        x,
+                                        d_mix.get(),
+                                        d_logits.get(),
+                                        tokens,
+                                        n,
+                                        dim,
+                                        kIters,
+                                        kHcEps,
+                                        kNormEps};
+                    const cuda::RmsNormParams norm{x,
+                                                   weighted ? d_weight.get() : nullptr,
+                                                   x,
+                                                   tokens,
+                                                   dim,
+                                                   dim,
+                                                   dim,
+                                                   1e-6f,
+                                                   quantized ? d_q.get() : nullptr,
+                                                   quantized ? d_scales.get() : nullptr};
+                    if (!one_call) {
+                        cuda::hc_pre(p, nullptr);
+                        cuda::rms_norm(norm, nullptr);
+                    } else if (path == HcMixPath::kAuto) {
+                        cuda::hc_pre_norm(p, norm, nullptr);
+                    } else {
+                        cuda::detail::launch_hc_mix(p, false, nullptr, path, &norm);
+                    }
+                    return Out{to_host(d_x), quantized ? to_host(d_q) : std::vector<uint8_t>{},
+                               quantized ? to_host(d_scales) : std::vector<float>{}, to_host(d_mix), to_host(d_logits)};
+                };
+                const Out two = run(false, HcMixPath::kAuto);
+                for (HcMixPath path : {HcMixPath::kAuto, HcMixPath::kSplit}) {
+                    if (path == HcMixPath::kSplit && !cuda::detail::hc_specialised(n)) continue;
+                    const Out one = run(true, path);
+                    const std::string what = std::string("hc_pre_norm ") + (path == HcMixPath::kSplit ? "split " : "") +
+                                             "tokens " + std::to_string(tokens) + " n_hc " + std::to_string(n) +
+                                             " dim " + std::to_string(dim) + " variant " + std::to_string(variant);
+                    expect_bitwise_bf16(what + " x", one.x, two.x);
+                    expect_bitwise_bytes(what + " q", one.q, two.q);
+                    expect_bitwise_f32(what + " scales", one.scales, two.scales);
+                    expect_bitwise_f32(what + " mix", one.mix, two.mix);
+                    expect_bitwise_f32(what + " logits", one.logits, two.logits);
+                }
+            }
+    // The decode shapes take the one-kernel path (the comparison above is between two different launches there).
+    cuda::HcMixParams v4{};
+    v4.n_hc = 4, v4.dim = 7168, v4.tokens = 16;
+    EXPECT_TRUE(cuda::detail::hc_pre_norm_fused(v4));
+    v4.tokens = 17;
+    EXPECT_FALSE(cuda::detail::hc_pre_norm_fused(v4));
+    EXPECT_TRUE(cuda::detail::hc_pre_norm_fused(v4, HcMixPath::kSplit));
+    v4.n_hc = 3, v4.tokens = 1;
+    EXPECT_FALSE(cuda::detail::hc_pre_norm_fused(v4));
 }
 
 TEST(GpuMhc, HcPostMatchesCpuBitwise) {

@@ -206,12 +206,12 @@ TEST(MoeGemm, MmaWholeStagesEqualGeneralStagesBitwise) {
     Rng rng;
     constexpr Pair kPair = Pair::kWholeVsGeneralStages;
     for (bool nvfp4 : {false, true}) {
-        compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 1, false, kPair);   // w1/w3 decode, passes of 8
-        compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, false, kPair);   // w2 decode
-        compare_grids(rng, 64, 256, 6, 2048, 4096, nvfp4, false, 64, false, kPair); // batch 64
-        compare_grids(rng, 40, 16, 6, 200, 1024, nvfp4, true, 1, false, kPair);     // passes of 16, odd N
-        compare_grids(rng, 300, 8, 3, 72, 512, nvfp4, true, 1, false, kPair);       // passes of 64, more than one
-        compare_grids(rng, 5, 32, 4, 264, 2048, nvfp4, false, 1, true, kPair);      // every scale code
+        compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 1, false, kPair);    // w1/w3 decode, passes of 8
+        compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, false, kPair);    // w2 decode
+        compare_grids(rng, 64, 256, 6, 2048, 4096, nvfp4, false, 64, false, kPair);  // batch 64
+        compare_grids(rng, 40, 16, 6, 200, 1024, nvfp4, true, 1, false, kPair);      // passes of 16, odd N
+        compare_grids(rng, 300, 8, 3, 72, 512, nvfp4, true, 1, false, kPair);        // passes of 64, more than one
+        compare_grids(rng, 5, 32, 4, 264, 2048, nvfp4, false, 1, true, kPair);       // every scale code
     }
 }
 
@@ -223,12 +223,12 @@ TEST(MoeGemm, NarrowRowTilesEqualWideBitwise) {
     Rng rng;
     for (Pair pair : {Pair::kRowTiles32, Pair::kRowTiles16})
         for (bool nvfp4 : {false, true}) {
-            compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 1, false, pair);   // w1/w3 at batch 1
-            compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, false, pair);   // w2 at batch 1
-            compare_grids(rng, 2, 128, 3, 2048, 4096, nvfp4, false, 2, false, pair);   // one of two GPUs' share
-            compare_grids(rng, 40, 16, 6, 200, 1024, nvfp4, true, 40, false, pair);    // passes of 16, odd N
-            compare_grids(rng, 30, 8, 3, 72, 1056, nvfp4, true, 30, false, pair);      // several passes, K % 128
-            compare_grids(rng, 5, 32, 4, 264, 2048, nvfp4, false, 5, true, pair);      // every scale code
+            compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 1, false, pair);  // w1/w3 at batch 1
+            compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, false, pair);  // w2 at batch 1
+            compare_grids(rng, 2, 128, 3, 2048, 4096, nvfp4, false, 2, false, pair);  // one of two GPUs' share
+            compare_grids(rng, 40, 16, 6, 200, 1024, nvfp4, true, 40, false, pair);   // passes of 16, odd N
+            compare_grids(rng, 30, 8, 3, 72, 1056, nvfp4, true, 30, false, pair);     // several passes, K % 128
+            compare_grids(rng, 5, 32, 4, 264, 2048, nvfp4, false, 5, true, pair);     // every scale code
         }
 }
 
@@ -275,51 +275,53 @@ TEST(MoeGemm, WarpgroupKernelEqualsWarpMmaBitwise) {
 TEST(MoeGemm, RowsIndependentOfBatch) {
     DSV4_REQUIRE_GPU();
     Rng rng;
-    for (auto [path, batch_bound] : {std::pair{cuda::MoeGemmPath::kCudaCore, 16}, {cuda::MoeGemmPath::kMma, 16},
-                                     {cuda::MoeGemmPath::kMma, 64}, {cuda::MoeGemmPath::kMma, 256}})
-    for (bool nvfp4 : {false, true})
-        for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
-            const int64_t tokens = 16, experts = 64, topk = 6;
-            const Routing routing = route(rng, tokens, experts, topk, false);
-            std::vector<uint8_t> data, scale;
-            std::vector<float> global;
-            for (int64_t e = 0; e < experts; ++e) {
-                HostWeight we = random_fp4_weight(rng, n, k, nvfp4);
-                data.insert(data.end(), we.data.begin(), we.data.end());
-                scale.insert(scale.end(), we.scale.begin(), we.scale.end());
-                global.push_back(we.global_scale);
-            }
-            DeviceFp8Act a = quantize_on_device(random_activations(rng, tokens, k), tokens, k);
-            auto wd = to_device(data);
-            auto sd = to_device(scale);
-            auto gd = to_device(global);
-            auto run = [&](const std::vector<int32_t>& offsets, const std::vector<int32_t>& rows, int bound) {
-                auto od = to_device(offsets);
-                auto rd = to_device(rows);
-                auto y = poisoned<uint16_t>(rows.size() * size_t(n));
-                cuda::MoeGemmParams p = moe_params(a, rd.get(), od.get(), wd.get(), sd.get(), gd.get(), nvfp4,
-                                                   experts, n, k, bound, y.get());
-                p.path = path;
-                cuda::moe_gemm(p, nullptr);
-                return to_host(y);
-            };
-            const std::vector<uint16_t> all = run(routing.offsets, routing.row_index, batch_bound);
-            for (int32_t t : {0, 7, 15}) {
-                std::vector<int32_t> offsets{0}, rows, full_slot;
+    for (auto [path, batch_bound] : {std::pair{cuda::MoeGemmPath::kCudaCore, 16},
+                                     {cuda::MoeGemmPath::kMma, 16},
+                                     {cuda::MoeGemmPath::kMma, 64},
+                                     {cuda::MoeGemmPath::kMma, 256}})
+        for (bool nvfp4 : {false, true})
+            for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
+                const int64_t tokens = 16, experts = 64, topk = 6;
+                const Routing routing = route(rng, tokens, experts, topk, false);
+                std::vector<uint8_t> data, scale;
+                std::vector<float> global;
                 for (int64_t e = 0; e < experts; ++e) {
-                    for (int32_t q = routing.offsets[size_t(e)]; q < routing.offsets[size_t(e) + 1]; ++q)
-                        if (routing.row_index[size_t(q)] == t) rows.push_back(t), full_slot.push_back(q);
-                    offsets.push_back(int32_t(rows.size()));
+                    HostWeight we = random_fp4_weight(rng, n, k, nvfp4);
+                    data.insert(data.end(), we.data.begin(), we.data.end());
+                    scale.insert(scale.end(), we.scale.begin(), we.scale.end());
+                    global.push_back(we.global_scale);
                 }
-                const std::vector<uint16_t> alone = run(offsets, rows, 1);
-                for (size_t j = 0; j < rows.size(); ++j)
-                    EXPECT_TRUE(std::equal(alone.begin() + int64_t(j) * n, alone.begin() + int64_t(j + 1) * n,
-                                           all.begin() + int64_t(full_slot[j]) * n))
-                        << (path == cuda::MoeGemmPath::kMma ? "tensor cores " : "cuda cores ")
-                        << (nvfp4 ? "nvfp4" : "mxfp4") << " N=" << n << " K=" << k << " token " << t << " slot " << j
-                        << ": alone differs from the 16-token launch";
+                DeviceFp8Act a = quantize_on_device(random_activations(rng, tokens, k), tokens, k);
+                auto wd = to_device(data);
+                auto sd = to_device(scale);
+                auto gd = to_device(global);
+                auto run = [&](const std::vector<int32_t>& offsets, const std::vector<int32_t>& rows, int bound) {
+                    auto od = to_device(offsets);
+                    auto rd = to_device(rows);
+                    auto y = poisoned<uint16_t>(rows.size() * size_t(n));
+                    cuda::MoeGemmParams p = moe_params(a, rd.get(), od.get(), wd.get(), sd.get(), gd.get(), nvfp4,
+                                                       experts, n, k, bound, y.get());
+                    p.path = path;
+                    cuda::moe_gemm(p, nullptr);
+                    return to_host(y);
+                };
+                const std::vector<uint16_t> all = run(routing.offsets, routing.row_index, batch_bound);
+                for (int32_t t : {0, 7, 15}) {
+                    std::vector<int32_t> offsets{0}, rows, full_slot;
+                    for (int64_t e = 0; e < experts; ++e) {
+                        for (int32_t q = routing.offsets[size_t(e)]; q < routing.offsets[size_t(e) + 1]; ++q)
+                            if (routing.row_index[size_t(q)] == t) rows.push_back(t), full_slot.push_back(q);
+                        offsets.push_back(int32_t(rows.size()));
+                    }
+                    const std::vector<uint16_t> alone = run(offsets, rows, 1);
+                    for (size_t j = 0; j < rows.size(); ++j)
+                        EXPECT_TRUE(std::equal(alone.begin() + int64_t(j) * n, alone.begin() + int64_t(j + 1) * n,
+                                               all.begin() + int64_t(full_slot[j]) * n))
+                            << (path == cuda::MoeGemmPath::kMma ? "tensor cores " : "cuda cores ")
+                            << (nvfp4 ? "nvfp4" : "mxfp4") << " N=" << n << " K=" << k << " token " << t << " slot "
+                            << j << ": alone differs from the 16-token launch";
+                }
             }
-        }
 }
 
 TEST(MoeGemm, Mxfp4MatchesCpuLinear) {
@@ -421,8 +423,8 @@ TEST(MoeGemm, LargerLaunchAfterASmallerOneStillRuns) {
     std::vector<std::vector<uint16_t>> outputs;
     for (int64_t experts : {most, most / 2, most}) {
         auto y = poisoned<uint16_t>(size_t(tokens * n));
-        cuda::MoeGemmParams p = moe_params(a, rd.get(), od.get(), wd.get(), sd.get(), nullptr, false, experts, n, k,
-                                           int(tokens), y.get());
+        cuda::MoeGemmParams p =
+            moe_params(a, rd.get(), od.get(), wd.get(), sd.get(), nullptr, false, experts, n, k, int(tokens), y.get());
         p.expected_slots_per_expert = int(tokens);  // passes of 64 slots: both launches above 48 KiB
         ASSERT_NO_THROW(cuda::moe_gemm(p, nullptr)) << experts << " experts";
         DSV4_CUDA_CHECK(cudaDeviceSynchronize());

@@ -259,9 +259,9 @@ void CudaModel::Impl::block(int64_t layer) {
     auto hc_pre = [&](const cuda::DeviceHc& hw, const float* norm) {  // x, and x quantized for the FP8 GEMMs
         cuda::HcMixParams mix = hc_mix_params(hw, ws.streams, T);
         mix.defer_sinkhorn = side_sinkhorn;
-        cuda::hc_pre(mix, s);
+        // The sub-layer's input norm runs inside hc_pre's kernel where it can (decode batches).
+        cuda::hc_pre_norm(mix, {ws.x, norm, ws.x, T, D, D, D, float(c.rms_norm_eps), ws.x_fp8.q, ws.x_fp8.scales}, s);
         if (side_sinkhorn) pending_sinkhorn = mix;
-        cuda::rms_norm({ws.x, norm, ws.x, T, D, D, D, float(c.rms_norm_eps), ws.x_fp8.q, ws.x_fp8.scales}, s);
     };
     auto hc_post = [&]() {   // of ws.y, or of the MoE's pending sum of routed and shared outputs
         sinkhorn_on_side();  // where the sub-layer did not launch it

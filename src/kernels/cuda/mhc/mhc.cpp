@@ -21,6 +21,17 @@ void hc_pre(const HcMixParams& p, cudaStream_t stream) {
     if (p.tokens) detail::launch_hc_mix(p, false, stream);
 }
 
+void hc_pre_norm(const HcMixParams& p, const RmsNormParams& norm, cudaStream_t stream) {
+    check_mix("hc_pre_norm", p);
+    DSV4_CHECK(p.sinkhorn_iters >= 0, "hc_pre_norm: sinkhorn_iters {} must be >= 0", p.sinkhorn_iters);
+    DSV4_CHECK(norm.x == p.x_out && norm.y == p.x_out, "hc_pre_norm: the norm must be of hc_pre's x, in place");
+    DSV4_CHECK(norm.rows == p.tokens && norm.dim == p.dim && norm.x_stride == p.dim && norm.y_stride == p.dim,
+               "hc_pre_norm: the norm's shape [{}, {}] (strides {}, {}) is not x's [{}, {}]", norm.rows, norm.dim,
+               norm.x_stride, norm.y_stride, p.tokens, p.dim);
+    DSV4_CHECK(!norm.q == !norm.q_scales, "hc_pre_norm: quantized output needs both its codes and its scales");
+    if (p.tokens) detail::launch_hc_mix(p, false, stream, detail::HcMixPath::kAuto, &norm);
+}
+
 void hc_sinkhorn(const HcMixParams& p, cudaStream_t stream) {
     DSV4_CHECK(p.mix, "hc_sinkhorn: null mix");
     DSV4_CHECK(p.n_hc >= 1 && p.n_hc <= kMaxHcMult, "hc_sinkhorn: n_hc {} outside [1, {}]", p.n_hc, kMaxHcMult);

@@ -27,6 +27,9 @@
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/mhc/mhc.h"
 #include "kernels/cuda/moe_expert/moe_combine.cuh"
+#include "kernels/cuda/quant/fp8_act_codec.cuh"
+#include "kernels/cuda/quant/quant.h"
+#include "kernels/cuda/rms_norm/rms_norm.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -308,10 +311,46 @@ __global__ void __launch_bounds__(kSinkhornThreads)
     if (live) *c = normalized;
 }
 
+// The rms_norm after hc_pre on the split path (hc_pre_norm): rms_norm's thread t sums the squares of elements
+// t + 256 j in ascending j (rms_norm.cu); here element d of x lies in CTA (d / 256) % kCluster, so every CTA stores its
+// rounded x into rank 0's [chunk j][t] table, rank 0 runs rms_norm's chains and trees on it and returns the factor.
+constexpr int kNormChunks = 32;  // rows of up to 32 x 256 elements (V4-Flash 4096, V4-Pro 7168)
+static_assert(kHcThreads == 256, "rms_norm's and quantize_held_row's thread layout");
+
+template <int kCluster>
+__device__ __forceinline__ float cluster_rms_factor(cg::cluster_group& cluster, float* chunks, int64_t dim, float eps,
+                                                    int rank) {
+    __shared__ double warp_sums[kHcThreads / 32];
+    __shared__ float factor;
+    cluster.sync();  // every CTA's x is in rank 0's table
+    if (rank == 0) {
+        double sum = 0.0;
+        const int count = int((dim + kHcThreads - 1) / kHcThreads);
+        for (int j = 0; j < count; ++j) {
+            const double v = chunks[j * kHcThreads + threadIdx.x];
+            sum += v * v;
+        }
+#pragma unroll
+        for (int m = 16; m > 0; m /= 2) sum += __shfl_xor_sync(kFull, sum, m);
+        if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
+        __syncthreads();
+        if (threadIdx.x < kCluster) {
+            double total = 0.0;
+            for (int w = 0; w < kHcThreads / 32; ++w) total += warp_sums[w];
+            const float mean_sq = float(total / double(dim));
+            *cluster.map_shared_rank(&factor, int(threadIdx.x)) = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, eps)));
+        }
+    }
+    cluster.sync();  // the factor is in every CTA; rank 0's table is read
+    return factor;
+}
+
 // grid (kCluster, tokens), clusters of kCluster along x. Value u in [0, kRows] (u = kRows: the sum of squares)
 // belongs to CTA u % kCluster; the CTA computes it exactly as hc_mix_kernel does (see the file comment).
-template <int kN, bool kHead, int kCluster>
-__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads) hc_mix_split_kernel(HcMixParams p) {
+// kNorm: x is then rms-normalized in place (and quantized where norm.q is set) with rms_norm's arithmetic.
+template <int kN, bool kHead, int kCluster, bool kNorm = false>
+__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
+    hc_mix_split_kernel(HcMixParams p, RmsNormParams norm) {
     constexpr int kRows = kHead ? kN : (2 + kN) * kN;
     constexpr int kValues = kRows + 1;
     constexpr int kPer = (kValues + kCluster - 1) / kCluster;
@@ -413,11 +452,41 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads) h
     float pre[kN];
 #pragma unroll
     for (int j = 0; j < kN; ++j) pre[j] = pre_s[j];
-    for (int64_t d = int64_t(rank) * kHcThreads + threadIdx.x; d < p.dim; d += int64_t(kCluster) * kHcThreads) {
+    auto collapse = [&](int64_t d) {
         float out = 0.0f;
 #pragma unroll
         for (int j = 0; j < kN; ++j) out = __fadd_rn(out, __fmul_rn(pre[j], bf16_to_f32(v[j * p.dim + d])));
-        p.x_out[t * p.dim + d] = f32_to_bf16(out);
+        return f32_to_bf16(out);
+    };
+    if constexpr (!kNorm) {
+        for (int64_t d = int64_t(rank) * kHcThreads + threadIdx.x; d < p.dim; d += int64_t(kCluster) * kHcThreads)
+            p.x_out[t * p.dim + d] = collapse(d);
+    } else {
+        // 5. rms_norm of x: this CTA's elements d = 256 (rank + kCluster i) + t, held as rms_norm holds them.
+        constexpr int kHeld = kNormChunks / kCluster;
+        __shared__ float chunks[kNormChunks * kHcThreads];  // rank 0's is the table
+        float* table = cluster.map_shared_rank(chunks, 0);
+        float held[kHeld];
+#pragma unroll
+        for (int i = 0; i < kHeld; ++i) {
+            const int64_t chunk = rank + int64_t(kCluster) * i, d = chunk * kHcThreads + threadIdx.x;
+            held[i] = d < p.dim ? bf16_to_f32(collapse(d)) : 0.0f;
+            if (chunk * kHcThreads < p.dim) table[chunk * kHcThreads + threadIdx.x] = held[i];
+        }
+        const float r = cluster_rms_factor<kCluster>(cluster, chunks, p.dim, norm.eps, rank);
+        const int64_t n_blocks = (p.dim + kActQuantBlock - 1) / kActQuantBlock;
+#pragma unroll
+        for (int i = 0; i < kHeld; ++i) {
+            const int64_t first = (rank + int64_t(kCluster) * i) * kHcThreads, d = first + threadIdx.x;
+            const float normed = __fmul_rn(held[i], r);
+            const __nv_bfloat16 out =
+                f32_to_bf16(norm.weight ? __fmul_rn(norm.weight[d < p.dim ? d : 0], normed) : normed);
+            if (d < p.dim) p.x_out[t * p.dim + d] = out;
+            if (norm.q && first < p.dim) {  // uniform over the CTA
+                const float q_held[1] = {d < p.dim ? bf16_to_f32(out) : 0.0f};
+                quantize_held_row<1>(q_held, first, p.dim, norm.q + t * p.dim, norm.q_scales + t * n_blocks);
+            }
+        }
     }
 }
 
@@ -456,24 +525,51 @@ __global__ void __launch_bounds__(kPostThreads) hc_post_kernel(HcPostParams p, M
 
 namespace detail {
 
-void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPath path) {
+bool hc_pre_norm_fused(const HcMixParams& p, HcMixPath path) {
+    if (path == HcMixPath::kAuto && hc_specialised(p.n_hc)) path = hc_mix_auto_path(p.tokens, false);
+    return path == HcMixPath::kSplit && hc_specialised(p.n_hc) && p.dim <= int64_t(kNormChunks) * kHcThreads;
+}
+
+void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPath path, const RmsNormParams* norm) {
     if (path == HcMixPath::kAuto && !hc_specialised(p.n_hc)) path = HcMixPath::kGeneric;
     if (path == HcMixPath::kAuto) path = hc_mix_auto_path(p.tokens, head);
+    if (norm && (head || !hc_pre_norm_fused(p, path))) {  // the two launches
+        launch_hc_mix(p, head, stream, path);
+        return launch_rms_norms({norm, 1}, stream);
+    }
     if (path == HcMixPath::kGeneric) return launch_hc_mix_generic(p, head, stream);  // normalizes comb itself
+    const RmsNormParams no_norm{};
     // A wide cluster where the device co-schedules one (else clusters of kHcCluster: the same values, the same bits).
     const void* wide = p.n_hc == 2 ? reinterpret_cast<const void*>(hc_mix_split_kernel<2, false, kHcWideCluster>)
                                    : reinterpret_cast<const void*>(hc_mix_split_kernel<4, false, kHcWideCluster>);
-    if (path == HcMixPath::kSplit && !head && p.tokens <= kWideTokens &&
-        resident_clusters(wide, kHcThreads, kHcWideCluster) >= 1) {
+    if (path == HcMixPath::kSplit && norm) {  // hc_pre_norm in one launch
+        const void* wide_norm =
+            p.n_hc == 2 ? reinterpret_cast<const void*>(hc_mix_split_kernel<2, false, kHcWideCluster, true>)
+                        : reinterpret_cast<const void*>(hc_mix_split_kernel<4, false, kHcWideCluster, true>);
+        if (p.tokens <= kWideTokens && resident_clusters(wide_norm, kHcThreads, kHcWideCluster) >= 1) {
+            const dim3 grid(kHcWideCluster, unsigned(p.tokens));
+            if (p.n_hc == 2)
+                hc_mix_split_kernel<2, false, kHcWideCluster, true><<<grid, kHcThreads, 0, stream>>>(p, *norm);
+            if (p.n_hc == 4)
+                hc_mix_split_kernel<4, false, kHcWideCluster, true><<<grid, kHcThreads, 0, stream>>>(p, *norm);
+        } else {
+            const dim3 grid(kHcCluster, unsigned(p.tokens));
+            if (p.n_hc == 2) hc_mix_split_kernel<2, false, kHcCluster, true><<<grid, kHcThreads, 0, stream>>>(p, *norm);
+            if (p.n_hc == 4) hc_mix_split_kernel<4, false, kHcCluster, true><<<grid, kHcThreads, 0, stream>>>(p, *norm);
+        }
+    } else if (path == HcMixPath::kSplit && !head && p.tokens <= kWideTokens &&
+               resident_clusters(wide, kHcThreads, kHcWideCluster) >= 1) {
         const dim3 grid(kHcWideCluster, unsigned(p.tokens));
-        if (p.n_hc == 2) hc_mix_split_kernel<2, false, kHcWideCluster><<<grid, kHcThreads, 0, stream>>>(p);
-        if (p.n_hc == 4) hc_mix_split_kernel<4, false, kHcWideCluster><<<grid, kHcThreads, 0, stream>>>(p);
+        if (p.n_hc == 2) hc_mix_split_kernel<2, false, kHcWideCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm);
+        if (p.n_hc == 4) hc_mix_split_kernel<4, false, kHcWideCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm);
     } else if (path == HcMixPath::kSplit) {
         const dim3 grid(kHcCluster, unsigned(p.tokens));
-        if (p.n_hc == 2 && !head) hc_mix_split_kernel<2, false, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p);
-        if (p.n_hc == 2 && head) hc_mix_split_kernel<2, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p);
-        if (p.n_hc == 4 && !head) hc_mix_split_kernel<4, false, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p);
-        if (p.n_hc == 4 && head) hc_mix_split_kernel<4, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p);
+        if (p.n_hc == 2 && !head)
+            hc_mix_split_kernel<2, false, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm);
+        if (p.n_hc == 2 && head) hc_mix_split_kernel<2, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm);
+        if (p.n_hc == 4 && !head)
+            hc_mix_split_kernel<4, false, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm);
+        if (p.n_hc == 4 && head) hc_mix_split_kernel<4, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm);
     } else if (path == HcMixPath::kRowGroups) {
         if (head) throw_cuda_error(cudaErrorInvalidValue, "hc_head has no row-group path", __FILE__, __LINE__);
         // One token per tile up to 32 tokens, two up to 128 (more CTAs where the tiles are few), four above.

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/moe_expert/moe_expert.h"
+#include "kernels/cuda/rms_norm/rms_norm.h"
 
 namespace dsv4::cuda {
 
@@ -51,6 +52,12 @@ struct HcMixParams {
 // hc_pre = the mix kernel (pre, post, comb's inputs, the collapse x), then hc_sinkhorn on comb unless deferred.
 void hc_pre(const HcMixParams& p, cudaStream_t stream);
 void hc_head(const HcMixParams& p, cudaStream_t stream);
+// hc_pre, then rms_norm(norm) of its x in place (norm.x == norm.y == p.x_out, rows tokens, width and strides dim;
+// quantized where norm.q is set): the same bits as the two launches. One launch where hc_pre takes its split path
+// (decode batches of up to 16 tokens, n_hc 2 or 4, dim <= 8192): the cluster that computed x also normalizes it,
+// with rms_norm's own chains and trees on its values (mhc.cu). Elsewhere the two launches. Tested in
+// tests/gpu/mhc_test.cpp.
+void hc_pre_norm(const HcMixParams& p, const RmsNormParams& norm, cudaStream_t stream);
 // The Sinkhorn normalization of every token's comb in p.mix, in place: cpu::sinkhorn's operations in its order on
 // each element (a warp holds 2 tokens of n_hc 4, 8 of n_hc 2; a thread per token for other n_hc).
 void hc_sinkhorn(const HcMixParams& p, cudaStream_t stream);
@@ -91,8 +98,12 @@ constexpr HcMixPath hc_mix_auto_path(int64_t tokens, bool head) {
 constexpr bool hc_specialised(int64_t n_hc) {
     return n_hc == 2 || n_hc == 4;
 }
-// The mix kernel of `path`, then (hc_pre, unless p.defer_sinkhorn) launch_hc_sinkhorn: the complete mix.
-void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPath path = HcMixPath::kAuto);
+// The mix kernel of `path`, then (hc_pre, unless p.defer_sinkhorn) launch_hc_sinkhorn: the complete mix. With
+// `norm` (hc_pre_norm's, contract checked), the rms_norm too: in the split kernel where hc_pre_norm_fused.
+void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPath path = HcMixPath::kAuto,
+                   const RmsNormParams* norm = nullptr);
+// Whether hc_pre with `path` (kAuto: its choice) runs hc_pre_norm's rms_norm in its own kernel.
+bool hc_pre_norm_fused(const HcMixParams& p, HcMixPath path = HcMixPath::kAuto);
 void launch_hc_sinkhorn(const HcMixParams& p, cudaStream_t stream);
 void launch_hc_post(const HcPostParams& p, cudaStream_t stream, bool generic = false);
 void launch_hc_post_of_moe(const HcPostParams& p, const MoeCombineParams& combine, cudaStream_t stream);  // n_hc 2, 4

@@ -36,17 +36,17 @@ struct MoeGemmMatrix {
 };
 
 struct MoeGemmParams {
-    const uint8_t* a = nullptr;               // [rows, k] e4m3, row stride k
-    const float* a_scale = nullptr;           // [rows, ceil(k/128)] f32, powers of two
-    const int32_t* row_index = nullptr;       // [slots] activation row of each slot, or null (slot p reads row p)
+    const uint8_t* a = nullptr;          // [rows, k] e4m3, row stride k
+    const float* a_scale = nullptr;      // [rows, ceil(k/128)] f32, powers of two
+    const int32_t* row_index = nullptr;  // [slots] activation row of each slot, or null (slot p reads row p)
     // [experts + 1] device, non-decreasing; offsets[0] > 0 where the experts are one rank's share of a layer's
     // (slots before it belong to other ranks and are not touched)
     const int32_t* expert_offsets = nullptr;
     ExpertFormat format = ExpertFormat::kMxfp4;
-    const uint8_t* w = nullptr;         // [experts, n, k/2] packed e2m1, low nibble = even column
-    const uint8_t* w_scale = nullptr;   // [experts, n, k/32] E8M0 (MXFP4) or [experts, n, k/16] e4m3 (NVFP4)
-    const float* w_global = nullptr;    // [experts] f32 (NVFP4 weight_scale_2); null for MXFP4
-    __nv_bfloat16* y = nullptr;         // [slots, n] bf16, slot order
+    const uint8_t* w = nullptr;        // [experts, n, k/2] packed e2m1, low nibble = even column
+    const uint8_t* w_scale = nullptr;  // [experts, n, k/32] E8M0 (MXFP4) or [experts, n, k/16] e4m3 (NVFP4)
+    const float* w_global = nullptr;   // [experts] f32 (NVFP4 weight_scale_2); null for MXFP4
+    __nv_bfloat16* y = nullptr;        // [slots, n] bf16, slot order
     int64_t experts = 0, n = 0, k = 0;
     int max_slots_per_expert = 1;  // host bound on any expert's slot count (the batch's token count); picks the tile
     int expected_slots_per_expert = 0;  // optional: slots a busy active expert holds (picks the pass width; no bits)
@@ -56,9 +56,9 @@ struct MoeGemmParams {
 };
 
 struct MoeGemmConfig {
-    int m_tile = 1;          // slots per pass (1, 2, 4, 8, 16)
-    int64_t k_span = 0;      // K columns staged at a time, multiple of 1024
-    int expert_blocks = 1;   // grid.y of the former strided kernel (detail::launch_moe_gemm_strided)
+    int m_tile = 1;         // slots per pass (1, 2, 4, 8, 16)
+    int64_t k_span = 0;     // K columns staged at a time, multiple of 1024
+    int expert_blocks = 1;  // grid.y of the former strided kernel (detail::launch_moe_gemm_strided)
 };
 
 MoeGemmConfig moe_gemm_config(int64_t experts, int64_t n, int64_t k, int max_slots_per_expert);

@@ -50,7 +50,7 @@ using namespace moe_mma;
 // V4-Flash expert's w1 is 32 tiles of 64 rows; a batch-1 step on two GPUs has ~3 experts a GPU for 396 CTA slots).
 // The row tile never changes bits: each output is one warp pair's, whatever the tile.
 constexpr int kMaxRowGroups = 4;
-constexpr int kStageCols = 128;  // one activation-scale block
+constexpr int kStageCols = 128;                  // one activation-scale block
 constexpr int kWRowBytes = kStageCols / 2 + 16;  // 64 bytes of nibbles + pad: rows g land on distinct bank groups
 constexpr int kARowBytes = kStageCols + 32;      // 128 e4m3 + pad: 8-byte reads of 16 lanes conflict-free
 constexpr int kScaleRowBytes = 16;               // the aligned words covering a row's scales of one stage

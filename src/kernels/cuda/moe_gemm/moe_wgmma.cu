@@ -71,10 +71,14 @@ __host__ __device__ constexpr int smem_bytes(int64_t experts) {
 template <int kTokens>
 __device__ __forceinline__ void wgmma_f16(float (&d)[kTokens / 2], const uint32_t (&a)[4], uint64_t b_desc,
                                           bool accumulate) {
-    if constexpr (kTokens == 64) wgmma_m64n64k16_f16(d, a, b_desc, accumulate);
-    else if constexpr (kTokens == 32) wgmma_m64n32k16_f16(d, a, b_desc, accumulate);
-    else if constexpr (kTokens == 16) wgmma_m64n16k16_f16(d, a, b_desc, accumulate);
-    else wgmma_m64n8k16_f16(d, a, b_desc, accumulate);
+    if constexpr (kTokens == 64)
+        wgmma_m64n64k16_f16(d, a, b_desc, accumulate);
+    else if constexpr (kTokens == 32)
+        wgmma_m64n32k16_f16(d, a, b_desc, accumulate);
+    else if constexpr (kTokens == 16)
+        wgmma_m64n16k16_f16(d, a, b_desc, accumulate);
+    else
+        wgmma_m64n8k16_f16(d, a, b_desc, accumulate);
 }
 
 // Writes the f16 pair of e4m3 bytes 0, 1 of `x` at k slot 2t (half 0) of token n in k16 step `step`, and bytes 2, 3
