@@ -29,8 +29,9 @@
 // Grid: persistent, 1-D; every CTA lists the active experts (non-empty slot ranges of expert_offsets, on the device,
 // so the launch needs no host sync and is capturable), then takes items (matrix, active expert, row tile). A CTA of
 // 2 kRowGroups warps computes 16 kRowGroups weight rows (16 per warp pair, one warp per K part; 64 rows, or 32 and
-// 16 for decode steps with few active experts: moe_mma_row_groups) for passes of kTokens slots of its expert; K streams through shared memory in stages of 128 columns (8 or 4 stages in flight, 16-byte cp.async), padded
-// so the fragment reads are bank-conflict-free. Tested in tests/gpu/moe_gemm_test.cpp (cpu::linear per expert, rows
+// 16 for decode steps with few active experts: moe_mma_row_groups) for passes of kTokens slots of its expert; K
+// streams through shared memory in stages of 128 columns (8 or 4 stages in flight, 16-byte cp.async), padded so the
+// fragment reads are bank-conflict-free. Tested in tests/gpu/moe_gemm_test.cpp (cpu::linear per expert, rows
 // independent of the batch, the pair launch equal to two launches).
 #include <algorithm>
 
