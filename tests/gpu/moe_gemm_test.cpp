@@ -243,6 +243,7 @@ TEST(MoeGemm, RowTileFillsTheSms) {
     EXPECT_EQ(cuda::moe_mma_row_groups(1, 1024, 1, 132), 1);  // 1 x 16 rows against 1 x 32 or 64
     EXPECT_EQ(cuda::moe_mma_row_groups(0, 2048, 2, 132), 4);
     EXPECT_EQ(cuda::moe_mma_row_groups(96, 2048, 2, 132), 4);  // 16 rows: 2,992 a SM against 3,008, not an eighth
+    EXPECT_EQ(cuda::moe_mma_row_groups(9, 1024, 1, 132), 2);  // 128 / 96 / 80 rows: 16 rows cut 32's by a sixth only
 }
 
 // The warpgroup kernel (passes of 8 to 64 slots on sm_90, K % 128 == 0) gives the warp-MMA kernel's bits: the

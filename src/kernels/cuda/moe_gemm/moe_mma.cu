@@ -375,15 +375,17 @@ int moe_mma_pass_tokens(int max_slots_per_expert, int expected_slots_per_expert)
 int moe_mma_row_groups(int64_t active_experts, int64_t n, int mat_count, int sms) {
     // The tile whose busiest SM holds the fewest rows: with the work spread as CTAs of whole tiles, the step lasts as
     // long as that SM's share (docs/perf.md, "The routed experts' row tile at batch 1"). A narrower tile must cut
-    // that share by an eighth: each CTA stages the activations again and has its own prologue (16-row tiles ran
-    // ~10 % slower than 64 on the same rows per SM). Without an expectation, 64 rows.
+    // that share by more than it costs: each CTA stages the activations again and has its own prologue; at the same
+    // rows per SM, 32-row tiles ran ~6 % slower than 64 and 16-row tiles ~20 % slower than 32, so 32 rows must cut
+    // the share by an eighth and 16 rows by a quarter. Without an expectation, 64 rows.
     if (active_experts <= 0 || sms <= 0) return kMaxRowGroups;
     int best = kMaxRowGroups;
     int64_t best_rows = 0;
     for (int groups = kMaxRowGroups; groups >= 1; groups /= 2) {
         const int64_t rows = 16 * groups, items = active_experts * ((n + rows - 1) / rows) * mat_count;
         const int64_t busiest = (items + sms - 1) / sms * rows;
-        if (groups == kMaxRowGroups || busiest * 8 <= best_rows * 7) best = groups, best_rows = busiest;
+        const bool cuts_enough = groups == 2 ? busiest * 8 <= best_rows * 7 : busiest * 4 <= best_rows * 3;
+        if (groups == kMaxRowGroups || cuts_enough) best = groups, best_rows = busiest;
     }
     return best;
 }
