@@ -56,6 +56,26 @@ struct DeviceResult {
     std::vector<float> x_out, mix, logits;
 };
 
+// The mix parameters of the tests' device buffers (streams as bf16 bits), with the tests' iterations and epsilons.
+cuda::HcMixParams mix_params(const cuda::DeviceBuffer<uint16_t>& streams, const cuda::DeviceBuffer<float>& fn,
+                             const cuda::DeviceBuffer<float>& base, const cuda::DeviceBuffer<float>& scale,
+                             __nv_bfloat16* x_out, cuda::DeviceBuffer<float>& mix, cuda::DeviceBuffer<float>& logits,
+                             int64_t tokens, int64_t n, int64_t dim) {
+    return {reinterpret_cast<const __nv_bfloat16*>(streams.get()),
+            fn.get(),
+            base.get(),
+            scale.get(),
+            x_out,
+            mix.get(),
+            logits.get(),
+            tokens,
+            n,
+            dim,
+            kIters,
+            kHcEps,
+            kNormEps};
+}
+
 // defer: hc_pre with defer_sinkhorn, then hc_sinkhorn on the same params.
 DeviceResult run_mix(const Inputs& in, int64_t tokens, int64_t n, int64_t dim, int64_t rows, bool head,
                      cuda::detail::HcMixPath path = cuda::detail::HcMixPath::kAuto, bool defer = false) {
@@ -66,19 +86,8 @@ DeviceResult run_mix(const Inputs& in, int64_t tokens, int64_t n, int64_t dim, i
     auto d_x = poisoned<uint16_t>(size_t(tokens * dim));
     auto d_mix = poisoned<float>(size_t(tokens * rows));
     auto d_logits = poisoned<float>(size_t(tokens * rows));
-    cuda::HcMixParams p{reinterpret_cast<const __nv_bfloat16*>(d_streams.get()),
-                        d_fn.get(),
-                        d_base.get(),
-                        d_scale.get(),
-                        reinterpret_cast<__nv_bfloat16*>(d_x.get()),
-                        d_mix.get(),
-                        d_logits.get(),
-                        tokens,
-                        n,
-                        dim,
-                        kIters,
-                        kHcEps,
-                        kNormEps};
+    cuda::HcMixParams p = mix_params(d_streams, d_fn, d_base, d_scale, reinterpret_cast<__nv_bfloat16*>(d_x.get()),
+                                     d_mix, d_logits, tokens, n, dim);
     p.defer_sinkhorn = defer;
     if (path != cuda::detail::HcMixPath::kAuto)
         cuda::detail::launch_hc_mix(p, head, nullptr, path);
@@ -321,19 +330,8 @@ TEST(GpuMhc, HcPreNormEqualsHcPreThenRmsNormBitwise) {
                     auto d_mix = poisoned<float>(size_t(tokens * rows));
                     auto d_logits = poisoned<float>(size_t(tokens * rows));
                     auto* x = reinterpret_cast<__nv_bfloat16*>(d_x.get());
-                    cuda::HcMixParams p{reinterpret_cast<const __nv_bfloat16*>(d_streams.get()),
-                                        d_fn.get(),
-                                        d_base.get(),
-                                        d_scale.get(),
-                                        x,
-                                        d_mix.get(),
-                                        d_logits.get(),
-                                        tokens,
-                                        n,
-                                        dim,
-                                        kIters,
-                                        kHcEps,
-                                        kNormEps};
+                    const cuda::HcMixParams p =
+                        mix_params(d_streams, d_fn, d_base, d_scale, x, d_mix, d_logits, tokens, n, dim);
                     const cuda::RmsNormParams norm{x,
                                                    weighted ? d_weight.get() : nullptr,
                                                    x,
