@@ -295,32 +295,6 @@ TEST_P(CudaModelFixture, StackedProjectionsEqualSeparateLaunchesBitwise) {
                           << first / size_t(V);
 }
 
-// The L2 prefetch lane (CudaOptions::l2_prefetch: pieces of up to 64 tokens fetch the next weights into L2 beside
-// the kernels before them) is a hint: prefill chunks and graph-replayed greedy decode steps give the same bits
-// without it.
-TEST_P(CudaModelFixture, L2PrefetchChangesNoBits) {
-    const ModelConfig& config = checkpoint_->config();
-    CudaOptions options;
-    options.max_context = 1024;
-    options.max_chunk_tokens = 128;
-    options.print_plan = false;
-    options.l2_prefetch = false;
-    CudaModel plain(config, load_model_weights(checkpoint_, config), Numerics::kModel, options);
-    auto same = [&](const Logits& a, const Logits& b, const char* what) {
-        ASSERT_EQ(a.logits.size(), b.logits.size()) << what;
-        size_t differ = 0;
-        for (size_t i = 0; i < a.logits.size(); ++i) differ += float_bits(a.logits[i]) != float_bits(b.logits[i]);
-        EXPECT_EQ(differ, 0u) << GetParam() << ": " << what << " with and without the L2 prefetch";
-    };
-    same(Recorder(*gpu_, false).chunks(ids_, inputs_.schedule), Recorder(plain, false).chunks(ids_, inputs_.schedule),
-         "chunk schedule");
-    const std::vector<int32_t> prompt(ids_.begin(), ids_.begin() + inputs_.greedy_prompt);
-    std::vector<int32_t> with_tokens, without_tokens;
-    same(Recorder(*gpu_, false).greedy(prompt, with_tokens), Recorder(plain, false).greedy(prompt, without_tokens),
-         "greedy decode");
-    EXPECT_EQ(with_tokens, without_tokens);
-}
-
 TEST_P(CudaModelFixture, GreedyTokensWithinYardstick) {
     const int64_t V = cpu_->config().vocab_size;
     const int64_t prompt_len = inputs_.greedy_prompt;

@@ -75,7 +75,6 @@ struct BenchArgs {
     uint64_t seed = 0;
     int threads = 0;
     bool stages = false;  // also the per-stage table of every measured step (CudaModel's stage profiler)
-    bool no_l2_prefetch = false;  // CudaOptions::l2_prefetch off (to measure what it buys)
     bool profile_range = false;  // cudaProfilerStart / Stop around the timed single-sequence steps
     ParallelFlags parallel;  // --gpus ...: the model over several GPUs (ranks.h); rank 0 measures and prints
     std::string backend;     // --backend: only "cuda" (accepted for scripts that pass it to every model command)
@@ -422,7 +421,6 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
     options.max_context = max_context;
     options.max_chunk_tokens = a.chunk;
     options.random_experts_seed = a.seed;
-    options.l2_prefetch = !a.no_l2_prefetch;
     auto make = [&](const ExpertParallel& ep) -> std::unique_ptr<Backend> {
         options.expert_parallel = ep;
         return std::make_unique<CudaModel>(config, std::move(weights), Numerics::kModel, options);
@@ -744,9 +742,6 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--stages", a->stages,
                   "Also time every measured step with the stage profiler on and print its per-stage table (GPU time "
                   "per step and per layer, share, bytes floor)");
-    cmd->add_flag("--no-l2-prefetch", a->no_l2_prefetch,
-                  "Decode steps do not fetch the next weights into L2 ahead of their kernels (CudaOptions::l2_prefetch; "
-                  "the same bits, to measure what the prefetch buys)");
     cmd->add_flag("--profile-range", a->profile_range,
                   "Open the CUDA profiler's range (cudaProfilerStart / Stop) around the timed single-sequence decode "
                   "steps only, for `ncu --profile-from-start off` (tools/gpu_kernel_profile.sh)");

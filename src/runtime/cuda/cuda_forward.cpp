@@ -448,10 +448,7 @@ void CudaModel::Impl::enqueue_piece() {
         cuda::embed(ep, s);
     }
 
-    prefetch_pending = false;  // a join owed by a piece whose capture failed went with that capture
-    prefetch_attention_inputs(0);
     for (int64_t layer = 0; layer < c.num_layers; ++layer) block(layer);
-    join_prefetch();
 
     // mHC head, final norm, f32 head for the rows whose logits are wanted: this rank's rows of the piece's logits,
     // which every rank then gathers (data-parallel attention).

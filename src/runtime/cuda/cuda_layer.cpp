@@ -17,7 +17,6 @@
 #include "kernels/cuda/gemm_fp8/gemm_fp8.h"
 #include "kernels/cuda/grouped_linear/grouped_linear.h"
 #include "kernels/cuda/indexer/indexer.h"
-#include "kernels/cuda/l2_prefetch/l2_prefetch.h"
 #include "kernels/cuda/mhc/mhc.h"
 #include "kernels/cuda/moe_expert/moe_expert.h"
 #include "kernels/cuda/moe_gemm/moe_gemm.h"
@@ -106,47 +105,6 @@ void CudaModel::Impl::fork_side() {
 void CudaModel::Impl::join_side() {
     side_join->record(side_stream->get());
     DSV4_CUDA_CHECK(cudaStreamWaitEvent(stream->get(), side_join->get()));
-}
-
-namespace {
-// Above this many tokens a piece's GEMMs are bound by their arithmetic, not by a cold start on their weights.
-constexpr int64_t kL2PrefetchMaxTokens = 64;
-
-int64_t matrix_bytes(const cuda::DeviceMatrix& w) {
-    const int64_t element = w.format == WeightFormat::kFp8Block ? 1 : w.format == WeightFormat::kBF16 ? 2 : 4;
-    return w.rows * w.cols * element;
-}
-}  // namespace
-
-void CudaModel::Impl::prefetch_weights(std::initializer_list<const cuda::DeviceMatrix*> weights) {
-    if (!options.l2_prefetch || observer || piece.tokens > kL2PrefetchMaxTokens) return;
-    std::vector<cuda::L2Range> ranges;
-    for (const cuda::DeviceMatrix* w : weights) {
-        if (!w->data) continue;
-        ranges.push_back({w->data, matrix_bytes(*w)});
-        if (w->scale) ranges.push_back({w->scale, (w->rows + 127) / 128 * ((w->cols + 127) / 128) * 4});
-    }
-    if (ranges.empty()) return;
-    prefetch_fork->record(stream->get());
-    DSV4_CUDA_CHECK(cudaStreamWaitEvent(prefetch_stream->get(), prefetch_fork->get()));
-    cuda::l2_prefetch(ranges, prefetch_stream->get());
-    prefetch_pending = true;
-}
-
-void CudaModel::Impl::prefetch_attention_inputs(int64_t layer) {
-    if (layer >= config.num_layers) return;
-    const cuda::DeviceAttention& a = w.layers[size_t(layer)].attn;
-    if (options.stacked_projections && a.wq_a_wkv.data)
-        prefetch_weights({&a.wq_a_wkv, &a.wq_b});
-    else
-        prefetch_weights({&a.wq_a, &a.wkv, &a.wq_b});
-}
-
-void CudaModel::Impl::join_prefetch() {
-    if (!prefetch_pending) return;
-    prefetch_join->record(prefetch_stream->get());
-    DSV4_CUDA_CHECK(cudaStreamWaitEvent(stream->get(), prefetch_join->get()));
-    prefetch_pending = false;
 }
 
 void CudaModel::Impl::sinkhorn_on_side() {
@@ -465,7 +423,6 @@ void CudaModel::Impl::attention(int64_t layer) {
     if (fork) fork_side();  // the side lane's indexer reads qr
     linear(a.wq_b, ws.qr, T, ws.q, ws.qr_fp8);
     observe_bf16("attn.q_proj", layer, ws.q, T, H * d);
-    prefetch_weights({&a.wo_a});  // beside the attention's latency-bound kernels
 
     // 2. With them in one launch: the per-head norm and RoPE of q, RoPE of kv and kv packed (FP8 nope) as the
     //    chunk's own entries. In a decode step (one token per sequence) also into each sequence's ring of the last W
@@ -661,16 +618,8 @@ void CudaModel::Impl::attention(int64_t layer) {
     // 6. Grouped low-rank output projection.
     stages.mark("o_proj", layer);
     grouped_linear(a.wo_a, ws.o, T, c.o_groups, ws.z);
-    prefetch_weights({&a.wo_b});
     observe_bf16("attn.z", layer, ws.z, T, c.o_groups * c.o_lora_rank);
     linear(a.wo_b, ws.z, T, ws.y);
-    // The MoE's first weights (the shared expert's, on the side lane at its start; the router's), beside the mHC
-    // post- and pre-mix between them.
-    const cuda::DeviceMoe& m = w.layers[size_t(layer)].ffn;
-    if (options.stacked_projections && m.s1_s3.data)
-        prefetch_weights({&m.s1_s3, &m.s2, &m.gate});
-    else
-        prefetch_weights({&m.s1, &m.s3, &m.s2, &m.gate});
 
     // 7. Each sequence's ring keeps its last W entries (written after the attention read the old ones), unless
     //    step 2 wrote them.
@@ -847,7 +796,6 @@ void CudaModel::Impl::moe(int64_t layer) {
     }
     cuda::swiglu(sw, s);
     experts(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out, nullptr, nullptr, {ws.act_q, ws.act_scale});
-    prefetch_attention_inputs(layer + 1);  // beside the exchange, the mHC post-mix and the next pre-mix
     if (ep.ranks > 1) {  // every slot from the rank that holds its expert; x + 0 is x, so the sum is exact
         stages.mark("expert_exchange", layer);
         ep.comm->sum_bf16(ws.routed_out, slots * D, s);

@@ -308,9 +308,6 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     m.side_stream = std::make_unique<cuda::Stream>();
     m.side_fork = std::make_unique<cuda::Event>();
     m.side_join = std::make_unique<cuda::Event>();
-    m.prefetch_stream = std::make_unique<cuda::Stream>();
-    m.prefetch_fork = std::make_unique<cuda::Event>();
-    m.prefetch_join = std::make_unique<cuda::Event>();
     m.meta_copied = std::make_unique<cuda::Event>();
     m.lt = std::make_unique<cuda::CublasLt>();
     m.weight_arena = cuda::DeviceBuffer<uint8_t>(weight_bytes);

@@ -89,10 +89,6 @@ struct CudaOptions {
     // One launch for the projections that read one input, where their weights stack (device_weights.h); off: one
     // launch per weight, the same bits (tests compare the two).
     bool stacked_projections = true;
-    // Pieces of up to 64 tokens (decode steps) fetch the next weights into L2 from a lane of their own while the
-    // kernels before them run (kernels/cuda/l2_prefetch; docs/gpu-design.md, "Weights fetched into L2 ahead of their
-    // GEMVs"). A hint: the same bits either way (tests compare); off for the benchmarks that measure it.
-    bool l2_prefetch = true;
     // The most pinned host memory the logits' copy to the host takes; a piece wanting more logits (every position of
     // a long prefill) goes through it in slices, the same values.
     size_t logit_staging_bytes = size_t(256) << 20;  // a decode step of 519 sequences at V4's vocabulary in one slice

@@ -212,11 +212,6 @@ struct CudaModel::Impl {
     std::unique_ptr<cuda::Stream> stream;
     std::unique_ptr<cuda::Stream> side_stream;          // the side lane's (Lane)
     std::unique_ptr<cuda::Event> side_fork, side_join;  // main -> side where it starts, side -> main at the end
-    // The prefetch lane (prefetch_weights): its launches wait for the main stream's work enqueued before them and
-    // nothing waits for them but the piece's end (prefetch_pending: a join is owed).
-    std::unique_ptr<cuda::Stream> prefetch_stream;
-    std::unique_ptr<cuda::Event> prefetch_fork, prefetch_join;
-    bool prefetch_pending = false;
     std::unique_ptr<cuda::CublasLt> lt;
     cuda::DeviceBuffer<uint8_t> weight_arena, state_arena, workspace_arena;
     cuda::DeviceWeights w;
@@ -314,11 +309,6 @@ struct CudaModel::Impl {
     // everything enqueued on the side lane so far (both captured as graph edges in a decode graph).
     void fork_side();
     void join_side();
-    // Fetches these weights into L2 on the prefetch lane, beside the main stream's next kernels (a hint; decode
-    // pieces only, CudaOptions::l2_prefetch). The weights that layer `layer`'s attention reads first.
-    void prefetch_weights(std::initializer_list<const cuda::DeviceMatrix*> weights);
-    void prefetch_attention_inputs(int64_t layer);
-    void join_prefetch();  // the main stream waits for the prefetch lane (before a piece ends)
     // The Sinkhorn normalization hc_pre deferred (only hc_post reads comb): set by block(), launched on the side lane
     // by sinkhorn_on_side() where that lane has room (attention: after its own side work is joined, where the side
     // lane would otherwise be the longer branch; MoE: at once, beside the router and the routed experts).
