@@ -44,7 +44,7 @@ if [ -n "${KERNELS:-}" ]; then
             [ "$side" = old ] && bin="$old/$kernels_bin"
             echo "== run $r, $side: dsv4_bench_decode_kernels $KERNELS"
             # shellcheck disable=SC2086
-            $bin $KERNELS 2>&1 | tee "$out/kernels_${side}_${r}.txt" | grep -E "^[a-z0-9+/ ]+ +[0-9]|BITWISE|bitwise" |
+            $bin $KERNELS 2>&1 | tee "$out/kernels_${side}_${r}.txt" | grep -E "^[a-z0-9_+/ |]+ +[0-9]|BITWISE|bitwise" |
                 head -"${LINES_PER_RUN:-40}"
         done
     done
