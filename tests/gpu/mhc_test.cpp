@@ -20,6 +20,7 @@
 #include "gpu_test_util.h"
 #include "kernels/cpu/mhc.h"
 #include "kernels/cuda/mhc/mhc.h"
+#include "moe_combine_inputs.h"
 
 using namespace dsv4;
 using namespace dsv4::gpu_test;
@@ -429,8 +430,8 @@ TEST(GpuMhc, HcPostMatchesCpuBitwise) {
 }
 
 // hc_post_of_moe (f computed from the MoE's parts in hc_post's kernel) against moe_combine then hc_post, bit for bit:
-// the streams out and f itself, with dropped assignments (expert or slot -1) and unsorted experts; n_hc 3 takes the
-// two launches.
+// the streams out and f itself, with dropped assignments (expert or slot -1) and unsorted experts
+// (moe_combine_inputs.h); n_hc 3 takes the two launches.
 TEST(GpuMhc, HcPostOfMoeEqualsCombineThenPostBitwise) {
     DSV4_REQUIRE_GPU();
     Rng rng;
@@ -440,39 +441,13 @@ TEST(GpuMhc, HcPostOfMoeEqualsCombineThenPostBitwise) {
     };
     for (Case c :
          {Case{1, 4, 4096, 6}, Case{7, 4, 1003, 6}, Case{33, 2, 320, 2}, Case{3, 4, 64, 16}, Case{5, 3, 96, 6}}) {
-        const int64_t experts = 64, mix_size = cuda::hc_pre_mix_size(c.n);
-        std::vector<int32_t> chosen(static_cast<size_t>(c.tokens * c.k)), slot(static_cast<size_t>(c.tokens * c.k));
-        int32_t slots = 0;
-        for (int64_t t = 0; t < c.tokens; ++t)
-            for (int32_t j = 0; j < c.k; ++j) {
-                const size_t a = size_t(t * c.k + j);
-                const uint32_t draw = rng.engine()() % 14;
-                chosen[a] = draw == 0 ? -1 : int32_t((t * 37 + (c.k - j) * 11) % experts);  // distinct, unsorted
-                slot[a] = draw == 1 ? -1 : slots++;
-            }
-        const std::vector<float> routed = rng.normal_bf16(int64_t(slots) * c.dim, 2.0f);
-        const std::vector<float> shared = rng.normal_bf16(c.tokens * c.dim);
+        const int64_t mix_size = cuda::hc_pre_mix_size(c.n);
+        const MoeCombineInputs moe = random_moe_combine_inputs(rng, c.tokens, c.dim, c.k, 64);
         const std::vector<float> X = rng.normal_bf16(c.tokens * c.n * c.dim, 3.0f);
         std::vector<float> mix(static_cast<size_t>(c.tokens * mix_size));
         for (float& m : mix) m = rng.uniform(0.0f, 1.0f);
-        auto d_routed = to_device(to_bf16(routed));
-        auto d_chosen = to_device(chosen);
-        auto d_slot = to_device(slot);
-        auto d_shared = to_device(to_bf16(shared));
         auto d_X = to_device(to_bf16(X));
         auto d_mix = to_device(mix);
-        auto combined = [&](cuda::DeviceBuffer<uint16_t>& out) {
-            cuda::MoeCombineParams m;
-            m.routed = reinterpret_cast<const __nv_bfloat16*>(d_routed.get());
-            m.experts = d_chosen.get();
-            m.assignment_slot = d_slot.get();
-            m.shared = reinterpret_cast<const __nv_bfloat16*>(d_shared.get());
-            m.out = reinterpret_cast<__nv_bfloat16*>(out.get());
-            m.tokens = c.tokens;
-            m.dim = c.dim;
-            m.k = c.k;
-            return m;
-        };
         auto post = [&](const cuda::DeviceBuffer<uint16_t>& f, cuda::DeviceBuffer<uint16_t>& out) {
             return cuda::HcPostParams{reinterpret_cast<const __nv_bfloat16*>(f.get()),
                                       reinterpret_cast<const __nv_bfloat16*>(d_X.get()),
@@ -484,12 +459,12 @@ TEST(GpuMhc, HcPostOfMoeEqualsCombineThenPostBitwise) {
         };
         auto f_want = poisoned<uint16_t>(size_t(c.tokens * c.dim));
         auto out_want = poisoned<uint16_t>(size_t(c.tokens * c.n * c.dim));
-        cuda::moe_combine(combined(f_want), nullptr);
+        cuda::moe_combine(moe.params(f_want), nullptr);
         cuda::hc_post(post(f_want, out_want), nullptr);
         auto f_got = poisoned<uint16_t>(size_t(c.tokens * c.dim));
         auto out_got = poisoned<uint16_t>(size_t(c.tokens * c.n * c.dim));
         auto unused = poisoned<uint16_t>(size_t(c.tokens * c.dim));  // p.f: never read
-        cuda::hc_post_of_moe(post(unused, out_got), combined(f_got), nullptr);
+        cuda::hc_post_of_moe(post(unused, out_got), moe.params(f_got), nullptr);
         const std::string what = "hc_post_of_moe tokens " + std::to_string(c.tokens) + " n_hc " + std::to_string(c.n) +
                                  " dim " + std::to_string(c.dim) + " k " + std::to_string(c.k);
         expect_bitwise_bf16(what + ": streams", to_host(out_got), to_host(out_want));

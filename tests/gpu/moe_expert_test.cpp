@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "gpu_test_util.h"
+#include "moe_combine_inputs.h"
 #include "kernels/cuda/moe_expert/moe_expert.h"
 #include "kernels/cuda/quant/quant.h"
 
@@ -16,23 +17,7 @@ namespace dsv4::gpu_test {
 namespace {
 
 void combine_case(Rng& rng, int64_t tokens, int64_t dim, int32_t k, int64_t experts) {
-    // Token t picks k distinct experts in random order; about one assignment in 7 is dropped.
-    std::vector<int32_t> chosen(static_cast<size_t>(tokens * k)), slot(static_cast<size_t>(tokens * k));
-    int32_t slots = 0;
-    for (int64_t t = 0; t < tokens; ++t) {
-        std::vector<int32_t> ids(static_cast<size_t>(experts));
-        std::iota(ids.begin(), ids.end(), 0);
-        std::shuffle(ids.begin(), ids.end(), rng.engine());
-        for (int32_t j = 0; j < k; ++j) {
-            const size_t a = size_t(t * k + j);
-            const uint32_t draw = rng.engine()() % 14;
-            chosen[a] = draw == 0 ? -1 : ids[size_t(j)];
-            slot[a] = draw == 1 ? -1 : slots++;
-        }
-    }
-    const std::vector<float> routed = rng.normal_bf16(int64_t(slots) * dim, 2.0f);
-    const std::vector<float> shared = rng.normal_bf16(tokens * dim);
-
+    const MoeCombineInputs in = random_moe_combine_inputs(rng, tokens, dim, k, experts);
     std::vector<float> want(static_cast<size_t>(tokens * dim));
     for (int64_t t = 0; t < tokens; ++t)
         for (int64_t c = 0; c < dim; ++c) {
@@ -40,26 +25,12 @@ void combine_case(Rng& rng, int64_t tokens, int64_t dim, int32_t k, int64_t expe
             for (int64_t e = 0; e < experts; ++e)
                 for (int32_t j = 0; j < k; ++j) {
                     const size_t a = size_t(t * k + j);
-                    if (chosen[a] == e && slot[a] >= 0) acc += routed[size_t(slot[a] * dim + c)];
+                    if (in.chosen[a] == e && in.slot[a] >= 0) acc += in.routed[size_t(in.slot[a] * dim + c)];
                 }
-            want[size_t(t * dim + c)] = acc + shared[size_t(t * dim + c)];
+            want[size_t(t * dim + c)] = acc + in.shared[size_t(t * dim + c)];
         }
-
-    auto d_routed = to_device(to_bf16(routed));
-    auto d_chosen = to_device(chosen);
-    auto d_slot = to_device(slot);
-    auto d_shared = to_device(to_bf16(shared));
     auto d_out = poisoned<uint16_t>(size_t(tokens * dim));
-    cuda::MoeCombineParams p;
-    p.routed = reinterpret_cast<const __nv_bfloat16*>(d_routed.get());
-    p.experts = d_chosen.get();
-    p.assignment_slot = d_slot.get();
-    p.shared = reinterpret_cast<const __nv_bfloat16*>(d_shared.get());
-    p.out = reinterpret_cast<__nv_bfloat16*>(d_out.get());
-    p.tokens = tokens;
-    p.dim = dim;
-    p.k = k;
-    cuda::moe_combine(p, nullptr);
+    cuda::moe_combine(in.params(d_out), nullptr);
     expect_bitwise_bf16(
         "moe_combine tokens " + std::to_string(tokens) + " dim " + std::to_string(dim) + " k " + std::to_string(k),
         to_host(d_out), to_bf16(want));
