@@ -48,10 +48,11 @@ constexpr int64_t kWideTokens = 8;
 constexpr int kMixTile = 4;  // tokens per CTA on the tiled path (its accumulators: 4 x 25 registers at n_hc 4)
 // Strided columns a thread loads before their fmafs: the split kernel is bound by loads in flight per SM (H200,
 // hc_pre at one token: 8 -> 14.2 us, 8 round trips for 64 columns); 16 halves the round trips at 116 registers (two
-// CTAs per SM for batched decode). A CTA of at most two values (hc_pre's clusters of 16, hc_head's) loads 32: two
-// round trips for V4-Flash's 64 columns a thread.
-template <int kPer>
-constexpr int kSplitUnroll = kPer <= 2 ? 32 : 16;
+// CTAs per SM for batched decode). hc_pre's clusters of 16 (up to kWideTokens tokens, two values a CTA, one CTA per
+// SM) load 32: two round trips for V4-Flash's 64 columns a thread (hc_pre at one token 12.0 -> 10.6 us on an H100).
+// Not hc_head's clusters of 8: at 32-64 tokens their CTAs share SMs, and 32 took 8.5 -> 12.8 us at 32 tokens.
+template <int kCluster>
+constexpr int kSplitUnroll = kCluster == kHcWideCluster ? 32 : 16;
 // The row-group path: 4 CTAs per token tile (n_hc 4: 6 of the 24 rows each, n_hc 2: 2 of 8), two CTAs per SM.
 // Strided columns are loaded kRowUnroll at a time before their fmafs: 8 for tiles of 2 tokens (few CTAs per SM, so
 // more loads in flight per thread) and of 1, 4 for tiles of 4.
@@ -381,7 +382,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
     float acc[kPer];
 #pragma unroll
     for (int q = 0; q < kPer; ++q) acc[q] = 0.0f;
-    constexpr int kUnroll = kSplitUnroll<kPer>;
+    constexpr int kUnroll = kSplitUnroll<kCluster>;
     for (int64_t i0 = threadIdx.x; i0 < width; i0 += int64_t(kHcThreads) * kUnroll) {
         float x[kUnroll], f[kPer][kUnroll];
 #pragma unroll
