@@ -295,6 +295,31 @@ TEST_P(CudaModelFixture, StackedProjectionsEqualSeparateLaunchesBitwise) {
                           << first / size_t(V);
 }
 
+// The lanes' scheduling priorities (CudaOptions::prioritize_main_lane) order work, never change it: prefill chunks
+// and graph-replayed greedy decode steps give the same bits with equal priorities.
+TEST_P(CudaModelFixture, LanePrioritiesChangeNoBits) {
+    const ModelConfig& config = checkpoint_->config();
+    CudaOptions options;
+    options.max_context = 1024;
+    options.max_chunk_tokens = 128;
+    options.print_plan = false;
+    options.prioritize_main_lane = false;
+    CudaModel equal(config, load_model_weights(checkpoint_, config), Numerics::kModel, options);
+    auto same = [&](const Logits& a, const Logits& b, const char* what) {
+        ASSERT_EQ(a.logits.size(), b.logits.size()) << what;
+        size_t differ = 0;
+        for (size_t i = 0; i < a.logits.size(); ++i) differ += float_bits(a.logits[i]) != float_bits(b.logits[i]);
+        EXPECT_EQ(differ, 0u) << GetParam() << ": " << what << " with the main lane first and with equal priorities";
+    };
+    same(Recorder(*gpu_, false).chunks(ids_, inputs_.schedule), Recorder(equal, false).chunks(ids_, inputs_.schedule),
+         "chunk schedule");
+    const std::vector<int32_t> prompt(ids_.begin(), ids_.begin() + inputs_.greedy_prompt);
+    std::vector<int32_t> first_tokens, equal_tokens;
+    same(Recorder(*gpu_, false).greedy(prompt, first_tokens), Recorder(equal, false).greedy(prompt, equal_tokens),
+         "greedy decode");
+    EXPECT_EQ(first_tokens, equal_tokens);
+}
+
 TEST_P(CudaModelFixture, GreedyTokensWithinYardstick) {
     const int64_t V = cpu_->config().vocab_size;
     const int64_t prompt_len = inputs_.greedy_prompt;

@@ -75,6 +75,7 @@ struct BenchArgs {
     uint64_t seed = 0;
     int threads = 0;
     bool stages = false;  // also the per-stage table of every measured step (CudaModel's stage profiler)
+    bool equal_lane_priority = false;  // CudaOptions::prioritize_main_lane off (to measure what it buys)
     bool profile_range = false;  // cudaProfilerStart / Stop around the timed single-sequence steps
     ParallelFlags parallel;  // --gpus ...: the model over several GPUs (ranks.h); rank 0 measures and prints
     std::string backend;     // --backend: only "cuda" (accepted for scripts that pass it to every model command)
@@ -421,6 +422,7 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
     options.max_context = max_context;
     options.max_chunk_tokens = a.chunk;
     options.random_experts_seed = a.seed;
+    options.prioritize_main_lane = !a.equal_lane_priority;
     auto make = [&](const ExpertParallel& ep) -> std::unique_ptr<Backend> {
         options.expert_parallel = ep;
         return std::make_unique<CudaModel>(config, std::move(weights), Numerics::kModel, options);
@@ -742,6 +744,9 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--stages", a->stages,
                   "Also time every measured step with the stage profiler on and print its per-stage table (GPU time "
                   "per step and per layer, share, bytes floor)");
+    cmd->add_flag("--equal-lane-priority", a->equal_lane_priority,
+                  "Give the side lane the main stream's scheduling priority (CudaOptions::prioritize_main_lane off; "
+                  "the same bits, to measure what the priority buys)");
     cmd->add_flag("--profile-range", a->profile_range,
                   "Open the CUDA profiler's range (cudaProfilerStart / Stop) around the timed single-sequence decode "
                   "steps only, for `ncu --profile-from-start off` (tools/gpu_kernel_profile.sh)");

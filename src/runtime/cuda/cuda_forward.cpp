@@ -409,7 +409,8 @@ void CudaModel::Impl::capture_decode_graph(std::vector<int64_t> rank_tokens) {  
     cudaGraph_t graph = nullptr;
     DSV4_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
     cudaGraphExec_t exec = nullptr;
-    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+    // Each kernel node keeps the priority of the stream it was captured from (CudaOptions::prioritize_main_lane).
+    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
     cudaGraphDestroy(graph);
     DSV4_CUDA_CHECK(instantiated);
     decode_graphs[{rank_tokens, stages.on()}] = {exec, first_mark, stages.take_graph_marks(first_mark)};

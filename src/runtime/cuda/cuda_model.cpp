@@ -304,8 +304,13 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
         options.device, mib(weight_bytes), mib(state_bytes), mib(workspace_bytes), mib(reserve), mib(free_bytes));
 
     // 2. Allocate and upload.
-    m.stream = std::make_unique<cuda::Stream>();
-    m.side_stream = std::make_unique<cuda::Stream>();
+    {  // the lanes' priorities (CudaOptions::prioritize_main_lane); decode graphs keep them per node
+        int least = 0, greatest = 0;
+        DSV4_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        const bool ordered = m.options.prioritize_main_lane;
+        m.stream = std::make_unique<cuda::Stream>(ordered ? greatest : 0);
+        m.side_stream = std::make_unique<cuda::Stream>(ordered ? least : 0);
+    }
     m.side_fork = std::make_unique<cuda::Event>();
     m.side_join = std::make_unique<cuda::Event>();
     m.meta_copied = std::make_unique<cuda::Event>();

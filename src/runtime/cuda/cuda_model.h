@@ -89,6 +89,10 @@ struct CudaOptions {
     // One launch for the projections that read one input, where their weights stack (device_weights.h); off: one
     // launch per weight, the same bits (tests compare the two).
     bool stacked_projections = true;
+    // The main stream at the device's greatest scheduling priority and the side lane (the shared expert, the
+    // compressor and indexer branch, the deferred Sinkhorns) at its least, so that where both have CTAs waiting for
+    // an SM the main chain's go first (docs/perf.md, "The main lane first"). Off: equal priorities; the same bits.
+    bool prioritize_main_lane = true;
     // The most pinned host memory the logits' copy to the host takes; a piece wanting more logits (every position of
     // a long prefill) goes through it in slices, the same values.
     size_t logit_staging_bytes = size_t(256) << 20;  // a decode step of 519 sequences at V4's vocabulary in one slice

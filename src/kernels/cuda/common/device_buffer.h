@@ -92,6 +92,10 @@ private:
 class Stream {
 public:
     Stream() { DSV4_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+    // With a scheduling priority (cudaDeviceGetStreamPriorityRange: lower numbers run first).
+    explicit Stream(int priority) {
+        DSV4_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority));
+    }
     ~Stream() {
         if (stream_) cudaStreamDestroy(stream_);
     }
