@@ -7,10 +7,12 @@
 # old and new alternately, REPEAT times, before the benches (its output hashes show whether the bits changed).
 # Prepare the old tree on the CPU machine into an ignored folder the call carries:
 #   mkdir -p out && git archive <commit> | gzip > out/old.tar.gz
-# and carry ["out", ".embedded", ".httplib"]. Full logs go to $OUT.
+# and carry ["out", ".embedded", ".httplib"]. Full logs go to $OUT (one logs.tar.gz where they are more than 8 files:
+# tools/bundle_logs.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/dsv4_gpu_ab}"
+trap "bash '$PWD/tools/bundle_logs.sh' \"\$out\"" EXIT  # at most 8 files come back from $OUT
 mkdir -p "$out"
 export PATH="$PATH:/usr/local/cuda/bin"
 cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV4_CUDA_ARCHS=90a -DDSV4_HTTPLIB_ROOT="$PWD/.httplib")

@@ -11,6 +11,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/dsv4_gpu_multi}"
+trap "bash '$PWD/tools/bundle_logs.sh' \"\$out\"" EXIT  # at most 8 files come back from $OUT
 mkdir -p "$out"
 export PATH="$PATH:/usr/local/cuda/bin"
 nccl_logs=/tmp/dsv4_nccl_logs
