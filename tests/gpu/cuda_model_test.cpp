@@ -51,6 +51,27 @@ struct Logits {
     std::vector<float> router, index;
 };
 
+// The logits of two runs of the same size that differ in their bits: how many, and the first.
+struct BitDiff {
+    size_t count = 0, first = 0;
+};
+BitDiff differing_bits(const Logits& a, const Logits& b) {
+    BitDiff d;
+    for (size_t i = a.logits.size(); i-- > 0;)
+        if (float_bits(a.logits[i]) != float_bits(b.logits[i])) ++d.count, d.first = i;
+    return d;
+}
+
+// A second GPU model of the fixture's for a bitwise comparison with one option changed: room for the fixture's
+// schedule and greedy steps, no memory plan printed.
+CudaOptions comparison_options() {
+    CudaOptions options;
+    options.max_context = 1024;
+    options.max_chunk_tokens = 128;
+    options.print_plan = false;
+    return options;
+}
+
 class Recorder {
   public:
     // With `margins`, an observer collects the router / indexer margins (the CPU runs; the GPU runs go without an
@@ -265,11 +286,9 @@ TEST_P(CudaModelFixture, ChunkScheduleWithinYardstickAndBitwiseChunkInvariant) {
     const Logits gpu = Recorder(*gpu_, false).chunks(ids_, chunks);
     const Logits gpu_full = Recorder(*gpu_, false).chunks(ids_, {n});
     ASSERT_EQ(gpu.logits.size(), gpu_full.logits.size());
-    size_t differ = 0, first = 0;
-    for (size_t i = gpu.logits.size(); i-- > 0;)
-        if (float_bits(gpu.logits[i]) != float_bits(gpu_full.logits[i])) ++differ, first = i;
-    EXPECT_EQ(differ, 0u) << GetParam() << ": GPU chunked vs full prefill, first difference at position "
-                          << first / size_t(V);
+    const BitDiff diff = differing_bits(gpu, gpu_full);
+    EXPECT_EQ(diff.count, 0u) << GetParam() << ": GPU chunked vs full prefill, first difference at position "
+                              << diff.first / size_t(V);
 }
 
 // The projections that read one input run as one launch where their weights stack (CudaOptions::
@@ -279,37 +298,28 @@ TEST_P(CudaModelFixture, ChunkScheduleWithinYardstickAndBitwiseChunkInvariant) {
 TEST_P(CudaModelFixture, StackedProjectionsEqualSeparateLaunchesBitwise) {
     const int64_t V = cpu_->config().vocab_size;
     const ModelConfig& config = checkpoint_->config();
-    CudaOptions options;
-    options.max_context = 1024;
-    options.max_chunk_tokens = 128;
-    options.print_plan = false;
+    CudaOptions options = comparison_options();
     options.stacked_projections = false;
     CudaModel separate(config, load_model_weights(checkpoint_, config), Numerics::kModel, options);
     const Logits stacked = Recorder(*gpu_, false).chunks(ids_, inputs_.schedule);
     const Logits alone = Recorder(separate, false).chunks(ids_, inputs_.schedule);
     ASSERT_EQ(stacked.logits.size(), alone.logits.size());
-    size_t differ = 0, first = 0;
-    for (size_t i = stacked.logits.size(); i-- > 0;)
-        if (float_bits(stacked.logits[i]) != float_bits(alone.logits[i])) ++differ, first = i;
-    EXPECT_EQ(differ, 0u) << GetParam() << ": stacked vs separate projections, first difference at position "
-                          << first / size_t(V);
+    const BitDiff diff = differing_bits(stacked, alone);
+    EXPECT_EQ(diff.count, 0u) << GetParam() << ": stacked vs separate projections, first difference at position "
+                              << diff.first / size_t(V);
 }
 
 // The lanes' scheduling priorities (CudaOptions::prioritize_main_lane) order work, never change it: prefill chunks
 // and graph-replayed greedy decode steps give the same bits with equal priorities.
 TEST_P(CudaModelFixture, LanePrioritiesChangeNoBits) {
     const ModelConfig& config = checkpoint_->config();
-    CudaOptions options;
-    options.max_context = 1024;
-    options.max_chunk_tokens = 128;
-    options.print_plan = false;
+    CudaOptions options = comparison_options();
     options.prioritize_main_lane = false;
     CudaModel equal(config, load_model_weights(checkpoint_, config), Numerics::kModel, options);
     auto same = [&](const Logits& a, const Logits& b, const char* what) {
         ASSERT_EQ(a.logits.size(), b.logits.size()) << what;
-        size_t differ = 0;
-        for (size_t i = 0; i < a.logits.size(); ++i) differ += float_bits(a.logits[i]) != float_bits(b.logits[i]);
-        EXPECT_EQ(differ, 0u) << GetParam() << ": " << what << " with the main lane first and with equal priorities";
+        EXPECT_EQ(differing_bits(a, b).count, 0u)
+            << GetParam() << ": " << what << " with the main lane first and with equal priorities";
     };
     same(Recorder(*gpu_, false).chunks(ids_, inputs_.schedule), Recorder(equal, false).chunks(ids_, inputs_.schedule),
          "chunk schedule");

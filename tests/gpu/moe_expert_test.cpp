@@ -9,9 +9,9 @@
 #include <numeric>
 
 #include "gpu_test_util.h"
-#include "moe_combine_inputs.h"
 #include "kernels/cuda/moe_expert/moe_expert.h"
 #include "kernels/cuda/quant/quant.h"
+#include "moe_combine_inputs.h"
 
 namespace dsv4::gpu_test {
 namespace {
