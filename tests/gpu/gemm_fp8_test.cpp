@@ -10,6 +10,7 @@
 // columns are the same stacked under another weight (mma and generic), and a captured graph replays it bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -438,7 +439,7 @@ Fp8Operands make_operands(Rng& rng, int64_t rows, int64_t n, int64_t k) {
 // 96 KiB).
 std::vector<uint16_t> run_rows(const cuda::CublasLt& lt, const Fp8Operands& o, int64_t row0, int64_t rows,
                                cuda::Fp8GemmPath path = cuda::Fp8GemmPath::kMma, int block_m = 0, int block_n = 0,
-                               cudaStream_t stream = nullptr) {
+                               cudaStream_t stream = nullptr, const int32_t* rows_live = nullptr) {
     auto y = poisoned<uint16_t>(size_t(rows * o.n));
     const cuda::Fp8GemmConfig own = cuda::fp8_gemm_config(rows, o.n, o.k, device_sms(), path);
     cuda::DeviceBuffer<uint8_t> ws(std::max<size_t>(256, cuda::fp8_gemm_workspace_bytes(own, rows, o.n, o.k)));
@@ -454,6 +455,7 @@ std::vector<uint16_t> run_rows(const cuda::CublasLt& lt, const Fp8Operands& o, i
     p.workspace = ws.get();
     p.workspace_bytes = ws.bytes();
     p.path = path;
+    p.rows_live = rows_live;
     if (block_m == 0) {
         cuda::fp8_gemm(lt, p, stream);
     } else {
@@ -547,6 +549,47 @@ TEST(GemmFp8, MmaRowsBitwiseIndependentOfBatchAndTile) {
                           c.block_m ? c.block_m : chosen.block_m, c.block_m ? c.block_n : chosen.block_n);
             expect_rows_bitwise(what, got, c.row0, c.rows, alone, n);
         }
+    }
+}
+
+// Fp8GemmParams::rows_live: rows before the device count keep the bits of the call without it, rows from it on are
+// +0 (over a poisoned output), for counts below, inside and past the rows, on fp8_gemm's own tiles and the forced
+// 16- and 64-row tiles; the warpgroup tile, which does not take it, refuses.
+TEST(GemmFp8, RowsFromTheLiveCountOnAreZero) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    cuda::CublasLt lt;
+    struct Tile {
+        int block_m, block_n;  // 0: fp8_gemm's choice
+    };
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {4096, 2048}, {130, 272}}) {
+        const Fp8Operands o = make_operands(rng, 37, n, k);
+        for (int64_t rows : {int64_t(1), int64_t(5), int64_t(16), int64_t(37)}) {
+            for (const Tile& tile : {Tile{0, 0}, Tile{16, 16}, Tile{64, 128}}) {
+                const std::vector<uint16_t> all =
+                    run_rows(lt, o, 0, rows, cuda::Fp8GemmPath::kMma, tile.block_m, tile.block_n);
+                if (all.empty()) continue;  // a decode tile staging more than it may
+                for (int32_t live : {-1, 0, 1, int32_t(rows / 2), int32_t(rows), int32_t(rows + 3)}) {
+                    const auto d_live = to_device(std::vector<int32_t>{live});
+                    const std::vector<uint16_t> got = run_rows(lt, o, 0, rows, cuda::Fp8GemmPath::kMma, tile.block_m,
+                                                               tile.block_n, nullptr, d_live.get());
+                    ASSERT_EQ(got.size(), all.size());
+                    const int64_t kept = std::clamp<int64_t>(live, 0, rows);
+                    int64_t wrong = 0;
+                    for (int64_t i = 0; i < rows * n; ++i)
+                        wrong += got[size_t(i)] != (i / n < kept ? all[size_t(i)] : uint16_t{0});
+                    EXPECT_EQ(wrong, 0) << n << "x" << k << ", " << rows << " rows, tile " << tile.block_m << "x"
+                                        << tile.block_n << ", live " << live;
+                }
+            }
+        }
+    }
+    if (cuda::device_has_wgmma()) {
+        const Fp8Operands o = make_operands(rng, 256, 4096, 4096);
+        const auto d_live = to_device(std::vector<int32_t>{256});
+        EXPECT_TRUE(
+            run_rows(lt, o, 0, 256, cuda::Fp8GemmPath::kMma, 128, 128, nullptr, d_live.get()).empty())
+            << "the warpgroup tile must refuse rows_live";
     }
 }
 

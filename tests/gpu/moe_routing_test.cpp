@@ -2,16 +2,19 @@
 // the permutation checked for consistency with the device's own choices (counts, offsets, ascending assignments
 // inside each expert, inverse map). Score routing (Flash 256/6, Pro 384/6, tiny 12/3 with exact ties) and hash
 // routing (including an out-of-vocabulary id, which the device marks -1 where the CPU reference throws). Calls small
-// enough for the one-CTA launch are repeated on the grid launch and must give the same bits.
+// enough for the one-CTA launch are repeated on the grid launch and must give the same bits. Under expert parallelism,
+// the rank the routing chooses for the shared expert (the least loaded).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "gpu_test_util.h"
 #include "kernels/cuda/moe_routing/moe_routing.h"
+#include "model/expert_range.h"
 
 namespace dsv4 {
 namespace {
@@ -25,6 +28,37 @@ struct Case {
     bool hash;
     bool ties = false;  // logits and bias drawn from a few values: many exact ties
 };
+
+// MoeRoutingParams::shared_rows over 2 and 3 ranks (expert_range's split), on both launches: the tokens on the rank
+// whose experts hold the fewest of the call's slots (the lowest rank on a tie), 0 on every other rank.
+void expect_shared_rows_on_the_least_loaded_rank(const cuda::MoeRoutingParams& routed,
+                                                 const std::vector<int32_t>& counts, const std::string& what) {
+    for (int ranks : {2, 3}) {
+        if (ranks > routed.num_experts) continue;
+        int least = 0;
+        int64_t least_slots = 0;
+        for (int r = 0; r < ranks; ++r) {
+            const ExpertRange held = expert_range(routed.num_experts, r, ranks);
+            const int64_t slots = std::accumulate(counts.begin() + held.first,
+                                                  counts.begin() + held.first + held.count, int64_t{0});
+            if (r == 0 || slots < least_slots) least = r, least_slots = slots;
+        }
+        for (int rank = 0; rank < ranks; ++rank)
+            for (auto launch : {cuda::detail::MoeRoutingLaunch::kOneBlock, cuda::detail::MoeRoutingLaunch::kGrid}) {
+                const bool one_block = launch == cuda::detail::MoeRoutingLaunch::kOneBlock;
+                if (one_block && !cuda::detail::moe_routing_fits_one_block(routed)) continue;
+                auto shared_rows = gpu_test::poisoned<int32_t>(1);
+                cuda::MoeRoutingParams p = routed;  // the same outputs again
+                p.shared_rows = shared_rows.get();
+                p.ranks = ranks;
+                p.rank = rank;
+                cuda::detail::moe_routing_launch(p, nullptr, launch);
+                EXPECT_EQ(gpu_test::to_host(shared_rows)[0], rank == least ? routed.tokens : 0)
+                    << what << ", " << (one_block ? "one CTA" : "grid") << ": shared rows of rank " << rank << " of "
+                    << ranks << " (the least loaded: " << least << ", " << least_slots << " slots)";
+            }
+    }
+}
 
 void run_case(const Case& c) {
     Rng rng;
@@ -159,6 +193,7 @@ void run_case(const Case& c) {
         running += want_counts[size_t(e)];
     }
     EXPECT_EQ(offsets[size_t(c.experts)], running) << what;
+    expect_shared_rows_on_the_least_loaded_rank(p, want_counts, what);
 
     // Decode-sized calls run in one CTA; the grid path must give the same bits.
     if (!cuda::detail::moe_routing_fits_one_block(p)) return;

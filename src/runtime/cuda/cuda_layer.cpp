@@ -183,7 +183,9 @@ void CudaModel::Impl::linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t
 }
 
 void CudaModel::Impl::linear(const Lane& lane, const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y,
-                             const Fp8Rows& quantized) {
+                             const Fp8Rows& quantized, const int32_t* rows_live) {
+    DSV4_CHECK(!rows_live || w.format == WeightFormat::kFp8Block, "linear: rows_live needs an FP8 weight ({} given)",
+               weight_format_name(w.format));
     if (w.format == WeightFormat::kFp8Block) {
         const Fp8Rows a = fp8_rows(lane, x, m, w.cols, quantized);
         cuda::Fp8GemmParams p;
@@ -198,6 +200,7 @@ void CudaModel::Impl::linear(const Lane& lane, const cuda::DeviceMatrix& w, cons
         p.workspace = lane.gemm;
         p.workspace_bytes = lane.gemm_bytes;
         p.path = cuda::fp8_gemm_path_for(w.cols);
+        p.rows_live = rows_live;
         cuda::fp8_gemm(*lt, p, lane.stream);
         return;
     }
@@ -630,17 +633,28 @@ void CudaModel::Impl::attention(int64_t layer) {
     (void)D;
 }
 
-void CudaModel::Impl::shared_expert(const Lane& lane, const cuda::DeviceMoe& m) {
+bool CudaModel::Impl::shared_expert_on_one_rank(const cuda::DeviceMoe& m) const {
+    auto fp8_mma = [](const cuda::DeviceMatrix& w) {
+        return w.format == WeightFormat::kFp8Block && cuda::fp8_gemm_path_for(w.cols) == cuda::Fp8GemmPath::kMma;
+    };
+    const bool stacked = options.stacked_projections && m.s1_s3.data;
+    return options.shared_expert_on_one_rank && options.expert_parallel.ranks > 1 && !data_parallel() &&
+           piece.tokens > 0 && piece.tokens <= kSharedExpertOnOneRankTokens && fp8_mma(m.s2) &&
+           (stacked ? fp8_mma(m.s1_s3) : fp8_mma(m.s1) && fp8_mma(m.s3));
+}
+
+void CudaModel::Impl::shared_expert(const Lane& lane, const cuda::DeviceMoe& m, bf16* out, const int32_t* rows_live) {
     const int64_t T = piece.tokens, I = m.s1.rows;
     cuda::SwigluParams p;
     if (options.stacked_projections && m.s1_s3.data) {
-        linear(lane, m.s1_s3, ws.x, T, ws.shared_gate_up, ws.x_fp8);  // [T, 2 I]: gate in [0, I), up in [I, 2 I)
+        // [T, 2 I]: gate in [0, I), up in [I, 2 I)
+        linear(lane, m.s1_s3, ws.x, T, ws.shared_gate_up, ws.x_fp8, rows_live);
         p.gate = ws.shared_gate_up;
         p.up = ws.shared_gate_up + I;
         p.gate_up_stride = 2 * I;
     } else {
-        linear(lane, m.s1, ws.x, T, ws.shared_gate_up, ws.x_fp8);
-        linear(lane, m.s3, ws.x, T, ws.shared_gate_up + T * I, ws.x_fp8);
+        linear(lane, m.s1, ws.x, T, ws.shared_gate_up, ws.x_fp8, rows_live);
+        linear(lane, m.s3, ws.x, T, ws.shared_gate_up + T * I, ws.x_fp8, rows_live);
         p.gate = ws.shared_gate_up;
         p.up = ws.shared_gate_up + T * I;
         p.gate_up_stride = I;
@@ -651,8 +665,9 @@ void CudaModel::Impl::shared_expert(const Lane& lane, const cuda::DeviceMoe& m) 
     p.limit = float(config.swiglu_limit);
     p.q = lane.act.q;  // s2's FP8 input, quantized as the rows are written
     p.q_scales = lane.act.scales;
+    p.row_count = rows_live;  // rows past it: neither computed nor read by s2
     cuda::swiglu(p, lane.stream);
-    linear(lane, m.s2, ws.shared_hidden, T, ws.shared_out, lane.act);
+    linear(lane, m.s2, ws.shared_hidden, T, out, lane.act, rows_live);
 }
 
 // moe_forward: x = ws.x [T, D] -> ws.y [T, D]. Under data-parallel attention the routed experts run over every
@@ -667,10 +682,15 @@ void CudaModel::Impl::moe(int64_t layer) {
     const ExpertParallel& ep = options.expert_parallel;
 
     // The shared expert on the side lane, beside everything up to the combine: it reads only ws.x and ws.x_fp8,
-    // which nothing before the combine writes, and writes only its own buffers.
-    if (T > 0) {
+    // which nothing before the combine writes, and writes only its own buffers. On one rank only
+    // (CudaOptions::shared_expert_on_one_rank): after the routing that chooses the rank, into the rows after the
+    // slots, which the exchange sums (every other rank writes them +0).
+    const bool shared_on_one_rank = shared_expert_on_one_rank(m);
+    const int64_t slots = Tm * k;
+    bf16* const shared_out = shared_on_one_rank ? ws.routed_out + slots * D : ws.shared_out;
+    if (T > 0 && !shared_on_one_rank) {
         fork_side();
-        shared_expert(side_lane(), m);
+        shared_expert(side_lane(), m, shared_out);
     }
 
     if (data_parallel()) {  // the experts' input: every rank's rows, rank-major
@@ -702,7 +722,16 @@ void CudaModel::Impl::moe(int64_t layer) {
     rp.k = int32_t(k);
     rp.vocab = int32_t(c.vocab_size);
     rp.routed_scaling_factor = float(c.routed_scaling_factor);
+    if (shared_on_one_rank) {
+        rp.shared_rows = ws.shared_rows;
+        rp.ranks = int32_t(ep.ranks);
+        rp.rank = int32_t(ep.rank);
+    }
     cuda::moe_routing(rp, s);
+    if (shared_on_one_rank) {
+        fork_side();
+        shared_expert(side_lane(), m, shared_out, ws.shared_rows);
+    }
     if (observer) {  // selection margins from the device's router logits (this rank's rows), as route_tokens does
         std::vector<float> logits(static_cast<size_t>(T * E)), bias(static_cast<size_t>(E)),
             margin(static_cast<size_t>(T), std::numeric_limits<float>::infinity());
@@ -726,7 +755,6 @@ void CudaModel::Impl::moe(int64_t layer) {
     // weight, down. Under expert parallelism this GPU runs the slots of its experts only: the offsets from its first
     // expert on, its `held` experts (the weights' index 0 is expert held.first).
     stages.mark("routed_experts", layer);
-    const int64_t slots = Tm * k;
     const int32_t* held_offsets = ws.offsets + held.first;
     auto experts = [&](const cuda::DeviceExperts& e, const bf16* x, int64_t rows, int64_t cols,
                        const int32_t* row_index, bf16* y, const cuda::DeviceExperts* second, bf16* y_second,
@@ -798,7 +826,8 @@ void CudaModel::Impl::moe(int64_t layer) {
     experts(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out, nullptr, nullptr, {ws.act_q, ws.act_scale});
     if (ep.ranks > 1) {  // every slot from the rank that holds its expert; x + 0 is x, so the sum is exact
         stages.mark("expert_exchange", layer);
-        ep.comm->sum_bf16(ws.routed_out, slots * D, s);
+        if (shared_on_one_rank) join_side();  // the shared expert's rows, summed with the slots
+        ep.comm->sum_bf16(ws.routed_out, (slots + (shared_on_one_rank ? T : 0)) * D, s);
     }
     if (T == 0) return;
 
@@ -812,7 +841,7 @@ void CudaModel::Impl::moe(int64_t layer) {
     cp.routed = ws.routed_out;
     cp.experts = ws.experts + piece.moe_first * k;
     cp.assignment_slot = ws.assignment_slot + piece.moe_first * k;
-    cp.shared = ws.shared_out;
+    cp.shared = shared_out;
     cp.out = ws.y;
     cp.tokens = T;
     cp.dim = D;

@@ -53,9 +53,9 @@ double mib(size_t bytes) {
 // The workspace for pieces of T tokens: carve() is run once to measure and once on the allocation. With
 // `gathered_moe_input` (data-parallel attention) the experts' input rows get buffers of their own; the draws' scratch
 // holds the most sequences a piece can draw for: up to `draw_sequences` (every rank's on the rank that returns
-// logits; 0 on the others).
+// logits; 0 on the others). `expert_parallel`: the slot buffer also holds the shared expert's rows of short steps.
 void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool, const ModelWeights& w, int num_sms,
-           bool gathered_moe_input, int64_t draw_sequences) {
+           bool gathered_moe_input, int64_t draw_sequences, bool expert_parallel) {
     const int64_t T = pool.chunk, D = c.hidden_size, n_hc = c.hc_mult, H = c.num_heads, d = c.head_dim;
     const int64_t k = c.num_experts_per_tok, I = c.moe_intermediate_size, E = c.n_routed_experts;
     const int64_t nI = c.index_n_heads, dI = c.index_head_dim, V = c.vocab_size;
@@ -139,7 +139,11 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     ws.gate = b.take<bf16>(T * k * I);
     ws.up = b.take<bf16>(T * k * I);
     ws.hidden = b.take<bf16>(T * k * I);
-    ws.routed_out = b.take<bf16>(T * k * D);
+    // Under expert parallelism the exchange also sums the shared expert's rows of a short step, after the slots.
+    const int64_t shared_in_exchange =
+        expert_parallel ? std::min(T, kSharedExpertOnOneRankTokens) : int64_t(0);
+    ws.routed_out = b.take<bf16>((T * k + shared_in_exchange) * D);
+    ws.shared_rows = b.take<int32_t>(1);
     ws.shared_out = b.take<bf16>(T * D);
     ws.shared_gate_up = b.take<bf16>(T * 2 * shared_I);
     ws.shared_hidden = b.take<bf16>(T * shared_I);
@@ -271,7 +275,7 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
                 const PoolLayout pool = plan_pool(config, o);
                 Workspace ws;
                 Bump b;
-                carve(b, ws, config, pool, m.host, m.num_sms, data_parallel, draw_sequences);
+                carve(b, ws, config, pool, m.host, m.num_sms, data_parallel, draw_sequences, ep.ranks > 1);
                 return weight_bytes + pool.bytes() + b.offset + reserve;
             },
             free_bytes);
@@ -280,7 +284,7 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     m.pool = plan_pool(config, options);
     const size_t state_bytes = m.pool.bytes();
     Bump measure;
-    carve(measure, m.ws, config, m.pool, m.host, m.num_sms, data_parallel, draw_sequences);
+    carve(measure, m.ws, config, m.pool, m.host, m.num_sms, data_parallel, draw_sequences, ep.ranks > 1);
     const size_t workspace_bytes = measure.offset;
     const size_t need = weight_bytes + state_bytes + workspace_bytes;
     const std::string held_note =
@@ -331,7 +335,7 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     m.comp_state = state.take<float>(m.pool.state_floats);
     m.workspace_arena = cuda::DeviceBuffer<uint8_t>(workspace_bytes);
     Bump bump{m.workspace_arena.get()};
-    carve(bump, m.ws, config, m.pool, m.host, m.num_sms, data_parallel, draw_sequences);
+    carve(bump, m.ws, config, m.pool, m.host, m.num_sms, data_parallel, draw_sequences, ep.ranks > 1);
     DSV4_CHECK(bump.offset == workspace_bytes, "workspace carve changed size");
     DSV4_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&m.meta_host), sizeof(int32_t) * size_t(m.ws.meta_ints),
                                   cudaHostAllocDefault));

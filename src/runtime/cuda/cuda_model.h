@@ -68,6 +68,9 @@ struct ExpertParallel {
     bool host_logits = true;
 };
 
+// The most tokens a step may hold for CudaOptions::shared_expert_on_one_rank (the FP8 GEMMs' decode tiles).
+inline constexpr int64_t kSharedExpertOnOneRankTokens = 16;
+
 // Runtime knobs of the GPU executor (not model hyperparameters).
 struct CudaOptions {
     int device = 0;
@@ -93,6 +96,11 @@ struct CudaOptions {
     // compressor and indexer branch, the deferred Sinkhorns) at its least, so that where both have CTAs waiting for
     // an SM the main chain's go first (docs/perf.md, "The main lane first"). Off: equal priorities; the same bits.
     bool prioritize_main_lane = true;
+    // Under expert parallelism with the attention replicated, a step of at most kSharedExpertOnOneRankTokens tokens
+    // computes the shared expert on one rank only (the one holding the fewest of the step's routed slots, chosen by
+    // the routing on the device), into rows the experts' exchange sums: the others skip its weights (docs/parallel.md).
+    // Off: every rank computes it. The same bits either way.
+    bool shared_expert_on_one_rank = true;
     // The most pinned host memory the logits' copy to the host takes; a piece wanting more logits (every position of
     // a long prefill) goes through it in slices, the same values.
     size_t logit_staging_bytes = size_t(256) << 20;  // a decode step of 519 sequences at V4's vocabulary in one slice

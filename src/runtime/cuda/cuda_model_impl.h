@@ -152,6 +152,7 @@ struct Workspace {
     float* router_logits = nullptr;  // [T, E]
     int32_t *experts = nullptr, *counts = nullptr, *offsets = nullptr, *sorted = nullptr, *assignment_slot = nullptr,
             *row_index = nullptr;
+    int32_t* shared_rows = nullptr;  // MoeRoutingParams::shared_rows (CudaOptions::shared_expert_on_one_rank)
     float* routing_weights = nullptr;
     bf16 *gate = nullptr, *up = nullptr, *hidden = nullptr, *routed_out = nullptr, *shared_out = nullptr;
     bf16* shared_gate_up = nullptr;  // [T, 2 I] shared expert: gate | up per row (stacked), or [T, I] gate, [T, I] up
@@ -299,9 +300,12 @@ struct CudaModel::Impl {
     void query_and_kv_latents(const cuda::DeviceAttention& a);
     // The f32 projections of x into ws.f32_proj: one dense_linear where their weights stack, else one per weight.
     F32Projections f32_projections_of_x(const Lane& lane, const cuda::DeviceAttention& a);
-    // moe_forward's shared expert on ws.x into ws.shared_out, on `lane`: gate and up in one GEMM where s1 and s3
-    // stack, SwiGLU, down.
-    void shared_expert(const Lane& lane, const cuda::DeviceMoe& m);
+    // moe_forward's shared expert on ws.x into `out` [T, D], on `lane`: gate and up in one GEMM where s1 and s3
+    // stack, SwiGLU, down. `rows_live` (optional device scalar): rows from it on are not computed and come out +0
+    // (FP8 weights only).
+    void shared_expert(const Lane& lane, const cuda::DeviceMoe& m, bf16* out, const int32_t* rows_live = nullptr);
+    // CudaOptions::shared_expert_on_one_rank applies to this piece and layer's weights.
+    bool shared_expert_on_one_rank(const cuda::DeviceMoe& m) const;
 
     Lane main_lane() const;
     Lane side_lane() const;
@@ -318,8 +322,9 @@ struct CudaModel::Impl {
     // Precision::linear: FP8 weights get FP8-quantized inputs (`quantized` where a norm already made them, else
     // act_quant of x); y bf16 [m, rows]. Without a lane: on the main lane.
     void linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y, const Fp8Rows& quantized = {});
+    // `rows_live`: as cuda::Fp8GemmParams::rows_live (FP8 weights only).
     void linear(const Lane& lane, const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y,
-                const Fp8Rows& quantized);
+                const Fp8Rows& quantized, const int32_t* rows_live = nullptr);
     // Precision::linear_f32 on a dense weight: y f32 [m, rows] (row stride ldy, a multiple of 8; 0: rows). A bf16
     // weight whose shape allows (f32_on_tensor_cores: every V4 one, the head, the router, the compressor and indexer
     // projections) runs on the tensor cores (cuda::bf16_linear) unless `chains`; the rest on dense_linear's CUDA-core

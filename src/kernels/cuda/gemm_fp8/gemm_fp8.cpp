@@ -115,6 +115,9 @@ std::string fp8_gemm_can_implement(const Fp8GemmParams& p, const Fp8GemmConfig& 
         return fmt::format("workspace of {} bytes, {} path needs {}", p.workspace_bytes, fp8_gemm_path_name(c.path),
                            fp8_gemm_workspace_bytes(c, p.m, p.n, p.k));
     if (reinterpret_cast<uintptr_t>(p.workspace) % 256) return "workspace must be 256-byte aligned";
+    if (p.rows_live && !(c.path == Fp8GemmPath::kMma && (c.block_m == 16 || c.block_m == 64)))
+        return fmt::format("rows_live needs the mma path's 16- or 64-row tiles ({} path, {}-row tiles)",
+                           fp8_gemm_path_name(c.path), c.block_m);
     if (c.path == Fp8GemmPath::kGeneric) return p.m <= 65535 ? "" : fmt::format("generic path: M={} above 65535", p.m);
     for (const void* ptr : {static_cast<const void*>(p.a), static_cast<const void*>(p.w)})
         if (reinterpret_cast<uintptr_t>(ptr) % 16) return "A and W must be 16-byte aligned";

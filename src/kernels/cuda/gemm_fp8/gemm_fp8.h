@@ -53,6 +53,11 @@ struct Fp8GemmParams {
     void* workspace = nullptr;  // >= fp8_gemm_workspace_bytes(config), 256-byte aligned
     size_t workspace_bytes = 0;
     Fp8GemmPath path = Fp8GemmPath::kAuto;
+    // Optional device scalar: rows from *rows_live on (clamped to [0, m]) are written as +0, and a tile holding no
+    // live row reads neither A nor W. A count decided on the device by an earlier kernel of the same stream (the
+    // shared expert on one rank of an expert-parallel run: every other rank writes zeros that the exchange adds),
+    // so no host synchronization. kMma's 16- and 64-row tiles only (fp8_gemm_can_implement says otherwise).
+    const int32_t* rows_live = nullptr;
 };
 
 struct Fp8GemmConfig {

@@ -57,6 +57,7 @@ struct MmaArgs {
     const uint8_t* w;      // [n, k] e4m3
     const float* w_scale;  // [ceil(n/128), kb] f32
     __nv_bfloat16* y;      // [m, n] bf16
+    const int32_t* rows_live;  // optional device scalar: rows from it on are written as +0
     int64_t m, n, k;
     int kb;            // K blocks: ceil(k / 128)
     int rows_alloc;    // decode tiles: rows of staged block products per CTA (min(m, 16))
@@ -139,6 +140,20 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaAr
     const int64_t m_cta = int64_t(blockIdx.x) * kBM, n_cta = int64_t(blockIdx.y) * kBN;
     const int64_t m_warp = m_cta + wm * MT * 16, n_warp = n_cta + wn * NT * 8;
     const int rows_valid = int(args.m - m_cta < kBM ? args.m - m_cta : kBM);
+    // Rows from m_live on are +0; a tile with none live writes its zeros and reads nothing else.
+    int64_t m_live = args.m;
+    if (args.rows_live) {
+        const int64_t live = *args.rows_live;
+        m_live = live < 0 ? 0 : live < args.m ? live : args.m;
+        if (m_cta >= m_live) {
+            const __nv_bfloat16 zero = __float2bfloat16_rn(0.0f);
+            for (int i = threadIdx.x; i < rows_valid * kBN; i += kThreads) {
+                const int64_t n = n_cta + i % kBN;
+                if (n < args.n) args.y[(m_cta + i / kBN) * args.n + n] = zero;
+            }
+            return;
+        }
+    }
 
     // Rows past M (N) read row M - 1 (N - 1): their results are never stored, and every load stays in bounds
     // without a per-row predicate.
@@ -230,12 +245,13 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaAr
             for (int h = 0; h < 2; ++h) {
                 const int64_t r = m_warp + mt * 16 + h * 8 + g;
                 if (r >= args.m) continue;
+                const bool live = r < m_live;
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
                     const int64_t n = n_warp + nt * 8 + 2 * t;
                     __nv_bfloat16* out = args.y + r * args.n + n;
-                    const __nv_bfloat16 lo = __float2bfloat16_rn(sum[mt][nt][2 * h]);
-                    const __nv_bfloat16 hi = __float2bfloat16_rn(sum[mt][nt][2 * h + 1]);
+                    const __nv_bfloat16 lo = __float2bfloat16_rn(live ? sum[mt][nt][2 * h] : 0.0f);
+                    const __nv_bfloat16 hi = __float2bfloat16_rn(live ? sum[mt][nt][2 * h + 1] : 0.0f);
                     if (args.pair_stores && n + 1 < args.n) {
                         *reinterpret_cast<__nv_bfloat162*>(out) = __halves2bfloat162(lo, hi);
                     } else {
@@ -253,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaAr
             const float* p = staged + row * kBN + col;
 #pragma unroll 8
             for (int kb = 0; kb < args.kb; ++kb) total = __fadd_rn(total, p[int64_t(kb) * args.rows_alloc * kBN]);
-            args.y[(m_cta + row) * args.n + n_cta + col] = __float2bfloat16_rn(total);
+            args.y[(m_cta + row) * args.n + n_cta + col] = __float2bfloat16_rn(m_cta + row < m_live ? total : 0.0f);
         }
     }
 }
@@ -287,6 +303,7 @@ cudaError_t launch_fp8_mma(const Fp8GemmParams& p, const Fp8GemmConfig& config, 
     args.w = p.w;
     args.w_scale = p.w_scale;
     args.y = p.y;
+    args.rows_live = p.rows_live;
     args.m = p.m;
     args.n = p.n;
     args.k = p.k;

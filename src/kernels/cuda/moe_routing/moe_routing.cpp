@@ -19,6 +19,8 @@ void moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
     DSV4_CHECK(p.logits && p.experts && p.weights && p.expert_counts && p.expert_offsets && p.sorted_assignment &&
                    p.assignment_slot,
                "moe_routing: null pointer");
+    DSV4_CHECK(!p.shared_rows || (p.ranks >= 1 && p.ranks <= p.num_experts && p.rank >= 0 && p.rank < p.ranks),
+               "moe_routing: rank {} of {} ranks over {} experts", p.rank, p.ranks, p.num_experts);
     detail::moe_routing_launch(
         p, stream,
         detail::moe_routing_fits_one_block(p) ? detail::MoeRoutingLaunch::kOneBlock : detail::MoeRoutingLaunch::kGrid);

@@ -110,6 +110,21 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const MoeRo
             if (chosen[warp][j] >= 0) atomicAdd(&p.expert_counts[chosen[warp][j]], 1);
 }
 
+// MoeRoutingParams::shared_rows from the expert offsets (offset(e): the exclusive prefix sum of the counts,
+// offset(E) the total): one thread.
+template <class Offset>
+__device__ void write_shared_rows(const MoeRoutingParams& p, Offset offset) {
+    if (!p.shared_rows) return;
+    int least = 0, least_slots = 0;
+    for (int r = 0; r < p.ranks; ++r) {
+        const int first = int(int64_t(p.num_experts) * r / p.ranks);
+        const int end = int(int64_t(p.num_experts) * (r + 1) / p.ranks);
+        const int slots = offset(end) - offset(first);
+        if (r == 0 || slots < least_slots) least = r, least_slots = slots;
+    }
+    *p.shared_rows = least == p.rank ? p.tokens : 0;
+}
+
 // Everything for a few tokens in one CTA (at most 32 tokens and kOneBlockAssignments assignments): the warps route
 // the tokens, count in shared memory, one block scan gives the offsets, and every assignment finds its slot as the
 // number of earlier assignments to its expert: the grid path's counts, offsets and permutation, bit for bit, in one
@@ -151,6 +166,7 @@ __global__ void __launch_bounds__(kOneBlockThreads) moe_route_one_block_kernel(c
     if (e0 + 1 < E) offsets[e0 + 1] = first + c0, p.expert_offsets[e0 + 1] = first + c0, p.expert_counts[e0 + 1] = c1;
     if (threadIdx.x == 0) p.expert_offsets[E] = total;
     __syncthreads();
+    if (threadIdx.x == 0) write_shared_rows(p, [&](int e) { return e < E ? offsets[e] : total; });
     for (int a = threadIdx.x; a < n; a += kOneBlockThreads) {
         const int e = assigned[a];
         if (e < 0) continue;
@@ -186,7 +202,11 @@ __global__ void __launch_bounds__(kOffsetThreads) moe_offsets_kernel(const MoeRo
         carry = total;
         __syncthreads();
     }
-    if (threadIdx.x == 0) p.expert_offsets[p.num_experts] = carry;
+    if (threadIdx.x == 0) {
+        p.expert_offsets[p.num_experts] = carry;
+        // Every thread's offsets were written before the loop's last barrier.
+        write_shared_rows(p, [&](int e) { return p.expert_offsets[e]; });
+    }
 }
 
 __global__ void __launch_bounds__(kScatterThreads) moe_scatter_kernel(const MoeRoutingParams p) {

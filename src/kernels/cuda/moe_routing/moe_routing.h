@@ -27,6 +27,12 @@ struct MoeRoutingParams {
     int32_t* assignment_slot;    // [tokens * k] position of each assignment in sorted_assignment, -1 if dropped
     int32_t* row_index = nullptr;  // optional [tokens * k]: the token of each slot (sorted_assignment / k), the row
                                    // the expert GEMMs gather; entries past offsets[E] untouched
+    // Optional, under expert parallelism (`ranks` ranks, this one `rank`; rank r holds experts
+    // [E r / ranks, E (r + 1) / ranks), as dsv4::expert_range): *shared_rows = tokens on the rank holding the fewest
+    // of the step's slots (the lowest rank on a tie), 0 on every other. Every rank routes the same tokens, so
+    // exactly one rank computes the shared expert, with no host synchronization (the launches' row counts).
+    int32_t* shared_rows = nullptr;
+    int32_t ranks = 1, rank = 0;
     int32_t tokens = 0;
     int32_t num_experts = 0;  // at most 512
     int32_t k = 0;            // experts per token, at most 16
