@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/bf16_linear/bf16_linear.h"
 #include "kernels/cuda/moe_routing/moe_routing.h"
 #include "model/expert_range.h"
 
@@ -241,6 +243,118 @@ TEST(MoeRoutingGpu, HashRouting) {
     run_case({1, 256, 6, true});
     run_case({9, 256, 6, true});
     run_case({37, 384, 6, true});
+}
+
+// router_and_routing against the two launches it replaces (bf16_linear, then moe_routing), bit for bit: the router's
+// logits and every routing output, at V4-Flash's router shape (256 experts over 4096 columns) and V4-Pro's expert
+// count, 1 to 32 tokens, score and hash routing; three eager launches, then a captured graph replayed twice (each
+// launch must leave the arrival counter at zero for the next).
+TEST(MoeRoutingGpu, RouterAndRoutingInOneLaunchEqualTheTwoBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    const int64_t D = 4096;
+    const int k = 6, vocab = 1000;
+    struct Shape {
+        int tokens, experts;
+        bool hash;
+    };
+    for (const Shape& shape : {Shape{1, 256, false}, Shape{5, 256, false}, Shape{16, 256, true}, Shape{32, 384, false}}) {
+        const int T = shape.tokens, E = shape.experts, n = T * k;
+        const auto x = gpu_test::to_device(gpu_test::random_bf16(rng, T * D));
+        const auto w = gpu_test::to_device(gpu_test::random_bf16(rng, E * D, 1.0f / 64.0f));
+        std::vector<float> bias(size_t(E), 0.0f);
+        for (float& b : bias) b = rng.normal(0.1f);
+        std::vector<int32_t> tid2eid(static_cast<size_t>(vocab) * k), ids(static_cast<size_t>(T));
+        for (int v = 0; v < vocab; ++v)
+            for (int j = 0; j < k; ++j) tid2eid[size_t(v) * k + j] = (v * 7 + j * 37) % E;  // k distinct experts
+        for (int32_t& id : ids) id = int32_t(rng.engine()() % vocab);
+        const auto d_bias = gpu_test::to_device(bias);
+        const auto d_tid = gpu_test::to_device(tid2eid);
+        const auto d_ids = gpu_test::to_device(ids);
+
+        struct Outputs {
+            cuda::DeviceBuffer<float> logits, weights;
+            cuda::DeviceBuffer<int32_t> experts, counts, offsets, sorted, slot, rows;
+        };
+        auto outputs = [&] {
+            return Outputs{gpu_test::poisoned<float>(size_t(T) * E), gpu_test::poisoned<float>(size_t(n)),
+                           gpu_test::poisoned<int32_t>(size_t(n)),   gpu_test::poisoned<int32_t>(size_t(E)),
+                           gpu_test::poisoned<int32_t>(size_t(E + 1)), gpu_test::poisoned<int32_t>(size_t(n)),
+                           gpu_test::poisoned<int32_t>(size_t(n)),   gpu_test::poisoned<int32_t>(size_t(n))};
+        };
+        auto routing = [&](Outputs& o) {
+            cuda::MoeRoutingParams p;
+            p.logits = o.logits.get();
+            p.bias = shape.hash ? nullptr : d_bias.get();
+            p.tid2eid = shape.hash ? d_tid.get() : nullptr;
+            p.token_ids = d_ids.get();
+            p.experts = o.experts.get();
+            p.weights = o.weights.get();
+            p.expert_counts = o.counts.get();
+            p.expert_offsets = o.offsets.get();
+            p.sorted_assignment = o.sorted.get();
+            p.assignment_slot = o.slot.get();
+            p.row_index = o.rows.get();
+            p.tokens = T;
+            p.num_experts = E;
+            p.k = k;
+            p.vocab = vocab;
+            p.routed_scaling_factor = 2.5f;
+            return p;
+        };
+        auto router = [&](Outputs& o) {
+            cuda::Bf16LinearParams p;
+            p.x = reinterpret_cast<const __nv_bfloat16*>(x.get());
+            p.w = reinterpret_cast<const __nv_bfloat16*>(w.get());
+            p.y = o.logits.get();
+            p.m = T;
+            p.n = E;
+            p.k = D;
+            p.ldx = D;
+            p.ldy = E;
+            return p;
+        };
+        Outputs two = outputs();
+        cuda::bf16_linear(router(two), nullptr);
+        cuda::moe_routing(routing(two), nullptr);
+        auto arrivals = gpu_test::poisoned<int32_t>(1, 0);
+        char what[96];
+        auto expect_equal = [&](Outputs& one, const std::string& how) {
+            const std::string label = std::string(what) + ", " + how;
+            gpu_test::expect_bitwise_f32(label + ": logits", gpu_test::to_host(one.logits), gpu_test::to_host(two.logits));
+            gpu_test::expect_bitwise_f32(label + ": weights", gpu_test::to_host(one.weights),
+                                         gpu_test::to_host(two.weights));
+            EXPECT_EQ(gpu_test::to_host(one.experts), gpu_test::to_host(two.experts)) << label << ": experts";
+            EXPECT_EQ(gpu_test::to_host(one.counts), gpu_test::to_host(two.counts)) << label << ": counts";
+            EXPECT_EQ(gpu_test::to_host(one.offsets), gpu_test::to_host(two.offsets)) << label << ": offsets";
+            EXPECT_EQ(gpu_test::to_host(one.sorted), gpu_test::to_host(two.sorted)) << label << ": permutation";
+            EXPECT_EQ(gpu_test::to_host(one.slot), gpu_test::to_host(two.slot)) << label << ": inverse map";
+            EXPECT_EQ(gpu_test::to_host(one.rows), gpu_test::to_host(two.rows)) << label << ": rows";
+            EXPECT_EQ(gpu_test::to_host(arrivals)[0], 0) << label << ": the arrival counter after the launch";
+        };
+        std::snprintf(what, sizeof what, "router_and_routing %s, %d tokens, %d experts", shape.hash ? "hash" : "score",
+                      T, E);
+        for (int i = 0; i < 3; ++i) {
+            Outputs one = outputs();
+            cuda::router_and_routing(router(one), routing(one), arrivals.get(), nullptr);
+            expect_equal(one, "eager launch " + std::to_string(i + 1));
+        }
+        Outputs one = outputs();
+        cuda::Stream stream;
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        DSV4_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal));
+        cuda::router_and_routing(router(one), routing(one), arrivals.get(), stream.get());
+        DSV4_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+        DSV4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        for (int i = 0; i < 2; ++i) {
+            DSV4_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+            stream.synchronize();
+            expect_equal(one, "graph replay " + std::to_string(i + 1));
+        }
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+    }
 }
 
 }  // namespace

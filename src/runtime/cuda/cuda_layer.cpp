@@ -702,9 +702,9 @@ void CudaModel::Impl::moe(int64_t layer) {
         ep.comm->gather_rows(rows, piece.rank_tokens, s);
     }
 
-    // Router (f32) and the device permutation.
+    // Router (f32) and the device permutation: one launch for a decode step's few tokens, where the last of the
+    // router's CTAs routes (the same bits as the two launches).
     stages.mark("router", layer);
-    linear_f32(m.gate, ws.moe_x, Tm, ws.router_logits);
     cuda::MoeRoutingParams rp;
     rp.logits = ws.router_logits;
     rp.bias = m.bias;
@@ -727,7 +727,21 @@ void CudaModel::Impl::moe(int64_t layer) {
         rp.ranks = int32_t(ep.ranks);
         rp.rank = int32_t(ep.rank);
     }
-    cuda::moe_routing(rp, s);
+    if (Tm > 0 && f32_on_tensor_cores(m.gate) && cuda::detail::moe_routing_fits_one_block(rp)) {
+        cuda::Bf16LinearParams router;
+        router.x = ws.moe_x;
+        router.w = static_cast<const bf16*>(m.gate.data);
+        router.y = ws.router_logits;
+        router.m = Tm;
+        router.n = m.gate.rows;
+        router.k = m.gate.cols;
+        router.ldx = m.gate.cols;
+        router.ldy = m.gate.rows;
+        cuda::router_and_routing(router, rp, ws.router_arrivals, s);
+    } else {
+        linear_f32(m.gate, ws.moe_x, Tm, ws.router_logits);
+        cuda::moe_routing(rp, s);
+    }
     if (shared_on_one_rank) {
         fork_side();
         shared_expert(side_lane(), m, shared_out, ws.shared_rows);

@@ -91,6 +91,14 @@ struct F32Out {
     }
 };
 
+// What a launch does once its outputs are written. NoTail: nothing. Another Tail has Params (a kernel argument) and
+// `after(params)`, which every thread of every CTA calls at the end (so it may count arrivals and let the last CTA
+// read every CTA's outputs: router_and_routing.cu).
+struct NoTail {
+    struct Params {};
+    __device__ static void after(const Params&) {}
+};
+
 // One half block's operands for a warp tile of MT x 16 rows and NT x 8 columns.
 template <class W, int MT, int NT>
 struct Half {
@@ -101,8 +109,8 @@ struct Half {
 // grid (ceil(m / BM), ceil(n / BN)); warps: WM x WN tiles of MT x 16 rows and NT x 8 columns, times WK warps that
 // share out the K blocks (kb = wk, wk + WK, ...). WK > 1 stages each block's products in shared memory,
 // [kb][rows_alloc][BN] f32, and sums them in ascending kb after a barrier; WK == 1 sums in registers.
-template <class W, class Y, int MT, int NT, int WM, int WN, int WK>
-__global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args) {
+template <class W, class Y, class Tail, int MT, int NT, int WM, int WN, int WK>
+__global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, typename Tail::Params tail) {
     static_assert(WM * WN * WK == kWarps, "8 warps per CTA");
     static_assert(WK == 1 || (MT == 1 && WM == 1), "K blocks are shared out only in 16-row tiles");
     constexpr int kBM = WM * MT * 16, kBN = WN * NT * 8;
@@ -248,41 +256,44 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args) {
             Y::one(args, m_cta + row, n_cta + col, total);
         }
     }
+    Tail::after(tail);
 }
 
-template <class W, class Y, int MT, int NT, int WM, int WN, int WK>
-cudaError_t launch_tile(const Args& args, size_t smem, cudaStream_t stream) {
+template <class W, class Y, class Tail, int MT, int NT, int WM, int WN, int WK>
+cudaError_t launch_tile(const Args& args, size_t smem, cudaStream_t stream, const typename Tail::Params& tail) {
     constexpr int kBM = WM * MT * 16, kBN = WN * NT * 8;
-    auto k = kernel<W, Y, MT, NT, WM, WN, WK>;
+    auto k = kernel<W, Y, Tail, MT, NT, WM, WN, WK>;
     if (smem > 48 * 1024)
         if (cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
             e != cudaSuccess)
             return e;
     const dim3 grid(unsigned((args.m + kBM - 1) / kBM), unsigned((args.n + kBN - 1) / kBN));
-    k<<<grid, kThreads, smem, stream>>>(args);
+    k<<<grid, kThreads, smem, stream>>>(args, tail);
     return cudaGetLastError();
 }
 
 // Runs `args` with `tiles` (checked by the caller with tiles_can_run); fills kb and rows_alloc.
-template <class W, class Y>
-cudaError_t launch(Args args, const Tiles& tiles, cudaStream_t stream) {
+template <class W, class Y, class Tail = NoTail>
+cudaError_t launch(Args args, const Tiles& tiles, cudaStream_t stream, const typename Tail::Params& tail = {}) {
     args.kb = int((args.k + kBlockK - 1) / kBlockK);
     args.rows_alloc = int(args.m < 16 ? args.m : 16);
     const size_t smem = staged_smem_bytes(tiles, args.m, args.k);
     if (tiles.block_m == 16) {
         switch (tiles.block_n) {
             case 8:
-                return launch_tile<W, Y, 1, 1, 1, 1, 8>(args, smem, stream);
+                return launch_tile<W, Y, Tail, 1, 1, 1, 1, 8>(args, smem, stream, tail);
             case 16:
-                return launch_tile<W, Y, 1, 2, 1, 1, 8>(args, smem, stream);
+                return launch_tile<W, Y, Tail, 1, 2, 1, 1, 8>(args, smem, stream, tail);
             case 32:
-                return launch_tile<W, Y, 1, 2, 1, 2, 4>(args, smem, stream);
+                return launch_tile<W, Y, Tail, 1, 2, 1, 2, 4>(args, smem, stream, tail);
             default:
                 return cudaErrorInvalidValue;
         }
     }
-    if (tiles.block_m == 64 && tiles.block_n == 128) return launch_tile<W, Y, 2, 4, 2, 4, 1>(args, smem, stream);
-    if (tiles.block_m == 64 && tiles.block_n == 64) return launch_tile<W, Y, 2, 2, 2, 4, 1>(args, smem, stream);
+    if (tiles.block_m == 64 && tiles.block_n == 128)
+        return launch_tile<W, Y, Tail, 2, 4, 2, 4, 1>(args, smem, stream, tail);
+    if (tiles.block_m == 64 && tiles.block_n == 64)
+        return launch_tile<W, Y, Tail, 2, 2, 2, 4, 1>(args, smem, stream, tail);
     return cudaErrorInvalidValue;
 }
 

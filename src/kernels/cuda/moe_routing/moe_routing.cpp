@@ -1,11 +1,16 @@
 // Host-side contract of the MoE routing launcher (see moe_routing.h); kernels in moe_routing.cu.
 #include "kernels/cuda/moe_routing/moe_routing.h"
 
+#include <string>
+
 #include "core/error.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/resident_ctas.h"
 
 namespace dsv4::cuda {
 
-void moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
+namespace {
+void check_routing(const MoeRoutingParams& p) {
     DSV4_CHECK(p.tokens >= 0, "moe_routing: negative token count {}", p.tokens);
     DSV4_CHECK(p.num_experts > 0 && p.num_experts <= 512, "moe_routing: {} experts (1 to 512 supported)",
                p.num_experts);
@@ -21,9 +26,30 @@ void moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
                "moe_routing: null pointer");
     DSV4_CHECK(!p.shared_rows || (p.ranks >= 1 && p.ranks <= p.num_experts && p.rank >= 0 && p.rank < p.ranks),
                "moe_routing: rank {} of {} ranks over {} experts", p.rank, p.ranks, p.num_experts);
+}
+}  // namespace
+
+void moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
+    check_routing(p);
     detail::moe_routing_launch(
         p, stream,
         detail::moe_routing_fits_one_block(p) ? detail::MoeRoutingLaunch::kOneBlock : detail::MoeRoutingLaunch::kGrid);
+}
+
+void router_and_routing(const Bf16LinearParams& router, const MoeRoutingParams& p, int32_t* arrivals,
+                        cudaStream_t stream) {
+    check_routing(p);
+    DSV4_CHECK(detail::moe_routing_fits_one_block(p), "router_and_routing: {} tokens x k {} do not fit one CTA",
+               p.tokens, p.k);
+    DSV4_CHECK(arrivals, "router_and_routing: null arrival counter");
+    DSV4_CHECK(router.y == p.logits && router.m == p.tokens && router.n == p.num_experts && router.ldy == router.n,
+               "router_and_routing: the router's output must be the routing's logits ([{}, {}], dense)", p.tokens,
+               p.num_experts);
+    if (std::string why = bf16_linear_can_run(router); !why.empty()) fail("router_and_routing: {}", why);
+    const bf16_act_mma::Tiles tiles = bf16_linear_tiles(router.m, router.n, router.k, multiprocessor_count());
+    if (std::string why = bf16_act_mma::tiles_can_run(tiles, router.m, router.n, router.k, router.n); !why.empty())
+        fail("router_and_routing: {}", why);
+    DSV4_CUDA_CHECK(detail::launch_router_and_routing(router, tiles, p, arrivals, stream));
 }
 
 }  // namespace dsv4::cuda

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/bf16_linear/bf16_linear.h"
+
 namespace dsv4::cuda {
 
 struct MoeRoutingParams {
@@ -42,12 +44,23 @@ struct MoeRoutingParams {
 
 void moe_routing(const MoeRoutingParams& params, cudaStream_t stream);
 
+// The router's f32 product and the routing in one launch, for calls the one-CTA routing takes
+// (detail::moe_routing_fits_one_block: decode steps): `router` computed exactly as bf16_linear computes it (its
+// kernel and tiles: the same bits), router.y being params.logits with row stride num_experts; then the last of its
+// CTAs to finish routes the tokens with the one-CTA launch's code (the same bits). `arrivals`: a device counter,
+// zero before the first launch; every launch leaves it zero (so a replayed graph may hold one). Throws where
+// bf16_linear or the one-CTA routing would refuse, or where router.y is not params.logits.
+void router_and_routing(const Bf16LinearParams& router, const MoeRoutingParams& params, int32_t* arrivals,
+                        cudaStream_t stream);
+
 namespace detail {
 // kOneBlock: one CTA does everything (moe_routing takes it up to 32 tokens: decode steps); kGrid: a warp per
 // token, then the offsets and a CTA per expert for the permutation. Both give the same bits (tests compare them).
 enum class MoeRoutingLaunch { kOneBlock, kGrid };
 bool moe_routing_fits_one_block(const MoeRoutingParams& params);
 void moe_routing_launch(const MoeRoutingParams& params, cudaStream_t stream, MoeRoutingLaunch launch);
+cudaError_t launch_router_and_routing(const Bf16LinearParams& router, const bf16_act_mma::Tiles& tiles,
+                                      const MoeRoutingParams& params, int32_t* arrivals, cudaStream_t stream);
 }
 
 }  // namespace dsv4::cuda

@@ -1,0 +1,52 @@
+// router_and_routing (moe_routing.h): bf16_linear's kernel with a tail in which the last CTA to finish routes the
+// tokens (route_one_block.cuh), so that a decode step's router and routing are one launch instead of two.
+#include "kernels/cuda/bf16_act_mma/bf16_act_mma.cuh"
+#include "kernels/cuda/moe_routing/moe_routing.h"
+#include "kernels/cuda/moe_routing/route_one_block.cuh"
+
+namespace dsv4::cuda {
+namespace {
+
+static_assert(bf16_act_mma::kThreads == routing::kOneBlockThreads, "the last CTA routes with all its threads");
+
+struct RoutingTail {
+    struct Params {
+        MoeRoutingParams routing;
+        int32_t* arrivals;
+    };
+    __device__ static void after(const Params& p) {
+        __shared__ bool last;
+        __threadfence();  // this thread's logits are visible to the whole device before the CTA's arrival counts
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(p.arrivals, 1) == int(gridDim.x * gridDim.y) - 1;
+        __syncthreads();
+        if (!last) return;
+        __threadfence();  // every CTA arrived: their logits are read after this
+        if (threadIdx.x == 0) *p.arrivals = 0;  // for the next launch (nothing else touches it in this one)
+        routing::route_one_block(p.routing);
+    }
+};
+
+}  // namespace
+
+namespace detail {
+
+cudaError_t launch_router_and_routing(const Bf16LinearParams& router, const bf16_act_mma::Tiles& tiles,
+                                      const MoeRoutingParams& params, int32_t* arrivals, cudaStream_t stream) {
+    bf16_act_mma::Args args{};
+    args.x = router.x;
+    args.ldx = router.ldx;
+    args.w = router.w;
+    args.w_scale = nullptr;
+    args.y = router.y;
+    args.ldy = router.ldy;
+    args.m = router.m;
+    args.n = router.n;
+    args.k = router.k;
+    args.group_n = router.n;
+    return bf16_act_mma::launch<bf16_act_mma::Bf16Weight, bf16_act_mma::F32Out, RoutingTail>(args, tiles, stream,
+                                                                                             {params, arrivals});
+}
+
+}  // namespace detail
+}  // namespace dsv4::cuda
