@@ -14,6 +14,7 @@
 
 #include "gpu_test_util.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/bf16_linear/bf16_linear.h"
 #include "kernels/cuda/moe_routing/moe_routing.h"
 #include "model/expert_range.h"
@@ -247,8 +248,8 @@ TEST(MoeRoutingGpu, HashRouting) {
 
 // router_and_routing against the two launches it replaces (bf16_linear, then moe_routing), bit for bit: the router's
 // logits and every routing output, at V4-Flash's router shape (256 experts over 4096 columns) and V4-Pro's expert
-// count, 1 to 32 tokens, score and hash routing; three eager launches, then a captured graph replayed twice (each
-// launch must leave the arrival counter at zero for the next).
+// count, 1 to 32 tokens (tiles split over 4, 2 and 1 CTAs on an H100 or H200), score and hash routing; three eager
+// launches, then a captured graph replayed twice (each launch must leave the arrival counters at zero).
 TEST(MoeRoutingGpu, RouterAndRoutingInOneLaunchEqualTheTwoBitwise) {
     DSV4_REQUIRE_GPU();
     Rng rng;
@@ -317,7 +318,12 @@ TEST(MoeRoutingGpu, RouterAndRoutingInOneLaunchEqualTheTwoBitwise) {
         Outputs two = outputs();
         cuda::bf16_linear(router(two), nullptr);
         cuda::moe_routing(routing(two), nullptr);
-        auto arrivals = gpu_test::poisoned<int32_t>(1, 0);
+        const int sms = cuda::multiprocessor_count();
+        auto arrivals = gpu_test::poisoned<int32_t>(size_t(cuda::router_scratch_ints(T, E, D, sms)), 0);
+        auto staged = gpu_test::poisoned<float>(size_t(std::max<int64_t>(cuda::router_scratch_floats(T, E, D, sms), 1)));
+        const cuda::RouterScratch scratch{arrivals.get(), staged.get(), int64_t(arrivals.size()),
+                                          cuda::router_scratch_floats(T, E, D, sms)};
+        const int splits = cuda::detail::router_splits(cuda::bf16_linear_tiles(T, E, D, sms), T, E, D, sms);
         char what[96];
         auto expect_equal = [&](Outputs& one, const std::string& how) {
             const std::string label = std::string(what) + ", " + how;
@@ -330,13 +336,15 @@ TEST(MoeRoutingGpu, RouterAndRoutingInOneLaunchEqualTheTwoBitwise) {
             EXPECT_EQ(gpu_test::to_host(one.sorted), gpu_test::to_host(two.sorted)) << label << ": permutation";
             EXPECT_EQ(gpu_test::to_host(one.slot), gpu_test::to_host(two.slot)) << label << ": inverse map";
             EXPECT_EQ(gpu_test::to_host(one.rows), gpu_test::to_host(two.rows)) << label << ": rows";
-            EXPECT_EQ(gpu_test::to_host(arrivals)[0], 0) << label << ": the arrival counter after the launch";
+            const auto left = gpu_test::to_host(arrivals);
+            EXPECT_EQ(std::count(left.begin(), left.end(), 0), int64_t(left.size())) << label << ": arrival counters";
         };
-        std::snprintf(what, sizeof what, "router_and_routing %s, %d tokens, %d experts", shape.hash ? "hash" : "score",
-                      T, E);
+        std::snprintf(what, sizeof what, "router_and_routing %s, %d tokens, %d experts, %d-way split",
+                      shape.hash ? "hash" : "score", T, E, splits);
+        std::printf("[ router   ] %s\n", what);
         for (int i = 0; i < 3; ++i) {
             Outputs one = outputs();
-            cuda::router_and_routing(router(one), routing(one), arrivals.get(), nullptr);
+            cuda::router_and_routing(router(one), routing(one), scratch, nullptr);
             expect_equal(one, "eager launch " + std::to_string(i + 1));
         }
         Outputs one = outputs();
@@ -344,7 +352,7 @@ TEST(MoeRoutingGpu, RouterAndRoutingInOneLaunchEqualTheTwoBitwise) {
         cudaGraph_t graph = nullptr;
         cudaGraphExec_t exec = nullptr;
         DSV4_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal));
-        cuda::router_and_routing(router(one), routing(one), arrivals.get(), stream.get());
+        cuda::router_and_routing(router(one), routing(one), scratch, stream.get());
         DSV4_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
         DSV4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
         for (int i = 0; i < 2; ++i) {

@@ -144,7 +144,13 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
         expert_parallel ? std::min(T, kSharedExpertOnOneRankTokens) : int64_t(0);
     ws.routed_out = b.take<bf16>((T * k + shared_in_exchange) * D);
     ws.shared_rows = b.take<int32_t>(1);
-    ws.router_arrivals = b.take<int32_t>(1);  // zeroed once below; each router_and_routing launch leaves it zero
+    {  // decode steps' router_and_routing: its counters are zeroed once below, and each launch leaves them zero
+        const int64_t tokens = std::min<int64_t>(T, 32);
+        ws.router_scratch.ints = cuda::router_scratch_ints(tokens, E, D, num_sms);
+        ws.router_scratch.floats = cuda::router_scratch_floats(tokens, E, D, num_sms);
+        ws.router_scratch.arrivals = b.take<int32_t>(ws.router_scratch.ints);
+        ws.router_scratch.staged = b.take<float>(ws.router_scratch.floats);
+    }
     ws.shared_out = b.take<bf16>(T * D);
     ws.shared_gate_up = b.take<bf16>(T * 2 * shared_I);
     ws.shared_hidden = b.take<bf16>(T * shared_I);
@@ -338,7 +344,8 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     Bump bump{m.workspace_arena.get()};
     carve(bump, m.ws, config, m.pool, m.host, m.num_sms, data_parallel, draw_sequences, ep.ranks > 1);
     DSV4_CHECK(bump.offset == workspace_bytes, "workspace carve changed size");
-    DSV4_CUDA_CHECK(cudaMemsetAsync(m.ws.router_arrivals, 0, sizeof(int32_t), m.stream->get()));
+    DSV4_CUDA_CHECK(cudaMemsetAsync(m.ws.router_scratch.arrivals, 0, sizeof(int32_t) * size_t(m.ws.router_scratch.ints),
+                                    m.stream->get()));
     DSV4_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&m.meta_host), sizeof(int32_t) * size_t(m.ws.meta_ints),
                                   cudaHostAllocDefault));
     if (draw_sequences > 0) {

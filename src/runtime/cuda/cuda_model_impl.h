@@ -17,6 +17,7 @@
 #include "kernels/cuda/common/device_buffer.h"
 #include "kernels/cuda/gemm_bf16/cublaslt.h"
 #include "kernels/cuda/mhc/mhc.h"
+#include "kernels/cuda/moe_routing/moe_routing.h"
 #include "kernels/cuda/sampling/sampling.h"
 #include "runtime/cuda/cuda_model.h"
 #include "runtime/cuda/device_weights.h"
@@ -153,7 +154,7 @@ struct Workspace {
     int32_t *experts = nullptr, *counts = nullptr, *offsets = nullptr, *sorted = nullptr, *assignment_slot = nullptr,
             *row_index = nullptr;
     int32_t* shared_rows = nullptr;  // MoeRoutingParams::shared_rows (CudaOptions::shared_expert_on_one_rank)
-    int32_t* router_arrivals = nullptr;  // cuda::router_and_routing's arrival counter
+    cuda::RouterScratch router_scratch;  // cuda::router_and_routing's
     float* routing_weights = nullptr;
     bf16 *gate = nullptr, *up = nullptr, *hidden = nullptr, *routed_out = nullptr, *shared_out = nullptr;
     bf16* shared_gate_up = nullptr;  // [T, 2 I] shared expert: gate | up per row (stacked), or [T, I] gate, [T, I] up

@@ -53,6 +53,14 @@ struct Args {
     int64_t m, n, k, group_n;
     int kb;          // K blocks: ceil(k / 128)
     int rows_alloc;  // 16-row tiles: rows of staged block products per CTA (min(m, 16))
+    // 16-row tiles only: the K blocks of a tile shared out over `splits` CTAs (grid z; 0 or 1: one CTA), for
+    // products too small to fill the device otherwise (the router). Each stages its blocks' products in
+    // split_staged (split_staged_floats(...) floats: [tile][kb][rows_alloc][BN] f32, global), and the tile's last
+    // CTA to arrive (split_arrivals[tile]: zero before the launch, left zero) sums them in ascending kb, the
+    // same chain as one CTA's shared memory.
+    int splits;
+    float* split_staged;
+    int32_t* split_arrivals;
 };
 
 // Weight formats: bytes per value, 16-byte chunks per lane and half block, and the B fragment of step j.
@@ -106,9 +114,10 @@ struct Half {
     uint4 w[NT][W::kChunks];  // columns c0..c0+15 of row g of each 8-column tile
 };
 
-// grid (ceil(m / BM), ceil(n / BN)); warps: WM x WN tiles of MT x 16 rows and NT x 8 columns, times WK warps that
-// share out the K blocks (kb = wk, wk + WK, ...). WK > 1 stages each block's products in shared memory,
-// [kb][rows_alloc][BN] f32, and sums them in ascending kb after a barrier; WK == 1 sums in registers.
+// grid (ceil(m / BM), ceil(n / BN), splits); warps: WM x WN tiles of MT x 16 rows and NT x 8 columns, times WK
+// warps that share out the K blocks (kb = z WK + wk, then every WK splits). WK > 1 stages each block's products in
+// shared memory (or, split, global memory), [kb][rows_alloc][BN] f32, and sums them in ascending kb after a barrier
+// (split: in the tile's last CTA); WK == 1 sums in registers.
 template <class W, class Y, class Tail, int MT, int NT, int WM, int WN, int WK>
 __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, typename Tail::Params tail) {
     static_assert(WM * WN * WK == kWarps, "8 warps per CTA");
@@ -122,6 +131,10 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
     const int64_t m_cta = int64_t(blockIdx.x) * kBM, n_cta = int64_t(blockIdx.y) * kBN;
     const int64_t m_warp = m_cta + wm * MT * 16, n_warp = n_cta + wn * NT * 8;
     const int rows_valid = int(args.m - m_cta < kBM ? args.m - m_cta : kBM);
+    const int splits = int(gridDim.z), split = int(blockIdx.z);
+    const int64_t tile = int64_t(blockIdx.x) * gridDim.y + blockIdx.y;
+    float* const stage =
+        splits > 1 ? args.split_staged + tile * int64_t(args.kb) * args.rows_alloc * kBN : staged;
     // The CTA's columns lie in one group (group_n % BN == 0): its slice of x starts at group * k.
     const int64_t x_col0 = (n_cta / args.group_n) * args.k;
 
@@ -144,8 +157,9 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
     }
     const float* w_scale_row = W::kScaled ? args.w_scale + (n_cta / kBlockK) * args.kb : nullptr;
 
-    // Half `i` of this warp's blocks: block wk + (i / 2) * WK, columns 64 (i % 2) .. + 63.
-    auto block_of = [&](int i) { return wk + (i / 2) * WK; };
+    // Half `i` of this warp's blocks: block split * WK + wk + (i / 2) * WK * splits, columns 64 (i % 2) .. + 63.
+    const int first_block = split * WK + wk;
+    auto block_of = [&](int i) { return first_block + (i / 2) * WK * splits; };
     auto load = [&](Half<W, MT, NT>& s, int i) {
         const int64_t c0 = int64_t(block_of(i)) * kBlockK + 64 * (i % 2);
         const bool ok = c0 + 16 * t < args.k;
@@ -215,13 +229,13 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
                     } else {
                         const int row = (e / 2) * 8 + g;  // MT == 1, WM == 1: the CTA's row
                         const int col = wn * NT * 8 + nt * 8 + 2 * t + e % 2;
-                        if (row < rows_valid) staged[(int64_t(kb) * args.rows_alloc + row) * kBN + col] = p;
+                        if (row < rows_valid) stage[(int64_t(kb) * args.rows_alloc + row) * kBN + col] = p;
                     }
                 }
     };
 
     // Two register stages: the next half's loads in flight while the current one is multiplied.
-    const int count = 2 * ((args.kb - wk + WK - 1) / WK);
+    const int count = first_block < args.kb ? 2 * ((args.kb - first_block + WK * splits - 1) / (WK * splits)) : 0;
     Half<W, MT, NT> s0, s1;
     if (count > 0) load(s0, 0);
     for (int i = 0; i < count; i += 2) {
@@ -245,16 +259,26 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
                 }
             }
     } else {
+        __shared__ bool sums_here;  // split: this CTA is the tile's last to arrive
+        if (splits > 1) __threadfence();  // this thread's staged products visible device-wide before the arrival
         __syncthreads();
-        for (int i = threadIdx.x; i < rows_valid * kBN; i += kThreads) {
-            const int row = i / kBN, col = i % kBN;
-            if (n_cta + col >= args.n) continue;
-            float total = 0.0f;
-            const float* p = staged + row * kBN + col;
-#pragma unroll 8
-            for (int kb = 0; kb < args.kb; ++kb) total = __fadd_rn(total, p[int64_t(kb) * args.rows_alloc * kBN]);
-            Y::one(args, m_cta + row, n_cta + col, total);
+        if (splits > 1) {
+            if (threadIdx.x == 0) sums_here = atomicAdd(args.split_arrivals + tile, 1) == splits - 1;
+            __syncthreads();
+            if (sums_here) __threadfence();  // every CTA of the tile arrived: its products are read after this
+            if (sums_here && threadIdx.x == 0) args.split_arrivals[tile] = 0;  // for the next launch
         }
+        if (splits == 1 || sums_here)
+            for (int i = threadIdx.x; i < rows_valid * kBN; i += kThreads) {
+                const int row = i / kBN, col = i % kBN;
+                if (n_cta + col >= args.n) continue;
+                float total = 0.0f;
+                const float* p = stage + row * kBN + col;
+#pragma unroll 8
+                for (int kb = 0; kb < args.kb; ++kb)
+                    total = __fadd_rn(total, __ldcg(p + int64_t(kb) * args.rows_alloc * kBN));
+                Y::one(args, m_cta + row, n_cta + col, total);
+            }
     }
     Tail::after(tail);
 }
@@ -267,8 +291,10 @@ cudaError_t launch_tile(const Args& args, size_t smem, cudaStream_t stream, cons
         if (cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
             e != cudaSuccess)
             return e;
-    const dim3 grid(unsigned((args.m + kBM - 1) / kBM), unsigned((args.n + kBN - 1) / kBN));
-    k<<<grid, kThreads, smem, stream>>>(args, tail);
+    const unsigned splits = unsigned(args.splits > 1 ? args.splits : 1);
+    if (splits > 1 && (WK == 1 || !args.split_staged || !args.split_arrivals)) return cudaErrorInvalidValue;
+    const dim3 grid(unsigned((args.m + kBM - 1) / kBM), unsigned((args.n + kBN - 1) / kBN), splits);
+    k<<<grid, kThreads, splits > 1 ? 0 : smem, stream>>>(args, tail);
     return cudaGetLastError();
 }
 

@@ -32,6 +32,15 @@ inline size_t staged_smem_bytes(const Tiles& t, int64_t m, int64_t k) {
     return size_t(ceil_div(k, 128)) * size_t(std::min<int64_t>(m, 16)) * size_t(t.block_n) * sizeof(float);
 }
 
+// Split 16-row tiles (Args::splits): the f32 staging their CTAs need in global memory, and the arrival counters
+// (one a tile).
+inline int64_t split_tiles(const Tiles& t, int64_t m, int64_t n) {
+    return ceil_div(std::max<int64_t>(m, 1), t.block_m) * ceil_div(n, t.block_n);
+}
+inline int64_t split_staged_floats(const Tiles& t, int64_t m, int64_t n, int64_t k) {
+    return split_tiles(t, m, n) * ceil_div(k, 128) * std::min<int64_t>(std::max<int64_t>(m, 1), 16) * t.block_n;
+}
+
 // gemm_fp8's kMma cost model (gemm_fp8.cpp, fp8_gemm_config), with the weight's bytes per value: 16-row tiles
 // stream W once per 16 rows at about 3 TB/s; a 64-row CTA (one per SM) takes about 1.1 us per 128-column K block
 // for 128 columns; the cheaper by that estimate runs. 64-row tiles take 64 columns where 128 would leave SMs idle.

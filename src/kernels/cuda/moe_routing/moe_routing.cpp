@@ -1,6 +1,7 @@
 // Host-side contract of the MoE routing launcher (see moe_routing.h); kernels in moe_routing.cu.
 #include "kernels/cuda/moe_routing/moe_routing.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -36,20 +37,62 @@ void moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
         detail::moe_routing_fits_one_block(p) ? detail::MoeRoutingLaunch::kOneBlock : detail::MoeRoutingLaunch::kGrid);
 }
 
-void router_and_routing(const Bf16LinearParams& router, const MoeRoutingParams& p, int32_t* arrivals,
+namespace detail {
+int router_splits(const bf16_act_mma::Tiles& tiles, int64_t tokens, int64_t experts, int64_t cols, int num_sms) {
+    if (tiles.block_m != 16) return 1;
+    const int64_t warps_per_tile = tiles.block_n == 32 ? 4 : 8;  // bf16_act_mma's decode tiles: WK
+    const int64_t most = std::max<int64_t>(bf16_act_mma::ceil_div(cols, 128) / warps_per_tile, 1);
+    const int64_t wanted = num_sms / bf16_act_mma::split_tiles(tiles, tokens, experts);
+    return int(std::clamp<int64_t>(wanted, 1, std::min<int64_t>(most, 4)));
+}
+}  // namespace detail
+
+namespace {
+// The scratch of every token count up to `tokens` (the decode graphs' pieces), the largest.
+template <class Size>
+int64_t largest_scratch(int64_t tokens, int64_t experts, int64_t cols, int num_sms, Size size) {
+    int64_t most = 0;
+    for (int64_t m = 1; m <= tokens; ++m) {
+        const bf16_act_mma::Tiles tiles = bf16_linear_tiles(m, experts, cols, num_sms);
+        if (detail::router_splits(tiles, m, experts, cols, num_sms) > 1) most = std::max(most, size(tiles, m));
+    }
+    return most;
+}
+}  // namespace
+
+int64_t router_scratch_ints(int64_t tokens, int64_t experts, int64_t cols, int num_sms) {
+    return 1 + largest_scratch(tokens, experts, cols, num_sms, [&](const bf16_act_mma::Tiles& t, int64_t m) {
+               return bf16_act_mma::split_tiles(t, m, experts);
+           });
+}
+
+int64_t router_scratch_floats(int64_t tokens, int64_t experts, int64_t cols, int num_sms) {
+    return largest_scratch(tokens, experts, cols, num_sms, [&](const bf16_act_mma::Tiles& t, int64_t m) {
+        return bf16_act_mma::split_staged_floats(t, m, experts, cols);
+    });
+}
+
+void router_and_routing(const Bf16LinearParams& router, const MoeRoutingParams& p, const RouterScratch& scratch,
                         cudaStream_t stream) {
     check_routing(p);
     DSV4_CHECK(detail::moe_routing_fits_one_block(p), "router_and_routing: {} tokens x k {} do not fit one CTA",
                p.tokens, p.k);
-    DSV4_CHECK(arrivals, "router_and_routing: null arrival counter");
+    DSV4_CHECK(scratch.arrivals, "router_and_routing: no arrival counters");
     DSV4_CHECK(router.y == p.logits && router.m == p.tokens && router.n == p.num_experts && router.ldy == router.n,
                "router_and_routing: the router's output must be the routing's logits ([{}, {}], dense)", p.tokens,
                p.num_experts);
     if (std::string why = bf16_linear_can_run(router); !why.empty()) fail("router_and_routing: {}", why);
-    const bf16_act_mma::Tiles tiles = bf16_linear_tiles(router.m, router.n, router.k, multiprocessor_count());
+    const int sms = multiprocessor_count();
+    const bf16_act_mma::Tiles tiles = bf16_linear_tiles(router.m, router.n, router.k, sms);
     if (std::string why = bf16_act_mma::tiles_can_run(tiles, router.m, router.n, router.k, router.n); !why.empty())
         fail("router_and_routing: {}", why);
-    DSV4_CUDA_CHECK(detail::launch_router_and_routing(router, tiles, p, arrivals, stream));
+    const int splits = detail::router_splits(tiles, router.m, router.n, router.k, sms);
+    const int64_t ints = 1 + (splits > 1 ? bf16_act_mma::split_tiles(tiles, router.m, router.n) : 0),
+                  floats = splits > 1 ? bf16_act_mma::split_staged_floats(tiles, router.m, router.n, router.k) : 0;
+    DSV4_CHECK(scratch.ints >= ints && scratch.floats >= floats && (!floats || scratch.staged),
+               "router_and_routing: {} tokens need {} arrival counters and {} staged floats; the scratch has {} and {}",
+               router.m, ints, floats, scratch.ints, scratch.floats);
+    DSV4_CUDA_CHECK(detail::launch_router_and_routing(router, tiles, splits, p, scratch, stream));
 }
 
 }  // namespace dsv4::cuda

@@ -45,12 +45,20 @@ struct MoeRoutingParams {
 void moe_routing(const MoeRoutingParams& params, cudaStream_t stream);
 
 // The router's f32 product and the routing in one launch, for calls the one-CTA routing takes
-// (detail::moe_routing_fits_one_block: decode steps): `router` computed exactly as bf16_linear computes it (its
-// kernel and tiles: the same bits), router.y being params.logits with row stride num_experts; then the last of its
-// CTAs to finish routes the tokens with the one-CTA launch's code (the same bits). `arrivals`: a device counter,
-// zero before the first launch; every launch leaves it zero (so a replayed graph may hold one). Throws where
+// (detail::moe_routing_fits_one_block: decode steps): `router` computed with bf16_linear's kernel and tiles (the
+// same bits; a tile's K blocks shared out over up to four CTAs where the tiles alone would leave SMs idle, their
+// products summed in the same ascending order), router.y being params.logits with row stride num_experts; then the
+// last of its CTAs to finish routes the tokens with the one-CTA launch's code (the same bits). Throws where
 // bf16_linear or the one-CTA routing would refuse, or where router.y is not params.logits.
-void router_and_routing(const Bf16LinearParams& router, const MoeRoutingParams& params, int32_t* arrivals,
+struct RouterScratch {
+    int32_t* arrivals = nullptr;  // `ints` of them (router_scratch_ints): zero before the first launch, left zero
+    float* staged = nullptr;      // `floats` of them (router_scratch_floats)
+    int64_t ints = 0, floats = 0;
+};
+// The scratch for up to `tokens` tokens (at most the one-CTA routing's) of a router of `experts` x `cols`.
+int64_t router_scratch_ints(int64_t tokens, int64_t experts, int64_t cols, int num_sms);
+int64_t router_scratch_floats(int64_t tokens, int64_t experts, int64_t cols, int num_sms);
+void router_and_routing(const Bf16LinearParams& router, const MoeRoutingParams& params, const RouterScratch& scratch,
                         cudaStream_t stream);
 
 namespace detail {
@@ -59,8 +67,11 @@ namespace detail {
 enum class MoeRoutingLaunch { kOneBlock, kGrid };
 bool moe_routing_fits_one_block(const MoeRoutingParams& params);
 void moe_routing_launch(const MoeRoutingParams& params, cudaStream_t stream, MoeRoutingLaunch launch);
-cudaError_t launch_router_and_routing(const Bf16LinearParams& router, const bf16_act_mma::Tiles& tiles,
-                                      const MoeRoutingParams& params, int32_t* arrivals, cudaStream_t stream);
+// The CTAs a tile's K blocks are shared out over (1 for 64-row tiles): enough to give every SM one.
+int router_splits(const bf16_act_mma::Tiles& tiles, int64_t tokens, int64_t experts, int64_t cols, int num_sms);
+cudaError_t launch_router_and_routing(const Bf16LinearParams& router, const bf16_act_mma::Tiles& tiles, int splits,
+                                      const MoeRoutingParams& params, const RouterScratch& scratch,
+                                      cudaStream_t stream);
 }
 
 }  // namespace dsv4::cuda

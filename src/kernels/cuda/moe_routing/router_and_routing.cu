@@ -1,5 +1,6 @@
-// router_and_routing (moe_routing.h): bf16_linear's kernel with a tail in which the last CTA to finish routes the
-// tokens (route_one_block.cuh), so that a decode step's router and routing are one launch instead of two.
+// router_and_routing (moe_routing.h): bf16_linear's kernel, its K blocks split over several CTAs a tile where the
+// tiles alone would leave most SMs idle, with a tail in which the last CTA to finish routes the tokens
+// (route_one_block.cuh): a decode step's router and routing in one launch instead of two.
 #include "kernels/cuda/bf16_act_mma/bf16_act_mma.cuh"
 #include "kernels/cuda/moe_routing/moe_routing.h"
 #include "kernels/cuda/moe_routing/route_one_block.cuh"
@@ -18,7 +19,7 @@ struct RoutingTail {
         __shared__ bool last;
         __threadfence();  // this thread's logits are visible to the whole device before the CTA's arrival counts
         __syncthreads();
-        if (threadIdx.x == 0) last = atomicAdd(p.arrivals, 1) == int(gridDim.x * gridDim.y) - 1;
+        if (threadIdx.x == 0) last = atomicAdd(p.arrivals, 1) == int(gridDim.x * gridDim.y * gridDim.z) - 1;
         __syncthreads();
         if (!last) return;
         __threadfence();  // every CTA arrived: their logits are read after this
@@ -31,8 +32,9 @@ struct RoutingTail {
 
 namespace detail {
 
-cudaError_t launch_router_and_routing(const Bf16LinearParams& router, const bf16_act_mma::Tiles& tiles,
-                                      const MoeRoutingParams& params, int32_t* arrivals, cudaStream_t stream) {
+cudaError_t launch_router_and_routing(const Bf16LinearParams& router, const bf16_act_mma::Tiles& tiles, int splits,
+                                      const MoeRoutingParams& params, const RouterScratch& scratch,
+                                      cudaStream_t stream) {
     bf16_act_mma::Args args{};
     args.x = router.x;
     args.ldx = router.ldx;
@@ -44,8 +46,11 @@ cudaError_t launch_router_and_routing(const Bf16LinearParams& router, const bf16
     args.n = router.n;
     args.k = router.k;
     args.group_n = router.n;
+    args.splits = splits;
+    args.split_staged = scratch.staged;
+    args.split_arrivals = scratch.arrivals + 1;  // [0]: the routing's
     return bf16_act_mma::launch<bf16_act_mma::Bf16Weight, bf16_act_mma::F32Out, RoutingTail>(args, tiles, stream,
-                                                                                             {params, arrivals});
+                                                                                             {params, scratch.arrivals});
 }
 
 }  // namespace detail
