@@ -727,7 +727,8 @@ void CudaModel::Impl::moe(int64_t layer) {
         rp.ranks = int32_t(ep.ranks);
         rp.rank = int32_t(ep.rank);
     }
-    if (Tm > 0 && f32_on_tensor_cores(m.gate) && cuda::detail::moe_routing_fits_one_block(rp)) {
+    if (options.router_with_routing && Tm > 0 && f32_on_tensor_cores(m.gate) &&
+        cuda::detail::moe_routing_fits_one_block(rp)) {
         cuda::Bf16LinearParams router;
         router.x = ws.moe_x;
         router.w = static_cast<const bf16*>(m.gate.data);

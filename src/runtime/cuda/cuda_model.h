@@ -101,6 +101,9 @@ struct CudaOptions {
     // the routing on the device), into rows the experts' exchange sums: the others skip its weights (docs/parallel.md).
     // Off: every rank computes it. The same bits either way.
     bool shared_expert_on_one_rank = true;
+    // A decode step's router and routing in one launch (cuda::router_and_routing; docs/perf.md). Off: two launches,
+    // the same bits.
+    bool router_with_routing = true;
     // The most pinned host memory the logits' copy to the host takes; a piece wanting more logits (every position of
     // a long prefill) goes through it in slices, the same values.
     size_t logit_staging_bytes = size_t(256) << 20;  // a decode step of 519 sequences at V4's vocabulary in one slice

@@ -274,9 +274,14 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
                 if (n_cta + col >= args.n) continue;
                 float total = 0.0f;
                 const float* p = stage + row * kBN + col;
+                // Split: other CTAs' products in global memory, read past this SM's L1 (__ldcg: global only);
+                // else this CTA's shared memory.
+                auto staged_product = [&](int kb) {
+                    const float* q = p + int64_t(kb) * args.rows_alloc * kBN;
+                    return splits > 1 ? __ldcg(q) : *q;
+                };
 #pragma unroll 8
-                for (int kb = 0; kb < args.kb; ++kb)
-                    total = __fadd_rn(total, __ldcg(p + int64_t(kb) * args.rows_alloc * kBN));
+                for (int kb = 0; kb < args.kb; ++kb) total = __fadd_rn(total, staged_product(kb));
                 Y::one(args, m_cta + row, n_cta + col, total);
             }
     }

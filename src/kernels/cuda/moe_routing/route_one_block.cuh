@@ -26,7 +26,7 @@ __device__ inline void route_token(const MoeRoutingParams& p, int token, float* 
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
         const int e = lane + 32 * i;
-        biased[i] = e < E ? logits[e] : 0.0f;
+        biased[i] = e < E ? __ldcg(logits + e) : 0.0f;  // past L1: router_and_routing's other CTAs wrote them
     }
     float bias[kPerLane];
 #pragma unroll
