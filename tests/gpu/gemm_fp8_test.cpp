@@ -587,8 +587,7 @@ TEST(GemmFp8, RowsFromTheLiveCountOnAreZero) {
     if (cuda::device_has_wgmma()) {
         const Fp8Operands o = make_operands(rng, 256, 4096, 4096);
         const auto d_live = to_device(std::vector<int32_t>{256});
-        EXPECT_TRUE(
-            run_rows(lt, o, 0, 256, cuda::Fp8GemmPath::kMma, 128, 128, nullptr, d_live.get()).empty())
+        EXPECT_TRUE(run_rows(lt, o, 0, 256, cuda::Fp8GemmPath::kMma, 128, 128, nullptr, d_live.get()).empty())
             << "the warpgroup tile must refuse rows_live";
     }
 }

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "kernels/cuda/bf16_linear/bf16_linear.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/resident_ctas.h"
-#include "kernels/cuda/bf16_linear/bf16_linear.h"
 #include "kernels/cuda/moe_routing/moe_routing.h"
 #include "model/expert_range.h"
 
@@ -42,8 +42,8 @@ void expect_shared_rows_on_the_least_loaded_rank(const cuda::MoeRoutingParams& r
         int64_t least_slots = 0;
         for (int r = 0; r < ranks; ++r) {
             const ExpertRange held = expert_range(routed.num_experts, r, ranks);
-            const int64_t slots = std::accumulate(counts.begin() + held.first,
-                                                  counts.begin() + held.first + held.count, int64_t{0});
+            const int64_t slots =
+                std::accumulate(counts.begin() + held.first, counts.begin() + held.first + held.count, int64_t{0});
             if (r == 0 || slots < least_slots) least = r, least_slots = slots;
         }
         for (int rank = 0; rank < ranks; ++rank)
@@ -248,8 +248,8 @@ TEST(MoeRoutingGpu, HashRouting) {
 
 // router_and_routing against the two launches it replaces (bf16_linear, then moe_routing), bit for bit: the router's
 // logits and every routing output, at V4-Flash's router shape (256 experts over 4096 columns) and V4-Pro's expert
-// count, 1 to 32 tokens (tiles split over 4, 2 and 1 CTAs on an H100 or H200), score and hash routing; three eager
-// launches, then a captured graph replayed twice (each launch must leave the arrival counters at zero).
+// count, 1 to 32 tokens (tiles split over 4, 4, 4, 2 and 1 CTAs on an H100 or H200), score and hash routing; three
+// eager launches, then a captured graph replayed twice (each launch must leave the arrival counters at zero).
 TEST(MoeRoutingGpu, RouterAndRoutingInOneLaunchEqualTheTwoBitwise) {
     DSV4_REQUIRE_GPU();
     Rng rng;
@@ -259,7 +259,8 @@ TEST(MoeRoutingGpu, RouterAndRoutingInOneLaunchEqualTheTwoBitwise) {
         int tokens, experts;
         bool hash;
     };
-    for (const Shape& shape : {Shape{1, 256, false}, Shape{5, 256, false}, Shape{16, 256, true}, Shape{32, 384, false}}) {
+    for (const Shape& shape : {Shape{1, 256, false}, Shape{5, 256, false}, Shape{16, 256, true}, Shape{32, 256, false},
+                               Shape{32, 384, false}}) {
         const int T = shape.tokens, E = shape.experts, n = T * k;
         const auto x = gpu_test::to_device(gpu_test::random_bf16(rng, T * D));
         const auto w = gpu_test::to_device(gpu_test::random_bf16(rng, E * D, 1.0f / 64.0f));
@@ -278,10 +279,10 @@ TEST(MoeRoutingGpu, RouterAndRoutingInOneLaunchEqualTheTwoBitwise) {
             cuda::DeviceBuffer<int32_t> experts, counts, offsets, sorted, slot, rows;
         };
         auto outputs = [&] {
-            return Outputs{gpu_test::poisoned<float>(size_t(T) * E), gpu_test::poisoned<float>(size_t(n)),
-                           gpu_test::poisoned<int32_t>(size_t(n)),   gpu_test::poisoned<int32_t>(size_t(E)),
+            return Outputs{gpu_test::poisoned<float>(size_t(T) * E),   gpu_test::poisoned<float>(size_t(n)),
+                           gpu_test::poisoned<int32_t>(size_t(n)),     gpu_test::poisoned<int32_t>(size_t(E)),
                            gpu_test::poisoned<int32_t>(size_t(E + 1)), gpu_test::poisoned<int32_t>(size_t(n)),
-                           gpu_test::poisoned<int32_t>(size_t(n)),   gpu_test::poisoned<int32_t>(size_t(n))};
+                           gpu_test::poisoned<int32_t>(size_t(n)),     gpu_test::poisoned<int32_t>(size_t(n))};
         };
         auto routing = [&](Outputs& o) {
             cuda::MoeRoutingParams p;
@@ -320,14 +321,16 @@ TEST(MoeRoutingGpu, RouterAndRoutingInOneLaunchEqualTheTwoBitwise) {
         cuda::moe_routing(routing(two), nullptr);
         const int sms = cuda::multiprocessor_count();
         auto arrivals = gpu_test::poisoned<int32_t>(size_t(cuda::router_scratch_ints(T, E, D, sms)), 0);
-        auto staged = gpu_test::poisoned<float>(size_t(std::max<int64_t>(cuda::router_scratch_floats(T, E, D, sms), 1)));
+        auto staged =
+            gpu_test::poisoned<float>(size_t(std::max<int64_t>(cuda::router_scratch_floats(T, E, D, sms), 1)));
         const cuda::RouterScratch scratch{arrivals.get(), staged.get(), int64_t(arrivals.size()),
                                           cuda::router_scratch_floats(T, E, D, sms)};
         const int splits = cuda::detail::router_splits(cuda::bf16_linear_tiles(T, E, D, sms), T, E, D, sms);
         char what[96];
         auto expect_equal = [&](Outputs& one, const std::string& how) {
             const std::string label = std::string(what) + ", " + how;
-            gpu_test::expect_bitwise_f32(label + ": logits", gpu_test::to_host(one.logits), gpu_test::to_host(two.logits));
+            gpu_test::expect_bitwise_f32(label + ": logits", gpu_test::to_host(one.logits),
+                                         gpu_test::to_host(two.logits));
             gpu_test::expect_bitwise_f32(label + ": weights", gpu_test::to_host(one.weights),
                                          gpu_test::to_host(two.weights));
             EXPECT_EQ(gpu_test::to_host(one.experts), gpu_test::to_host(two.experts)) << label << ": experts";

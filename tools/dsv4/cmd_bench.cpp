@@ -77,7 +77,7 @@ struct BenchArgs {
     bool stages = false;  // also the per-stage table of every measured step (CudaModel's stage profiler)
     bool equal_lane_priority = false;  // CudaOptions::prioritize_main_lane off (to measure what it buys)
     bool shared_expert_every_rank = false;  // CudaOptions::shared_expert_on_one_rank off (likewise)
-    bool router_apart = false;  // CudaOptions::router_with_routing off (likewise)
+    bool router_apart = false;              // CudaOptions::router_with_routing off (likewise)
     bool profile_range = false;  // cudaProfilerStart / Stop around the timed single-sequence steps
     ParallelFlags parallel;  // --gpus ...: the model over several GPUs (ranks.h); rank 0 measures and prints
     std::string backend;     // --backend: only "cuda" (accepted for scripts that pass it to every model command)

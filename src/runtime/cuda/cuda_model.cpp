@@ -140,8 +140,7 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     ws.up = b.take<bf16>(T * k * I);
     ws.hidden = b.take<bf16>(T * k * I);
     // Under expert parallelism the exchange also sums the shared expert's rows of a short step, after the slots.
-    const int64_t shared_in_exchange =
-        expert_parallel ? std::min(T, kSharedExpertOnOneRankTokens) : int64_t(0);
+    const int64_t shared_in_exchange = expert_parallel ? std::min(T, kSharedExpertOnOneRankTokens) : int64_t(0);
     ws.routed_out = b.take<bf16>((T * k + shared_in_exchange) * D);
     ws.shared_rows = b.take<int32_t>(1);
     {  // decode steps' router_and_routing: its counters are zeroed once below, and each launch leaves them zero

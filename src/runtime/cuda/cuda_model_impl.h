@@ -153,7 +153,7 @@ struct Workspace {
     float* router_logits = nullptr;  // [T, E]
     int32_t *experts = nullptr, *counts = nullptr, *offsets = nullptr, *sorted = nullptr, *assignment_slot = nullptr,
             *row_index = nullptr;
-    int32_t* shared_rows = nullptr;  // MoeRoutingParams::shared_rows (CudaOptions::shared_expert_on_one_rank)
+    int32_t* shared_rows = nullptr;      // MoeRoutingParams::shared_rows (CudaOptions::shared_expert_on_one_rank)
     cuda::RouterScratch router_scratch;  // cuda::router_and_routing's
     float* routing_weights = nullptr;
     bf16 *gate = nullptr, *up = nullptr, *hidden = nullptr, *routed_out = nullptr, *shared_out = nullptr;

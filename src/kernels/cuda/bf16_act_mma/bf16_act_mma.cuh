@@ -133,8 +133,7 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
     const int rows_valid = int(args.m - m_cta < kBM ? args.m - m_cta : kBM);
     const int splits = int(gridDim.z), split = int(blockIdx.z);
     const int64_t tile = int64_t(blockIdx.x) * gridDim.y + blockIdx.y;
-    float* const stage =
-        splits > 1 ? args.split_staged + tile * int64_t(args.kb) * args.rows_alloc * kBN : staged;
+    float* const stage = splits > 1 ? args.split_staged + tile * int64_t(args.kb) * args.rows_alloc * kBN : staged;
     // The CTA's columns lie in one group (group_n % BN == 0): its slice of x starts at group * k.
     const int64_t x_col0 = (n_cta / args.group_n) * args.k;
 
@@ -259,7 +258,7 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
                 }
             }
     } else {
-        __shared__ bool sums_here;  // split: this CTA is the tile's last to arrive
+        __shared__ bool sums_here;        // split: this CTA is the tile's last to arrive
         if (splits > 1) __threadfence();  // this thread's staged products visible device-wide before the arrival
         __syncthreads();
         if (splits > 1) {

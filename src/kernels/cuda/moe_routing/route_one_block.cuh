@@ -13,7 +13,9 @@ constexpr int kMaxExperts = 512, kMaxK = 16;
 constexpr int kOneBlockThreads = 256, kOneBlockAssignments = 1024;
 
 // torch's softplus threshold (20), then sqrt, as dsv4::route_tokens.
-__device__ __forceinline__ float sqrt_softplus(float z) { return sqrtf(z > 20.0f ? z : log1pf(expf(z))); }
+__device__ __forceinline__ float sqrt_softplus(float z) {
+    return sqrtf(z > 20.0f ? z : log1pf(expf(z)));
+}
 
 // One token's routing by one warp: scores into `scores` ([E], shared), the chosen experts in selection order into
 // `chosen` ([k], shared), experts and weights to global memory. Each lane holds its logits and biases (experts lane,

@@ -22,7 +22,7 @@ struct RoutingTail {
         if (threadIdx.x == 0) last = atomicAdd(p.arrivals, 1) == int(gridDim.x * gridDim.y * gridDim.z) - 1;
         __syncthreads();
         if (!last) return;
-        __threadfence();  // every CTA arrived: their logits are read after this
+        __threadfence();                        // every CTA arrived: their logits are read after this
         if (threadIdx.x == 0) *p.arrivals = 0;  // for the next launch (nothing else touches it in this one)
         routing::route_one_block(p.routing);
     }
@@ -49,8 +49,8 @@ cudaError_t launch_router_and_routing(const Bf16LinearParams& router, const bf16
     args.splits = splits;
     args.split_staged = scratch.staged;
     args.split_arrivals = scratch.arrivals + 1;  // [0]: the routing's
-    return bf16_act_mma::launch<bf16_act_mma::Bf16Weight, bf16_act_mma::F32Out, RoutingTail>(args, tiles, stream,
-                                                                                             {params, scratch.arrivals});
+    return bf16_act_mma::launch<bf16_act_mma::Bf16Weight, bf16_act_mma::F32Out, RoutingTail>(
+        args, tiles, stream, {params, scratch.arrivals});
 }
 
 }  // namespace detail
