@@ -1,6 +1,6 @@
-// One block of the GPU forward: the steps of CpuModel::block_forward, attention_forward and moe_forward
-// (src/model/), same rounding points, same order; plus the linear dispatch of Precision (FP8 -> quantized input and
-// FP8 GEMM, dense -> the chunk-invariant f32 dense_linear) and the observer downloads.
+// One block of the GPU forward: the steps of CpuModel::block_forward and attention_forward (src/model/), same
+// rounding points, same order (moe_forward: cuda_moe.cpp); plus the linear dispatch of Precision (FP8 -> quantized
+// input and FP8 GEMM, dense -> the chunk-invariant f32 dense_linear) and the observer downloads.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -18,40 +18,14 @@
 #include "kernels/cuda/grouped_linear/grouped_linear.h"
 #include "kernels/cuda/indexer/indexer.h"
 #include "kernels/cuda/mhc/mhc.h"
-#include "kernels/cuda/moe_expert/moe_expert.h"
-#include "kernels/cuda/moe_gemm/moe_gemm.h"
-#include "kernels/cuda/moe_routing/moe_routing.h"
 #include "kernels/cuda/quant/quant.h"
 #include "kernels/cuda/rms_norm/rms_norm.h"
 #include "kernels/cuda/rope/rope.h"
 #include "kernels/cuda/sparse_attention/sparse_attention.h"
 #include "runtime/cuda/cuda_model_impl.h"
+#include "runtime/cuda/top_k_margin.h"
 
 namespace dsv4 {
-namespace {
-
-// Every FP8 linear, whatever its row count, runs gemm_fp8's tensor-core path: fixed 128-column K blocks promoted to
-// f32 in ascending order, so each output row has the same bits whatever M is and whichever rows share the launch
-// (chunk and batch invariance; GemmFp8.MmaRowsBitwiseIndependentOfBatchAndTile). cuBLASLt's block-scaled path is
-// faster for large M but picks its summation by shape: a row's bits would change with the batch. A K the tensor-core
-// path does not take (K % 16 != 0, small models only) runs the generic path, batch-invariant too
-// (cuda::fp8_gemm_path_for).
-
-// (s_k - s_k+1) / |s_k| of the k-th and (k+1)-th best of `scores` (ties to the lower index): how close a top-k
-// choice was to flipping, as the CPU's top_k / route_tokens report it. +inf when nothing is left out.
-float top_k_margin(const float* scores, int64_t count, int64_t k) {
-    if (k <= 0 || k >= count) return std::numeric_limits<float>::infinity();
-    std::vector<int64_t> order(static_cast<size_t>(count));
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](int64_t a, int64_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); });
-    float next = -std::numeric_limits<float>::infinity();
-    for (int64_t j = k; j < count; ++j) next = std::max(next, scores[order[static_cast<size_t>(j)]]);
-    const float kth = scores[order[static_cast<size_t>(k - 1)]];
-    return (kth - next) / std::max(std::fabs(kth), 1e-30f);
-}
-
-}  // namespace
 
 cuda::HcMixParams CudaModel::Impl::hc_mix_params(const cuda::DeviceHc& hw, const bf16* streams, int64_t tokens) {
     cuda::HcMixParams p;
@@ -182,6 +156,12 @@ void CudaModel::Impl::linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t
     linear(main_lane(), w, x, m, y, quantized);
 }
 
+// Every FP8 linear, whatever its row count, runs gemm_fp8's tensor-core path: fixed 128-column K blocks promoted to
+// f32 in ascending order, so each output row has the same bits whatever M is and whichever rows share the launch
+// (chunk and batch invariance; GemmFp8.MmaRowsBitwiseIndependentOfBatchAndTile). cuBLASLt's block-scaled path is
+// faster for large M but picks its summation by shape: a row's bits would change with the batch. A K the tensor-core
+// path does not take (K % 16 != 0, small models only) runs the generic path, batch-invariant too
+// (cuda::fp8_gemm_path_for).
 void CudaModel::Impl::linear(const Lane& lane, const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y,
                              const Fp8Rows& quantized, const int32_t* rows_live) {
     DSV4_CHECK(!rows_live || w.format == WeightFormat::kFp8Block, "linear: rows_live needs an FP8 weight ({} given)",
@@ -631,242 +611,6 @@ void CudaModel::Impl::attention(int64_t layer) {
         cuda::pack_kv_entries({ws.kv, entries + ring_row * pool.entry_bytes, ws.ring_target, T, d, r, d}, s);
     }
     (void)D;
-}
-
-bool CudaModel::Impl::shared_expert_on_one_rank(const cuda::DeviceMoe& m) const {
-    auto fp8_mma = [](const cuda::DeviceMatrix& w) {
-        return w.format == WeightFormat::kFp8Block && cuda::fp8_gemm_path_for(w.cols) == cuda::Fp8GemmPath::kMma;
-    };
-    const bool stacked = options.stacked_projections && m.s1_s3.data;
-    return options.shared_expert_on_one_rank && options.expert_parallel.ranks > 1 && !data_parallel() &&
-           piece.tokens > 0 && piece.tokens <= kSharedExpertOnOneRankTokens && fp8_mma(m.s2) &&
-           (stacked ? fp8_mma(m.s1_s3) : fp8_mma(m.s1) && fp8_mma(m.s3));
-}
-
-void CudaModel::Impl::shared_expert(const Lane& lane, const cuda::DeviceMoe& m, bf16* out, const int32_t* rows_live) {
-    const int64_t T = piece.tokens, I = m.s1.rows;
-    cuda::SwigluParams p;
-    if (options.stacked_projections && m.s1_s3.data) {
-        // [T, 2 I]: gate in [0, I), up in [I, 2 I)
-        linear(lane, m.s1_s3, ws.x, T, ws.shared_gate_up, ws.x_fp8, rows_live);
-        p.gate = ws.shared_gate_up;
-        p.up = ws.shared_gate_up + I;
-        p.gate_up_stride = 2 * I;
-    } else {
-        linear(lane, m.s1, ws.x, T, ws.shared_gate_up, ws.x_fp8, rows_live);
-        linear(lane, m.s3, ws.x, T, ws.shared_gate_up + T * I, ws.x_fp8, rows_live);
-        p.gate = ws.shared_gate_up;
-        p.up = ws.shared_gate_up + T * I;
-        p.gate_up_stride = I;
-    }
-    p.out = ws.shared_hidden;
-    p.rows = T;
-    p.inter = I;
-    p.limit = float(config.swiglu_limit);
-    p.q = lane.act.q;  // s2's FP8 input, quantized as the rows are written
-    p.q_scales = lane.act.scales;
-    p.row_count = rows_live;  // rows past it: neither computed nor read by s2
-    cuda::swiglu(p, lane.stream);
-    linear(lane, m.s2, ws.shared_hidden, T, out, lane.act, rows_live);
-}
-
-// moe_forward: x = ws.x [T, D] -> ws.y [T, D]. Under data-parallel attention the routed experts run over every
-// rank's rows (ws.moe_x, gathered; `Tm` of them, this rank's from row piece.moe_first on), the shared expert and the
-// combine over this rank's own.
-void CudaModel::Impl::moe(int64_t layer) {
-    const ModelConfig& c = config;
-    const int64_t T = piece.tokens, Tm = piece.moe_tokens;
-    const cuda::DeviceMoe& m = w.layers[size_t(layer)].ffn;
-    const int64_t D = c.hidden_size, E = c.n_routed_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
-    cudaStream_t s = stream->get();
-    const ExpertParallel& ep = options.expert_parallel;
-
-    // The shared expert on the side lane, beside everything up to the combine: it reads only ws.x and ws.x_fp8,
-    // which nothing before the combine writes, and writes only its own buffers. On one rank only
-    // (CudaOptions::shared_expert_on_one_rank): after the routing that chooses the rank, into the rows after the
-    // slots, which the exchange sums (every other rank writes them +0).
-    const bool shared_on_one_rank = shared_expert_on_one_rank(m);
-    const int64_t slots = Tm * k;
-    bf16* const shared_out = shared_on_one_rank ? ws.routed_out + slots * D : ws.shared_out;
-    if (T > 0 && !shared_on_one_rank) {
-        fork_side();
-        shared_expert(side_lane(), m, shared_out);
-    }
-
-    if (data_parallel()) {  // the experts' input: every rank's rows, rank-major
-        stages.mark("expert_gather", layer);
-        const RankCollectives::Rows rows[] = {
-            {ws.x, ws.moe_x, D * int64_t(sizeof(bf16))},
-            {ws.x_fp8.q, ws.moe_x_fp8.q, D},
-            {ws.x_fp8.scales, ws.moe_x_fp8.scales, (D + 127) / 128 * int64_t(sizeof(float))}};
-        ep.comm->gather_rows(rows, piece.rank_tokens, s);
-    }
-
-    // Router (f32) and the device permutation: one launch for a decode step's few tokens, where the last of the
-    // router's CTAs routes (the same bits as the two launches).
-    stages.mark("router", layer);
-    cuda::MoeRoutingParams rp;
-    rp.logits = ws.router_logits;
-    rp.bias = m.bias;
-    rp.tid2eid = m.tid2eid;
-    rp.token_ids = ws.moe_ids;
-    rp.experts = ws.experts;
-    rp.weights = ws.routing_weights;
-    rp.expert_counts = ws.counts;
-    rp.expert_offsets = ws.offsets;
-    rp.sorted_assignment = ws.sorted;
-    rp.assignment_slot = ws.assignment_slot;
-    rp.row_index = ws.row_index;
-    rp.tokens = int32_t(Tm);
-    rp.num_experts = int32_t(E);
-    rp.k = int32_t(k);
-    rp.vocab = int32_t(c.vocab_size);
-    rp.routed_scaling_factor = float(c.routed_scaling_factor);
-    if (shared_on_one_rank) {
-        rp.shared_rows = ws.shared_rows;
-        rp.ranks = int32_t(ep.ranks);
-        rp.rank = int32_t(ep.rank);
-    }
-    if (options.router_with_routing && Tm > 0 && f32_on_tensor_cores(m.gate) &&
-        cuda::detail::moe_routing_fits_one_block(rp)) {
-        cuda::Bf16LinearParams router;
-        router.x = ws.moe_x;
-        router.w = static_cast<const bf16*>(m.gate.data);
-        router.y = ws.router_logits;
-        router.m = Tm;
-        router.n = m.gate.rows;
-        router.k = m.gate.cols;
-        router.ldx = m.gate.cols;
-        router.ldy = m.gate.rows;
-        cuda::router_and_routing(router, rp, ws.router_scratch, s);
-    } else {
-        linear_f32(m.gate, ws.moe_x, Tm, ws.router_logits);
-        cuda::moe_routing(rp, s);
-    }
-    if (shared_on_one_rank) {
-        fork_side();
-        shared_expert(side_lane(), m, shared_out, ws.shared_rows);
-    }
-    if (observer) {  // selection margins from the device's router logits (this rank's rows), as route_tokens does
-        std::vector<float> logits(static_cast<size_t>(T * E)), bias(static_cast<size_t>(E)),
-            margin(static_cast<size_t>(T), std::numeric_limits<float>::infinity());
-        DSV4_CUDA_CHECK(cudaMemcpyAsync(logits.data(), ws.router_logits + piece.moe_first * E, logits.size() * 4,
-                                        cudaMemcpyDeviceToHost, s));
-        if (m.bias) DSV4_CUDA_CHECK(cudaMemcpyAsync(bias.data(), m.bias, bias.size() * 4, cudaMemcpyDeviceToHost, s));
-        stream->synchronize();
-        if (m.bias)
-            for (int64_t t = 0; t < T; ++t) {
-                std::vector<float> biased(static_cast<size_t>(E));
-                for (int64_t e = 0; e < E; ++e) {
-                    const float z = logits[size_t(t * E + e)];
-                    biased[size_t(e)] = std::sqrt(z > 20.0f ? z : std::log1p(std::exp(z))) + bias[size_t(e)];
-                }
-                margin[size_t(t)] = top_k_margin(biased.data(), E, k);
-            }
-        observe_host("ffn.router_margin", layer, margin, T, 1);
-    }
-
-    // Routed experts on the gathered slots: gate/up (one launch for both FP4 matrices), SwiGLU with the routing
-    // weight, down. Under expert parallelism this GPU runs the slots of its experts only: the offsets from its first
-    // expert on, its `held` experts (the weights' index 0 is expert held.first).
-    stages.mark("routed_experts", layer);
-    const int32_t* held_offsets = ws.offsets + held.first;
-    auto experts = [&](const cuda::DeviceExperts& e, const bf16* x, int64_t rows, int64_t cols,
-                       const int32_t* row_index, bf16* y, const cuda::DeviceExperts* second, bf16* y_second,
-                       const Fp8Rows& quantized) {
-        if (e.format == WeightFormat::kFp4Mx || e.format == WeightFormat::kNvfp4) {
-            const Fp8Rows a = fp8_rows(x, rows, cols, quantized);
-            cuda::MoeGemmParams p;
-            p.a = a.q;
-            p.a_scale = a.scales;
-            p.row_index = row_index;
-            p.expert_offsets = held_offsets;
-            p.format = e.format == WeightFormat::kFp4Mx ? cuda::ExpertFormat::kMxfp4 : cuda::ExpertFormat::kNvfp4;
-            p.w = static_cast<const uint8_t*>(e.data);
-            p.w_scale = e.scale;
-            p.w_global = e.global;
-            p.y = y;
-            if (second) p.second = {static_cast<const uint8_t*>(second->data), second->scale, second->global, y_second};
-            p.experts = held.count;
-            p.n = e.rows;
-            p.k = e.cols;
-            // A token reaches an expert at most once (score routing picks k distinct experts; hash rows were checked
-            // distinct at load), so no expert holds more than T slots.
-            p.max_slots_per_expert = int(m.tid2eid && !hash_rows_distinct ? slots : Tm);
-            // Twice the mean over all experts: under balanced routing few active experts hold more.
-            p.expected_slots_per_expert = int((2 * slots + E - 1) / E);
-            // Under uniform routing each held expert is empty with probability (1 - 1/E)^slots.
-            p.expected_active_experts =
-                int(std::lround(double(held.count) * (1.0 - std::pow(1.0 - 1.0 / double(E), double(slots)))));
-            cuda::moe_gemm(p, s);
-            return;
-        }
-        for (int i = 0; i < (second ? 2 : 1); ++i) {
-            const cuda::DeviceExperts& ei = i ? *second : e;
-            cuda::DenseExpertGemmParams p;
-            p.x = x;
-            p.row_index = row_index;
-            p.expert_offsets = held_offsets;
-            p.w = ei.data;
-            p.w_f32 = ei.format == WeightFormat::kF32;
-            p.y = i ? y_second : y;
-            p.experts = held.count;
-            p.n = ei.rows;
-            p.k = ei.cols;
-            p.max_slots = slots;
-            cuda::dense_expert_gemm(p, s);
-        }
-    };
-    DSV4_CHECK(m.w1.format == m.w3.format && m.w1.rows == m.w3.rows && m.w1.cols == m.w3.cols,
-               "w1 and w3 of layer {} differ in format or shape", layer);
-    experts(m.w1, ws.moe_x, Tm, D, ws.row_index, ws.gate, &m.w3, ws.up, ws.moe_x_fp8);
-    cuda::SwigluParams sw;
-    sw.gate = ws.gate;
-    sw.up = ws.up;
-    sw.out = ws.hidden;
-    sw.routing_weights = ws.routing_weights;
-    sw.sorted_assignment = ws.sorted;
-    sw.row_first = held_offsets;
-    sw.row_count = held_offsets + held.count;
-    sw.rows = slots;
-    sw.inter = I;
-    sw.limit = float(c.swiglu_limit);
-    sw.q = ws.act_q;  // w2's input, quantized as the rows are written (only the held experts' rows: w2 reads no other)
-    sw.q_scales = ws.act_scale;
-    if (ep.ranks > 1) {  // the other ranks' slots: +0 for the exchange's sum
-        sw.zero_rows = ws.routed_out;
-        sw.zero_cols = D;
-    }
-    cuda::swiglu(sw, s);
-    experts(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out, nullptr, nullptr, {ws.act_q, ws.act_scale});
-    if (ep.ranks > 1) {  // every slot from the rank that holds its expert; x + 0 is x, so the sum is exact
-        stages.mark("expert_exchange", layer);
-        if (shared_on_one_rank) join_side();  // the shared expert's rows, summed with the slots
-        ep.comm->sum_bf16(ws.routed_out, (slots + (shared_on_one_rank ? T : 0)) * D, s);
-    }
-    if (T == 0) return;
-
-    // The shared expert's end: what remains of it after the routed experts (and their exchange).
-    stages.mark("shared_expert", layer);
-    join_side();
-
-    // Sum in f32 (routed in ascending expert order, then the shared expert), bf16: this rank's rows. Computed by the
-    // kernel of the hc_post that reads it, unless an observer reads it here.
-    cuda::MoeCombineParams cp;
-    cp.routed = ws.routed_out;
-    cp.experts = ws.experts + piece.moe_first * k;
-    cp.assignment_slot = ws.assignment_slot + piece.moe_first * k;
-    cp.shared = shared_out;
-    cp.out = ws.y;
-    cp.tokens = T;
-    cp.dim = D;
-    cp.k = int32_t(k);
-    if (observer) {
-        stages.mark("moe_combine", layer);
-        cuda::moe_combine(cp, s);
-        return;
-    }
-    pending_combine = cp;
 }
 
 }  // namespace dsv4
