@@ -368,5 +368,37 @@ TEST(MoeRoutingGpu, RouterAndRoutingInOneLaunchEqualTheTwoBitwise) {
     }
 }
 
+// The split router's plan (host only, no GPU needed): for V4-Flash's and V4-Pro's routers and the fixtures' small
+// ones, on devices of 78 to 132 SMs, every decode step of 1 to 32 tokens splits its tiles 1 to 4 ways, each split
+// still holding a K block for every warp, and the scratch sized once for 32 tokens (as CudaModel sizes it) covers the
+// counters and staging of every such step. V4-Flash at one token on an H100 or H200 splits four ways (128 CTAs).
+TEST(RouterScratch, CoversEveryDecodeStep) {
+    struct Router {
+        int64_t experts, cols;
+    };
+    for (const Router& r : {Router{256, 4096}, Router{384, 7168}, Router{8, 64}, Router{16, 128}}) {
+        for (int sms : {78, 114, 132}) {
+            const int64_t ints = cuda::router_scratch_ints(32, r.experts, r.cols, sms);
+            const int64_t floats = cuda::router_scratch_floats(32, r.experts, r.cols, sms);
+            for (int64_t tokens = 1; tokens <= 32; ++tokens) {
+                const auto tiles = cuda::bf16_linear_tiles(tokens, r.experts, r.cols, sms);
+                const int splits = cuda::detail::router_splits(tiles, tokens, r.experts, r.cols, sms);
+                const std::string what = std::to_string(r.experts) + " x " + std::to_string(r.cols) + ", " +
+                                         std::to_string(sms) + " SMs, " + std::to_string(tokens) + " tokens";
+                ASSERT_GE(splits, 1) << what;
+                ASSERT_LE(splits, 4) << what;
+                if (splits == 1) continue;
+                ASSERT_EQ(tiles.block_m, 16) << what << ": only 16-row tiles split";
+                const int64_t warps_per_tile = tiles.block_n == 32 ? 4 : 8;
+                EXPECT_LE(splits * warps_per_tile, cuda::bf16_act_mma::ceil_div(r.cols, 128)) << what;
+                EXPECT_GE(ints, 1 + cuda::bf16_act_mma::split_tiles(tiles, tokens, r.experts)) << what;
+                EXPECT_GE(floats, cuda::bf16_act_mma::split_staged_floats(tiles, tokens, r.experts, r.cols)) << what;
+            }
+        }
+    }
+    const auto flash_one = cuda::bf16_linear_tiles(1, 256, 4096, 132);
+    EXPECT_EQ(cuda::detail::router_splits(flash_one, 1, 256, 4096, 132), 4);
+}
+
 }  // namespace
 }  // namespace dsv4
