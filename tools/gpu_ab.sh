@@ -7,8 +7,8 @@
 # old and new alternately, REPEAT times, before the benches (its output hashes show whether the bits changed).
 # Prepare the old tree on the CPU machine into an ignored folder the call carries:
 #   mkdir -p out && git archive <commit> | gzip > out/old.tar.gz
-# and carry ["out", ".embedded", ".httplib"]. Full logs go to $OUT (one logs.tar.gz where they are more than 8 files:
-# tools/bundle_logs.sh).
+# and carry ["out", ".embedded", ".httplib"] (REUSE_OLD=1: keep the old tree a warm machine already built). Full
+# logs go to $OUT (one logs.tar.gz where they are more than 8 files: tools/bundle_logs.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/dsv4_gpu_ab}"
@@ -18,7 +18,10 @@ export PATH="$PATH:/usr/local/cuda/bin"
 cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV4_CUDA_ARCHS=90a -DDSV4_HTTPLIB_ROOT="$PWD/.httplib")
 
 old=/tmp/dsv4_old
-rm -rf "$old" && mkdir -p "$old" && tar -xzf out/old.tar.gz -C "$old" && cp -r .embedded "$old/" 2>/dev/null
+# REUSE_OLD=1: a warm machine's old tree and build from the previous call stay (a second call within the idle time).
+if [ -z "${REUSE_OLD:-}" ] || [ ! -x "$old/build-gpu/tools/dsv4/dsv4" ]; then
+    rm -rf "$old" && mkdir -p "$old" && tar -xzf out/old.tar.gz -C "$old" && cp -r .embedded "$old/" 2>/dev/null
+fi
 (cd "$old" && cmake -S . -B build-gpu "${cmake_args[@]}" >"$out/old_configure.log" 2>&1 &&
     cmake --build build-gpu -j 6 --target dsv4 ${KERNELS:+dsv4_bench_decode_kernels} >"$out/old_build.log" 2>&1) &
 old_pid=$!

@@ -14,6 +14,7 @@
 #include "gpu_test_util.h"
 #include "kernels/cpu/quant_sim.h"
 #include "kernels/cuda/quant/quant.h"
+#include "kernels/cuda/rope/rope.h"
 
 using namespace dsv4;
 using namespace dsv4::gpu_test;
@@ -136,6 +137,51 @@ TEST(GpuQuant, IndexerRotateFp4MatchesCpuBitwise) {
                                     std::to_string(rows),
                                 to_host(d_x), to_bf16(want));
         }
+}
+
+// The indexer's queries: RoPE of each head's last rope_dim values in the rotation's launch equals apply_rope and then
+// the rotation, bit for bit, on every kernel path (a pair across two lanes at dim 32, within a lane above, the
+// generic kernel's shared row), rope_dim a part of the row or all of it.
+TEST(GpuQuant, IndexerRopeInTheRotationEqualsApplyRopeThenRotationBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    for (int64_t dim : kIndexerDims)
+        for (int64_t rope_dim : {std::max<int64_t>(2, dim / 2), dim})
+            for (int64_t heads : {1, 3, 8}) {
+                const int64_t tokens = 5, rows = tokens * heads;
+                const std::vector<float> x = varied_rows(rng, rows, dim);
+                std::vector<int32_t> positions(static_cast<size_t>(tokens));
+                for (int32_t& p : positions) p = int32_t(rng.uniform(0.0f, 300000.0f));
+                std::vector<float> inv_freq(static_cast<size_t>(rope_dim / 2));
+                for (size_t i = 0; i < inv_freq.size(); ++i)
+                    inv_freq[i] = std::pow(10000.0f, -2.0f * float(i) / float(rope_dim));
+                auto d_positions = to_device(positions);
+                auto d_inv_freq = to_device(inv_freq);
+                auto d_want = to_device(to_bf16(x));
+                auto d_got = to_device(to_bf16(x));
+                auto* want = reinterpret_cast<__nv_bfloat16*>(d_want.get());
+                auto* got = reinterpret_cast<__nv_bfloat16*>(d_got.get());
+                cuda::ApplyRopeParams rope;
+                rope.x = want;
+                rope.inv_freq = d_inv_freq.get();
+                rope.positions = d_positions.get();
+                rope.tokens = tokens;
+                rope.heads = heads;
+                rope.head_dim = dim;
+                rope.rope_dim = rope_dim;
+                rope.token_stride = heads * dim;
+                cuda::apply_rope(rope, nullptr);
+                cuda::indexer_rotate_fp4({want, rows, dim, dim}, nullptr);
+                cuda::IndexerRotateParams fused{got, rows, dim, dim};
+                fused.rope_inv_freq = d_inv_freq.get();
+                fused.positions = d_positions.get();
+                fused.rope_dim = rope_dim;
+                fused.rope_heads = heads;
+                cuda::indexer_rotate_fp4(fused, nullptr);
+                expect_bitwise_bf16("indexer rope + rotate dim " + std::to_string(dim) + indexer_path_name(dim) +
+                                        " rope_dim " + std::to_string(rope_dim) + " heads " + std::to_string(heads),
+                                    to_host(d_got), to_host(d_want));
+            }
 }
 
 TEST(GpuQuant, PackedIndexerKeysDecodeToCpuRoundTrip) {

@@ -20,7 +20,6 @@
 #include "kernels/cuda/mhc/mhc.h"
 #include "kernels/cuda/quant/quant.h"
 #include "kernels/cuda/rms_norm/rms_norm.h"
-#include "kernels/cuda/rope/rope.h"
 #include "kernels/cuda/sparse_attention/sparse_attention.h"
 #include "runtime/cuda/cuda_model_impl.h"
 #include "runtime/cuda/top_k_margin.h"
@@ -71,15 +70,14 @@ Lane CudaModel::Impl::side_lane() const {
     return {side_stream->get(), ws.side_act, ws.side_y_f32, ws.side_gemm, ws.gemm_bytes};
 }
 
-void CudaModel::Impl::fork_side() {
-    side_fork->record(stream->get());
-    DSV4_CUDA_CHECK(cudaStreamWaitEvent(side_stream->get(), side_fork->get()));
+void CudaModel::Impl::wait_for(cudaStream_t waiter, cudaStream_t producer, cuda::Event& event) {
+    event.record(producer);
+    DSV4_CUDA_CHECK(cudaStreamWaitEvent(waiter, event.get()));
 }
 
-void CudaModel::Impl::join_side() {
-    side_join->record(side_stream->get());
-    DSV4_CUDA_CHECK(cudaStreamWaitEvent(stream->get(), side_join->get()));
-}
+void CudaModel::Impl::fork_side() { wait_for(side_stream->get(), stream->get(), *side_fork); }
+
+void CudaModel::Impl::join_side() { wait_for(stream->get(), side_stream->get(), *side_join); }
 
 void CudaModel::Impl::sinkhorn_on_side() {
     if (!pending_sinkhorn) return;
@@ -347,20 +345,6 @@ void CudaModel::Impl::attention(int64_t layer) {
     const int64_t ratio = c.compress_ratios[size_t(layer)], S = pool.sequences;
     const float eps = float(c.rms_norm_eps);
     cudaStream_t s = stream->get();
-    // RoPE (or its inverse) of the layer on the trailing r channels of every head of x [T, heads, head_dim].
-    auto rope = [&](bf16* x, int64_t heads, int64_t head_dim, bool inverse, cudaStream_t on) {
-        cuda::ApplyRopeParams p;
-        p.x = x;
-        p.inv_freq = inv_freq(layer);
-        p.positions = ws.positions;
-        p.tokens = T;
-        p.heads = heads;
-        p.head_dim = head_dim;
-        p.rope_dim = r;
-        p.token_stride = heads * head_dim;
-        p.inverse = inverse;
-        cuda::apply_rope(p, on);
-    };
     // run_compressor on its f32 projections of x (wkv x, wgate x): the device state machine writes the closed
     // entries.
     auto compress = [&](const cuda::DeviceCompressor& cw, const F32Projections& proj, cuda::CompressorKind kind,
@@ -400,14 +384,52 @@ void CudaModel::Impl::attention(int64_t layer) {
     // start there before wq_a | wkv; the rest waits for qr. An observer synchronizes the main stream to download, so
     // with one everything stays on the main lane. On a layer without that side work the deferred Sinkhorn of mHC
     // takes the side lane at once; on one with it, after it (the side lane is the longer branch on CSA layers).
+    // On CSA layers the side lane forks once more: the two compressors and the indexer's head weights read only the
+    // f32 projections, so they run on the compressor lane beside the indexer's queries, and the side lane waits for
+    // the indexer's keys only before its scores (the side lane's chain after qr is what the main lane waits for).
     const bool fork = ratio > 0 && !observer;
     const Lane side = fork ? side_lane() : main_lane();
+    const bool compressor_lane = fork && a.indexer;
+    const cudaStream_t compressors = compressor_lane ? compressor_stream->get() : side.stream;
+    // Observer downloads (single-sequence pieces only): the entries this piece closes.
+    const int slot = piece.slot;
+    const int64_t start = piece.start;
+    const int64_t closed = ratio > 0 && slot >= 0 ? (start + T) / ratio - start / ratio : 0;
+    DSV4_CHECK(!observer || slot >= 0, "an observer needs single-sequence pieces");
+    // Entries visible to the piece's last rows (the indexer's score columns, the HCA slot list): from the sequences'
+    // furthest position, or from the pool's context when a decode graph is captured for any step.
+    const int64_t visible = ratio > 0 ? piece.max_end / ratio : 0;
+    uint8_t* const keys = a.indexer ? index_keys + pool.index_row[size_t(layer)] * pool.index_entry_bytes : nullptr;
+    // The indexer's keys of the piece (its compressor), the indexer's head weights and the main compressor's entries.
+    auto index_keys_of = [&](const F32Projections& proj) {
+        compress(a.indexer->compressor, proj, cuda::CompressorKind::kIndexer, keys,
+                 pool.index_state_offset[size_t(layer)], compressors);
+    };
+    auto head_weights_of = [&](const F32Projections& proj) {
+        // bf16(weights_proj x) * (dI^-0.5 nI^-0.5), rounded to bf16 again, in the cast.
+        const int64_t nI = c.index_n_heads, dI = c.index_head_dim;
+        const float weight_scale = float(std::pow(double(dI), -0.5) * std::pow(double(nI), -0.5));
+        cuda::f32_to_bf16({proj.of(a.indexer->weights_proj), ws.head_weights, T, nI, proj.width, nI, weight_scale},
+                          compressors);
+    };
+    auto main_entries_of = [&](const F32Projections& proj) {
+        compress(*a.compressor, proj, cuda::CompressorKind::kMain,
+                 entries + pool.compressed_row[size_t(layer)] * pool.entry_bytes, pool.state_offset[size_t(layer)],
+                 compressors);
+    };
     F32Projections proj;
     if (fork) {
         fork_side();
         proj = f32_projections_of_x(side, a);
     } else {
         sinkhorn_on_side();
+    }
+    if (compressor_lane) {
+        wait_for(compressors, side.stream, *compressor_fork);
+        index_keys_of(proj);
+        if (c.index_topk > 0) head_weights_of(proj);
+        index_keys_ready->record(compressors);
+        main_entries_of(proj);
     }
 
     // 1. Queries and window KV: qr = q_norm(wq_a x) and kv = kv_norm(wkv x); q = wq_b qr.
@@ -449,27 +471,20 @@ void CudaModel::Impl::attention(int64_t layer) {
     //    every compressor's wkv x and wgate x, the indexer's weights_proj x.
     if (a.indexer && !fork) stages.mark("indexer", layer);
     if (!fork) proj = f32_projections_of_x(side, a);
-    // Observer downloads (single-sequence pieces only): the entries this piece closes.
-    const int slot = piece.slot;
-    const int64_t start = piece.start;
-    const int64_t closed = ratio > 0 && slot >= 0 ? (start + T) / ratio - start / ratio : 0;
-    DSV4_CHECK(!observer || slot >= 0, "an observer needs single-sequence pieces");
-    // Entries visible to the piece's last rows (the indexer's score columns, the HCA slot list): from the sequences'
-    // furthest position, or from the pool's context when a decode graph is captured for any step.
-    const int64_t visible = ratio > 0 ? piece.max_end / ratio : 0;
-    uint8_t* const keys = a.indexer ? index_keys + pool.index_row[size_t(layer)] * pool.index_entry_bytes : nullptr;
     // With index_topk 0 a CSA layer selects no compressed entry: no queries or scores, but its keys are still built
     // (as the CPU does).
     if (a.indexer && c.index_topk > 0) {
         linear(side, a.indexer->wq_b, ws.qr, T, ws.qi, ws.qr_fp8);
-        rope(ws.qi, c.index_n_heads, c.index_head_dim, false, side.stream);
-        cuda::indexer_rotate_fp4({ws.qi, T * c.index_n_heads, c.index_head_dim, c.index_head_dim}, side.stream);
+        cuda::IndexerRotateParams rq{ws.qi, T * c.index_n_heads, c.index_head_dim, c.index_head_dim};
+        rq.rope_inv_freq = inv_freq(layer);  // RoPE of each head in the same launch
+        rq.positions = ws.positions;
+        rq.rope_dim = r;
+        rq.rope_heads = c.index_n_heads;
+        cuda::indexer_rotate_fp4(rq, side.stream);
     }
     if (a.indexer) {
-        const cuda::DeviceIndexer& ix = *a.indexer;
         const int64_t dI = c.index_head_dim;
-        compress(ix.compressor, proj, cuda::CompressorKind::kIndexer, keys, pool.index_state_offset[size_t(layer)],
-                 side.stream);
+        if (!compressor_lane) index_keys_of(proj);
         if (observer && closed > 0) {  // the keys this piece closed, decoded as the indexer reads them
             const int64_t bytes = pool.index_entry_bytes;
             std::vector<uint8_t> raw(static_cast<size_t>(closed * bytes));
@@ -491,12 +506,11 @@ void CudaModel::Impl::attention(int64_t layer) {
         }
     }
     if (a.indexer && c.index_topk > 0) {
-        const cuda::DeviceIndexer& ix = *a.indexer;
         const int64_t nI = c.index_n_heads, dI = c.index_head_dim;
-        // Head weights: bf16(weights_proj x) * (dI^-0.5 nI^-0.5), rounded to bf16 again, in the cast.
-        const float weight_scale = float(std::pow(double(dI), -0.5) * std::pow(double(nI), -0.5));
-        cuda::f32_to_bf16({proj.of(ix.weights_proj), ws.head_weights, T, nI, proj.width, nI, weight_scale},
-                          side.stream);
+        if (compressor_lane)
+            DSV4_CUDA_CHECK(cudaStreamWaitEvent(side.stream, index_keys_ready->get()));
+        else
+            head_weights_of(proj);
         cuda::IndexerScoresParams sp;
         sp.q = reinterpret_cast<const uint16_t*>(ws.qi);
         sp.head_weights = reinterpret_cast<const uint16_t*>(ws.head_weights);
@@ -545,9 +559,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     // 4. Main compressor (CSA/HCA).
     if (a.compressor && !fork) stages.mark("compressor", layer);
     if (a.compressor) {
-        compress(*a.compressor, proj, cuda::CompressorKind::kMain,
-                 entries + pool.compressed_row[size_t(layer)] * pool.entry_bytes, pool.state_offset[size_t(layer)],
-                 side.stream);
+        if (!compressor_lane) main_entries_of(proj);
         if (observer && closed > 0) {  // the entries this piece closed, unpacked (closed <= T rows of kv_view)
             std::vector<int32_t> rows(static_cast<size_t>(closed));
             for (int64_t e = 0; e < closed; ++e)
@@ -561,6 +573,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     // The side lane's end: what remains of steps 3 and 4 after steps 1 and 2.
     if (fork) {
         stages.mark(a.indexer ? "indexer" : "compressor", layer);
+        if (compressor_lane) wait_for(side.stream, compressors, *compressor_join);
         join_side();
         sinkhorn_on_side();
     }

@@ -325,9 +325,13 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
         const bool ordered = m.options.prioritize_main_lane;
         m.stream = std::make_unique<cuda::Stream>(ordered ? greatest : 0);
         m.side_stream = std::make_unique<cuda::Stream>(ordered ? least : 0);
+        m.compressor_stream = std::make_unique<cuda::Stream>(ordered ? least : 0);
     }
     m.side_fork = std::make_unique<cuda::Event>();
     m.side_join = std::make_unique<cuda::Event>();
+    m.compressor_fork = std::make_unique<cuda::Event>();
+    m.index_keys_ready = std::make_unique<cuda::Event>();
+    m.compressor_join = std::make_unique<cuda::Event>();
     m.meta_copied = std::make_unique<cuda::Event>();
     m.lt = std::make_unique<cuda::CublasLt>();
     m.weight_arena = cuda::DeviceBuffer<uint8_t>(weight_bytes);

@@ -217,6 +217,10 @@ struct CudaModel::Impl {
     std::unique_ptr<cuda::Stream> stream;
     std::unique_ptr<cuda::Stream> side_stream;          // the side lane's (Lane)
     std::unique_ptr<cuda::Event> side_fork, side_join;  // main -> side where it starts, side -> main at the end
+    // The compressor lane: on CSA layers the two compressors and the indexer's head weights, forked from the side
+    // lane after the f32 projections they read, beside the indexer's queries (Impl::attention).
+    std::unique_ptr<cuda::Stream> compressor_stream;
+    std::unique_ptr<cuda::Event> compressor_fork, index_keys_ready, compressor_join;
     std::unique_ptr<cuda::CublasLt> lt;
     cuda::DeviceBuffer<uint8_t> weight_arena, state_arena, workspace_arena;
     cuda::DeviceWeights w;
@@ -317,6 +321,9 @@ struct CudaModel::Impl {
     // everything enqueued on the side lane so far (both captured as graph edges in a decode graph).
     void fork_side();
     void join_side();
+    // `waiter` runs what is enqueued on it from now on after everything enqueued on `producer` so far (through
+    // `event`; a graph edge when captured).
+    static void wait_for(cudaStream_t waiter, cudaStream_t producer, cuda::Event& event);
     // The Sinkhorn normalization hc_pre deferred (only hc_post reads comb): set by block(), launched on the side lane
     // by sinkhorn_on_side() where that lane has room (attention: after its own side work is joined, where the side
     // lane would otherwise be the longer branch; MoE: at once, beside the router and the routed experts).

@@ -47,6 +47,13 @@ void indexer_rotate_fp4(const IndexerRotateParams& p, cudaStream_t stream) {
     check_indexer_dim("indexer_rotate_fp4", p.dim);
     DSV4_CHECK(p.rows >= 0 && p.row_stride >= p.dim, "indexer_rotate_fp4: rows {} / row_stride {} invalid for dim {}",
                p.rows, p.row_stride, p.dim);
+    if (p.rope_inv_freq) {
+        DSV4_CHECK(p.positions, "indexer_rotate_fp4: RoPE without positions");
+        DSV4_CHECK(p.rope_dim > 0 && p.rope_dim <= p.dim && p.rope_dim % 2 == 0 && p.dim % 2 == 0,
+                   "indexer_rotate_fp4: rope_dim {} is not an even count in (0, dim {}]", p.rope_dim, p.dim);
+        DSV4_CHECK(p.rope_heads > 0 && p.rows % p.rope_heads == 0,
+                   "indexer_rotate_fp4: {} rows are not whole tokens of {} heads", p.rows, p.rope_heads);
+    }
     detail::launch_indexer_rotate_fp4(p, stream);
 }
 

@@ -8,6 +8,7 @@
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/numeric.cuh"
 #include "kernels/cuda/quant/fp8_act_codec.cuh"
+#include "kernels/cuda/rope/rope_math.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -118,6 +119,16 @@ __device__ __forceinline__ uint32_t hadamard_bf16_fp4_exponent(float (&v)[kDim /
     return fp4_scale_exponent(group_max<32 / kVals>(amax));
 }
 
+// The pair (x[e], x[e + 1]) of a row (e - first even) rotated as apply_rope rotates it: back in f32, exact bf16.
+__device__ __forceinline__ void rope_pair(const IndexerRotateParams& p, int64_t row, int64_t e, float& a, float& b) {
+    const int64_t i = (e - (p.dim - p.rope_dim)) / 2;
+    float c, s;
+    rope_cos_sin(p.positions[row / p.rope_heads], p.rope_inv_freq[i], false, c, s);
+    const __nv_bfloat162 out = rope_rotate(__floats2bfloat162_rn(a, b), c, s);
+    a = bf16_to_f32(out.x);
+    b = bf16_to_f32(out.y);
+}
+
 template <int kDim>
 __global__ void __launch_bounds__(kThreads) indexer_rotate_fp4_kernel(IndexerRotateParams p, float scale) {
     constexpr int kVals = kDim / 32;
@@ -128,6 +139,21 @@ __global__ void __launch_bounds__(kThreads) indexer_rotate_fp4_kernel(IndexerRot
     float v[kVals];
 #pragma unroll
     for (int j = 0; j < kVals; ++j) v[j] = bf16_to_f32(x[j]);
+    if (p.rope_inv_freq) {
+        const int64_t first = p.dim - p.rope_dim;  // even: a pair never starts on an odd element
+        if constexpr (kVals == 1) {                // the pair spans lanes 2m, 2m + 1
+            const float other = __shfl_xor_sync(kFull, v[0], 1);
+            if (lane >= first) {
+                float a = lane % 2 ? other : v[0], b = lane % 2 ? v[0] : other;
+                rope_pair(p, row, lane - lane % 2, a, b);
+                v[0] = lane % 2 ? b : a;
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < kVals; j += 2)
+                if (lane * kVals + j >= first) rope_pair(p, row, lane * kVals + j, v[j], v[j + 1]);
+        }
+    }
     const float s = e8m0_to_f32(hadamard_bf16_fp4_exponent<kDim>(v, scale));
 #pragma unroll
     for (int j = 0; j < kVals; ++j) x[j] = f32_to_bf16(__fmul_rn(fp4_value(v[j], s), s));
@@ -194,6 +220,11 @@ __global__ void __launch_bounds__(kGenericThreads)
     __nv_bfloat16* x = p.x + int64_t(blockIdx.x) * p.row_stride;
     for (int64_t i = threadIdx.x; i < p.dim; i += kGenericThreads) row_values[i] = bf16_to_f32(x[i]);
     __syncthreads();
+    if (p.rope_inv_freq) {
+        for (int64_t e = p.dim - p.rope_dim + 2 * threadIdx.x; e < p.dim; e += 2 * kGenericThreads)
+            rope_pair(p, blockIdx.x, e, row_values[e], row_values[e + 1]);
+        __syncthreads();
+    }
     hadamard_bf16_generic(row_values, p.dim, scale);
     const int lane = threadIdx.x % 32;
     for (int64_t b = threadIdx.x / 32; b < ceil_div(p.dim, kFp4Block); b += kGenericThreads / 32) {

@@ -51,6 +51,12 @@ constexpr IndexerHadamardPath indexer_hadamard_path(int64_t dim) {
 struct IndexerRotateParams {
     __nv_bfloat16* x = nullptr;  // [rows, row_stride] bf16; x[r, 0..dim) is rewritten in place
     int64_t rows = 0, dim = 0, row_stride = 0;
+    // Optional RoPE first (the indexer's queries; rope_inv_freq null: none): row r is a head of token r / rope_heads,
+    // its last rope_dim values rotated forward at positions[r / rope_heads] with apply_rope's arithmetic (rope_math),
+    // so the launch equals apply_rope then the rotation bit for bit. rope_dim and dim - rope_dim are even.
+    const float* rope_inv_freq = nullptr;  // [rope_dim / 2]
+    const int32_t* positions = nullptr;    // [rows / rope_heads]
+    int64_t rope_dim = 0, rope_heads = 1;
 };
 void indexer_rotate_fp4(const IndexerRotateParams& p, cudaStream_t stream);
 
