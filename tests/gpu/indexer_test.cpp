@@ -14,6 +14,7 @@
 #include "gpu_test_util.h"
 #include "kernels/cpu/quant_sim.h"
 #include "kernels/cuda/compressor/kv_entry_layout.h"
+#include "kernels/cuda/attention_slots/attention_slots.h"
 #include "kernels/cuda/indexer/indexer.h"
 
 namespace dsv4 {
@@ -283,6 +284,83 @@ void topk_ties_long_context(int topk) {
 TEST(IndexerGpu, TopkTiesLongContext) {
     DSV4_REQUIRE_GPU();
     for (int topk : {1024, 3000, 8192}) topk_ties_long_context(topk);
+}
+
+// The attention's key list written by the top-k from its own selection equals the top-k's selection handed to
+// attention_slots, bit for bit: a piece of three sequences (one starting at position 0, one mid-context, one where the
+// window reaches back into the ring), a page table with pages out of order, top-k below, at and above what a token
+// sees (so -1 entries), ties in the scores.
+TEST(IndexerGpu, TopkWritesTheAttentionsKeyListAsAttentionSlots) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    const int ratio = 4, window = 8, page_size = 4, max_pages = 64, seqs = 3;
+    const std::vector<int32_t> seq_start = {0, 37, 190}, seq_len = {5, 1, 6}, seq_state = {2, 0, 1};
+    std::vector<int32_t> positions, token_seq, seq_first_row;
+    for (int q = 0; q < seqs; ++q) {
+        seq_first_row.push_back(int32_t(positions.size()));
+        for (int i = 0; i < seq_len[size_t(q)]; ++i) {
+            positions.push_back(seq_start[size_t(q)] + i);
+            token_seq.push_back(q);
+        }
+    }
+    const int tokens = int(positions.size());
+    int max_visible = 0;
+    for (int32_t p : positions) max_visible = std::max(max_visible, (p + 1) / ratio);
+    std::vector<int32_t> page_table(size_t(seqs) * max_pages);
+    std::iota(page_table.begin(), page_table.end(), 0);
+    std::shuffle(page_table.begin(), page_table.end(), rng.engine());
+    std::vector<uint16_t> bits(size_t(tokens) * max_visible);
+    for (auto& b : bits) b = f32_to_bf16(float(int(rng.engine()() % 9) - 4) * 0.5f);
+    auto d_scores = gpu_test::to_device(bits);
+    auto d_positions = gpu_test::to_device(positions);
+    auto d_token_seq = gpu_test::to_device(token_seq);
+    auto d_first_row = gpu_test::to_device(seq_first_row);
+    auto d_start = gpu_test::to_device(seq_start);
+    auto d_state = gpu_test::to_device(seq_state);
+    auto d_pages = gpu_test::to_device(page_table);
+    for (int topk : {3, 16, 64}) {
+        const int slots = window + topk;
+        std::vector<std::vector<int32_t>> selected, indices;
+        for (bool fused : {false, true}) {
+            auto d_sel = gpu_test::poisoned<int32_t>(size_t(tokens) * topk, 0x7F);  // not -1 nor a row
+            auto d_indices = gpu_test::poisoned<int32_t>(size_t(tokens) * slots, 0x7F);
+            cuda::AttentionSlotsParams ap;
+            ap.indices = d_indices.get();
+            ap.selected = d_sel.get();
+            ap.positions = d_positions.get();
+            ap.token_seq = d_token_seq.get();
+            ap.seq_first_row = d_first_row.get();
+            ap.seq_start_position = d_start.get();
+            ap.seq_state = d_state.get();
+            ap.page_table = d_pages.get();
+            ap.max_pages = max_pages;
+            ap.page_size = page_size;
+            ap.tokens = tokens;
+            ap.slots = slots;
+            ap.window = window;
+            ap.topk = topk;
+            ap.ring_row = 1000;
+            ap.chunk_row = 5000;
+            ap.compressed_row = 7000;
+            cuda::IndexerTopkParams tp;
+            tp.scores = d_scores.get();
+            tp.token_position = d_positions.get();
+            tp.selected = d_sel.get();
+            tp.tokens = tokens;
+            tp.ratio = ratio;
+            tp.max_visible = max_visible;
+            tp.topk = topk;
+            if (fused) tp.slots = ap;
+            cuda::indexer_topk(tp, nullptr);
+            if (!fused) cuda::attention_slots(ap, nullptr);
+            selected.push_back(gpu_test::to_host(d_sel));
+            indices.push_back(gpu_test::to_host(d_indices));
+        }
+        EXPECT_EQ(selected[0], selected[1]) << "top-k " << topk;
+        EXPECT_EQ(indices[0], indices[1]) << "top-k " << topk;
+        EXPECT_TRUE(std::all_of(indices[1].begin(), indices[1].end(), [](int32_t r) { return r >= -1 && r < 8000; }))
+            << "top-k " << topk << ": an unwritten slot";
+    }
 }
 
 }  // namespace

@@ -467,6 +467,32 @@ void CudaModel::Impl::attention(int64_t layer) {
         observe_bf16("attn.kv", layer, ws.kv_view, T, d);
     }
 
+    // The key list of every query token for step 5 (window slots, then the selected or visible compressed entries):
+    // written by the indexer's top-k from its selection where there is one, else by its own launch in step 5, which
+    // closes the side lane on layers that fork (off the main lane's chain there). An observer's step 4 borrows the
+    // list's buffer after the top-k, so with one the list is written in step 5.
+    const bool slots_by_topk = a.indexer && c.index_topk > 0 && !observer;
+    const int64_t slots = a.indexer ? W + c.index_topk : (a.compressor ? W + visible : W);
+    cuda::AttentionSlotsParams ap;
+    ap.indices = ws.attn_indices;
+    ap.selected = a.indexer ? ws.selected : nullptr;
+    ap.positions = ws.positions;
+    ap.token_seq = ws.token_seq;
+    ap.seq_first_row = ws.seq_first_row;
+    ap.seq_start_position = ws.seq_start;
+    ap.seq_state = ws.seq_state;
+    ap.page_table = ws.page_table;
+    ap.max_pages = int32_t(pool.max_pages);
+    ap.page_size = ratio > 0 ? int32_t(pool.page_entries[size_t(layer)]) : 0;
+    ap.tokens = int32_t(T);
+    ap.slots = int32_t(slots);
+    ap.window = int32_t(W);
+    ap.topk = int32_t(c.index_topk);
+    ap.ratio = a.indexer ? 0 : int32_t(ratio);
+    ap.ring_row = ring_row;
+    ap.chunk_row = pool.chunk_row;
+    ap.compressed_row = ratio > 0 ? pool.compressed_row[size_t(layer)] : 0;
+
     // 3. Lightning indexer (CSA). First the f32 projections of x that it and the main compressor read (CSA, HCA):
     //    every compressor's wkv x and wgate x, the indexer's weights_proj x.
     if (a.indexer && !fork) stages.mark("indexer", layer);
@@ -535,6 +561,7 @@ void CudaModel::Impl::attention(int64_t layer) {
         tp.ratio = int32_t(ratio);
         tp.max_visible = int32_t(visible);
         tp.topk = int32_t(c.index_topk);
+        if (slots_by_topk) tp.slots = ap;
         cuda::indexer_topk(tp, side.stream);
     }
     if (a.indexer && observer) {  // the top-k margins, from the device's scores, as the CPU computes them
@@ -570,37 +597,20 @@ void CudaModel::Impl::attention(int64_t layer) {
         }
     }
 
+    // 5a. The key list, where the top-k did not write it.
+    if (!fork) stages.mark("sparse_attn", layer);
+    if (!slots_by_topk) cuda::attention_slots(ap, fork ? side.stream : s);
+
     // The side lane's end: what remains of steps 3 and 4 after steps 1 and 2.
     if (fork) {
         stages.mark(a.indexer ? "indexer" : "compressor", layer);
         if (compressor_lane) wait_for(side.stream, compressors, *compressor_join);
         join_side();
         sinkhorn_on_side();
+        stages.mark("sparse_attn", layer);
     }
 
-    // 5. Sparse attention over the window slots and the compressed entries, then the inverse RoPE.
-    stages.mark("sparse_attn", layer);
-    const int64_t slots = a.indexer ? W + c.index_topk : (a.compressor ? W + visible : W);
-    cuda::AttentionSlotsParams ap;
-    ap.indices = ws.attn_indices;
-    ap.selected = a.indexer ? ws.selected : nullptr;
-    ap.positions = ws.positions;
-    ap.token_seq = ws.token_seq;
-    ap.seq_first_row = ws.seq_first_row;
-    ap.seq_start_position = ws.seq_start;
-    ap.seq_state = ws.seq_state;
-    ap.page_table = ws.page_table;
-    ap.max_pages = int32_t(pool.max_pages);
-    ap.page_size = ratio > 0 ? int32_t(pool.page_entries[size_t(layer)]) : 0;
-    ap.tokens = int32_t(T);
-    ap.slots = int32_t(slots);
-    ap.window = int32_t(W);
-    ap.topk = int32_t(c.index_topk);
-    ap.ratio = a.indexer ? 0 : int32_t(ratio);
-    ap.ring_row = ring_row;
-    ap.chunk_row = pool.chunk_row;
-    ap.compressed_row = ratio > 0 ? pool.compressed_row[size_t(layer)] : 0;
-    cuda::attention_slots(ap, s);
+    // 5b. Sparse attention over the window slots and the compressed entries, then the inverse RoPE.
     const cuda::SparseAttentionPlan plan = cuda::plan_sparse_attention(int32_t(H), int32_t(d), int32_t(slots));
     cuda::SparseAttentionParams sp;
     sp.q = reinterpret_cast<const uint16_t*>(ws.q);

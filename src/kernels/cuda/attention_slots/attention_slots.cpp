@@ -5,10 +5,9 @@
 
 namespace dsv4::cuda {
 
-void attention_slots(const AttentionSlotsParams& p, cudaStream_t stream) {
+void detail::check_attention_slots(const AttentionSlotsParams& p) {
     DSV4_CHECK(p.tokens >= 0 && p.window > 0 && p.slots >= p.window, "attention_slots: tokens {} window {} slots {}",
                p.tokens, p.window, p.slots);
-    if (p.tokens == 0) return;
     DSV4_CHECK(p.indices && p.positions && p.token_seq && p.seq_first_row && p.seq_start_position && p.seq_state,
                "attention_slots: null pointer");
     DSV4_CHECK(!p.selected || p.slots == p.window + p.topk, "attention_slots: {} slots for window {} + top-k {}",
@@ -17,6 +16,11 @@ void attention_slots(const AttentionSlotsParams& p, cudaStream_t stream) {
     DSV4_CHECK(p.slots == p.window || (p.page_table && p.max_pages > 0 && p.page_size > 0),
                "attention_slots: compressed slots need a page table");
     DSV4_CHECK(p.ring_row >= 0 && p.chunk_row >= 0 && p.compressed_row >= 0, "attention_slots: negative pool row");
+}
+
+void attention_slots(const AttentionSlotsParams& p, cudaStream_t stream) {
+    if (p.tokens == 0) return;
+    detail::check_attention_slots(p);
     detail::launch_attention_slots(p, stream);
 }
 

@@ -5,7 +5,8 @@
 // 0 .. (p + 1) / ratio - 1 in order, -1 after. A piece holds the tokens of one or more sequences (consecutive rows,
 // consecutive positions each), all described by device arrays, so a decode step captured in a CUDA graph computes
 // its slots from whatever the metadata buffers hold at replay. Tested through tests/gpu/cuda_model_test.cpp and
-// cuda_batch_test.cpp (GPU vs CPU forward, batched vs alone).
+// cuda_batch_test.cpp (GPU vs CPU forward, batched vs alone) and, written by the indexer's top-k, in
+// tests/gpu/indexer_test.cpp against this launch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,6 +42,8 @@ struct AttentionSlotsParams {
 void attention_slots(const AttentionSlotsParams& p, cudaStream_t stream);
 
 namespace detail {
+// attention_slots's contract, for launches that write the list themselves (IndexerTopkParams::slots); throws.
+void check_attention_slots(const AttentionSlotsParams& p);
 void launch_attention_slots(const AttentionSlotsParams& p, cudaStream_t stream);
 }
 

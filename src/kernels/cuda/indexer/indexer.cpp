@@ -38,6 +38,12 @@ void indexer_topk(const IndexerTopkParams& p, cudaStream_t stream) {
                kMaxIndexerTopk);
     DSV4_CHECK(p.ratio > 0 && p.max_visible >= 0, "indexer_topk: ratio {} max_visible {}", p.ratio, p.max_visible);
     DSV4_CHECK(p.token_position && p.selected && (p.max_visible == 0 || p.scores), "indexer_topk: null pointer");
+    if (p.slots.indices) {
+        DSV4_CHECK(p.slots.selected == p.selected && p.slots.topk == p.topk && p.slots.tokens == p.tokens &&
+                       p.slots.positions == p.token_position,
+                   "indexer_topk: the key list must be of this launch's tokens and selection");
+        detail::check_attention_slots(p.slots);
+    }
     detail::indexer_topk_launch(p, stream);
 }
 

@@ -4,13 +4,14 @@
 //     bf16), the bf16 stages per (head, key), then one thread per key sums the heads in head order (the CPU order).
 //   indexer_topk_kernel: one CTA per token: a radix select on the 16-bit order key of the bf16 scores (two 8-bit
 //     histogram passes find the k-th largest key T, a warp scanning the 256 bins), an ordered compaction (keys > T,
-//     then the lowest-index keys
-//     == T), and a bitonic sort of the k winners by (score desc, index asc). One CTA per token is enough for
-//     prefill; a decode step over ~256K entries would want the histogram split over CTAs (not done yet).
+//     then the lowest-index keys == T), a bitonic sort of the k winners by (score desc, index asc), then optionally
+//     the attention's key list from them. One CTA per token is enough for prefill; a decode step over ~256K entries
+//     would want the histogram split over CTAs (not done yet).
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
+#include "kernels/cuda/attention_slots/attention_slots_row.cuh"
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma.cuh"
@@ -174,6 +175,7 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(const Indexe
     int32_t* out = p.selected + int64_t(token) * p.topk;
     if (k == 0) {
         for (int j = threadIdx.x; j < p.topk; j += kTopkThreads) out[j] = -1;
+        if (p.slots.indices) write_attention_slots(p.slots, token, [](int) { return -1; });
         return;
     }
 
@@ -227,13 +229,16 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(const Indexe
         base_above += total & 0xFFFF;
         base_equal += total >> 16;
     }
-    // 3. Bitonic sort of the k candidates (padded to a power of two) by (score desc, index asc).
+    // 3. Bitonic sort of the k candidates (padded to a power of two) by (score desc, index asc). A stage pairs i with
+    //    i ^ stride; the stages of stride 32 and up run in shared memory (a barrier each), those below 32 on each
+    //    thread's candidates in registers by warp shuffles (one barrier for the run): the same network, the same order.
     int n = 1;
     while (n < k) n <<= 1;
     for (int i = k + threadIdx.x; i < n; i += kTopkThreads) cand[i] = ~0ull;
     __syncthreads();
-    for (int size = 2; size <= n; size <<= 1)
-        for (int stride = size / 2; stride > 0; stride >>= 1) {
+    for (int size = 2; size <= n; size <<= 1) {
+        int stride = size / 2;
+        for (; stride >= 32; stride >>= 1) {
             for (int i = threadIdx.x; i < n; i += kTopkThreads) {
                 const int j = i ^ stride;
                 if (j > i) {
@@ -247,7 +252,23 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(const Indexe
             }
             __syncthreads();
         }
+        // Every thread runs the same iterations (the shuffles need whole warps); a lane at i >= n (n < 32, or whole
+        // warps past n) holds padding and its partner is past n too.
+        for (int base = 0; base < n; base += kTopkThreads) {
+            const int i = base + int(threadIdx.x);
+            unsigned long long v = i < n ? cand[i] : ~0ull;
+            for (int st = stride; st > 0; st >>= 1) {
+                const unsigned long long other = __shfl_xor_sync(0xffffffffu, v, st);
+                const bool ascending = (i & size) == 0, lower = (i & st) == 0;
+                v = lower == ascending ? min(v, other) : max(v, other);
+            }
+            if (i < n) cand[i] = v;
+        }
+        __syncthreads();
+    }
     for (int j = threadIdx.x; j < p.topk; j += kTopkThreads) out[j] = j < k ? int32_t(cand[j] & 0xFFFFFFFFu) : -1;
+    if (p.slots.indices)
+        write_attention_slots(p.slots, token, [&](int i) { return i < k ? int32_t(cand[i] & 0xFFFFFFFFu) : -1; });
 }
 
 }  // namespace

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/attention_slots/attention_slots.h"
+
 namespace dsv4::cuda {
 
 struct IndexerScoresParams {
@@ -40,6 +42,10 @@ struct IndexerTopkParams {
     int32_t ratio = 4;
     int32_t max_visible = 0;
     int32_t topk = 0;  // index_topk (512 in V4), at most kMaxIndexerTopk
+    // Optional (slots.indices null: none): the sparse attention's key list of every token as attention_slots writes
+    // it with `selected` = this launch's output (slots.selected must be `selected`), from the CTA's own candidates:
+    // the selection's consumer without a launch of its own.
+    AttentionSlotsParams slots;
 };
 
 // The top-k kernel sorts its candidates in shared memory: topk rounded up to a power of two, 8 bytes each.
