@@ -7,15 +7,10 @@
 // every tile gives the same bits.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <string>
-#include <vector>
-
 #include "gemm_test_common.h"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/grouped_linear/grouped_linear.h"
 #include "kernels/cuda/grouped_linear/grouped_linear_kernels.h"
-#include "kernels/cuda/quant/quant.h"
 #include "model/numerics.h"
 
 namespace dsv4::gpu_test {
@@ -164,85 +159,6 @@ TEST(GroupedLinear, RowsIndependentOfBatchAndTile) {
             for (size_t i = 0; i < got.size(); ++i) differing += got[i] != all[i];
             EXPECT_EQ(differing, 0) << "M=" << c.m << " in=" << c.in << " under tile " << t.block_m << "x" << t.block_n;
         }
-    }
-}
-
-// GroupedLinearParams::q: the output's FP8 copy written by the last CTA of each 128-column block equals act_quant_fp8
-// of the bf16 output, codes and scales bit for bit, and the bf16 output equals the launch without it, on every 16-
-// and 64-row tile, at V4-Flash's wo_a and at odd widths (a last block of fewer than 128 columns, fewer columns than a
-// block); launched twice, each launch leaving the counters at zero. The warpgroup tile refuses it.
-TEST(GroupedLinear, QuantizedOutputEqualsActQuantOfItBitwise) {
-    DSV4_REQUIRE_GPU();
-    Rng rng;
-    for (const Case c : {Case{40, 8, 4096, 1024}, Case{40, 2, 384, 200}, Case{21, 3, 64, 40}}) {
-        const HostWeight w = random_fp8_weight(rng, c.groups * c.out, c.in);
-        const std::vector<float> x = random_activations(rng, c.m, c.groups * c.in);
-        const Operands d = upload(c, x, w);
-        const int64_t n = c.groups * c.out, n_blocks = (n + 127) / 128;
-        for (int64_t m : {int64_t(1), int64_t(5), int64_t(16), c.m}) {
-            const std::vector<uint16_t> plain = d.run(0, m);
-            // act_quant_fp8 of the plain output: what wo_b's linear would quantize.
-            const auto d_plain = to_device(plain);
-            auto want_q = poisoned<uint8_t>(size_t(m * n));
-            auto want_scales = poisoned<float>(size_t(m * n_blocks));
-            cuda::ActQuantParams aq;
-            aq.x = reinterpret_cast<const __nv_bfloat16*>(d_plain.get());
-            aq.q = want_q.get();
-            aq.scales = want_scales.get();
-            aq.rows = m;
-            aq.cols = n;
-            aq.x_stride = n;
-            cuda::act_quant_fp8(aq, nullptr);
-            for (const cuda::bf16_act_mma::Tiles t : {cuda::bf16_act_mma::Tiles{16, 8}, {16, 16}, {16, 32}, {64, 64},
-                                                       {64, 128}}) {
-                auto counters = poisoned<int32_t>(size_t(cuda::grouped_linear_quantize_counters(t, m, c.groups, c.out)), 0);
-                const std::string what = "M=" + std::to_string(m) + " groups=" + std::to_string(c.groups) + " in=" +
-                                         std::to_string(c.in) + " out=" + std::to_string(c.out) + ", tile " +
-                                         std::to_string(t.block_m) + "x" + std::to_string(t.block_n);
-                for (int launch = 1; launch <= 2; ++launch) {
-                    auto y = poisoned<uint16_t>(size_t(m * n));
-                    auto q = poisoned<uint8_t>(size_t(m * n));
-                    auto scales = poisoned<float>(size_t(m * n_blocks));
-                    cuda::GroupedLinearParams p;
-                    p.x = reinterpret_cast<const __nv_bfloat16*>(d.x.get());
-                    p.w = d.w.get();
-                    p.w_scale = d.scale.get();
-                    p.y = reinterpret_cast<__nv_bfloat16*>(y.get());
-                    p.m = m;
-                    p.groups = c.groups;
-                    p.in = c.in;
-                    p.out = c.out;
-                    p.q = q.get();
-                    p.q_scales = scales.get();
-                    p.q_arrivals = counters.get();
-                    if (!cuda::grouped_linear_can_implement(p, t).empty()) break;  // e.g. a column group split
-                    DSV4_CUDA_CHECK(cuda::launch_grouped_linear_mma(p, t, nullptr));
-                    const std::string at = what + ", launch " + std::to_string(launch);
-                    expect_bitwise_bf16(at + ": y", to_host(y), plain);
-                    expect_bitwise_bytes(at + ": codes", to_host(q), to_host(want_q));
-                    expect_bitwise_f32(at + ": scales", to_host(scales), to_host(want_scales));
-                    const std::vector<int32_t> left = to_host(counters);
-                    EXPECT_EQ(std::count(left.begin(), left.end(), 0), int64_t(left.size())) << at << ": counters";
-                }
-            }
-        }
-    }
-    if (cuda::device_has_wgmma()) {
-        const Case c{256, 8, 4096, 1024};
-        const Operands d = upload(c, random_activations(rng, c.m, c.groups * c.in), random_fp8_weight(rng, 8192, 4096));
-        cuda::GroupedLinearParams p;
-        p.x = reinterpret_cast<const __nv_bfloat16*>(d.x.get());
-        p.w = d.w.get();
-        p.w_scale = d.scale.get();
-        p.y = reinterpret_cast<__nv_bfloat16*>(d.x.get());  // never launched
-        p.m = c.m;
-        p.groups = c.groups;
-        p.in = c.in;
-        p.out = c.out;
-        p.q = reinterpret_cast<uint8_t*>(d.w.get());
-        p.q_scales = d.scale.get();
-        p.q_arrivals = reinterpret_cast<int32_t*>(d.scale.get());
-        EXPECT_NE(cuda::grouped_linear_can_implement(p, {128, 128}), "") << "the warpgroup tile must refuse q";
     }
 }
 

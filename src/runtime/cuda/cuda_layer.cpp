@@ -186,8 +186,7 @@ void CudaModel::Impl::linear(const Lane& lane, const cuda::DeviceMatrix& w, cons
     cuda::f32_to_bf16({lane.y_f32, y, m, w.rows, w.rows, w.rows}, lane.stream);
 }
 
-Fp8Rows CudaModel::Impl::grouped_linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, int64_t groups,
-                                        bf16* y) {
+void CudaModel::Impl::grouped_linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, int64_t groups, bf16* y) {
     const int64_t in = w.cols, out = w.rows / groups;
     if (w.format == WeightFormat::kFp8Block) {
         cuda::GroupedLinearParams p;
@@ -199,17 +198,8 @@ Fp8Rows CudaModel::Impl::grouped_linear(const cuda::DeviceMatrix& w, const bf16*
         p.groups = groups;
         p.in = in;
         p.out = out;
-        if (options.wo_a_quantizes && cuda::grouped_linear_path(p) == cuda::GroupedLinearPath::kMma) {
-            const cuda::bf16_act_mma::Tiles tiles = cuda::grouped_linear_tiles(m, groups, in, out, num_sms);
-            if ((tiles.block_m == 16 || tiles.block_m == 64) &&
-                cuda::grouped_linear_quantize_counters(tiles, m, groups, out) <= ws.wo_a_counter_count) {
-                p.q = ws.act_q;
-                p.q_scales = ws.act_scale;
-                p.q_arrivals = ws.wo_a_counters;
-            }
-        }
         cuda::grouped_linear(p, stream->get());
-        return p.q ? Fp8Rows{p.q, p.q_scales} : Fp8Rows{};
+        return;
     }
     // Dense wo_a (the F32 fixtures): group g's rows of W on group g's slice of x, f32, then one bf16 cast.
     DSV4_CHECK(w.format == WeightFormat::kF32 || w.format == WeightFormat::kBF16, "grouped_linear: format {}",
@@ -230,7 +220,6 @@ Fp8Rows CudaModel::Impl::grouped_linear(const cuda::DeviceMatrix& w, const bf16*
         cuda::dense_linear(p, stream->get());
     }
     cuda::f32_to_bf16({ws.y_f32, y, m, groups * out, groups * out, groups * out}, stream->get());
-    return {};
 }
 
 // CpuModel::block_forward.
@@ -634,9 +623,9 @@ void CudaModel::Impl::attention(int64_t layer) {
 
     // 6. Grouped low-rank output projection.
     stages.mark("o_proj", layer);
-    const Fp8Rows z_fp8 = grouped_linear(a.wo_a, ws.o, T, c.o_groups, ws.z);
+    grouped_linear(a.wo_a, ws.o, T, c.o_groups, ws.z);
     observe_bf16("attn.z", layer, ws.z, T, c.o_groups * c.o_lora_rank);
-    linear(a.wo_b, ws.z, T, ws.y, z_fp8);
+    linear(a.wo_b, ws.z, T, ws.y);
 
     // 7. Each sequence's ring keeps its last W entries (written after the attention read the old ones), unless
     //    step 2 wrote them.

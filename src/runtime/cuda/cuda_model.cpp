@@ -22,7 +22,6 @@
 #include "kernels/cuda/convert/convert.h"
 #include "kernels/cuda/embed/embed.h"
 #include "kernels/cuda/gemm_fp8/gemm_fp8.h"
-#include "kernels/cuda/grouped_linear/grouped_linear.h"
 #include "kernels/cuda/mhc/mhc.h"
 #include "kernels/cuda/random_fill/random_fill.h"
 #include "kernels/cuda/rms_norm/rms_norm.h"
@@ -151,10 +150,6 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
         ws.router_scratch.arrivals = b.take<int32_t>(ws.router_scratch.ints);
         ws.router_scratch.staged = b.take<float>(ws.router_scratch.floats);
     }
-    // wo_a's quantized output (CudaOptions::wo_a_quantizes): a counter per 16-row tile and 128-column block, the most
-    // any tile of a piece needs; zeroed once below, left zero by every launch.
-    ws.wo_a_counter_count = cuda::grouped_linear_quantize_counters({16, 8}, T, 1, qo);
-    ws.wo_a_counters = b.take<int32_t>(ws.wo_a_counter_count);
     ws.shared_out = b.take<bf16>(T * D);
     ws.shared_gate_up = b.take<bf16>(T * 2 * shared_I);
     ws.shared_hidden = b.take<bf16>(T * shared_I);
@@ -353,8 +348,6 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     carve(bump, m.ws, config, m.pool, m.host, m.num_sms, data_parallel, draw_sequences, ep.ranks > 1);
     DSV4_CHECK(bump.offset == workspace_bytes, "workspace carve changed size");
     DSV4_CUDA_CHECK(cudaMemsetAsync(m.ws.router_scratch.arrivals, 0, sizeof(int32_t) * size_t(m.ws.router_scratch.ints),
-                                    m.stream->get()));
-    DSV4_CUDA_CHECK(cudaMemsetAsync(m.ws.wo_a_counters, 0, sizeof(int32_t) * size_t(m.ws.wo_a_counter_count),
                                     m.stream->get()));
     DSV4_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&m.meta_host), sizeof(int32_t) * size_t(m.ws.meta_ints),
                                   cudaHostAllocDefault));

@@ -104,10 +104,6 @@ struct CudaOptions {
     // A decode step's router and routing in one launch (cuda::router_and_routing; docs/perf.md). Off: two launches,
     // the same bits.
     bool router_with_routing = true;
-    // wo_a's kernel also writes wo_b's FP8 input (the last CTA of each 128-column block quantizes it as act_quant
-    // would; docs/perf.md), one launch fewer a layer. Off by default until it has run on a GPU: the same bits either
-    // way by construction (GroupedLinear.QuantizedOutputEqualsActQuantOfItBitwise).
-    bool wo_a_quantizes = false;
     // The most pinned host memory the logits' copy to the host takes; a piece wanting more logits (every position of
     // a long prefill) goes through it in slices, the same values.
     size_t logit_staging_bytes = size_t(256) << 20;  // a decode step of 519 sequences at V4's vocabulary in one slice

@@ -155,8 +155,6 @@ struct Workspace {
             *row_index = nullptr;
     int32_t* shared_rows = nullptr;      // MoeRoutingParams::shared_rows (CudaOptions::shared_expert_on_one_rank)
     cuda::RouterScratch router_scratch;  // cuda::router_and_routing's
-    int32_t* wo_a_counters = nullptr;    // GroupedLinearParams::q_arrivals (zeroed once, left zero by every launch)
-    int64_t wo_a_counter_count = 0;
     float* routing_weights = nullptr;
     bf16 *gate = nullptr, *up = nullptr, *hidden = nullptr, *routed_out = nullptr, *shared_out = nullptr;
     bf16* shared_gate_up = nullptr;  // [T, 2 I] shared expert: gate | up per row (stacked), or [T, I] gate, [T, I] up
@@ -346,9 +344,7 @@ struct CudaModel::Impl {
                     bool chains);
     static bool f32_on_tensor_cores(const cuda::DeviceMatrix& w);
     // Precision::grouped_linear (wo_a).
-    // Returns y's FP8 copy where the kernel wrote one as well (CudaOptions::wo_a_quantizes: the tensor-core path's
-    // 16- and 64-row tiles, into main_lane().act), for the FP8 linear that reads y next; else empty.
-    Fp8Rows grouped_linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, int64_t groups, bf16* y);
+    void grouped_linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, int64_t groups, bf16* y);
     void act_quant(const Lane& lane, const bf16* x, int64_t rows, int64_t cols);
     // x [rows, cols] as an FP8 GEMM reads it: `quantized` where a norm already made it, else act_quant's output.
     Fp8Rows fp8_rows(const bf16* x, int64_t rows, int64_t cols, const Fp8Rows& quantized);

@@ -99,20 +99,12 @@ struct F32Out {
     }
 };
 
-// The outputs a CTA wrote: rows [m0, m0 + rows), columns [n0, n0 + cols) (cols = BN; the last tile may lie past n).
-// Under a split, only the tile's last CTA wrote them (`wrote`).
-struct CtaTile {
-    int64_t m0, n0;
-    int rows, cols;
-    bool wrote;
-};
-
 // What a launch does once its outputs are written. NoTail: nothing. Another Tail has Params (a kernel argument) and
-// `after(params, tile)`, which every thread of every CTA calls at the end (so it may count arrivals and let the last
-// CTA read other CTAs' outputs: router_and_routing.cu, grouped_linear_kernels.cu).
+// `after(params)`, which every thread of every CTA calls at the end (so it may count arrivals and let the last CTA
+// read every CTA's outputs: router_and_routing.cu).
 struct NoTail {
     struct Params {};
-    __device__ static void after(const Params&, const CtaTile&) {}
+    __device__ static void after(const Params&) {}
 };
 
 // One half block's operands for a warp tile of MT x 16 rows and NT x 8 columns.
@@ -252,7 +244,6 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
         compute(s1, i + 1);
     }
 
-    bool wrote = true;  // this CTA wrote its tile's outputs (under a split, only the tile's last CTA)
     if constexpr (WK == 1) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -276,8 +267,7 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
             if (sums_here) __threadfence();  // every CTA of the tile arrived: its products are read after this
             if (sums_here && threadIdx.x == 0) args.split_arrivals[tile] = 0;  // for the next launch
         }
-        wrote = splits == 1 || sums_here;
-        if (wrote)
+        if (splits == 1 || sums_here)
             for (int i = threadIdx.x; i < rows_valid * kBN; i += kThreads) {
                 const int row = i / kBN, col = i % kBN;
                 if (n_cta + col >= args.n) continue;
@@ -294,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
                 Y::one(args, m_cta + row, n_cta + col, total);
             }
     }
-    Tail::after(tail, CtaTile{m_cta, n_cta, rows_valid, kBN, wrote});
+    Tail::after(tail);
 }
 
 template <class W, class Y, class Tail, int MT, int NT, int WM, int WN, int WK>

@@ -3,8 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "core/error.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/resident_ctas.h"
@@ -31,16 +29,8 @@ bf16_act_mma::Tiles grouped_linear_tiles(int64_t m, int64_t groups, int64_t in, 
     return bf16_act_mma::choose_tiles(m, groups * out, in, out, 1, num_sms, device_has_wgmma());
 }
 
-int64_t grouped_linear_quantize_counters(const bf16_act_mma::Tiles& tiles, int64_t m, int64_t groups, int64_t out) {
-    return bf16_act_mma::ceil_div(std::max<int64_t>(m, 1), tiles.block_m) * bf16_act_mma::ceil_div(groups * out, 128);
-}
-
 std::string grouped_linear_can_implement(const GroupedLinearParams& p, const bf16_act_mma::Tiles& tiles) {
     if (!p.x || !p.w || !p.w_scale || !p.y) return "null operand pointer";
-    if (bool(p.q) != bool(p.q_scales) || bool(p.q) != bool(p.q_arrivals))
-        return "q, q_scales and q_arrivals go together";
-    if (p.q && tiles.block_m != 16 && tiles.block_m != 64)
-        return fmt::format("a quantized output needs the 16- or 64-row tiles, not {}x{}", tiles.block_m, tiles.block_n);
     if (p.m <= 0 || p.groups <= 0 || p.in <= 0 || p.out <= 0)
         return fmt::format("empty shape m={} groups={} in={} out={}", p.m, p.groups, p.in, p.out);
     if (p.out % 8) return fmt::format("mma path needs out % 8 == 0, got {}", p.out);
@@ -51,7 +41,6 @@ std::string grouped_linear_can_implement(const GroupedLinearParams& p, const bf1
 void grouped_linear(const GroupedLinearParams& p, cudaStream_t stream) {
     if (grouped_linear_path(p) == GroupedLinearPath::kGeneric) {
         DSV4_CHECK(p.x && p.w && p.w_scale && p.y, "grouped_linear: null operand pointer");
-        DSV4_CHECK(!p.q, "grouped_linear: a quantized output needs the mma path (in % 16 == 0, out % 8 == 0)");
         DSV4_CHECK(p.m > 0 && p.m <= 65535 && p.groups > 0 && p.in > 0 && p.out > 0,
                    "grouped_linear: shape m={} groups={} in={} out={} (generic path: m in [1, 65535])", p.m, p.groups,
                    p.in, p.out);

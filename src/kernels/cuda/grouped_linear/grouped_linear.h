@@ -28,14 +28,6 @@ struct GroupedLinearParams {
     const float* w_scale = nullptr;    // [ceil(groups * out / 128), ceil(in / 128)] f32
     __nv_bfloat16* y = nullptr;        // [m, groups * out] bf16
     int64_t m = 0, groups = 0, in = 0, out = 0;
-    // Optional, all three or none: y also quantized for the FP8 GEMM that reads it next (wo_b), exactly as
-    // act_quant_fp8 quantizes it (e4m3 codes [m, groups * out] dense, scales [m, ceil(groups * out / 128)]), by the
-    // last CTA to finish each 128-column block of a row tile, so the act_quant launch goes. q_arrivals:
-    // grouped_linear_quantize_counters(...) counters, zero before the launch, left zero. kMma's 16- and 64-row
-    // tiles only (grouped_linear_can_implement says otherwise).
-    uint8_t* q = nullptr;
-    float* q_scales = nullptr;
-    int32_t* q_arrivals = nullptr;
 };
 
 enum class GroupedLinearPath { kMma, kGeneric };
@@ -43,8 +35,6 @@ GroupedLinearPath grouped_linear_path(const GroupedLinearParams& p);
 
 // kMma tiles (bf16_act_mma_tiles.h: speed only, every tile runs the same per-output chain).
 bf16_act_mma::Tiles grouped_linear_tiles(int64_t m, int64_t groups, int64_t in, int64_t out, int num_sms);
-// The arrival counters GroupedLinearParams::q_arrivals needs with `tiles`: a row tile's 128-column blocks.
-int64_t grouped_linear_quantize_counters(const bf16_act_mma::Tiles& tiles, int64_t m, int64_t groups, int64_t out);
 // Empty when the kMma path can run `p` with `tiles`, else the reason.
 std::string grouped_linear_can_implement(const GroupedLinearParams& p, const bf16_act_mma::Tiles& tiles);
 void grouped_linear(const GroupedLinearParams& p, cudaStream_t stream);

@@ -15,7 +15,7 @@ struct RoutingTail {
         MoeRoutingParams routing;
         int32_t* arrivals;
     };
-    __device__ static void after(const Params& p, const bf16_act_mma::CtaTile&) {
+    __device__ static void after(const Params& p) {
         __shared__ bool last;
         __threadfence();  // this thread's logits are visible to the whole device before the CTA's arrival counts
         __syncthreads();
