@@ -28,7 +28,8 @@ namespace dsv4 {
 //   sparse_attn     slot lists, sparse attention, inverse RoPE
 //   o_proj          grouped wo_a, wo_b
 //   ring_update     the window ring's new entries (pieces other than decode steps, which write them in q_proj)
-//   attn_hc_post    mHC post-mix of the attention output
+//   attn_hc_post    mHC post-mix of the attention output (decode batches: the wait for the side lane before it;
+//                   the post-mix itself runs inside ffn_hc_pre's kernel, cuda::hc_post_then_pre_norm)
 //   ffn_hc_pre      mHC pre-mix + ffn_norm
 //   expert_gather   the experts' input rows gathered from every rank (data-parallel attention only)
 //   router          gate, routing, row index (the shared expert runs beside this and the next two stages, on a

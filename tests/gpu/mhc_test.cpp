@@ -379,6 +379,83 @@ TEST(GpuMhc, HcPreNormEqualsHcPreThenRmsNormBitwise) {
     EXPECT_FALSE(cuda::detail::hc_pre_norm_fused(v4));
 }
 
+// hc_post then hc_pre_norm of its output (the attention's residual update and the MoE's input) in one call against
+// the two calls: the new streams, x, its FP8 codes and scales, mix and logits bitwise, with the post-mix's mix row
+// and the pre-mix's output in one buffer as the executor has them. Decode batches (hc_post inside the split kernel,
+// clusters of 16 and of 8), the paths that keep separate launches (17 and 40 tokens, n_hc 3), and widths that are
+// not whole 256-column chunks.
+TEST(GpuMhc, HcPostThenPreNormEqualsTheTwoCallsBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    struct Shape {
+        int64_t n, dim;
+    };
+    for (int64_t tokens : {1, 3, 8, 9, 16, 17, 40})
+        for (Shape sh : {Shape{4, 4096}, Shape{4, 7168}, Shape{2, 320}, Shape{4, 1000 + 3}, Shape{3, 64}})
+            for (bool quantized : {true, false}) {
+                const int64_t n = sh.n, dim = sh.dim, rows = cuda::hc_pre_mix_size(n), blocks = (dim + 127) / 128;
+                const Inputs in = make_inputs(rng, tokens, n, dim, rows, 3);
+                const std::vector<float> f = rng.normal_bf16(tokens * dim);
+                std::vector<float> post_mix, weight;  // the sub-layer before's pre | post | comb rows
+                for (int64_t i = 0; i < tokens * rows; ++i) post_mix.push_back(rng.uniform(0.0f, 2.0f));
+                for (int64_t i = 0; i < dim; ++i) weight.push_back(rng.uniform(0.5f, 1.5f));
+                auto d_old = to_device(to_bf16(in.streams));
+                auto d_f = to_device(to_bf16(f));
+                auto d_fn = to_device(in.fn);
+                auto d_base = to_device(in.base);
+                auto d_scale = to_device(in.scale);
+                auto d_weight = to_device(weight);
+                struct Out {
+                    std::vector<uint16_t> streams, x;
+                    std::vector<uint8_t> q;
+                    std::vector<float> scales, mix, logits;
+                };
+                auto run = [&](bool one_call) {
+                    auto d_new = poisoned<uint16_t>(size_t(tokens * n * dim));
+                    auto d_x = poisoned<uint16_t>(size_t(tokens * dim));
+                    auto d_q = poisoned<uint8_t>(size_t(tokens * dim));
+                    auto d_scales = poisoned<float>(size_t(tokens * blocks));
+                    auto d_mix = to_device(post_mix);
+                    auto d_logits = poisoned<float>(size_t(tokens * rows));
+                    auto* x = reinterpret_cast<__nv_bfloat16*>(d_x.get());
+                    const cuda::HcPostParams post{reinterpret_cast<const __nv_bfloat16*>(d_f.get()),
+                                                  reinterpret_cast<const __nv_bfloat16*>(d_old.get()),
+                                                  d_mix.get(),
+                                                  reinterpret_cast<__nv_bfloat16*>(d_new.get()),
+                                                  tokens,
+                                                  n,
+                                                  dim};
+                    const cuda::HcMixParams p =
+                        mix_params(d_new, d_fn, d_base, d_scale, x, d_mix, d_logits, tokens, n, dim);
+                    const cuda::RmsNormParams norm{x,   d_weight.get(), x, tokens, dim, dim, dim, 1e-6f,
+                                                   quantized ? d_q.get() : nullptr,
+                                                   quantized ? d_scales.get() : nullptr};
+                    if (one_call) {
+                        cuda::hc_post_then_pre_norm(post, p, norm, nullptr);
+                    } else {
+                        cuda::hc_post(post, nullptr);
+                        cuda::hc_pre_norm(p, norm, nullptr);
+                    }
+                    return Out{to_host(d_new),
+                               to_host(d_x),
+                               quantized ? to_host(d_q) : std::vector<uint8_t>{},
+                               quantized ? to_host(d_scales) : std::vector<float>{},
+                               to_host(d_mix),
+                               to_host(d_logits)};
+                };
+                const Out two = run(false), one = run(true);
+                const std::string what = "hc_post_then_pre_norm tokens " + std::to_string(tokens) + " n_hc " +
+                                         std::to_string(n) + " dim " + std::to_string(dim) +
+                                         (quantized ? " quantized" : "");
+                expect_bitwise_bf16(what + " streams", one.streams, two.streams);
+                expect_bitwise_bf16(what + " x", one.x, two.x);
+                expect_bitwise_bytes(what + " q", one.q, two.q);
+                expect_bitwise_f32(what + " scales", one.scales, two.scales);
+                expect_bitwise_f32(what + " mix", one.mix, two.mix);
+                expect_bitwise_f32(what + " logits", one.logits, two.logits);
+            }
+}
+
 TEST(GpuMhc, HcPostMatchesCpuBitwise) {
     DSV4_REQUIRE_GPU();
     Rng rng;

@@ -255,6 +255,19 @@ void CudaModel::Impl::block(int64_t layer) {
         pending_combine.reset();
         std::swap(ws.streams, ws.streams_next);
     };
+    // The attention's hc_post and the MoE's hc_pre: one launch where hc_pre_norm is one (cuda::hc_post_then_pre_norm).
+    auto hc_post_then_pre = [&](const cuda::DeviceHc& hw, const float* norm) {
+        sinkhorn_on_side();
+        if (side_sinkhorn) join_side();
+        const cuda::HcPostParams post{ws.y, ws.streams, ws.mix, ws.streams_next, T, n_hc, D};
+        std::swap(ws.streams, ws.streams_next);
+        stages.mark("ffn_hc_pre", layer);  // the kernel's time counts there; attn_hc_post is the wait before it
+        cuda::HcMixParams mix = hc_mix_params(hw, ws.streams, T);
+        mix.defer_sinkhorn = side_sinkhorn;
+        cuda::hc_post_then_pre_norm(
+            post, mix, {ws.x, norm, ws.x, T, D, D, D, float(c.rms_norm_eps), ws.x_fp8.q, ws.x_fp8.scales}, s);
+        if (side_sinkhorn) pending_sinkhorn = mix;
+    };
 
     // 1. Attention sub-block.
     stages.mark("attn_hc_pre", layer);
@@ -263,11 +276,9 @@ void CudaModel::Impl::block(int64_t layer) {
     attention(layer);
     observe_bf16("attn_out", layer, ws.y, T, D);
     stages.mark("attn_hc_post", layer);
-    hc_post();
+    hc_post_then_pre(b.hc_ffn, b.ffn_norm);
 
     // 2. MoE sub-block.
-    stages.mark("ffn_hc_pre", layer);
-    hc_pre(b.hc_ffn, b.ffn_norm);
     sinkhorn_on_side();
     observe_bf16("ffn_in", layer, ws.x, T, D);
     moe(layer);
