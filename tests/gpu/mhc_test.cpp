@@ -427,7 +427,14 @@ TEST(GpuMhc, HcPostThenPreNormEqualsTheTwoCallsBitwise) {
                                                   dim};
                     const cuda::HcMixParams p =
                         mix_params(d_new, d_fn, d_base, d_scale, x, d_mix, d_logits, tokens, n, dim);
-                    const cuda::RmsNormParams norm{x,   d_weight.get(), x, tokens, dim, dim, dim, 1e-6f,
+                    const cuda::RmsNormParams norm{x,
+                                                   d_weight.get(),
+                                                   x,
+                                                   tokens,
+                                                   dim,
+                                                   dim,
+                                                   dim,
+                                                   1e-6f,
                                                    quantized ? d_q.get() : nullptr,
                                                    quantized ? d_scales.get() : nullptr};
                     if (one_call) {

@@ -622,7 +622,8 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
         }
     }
     if (post) launch_hc_post(*post, stream);  // a launch of its own before the mix
-    if (norm && !fused_norm) {  // the two launches
+    // The norm in a launch of its own after the mix.
+    if (norm && !fused_norm) {
         launch_hc_mix(p, head, stream, path);
         return launch_rms_norms({norm, 1}, stream);
     }
@@ -638,16 +639,20 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
     } else if (path == HcMixPath::kSplit && !head && p.tokens <= kWideTokens &&
                resident_clusters(wide, kHcThreads, kHcWideCluster) >= 1) {
         const dim3 grid(kHcWideCluster, unsigned(p.tokens));
-        if (p.n_hc == 2) hc_mix_split_kernel<2, false, kHcWideCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm, no_post);
-        if (p.n_hc == 4) hc_mix_split_kernel<4, false, kHcWideCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm, no_post);
+        if (p.n_hc == 2)
+            hc_mix_split_kernel<2, false, kHcWideCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm, no_post);
+        if (p.n_hc == 4)
+            hc_mix_split_kernel<4, false, kHcWideCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm, no_post);
     } else if (path == HcMixPath::kSplit) {
         const dim3 grid(kHcCluster, unsigned(p.tokens));
         if (p.n_hc == 2 && !head)
             hc_mix_split_kernel<2, false, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm, no_post);
-        if (p.n_hc == 2 && head) hc_mix_split_kernel<2, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm, no_post);
+        if (p.n_hc == 2 && head)
+            hc_mix_split_kernel<2, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm, no_post);
         if (p.n_hc == 4 && !head)
             hc_mix_split_kernel<4, false, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm, no_post);
-        if (p.n_hc == 4 && head) hc_mix_split_kernel<4, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm, no_post);
+        if (p.n_hc == 4 && head)
+            hc_mix_split_kernel<4, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm, no_post);
     } else if (path == HcMixPath::kRowGroups) {
         if (head) throw_cuda_error(cudaErrorInvalidValue, "hc_head has no row-group path", __FILE__, __LINE__);
         // One token per tile up to 32 tokens, two up to 128 (more CTAs where the tiles are few), four above.
