@@ -379,11 +379,11 @@ TEST(GpuMhc, HcPreNormEqualsHcPreThenRmsNormBitwise) {
     EXPECT_FALSE(cuda::detail::hc_pre_norm_fused(v4));
 }
 
-// hc_post then hc_pre_norm of its output (the attention's residual update and the MoE's input) in one call against
-// the two calls: the new streams, x, its FP8 codes and scales, mix and logits bitwise, with the post-mix's mix row
-// and the pre-mix's output in one buffer as the executor has them. Decode batches (hc_post inside the split kernel,
-// clusters of 16 and of 8), the paths that keep separate launches (17 and 40 tokens, n_hc 3), and widths that are
-// not whole 256-column chunks.
+// hc_post (or hc_post_of_moe) then hc_pre_norm of its output (a sub-layer's residual update and the next one's input)
+// in one call against the two calls: the new streams, x, its FP8 codes and scales, mix, logits and (of the MoE) the
+// combine's output bitwise, with the post-mix's mix row and the pre-mix's output in one buffer as the executor has
+// them. Decode batches (hc_post inside the split kernel, clusters of 16 and of 8), the paths that keep separate
+// launches (17 and 40 tokens, n_hc 3), and widths that are not whole 256-column chunks.
 TEST(GpuMhc, HcPostThenPreNormEqualsTheTwoCallsBitwise) {
     DSV4_REQUIRE_GPU();
     Rng rng;
@@ -392,8 +392,10 @@ TEST(GpuMhc, HcPostThenPreNormEqualsTheTwoCallsBitwise) {
     };
     for (int64_t tokens : {1, 3, 8, 9, 16, 17, 40})
         for (Shape sh : {Shape{4, 4096}, Shape{4, 7168}, Shape{2, 320}, Shape{4, 1000 + 3}, Shape{3, 64}})
-            for (bool quantized : {true, false}) {
+            for (int variant = 0; variant < 3; ++variant) {  // quantized; unquantized; quantized, of the MoE's sum
+                const bool quantized = variant != 1, of_moe = variant == 2;
                 const int64_t n = sh.n, dim = sh.dim, rows = cuda::hc_pre_mix_size(n), blocks = (dim + 127) / 128;
+                const MoeCombineInputs moe = random_moe_combine_inputs(rng, tokens, dim, 6, 64);
                 const Inputs in = make_inputs(rng, tokens, n, dim, rows, 3);
                 const std::vector<float> f = rng.normal_bf16(tokens * dim);
                 std::vector<float> post_mix, weight;  // the sub-layer before's pre | post | comb rows
@@ -406,11 +408,13 @@ TEST(GpuMhc, HcPostThenPreNormEqualsTheTwoCallsBitwise) {
                 auto d_scale = to_device(in.scale);
                 auto d_weight = to_device(weight);
                 struct Out {
-                    std::vector<uint16_t> streams, x;
+                    std::vector<uint16_t> streams, x, combined;
                     std::vector<uint8_t> q;
                     std::vector<float> scales, mix, logits;
                 };
                 auto run = [&](bool one_call) {
+                    auto d_combined = poisoned<uint16_t>(size_t(tokens * dim));
+                    const cuda::MoeCombineParams combine = moe.params(d_combined);
                     auto d_new = poisoned<uint16_t>(size_t(tokens * n * dim));
                     auto d_x = poisoned<uint16_t>(size_t(tokens * dim));
                     auto d_q = poisoned<uint8_t>(size_t(tokens * dim));
@@ -438,13 +442,17 @@ TEST(GpuMhc, HcPostThenPreNormEqualsTheTwoCallsBitwise) {
                                                    quantized ? d_q.get() : nullptr,
                                                    quantized ? d_scales.get() : nullptr};
                     if (one_call) {
-                        cuda::hc_post_then_pre_norm(post, p, norm, nullptr);
+                        cuda::hc_post_then_pre_norm(post, p, norm, nullptr, of_moe ? &combine : nullptr);
                     } else {
-                        cuda::hc_post(post, nullptr);
+                        if (of_moe)
+                            cuda::hc_post_of_moe(post, combine, nullptr);
+                        else
+                            cuda::hc_post(post, nullptr);
                         cuda::hc_pre_norm(p, norm, nullptr);
                     }
                     return Out{to_host(d_new),
                                to_host(d_x),
+                               of_moe ? to_host(d_combined) : std::vector<uint16_t>{},
                                quantized ? to_host(d_q) : std::vector<uint8_t>{},
                                quantized ? to_host(d_scales) : std::vector<float>{},
                                to_host(d_mix),
@@ -453,8 +461,9 @@ TEST(GpuMhc, HcPostThenPreNormEqualsTheTwoCallsBitwise) {
                 const Out two = run(false), one = run(true);
                 const std::string what = "hc_post_then_pre_norm tokens " + std::to_string(tokens) + " n_hc " +
                                          std::to_string(n) + " dim " + std::to_string(dim) +
-                                         (quantized ? " quantized" : "");
+                                         (quantized ? " quantized" : "") + (of_moe ? " of the MoE" : "");
                 expect_bitwise_bf16(what + " streams", one.streams, two.streams);
+                expect_bitwise_bf16(what + " combined", one.combined, two.combined);
                 expect_bitwise_bf16(what + " x", one.x, two.x);
                 expect_bitwise_bytes(what + " q", one.q, two.q);
                 expect_bitwise_f32(what + " scales", one.scales, two.scales);

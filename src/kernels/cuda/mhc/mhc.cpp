@@ -44,14 +44,20 @@ void hc_pre_norm(const HcMixParams& p, const RmsNormParams& norm, cudaStream_t s
 }
 
 void hc_post_then_pre_norm(const HcPostParams& post, const HcMixParams& p, const RmsNormParams& norm,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, const MoeCombineParams* combine) {
     check_post("hc_post_then_pre_norm", post);
-    DSV4_CHECK(post.f, "hc_post_then_pre_norm: null f");
+    DSV4_CHECK(post.f || combine, "hc_post_then_pre_norm: null f");
+    if (combine) {
+        DSV4_CHECK(combine->tokens == post.tokens && combine->dim == post.dim,
+                   "hc_post_then_pre_norm: the combine's shape [{}, {}] is not the post's [{}, {}]", combine->tokens,
+                   combine->dim, post.tokens, post.dim);
+        check_moe_combine("hc_post_then_pre_norm", *combine);
+    }
     check_pre_norm(p, norm);
     DSV4_CHECK(p.streams == post.out && p.tokens == post.tokens && p.n_hc == post.n_hc && p.dim == post.dim,
                "hc_post_then_pre_norm: the pre-mix must read the post-mix's output streams [{}, {}, {}]", post.tokens,
                post.n_hc, post.dim);
-    if (p.tokens) detail::launch_hc_mix(p, false, stream, detail::HcMixPath::kAuto, &norm, &post);
+    if (p.tokens) detail::launch_hc_mix(p, false, stream, detail::HcMixPath::kAuto, &norm, &post, combine);
 }
 
 void hc_sinkhorn(const HcMixParams& p, cudaStream_t stream) {
