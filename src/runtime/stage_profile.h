@@ -18,8 +18,7 @@ namespace dsv4 {
 // stages it has (indexer on CSA layers, compressor on CSA and HCA layers).
 //   upload          the piece's metadata to the device, then the wait for the launch of the step (graph or kernels)
 //   embed           embedding rows into the mHC streams
-//   attn_hc_pre     mHC pre-mix + attn_norm; from the second block on, with the previous block's MoE sum and mHC
-//                   post-mix in the same launch where it can (cuda::hc_post_then_pre_norm: decode batches)
+//   attn_hc_pre     mHC pre-mix + attn_norm
 //   q_proj          wq_a | wkv (one GEMM), q_norm and kv_norm, wq_b, then in one launch the head norm, RoPE of q
 //                   and kv and the window KV packed as the chunk's own entries (and, in a decode step, the ring's)
 //   indexer         CSA layers: the wait for the side lane's f32 projections of x (compressors, weights_proj),
@@ -29,8 +28,8 @@ namespace dsv4 {
 //   sparse_attn     slot lists, sparse attention, inverse RoPE
 //   o_proj          grouped wo_a, wo_b
 //   ring_update     the window ring's new entries (pieces other than decode steps, which write them in q_proj)
-//   attn_hc_post    the wait for the side lane before the attention's mHC post-mix, which ffn_hc_pre runs
-//   ffn_hc_pre      the attention's mHC post-mix, then mHC pre-mix + ffn_norm (one launch where it can)
+//   attn_hc_post    mHC post-mix of the attention output
+//   ffn_hc_pre      mHC pre-mix + ffn_norm
 //   expert_gather   the experts' input rows gathered from every rank (data-parallel attention only)
 //   router          gate, routing, row index (the shared expert runs beside this and the next two stages, on a
 //                   second stream)
@@ -38,8 +37,7 @@ namespace dsv4 {
 //   expert_exchange the routed slots summed over the ranks (expert parallelism only)
 //   shared_expert   the wait for the shared expert (s1, s3, SwiGLU, s2): what it adds after the routed experts
 //   moe_combine     routed + shared sum (only with an observer attached; otherwise ffn_hc_post's kernel computes it)
-//   ffn_hc_post     the wait for the side lane; in the last block also the routed + shared sum and the mHC post-mix
-//                   of it, in one kernel (in the others the next block's attn_hc_pre runs them)
+//   ffn_hc_post     the routed + shared sum and the mHC post-mix of it, in one kernel
 //   head            mHC head mix, final norm, lm_head
 //   logits_gather   every rank's logits gathered (data-parallel attention only)
 //   logits_copy     the logits to the host

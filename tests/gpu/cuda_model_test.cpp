@@ -263,8 +263,6 @@ class CudaModelFixture : public ::testing::TestWithParam<std::string> {
             << "perturbation (position " << g.worst_at << ")";
     }
 
-    void expect_schedule_changes_no_bits(const CudaOptions& options, const char* what);
-
     cuda_fixtures::ModelInputs inputs_;
     std::shared_ptr<const Checkpoint> checkpoint_;
     std::vector<int32_t> ids_;
@@ -313,34 +311,23 @@ TEST_P(CudaModelFixture, StackedProjectionsEqualSeparateLaunchesBitwise) {
 
 // The lanes' scheduling priorities (CudaOptions::prioritize_main_lane) order work, never change it: prefill chunks
 // and graph-replayed greedy decode steps give the same bits with equal priorities.
-// A scheduling option (which stream runs what, in which order): the chunk schedule's logits and a greedy decode
-// equal the default's bit for bit (a hazard between lanes would show here).
-void CudaModelFixture::expect_schedule_changes_no_bits(const CudaOptions& options, const char* what) {
-    const ModelConfig& config = checkpoint_->config();
-    CudaModel other(config, load_model_weights(checkpoint_, config), Numerics::kModel, options);
-    auto same = [&](const Logits& a, const Logits& b, const char* where) {
-        ASSERT_EQ(a.logits.size(), b.logits.size()) << where;
-        EXPECT_EQ(differing_bits(a, b).count, 0u) << GetParam() << ": " << where << " with the default and " << what;
-    };
-    same(Recorder(*gpu_, false).chunks(ids_, inputs_.schedule), Recorder(other, false).chunks(ids_, inputs_.schedule),
-         "chunk schedule");
-    const std::vector<int32_t> prompt(ids_.begin(), ids_.begin() + inputs_.greedy_prompt);
-    std::vector<int32_t> default_tokens, other_tokens;
-    same(Recorder(*gpu_, false).greedy(prompt, default_tokens), Recorder(other, false).greedy(prompt, other_tokens),
-         "greedy decode");
-    EXPECT_EQ(default_tokens, other_tokens) << what;
-}
-
 TEST_P(CudaModelFixture, LanePrioritiesChangeNoBits) {
+    const ModelConfig& config = checkpoint_->config();
     CudaOptions options = comparison_options();
     options.prioritize_main_lane = false;
-    expect_schedule_changes_no_bits(options, "equal lane priorities");
-}
-
-TEST_P(CudaModelFixture, SharedExpertAfterRoutingChangesNoBits) {
-    CudaOptions options = comparison_options();
-    options.shared_expert_beside_router = false;
-    expect_schedule_changes_no_bits(options, "the shared expert forked after the routing");
+    CudaModel equal(config, load_model_weights(checkpoint_, config), Numerics::kModel, options);
+    auto same = [&](const Logits& a, const Logits& b, const char* what) {
+        ASSERT_EQ(a.logits.size(), b.logits.size()) << what;
+        EXPECT_EQ(differing_bits(a, b).count, 0u)
+            << GetParam() << ": " << what << " with the main lane first and with equal priorities";
+    };
+    same(Recorder(*gpu_, false).chunks(ids_, inputs_.schedule), Recorder(equal, false).chunks(ids_, inputs_.schedule),
+         "chunk schedule");
+    const std::vector<int32_t> prompt(ids_.begin(), ids_.begin() + inputs_.greedy_prompt);
+    std::vector<int32_t> first_tokens, equal_tokens;
+    same(Recorder(*gpu_, false).greedy(prompt, first_tokens), Recorder(equal, false).greedy(prompt, equal_tokens),
+         "greedy decode");
+    EXPECT_EQ(first_tokens, equal_tokens);
 }
 
 TEST_P(CudaModelFixture, GreedyTokensWithinYardstick) {

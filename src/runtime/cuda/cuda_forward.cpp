@@ -449,9 +449,7 @@ void CudaModel::Impl::enqueue_piece() {
         cuda::embed(ep, s);
     }
 
-    post_deferred = false;
-    for (int64_t layer = 0; layer < c.num_layers; ++layer) block(layer, layer + 1 < c.num_layers);
-    DSV4_CHECK(!post_deferred, "internal: the last block left its hc_post undone");
+    for (int64_t layer = 0; layer < c.num_layers; ++layer) block(layer);
 
     // mHC head, final norm, f32 head for the rows whose logits are wanted: this rank's rows of the piece's logits,
     // which every rank then gathers (data-parallel attention).

@@ -223,7 +223,7 @@ void CudaModel::Impl::grouped_linear(const cuda::DeviceMatrix& w, const bf16* x,
 }
 
 // CpuModel::block_forward.
-void CudaModel::Impl::block(int64_t layer, bool next_block_follows) {
+void CudaModel::Impl::block(int64_t layer) {
     const ModelConfig& c = config;
     const int64_t T = piece.tokens;
     const cuda::DeviceBlock& b = w.layers[size_t(layer)];
@@ -244,15 +244,10 @@ void CudaModel::Impl::block(int64_t layer, bool next_block_follows) {
         cuda::hc_pre_norm(mix, {ws.x, norm, ws.x, T, D, D, D, float(c.rms_norm_eps), ws.x_fp8.q, ws.x_fp8.scales}, s);
         if (side_sinkhorn) pending_sinkhorn = mix;
     };
-    // hc_post reads comb: the Sinkhorn launched where the sub-layer did not, and the side lane joined.
-    auto post_ready = [&]() {
-        sinkhorn_on_side();
+    auto hc_post = [&]() {   // of ws.y, or of the MoE's pending sum of routed and shared outputs
+        sinkhorn_on_side();  // where the sub-layer did not launch it
         if (side_sinkhorn) join_side();
-    };
-    auto post_params = [&]() { return cuda::HcPostParams{ws.y, ws.streams, ws.mix, ws.streams_next, T, n_hc, D}; };
-    // hc_post of ws.y, or of the MoE's pending sum of routed and shared outputs.
-    auto hc_post = [&]() {
-        const cuda::HcPostParams post = post_params();
+        const cuda::HcPostParams post{ws.y, ws.streams, ws.mix, ws.streams_next, T, n_hc, D};
         if (pending_combine)
             cuda::hc_post_of_moe(post, *pending_combine, s);
         else
@@ -260,48 +255,24 @@ void CudaModel::Impl::block(int64_t layer, bool next_block_follows) {
         pending_combine.reset();
         std::swap(ws.streams, ws.streams_next);
     };
-    // That hc_post and the next sub-layer's hc_pre (with `hw`, `norm`): one launch where hc_pre_norm is one
-    // (cuda::hc_post_then_pre_norm).
-    auto hc_post_then_pre = [&](const cuda::DeviceHc& hw, const float* norm) {
-        const cuda::HcPostParams post = post_params();
-        std::swap(ws.streams, ws.streams_next);
-        cuda::HcMixParams mix = hc_mix_params(hw, ws.streams, T);
-        mix.defer_sinkhorn = side_sinkhorn;
-        cuda::hc_post_then_pre_norm(post, mix,
-                                    {ws.x, norm, ws.x, T, D, D, D, float(c.rms_norm_eps), ws.x_fp8.q, ws.x_fp8.scales},
-                                    s, pending_combine ? &*pending_combine : nullptr);
-        pending_combine.reset();
-        if (side_sinkhorn) pending_sinkhorn = mix;
-    };
 
-    // 1. Attention sub-block; its input from the previous block's hc_post where that was left to this launch.
+    // 1. Attention sub-block.
     stages.mark("attn_hc_pre", layer);
-    if (post_deferred)
-        hc_post_then_pre(b.hc_attn, b.attn_norm);
-    else
-        hc_pre(b.hc_attn, b.attn_norm);
-    post_deferred = false;
+    hc_pre(b.hc_attn, b.attn_norm);
     observe_bf16("attn_in", layer, ws.x, T, D);
     attention(layer);
     observe_bf16("attn_out", layer, ws.y, T, D);
-    stages.mark("attn_hc_post", layer);  // the wait before it: the post-mix runs in ffn_hc_pre's launch
-    post_ready();
+    stages.mark("attn_hc_post", layer);
+    hc_post();
 
     // 2. MoE sub-block.
     stages.mark("ffn_hc_pre", layer);
-    hc_post_then_pre(b.hc_ffn, b.ffn_norm);
+    hc_pre(b.hc_ffn, b.ffn_norm);
     sinkhorn_on_side();
     observe_bf16("ffn_in", layer, ws.x, T, D);
     moe(layer);
     observe_bf16("ffn_out", layer, ws.y, T, D);
     stages.mark("ffn_hc_post", layer);
-    post_ready();
-    // Where the next block follows (and nothing observes the streams in between), its hc_pre launch runs this
-    // hc_post (and the MoE's sum) too.
-    if (next_block_follows && !observer) {
-        post_deferred = true;
-        return;
-    }
     hc_post();
     observe_bf16("streams", layer, ws.streams, T, n_hc * D);
 }

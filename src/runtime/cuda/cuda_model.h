@@ -104,10 +104,6 @@ struct CudaOptions {
     // A decode step's router and routing in one launch (cuda::router_and_routing; docs/perf.md). Off: two launches,
     // the same bits.
     bool router_with_routing = true;
-    // Where the shared expert is computed on its own rank's tokens (without shared_expert_on_one_rank's choice): on
-    // the side lane from the start of the MoE, beside the router (on), or forked after the routing, beside the routed
-    // experts (off), so that the router's CTAs do not wait behind its GEMVs'. The same bits either way.
-    bool shared_expert_beside_router = true;
     // The most pinned host memory the logits' copy to the host takes; a piece wanting more logits (every position of
     // a long prefill) goes through it in slices, the same values.
     size_t logit_staging_bytes = size_t(256) << 20;  // a decode step of 519 sequences at V4's vocabulary in one slice

@@ -295,10 +295,7 @@ struct CudaModel::Impl {
 
     // Pool row of compressed entry e (or indexer key, `index`) of the sequence in `slot` at `layer` (host side).
     int64_t entry_row(int64_t layer, int slot, int64_t e, bool index) const;
-    // One block (CpuModel::block_forward). `next_block_follows`: its last hc_post may be left to the next block's first
-    // launch (post_deferred), which then computes it (cuda::hc_post_then_pre_norm); else ws.streams holds its output.
-    void block(int64_t layer, bool next_block_follows = false);
-    bool post_deferred = false;
+    void block(int64_t layer);
     void attention(int64_t layer);
     // moe_forward up to the routed + shared sum: that sum (moe_combine) is left in pending_combine for the MoE's
     // hc_post to compute in its own kernel (hc_post_of_moe), or, with an observer (which reads ws.y), run into ws.y.

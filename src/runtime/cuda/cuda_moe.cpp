@@ -67,15 +67,13 @@ void CudaModel::Impl::moe(int64_t layer) {
     const ExpertParallel& ep = options.expert_parallel;
 
     // The shared expert on the side lane, beside everything up to the combine: it reads only ws.x and ws.x_fp8,
-    // which nothing before the combine writes, and writes only its own buffers. From the start
-    // (CudaOptions::shared_expert_beside_router) or after the routing. On one rank only
+    // which nothing before the combine writes, and writes only its own buffers. On one rank only
     // (CudaOptions::shared_expert_on_one_rank): after the routing that chooses the rank, into the rows after the
     // slots, which the exchange sums (every other rank writes them +0).
     const bool shared_on_one_rank = shared_expert_on_one_rank(m);
     const int64_t slots = Tm * k;
     bf16* const shared_out = shared_on_one_rank ? ws.routed_out + slots * D : ws.shared_out;
-    const bool shared_first = T > 0 && !shared_on_one_rank && options.shared_expert_beside_router;
-    if (shared_first) {
+    if (T > 0 && !shared_on_one_rank) {
         fork_side();
         shared_expert(side_lane(), m, shared_out);
     }
@@ -133,9 +131,6 @@ void CudaModel::Impl::moe(int64_t layer) {
     if (shared_on_one_rank) {
         fork_side();
         shared_expert(side_lane(), m, shared_out, ws.shared_rows);
-    } else if (T > 0 && !shared_first) {
-        fork_side();
-        shared_expert(side_lane(), m, shared_out);
     }
     if (observer) {  // selection margins from the device's router logits (this rank's rows), as route_tokens does
         std::vector<float> logits(static_cast<size_t>(T * E)), bias(static_cast<size_t>(E)),

@@ -12,23 +12,6 @@ void check_mix(const char* op, const HcMixParams& p) {
     DSV4_CHECK(p.tokens >= 0 && p.dim > 0, "{}: bad shape tokens {} dim {}", op, p.tokens, p.dim);
 }
 
-void check_pre_norm(const HcMixParams& p, const RmsNormParams& norm) {
-    check_mix("hc_pre_norm", p);
-    DSV4_CHECK(p.sinkhorn_iters >= 0, "hc_pre_norm: sinkhorn_iters {} must be >= 0", p.sinkhorn_iters);
-    DSV4_CHECK(norm.x == p.x_out && norm.y == p.x_out, "hc_pre_norm: the norm must be of hc_pre's x, in place");
-    DSV4_CHECK(norm.rows == p.tokens && norm.dim == p.dim && norm.x_stride == p.dim && norm.y_stride == p.dim,
-               "hc_pre_norm: the norm's shape [{}, {}] (strides {}, {}) is not x's [{}, {}]", norm.rows, norm.dim,
-               norm.x_stride, norm.y_stride, p.tokens, p.dim);
-    DSV4_CHECK(!norm.q == !norm.q_scales, "hc_pre_norm: quantized output needs both its codes and its scales");
-}
-
-void check_post(const char* op, const HcPostParams& p) {
-    DSV4_CHECK(p.streams && p.mix && p.out, "{}: null pointer", op);
-    DSV4_CHECK(p.n_hc >= 1 && p.n_hc <= kMaxHcMult, "{}: n_hc {} outside [1, {}]", op, p.n_hc, kMaxHcMult);
-    DSV4_CHECK(p.tokens >= 0 && p.dim > 0, "{}: bad shape tokens {} dim {}", op, p.tokens, p.dim);
-    DSV4_CHECK(static_cast<const void*>(p.out) != static_cast<const void*>(p.streams), "{}: out may not alias streams",
-               op);
-}
 }  // namespace
 
 void hc_pre(const HcMixParams& p, cudaStream_t stream) {
@@ -39,25 +22,14 @@ void hc_pre(const HcMixParams& p, cudaStream_t stream) {
 }
 
 void hc_pre_norm(const HcMixParams& p, const RmsNormParams& norm, cudaStream_t stream) {
-    check_pre_norm(p, norm);
+    check_mix("hc_pre_norm", p);
+    DSV4_CHECK(p.sinkhorn_iters >= 0, "hc_pre_norm: sinkhorn_iters {} must be >= 0", p.sinkhorn_iters);
+    DSV4_CHECK(norm.x == p.x_out && norm.y == p.x_out, "hc_pre_norm: the norm must be of hc_pre's x, in place");
+    DSV4_CHECK(norm.rows == p.tokens && norm.dim == p.dim && norm.x_stride == p.dim && norm.y_stride == p.dim,
+               "hc_pre_norm: the norm's shape [{}, {}] (strides {}, {}) is not x's [{}, {}]", norm.rows, norm.dim,
+               norm.x_stride, norm.y_stride, p.tokens, p.dim);
+    DSV4_CHECK(!norm.q == !norm.q_scales, "hc_pre_norm: quantized output needs both its codes and its scales");
     if (p.tokens) detail::launch_hc_mix(p, false, stream, detail::HcMixPath::kAuto, &norm);
-}
-
-void hc_post_then_pre_norm(const HcPostParams& post, const HcMixParams& p, const RmsNormParams& norm,
-                           cudaStream_t stream, const MoeCombineParams* combine) {
-    check_post("hc_post_then_pre_norm", post);
-    DSV4_CHECK(post.f || combine, "hc_post_then_pre_norm: null f");
-    if (combine) {
-        DSV4_CHECK(combine->tokens == post.tokens && combine->dim == post.dim,
-                   "hc_post_then_pre_norm: the combine's shape [{}, {}] is not the post's [{}, {}]", combine->tokens,
-                   combine->dim, post.tokens, post.dim);
-        check_moe_combine("hc_post_then_pre_norm", *combine);
-    }
-    check_pre_norm(p, norm);
-    DSV4_CHECK(p.streams == post.out && p.tokens == post.tokens && p.n_hc == post.n_hc && p.dim == post.dim,
-               "hc_post_then_pre_norm: the pre-mix must read the post-mix's output streams [{}, {}, {}]", post.tokens,
-               post.n_hc, post.dim);
-    if (p.tokens) detail::launch_hc_mix(p, false, stream, detail::HcMixPath::kAuto, &norm, &post, combine);
 }
 
 void hc_sinkhorn(const HcMixParams& p, cudaStream_t stream) {
@@ -71,6 +43,16 @@ void hc_head(const HcMixParams& p, cudaStream_t stream) {
     check_mix("hc_head", p);
     if (p.tokens) detail::launch_hc_mix(p, true, stream);
 }
+
+namespace {
+void check_post(const char* op, const HcPostParams& p) {
+    DSV4_CHECK(p.streams && p.mix && p.out, "{}: null pointer", op);
+    DSV4_CHECK(p.n_hc >= 1 && p.n_hc <= kMaxHcMult, "{}: n_hc {} outside [1, {}]", op, p.n_hc, kMaxHcMult);
+    DSV4_CHECK(p.tokens >= 0 && p.dim > 0, "{}: bad shape tokens {} dim {}", op, p.tokens, p.dim);
+    DSV4_CHECK(static_cast<const void*>(p.out) != static_cast<const void*>(p.streams), "{}: out may not alias streams",
+               op);
+}
+}  // namespace
 
 void hc_post(const HcPostParams& p, cudaStream_t stream) {
     check_post("hc_post", p);

@@ -348,78 +348,12 @@ __device__ __forceinline__ float cluster_rms_factor(cg::cluster_group& cluster, 
     return factor;
 }
 
-// hc_post's output of stream k at one column: bf16(post_k f + sum_j comb[j][k] X_j), the CPU's operations in its
-// order; mix(i) is element i of the token's [pre | post | comb] row. hc_post_kernel and post_streams both use it.
-template <int kN, class Mix>
-__device__ __forceinline__ __nv_bfloat16 hc_post_value(const Mix& mix, const float (&xj)[kN], float f, int k) {
-    float residual = 0.0f;  // sum over the first index of C: C[j][k] X_j
-#pragma unroll
-    for (int j = 0; j < kN; ++j) residual = __fadd_rn(residual, __fmul_rn(mix(2 * kN + j * kN + k), xj[j]));
-    return f32_to_bf16(__fadd_rn(__fmul_rn(mix(kN + k), f), residual));
-}
-
-// What the split kernel computes before its mix (hc_post_then_pre_norm): nothing, hc_post of post.f, or hc_post of
-// the MoE's combine (hc_post_of_moe's f, computed with moe_combine's code).
-enum class Post { kNone, kOfF, kOfMoe };
-
-// The split kernel's prologue: the streams hc_post makes of token t, every CTA of the cluster computing all of them
-// into `posted` [kN * dim] (its shared memory, which the mix then reads instead of p.streams); the CTA of rank r
-// stores the 256-column chunks c with c % kCluster == r to post.out (and, kOfMoe, the combine's f to combine.out), so
-// every value is stored once.
-template <int kN, int kCluster, Post kPost>
-__device__ __forceinline__ void post_streams(const HcPostParams& post, const MoeCombineParams& combine, int64_t t,
-                                             int rank, __nv_bfloat16* posted) {
-    constexpr int kMix = (2 + kN) * kN, kBatch = 4;  // columns a thread loads before computing
-    __shared__ MoeCombineOrder order;
-    if constexpr (kPost == Post::kOfMoe) moe_combine_order(combine, t, order);  // every thread
-    float m[kMix];
-#pragma unroll
-    for (int i = 0; i < kMix; ++i) m[i] = post.mix[t * kMix + i];  // not __ldg: this kernel rewrites the row (p.mix)
-    auto mix = [&](int i) { return m[i]; };
-    const int64_t dim = post.dim;
-    const __nv_bfloat16* x = post.streams + t * kN * dim;
-    const __nv_bfloat16* f = post.f + t * dim;  // (kOfF)
-    __nv_bfloat16* out = post.out + t * kN * dim;
-    for (int64_t d0 = threadIdx.x; d0 < dim; d0 += int64_t(kHcThreads) * kBatch) {
-        float xj[kBatch][kN];
-        __nv_bfloat16 fb[kBatch];
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-            const int64_t d = d0 + int64_t(b) * kHcThreads;
-            if constexpr (kPost == Post::kOfMoe)
-                fb[b] = d < dim ? moe_combine_value(combine, order, t, d) : __float2bfloat16_rn(0.0f);
-            else
-                fb[b] = d < dim ? f[d] : __float2bfloat16_rn(0.0f);
-#pragma unroll
-            for (int j = 0; j < kN; ++j) xj[b][j] = d < dim ? bf16_to_f32(x[j * dim + d]) : 0.0f;
-        }
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-            const int64_t d = d0 + int64_t(b) * kHcThreads;
-            if (d >= dim) break;
-            const bool mine = (d / kHcThreads) % kCluster == rank;
-            if (kPost == Post::kOfMoe && mine) combine.out[t * dim + d] = fb[b];
-            const float fv = bf16_to_f32(fb[b]);
-#pragma unroll
-            for (int k = 0; k < kN; ++k) {
-                const __nv_bfloat16 value = hc_post_value<kN>(mix, xj[b], fv, k);
-                posted[k * dim + d] = value;
-                if (mine) out[k * dim + d] = value;
-            }
-        }
-    }
-    __syncthreads();
-}
-
 // grid (kCluster, tokens), clusters of kCluster along x. Value u in [0, kRows] (u = kRows: the sum of squares)
 // belongs to CTA u % kCluster; the CTA computes it exactly as hc_mix_kernel does (see the file comment).
 // kNorm: x is then rms-normalized in place (and quantized where norm.q is set) with rms_norm's arithmetic.
-// kPost: p.streams are hc_post(post)'s output (of the MoE's combine: kOfMoe), computed here first (post_streams; kN *
-// dim bf16 of dynamic shared memory): hc_post (or hc_post_of_moe) then hc_pre_norm in one launch, the same bits.
-template <int kN, bool kHead, int kCluster, bool kNorm = false, Post kPost = Post::kNone>
+template <int kN, bool kHead, int kCluster, bool kNorm = false>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
-    hc_mix_split_kernel(HcMixParams p, RmsNormParams norm, HcPostParams post, MoeCombineParams combine) {
-    static_assert(kPost == Post::kNone || kNorm, "hc_post is fused only into hc_pre_norm");
+    hc_mix_split_kernel(HcMixParams p, RmsNormParams norm) {
     constexpr int kRows = kHead ? kN : (2 + kN) * kN;
     constexpr int kValues = kRows + 1;
     constexpr int kPer = (kValues + kCluster - 1) / kCluster;
@@ -431,15 +365,9 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
     const int rank = int(cluster.block_rank());
     const int64_t t = blockIdx.y, width = kN * p.dim;
     const __nv_bfloat16* v = p.streams + t * width;
-    extern __shared__ __nv_bfloat16 hc_posted_streams[];  // kPost: [kN * dim]
     // Split cluster barrier: arrive now, wait before the first remote store (every CTA of the cluster has started
     // by then, the precondition of distributed shared memory), so its latency hides behind the loads.
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-    if constexpr (kPost != Post::kNone) post_streams<kN, kCluster, kPost>(post, combine, t, rank, hc_posted_streams);
-    auto stream_value = [&](int64_t i) {  // element i of the token's streams
-        if constexpr (kPost != Post::kNone) return bf16_to_f32(hc_posted_streams[i]);
-        return bf16_to_f32(v[i]);
-    };
 
     // 1. Per-thread chains of this CTA's values: the same strided columns and fmaf order as hc_mix_kernel.
     const float* fn_row[kPer];
@@ -460,7 +388,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
 #pragma unroll
         for (int s = 0; s < kUnroll; ++s) {
             const int64_t i = i0 + int64_t(s) * kHcThreads;
-            x[s] = i < width ? stream_value(i) : 0.0f;
+            x[s] = i < width ? bf16_to_f32(v[i]) : 0.0f;
 #pragma unroll
             for (int q = 0; q < kPer; ++q) f[q][s] = is_row[q] && i < width ? __ldg(fn_row[q] + i) : 0.0f;
         }
@@ -531,7 +459,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
     auto collapse = [&](int64_t d) {
         float out = 0.0f;
 #pragma unroll
-        for (int j = 0; j < kN; ++j) out = __fadd_rn(out, __fmul_rn(pre[j], stream_value(j * p.dim + d)));
+        for (int j = 0; j < kN; ++j) out = __fadd_rn(out, __fmul_rn(pre[j], bf16_to_f32(v[j * p.dim + d])));
         return f32_to_bf16(out);
     };
     if constexpr (!kNorm) {
@@ -588,9 +516,13 @@ __global__ void __launch_bounds__(kPostThreads) hc_post_kernel(HcPostParams p, M
     } else {
         f = bf16_to_f32(p.f[t * p.dim + d]);
     }
-    auto mix_value = [&](int i) { return mix[i]; };
 #pragma unroll
-    for (int k = 0; k < kN; ++k) p.out[(t * kN + k) * p.dim + d] = hc_post_value<kN>(mix_value, xj, f, k);
+    for (int k = 0; k < kN; ++k) {
+        float residual = 0.0f;  // sum over the first index of C: C[j][k] X_j
+#pragma unroll
+        for (int j = 0; j < kN; ++j) residual = __fadd_rn(residual, __fmul_rn(mix[2 * kN + j * kN + k], xj[j]));
+        p.out[(t * kN + k) * p.dim + d] = f32_to_bf16(__fadd_rn(__fmul_rn(mix[kN + k], f), residual));
+    }
 }
 
 }  // namespace
@@ -602,81 +534,46 @@ bool hc_pre_norm_fused(const HcMixParams& p, HcMixPath path) {
     return path == HcMixPath::kSplit && hc_specialised(p.n_hc) && p.dim <= int64_t(kNormChunks) * kHcThreads;
 }
 
-// hc_pre_norm on the split path in one launch, kPost: with hc_post(post) (of combine: kOfMoe) before it in the same
-// kernel. Clusters of kHcWideCluster where the device co-schedules one, else of kHcCluster (the same values, the same
-// bits). False where no cluster of the kernel fits (kPost's shared memory): nothing launched.
-template <int kN, Post kPost>
-bool launch_split_norm(const HcMixParams& p, const RmsNormParams& norm, const HcPostParams& post,
-                       const MoeCombineParams& combine, cudaStream_t stream) {
-    const int smem = kPost != Post::kNone ? int(kN * p.dim * int64_t(sizeof(__nv_bfloat16))) : 0;
-    auto wide = hc_mix_split_kernel<kN, false, kHcWideCluster, true, kPost>;
-    if (p.tokens <= kWideTokens &&
-        resident_clusters(reinterpret_cast<const void*>(wide), kHcThreads, kHcWideCluster, smem) >= 1) {
-        wide<<<dim3(kHcWideCluster, unsigned(p.tokens)), kHcThreads, smem, stream>>>(p, norm, post, combine);
-        return true;
-    }
-    auto narrow = hc_mix_split_kernel<kN, false, kHcCluster, true, kPost>;
-    if (kPost != Post::kNone &&
-        resident_clusters(reinterpret_cast<const void*>(narrow), kHcThreads, kHcCluster, smem) < 1)
-        return false;  // (it raised the kernel's shared-memory limit where it fits)
-    narrow<<<dim3(kHcCluster, unsigned(p.tokens)), kHcThreads, smem, stream>>>(p, norm, post, combine);
-    return true;
-}
-
-template <int kN>
-bool launch_split_norm_post(const HcMixParams& p, const RmsNormParams& norm, const HcPostParams& post,
-                            const MoeCombineParams* combine, cudaStream_t stream) {
-    return combine ? launch_split_norm<kN, Post::kOfMoe>(p, norm, post, *combine, stream)
-                   : launch_split_norm<kN, Post::kOfF>(p, norm, post, {}, stream);
-}
-
-void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPath path, const RmsNormParams* norm,
-                   const HcPostParams* post, const MoeCombineParams* combine) {
+void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPath path, const RmsNormParams* norm) {
     if (path == HcMixPath::kAuto && !hc_specialised(p.n_hc)) path = HcMixPath::kGeneric;
     if (path == HcMixPath::kAuto) path = hc_mix_auto_path(p.tokens, head);
-    const bool fused_norm = norm && !head && hc_pre_norm_fused(p, path);
-    if (post && fused_norm) {  // hc_post inside hc_pre_norm's kernel, where its shared memory fits
-        const bool launched = p.n_hc == 2 ? launch_split_norm_post<2>(p, *norm, *post, combine, stream)
-                                          : launch_split_norm_post<4>(p, *norm, *post, combine, stream);
-        if (launched) {
-            DSV4_CUDA_CHECK(cudaGetLastError());
-            if (!p.defer_sinkhorn) launch_hc_sinkhorn(p, stream);
-            return;
-        }
-    }
-    if (post && combine) hc_post_of_moe(*post, *combine, stream);  // a launch of its own before the mix (or two)
-    if (post && !combine) launch_hc_post(*post, stream);
-    // The norm in a launch of its own after the mix.
-    if (norm && !fused_norm) {
+    if (norm && (head || !hc_pre_norm_fused(p, path))) {  // the two launches
         launch_hc_mix(p, head, stream, path);
         return launch_rms_norms({norm, 1}, stream);
     }
     if (path == HcMixPath::kGeneric) return launch_hc_mix_generic(p, head, stream);  // normalizes comb itself
     const RmsNormParams no_norm{};
-    const HcPostParams no_post{};
     // A wide cluster where the device co-schedules one (else clusters of kHcCluster: the same values, the same bits).
     const void* wide = p.n_hc == 2 ? reinterpret_cast<const void*>(hc_mix_split_kernel<2, false, kHcWideCluster>)
                                    : reinterpret_cast<const void*>(hc_mix_split_kernel<4, false, kHcWideCluster>);
     if (path == HcMixPath::kSplit && norm) {  // hc_pre_norm in one launch
-        if (p.n_hc == 2) launch_split_norm<2, Post::kNone>(p, *norm, no_post, {}, stream);
-        if (p.n_hc == 4) launch_split_norm<4, Post::kNone>(p, *norm, no_post, {}, stream);
+        const void* wide_norm =
+            p.n_hc == 2 ? reinterpret_cast<const void*>(hc_mix_split_kernel<2, false, kHcWideCluster, true>)
+                        : reinterpret_cast<const void*>(hc_mix_split_kernel<4, false, kHcWideCluster, true>);
+        if (p.tokens <= kWideTokens && resident_clusters(wide_norm, kHcThreads, kHcWideCluster) >= 1) {
+            const dim3 grid(kHcWideCluster, unsigned(p.tokens));
+            if (p.n_hc == 2)
+                hc_mix_split_kernel<2, false, kHcWideCluster, true><<<grid, kHcThreads, 0, stream>>>(p, *norm);
+            if (p.n_hc == 4)
+                hc_mix_split_kernel<4, false, kHcWideCluster, true><<<grid, kHcThreads, 0, stream>>>(p, *norm);
+        } else {
+            const dim3 grid(kHcCluster, unsigned(p.tokens));
+            if (p.n_hc == 2) hc_mix_split_kernel<2, false, kHcCluster, true><<<grid, kHcThreads, 0, stream>>>(p, *norm);
+            if (p.n_hc == 4) hc_mix_split_kernel<4, false, kHcCluster, true><<<grid, kHcThreads, 0, stream>>>(p, *norm);
+        }
     } else if (path == HcMixPath::kSplit && !head && p.tokens <= kWideTokens &&
                resident_clusters(wide, kHcThreads, kHcWideCluster) >= 1) {
         const dim3 grid(kHcWideCluster, unsigned(p.tokens));
-        if (p.n_hc == 2)
-            hc_mix_split_kernel<2, false, kHcWideCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm, no_post, {});
-        if (p.n_hc == 4)
-            hc_mix_split_kernel<4, false, kHcWideCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm, no_post, {});
+        if (p.n_hc == 2) hc_mix_split_kernel<2, false, kHcWideCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm);
+        if (p.n_hc == 4) hc_mix_split_kernel<4, false, kHcWideCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm);
     } else if (path == HcMixPath::kSplit) {
         const dim3 grid(kHcCluster, unsigned(p.tokens));
         if (p.n_hc == 2 && !head)
-            hc_mix_split_kernel<2, false, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm, no_post, {});
-        if (p.n_hc == 2 && head)
-            hc_mix_split_kernel<2, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm, no_post, {});
+            hc_mix_split_kernel<2, false, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm);
+        if (p.n_hc == 2 && head) hc_mix_split_kernel<2, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm);
         if (p.n_hc == 4 && !head)
-            hc_mix_split_kernel<4, false, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm, no_post, {});
-        if (p.n_hc == 4 && head)
-            hc_mix_split_kernel<4, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm, no_post, {});
+            hc_mix_split_kernel<4, false, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm);
+        if (p.n_hc == 4 && head) hc_mix_split_kernel<4, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm);
     } else if (path == HcMixPath::kRowGroups) {
         if (head) throw_cuda_error(cudaErrorInvalidValue, "hc_head has no row-group path", __FILE__, __LINE__);
         // One token per tile up to 32 tokens, two up to 128 (more CTAs where the tiles are few), four above.

@@ -71,14 +71,6 @@ struct HcPostParams {
 };
 void hc_post(const HcPostParams& p, cudaStream_t stream);
 
-// hc_post(post) (with `combine`: hc_post_of_moe(post, *combine)), then hc_pre_norm(p, norm) of its output
-// (p.streams == post.out): a sub-layer's residual update and the next sub-layer's input, the same bits as the two
-// calls. One launch where hc_pre_norm is one (decode batches): every CTA of the token's cluster computes the token's
-// new streams into its shared memory and reads them there, and stores its share of them (mhc.cu). Tested in
-// tests/gpu/mhc_test.cpp.
-void hc_post_then_pre_norm(const HcPostParams& post, const HcMixParams& p, const RmsNormParams& norm,
-                           cudaStream_t stream, const MoeCombineParams* combine = nullptr);
-
 // hc_post of the MoE's output: f is moe_combine(combine)'s, computed in the same kernel with moe_combine's code
 // (moe_combine.cuh) instead of read from p.f (unused), so the same bits as moe_combine then hc_post, in one launch and
 // without reading f back. f is still stored in combine.out (a [tokens, dim] buffer: 8 KB a token), so it stays
@@ -107,11 +99,9 @@ constexpr bool hc_specialised(int64_t n_hc) {
     return n_hc == 2 || n_hc == 4;
 }
 // The mix kernel of `path`, then (hc_pre, unless p.defer_sinkhorn) launch_hc_sinkhorn: the complete mix. With
-// `norm` (hc_pre_norm's, contract checked), the rms_norm too: in the split kernel where hc_pre_norm_fused. With
-// `post` (hc_post_then_pre_norm's, contract checked) hc_post first: in that kernel too where its shared memory fits.
+// `norm` (hc_pre_norm's, contract checked), the rms_norm too: in the split kernel where hc_pre_norm_fused.
 void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPath path = HcMixPath::kAuto,
-                   const RmsNormParams* norm = nullptr, const HcPostParams* post = nullptr,
-                   const MoeCombineParams* combine = nullptr);
+                   const RmsNormParams* norm = nullptr);
 // Whether hc_pre with `path` (kAuto: its choice) runs hc_pre_norm's rms_norm in its own kernel.
 bool hc_pre_norm_fused(const HcMixParams& p, HcMixPath path = HcMixPath::kAuto);
 void launch_hc_sinkhorn(const HcMixParams& p, cudaStream_t stream);
