@@ -11,11 +11,13 @@
 #include <numeric>
 #include <vector>
 
+#include "core/error.h"
 #include "gpu_test_util.h"
 #include "kernels/cpu/quant_sim.h"
-#include "kernels/cuda/compressor/kv_entry_layout.h"
 #include "kernels/cuda/attention_slots/attention_slots.h"
+#include "kernels/cuda/compressor/kv_entry_layout.h"
 #include "kernels/cuda/indexer/indexer.h"
+#include "kernels/cuda/quant/quant.h"
 
 namespace dsv4 {
 namespace {
@@ -361,6 +363,62 @@ TEST(IndexerGpu, TopkWritesTheAttentionsKeyListAsAttentionSlots) {
         EXPECT_TRUE(std::all_of(indices[1].begin(), indices[1].end(), [](int32_t r) { return r >= -1 && r < 8000; }))
             << "top-k " << topk << ": an unwritten slot";
     }
+}
+
+// Host-only (the launchers check before any CUDA call): the indexer queries' RoPE and the top-k's key list refuse
+// parameters that do not describe them.
+TEST(IndexerLaunchContracts, RopeInTheRotationAndTheKeyListRefuseMismatches) {
+    auto* x = reinterpret_cast<__nv_bfloat16*>(uintptr_t(64));
+    const auto* inv_freq = reinterpret_cast<const float*>(uintptr_t(64));
+    const auto* positions = reinterpret_cast<const int32_t*>(uintptr_t(64));
+    cuda::IndexerRotateParams rq{x, 8, 128, 128};
+    rq.rope_inv_freq = inv_freq;
+    rq.positions = positions;
+    rq.rope_dim = 64;
+    rq.rope_heads = 4;
+    cuda::IndexerRotateParams bad = rq;
+    bad.positions = nullptr;
+    EXPECT_THROW(cuda::indexer_rotate_fp4(bad, nullptr), Error) << "RoPE without positions";
+    bad = rq;
+    bad.rope_dim = 63;
+    EXPECT_THROW(cuda::indexer_rotate_fp4(bad, nullptr), Error) << "an odd rope_dim";
+    bad.rope_dim = 256;
+    EXPECT_THROW(cuda::indexer_rotate_fp4(bad, nullptr), Error) << "rope_dim above dim";
+    bad = rq;
+    bad.rope_heads = 3;
+    EXPECT_THROW(cuda::indexer_rotate_fp4(bad, nullptr), Error) << "8 rows are not whole tokens of 3 heads";
+
+    auto* selected = reinterpret_cast<int32_t*>(uintptr_t(64));
+    cuda::IndexerTopkParams tp;
+    tp.scores = reinterpret_cast<const uint16_t*>(uintptr_t(64));
+    tp.token_position = positions;
+    tp.selected = selected;
+    tp.tokens = 2;
+    tp.max_visible = 16;
+    tp.topk = 8;
+    tp.slots.indices = selected + 64;
+    tp.slots.selected = selected;
+    tp.slots.positions = positions;
+    tp.slots.token_seq = tp.slots.seq_first_row = tp.slots.seq_start_position = tp.slots.seq_state = positions;
+    tp.slots.page_table = positions;
+    tp.slots.max_pages = tp.slots.page_size = 4;
+    tp.slots.tokens = 2;
+    tp.slots.window = 4;
+    tp.slots.topk = 8;
+    tp.slots.slots = 12;
+    cuda::IndexerTopkParams other = tp;
+    other.slots.selected = selected + 8;
+    EXPECT_THROW(cuda::indexer_topk(other, nullptr), Error) << "a key list of another selection";
+    other = tp;
+    other.slots.topk = 4;
+    other.slots.slots = 8;
+    EXPECT_THROW(cuda::indexer_topk(other, nullptr), Error) << "a key list of another top-k";
+    other = tp;
+    other.slots.slots = 13;
+    EXPECT_THROW(cuda::indexer_topk(other, nullptr), Error) << "slots != window + top-k";
+    other = tp;
+    other.slots.page_table = nullptr;
+    EXPECT_THROW(cuda::indexer_topk(other, nullptr), Error) << "compressed slots without a page table";
 }
 
 }  // namespace

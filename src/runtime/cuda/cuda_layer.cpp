@@ -418,7 +418,7 @@ void CudaModel::Impl::attention(int64_t layer) {
         index_keys_of(proj);
         if (c.index_topk > 0) head_weights_of(proj);
         index_keys_ready->record(compressors);
-        main_entries_of(proj);
+        if (a.compressor) main_entries_of(proj);
     }
 
     // 1. Queries and window KV: qr = q_norm(wq_a x) and kv = kv_norm(wkv x); q = wq_b qr.
