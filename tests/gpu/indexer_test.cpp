@@ -90,6 +90,20 @@ std::vector<int32_t> cpu_top_k(const float* scores, int count, int k) {
     return order;
 }
 
+// The top-k's parameters over device buffers (no key list).
+cuda::IndexerTopkParams topk_params(const uint16_t* scores, const int32_t* positions, int32_t* selected, int tokens,
+                                    int ratio, int max_visible, int topk) {
+    cuda::IndexerTopkParams tp;
+    tp.scores = scores;
+    tp.token_position = positions;
+    tp.selected = selected;
+    tp.tokens = tokens;
+    tp.ratio = ratio;
+    tp.max_visible = max_visible;
+    tp.topk = topk;
+    return tp;
+}
+
 struct Case {
     int heads, dim, topk;
     std::vector<int32_t> positions;  // one per query token
@@ -155,14 +169,8 @@ void run_case(const Case& c) {
     sp.max_visible = max_visible;
     sp.max_pages = max_pages;
     sp.page_size = page_size;
-    cuda::IndexerTopkParams tp;
-    tp.scores = d_scores.get();
-    tp.token_position = d_pos.get();
-    tp.selected = d_sel.get();
-    tp.tokens = tokens;
-    tp.ratio = ratio;
-    tp.max_visible = max_visible;
-    tp.topk = c.topk;
+    const cuda::IndexerTopkParams tp =
+        topk_params(d_scores.get(), d_pos.get(), d_sel.get(), tokens, ratio, max_visible, c.topk);
     cuda::Event start, mid, stop;
     start.record(nullptr);
     cuda::indexer_scores(sp, nullptr);
@@ -257,14 +265,8 @@ void topk_ties_long_context(int topk) {
     auto d_scores = gpu_test::to_device(bits);
     auto d_pos = gpu_test::to_device(pos);
     auto d_sel = gpu_test::poisoned<int32_t>(pos.size() * topk);
-    cuda::IndexerTopkParams tp;
-    tp.scores = d_scores.get();
-    tp.token_position = d_pos.get();
-    tp.selected = d_sel.get();
-    tp.tokens = int32_t(pos.size());
-    tp.ratio = ratio;
-    tp.max_visible = max_visible;
-    tp.topk = topk;
+    const cuda::IndexerTopkParams tp =
+        topk_params(d_scores.get(), d_pos.get(), d_sel.get(), int(pos.size()), ratio, max_visible, topk);
     cuda::Event start, stop;
     start.record(nullptr);
     cuda::indexer_topk(tp, nullptr);
@@ -344,14 +346,8 @@ TEST(IndexerGpu, TopkWritesTheAttentionsKeyListAsAttentionSlots) {
             ap.ring_row = 1000;
             ap.chunk_row = 5000;
             ap.compressed_row = 7000;
-            cuda::IndexerTopkParams tp;
-            tp.scores = d_scores.get();
-            tp.token_position = d_positions.get();
-            tp.selected = d_sel.get();
-            tp.tokens = tokens;
-            tp.ratio = ratio;
-            tp.max_visible = max_visible;
-            tp.topk = topk;
+            cuda::IndexerTopkParams tp =
+                topk_params(d_scores.get(), d_positions.get(), d_sel.get(), tokens, ratio, max_visible, topk);
             if (fused) tp.slots = ap;
             cuda::indexer_topk(tp, nullptr);
             if (!fused) cuda::attention_slots(ap, nullptr);
@@ -389,13 +385,8 @@ TEST(IndexerLaunchContracts, RopeInTheRotationAndTheKeyListRefuseMismatches) {
     EXPECT_THROW(cuda::indexer_rotate_fp4(bad, nullptr), Error) << "8 rows are not whole tokens of 3 heads";
 
     auto* selected = reinterpret_cast<int32_t*>(uintptr_t(64));
-    cuda::IndexerTopkParams tp;
-    tp.scores = reinterpret_cast<const uint16_t*>(uintptr_t(64));
-    tp.token_position = positions;
-    tp.selected = selected;
-    tp.tokens = 2;
-    tp.max_visible = 16;
-    tp.topk = 8;
+    cuda::IndexerTopkParams tp =
+        topk_params(reinterpret_cast<const uint16_t*>(uintptr_t(64)), positions, selected, 2, 4, 16, 8);
     tp.slots.indices = selected + 64;
     tp.slots.selected = selected;
     tp.slots.positions = positions;
