@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/cuda/attention_slots/attention_slots.h"
 #include "kernels/cuda/common/device_buffer.h"
+#include "kernels/cuda/compressor/compressor.h"
 #include "kernels/cuda/gemm_bf16/cublaslt.h"
 #include "kernels/cuda/mhc/mhc.h"
 #include "kernels/cuda/moe_routing/moe_routing.h"
@@ -301,11 +303,34 @@ struct CudaModel::Impl {
     // hc_post to compute in its own kernel (hc_post_of_moe), or, with an observer (which reads ws.y), run into ws.y.
     void moe(int64_t layer);
     std::optional<cuda::MoeCombineParams> pending_combine;
-    // attention_forward's first step: qr = q_norm(wq_a x) into ws.qr and kv = kv_norm(wkv x) into ws.kv, the two
-    // projections in one GEMM where their weights stack.
+    // attention_forward's steps (cuda_attention.cpp), in its order. The first: qr = q_norm(wq_a x) into ws.qr and
+    // kv = kv_norm(wkv x) into ws.kv, the two projections in one GEMM where their weights stack.
     void query_and_kv_latents(const cuda::DeviceAttention& a);
+    // The second in one launch: q's per-head norm and RoPE, kv's RoPE, kv packed as the chunk's own entries and
+    // (ring_row >= 0: the layer's ring of state slot 0) into each sequence's ring.
+    void attention_inputs(int64_t layer, int64_t ring_row);
     // The f32 projections of x into ws.f32_proj: one dense_linear where their weights stack, else one per weight.
     F32Projections f32_projections_of_x(const Lane& lane, const cuda::DeviceAttention& a);
+    // run_compressor of the compressor `cw` on its f32 projections of x (wkv x, wgate x) on stream `on`: the device
+    // state machine (its state at `state_offset` floats into comp_state) writes the closed entries into `cache`.
+    void compress(int64_t layer, const cuda::DeviceCompressor& cw, const F32Projections& proj,
+                  cuda::CompressorKind kind, uint8_t* cache, int64_t state_offset, cudaStream_t on);
+    // The indexer's head weights of the piece into ws.head_weights, from weights_proj x.
+    void index_head_weights(const cuda::DeviceAttention& a, const F32Projections& proj, cudaStream_t on);
+    // The indexer's queries of the piece into ws.qi: wq_b qr, rotated (Hadamard + FP4 round trip) with their RoPE.
+    void indexer_queries(const Lane& lane, int64_t layer);
+    // The indexer's scores over the `visible` key columns and its top-k into ws.selected; with `key_list`, the top-k
+    // also writes the sparse attention's key list.
+    void indexer_select(cudaStream_t on, int64_t layer, int64_t visible, const cuda::AttentionSlotsParams* key_list);
+    // The key list of every query token (cuda::attention_slots): `slots` per token, the window's ring at ring_row.
+    cuda::AttentionSlotsParams attention_slots_params(int64_t layer, int64_t slots, int64_t ring_row) const;
+    // Sparse attention of ws.q over the key list's `slots` entries per token, then the inverse RoPE, into ws.o.
+    void sparse_attention(const cuda::DeviceAttention& a, int64_t layer, int64_t slots);
+    // Observer downloads of a single-sequence piece's indexer and compressor (each synchronizes): the `closed` keys
+    // and entries it closed, decoded; the top-k margins and selection.
+    void observe_index_keys(int64_t layer, int64_t closed);
+    void observe_index_selection(int64_t layer, int64_t visible);
+    void observe_compressed_entries(int64_t layer, int64_t closed);
     // moe_forward's shared expert on ws.x into `out` [T, D], on `lane`: gate and up in one GEMM where s1 and s3
     // stack, SwiGLU, down. `rows_live` (optional device scalar): rows from it on are not computed and come out +0
     // (FP8 weights only).
