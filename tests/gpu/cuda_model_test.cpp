@@ -263,6 +263,24 @@ class CudaModelFixture : public ::testing::TestWithParam<std::string> {
             << "perturbation (position " << g.worst_at << ")";
     }
 
+    // A model built with `options` gives the fixture model's bits: prefill chunks and graph-replayed greedy decode
+    // steps (what an option that only orders or hints work must not change).
+    void expect_same_bits_with(const CudaOptions& options, const char* what) {
+        const ModelConfig& config = checkpoint_->config();
+        CudaModel other(config, load_model_weights(checkpoint_, config), Numerics::kModel, options);
+        auto same = [&](const Logits& a, const Logits& b, const char* run) {
+            ASSERT_EQ(a.logits.size(), b.logits.size()) << run;
+            EXPECT_EQ(differing_bits(a, b).count, 0u) << GetParam() << ": " << run << " " << what;
+        };
+        same(Recorder(*gpu_, false).chunks(ids_, inputs_.schedule),
+             Recorder(other, false).chunks(ids_, inputs_.schedule), "chunk schedule");
+        const std::vector<int32_t> prompt(ids_.begin(), ids_.begin() + inputs_.greedy_prompt);
+        std::vector<int32_t> first_tokens, other_tokens;
+        same(Recorder(*gpu_, false).greedy(prompt, first_tokens), Recorder(other, false).greedy(prompt, other_tokens),
+             "greedy decode");
+        EXPECT_EQ(first_tokens, other_tokens) << GetParam() << ": " << what;
+    }
+
     cuda_fixtures::ModelInputs inputs_;
     std::shared_ptr<const Checkpoint> checkpoint_;
     std::vector<int32_t> ids_;
@@ -309,25 +327,19 @@ TEST_P(CudaModelFixture, StackedProjectionsEqualSeparateLaunchesBitwise) {
                               << diff.first / size_t(V);
 }
 
-// The lanes' scheduling priorities (CudaOptions::prioritize_main_lane) order work, never change it: prefill chunks
-// and graph-replayed greedy decode steps give the same bits with equal priorities.
+// The lanes' scheduling priorities (CudaOptions::prioritize_main_lane) order work, never change it.
 TEST_P(CudaModelFixture, LanePrioritiesChangeNoBits) {
-    const ModelConfig& config = checkpoint_->config();
     CudaOptions options = comparison_options();
-    options.prioritize_main_lane = false;
-    CudaModel equal(config, load_model_weights(checkpoint_, config), Numerics::kModel, options);
-    auto same = [&](const Logits& a, const Logits& b, const char* what) {
-        ASSERT_EQ(a.logits.size(), b.logits.size()) << what;
-        EXPECT_EQ(differing_bits(a, b).count, 0u)
-            << GetParam() << ": " << what << " with the main lane first and with equal priorities";
-    };
-    same(Recorder(*gpu_, false).chunks(ids_, inputs_.schedule), Recorder(equal, false).chunks(ids_, inputs_.schedule),
-         "chunk schedule");
-    const std::vector<int32_t> prompt(ids_.begin(), ids_.begin() + inputs_.greedy_prompt);
-    std::vector<int32_t> first_tokens, equal_tokens;
-    same(Recorder(*gpu_, false).greedy(prompt, first_tokens), Recorder(equal, false).greedy(prompt, equal_tokens),
-         "greedy decode");
-    EXPECT_EQ(first_tokens, equal_tokens);
+    options.prioritize_main_lane = !options.prioritize_main_lane;
+    expect_same_bits_with(options, "with the main lane first and with equal priorities");
+}
+
+// The weights' prefetch into the L2 (CudaOptions::prefetch_weights) is a hint on a lane of its own, joined back
+// before the sub-layer ends: the decode graphs captured with it give the same bits.
+TEST_P(CudaModelFixture, WeightPrefetchChangesNoBits) {
+    CudaOptions options = comparison_options();
+    options.prefetch_weights = !options.prefetch_weights;
+    expect_same_bits_with(options, "with and without the weights' prefetch");
 }
 
 TEST_P(CudaModelFixture, GreedyTokensWithinYardstick) {

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine binaries built here, for a call too short to build there (a fresh machine spends minutes
+# compiling): `dsv4 bench` argument lists first (BENCH_ARGS, separated by ';', each run in turn REPEAT times: one
+# A/B in one process image, e.g. "ARGS;ARGS --some-option"), then the GPU tests named by TESTS (a gtest filter; empty:
+# none) under TEST_TIMEOUT seconds (default 240). Prepare the binaries here (x86-64 like that machine; the libraries
+# it lacks travel with them) into the ignored folder out/ and carry ["out"]:
+#   tools/gpu_prebuilt.sh --pack BUILD_DIR      (BUILD_DIR built with the sm_90a code, the default DSV4_CUDA_ARCHS)
+# The tests read tests/fixtures/ at the source path they were built in; the call's tree is linked there.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--pack" ]; then
+    build="${2:?usage: gpu_prebuilt.sh --pack BUILD_DIR}"
+    stage=$(mktemp -d) && mkdir -p "$stage/lib" out
+    strip -o "$stage/dsv4" "$build/tools/dsv4/dsv4" && strip -o "$stage/dsv4_gpu_tests" "$build/tests/dsv4_gpu_tests" || exit 1
+    # What that machine's image lacks (no cpp-httplib; fmt of another version): the libraries these resolve to here.
+    for lib in libfmt.so libcpp-httplib.so; do
+        path=$(ldd "$stage/dsv4" | awk -v l="$lib" 'index($1, l) == 1 {print $3}')
+        [ -n "$path" ] && cp -L "$path" "$stage/lib/$(basename "$path")"
+    done
+    grep -o 'DSV4_SOURCE_DIR=[^ ]*' "$build/build.ninja" | head -1 | sed 's/^DSV4_SOURCE_DIR=\\"\(.*\)\\"$/\1/; s/^DSV4_SOURCE_DIR="\(.*\)"$/\1/' >"$stage/source_dir"
+    git rev-parse --short HEAD >"$stage/commit"
+    git diff --quiet HEAD || echo "+ uncommitted changes" >>"$stage/commit"
+    tar -cJf out/prebuilt.tar.xz -C "$stage" . && rm -rf "$stage"
+    ls -la out/prebuilt.tar.xz && exit 0
+fi
+
+out="${OUT:-/tmp/dsv4_gpu_prebuilt}"
+trap "bash '$PWD/tools/bundle_logs.sh' \"\$out\"" EXIT  # at most 8 files come back from $OUT
+mkdir -p "$out"
+bin=/tmp/dsv4_prebuilt
+rm -rf "$bin" && mkdir -p "$bin" && tar -xJf out/prebuilt.tar.xz -C "$bin" || exit 1
+src=$(cat "$bin/source_dir")
+if [ -n "$src" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
+export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+echo "binaries of $(tr '\n' ' ' <"$bin/commit"); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+
+IFS=';' read -ra benches <<<"${BENCH_ARGS:-}"
+for ((r = 1; r <= ${REPEAT:-1}; ++r)); do
+    for i in "${!benches[@]}"; do
+        log="$out/bench_${i}_${r}.txt"
+        # shellcheck disable=SC2086
+        "$bin/dsv4" bench ${benches[$i]} >"$log" 2>&1
+        echo "== run $r: dsv4 bench ${benches[$i]} (rc $?)"
+        grep -E "^prefill|routed_experts|q_proj|o_proj|^decode step \(|x floor|^  +[0-9]+ +[0-9.]+ +[0-9]+ |rror" "$log" |
+            head -"${LINES_PER_RUN:-12}"
+    done
+done
+if [ -n "${TESTS:-}" ]; then
+    timeout "${TEST_TIMEOUT:-240}" "$bin/dsv4_gpu_tests" --gtest_filter="$TESTS" >"$out/tests.log" 2>&1
+    rc=$?
+    grep -E "^\[  FAILED|Failure" "$out/tests.log" | head -20
+    echo "tests ($TESTS): rc $rc $(grep -E '^\[  PASSED|^\[  FAILED|tests ran|SKIPPED \]' "$out/tests.log" | tail -4 | tr '\n' ' ')"
+fi
+exit 0
