@@ -334,14 +334,6 @@ TEST_P(CudaModelFixture, LanePrioritiesChangeNoBits) {
     expect_same_bits_with(options, "with the main lane first and with equal priorities");
 }
 
-// The weights' prefetch into the L2 (CudaOptions::prefetch_weights) is a hint on a lane of its own, joined back
-// before the sub-layer ends: the decode graphs captured with it give the same bits.
-TEST_P(CudaModelFixture, WeightPrefetchChangesNoBits) {
-    CudaOptions options = comparison_options();
-    options.prefetch_weights = !options.prefetch_weights;
-    expect_same_bits_with(options, "with and without the weights' prefetch");
-}
-
 TEST_P(CudaModelFixture, GreedyTokensWithinYardstick) {
     const int64_t V = cpu_->config().vocab_size;
     const int64_t prompt_len = inputs_.greedy_prompt;

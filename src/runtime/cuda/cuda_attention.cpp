@@ -14,7 +14,6 @@
 #include "kernels/cuda/compressor/compressor.h"
 #include "kernels/cuda/convert/convert.h"
 #include "kernels/cuda/indexer/indexer.h"
-#include "kernels/cuda/l2_prefetch/l2_prefetch.h"
 #include "kernels/cuda/quant/quant.h"
 #include "kernels/cuda/rms_norm/rms_norm.h"
 #include "kernels/cuda/sparse_attention/sparse_attention.h"
@@ -87,7 +86,6 @@ void CudaModel::Impl::attention(int64_t layer) {
     if (fork) fork_side();  // the side lane's indexer reads qr
     linear(a.wq_b, ws.qr, T, ws.q, ws.qr_fp8);
     observe_bf16("attn.q_proj", layer, ws.q, T, H * c.head_dim);
-    if (prefetches_weights()) prefetch_weights({&a.wo_a});  // from here to step 6: the indexer, the sparse attention
 
     // 2. With them in one launch: the per-head norm and RoPE of q, RoPE of kv and kv packed (FP8 nope) as the
     //    chunk's own entries. In a decode step (one token per sequence) also into each sequence's ring of the last W
@@ -146,14 +144,12 @@ void CudaModel::Impl::attention(int64_t layer) {
     // 5b. Sparse attention over the window slots and the compressed entries, then the inverse RoPE.
     sparse_attention(a, layer, slots);
     observe_bf16("attn.o", layer, ws.o, T, H * c.head_dim);
-    if (prefetches_weights()) prefetch_weights({&a.wo_b});  // beside wo_a
 
     // 6. Grouped low-rank output projection.
     stages.mark("o_proj", layer);
     grouped_linear(a.wo_a, ws.o, T, c.o_groups, ws.z);
     observe_bf16("attn.z", layer, ws.z, T, c.o_groups * c.o_lora_rank);
     linear(a.wo_b, ws.z, T, ws.y);
-    join_prefetch();
 
     // 7. Each sequence's ring keeps its last W entries (written after the attention read the old ones), unless
     //    step 2 wrote them.
@@ -369,68 +365,6 @@ void CudaModel::Impl::sparse_attention(const cuda::DeviceAttention& a, int64_t l
     sp.inverse_rope_inv_freq = inv_freq(layer);  // fused into the attention's combine where it can be
     sp.positions = ws.positions;
     cuda::sparse_attention(sp, stream->get());
-}
-
-// ---- the prefetch lane (CudaOptions::prefetch_weights)
-
-namespace {
-
-// The bytes of a projection's weight on the device: its elements, and an FP8 one's f32 scale blocks.
-size_t weight_bytes(const cuda::DeviceMatrix& m) {
-    const size_t elements = size_t(m.rows) * size_t(m.cols);
-    switch (m.format) {
-        case WeightFormat::kF32:
-            return elements * 4;
-        case WeightFormat::kBF16:
-        case WeightFormat::kF16:
-            return elements * 2;
-        case WeightFormat::kFp8Block:
-            return elements;
-        default:
-            return 0;  // packed FP4 is a routed expert's format, never a projection's
-    }
-}
-
-size_t scale_bytes(const cuda::DeviceMatrix& m) {
-    if (m.format != WeightFormat::kFp8Block) return 0;
-    return size_t((m.rows + 127) / 128) * size_t((m.cols + 127) / 128) * sizeof(float);
-}
-
-}  // namespace
-
-bool CudaModel::Impl::prefetches_weights() const {
-    return options.prefetch_weights && !observer && piece.tokens > 0 && piece.tokens <= kPrefetchWeightsTokens;
-}
-
-void CudaModel::Impl::prefetch_weights(std::initializer_list<const cuda::DeviceMatrix*> weights) {
-    // Three quarters of the L2 at most: more would evict the first bytes before their GEMM reads them, and the
-    // kernels in between read and write their own.
-    size_t budget = l2_bytes / 4 * 3;
-    cuda::L2PrefetchParams p;
-    auto take = [&](const void* data, size_t bytes) {
-        const size_t n = std::min(bytes, budget);
-        if (n > 0 && p.add(data, n)) budget -= n;
-    };
-    for (const cuda::DeviceMatrix* m : weights) {
-        take(m->data, weight_bytes(*m));
-        take(m->scale, scale_bytes(*m));
-    }
-    if (p.bytes() == 0) return;
-    wait_for(prefetch_stream->get(), stream->get(), *prefetch_fork);
-    cuda::l2_prefetch(p, prefetch_stream->get());
-    prefetch_pending = true;
-}
-
-void CudaModel::Impl::join_prefetch() {
-    if (!prefetch_pending) return;
-    wait_for(stream->get(), prefetch_stream->get(), *prefetch_join);
-    prefetch_pending = false;
-}
-
-void CudaModel::Impl::prefetch_query_weights(int64_t layer) {
-    if (!prefetches_weights()) return;
-    const cuda::DeviceAttention& a = w.layers[size_t(layer)].attn;
-    prefetch_weights({&a.wq_a, &a.wkv, &a.wq_b});  // where wq_a and wkv stack, their views cover the stack
 }
 
 // ---- observer downloads (single-sequence pieces; each synchronizes the main stream)

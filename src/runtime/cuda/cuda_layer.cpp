@@ -250,7 +250,6 @@ void CudaModel::Impl::block(int64_t layer) {
 
     // 1. Attention sub-block.
     stages.mark("attn_hc_pre", layer);
-    prefetch_query_weights(layer);  // beside the pre-mix (CudaOptions::prefetch_weights)
     hc_pre(b.hc_attn, b.attn_norm);
     observe_bf16("attn_in", layer, ws.x, T, D);
     attention(layer);

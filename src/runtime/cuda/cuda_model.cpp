@@ -321,14 +321,6 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
         m.stream = std::make_unique<cuda::Stream>(ordered ? greatest : 0);
         m.side_stream = std::make_unique<cuda::Stream>(ordered ? least : 0);
         m.compressor_stream = std::make_unique<cuda::Stream>(ordered ? least : 0);
-        m.prefetch_stream = std::make_unique<cuda::Stream>(ordered ? least : 0);
-    }
-    m.prefetch_fork = std::make_unique<cuda::Event>();
-    m.prefetch_join = std::make_unique<cuda::Event>();
-    {
-        int l2 = 0;
-        DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, options.device));
-        m.l2_bytes = size_t(l2);
     }
     m.side_fork = std::make_unique<cuda::Event>();
     m.side_join = std::make_unique<cuda::Event>();

@@ -71,9 +71,6 @@ struct ExpertParallel {
 // The most tokens a step may hold for CudaOptions::shared_expert_on_one_rank (the FP8 GEMMs' decode tiles).
 inline constexpr int64_t kSharedExpertOnOneRankTokens = 16;
 
-// The most rows a piece may hold for CudaOptions::prefetch_weights (larger pieces are bound by their GEMMs' math).
-inline constexpr int64_t kPrefetchWeightsTokens = 64;
-
 // Runtime knobs of the GPU executor (not model hyperparameters).
 struct CudaOptions {
     int device = 0;
@@ -104,12 +101,6 @@ struct CudaOptions {
     // the routing on the device), into rows the experts' exchange sums: the others skip its weights (docs/parallel.md).
     // Off: every rank computes it. The same bits either way.
     bool shared_expert_on_one_rank = true;
-    // Decode pieces of at most kPrefetchWeightsTokens rows bring the attention's projection weights into the L2 on a
-    // lane of their own while the latency-bound kernels before each GEMM run (wq_a | wkv and wq_b during the mHC
-    // pre-mix, wo_a during the indexer and the sparse attention, wo_b during wo_a), so that the GEMMs read them from
-    // the L2 (kernels/cuda/l2_prefetch; docs/perf.md, "The attention's weights into the L2 ahead of their GEMMs").
-    // Off: no prefetch. The same bits either way.
-    bool prefetch_weights = false;
     // A decode step's router and routing in one launch (cuda::router_and_routing; docs/perf.md). Off: two launches,
     // the same bits.
     bool router_with_routing = true;

@@ -4,7 +4,6 @@
 
 #include <cuda_bf16.h>
 
-#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -222,12 +221,6 @@ struct CudaModel::Impl {
     // lane after the f32 projections they read, beside the indexer's queries (Impl::attention).
     std::unique_ptr<cuda::Stream> compressor_stream;
     std::unique_ptr<cuda::Event> compressor_fork, index_keys_ready, compressor_join;
-    // The prefetch lane (CudaOptions::prefetch_weights): forked from the main stream where weights are prefetched,
-    // joined back at the end of the attention sub-block. l2_bytes: the device's L2 size, which bounds one prefetch.
-    std::unique_ptr<cuda::Stream> prefetch_stream;
-    std::unique_ptr<cuda::Event> prefetch_fork, prefetch_join;
-    bool prefetch_pending = false;  // forked since the last join
-    size_t l2_bytes = 0;
     std::unique_ptr<cuda::CublasLt> lt;
     cuda::DeviceBuffer<uint8_t> weight_arena, state_arena, workspace_arena;
     cuda::DeviceWeights w;
@@ -310,15 +303,6 @@ struct CudaModel::Impl {
     // hc_post to compute in its own kernel (hc_post_of_moe), or, with an observer (which reads ws.y), run into ws.y.
     void moe(int64_t layer);
     std::optional<cuda::MoeCombineParams> pending_combine;
-    // CudaOptions::prefetch_weights applies to this piece.
-    bool prefetches_weights() const;
-    // Forks the prefetch lane from everything enqueued on the main stream so far (it starts when that completes) and
-    // prefetches the weights' bytes (data, then scales, weight by weight) into the L2 there, up to half the L2.
-    void prefetch_weights(std::initializer_list<const cuda::DeviceMatrix*> weights);
-    // The main stream waits for the prefetch lane (a no-op when nothing was prefetched since the last join).
-    void join_prefetch();
-    // The attention's first weights (wq_a | wkv, wq_b), prefetched before its mHC pre-mix.
-    void prefetch_query_weights(int64_t layer);
     // attention_forward's steps (cuda_attention.cpp), in its order. The first: qr = q_norm(wq_a x) into ws.qr and
     // kv = kv_norm(wkv x) into ws.kv, the two projections in one GEMM where their weights stack.
     void query_and_kv_latents(const cuda::DeviceAttention& a);
