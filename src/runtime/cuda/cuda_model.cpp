@@ -1,6 +1,7 @@
 // CudaModel construction: the memory plan (weights, state pool, workspace) printed before anything is allocated,
 // the weight upload (and dsv4 bench's routed experts generated in place), the workspace carve; new sequences. The
-// pool is cuda_pool.cpp, the forward cuda_forward.cpp, one block cuda_layer.cpp.
+// pool is cuda_pool.cpp, the forward cuda_forward.cpp, one block cuda_layer.cpp (its sub-layers
+// cuda_attention.cpp and cuda_moe.cpp).
 #include "runtime/cuda/cuda_model_impl.h"
 
 #include <algorithm>

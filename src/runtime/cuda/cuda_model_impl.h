@@ -1,5 +1,6 @@
 // Internals of CudaModel shared by cuda_model.cpp (construction, memory plan, state pool, the forward loop and
-// the head) and cuda_layer.cpp (one block: attention and MoE, the linear dispatch). Not a public header.
+// the head), cuda_layer.cpp (one block, the linear dispatch), cuda_attention.cpp and cuda_moe.cpp (its two
+// sub-layers). Not a public header.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -1,5 +1,5 @@
 // How close a top-k choice was to flipping, for the observer's margins (the indexer's top-k and the router's): the
-// quantity the CPU's top_k / route_tokens report, computed from scores the GPU produced. Used by cuda_layer.cpp and
+// quantity the CPU's top_k / route_tokens report, computed from scores the GPU produced. Used by cuda_attention.cpp and
 // cuda_moe.cpp; the CPU side's margins are tested in tests/model.
 #pragma once
 

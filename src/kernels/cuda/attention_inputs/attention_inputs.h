@@ -1,5 +1,5 @@
 // The attention's inputs from the query and KV projections, in one launch: what head_rms_norm, apply_ropes and
-// pack_kv_entries do to them between wq_b and the sparse attention (cuda_layer.cpp, steps 1 and 2):
+// pack_kv_entries do to them between wq_b and the sparse attention (cuda_attention.cpp, steps 1 and 2):
 //   q  [tokens, heads, head_dim]  the per-head RMS norm, then RoPE on each head's trailing rope_dim channels;
 //   kv [tokens, head_dim]         RoPE on its trailing rope_dim channels, then packed (FP8 nope, bf16 rope, UE8M0
 //                                 scales) into entry t of `entries` and, when `ring` is set, also into ring entry
