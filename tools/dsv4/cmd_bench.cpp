@@ -53,6 +53,7 @@
 #include "kernels/cuda/gemm_fp8/gemm_fp8.h"
 #include "kernels/cuda/smoke/device_info.h"
 #include "model/bench_weights.h"
+#include "model/decode_bytes.h"
 #include "model/prefill_flops.h"
 #include "model/weights.h"
 #include "runtime/cuda/cuda_model.h"
@@ -89,136 +90,10 @@ struct BenchArgs {
 #ifdef DSV4_WITH_CUDA
 namespace {
 
-// Bytes the GPU reads for a matrix in its device format (docs/gpu-design.md: FP8 block scales decoded to f32).
-double matrix_bytes(const QuantizedMatrix& m) {
-    const double n = double(m.rows) * double(m.cols);
-    switch (m.format) {
-        case WeightFormat::kF32:
-            return 4 * n;
-        case WeightFormat::kBF16:
-        case WeightFormat::kF16:
-            return 2 * n;
-        case WeightFormat::kFp8Block:
-            return n + 4.0 * double((m.rows + 127) / 128) * double((m.cols + 127) / 128);
-        case WeightFormat::kFp4Mx:
-            return n / 2 + n / 32;
-        case WeightFormat::kNvfp4:
-            return n / 2 + n / 16;
-    }
-    return 0;
-}
-double vec_bytes(const Vec& v) {
-    return 4.0 * double(v.size());
-}
-double hc_bytes(const HcWeights& h) {
-    return vec_bytes(h.fn) + vec_bytes(h.base) + vec_bytes(h.scale);
-}
-double compressor_bytes(const CompressorWeights& c) {
-    return matrix_bytes(c.wkv) + matrix_bytes(c.wgate) + vec_bytes(c.ape) + vec_bytes(c.norm);
-}
-
-// What one decode step must read, by stage.
-struct StepBytes {
-    double attention = 0;   // q/kv/o projections, norms, sinks
-    double compressor = 0;  // compressor + indexer projections (every token feeds the compressor)
-    double hc = 0;          // mHC mixers of the blocks, head mixer, final norm
-    double router = 0;      // gate matrix (+ bias / tid2eid row)
-    double shared = 0;      // shared expert
-    double routed = 0;      // k selected experts (exact for one token: k distinct experts)
-    double head = 0;        // lm_head
-    double embed = 0;       // one embedding row
-    double kv = 0;          // window + CSA top-k + HCA entries attended
-    double index_keys = 0;  // indexer keys scanned on CSA layers
-    double total() const {
-        return attention + compressor + hc + router + shared + routed + head + embed + kv + index_keys;
-    }
-};
-
-StepBytes step_bytes(const ModelConfig& c, const ModelWeights& w, int64_t position) {
-    StepBytes b;
-    const double entry = double(cuda::main_entry_layout(c.head_dim, c.rope_head_dim).bytes());
-    const double index_entry = double(cuda::IndexEntryLayout{c.index_head_dim}.bytes());
-    const int64_t visible = position + 1;
-    const int64_t k = c.num_experts_per_tok;
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-        const BlockWeights& L = w.layers[size_t(l)];
-        const AttentionWeights& a = L.attn;
-        b.attention += vec_bytes(L.attn_norm) + vec_bytes(a.attn_sink) + matrix_bytes(a.wq_a) + vec_bytes(a.q_norm) +
-                       matrix_bytes(a.wq_b) + matrix_bytes(a.wkv) + vec_bytes(a.kv_norm) + matrix_bytes(a.wo_a) +
-                       matrix_bytes(a.wo_b);
-        if (a.compressor) b.compressor += compressor_bytes(*a.compressor);
-        if (a.indexer)
-            b.compressor += matrix_bytes(a.indexer->wq_b) + matrix_bytes(a.indexer->weights_proj) +
-                            compressor_bytes(a.indexer->compressor);
-        b.hc += hc_bytes(L.hc_attn) + hc_bytes(L.hc_ffn);
-        b.router += matrix_bytes(L.ffn.gate) + vec_bytes(L.ffn.gate_bias) + (L.ffn.tid2eid.empty() ? 0.0 : 4.0 * k);
-        b.shared += vec_bytes(L.ffn_norm) + matrix_bytes(L.ffn.shared.w1) + matrix_bytes(L.ffn.shared.w2) +
-                    matrix_bytes(L.ffn.shared.w3);
-        const ExpertWeights& e = L.ffn.experts.front();
-        b.routed += double(k) * (matrix_bytes(e.w1) + matrix_bytes(e.w2) + matrix_bytes(e.w3));
-        const int64_t ratio = c.compress_ratios[size_t(l)];
-        int64_t entries = std::min(visible, c.sliding_window);
-        if (ratio == 4) {
-            entries += std::min(c.index_topk, visible / 4);
-            b.index_keys += double(visible / 4) * index_entry;
-        } else if (ratio > 0) {
-            entries += visible / ratio;
-        }
-        b.kv += double(entries) * entry;
-    }
-    b.hc += hc_bytes(w.hc_head) + vec_bytes(w.norm);
-    b.head = matrix_bytes(w.head);
-    b.embed = 2.0 * double(c.hidden_size);
-    return b;
-}
-
-// The bytes of step_bytes by the stage that reads them (runtime/stage_profile.h): weights once per step, KV entries
-// and indexer keys once per token, routed experts once per distinct expert selected. Same terms, same conditions:
-// the stages sum to step_bytes' total (checked where used).
-struct StageFloor {
-    double weights = 0, per_token = 0, per_expert = 0;
-    double bytes(double tokens, double experts) const { return weights + per_token * tokens + per_expert * experts; }
-};
-
-std::map<std::string, StageFloor> stage_floors(const ModelConfig& c, const ModelWeights& w, int64_t position) {
-    std::map<std::string, StageFloor> f;
-    const double entry = double(cuda::main_entry_layout(c.head_dim, c.rope_head_dim).bytes());
-    const double index_entry = double(cuda::IndexEntryLayout{c.index_head_dim}.bytes());
-    const int64_t visible = position + 1;
-    const int64_t k = c.num_experts_per_tok;
-    f["embed"].weights = 2.0 * double(c.hidden_size);
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-        const BlockWeights& L = w.layers[size_t(l)];
-        const AttentionWeights& a = L.attn;
-        f["attn_hc_pre"].weights += hc_bytes(L.hc_attn) + vec_bytes(L.attn_norm);
-        f["q_proj"].weights += matrix_bytes(a.wq_a) + vec_bytes(a.q_norm) + matrix_bytes(a.wq_b) + matrix_bytes(a.wkv) +
-                               vec_bytes(a.kv_norm);
-        if (a.indexer)
-            f["indexer"].weights += matrix_bytes(a.indexer->wq_b) + matrix_bytes(a.indexer->weights_proj) +
-                                    compressor_bytes(a.indexer->compressor);
-        // On CSA layers the main compressor runs with the indexer on the side lane, in the indexer's stage.
-        if (a.compressor) f[a.indexer ? "indexer" : "compressor"].weights += compressor_bytes(*a.compressor);
-        const int64_t ratio = c.compress_ratios[size_t(l)];
-        int64_t entries = std::min(visible, c.sliding_window);
-        if (ratio == 4) {
-            entries += std::min(c.index_topk, visible / 4);
-            f["indexer"].per_token += double(visible / 4) * index_entry;
-        } else if (ratio > 0) {
-            entries += visible / ratio;
-        }
-        f["sparse_attn"].weights += vec_bytes(a.attn_sink);
-        f["sparse_attn"].per_token += double(entries) * entry;
-        f["o_proj"].weights += matrix_bytes(a.wo_a) + matrix_bytes(a.wo_b);
-        f["ffn_hc_pre"].weights += hc_bytes(L.hc_ffn) + vec_bytes(L.ffn_norm);
-        f["router"].weights +=
-            matrix_bytes(L.ffn.gate) + vec_bytes(L.ffn.gate_bias) + (L.ffn.tid2eid.empty() ? 0.0 : 4.0 * double(k));
-        const ExpertWeights& e = L.ffn.experts.front();
-        f["routed_experts"].per_expert += matrix_bytes(e.w1) + matrix_bytes(e.w2) + matrix_bytes(e.w3);
-        f["shared_expert"].weights +=
-            matrix_bytes(L.ffn.shared.w1) + matrix_bytes(L.ffn.shared.w2) + matrix_bytes(L.ffn.shared.w3);
-    }
-    f["head"].weights = hc_bytes(w.hc_head) + vec_bytes(w.norm) + matrix_bytes(w.head);
-    return f;
+// The packed sizes of the GPU's cache entries and indexer keys (decode_bytes counts them).
+CacheEntryBytes cache_entry_bytes(const ModelConfig& c) {
+    return {double(cuda::main_entry_layout(c.head_dim, c.rope_head_dim).bytes()),
+            double(cuda::IndexEntryLayout{c.index_head_dim}.bytes())};
 }
 
 double median(std::vector<double> v) {
@@ -341,7 +216,7 @@ StageRun profile_stages(Backend& model, const BenchArgs& a, Step step) {
 
 // The stage table of one measured step: `tokens` sequences selecting `experts` distinct routed experts in all;
 // `step_ms` is the step timed without the profiler, by the host clock as the profiled steps.
-void print_stages(const std::string& what, const StageRun& run, const std::map<std::string, StageFloor>& floors,
+void print_stages(const std::string& what, const StageRun& run, const std::map<std::string, DecodeStageFloor>& floors,
                   double tokens, double experts, double copy_gbs, double step_ms) {
     StageYardstick against{{}, copy_gbs, step_ms, run.step_ms};
     for (const auto& [stage, floor] : floors) against.floor_bytes[stage] = floor.bytes(tokens, experts);
@@ -406,16 +281,12 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
                                         config.n_routed_experts)
                                 .c_str()
                           : "");
-    const StepBytes bytes = step_bytes(config, weights, a.context + a.warmup + a.steps / 2);
-    const StepBytes batch_bytes = step_bytes(config, weights, a.batch_context);  // one token of a batch
-    const auto floors = stage_floors(config, weights, a.context + a.warmup + a.steps / 2);
-    const auto batch_floors = stage_floors(config, weights, a.batch_context);
-    for (const auto& [f, b] : {std::pair{&floors, &bytes}, std::pair{&batch_floors, &batch_bytes}}) {
-        double sum = 0;
-        for (const auto& [stage, floor] : *f) sum += floor.bytes(1, double(config.num_experts_per_tok));
-        DSV4_CHECK(std::fabs(sum - b->total()) <= 1e-9 * b->total(), "stage floors {} B != step bytes {} B", sum,
-                   b->total());
-    }
+    const CacheEntryBytes entry = cache_entry_bytes(config);
+    const int64_t position = a.context + a.warmup + a.steps / 2;  // the middle of the timed steps
+    const DecodeBytes bytes = decode_bytes(config, weights, position, entry);
+    const DecodeBytes batch_bytes = decode_bytes(config, weights, a.batch_context, entry);  // one token of a batch
+    const auto floors = decode_stage_floors(config, weights, position, entry);
+    const auto batch_floors = decode_stage_floors(config, weights, a.batch_context, entry);
     t0 = std::chrono::steady_clock::now();
     CudaOptions options;
     const int64_t max_batch = a.batches.empty() ? 1 : *std::max_element(a.batches.begin(), a.batches.end());
@@ -540,8 +411,7 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
     auto line = [&](const char* what, double b, const char* note) {
         std::printf("  %-22s %10.2f MB  %5.1f%%  %s\n", what, b / 1e6, 100.0 * b / total, note);
     };
-    std::printf("decode step bytes (one token at position %lld; MB = 1e6 B):\n",
-                (long long)(a.context + a.warmup + a.steps / 2));
+    std::printf("decode step bytes (one token at position %lld; MB = 1e6 B):\n", (long long)position);
     line("attention weights", bytes.attention, "wq_a, wq_b, wkv, wo_a, wo_b, norms, sinks");
     line("compressor/indexer", bytes.compressor, "compressor wkv/wgate, indexer wq_b/weights_proj/compressor");
     line("mHC mixers + norm", bytes.hc, "f32 hc_attn/hc_ffn per block, hc_head, final norm");
@@ -589,7 +459,6 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
     // routed experts the B tokens select (expected distinct experts under uniform routing: E (1 - (1 - k/E)^B)),
     // the KV of B sequences at batch_context.
     if (!a.batches.empty()) {
-        const StepBytes& one = batch_bytes;
         std::printf("batched decode (%lld timed steps after %lld warm-up; each sequence at ~%lld positions%s):\n",
                     (long long)a.steps, (long long)a.warmup, (long long)a.batch_context,
                     a.share_batch_prompt ? ", all copies of one prefilled prompt, each decoding its own random ids"
@@ -642,10 +511,7 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
                 if (i >= a.warmup) ms.push_back(h);
             }
             if (a.stages) stage_runs.emplace_back(profile_stages(model, a, step), median(ms));
-            const double E = double(config.n_routed_experts), k = double(config.num_experts_per_tok);
-            const double distinct = E * (1.0 - std::pow(1.0 - k / E, double(B)));
-            const double step_b = one.total() - one.routed - one.kv - one.index_keys + one.routed / k * distinct +
-                                  double(B) * (one.kv + one.index_keys);
+            const double step_b = batch_decode_bytes(config, batch_bytes, B);
             const double step_ms = median(ms), floor = step_b / (copy_gbs * 1e9) * 1e3;
             std::printf("  %5lld %10.3f %12.0f %9.1f MB %10.3f %9.2fx %8s\n", (long long)B, step_ms,
                         double(B) / (step_ms * 1e-3), step_b / 1e6, floor, step_ms / floor, nonfinite ? "NO" : "yes");
@@ -656,10 +522,9 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
         std::printf("  (host clock around forward_batch: upload, graph replay, %s and host synchronization)\n",
                     a.draw ? "the draws on the GPU (temperature 1), the ids' copy" : "logits copy");
         for (size_t i = 0; i < stage_runs.size(); ++i) {
-            const double B = double(a.batches[i]), E = double(config.n_routed_experts);
-            const double k = double(config.num_experts_per_tok);
+            const double B = double(a.batches[i]);
             const std::string what = "batch " + std::to_string(a.batches[i]) + " @ " + std::to_string(a.batch_context);
-            print_stages(what, stage_runs[i].first, batch_floors, B, E * (1.0 - std::pow(1.0 - k / E, B)), copy_gbs,
+            print_stages(what, stage_runs[i].first, batch_floors, B, expected_distinct_experts(config, B), copy_gbs,
                          stage_runs[i].second);
             run.batch_layers_ms.push_back(layers_ms(stage_runs[i].first.table));
         }
