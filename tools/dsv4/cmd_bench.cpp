@@ -27,7 +27,6 @@
 #include <cstdio>
 #include <map>
 #include <memory>
-#include <numeric>
 #include <optional>
 #include <random>
 #include <span>
@@ -246,17 +245,24 @@ double layers_ms(const StageTable& table) {
     return ms;
 }
 
-LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double fp8_tflops) {
-    LayerRun run;
-    run.layers = layers;
+// The model a run measures: its config, the bytes floors of its steps, and the backend (rank 0, or the only rank).
+struct BenchModel {
+    ModelConfig config;
+    int ranks = 1;
+    int64_t position = 0;            // the single-sequence steps' middle position
+    DecodeBytes bytes, batch_bytes;  // one token at `position`; one token of a batch
+    std::map<std::string, DecodeStageFloor> floors, batch_floors;
+    // The host weights' bytes (the model's ModelWeights point into them), kept as long as the model.
+    std::unique_ptr<ThreadPool> pool;
+    std::unique_ptr<BenchWeights> host_weights;
+    std::unique_ptr<Backend> owner;  // null on a rank other than 0: it made rank 0's calls on its share of the model
+};
+
+// The preset's config at `layers` layers, checked against the positions the run needs, and the run's header line.
+ModelConfig bench_config(const BenchArgs& a, int64_t layers) {
     ModelConfig config = synthetic_preset(a.preset, layers);
     config.num_mtp_layers = 0;  // the forward does not run MTP layers; they are not uploaded
     config.mtp_compress_ratios.clear();
-    const int64_t decode_steps = a.warmup + a.steps + (a.stages ? std::max<int64_t>(a.warmup, 1) + a.steps : 0);
-    const int64_t max_context = std::max(a.context, a.batch_context) + decode_steps + 2;  // + warm-up steps
-    DSV4_CHECK(max_context <= config.max_position_embeddings, "--context {} + steps exceeds the model's {} positions",
-               a.context, config.max_position_embeddings);
-
     std::string pattern;
     for (int64_t l = 0; l < config.num_layers; ++l) {
         const int64_t r = config.compress_ratios[size_t(l)];
@@ -267,26 +273,44 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
                 a.preset.c_str(), (long long)config.num_layers, pattern.c_str(), (long long)a.context,
                 (long long)a.steps, (long long)a.warmup, (unsigned long long)a.seed);
     std::fflush(stdout);
+    return config;
+}
 
-    // 2. Weights in host memory but the routed experts, then the model, whose GPU generates its routed experts.
+// The positions a sequence of the run reaches: its prompt (or a batch's), then every decode step, timed or not.
+int64_t bench_max_context(const BenchArgs& a, const ModelConfig& config) {
+    const int64_t decode_steps = a.warmup + a.steps + (a.stages ? std::max<int64_t>(a.warmup, 1) + a.steps : 0);
+    const int64_t max_context = std::max(a.context, a.batch_context) + decode_steps + 2;  // + warm-up steps
+    DSV4_CHECK(max_context <= config.max_position_embeddings, "--context {} + steps exceeds the model's {} positions",
+               a.context, config.max_position_embeddings);
+    return max_context;
+}
+
+// Weights in host memory but the routed experts, their bytes floors, then the model, whose GPU generates the routed
+// experts it holds (over several GPUs, every rank does this; only rank 0 returns with a model).
+BenchModel make_bench_model(const BenchArgs& a, int64_t layers) {
+    BenchModel m;
+    m.config = bench_config(a, layers);
+    const ModelConfig& config = m.config;
+    const int64_t max_context = bench_max_context(a, config);
     auto t0 = std::chrono::steady_clock::now();
-    ThreadPool pool(a.threads);
-    BenchWeights bench(a.seed, pool);
-    const int ranks = a.rank ? a.rank->world : 1;
-    const ExpertRange held = expert_range(config.n_routed_experts, a.rank ? a.rank->rank : 0, ranks);
-    ModelWeights weights = bench.build(config, held, ExpertBytes::kDevice);
+    m.pool = std::make_unique<ThreadPool>(a.threads);
+    m.host_weights = std::make_unique<BenchWeights>(a.seed, *m.pool);
+    m.ranks = a.rank ? a.rank->world : 1;
+    const ExpertRange held = expert_range(config.n_routed_experts, a.rank ? a.rank->rank : 0, m.ranks);
+    ModelWeights weights = m.host_weights->build(config, held, ExpertBytes::kDevice);
     std::printf("host weights generated: %.2f GB in %.1f s; the routed experts are generated on the GPU%s\n",
-                double(bench.host_bytes()) / 1e9, seconds_since(t0),
-                ranks > 1 ? fmt::format(" (this rank's, {}..{}, of {})", held.first, held.first + held.count - 1,
-                                        config.n_routed_experts)
-                                .c_str()
-                          : "");
+                double(m.host_weights->host_bytes()) / 1e9, seconds_since(t0),
+                m.ranks > 1 ? fmt::format(" (this rank's, {}..{}, of {})", held.first, held.first + held.count - 1,
+                                          config.n_routed_experts)
+                                  .c_str()
+                            : "");
     const CacheEntryBytes entry = cache_entry_bytes(config);
-    const int64_t position = a.context + a.warmup + a.steps / 2;  // the middle of the timed steps
-    const DecodeBytes bytes = decode_bytes(config, weights, position, entry);
-    const DecodeBytes batch_bytes = decode_bytes(config, weights, a.batch_context, entry);  // one token of a batch
-    const auto floors = decode_stage_floors(config, weights, position, entry);
-    const auto batch_floors = decode_stage_floors(config, weights, a.batch_context, entry);
+    m.position = a.context + a.warmup + a.steps / 2;  // the middle of the timed steps
+    m.bytes = decode_bytes(config, weights, m.position, entry);
+    m.batch_bytes = decode_bytes(config, weights, a.batch_context, entry);
+    m.floors = decode_stage_floors(config, weights, m.position, entry);
+    m.batch_floors = decode_stage_floors(config, weights, a.batch_context, entry);
+
     t0 = std::chrono::steady_clock::now();
     CudaOptions options;
     const int64_t max_batch = a.batches.empty() ? 1 : *std::max_element(a.batches.begin(), a.batches.end());
@@ -302,46 +326,56 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
         options.expert_parallel = ep;
         return std::make_unique<CudaModel>(config, std::move(weights), Numerics::kModel, options);
     };
-    std::unique_ptr<Backend> owner;
     if (a.rank) {
         const RunIdentity identity{
             fmt::format("bench preset {} layers {} seed {}", a.preset, config.num_layers, a.seed),
             fmt::format("context {} batch context {} shared {} steps {} warmup {} chunk {} batches {} stages {}",
                         a.context, a.batch_context, a.share_batch_prompt, a.steps, a.warmup, a.chunk,
                         fmt::join(a.batches, ","), a.stages)};
-        owner = model_on_ranks(*a.rank, a.parallel.options, identity, make, stage_control);
-        if (!owner) return run;  // a rank other than 0: it made rank 0's calls on its share of the model
+        m.owner = model_on_ranks(*a.rank, a.parallel.options, identity, make, stage_control);
+        if (!m.owner) return m;
     } else {
-        owner = make({});
+        m.owner = make({});
     }
-    Backend& model = *owner;
     std::printf("model uploaded in %.1f s%s\n", seconds_since(t0),
-                ranks > 1 ? fmt::format(" (rank 0 of {}; the others mirror its calls)", ranks).c_str() : "");
+                m.ranks > 1 ? fmt::format(" (rank 0 of {}; the others mirror its calls)", m.ranks).c_str() : "");
     std::printf("routing: the model's own router on these weights and random token ids (score layers: top-%lld of "
                 "the random gate's sqrtsoftplus scores plus bias; hash layers: random tid2eid rows of distinct "
                 "experts); the batch floors count the distinct experts of B tokens each drawing %lld of %lld "
                 "uniformly\n",
                 (long long)config.num_experts_per_tok, (long long)config.num_experts_per_tok,
                 (long long)config.n_routed_experts);
+    return m;
+}
 
-    uint64_t rng = mix64(a.seed ^ 0x69647321ull);
-    auto random_id = [&] { return int32_t(mix64(rng++) % uint64_t(config.vocab_size)); };
+// Random token ids of the model's vocabulary, from the seed.
+class RandomIds {
+  public:
+    RandomIds(uint64_t seed, int64_t vocab) : next_(mix64(seed ^ 0x69647321ull)), vocab_(uint64_t(vocab)) {}
+    int32_t operator()() { return int32_t(mix64(next_++) % vocab_); }
 
-    // Warm-up sequence: module loads, cuBLASLt handles and first-touch costs stay out of the numbers.
-    {
-        SequenceState warm = model.new_sequence();
-        std::vector<int32_t> ids(size_t(std::min<int64_t>(a.context, 2 * a.chunk)));
-        for (auto& id : ids) id = random_id();
-        model.forward(warm, ids, false);
-        for (int i = 0; i < 2; ++i) {
-            const int32_t id = random_id();
-            model.forward(warm, std::span<const int32_t>(&id, 1), false);
-        }
+  private:
+    uint64_t next_;
+    uint64_t vocab_;
+};
+
+// A warm-up sequence: module loads, cuBLASLt handles and first-touch costs stay out of the numbers.
+void warm_up(Backend& model, const BenchArgs& a, RandomIds& random_id) {
+    SequenceState warm = model.new_sequence();
+    std::vector<int32_t> ids(size_t(std::min<int64_t>(a.context, 2 * a.chunk)));
+    for (auto& id : ids) id = random_id();
+    model.forward(warm, ids, false);
+    for (int i = 0; i < 2; ++i) {
+        const int32_t id = random_id();
+        model.forward(warm, std::span<const int32_t>(&id, 1), false);
     }
+}
 
-    // 3. Prefill. With --stages the prompt runs first with the stage profiler on (the table of its last piece), on
-    // a sequence released before the timed one is made: under data-parallel attention both then live on rank 0,
-    // whose stages the table shows.
+// The prefill of a --context prompt: tokens/s and its FLOPs' rate, and with --stages its last piece's stage table
+// (the prompt run first with the profiler on, on a sequence released before the timed one is made: under
+// data-parallel attention both then live on rank 0, whose stages the table shows). Returns the timed sequence.
+SequenceState bench_prefill(Backend& model, const BenchArgs& a, const ModelConfig& config, RandomIds& random_id,
+                            double copy_gbs, double fp8_tflops) {
     std::vector<int32_t> prompt(static_cast<size_t>(a.context));
     for (auto& id : prompt) id = random_id();
     int64_t bad = 0;
@@ -349,7 +383,7 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
     if (a.stages) {
         control(model, stage_control, "stage_profiling", 1);
         SequenceState profiled = model.new_sequence();
-        t0 = std::chrono::steady_clock::now();
+        const auto t0 = std::chrono::steady_clock::now();
         bad += count_nonfinite(model.forward(profiled, prompt, false));
         const double profiled_ms = seconds_since(t0) * 1e3;
         const std::vector<std::vector<StageTime>> recorded{
@@ -364,26 +398,60 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
             format_stage_table(table, StageYardstick{{}, copy_gbs, table.ms, table.ms}));
     }
     SequenceState state = model.new_sequence();
-    t0 = std::chrono::steady_clock::now();
-    std::vector<float> logits = model.forward(state, prompt, false);
+    const auto t0 = std::chrono::steady_clock::now();
+    bad += count_nonfinite(model.forward(state, prompt, false));
     const double prefill_s = seconds_since(t0);
     std::printf("prefill: %lld tokens in %.3f s = %.0f tokens/s (pieces of %lld tokens; wall clock, synchronous)\n",
                 (long long)a.context, prefill_s, double(a.context) / prefill_s, (long long)a.chunk);
     const PrefillFlops flops = prefill_flops(config, a.context);
-    std::printf("prefill FLOPs: %.2f TFLOP (linears %.1f%%, routed experts %.1f%%, attention %.1f%%, indexer %.1f%%, "
-                "head %.1f%%) = %.1f TFLOP/s = %.1f%% of the dense FP8 rate\n",
-                flops.total() / 1e12, 100 * flops.linears / flops.total(), 100 * flops.routed / flops.total(),
-                100 * flops.attention / flops.total(), 100 * flops.indexer / flops.total(),
-                100 * flops.head / flops.total(), flops.total() / prefill_s / 1e12,
-                100 * flops.total() / prefill_s / 1e12 / fp8_tflops);
-    bad += count_nonfinite(logits);
+    std::printf(
+        "prefill FLOPs: %.2f TFLOP (linears %.1f%%, routed experts %.1f%%, attention %.1f%%, indexer %.1f%%, "
+        "head %.1f%%) = %.1f TFLOP/s = %.1f%% of the dense FP8 rate\n",
+        flops.total() / 1e12, 100 * flops.linears / flops.total(), 100 * flops.routed / flops.total(),
+        100 * flops.attention / flops.total(), 100 * flops.indexer / flops.total(), 100 * flops.head / flops.total(),
+        flops.total() / prefill_s / 1e12, 100 * flops.total() / prefill_s / 1e12 / fp8_tflops);
     std::printf("%s", prefill_stages.c_str());
+    DSV4_CHECK(bad == 0, "the synthetic model's prefill produced {} non-finite logits", bad);
+    return state;
+}
 
-    // 4. Decode steps.
+// The bytes one decode step reads, by kind, and their floor at the copy bandwidth.
+void print_step_bytes(const BenchModel& m, double copy_gbs) {
+    const DecodeBytes& bytes = m.bytes;
+    const double total = bytes.total();
+    auto line = [&](const char* what, double b, const char* note) {
+        std::printf("  %-22s %10.2f MB  %5.1f%%  %s\n", what, b / 1e6, 100.0 * b / total, note);
+    };
+    std::printf("decode step bytes (one token at position %lld; MB = 1e6 B):\n", (long long)m.position);
+    line("attention weights", bytes.attention, "wq_a, wq_b, wkv, wo_a, wo_b, norms, sinks");
+    line("compressor/indexer", bytes.compressor, "compressor wkv/wgate, indexer wq_b/weights_proj/compressor");
+    line("mHC mixers + norm", bytes.hc, "f32 hc_attn/hc_ffn per block, hc_head, final norm");
+    line("router", bytes.router, "bf16 gate [E, D] per layer");
+    line("shared expert", bytes.shared, "FP8 w1/w2/w3");
+    line("routed experts", bytes.routed, "k x MXFP4 expert, exact: one token selects k distinct experts");
+    line("lm_head", bytes.head, "bf16 [vocab, D]");
+    line("embedding row", bytes.embed, "");
+    line("KV entries", bytes.kv, "584 B each: window + min(topk, visible/4) CSA + visible/128 HCA");
+    line("indexer keys", bytes.index_keys, "68 B each, visible/4 per CSA layer");
+    std::printf("  %-22s %10.2f MB\n", "total", total / 1e6);
+    std::printf("floor at copy bandwidth: %.3f ms\n", total / (copy_gbs * 1e9) * 1e3);
+    if (m.ranks > 1)
+        std::printf(
+            "floor per GPU at copy bandwidth (everything but the routed experts on every GPU, the selected "
+            "experts spread over the %d GPUs): %.3f ms\n",
+            m.ranks, (total - bytes.routed + bytes.routed / m.ranks) / (copy_gbs * 1e9) * 1e3);
+}
+
+// --steps single-token decode steps of `state` after --warmup, timed by CUDA events around forward() (the logits'
+// copy and host synchronization included), against the step's bytes; with --stages, the same steps profiled.
+void bench_single_steps(Backend& model, const BenchArgs& a, const BenchModel& m, SequenceState& state,
+                        RandomIds& random_id, double copy_gbs, LayerRun& run) {
     cudaEvent_t e0, e1;
     DSV4_CUDA_CHECK(cudaEventCreate(&e0));
     DSV4_CUDA_CHECK(cudaEventCreate(&e1));
     std::vector<double> event_ms, host_ms;
+    std::vector<float> logits;
+    int64_t bad = 0;
     for (int64_t i = 0; i < a.warmup + a.steps; ++i) {
         const int32_t id = random_id();
         if (a.profile_range && i == a.warmup) DSV4_CUDA_CHECK(cudaProfilerStart());
@@ -406,28 +474,9 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
     DSV4_CUDA_CHECK(cudaEventDestroy(e1));
 
     const double step_ms = median(event_ms);
-    const double total = bytes.total();
+    const double total = m.bytes.total();
     const double floor_ms = total / (copy_gbs * 1e9) * 1e3;
-    auto line = [&](const char* what, double b, const char* note) {
-        std::printf("  %-22s %10.2f MB  %5.1f%%  %s\n", what, b / 1e6, 100.0 * b / total, note);
-    };
-    std::printf("decode step bytes (one token at position %lld; MB = 1e6 B):\n", (long long)position);
-    line("attention weights", bytes.attention, "wq_a, wq_b, wkv, wo_a, wo_b, norms, sinks");
-    line("compressor/indexer", bytes.compressor, "compressor wkv/wgate, indexer wq_b/weights_proj/compressor");
-    line("mHC mixers + norm", bytes.hc, "f32 hc_attn/hc_ffn per block, hc_head, final norm");
-    line("router", bytes.router, "bf16 gate [E, D] per layer");
-    line("shared expert", bytes.shared, "FP8 w1/w2/w3");
-    line("routed experts", bytes.routed, "k x MXFP4 expert, exact: one token selects k distinct experts");
-    line("lm_head", bytes.head, "bf16 [vocab, D]");
-    line("embedding row", bytes.embed, "");
-    line("KV entries", bytes.kv, "584 B each: window + min(topk, visible/4) CSA + visible/128 HCA");
-    line("indexer keys", bytes.index_keys, "68 B each, visible/4 per CSA layer");
-    std::printf("  %-22s %10.2f MB\n", "total", total / 1e6);
-    std::printf("floor at copy bandwidth: %.3f ms\n", floor_ms);
-    if (ranks > 1)
-        std::printf("floor per GPU at copy bandwidth (everything but the routed experts on every GPU, the selected "
-                    "experts spread over the %d GPUs): %.3f ms\n",
-                    ranks, (total - bytes.routed + bytes.routed / ranks) / (copy_gbs * 1e9) * 1e3);
+    print_step_bytes(m, copy_gbs);
     std::printf("decode step (CUDA events around forward(), logits copy + host sync included): median %.3f ms, "
                 "min %.3f, max %.3f over %lld steps; host clock median %.3f ms\n",
                 step_ms, *std::min_element(event_ms.begin(), event_ms.end()),
@@ -446,89 +495,105 @@ LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double f
             return h;
         });
         DSV4_CHECK(bad == 0, "the synthetic model produced {} non-finite logits with the stage profiler", bad);
-        print_stages("batch 1 @ " + std::to_string(a.context), stages, floors, 1, double(config.num_experts_per_tok),
-                     copy_gbs, median(host_ms));
+        print_stages("batch 1 @ " + std::to_string(a.context), stages, m.floors, 1,
+                     double(m.config.num_experts_per_tok), copy_gbs, median(host_ms));
         run.step_layers_ms = layers_ms(stages.table);
     }
-    state = SequenceState{};  // its pool slot back for the batches
     run.step_ms = step_ms;
     run.bytes = total;
+}
 
-    // 5. Batched decode: B sequences (prefilled together with batch_context random ids each), one token each per
-    // step through forward_batch (one piece, one decode graph per B). Bytes per step: the dense weights once, the
-    // routed experts the B tokens select (expected distinct experts under uniform routing: E (1 - (1 - k/E)^B)),
-    // the KV of B sequences at batch_context.
-    if (!a.batches.empty()) {
-        std::printf("batched decode (%lld timed steps after %lld warm-up; each sequence at ~%lld positions%s):\n",
-                    (long long)a.steps, (long long)a.warmup, (long long)a.batch_context,
-                    a.share_batch_prompt ? ", all copies of one prefilled prompt, each decoding its own random ids"
-                                         : "");
-        std::printf("  %5s %10s %12s %11s %10s %10s %8s\n", "batch", "step ms", "tokens/s", "bytes/step", "floor ms",
-                    "x floor", "finite");
-        std::vector<std::pair<StageRun, double>> stage_runs;  // --stages: per batch size, with its step
-        // Under data-parallel attention a copy stays on its source's GPU, so a shared prompt is prefilled once per
-        // rank (new sequences go to the rank with the fewest) and the copies taken in turn from each.
-        const int64_t prompt_sources = ranks > 1 && a.parallel.options.attention == "data-parallel" ? ranks : 1;
-        for (int64_t B : a.batches) {
-            std::vector<SequenceState> seqs;
-            std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B));
-            std::vector<BatchItem> items;
-            const int64_t sources = a.share_batch_prompt ? std::min(B, prompt_sources) : B;
+// Batched decode: B sequences (prefilled together with batch_context random ids each, or copies of one prefilled
+// prompt), one token each per step through forward_batch (one piece, one decode graph per B). Bytes per step: the
+// dense weights once, the routed experts the B tokens select (expected distinct experts under uniform routing), the
+// KV of B sequences at batch_context.
+void bench_batches(Backend& model, const BenchArgs& a, const BenchModel& m, RandomIds& random_id, double copy_gbs,
+                   LayerRun& run) {
+    const ModelConfig& config = m.config;
+    std::printf("batched decode (%lld timed steps after %lld warm-up; each sequence at ~%lld positions%s):\n",
+                (long long)a.steps, (long long)a.warmup, (long long)a.batch_context,
+                a.share_batch_prompt ? ", all copies of one prefilled prompt, each decoding its own random ids" : "");
+    std::printf("  %5s %10s %12s %11s %10s %10s %8s\n", "batch", "step ms", "tokens/s", "bytes/step", "floor ms",
+                "x floor", "finite");
+    std::vector<std::pair<StageRun, double>> stage_runs;  // --stages: per batch size, with its step
+    // Under data-parallel attention a copy stays on its source's GPU, so a shared prompt is prefilled once per
+    // rank (new sequences go to the rank with the fewest) and the copies taken in turn from each.
+    const int64_t prompt_sources = m.ranks > 1 && a.parallel.options.attention == "data-parallel" ? m.ranks : 1;
+    for (int64_t B : a.batches) {
+        std::vector<SequenceState> seqs;
+        std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B));
+        std::vector<BatchItem> items;
+        const int64_t sources = a.share_batch_prompt ? std::min(B, prompt_sources) : B;
+        for (int64_t b = 0; b < B; ++b) {
+            if (b < sources) seqs.push_back(model.new_sequence());
+            prompts[size_t(b)].resize(size_t(a.batch_context));
+            for (auto& id : prompts[size_t(b)]) id = random_id();
+        }
+        for (int64_t b = 0; b < sources; ++b) items.push_back({&seqs[size_t(b)], prompts[size_t(b)], false});
+        model.forward_batch(items);
+        // --share-batch-prompt: the rest are device copies of the prefilled states (copy_sequence)
+        for (int64_t b = sources; b < B; ++b) seqs.push_back(model.copy_sequence(seqs[size_t(b % sources)]));
+        std::vector<int32_t> next(static_cast<size_t>(B));
+        std::vector<std::vector<float>> out;  // the logits, its vectors reused from step to step as the engine does
+        std::vector<TokenDraw> draws(static_cast<size_t>(B));  // --draw
+        std::mt19937_64 draw_generator(a.seed);
+        int64_t nonfinite = 0;
+        auto step = [&] {  // one token per sequence; ms of forward_batch by the host clock
+            items.clear();
             for (int64_t b = 0; b < B; ++b) {
-                if (b < sources) seqs.push_back(model.new_sequence());
-                prompts[size_t(b)].resize(size_t(a.batch_context));
-                for (auto& id : prompts[size_t(b)]) id = random_id();
-            }
-            for (int64_t b = 0; b < sources; ++b) items.push_back({&seqs[size_t(b)], prompts[size_t(b)], false});
-            model.forward_batch(items);
-            // --share-batch-prompt: the rest are device copies of the prefilled states (copy_sequence)
-            for (int64_t b = sources; b < B; ++b) seqs.push_back(model.copy_sequence(seqs[size_t(b % sources)]));
-            std::vector<int32_t> next(static_cast<size_t>(B));
-            std::vector<std::vector<float>> out;  // the logits, its vectors reused from step to step as the engine does
-            std::vector<TokenDraw> draws(static_cast<size_t>(B));  // --draw
-            std::mt19937_64 draw_generator(a.seed);
-            int64_t nonfinite = 0;
-            auto step = [&] {  // one token per sequence; ms of forward_batch by the host clock
-                items.clear();
-                for (int64_t b = 0; b < B; ++b) {
-                    next[size_t(b)] = random_id();
-                    items.push_back({&seqs[size_t(b)], std::span<const int32_t>(&next[size_t(b)], 1), false});
-                    if (a.draw) {
-                        draws[size_t(b)] = {.greedy = false, .u = uniform_53(draw_generator)};
-                        items.back().draw = &draws[size_t(b)];
-                    }
+                next[size_t(b)] = random_id();
+                items.push_back({&seqs[size_t(b)], std::span<const int32_t>(&next[size_t(b)], 1), false});
+                if (a.draw) {
+                    draws[size_t(b)] = {.greedy = false, .u = uniform_53(draw_generator)};
+                    items.back().draw = &draws[size_t(b)];
                 }
-                const auto h0 = std::chrono::steady_clock::now();
-                model.forward_batch_into(items, out);
-                const double h = seconds_since(h0) * 1e3;
-                for (int64_t b = 0; b < B; ++b)
-                    nonfinite += a.draw ? draws[size_t(b)].id < 0 : count_nonfinite(out[size_t(b)]);
-                return h;
-            };
-            std::vector<double> ms;
-            for (int64_t i = 0; i < a.warmup + a.steps; ++i) {
-                const double h = step();
-                if (i >= a.warmup) ms.push_back(h);
             }
-            if (a.stages) stage_runs.emplace_back(profile_stages(model, a, step), median(ms));
-            const double step_b = batch_decode_bytes(config, batch_bytes, B);
-            const double step_ms = median(ms), floor = step_b / (copy_gbs * 1e9) * 1e3;
-            std::printf("  %5lld %10.3f %12.0f %9.1f MB %10.3f %9.2fx %8s\n", (long long)B, step_ms,
-                        double(B) / (step_ms * 1e-3), step_b / 1e6, floor, step_ms / floor, nonfinite ? "NO" : "yes");
-            DSV4_CHECK(nonfinite == 0, "batch {}: {} non-finite logits", B, nonfinite);
-            run.batch_ms.push_back(step_ms);
-            run.batch_bytes.push_back(step_b);
+            const auto h0 = std::chrono::steady_clock::now();
+            model.forward_batch_into(items, out);
+            const double h = seconds_since(h0) * 1e3;
+            for (int64_t b = 0; b < B; ++b)
+                nonfinite += a.draw ? draws[size_t(b)].id < 0 : count_nonfinite(out[size_t(b)]);
+            return h;
+        };
+        std::vector<double> ms;
+        for (int64_t i = 0; i < a.warmup + a.steps; ++i) {
+            const double h = step();
+            if (i >= a.warmup) ms.push_back(h);
         }
-        std::printf("  (host clock around forward_batch: upload, graph replay, %s and host synchronization)\n",
-                    a.draw ? "the draws on the GPU (temperature 1), the ids' copy" : "logits copy");
-        for (size_t i = 0; i < stage_runs.size(); ++i) {
-            const double B = double(a.batches[i]);
-            const std::string what = "batch " + std::to_string(a.batches[i]) + " @ " + std::to_string(a.batch_context);
-            print_stages(what, stage_runs[i].first, batch_floors, B, expected_distinct_experts(config, B), copy_gbs,
-                         stage_runs[i].second);
-            run.batch_layers_ms.push_back(layers_ms(stage_runs[i].first.table));
-        }
+        if (a.stages) stage_runs.emplace_back(profile_stages(model, a, step), median(ms));
+        const double step_b = batch_decode_bytes(config, m.batch_bytes, B);
+        const double step_ms = median(ms), floor = step_b / (copy_gbs * 1e9) * 1e3;
+        std::printf("  %5lld %10.3f %12.0f %9.1f MB %10.3f %9.2fx %8s\n", (long long)B, step_ms,
+                    double(B) / (step_ms * 1e-3), step_b / 1e6, floor, step_ms / floor, nonfinite ? "NO" : "yes");
+        DSV4_CHECK(nonfinite == 0, "batch {}: {} non-finite logits", B, nonfinite);
+        run.batch_ms.push_back(step_ms);
+        run.batch_bytes.push_back(step_b);
     }
+    std::printf("  (host clock around forward_batch: upload, graph replay, %s and host synchronization)\n",
+                a.draw ? "the draws on the GPU (temperature 1), the ids' copy" : "logits copy");
+    for (size_t i = 0; i < stage_runs.size(); ++i) {
+        const double B = double(a.batches[i]);
+        const std::string what = "batch " + std::to_string(a.batches[i]) + " @ " + std::to_string(a.batch_context);
+        print_stages(what, stage_runs[i].first, m.batch_floors, B, expected_distinct_experts(config, B), copy_gbs,
+                     stage_runs[i].second);
+        run.batch_layers_ms.push_back(layers_ms(stage_runs[i].first.table));
+    }
+}
+
+// One model of `layers` layers: prefill, single-sequence decode steps, then each batch size.
+LayerRun run_model(const BenchArgs& a, int64_t layers, double copy_gbs, double fp8_tflops) {
+    LayerRun run;
+    run.layers = layers;
+    BenchModel m = make_bench_model(a, layers);
+    if (!m.owner) return run;  // a rank other than 0: it made rank 0's calls on its share of the model
+    Backend& model = *m.owner;
+    RandomIds random_id(a.seed, m.config.vocab_size);
+    warm_up(model, a, random_id);
+    {
+        SequenceState state = bench_prefill(model, a, m.config, random_id, copy_gbs, fp8_tflops);
+        bench_single_steps(model, a, m, state, random_id, copy_gbs, run);
+    }  // its pool slot back for the batches
+    if (!a.batches.empty()) bench_batches(model, a, m, random_id, copy_gbs, run);
     return run;
 }
 
