@@ -1,44 +1,18 @@
-// libFuzzer target for parsing a model's output (tokenizer/completion.h): parse_completion never throws on any
-// text, and CompletionStream fed the same text in arbitrary chunks (cut where the input's bytes say) returns deltas
-// that concatenate to the whole parse's fields and a result equal to it. The first byte picks the thinking mode and
-// the chunk sizes' seed; the rest is the generated text. Built with -DDSV4_FUZZ=ON (clang); seeds in
-// tests/fuzz/corpus/completion, see README.md.
-#include <cstdint>
+// libFuzzer target for parsing a model's output (text_contracts.h, completion_violation): parse_completion never
+// throws, and the text streamed in arbitrary chunks gives the whole parse. The first byte picks the thinking mode
+// and the chunk sizes; the rest is the generated text. Built with -DDSV4_FUZZ=ON (clang); seeds in
+// tests/fuzz/corpus/completion (replayed by tests/tokenizer/fuzz_corpus_test.cpp), see README.md.
+#include <cstdio>
 #include <cstdlib>
-#include <string>
-#include <string_view>
 
-#include "tokenizer/completion.h"
+#include "text_contracts.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    if (size == 0) return 0;
-    using dsv4::tok::ThinkingMode;
-    const ThinkingMode mode = (data[0] & 1) ? ThinkingMode::kThinking : ThinkingMode::kChat;
-    const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
-    const dsv4::tok::ParsedCompletion whole = dsv4::tok::parse_completion(text, mode);
-
-    dsv4::tok::CompletionStream stream(mode);
-    std::string reasoning, content;
-    uint32_t cut = data[0] | 1u;  // chunk sizes 1..8 from a small generator seeded by the first byte
-    for (size_t at = 0; at < text.size();) {
-        cut = cut * 1103515245u + 12345u;
-        const size_t n = std::min<size_t>(1 + (cut >> 16) % 8, text.size() - at);
-        const dsv4::tok::CompletionStream::Delta d = stream.feed(text.substr(at, n));
-        reasoning += d.reasoning_content;
-        content += d.content;
-        at += n;
+    const std::string broken =
+        dsv4::fuzz::completion_violation(std::string_view(reinterpret_cast<const char*>(data), size));
+    if (!broken.empty()) {
+        std::fprintf(stderr, "completion_fuzz: %s\n", broken.c_str());
+        std::abort();
     }
-    dsv4::tok::CompletionStream::Delta last;
-    const dsv4::tok::ParsedCompletion streamed = stream.finish(&last);
-    reasoning += last.reasoning_content;
-    content += last.content;
-    if (reasoning != streamed.reasoning_content || content != streamed.content) std::abort();  // deltas != fields
-    if (streamed.reasoning_content != whole.reasoning_content || streamed.content != whole.content ||
-        streamed.tool_calls.size() != whole.tool_calls.size() || streamed.ok() != whole.ok())
-        std::abort();  // streamed != whole
-    for (size_t i = 0; i < whole.tool_calls.size(); ++i)
-        if (streamed.tool_calls[i].name != whole.tool_calls[i].name ||
-            streamed.tool_calls[i].arguments != whole.tool_calls[i].arguments)
-            std::abort();
     return 0;
 }
