@@ -53,6 +53,15 @@ bool byte_level_to_bytes(std::string_view token, std::string& bytes) {
     return true;
 }
 
+int32_t token_id(const nlohmann::json& id, std::string_view what) {
+    // get<int32_t>() would convert a fraction or a value out of range (undefined behaviour for a double).
+    DSV4_CHECK(id.is_number_integer(), "tokenizer.json: {} has id {}, not an integer", what, id.dump());
+    const bool in_range = id.is_number_unsigned() ? id.get<uint64_t>() <= uint64_t(kMaxTokenId)
+                                                  : id.get<int64_t>() >= 0 && id.get<int64_t>() <= kMaxTokenId;
+    DSV4_CHECK(in_range, "tokenizer.json: {} has id {}, outside 0 .. {}", what, id.dump(), kMaxTokenId);
+    return int32_t(id.get<int64_t>());
+}
+
 BpeModel::BpeModel(const nlohmann::json& model) {
     DSV4_CHECK(model.is_object() && model.value("type", "") == "BPE", "tokenizer.json: model.type must be \"BPE\"");
     DSV4_CHECK(!model.value("byte_fallback", false) && model.value("continuing_subword_prefix", nlohmann::json()).is_null() &&
@@ -63,8 +72,7 @@ BpeModel::BpeModel(const nlohmann::json& model) {
     DSV4_CHECK(vocab.is_object(), "tokenizer.json: model.vocab must be an object");
     std::string bytes;
     for (const auto& [token, id_json] : vocab.items()) {
-        const int32_t id = id_json.get<int32_t>();
-        DSV4_CHECK(id >= 0, "tokenizer.json: negative id in vocab");
+        const int32_t id = token_id(id_json, "vocab entry '" + token + "'");
         if (id > max_id_) max_id_ = id;
         // Entries outside the byte-level alphabet (DeepSeek's BOS/EOS/pad duplicates) can never come out of
         // merges; they decode to their own UTF-8, as in HF.

@@ -21,6 +21,14 @@ const std::array<uint32_t, 256>& byte_level_chars();
 // Maps a byte-level vocab string back to bytes; false if a character is outside the alphabet.
 bool byte_level_to_bytes(std::string_view token, std::string& bytes);
 
+// The largest token id a tokenizer.json may use: tables are sized by the largest id (the V4 vocabulary ends at
+// 129,279), so an id in the billions would ask for gigabytes before anything else could refuse it.
+inline constexpr int32_t kMaxTokenId = (1 << 24) - 1;
+
+// A token id of tokenizer.json (`what` names where it stands, for the message): a JSON integer in
+// [0, kMaxTokenId]; anything else (a fraction, a string, a number out of range) throws dsv4::Error.
+int32_t token_id(const nlohmann::json& id, std::string_view what);
+
 class BpeModel {
 public:
     // Reads model.vocab and model.merges (either "a b" strings or [a, b] pairs). Throws dsv4::Error.

@@ -117,9 +117,9 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& j) {
     t.normalized_added_ = std::make_unique<AddedTokenMatcher>();
     int32_t max_id = t.bpe_->max_id();
     for (const auto& a : j.at("added_tokens")) {
-        AddedToken tok{a.at("id").get<int32_t>(), a.at("content").get<std::string>(), a.value("special", false),
-                       a.value("normalized", false)};
-        DSV4_CHECK(tok.id >= 0 && !tok.content.empty(), "tokenizer.json: bad added token {}", a.dump());
+        AddedToken tok{token_id(a.at("id"), "an added token"), a.at("content").get<std::string>(),
+                       a.value("special", false), a.value("normalized", false)};
+        DSV4_CHECK(!tok.content.empty(), "tokenizer.json: bad added token {}", a.dump());
         DSV4_CHECK(!a.value("lstrip", false) && !a.value("rstrip", false) && !a.value("single_word", false),
                    "tokenizer.json: added token '{}' uses lstrip/rstrip/single_word, which dsv4 does not implement",
                    tok.content);

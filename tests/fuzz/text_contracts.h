@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/error.h"
 #include "tokenizer/completion.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -74,6 +75,35 @@ inline std::string tokenizer_violation(const tok::Tokenizer& tokenizer, std::str
         if (pieces != decoded) return "the streamed decode differs from decode";
     } catch (const std::exception& e) {
         return std::string("the tokenizer threw: ") + e.what();
+    }
+    return "";
+}
+
+// A tokenizer.json a user's model directory holds: text that is JSON loads into a tokenizer or is refused with
+// dsv4::Error or a JSON type error (what Tokenizer::from_file turns into its message), and a tokenizer that loaded
+// encodes and decodes text with special tokens, emoji and invalid UTF-8 without throwing anything else.
+inline std::string tokenizer_json_violation(std::string_view input) {
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(input);
+    } catch (const nlohmann::json::exception&) {
+        return "";
+    }
+    try {
+        const tok::Tokenizer t = tok::Tokenizer::from_json(j);
+        for (std::string_view text :
+             {std::string_view("Hello, world! 123 \xe6\x9d\xb1\xe4\xba\xac \xf0\x9f\x98\x80 <|endoftext|> "),
+              std::string_view("\xff\xfe a\0"
+                               "b",
+                               6)}) {
+            const std::vector<int32_t> ids = t.encode(text);
+            (void)t.decode(ids);
+            for (int32_t id : ids) (void)t.token_bytes(id);
+        }
+    } catch (const Error&) {
+    } catch (const nlohmann::json::exception&) {
+    } catch (const std::exception& e) {
+        return std::string("an exception outside the contract: ") + e.what();
     }
     return "";
 }

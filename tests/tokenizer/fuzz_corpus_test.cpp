@@ -1,4 +1,4 @@
-// Replays completion_fuzz's and tokenizer_fuzz's committed corpora (tests/fuzz/corpus/completion, tokenizer)
+// Replays completion_fuzz's, tokenizer_fuzz's and tokenizer_json_fuzz's committed corpora (tests/fuzz/corpus/)
 // through their contracts (tests/fuzz/text_contracts.h) in the regular test run. The libFuzzer targets
 // (tests/fuzz/, -DDSV4_FUZZ=ON) explore beyond these inputs.
 #include <gtest/gtest.h>
@@ -39,4 +39,10 @@ TEST(FuzzCorpus, TokenizerRoundTripsItsInputs) {
     ASSERT_FALSE(inputs.empty());
     for (const auto& [path, bytes] : inputs)
         EXPECT_EQ(dsv4::fuzz::tokenizer_violation(dsv4::tok::test::v4_tokenizer(), bytes), "") << path;
+}
+
+TEST(FuzzCorpus, TokenizerJsonLoadsOrIsRefused) {
+    const auto inputs = corpus("tokenizer_json");
+    ASSERT_FALSE(inputs.empty());
+    for (const auto& [path, bytes] : inputs) EXPECT_EQ(dsv4::fuzz::tokenizer_json_violation(bytes), "") << path;
 }

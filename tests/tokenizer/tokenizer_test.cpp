@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "test_util.h"
+#include "tokenizer/bpe.h"
 
 namespace dsv4::tok {
 namespace {
@@ -99,6 +100,37 @@ TEST(Tokenizer, BadIdsAndFilesAreErrors) {
         ADD_FAILURE() << "unsupported pre-tokenizer accepted";
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("pre_tokenizer"), std::string::npos) << e.what();
+    }
+}
+
+// Token ids are integers in 0 .. kMaxTokenId, in the vocabulary and in added_tokens: a fraction, a string or a number
+// out of range is a clear error, never a conversion (undefined for a double out of int range: found by
+// tokenizer_json_fuzz) or a table sized by an id in the billions.
+TEST(Tokenizer, IdsMustBeSmallIntegers) {
+    const auto fixture =
+        std::filesystem::path(DSV4_SOURCE_DIR) / "tests/fixtures/official-trained-bytes/tokenizer.json";
+    std::FILE* f = std::fopen(fixture.c_str(), "rb");
+    ASSERT_NE(f, nullptr);
+    std::string text;
+    for (int c; (c = std::fgetc(f)) != EOF;) text += char(c);
+    std::fclose(f);
+    const nlohmann::json good = nlohmann::json::parse(text);
+    EXPECT_NO_THROW(Tokenizer::from_json(good));
+    const std::string vocab_token = good.at("model").at("vocab").begin().key();
+    for (const nlohmann::json& id :
+         {nlohmann::json(1.5), nlohmann::json(5.4e21), nlohmann::json("7"), nlohmann::json(-1),
+          nlohmann::json(int64_t(1) << 31), nlohmann::json(uint64_t(kMaxTokenId) + 1), nlohmann::json(nullptr)}) {
+        nlohmann::json in_vocab = good, added = good;
+        in_vocab["model"]["vocab"][vocab_token] = id;
+        added["added_tokens"][0]["id"] = id;
+        for (const nlohmann::json* j : {&in_vocab, &added}) {
+            try {
+                Tokenizer::from_json(*j);
+                ADD_FAILURE() << "id " << id.dump() << " accepted";
+            } catch (const Error& e) {
+                EXPECT_NE(std::string(e.what()).find(id.dump()), std::string::npos) << e.what();
+            }
+        }
     }
 }
 
