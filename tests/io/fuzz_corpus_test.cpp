@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "fuzz/checkpoint_contract.h"
 #include "io/config_json.h"
 #include "io/safetensors.h"
 
@@ -73,4 +74,13 @@ TEST(FuzzCorpus, ConfigInputsParseOrFailCleanly) {
         }
     }
     std::printf("config corpus: %d parsed, %d rejected\n", parsed, rejected);
+}
+
+// checkpoint_fuzz's corpus: a shard header each, in a copy of the NVFP4 fixture; it opens and loads or is an Error.
+TEST(FuzzCorpus, ShardHeadersLoadOrFailCleanly) {
+    const auto files = corpus("checkpoint");
+    ASSERT_FALSE(files.empty());
+    const dsv4::fuzz::ShardHeaderCheck check(fs::temp_directory_path() / "dsv4_checkpoint_corpus_test");
+    for (const auto& f : files) EXPECT_EQ(check.violation(read_bytes(f)), "") << f;
+    fs::remove_all(check.dir());
 }
