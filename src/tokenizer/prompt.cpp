@@ -293,6 +293,10 @@ std::string render_arguments(const ordered_json& arguments) {
             args = ordered_json::parse(arguments.get<std::string>());
             parsed = true;
         } catch (const ordered_json::parse_error&) {
+        } catch (const ordered_json::out_of_range& e) {
+            // A number past a double's range: Python's json.loads reads it as inf, which json.dumps writes as
+            // Infinity (not JSON). Refused, as the other deviations are (found by openai_request_fuzz).
+            fail("tool call arguments hold a number outside a double's range ({})", e.what());
         }
     }
     if (!parsed) args = ordered_json{{"arguments", arguments}};

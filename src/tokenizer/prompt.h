@@ -40,7 +40,8 @@ inline constexpr std::string_view kDsmlToken = "｜DSML｜";
 // Tokenize the result with Tokenizer::encode (no BOS added: it is in the string). Throws dsv4::Error where
 // the reference raises (invalid effort, unknown role, empty developer content, non-object tool arguments, ...).
 // Deliberate deviations, each an error instead of Python's output: non-string contents that the preview era
-// would insert as a Python repr, and dict/list values where the reference would print str(value).
+// would insert as a Python repr, dict/list values where the reference would print str(value), and tool call
+// arguments with a number outside a double's range (Python reads inf and writes Infinity, which is not JSON).
 std::string render_prompt(const ordered_json& messages, const RenderOptions& options,
                           const ordered_json& context = ordered_json::array());
 

@@ -101,6 +101,17 @@ TEST(Prompt, BadInputIsAnError) {
     EXPECT_THROW(render_prompt(ordered_json::parse(R"([{"role": "user", "content": "x", "task": "nope"}])"), o), Error);
     EXPECT_THROW(render_prompt(ordered_json::parse(R"([{"role": "assistant", "tool_calls": [{"id": "a"}]}])"), o),
                  Error);
+    // Tool call arguments with a number past a double's range (Python reads inf, writes Infinity): an error, not a
+    // JSON library exception that a caller expecting dsv4::Error lets through (found by openai_request_fuzz).
+    const ordered_json overflow = ordered_json::parse(
+        R"([{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+            "function": {"name": "f", "arguments": "{\"city\": 4e4999}"}}]}])");
+    try {
+        render_prompt(overflow, o);
+        ADD_FAILURE() << "an argument out of a double's range rendered";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("outside a double's range"), std::string::npos) << e.what();
+    }
     // The preview era would insert a Python repr of a list content: dsv4 refuses instead.
     o.era = EncoderEra::kPreview;
     EXPECT_THROW(render_prompt(ordered_json::parse(R"([{"role": "system", "content": [{"type": "text"}]}])"), o),
