@@ -42,6 +42,48 @@ LayerCache layer_cache(const ModelConfig& c, int64_t ratio, int64_t visible) {
     return r;
 }
 
+// How a term of the step scales: once a step, once per token, once per distinct expert selected.
+enum class Per { kStep, kToken, kExpert };
+
+// Every term a decode step of one token at `position` reads, once: the kind of DecodeBytes it counts in, the stage
+// that reads it, how it scales and its bytes (per token or per expert where it scales so). decode_bytes and
+// decode_stage_floors are two sums of this one walk.
+template <typename Visit>
+void for_each_term(const ModelConfig& c, const ModelWeights& w, int64_t position, CacheEntryBytes entry,
+                   Visit&& visit) {
+    const int64_t k = c.num_experts_per_tok;
+    visit(&DecodeBytes::embed, "embed", Per::kStep, 2.0 * double(c.hidden_size));
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const BlockWeights& L = w.layers[size_t(l)];
+        const AttentionWeights& a = L.attn;
+        visit(&DecodeBytes::hc, "attn_hc_pre", Per::kStep, hc_bytes(L.hc_attn));
+        visit(&DecodeBytes::attention, "attn_hc_pre", Per::kStep, vec_bytes(L.attn_norm));
+        visit(&DecodeBytes::attention, "q_proj", Per::kStep,
+              device_weight_bytes(a.wq_a) + vec_bytes(a.q_norm) + device_weight_bytes(a.wq_b) +
+                  device_weight_bytes(a.wkv) + vec_bytes(a.kv_norm));
+        if (a.indexer) visit(&DecodeBytes::compressor, "indexer", Per::kStep, indexer_bytes(*a.indexer));
+        // On CSA layers the main compressor runs beside the indexer, in its stage.
+        if (a.compressor)
+            visit(&DecodeBytes::compressor, a.indexer ? "indexer" : "compressor", Per::kStep,
+                  compressor_bytes(*a.compressor));
+        const LayerCache cache = layer_cache(c, c.compress_ratios[size_t(l)], position + 1);
+        if (cache.index_keys > 0)
+            visit(&DecodeBytes::index_keys, "indexer", Per::kToken, double(cache.index_keys) * entry.index);
+        visit(&DecodeBytes::attention, "sparse_attn", Per::kStep, vec_bytes(a.attn_sink));
+        visit(&DecodeBytes::kv, "sparse_attn", Per::kToken, double(cache.entries) * entry.main);
+        visit(&DecodeBytes::attention, "o_proj", Per::kStep, device_weight_bytes(a.wo_a) + device_weight_bytes(a.wo_b));
+        visit(&DecodeBytes::hc, "ffn_hc_pre", Per::kStep, hc_bytes(L.hc_ffn));
+        visit(&DecodeBytes::shared, "ffn_hc_pre", Per::kStep, vec_bytes(L.ffn_norm));
+        visit(&DecodeBytes::router, "router", Per::kStep, router_bytes(L.ffn, k));
+        visit(&DecodeBytes::routed, "routed_experts", Per::kExpert, expert_bytes(L.ffn.experts.front()));
+        visit(&DecodeBytes::shared, "shared_expert", Per::kStep,
+              device_weight_bytes(L.ffn.shared.w1) + device_weight_bytes(L.ffn.shared.w2) +
+                  device_weight_bytes(L.ffn.shared.w3));
+    }
+    visit(&DecodeBytes::hc, "head", Per::kStep, hc_bytes(w.hc_head) + vec_bytes(w.norm));
+    visit(&DecodeBytes::head, "head", Per::kStep, device_weight_bytes(w.head));
+}
+
 }  // namespace
 
 double device_weight_bytes(const QuantizedMatrix& m) {
@@ -64,55 +106,21 @@ double device_weight_bytes(const QuantizedMatrix& m) {
 
 DecodeBytes decode_bytes(const ModelConfig& c, const ModelWeights& w, int64_t position, CacheEntryBytes entry) {
     DecodeBytes b;
-    const int64_t k = c.num_experts_per_tok;
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-        const BlockWeights& L = w.layers[size_t(l)];
-        const AttentionWeights& a = L.attn;
-        b.attention += vec_bytes(L.attn_norm) + vec_bytes(a.attn_sink) + device_weight_bytes(a.wq_a) +
-                       vec_bytes(a.q_norm) + device_weight_bytes(a.wq_b) + device_weight_bytes(a.wkv) +
-                       vec_bytes(a.kv_norm) + device_weight_bytes(a.wo_a) + device_weight_bytes(a.wo_b);
-        if (a.compressor) b.compressor += compressor_bytes(*a.compressor);
-        if (a.indexer) b.compressor += indexer_bytes(*a.indexer);
-        b.hc += hc_bytes(L.hc_attn) + hc_bytes(L.hc_ffn);
-        b.router += router_bytes(L.ffn, k);
-        b.shared += vec_bytes(L.ffn_norm) + device_weight_bytes(L.ffn.shared.w1) +
-                    device_weight_bytes(L.ffn.shared.w2) + device_weight_bytes(L.ffn.shared.w3);
-        b.routed += double(k) * expert_bytes(L.ffn.experts.front());
-        const LayerCache cache = layer_cache(c, c.compress_ratios[size_t(l)], position + 1);
-        b.kv += double(cache.entries) * entry.main;
-        b.index_keys += double(cache.index_keys) * entry.index;
-    }
-    b.hc += hc_bytes(w.hc_head) + vec_bytes(w.norm);
-    b.head = device_weight_bytes(w.head);
-    b.embed = 2.0 * double(c.hidden_size);
+    // One token selects k distinct experts.
+    const double k = double(c.num_experts_per_tok);
+    for_each_term(c, w, position, entry, [&](double DecodeBytes::*kind, const char*, Per per, double bytes) {
+        b.*kind += per == Per::kExpert ? k * bytes : bytes;
+    });
     return b;
 }
 
 std::map<std::string, DecodeStageFloor> decode_stage_floors(const ModelConfig& c, const ModelWeights& w,
                                                             int64_t position, CacheEntryBytes entry) {
     std::map<std::string, DecodeStageFloor> f;
-    const int64_t k = c.num_experts_per_tok;
-    f["embed"].weights = 2.0 * double(c.hidden_size);
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-        const BlockWeights& L = w.layers[size_t(l)];
-        const AttentionWeights& a = L.attn;
-        f["attn_hc_pre"].weights += hc_bytes(L.hc_attn) + vec_bytes(L.attn_norm);
-        f["q_proj"].weights += device_weight_bytes(a.wq_a) + vec_bytes(a.q_norm) + device_weight_bytes(a.wq_b) +
-                               device_weight_bytes(a.wkv) + vec_bytes(a.kv_norm);
-        if (a.indexer) f["indexer"].weights += indexer_bytes(*a.indexer);
-        if (a.compressor) f[a.indexer ? "indexer" : "compressor"].weights += compressor_bytes(*a.compressor);
-        const LayerCache cache = layer_cache(c, c.compress_ratios[size_t(l)], position + 1);
-        if (cache.index_keys > 0) f["indexer"].per_token += double(cache.index_keys) * entry.index;
-        f["sparse_attn"].weights += vec_bytes(a.attn_sink);
-        f["sparse_attn"].per_token += double(cache.entries) * entry.main;
-        f["o_proj"].weights += device_weight_bytes(a.wo_a) + device_weight_bytes(a.wo_b);
-        f["ffn_hc_pre"].weights += hc_bytes(L.hc_ffn) + vec_bytes(L.ffn_norm);
-        f["router"].weights += router_bytes(L.ffn, k);
-        f["routed_experts"].per_expert += expert_bytes(L.ffn.experts.front());
-        f["shared_expert"].weights += device_weight_bytes(L.ffn.shared.w1) + device_weight_bytes(L.ffn.shared.w2) +
-                                      device_weight_bytes(L.ffn.shared.w3);
-    }
-    f["head"].weights = hc_bytes(w.hc_head) + vec_bytes(w.norm) + device_weight_bytes(w.head);
+    for_each_term(c, w, position, entry, [&](double DecodeBytes::*, const char* stage, Per per, double bytes) {
+        DecodeStageFloor& floor = f[stage];
+        (per == Per::kStep ? floor.weights : per == Per::kToken ? floor.per_token : floor.per_expert) += bytes;
+    });
     return f;
 }
 

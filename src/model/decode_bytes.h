@@ -50,9 +50,9 @@ struct DecodeStageFloor {
 };
 
 // decode_bytes' terms by stage name (runtime/stage_profile.h's stages: embed, attn_hc_pre, q_proj, indexer,
-// compressor, sparse_attn, o_proj, ffn_hc_pre, router, routed_experts, shared_expert, head). The same terms under
-// the same conditions: for one token and k experts the stages sum to decode_bytes' total. On CSA layers the main
-// compressor runs beside the indexer and counts in its stage.
+// compressor, sparse_attn, o_proj, ffn_hc_pre, router, routed_experts, shared_expert, head): the terms of
+// decode_bytes from the same walk, grouped by stage, so for one token and k experts the stages sum to its total. On
+// CSA layers the main compressor runs beside the indexer and counts in its stage.
 std::map<std::string, DecodeStageFloor> decode_stage_floors(const ModelConfig& c, const ModelWeights& w,
                                                             int64_t position, CacheEntryBytes entry);
 
