@@ -5,11 +5,11 @@
 // tests/fuzz/corpus/checkpoint (replayed by tests/io/fuzz_corpus_test.cpp), see README.md.
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <memory>
 
 #include "checkpoint_contract.h"
+#include "stop_on_violation.h"
 
 namespace {
 std::unique_ptr<dsv4::fuzz::ShardHeaderCheck> check;
@@ -23,10 +23,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    const std::string broken = check->violation(std::string_view(reinterpret_cast<const char*>(data), size));
-    if (!broken.empty()) {
-        std::fprintf(stderr, "checkpoint_fuzz: %s\n", broken.c_str());
-        std::abort();
-    }
+    dsv4::fuzz::stop_on_violation("checkpoint_fuzz",
+                                  check->violation(std::string_view(reinterpret_cast<const char*>(data), size)));
     return 0;
 }

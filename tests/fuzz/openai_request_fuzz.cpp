@@ -3,17 +3,11 @@
 // are a dsv4::Error; no other exception, no crash, no undefined behaviour. The first byte picks the endpoint and the
 // encoder era; the rest is the body. Built with -DDSV4_FUZZ=ON (clang); seeds in tests/fuzz/corpus/openai_request
 // (replayed by tests/server/fuzz_corpus_test.cpp), see README.md.
-#include <cstdio>
-#include <cstdlib>
-
 #include "request_contract.h"
+#include "stop_on_violation.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    const std::string broken =
-        dsv4::fuzz::openai_request_violation(std::string_view(reinterpret_cast<const char*>(data), size));
-    if (!broken.empty()) {
-        std::fprintf(stderr, "openai_request_fuzz: %s\n", broken.c_str());
-        std::abort();
-    }
+    dsv4::fuzz::stop_on_violation("openai_request_fuzz", dsv4::fuzz::openai_request_violation(std::string_view(
+                                                             reinterpret_cast<const char*>(data), size)));
     return 0;
 }

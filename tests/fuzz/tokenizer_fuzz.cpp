@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "stop_on_violation.h"
 #include "text_contracts.h"
 
 namespace {
@@ -26,11 +27,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    const std::string broken =
-        dsv4::fuzz::tokenizer_violation(*tokenizer, std::string_view(reinterpret_cast<const char*>(data), size));
-    if (!broken.empty()) {
-        std::fprintf(stderr, "tokenizer_fuzz: %s\n", broken.c_str());
-        std::abort();
-    }
+    dsv4::fuzz::stop_on_violation(
+        "tokenizer_fuzz",
+        dsv4::fuzz::tokenizer_violation(*tokenizer, std::string_view(reinterpret_cast<const char*>(data), size)));
     return 0;
 }

@@ -2,17 +2,11 @@
 // loads into a tokenizer or is refused with dsv4::Error or a JSON error, and a loaded tokenizer encodes and decodes
 // without throwing anything else; no crash, no undefined behaviour. Built with -DDSV4_FUZZ=ON (clang); seeds in
 // tests/fuzz/corpus/tokenizer_json (replayed by tests/tokenizer/fuzz_corpus_test.cpp), see README.md.
-#include <cstdio>
-#include <cstdlib>
-
+#include "stop_on_violation.h"
 #include "text_contracts.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    const std::string broken =
-        dsv4::fuzz::tokenizer_json_violation(std::string_view(reinterpret_cast<const char*>(data), size));
-    if (!broken.empty()) {
-        std::fprintf(stderr, "tokenizer_json_fuzz: %s\n", broken.c_str());
-        std::abort();
-    }
+    dsv4::fuzz::stop_on_violation("tokenizer_json_fuzz", dsv4::fuzz::tokenizer_json_violation(std::string_view(
+                                                             reinterpret_cast<const char*>(data), size)));
     return 0;
 }
