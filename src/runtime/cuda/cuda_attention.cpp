@@ -117,7 +117,7 @@ void CudaModel::Impl::attention(int64_t layer) {
             DSV4_CUDA_CHECK(cudaStreamWaitEvent(side.stream, index_keys_ready->get()));
         else
             index_head_weights(a, proj, compressors);
-        indexer_select(side.stream, layer, visible, slots_by_topk ? &key_list : nullptr);
+        indexer_select(side.stream, layer, keys, visible, slots_by_topk ? &key_list : nullptr);
     }
     if (a.indexer && observer) observe_index_selection(layer, visible);
 
@@ -284,14 +284,14 @@ void CudaModel::Impl::indexer_queries(const Lane& lane, int64_t layer) {
     cuda::indexer_rotate_fp4(rq, lane.stream);
 }
 
-void CudaModel::Impl::indexer_select(cudaStream_t on, int64_t layer, int64_t visible,
+void CudaModel::Impl::indexer_select(cudaStream_t on, int64_t layer, const uint8_t* keys, int64_t visible,
                                      const cuda::AttentionSlotsParams* key_list) {
     const ModelConfig& c = config;
     const int64_t ratio = c.compress_ratios[size_t(layer)];
     cuda::IndexerScoresParams sp;
     sp.q = reinterpret_cast<const uint16_t*>(ws.qi);
     sp.head_weights = reinterpret_cast<const uint16_t*>(ws.head_weights);
-    sp.keys = index_keys + pool.index_row[size_t(layer)] * pool.index_entry_bytes;
+    sp.keys = keys;
     sp.page_table = ws.page_table;
     sp.token_state = ws.token_state;
     sp.token_position = ws.positions;

@@ -320,9 +320,10 @@ struct CudaModel::Impl {
     void index_head_weights(const cuda::DeviceAttention& a, const F32Projections& proj, cudaStream_t on);
     // The indexer's queries of the piece into ws.qi: wq_b qr, rotated (Hadamard + FP4 round trip) with their RoPE.
     void indexer_queries(const Lane& lane, int64_t layer);
-    // The indexer's scores over the `visible` key columns and its top-k into ws.selected; with `key_list`, the top-k
-    // also writes the sparse attention's key list.
-    void indexer_select(cudaStream_t on, int64_t layer, int64_t visible, const cuda::AttentionSlotsParams* key_list);
+    // The indexer's scores over the `visible` key columns of the layer's `keys` and its top-k into ws.selected; with
+    // `key_list`, the top-k also writes the sparse attention's key list.
+    void indexer_select(cudaStream_t on, int64_t layer, const uint8_t* keys, int64_t visible,
+                        const cuda::AttentionSlotsParams* key_list);
     // The key list of every query token (cuda::attention_slots): `slots` per token, the window's ring at ring_row.
     cuda::AttentionSlotsParams attention_slots_params(int64_t layer, int64_t slots, int64_t ring_row) const;
     // Sparse attention of ws.q over the key list's `slots` entries per token, then the inverse RoPE, into ws.o.
