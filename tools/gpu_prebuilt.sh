@@ -2,8 +2,8 @@
 # Runs on the GPU machine binaries built here, for a call too short to build there (a fresh machine spends minutes
 # compiling): `dsv4 bench` argument lists first (BENCH_ARGS, separated by ';', each run in turn REPEAT times: one
 # A/B in one process image, e.g. "ARGS;ARGS --some-option"), then the GPU tests named by TESTS (a gtest filter; empty:
-# none) under TEST_TIMEOUT seconds (default 240). Prepare the binaries here (x86-64 like that machine; the libraries
-# it lacks travel with them) into the ignored folder out/ and carry ["out"]:
+# none) in SHARDS processes (default 8) under TEST_TIMEOUT seconds each (default 240). Prepare the binaries here
+# (x86-64 like that machine; the libraries it lacks travel with them) into the ignored folder out/ and carry ["out"]:
 #   tools/gpu_prebuilt.sh --pack BUILD_DIR      (BUILD_DIR built with the sm_90a code, the default DSV4_CUDA_ARCHS)
 # The tests read tests/fixtures/ at the source path they were built in; the call's tree is linked there.
 set -uo pipefail
@@ -46,9 +46,20 @@ for ((r = 1; r <= ${REPEAT:-1}; ++r)); do
     done
 done
 if [ -n "${TESTS:-}" ]; then
-    timeout "${TEST_TIMEOUT:-240}" "$bin/dsv4_gpu_tests" --gtest_filter="$TESTS" >"$out/tests.log" 2>&1
-    rc=$?
+    # The tests in SHARDS processes at once (gtest's sharding; default 8): their CPU references are single-threaded,
+    # so one process ran the GPU suite in well over 7 minutes, most of it in a few MoeGemm cases.
+    shards=${SHARDS:-8}
+    pids=()
+    for ((i = 0; i < shards; ++i)); do
+        GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "${TEST_TIMEOUT:-240}" "$bin/dsv4_gpu_tests" \
+            --gtest_filter="$TESTS" >"$out/tests_$i.log" 2>&1 &
+        pids+=($!)
+    done
+    rc=0
+    for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+    cat "$out"/tests_*.log >"$out/tests.log" && rm -f "$out"/tests_*.log
     grep -E "^\[  FAILED|Failure" "$out/tests.log" | head -20
-    echo "tests ($TESTS): rc $rc $(grep -E '^\[  PASSED|^\[  FAILED|tests ran|SKIPPED \]' "$out/tests.log" | tail -4 | tr '\n' ' ')"
+    count() { grep -hE "^\[  $1 *\] [0-9]+ tests?" "$out/tests.log" | awk '{s += $4} END {print s + 0}'; }
+    echo "tests ($TESTS, $shards shards): rc $rc, $(count PASSED) passed, $(count FAILED) failed, $(count SKIPPED) skipped"
 fi
 exit 0
