@@ -29,7 +29,128 @@ __global__ void __launch_bounds__(kThreads) step_kernel(const float* in, float* 
     for (int i = threadIdx.x; i < per_cta; i += kThreads) out[base + i] = in[base + i] * 0.5f + 1.0f;
 }
 
-float chain_us(bool pdl, int ctas, int per_cta, float* a, float* b, cudaStream_t s) {
+// A step that also streams its own weights (`w_per_thread` float4 a thread, which no kernel writes), the first
+// kPreLoads of them requested before the wait for its predecessor when launched programmatically: how much of a
+// weight reader's first round trips programmatic launch hides (docs/perf.md, "Programmatic dependent launch on the
+// weight readers"). The weights are zeros, so the outputs are the plain chain's.
+constexpr int kPreLoads = 4;
+template <bool kPdl>
+__global__ void __launch_bounds__(kThreads)
+    weighted_step_kernel(const float4* w, int w_per_thread, const float* in, float* out, int per_cta) {
+    if constexpr (kPdl) asm volatile("griddepcontrol.launch_dependents;");
+    const float4* mine = w + (int64_t(blockIdx.x) * kThreads + threadIdx.x);
+    const int64_t stride = int64_t(gridDim.x) * kThreads;
+    float4 pre[kPreLoads];
+#pragma unroll
+    for (int i = 0; i < kPreLoads; ++i) pre[i] = i < w_per_thread ? __ldg(mine + i * stride) : make_float4(0, 0, 0, 0);
+    if constexpr (kPdl) asm volatile("griddepcontrol.wait;" ::: "memory");
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPreLoads; ++i) acc += pre[i].x + pre[i].y + pre[i].z + pre[i].w;
+    for (int i = kPreLoads; i < w_per_thread; i += 4) {
+        float4 v[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            v[j] = i + j < w_per_thread ? __ldg(mine + (i + j) * stride) : make_float4(0, 0, 0, 0);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc += v[j].x + v[j].y + v[j].z + v[j].w;
+    }
+    const int base = blockIdx.x * per_cta;
+    for (int i = threadIdx.x; i < per_cta; i += kThreads) out[base + i] = in[base + i] * 0.5f + 1.0f + acc;
+}
+
+// The same weighted chain as one persistent kernel: kChain phases separated by a grid barrier (an arrival count in
+// global memory that every CTA waits to see complete; the CTAs are co-resident: a cooperative launch). With
+// `prefetch`, a CTA requests the next phase's first kPreLoads weights before it arrives: what a chain of kernels
+// fused into one could gain over kernel boundaries.
+__device__ __forceinline__ void grid_barrier(unsigned* count, unsigned target) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(count, 1u);
+        unsigned seen = 0;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory");
+        } while (seen < target);
+    }
+    __syncthreads();
+}
+
+template <bool kPrefetch>
+__global__ void __launch_bounds__(kThreads) persistent_chain_kernel(const float4* w, int w_per_thread, float* a,
+                                                                    float* b, int per_cta, unsigned* count) {
+    const int64_t stride = int64_t(gridDim.x) * kThreads, slice = stride * w_per_thread;
+    float4 pre[kPreLoads];
+    auto load_pre = [&](int k) {
+        const float4* mine = w + k * slice + (int64_t(blockIdx.x) * kThreads + threadIdx.x);
+#pragma unroll
+        for (int i = 0; i < kPreLoads; ++i)
+            pre[i] = i < w_per_thread ? __ldg(mine + i * stride) : make_float4(0, 0, 0, 0);
+    };
+    load_pre(0);
+    for (int k = 0; k < kChain; ++k) {
+        const float4* mine = w + k * slice + (int64_t(blockIdx.x) * kThreads + threadIdx.x);
+        const float* in = k % 2 ? b : a;
+        float* out = k % 2 ? a : b;
+        if (!kPrefetch && k > 0) load_pre(k);
+        float acc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kPreLoads; ++i) acc += pre[i].x + pre[i].y + pre[i].z + pre[i].w;
+        for (int i = kPreLoads; i < w_per_thread; i += 4) {
+            float4 v[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                v[j] = i + j < w_per_thread ? __ldg(mine + (i + j) * stride) : make_float4(0, 0, 0, 0);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc += v[j].x + v[j].y + v[j].z + v[j].w;
+        }
+        const int base = blockIdx.x * per_cta;
+        for (int i = threadIdx.x; i < per_cta; i += kThreads) out[base + i] = in[base + i] * 0.5f + 1.0f + acc;
+        if (kPrefetch && k + 1 < kChain) load_pre(k + 1);
+        grid_barrier(count, unsigned(k + 1) * gridDim.x);
+    }
+}
+
+float persistent_us(bool prefetch, int ctas, int per_cta, float* a, float* b, cudaStream_t s, const float4* w,
+                    int w_per_thread, unsigned* count) {
+    cudaGraph_t graph;
+    DSV4_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    DSV4_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(unsigned), s));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(unsigned(ctas));
+    cfg.blockDim = dim3(kThreads);
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeCooperative;
+    attr[0].val.cooperative = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (prefetch)
+        DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, persistent_chain_kernel<true>, w, w_per_thread, a, b, per_cta, count));
+    else
+        DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, persistent_chain_kernel<false>, w, w_per_thread, a, b, per_cta, count));
+    DSV4_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    cudaGraphExec_t exec;
+    DSV4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t e0, e1;
+    DSV4_CUDA_CHECK(cudaEventCreate(&e0));
+    DSV4_CUDA_CHECK(cudaEventCreate(&e1));
+    for (int i = 0; i < kWarmups; ++i) DSV4_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    DSV4_CUDA_CHECK(cudaEventRecord(e0, s));
+    for (int i = 0; i < kReplays; ++i) DSV4_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    DSV4_CUDA_CHECK(cudaEventRecord(e1, s));
+    DSV4_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    DSV4_CUDA_CHECK(cudaEventDestroy(e0));
+    DSV4_CUDA_CHECK(cudaEventDestroy(e1));
+    DSV4_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    DSV4_CUDA_CHECK(cudaGraphDestroy(graph));
+    return ms * 1e3f / float(kReplays * kChain);
+}
+
+float chain_us(bool pdl, int ctas, int per_cta, float* a, float* b, cudaStream_t s, const float4* w = nullptr,
+               int w_per_thread = 0) {
     cudaGraph_t graph;
     DSV4_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     for (int k = 0; k < kChain; ++k) {
@@ -44,7 +165,12 @@ float chain_us(bool pdl, int ctas, int per_cta, float* a, float* b, cudaStream_t
         attr[0].val.programmaticStreamSerializationAllowed = 1;
         cfg.attrs = attr;
         cfg.numAttrs = pdl ? 1 : 0;
-        if (pdl)
+        const float4* wk = w ? w + int64_t(k) * ctas * kThreads * w_per_thread : nullptr;
+        if (w && pdl)
+            DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, weighted_step_kernel<true>, wk, w_per_thread, in, out, per_cta));
+        else if (w)
+            DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, weighted_step_kernel<false>, wk, w_per_thread, in, out, per_cta));
+        else if (pdl)
             DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, step_kernel<true>, in, out, per_cta));
         else
             DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, step_kernel<false>, in, out, per_cta));
@@ -109,5 +235,43 @@ int main() {
         DSV4_CUDA_CHECK(cudaFree(a));
         DSV4_CUDA_CHECK(cudaFree(b));
     }
+    // Weight readers: 264 CTAs (two an SM), each kernel streaming its own weights (48 distinct slices, so they come
+    // from DRAM), the dependent part 2048 floats a CTA.
+    std::printf(
+        "\nweight readers: %d dependent kernels of 264 CTAs, each with its own weights (first %d float4 a "
+        "thread requested before the wait under PDL)\n",
+        kChain, kPreLoads);
+    std::printf("%12s %14s %14s %14s %14s  %s\n", "MB/kernel", "plain us/kern", "PDL us/kern", "barrier us/ph",
+                "+prefetch", "check");
+    unsigned* count;
+    DSV4_CUDA_CHECK(cudaMalloc(&count, sizeof(unsigned)));
+    for (const int w_per_thread : {1, 4, 16, 64, 256}) {
+        const int ctas = 264, per_cta = 2048, n = ctas * per_cta;
+        const size_t w_count = size_t(kChain) * ctas * kThreads * w_per_thread;
+        float4* w;
+        DSV4_CUDA_CHECK(cudaMalloc(&w, w_count * sizeof(float4)));
+        DSV4_CUDA_CHECK(cudaMemset(w, 0, w_count * sizeof(float4)));
+        float *a, *b;
+        DSV4_CUDA_CHECK(cudaMalloc(&a, size_t(n) * 4));
+        DSV4_CUDA_CHECK(cudaMalloc(&b, size_t(n) * 4));
+        std::vector<float> init(static_cast<size_t>(n));
+        for (int i = 0; i < n; ++i) init[size_t(i)] = float(i % 97);
+        bool ok = true;
+        float us[4];
+        for (int variant = 0; variant < 4; ++variant) {
+            DSV4_CUDA_CHECK(cudaMemcpy(a, init.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
+            DSV4_CUDA_CHECK(cudaMemcpy(b, init.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
+            us[variant] = variant < 2 ? chain_us(variant == 1, ctas, per_cta, a, b, s, w, w_per_thread)
+                                      : persistent_us(variant == 3, ctas, per_cta, a, b, s, w, w_per_thread, count);
+            ok = ok && check(init, a, b, n);
+        }
+        const double mb = double(ctas) * kThreads * w_per_thread * 16 / 1e6;
+        std::printf("%12.1f %14.2f %14.2f %14.2f %14.2f  %s\n", mb, us[0], us[1], us[2], us[3],
+                    ok ? "bitwise" : "MISMATCH");
+        DSV4_CUDA_CHECK(cudaFree(w));
+        DSV4_CUDA_CHECK(cudaFree(a));
+        DSV4_CUDA_CHECK(cudaFree(b));
+    }
+    DSV4_CUDA_CHECK(cudaFree(count));
     return 0;
 }

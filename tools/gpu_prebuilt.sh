@@ -4,7 +4,9 @@
 # A/B in one process image, e.g. "ARGS;ARGS --some-option"), then the GPU tests named by TESTS (a gtest filter; empty:
 # none) in SHARDS processes (default 8) under TEST_TIMEOUT seconds each (default 240). Prepare the binaries here
 # (x86-64 like that machine; the libraries it lacks travel with them) into the ignored folder out/ and carry ["out"]:
-#   tools/gpu_prebuilt.sh --pack BUILD_DIR      (BUILD_DIR built with the sm_90a code, the default DSV4_CUDA_ARCHS)
+#   tools/gpu_prebuilt.sh --pack BUILD_DIR      (BUILD_DIR built with the sm_90a code, the default DSV4_CUDA_ARCHS;
+#                                              PACK_BENCHES: bench/ binaries to carry too, run by the call's own command
+#                                              from /tmp/dsv4_prebuilt once this script has unpacked them)
 # The tests read tests/fixtures/ at the source path they were built in; the call's tree is linked there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +14,7 @@ if [ "${1:-}" = "--pack" ]; then
     build="${2:?usage: gpu_prebuilt.sh --pack BUILD_DIR}"
     stage=$(mktemp -d) && mkdir -p "$stage/lib" out
     strip -o "$stage/dsv4" "$build/tools/dsv4/dsv4" && strip -o "$stage/dsv4_gpu_tests" "$build/tests/dsv4_gpu_tests" || exit 1
+    for b in ${PACK_BENCHES:-}; do strip -o "$stage/$b" "$build/bench/$b" || exit 1; done  # e.g. dsv4_bench_gemm
     # What that machine's image lacks (no cpp-httplib; fmt of another version): the libraries these resolve to here.
     for lib in libfmt.so libcpp-httplib.so; do
         path=$(ldd "$stage/dsv4" | awk -v l="$lib" 'index($1, l) == 1 {print $3}')

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -104,6 +105,64 @@ TEST(ProgrammaticLaunch, ChainGivesThePlainValuesEagerAndReplayed) {
         }
         cudaGraphExecDestroy(exec);
     }
+}
+
+// How stream capture records the launches: the programmatic edges of a chain on one stream, and of one that forks a
+// second stream after a kernel and joins it before another (the decode graph's lanes).
+__global__ void touch(float* x) {
+    cuda::allow_dependent_launch();
+    cuda::wait_for_prerequisites();
+    if (threadIdx.x == 0 && blockIdx.x == 0) x[0] += 1.0f;
+}
+
+struct EdgeCount {
+    size_t edges = 0, programmatic = 0;
+};
+
+EdgeCount edges_of(cudaGraph_t graph) {
+    size_t n = 0;
+    EXPECT_EQ(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &n), cudaSuccess);
+    std::vector<cudaGraphNode_t> from(n), to(n);
+    std::vector<cudaGraphEdgeData> data(n);
+    EXPECT_EQ(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &n), cudaSuccess);
+    EdgeCount c;
+    c.edges = n;
+    for (const cudaGraphEdgeData& d : data) c.programmatic += d.type == cudaGraphDependencyTypeProgrammatic;
+    return c;
+}
+
+TEST(ProgrammaticLaunch, CaptureRecordsProgrammaticEdges) {
+    DSV4_REQUIRE_GPU();
+    cuda::DeviceBuffer<float> x(2);
+    cuda::Stream main_lane, side_lane;
+    cuda::Event fork, join;
+    const cudaStream_t s = main_lane.get();
+    auto capture = [&](bool with_side) {
+        cudaGraph_t graph = nullptr;
+        EXPECT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        const cuda::ProgrammaticLaunches programmatic(true);
+        for (int i = 0; i < 4; ++i) {
+            EXPECT_EQ(cuda::launch_kernel(touch, dim3(1), dim3(32), 0, s, x.get()), cudaSuccess);
+            if (with_side && i == 1) {
+                EXPECT_EQ(cudaEventRecord(fork.get(), s), cudaSuccess);
+                EXPECT_EQ(cudaStreamWaitEvent(side_lane.get(), fork.get()), cudaSuccess);
+                touch<<<1, 32, 0, side_lane.get()>>>(x.get() + 1);
+                EXPECT_EQ(cudaEventRecord(join.get(), side_lane.get()), cudaSuccess);
+            }
+            if (with_side && i == 2) EXPECT_EQ(cudaStreamWaitEvent(s, join.get()), cudaSuccess);
+        }
+        EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+        const EdgeCount c = edges_of(graph);
+        cudaGraphDestroy(graph);
+        return c;
+    };
+    const EdgeCount chain = capture(false), forked = capture(true);
+    std::printf(
+        "[ capture  ] 4 programmatic launches: %zu edges, %zu programmatic; with a side lane forked after the "
+        "second and joined after the third: %zu edges, %zu programmatic\n",
+        chain.edges, chain.programmatic, forked.edges, forked.programmatic);
+    EXPECT_EQ(chain.edges, 3u);
+    EXPECT_EQ(chain.programmatic, 3u);
 }
 
 }  // namespace
