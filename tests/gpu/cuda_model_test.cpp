@@ -334,14 +334,6 @@ TEST_P(CudaModelFixture, LanePrioritiesChangeNoBits) {
     expect_same_bits_with(options, "with the main lane first and with equal priorities");
 }
 
-// Programmatic launches (CudaOptions::programmatic_launch) only let a kernel fetch its weights before it waits for
-// its predecessor: prefill chunks and graph-replayed decode steps give the same bits.
-TEST_P(CudaModelFixture, ProgrammaticLaunchChangesNoBits) {
-    CudaOptions options = comparison_options();
-    options.programmatic_launch = !options.programmatic_launch;
-    expect_same_bits_with(options, "with and without programmatic launches");
-}
-
 TEST_P(CudaModelFixture, GreedyTokensWithinYardstick) {
     const int64_t V = cpu_->config().vocab_size;
     const int64_t prompt_len = inputs_.greedy_prompt;

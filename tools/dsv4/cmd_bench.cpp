@@ -78,7 +78,6 @@ struct BenchArgs {
     bool equal_lane_priority = false;  // CudaOptions::prioritize_main_lane off (to measure what it buys)
     bool shared_expert_every_rank = false;  // CudaOptions::shared_expert_on_one_rank off (likewise)
     bool router_apart = false;              // CudaOptions::router_with_routing off (likewise)
-    bool programmatic_launch = false;       // CudaOptions::programmatic_launch on (to measure what it buys)
     bool profile_range = false;  // cudaProfilerStart / Stop around the timed single-sequence steps
     ParallelFlags parallel;  // --gpus ...: the model over several GPUs (ranks.h); rank 0 measures and prints
     std::string backend;     // --backend: only "cuda" (accepted for scripts that pass it to every model command)
@@ -323,7 +322,6 @@ BenchModel make_bench_model(const BenchArgs& a, int64_t layers) {
     options.prioritize_main_lane = !a.equal_lane_priority;
     options.shared_expert_on_one_rank = !a.shared_expert_every_rank;
     options.router_with_routing = !a.router_apart;
-    options.programmatic_launch = a.programmatic_launch;
     auto make = [&](const ExpertParallel& ep) -> std::unique_ptr<Backend> {
         options.expert_parallel = ep;
         return std::make_unique<CudaModel>(config, std::move(weights), Numerics::kModel, options);
@@ -689,9 +687,6 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--router-apart", a->router_apart,
                   "Run a decode step's router and routing as two launches (CudaOptions::router_with_routing off; the "
                   "same bits, to measure what the one launch buys)");
-    cmd->add_flag("--programmatic-launch", a->programmatic_launch,
-                  "Launch the main chain's weight readers programmatically (CudaOptions::programmatic_launch on: they "
-                  "fetch their weights while the previous kernel finishes; the same bits, to measure what it buys)");
     cmd->add_flag("--profile-range", a->profile_range,
                   "Open the CUDA profiler's range (cudaProfilerStart / Stop) around the timed single-sequence decode "
                   "steps only, for `ncu --profile-from-start off` (tools/gpu_kernel_profile.sh)");

@@ -6,7 +6,6 @@
 
 #include "core/error.h"
 #include "core/number_formats.h"
-#include "kernels/cuda/common/programmatic_launch.h"
 #include "kernels/cuda/convert/convert.h"
 #include "kernels/cuda/embed/embed.h"
 #include "kernels/cuda/mhc/mhc.h"
@@ -436,7 +435,6 @@ void CudaModel::Impl::enqueue_piece() {
     const ModelConfig& c = config;
     const int64_t D = c.hidden_size, n_hc = c.hc_mult, V = c.vocab_size, T = piece.tokens;
     cudaStream_t s = stream->get();
-    const cuda::ProgrammaticLaunches programmatic(options.programmatic_launch);
 
     if (T > 0) {  // under data-parallel attention a rank may have no rows in a piece: it runs only its experts
         stages.mark("embed");

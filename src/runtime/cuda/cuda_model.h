@@ -104,10 +104,6 @@ struct CudaOptions {
     // A decode step's router and routing in one launch (cuda::router_and_routing; docs/perf.md). Off: two launches,
     // the same bits.
     bool router_with_routing = true;
-    // Programmatic dependent launch on the main chain's weight readers (cuda/common/programmatic_launch.h): the FP8
-    // GEMVs, the mHC pre-mixes and the norms start while their predecessor finishes and fetch their weights before
-    // waiting for its output. Off: plain launches, the same bits.
-    bool programmatic_launch = false;
     // The most pinned host memory the logits' copy to the host takes; a piece wanting more logits (every position of
     // a long prefill) goes through it in slices, the same values.
     size_t logit_staging_bytes = size_t(256) << 20;  // a decode step of 519 sequences at V4's vocabulary in one slice

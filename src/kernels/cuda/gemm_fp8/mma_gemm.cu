@@ -41,8 +41,6 @@
 #include <cuda_fp8.h>
 
 #include "kernels/cuda/common/e4m3_pairs.cuh"
-#include "kernels/cuda/common/kernel_prologue.cuh"
-#include "kernels/cuda/common/programmatic_launch.h"
 #include "kernels/cuda/common/vector_loads.cuh"
 #include "kernels/cuda/gemm_fp8/gemm_fp8_kernels.h"
 
@@ -137,12 +135,25 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaAr
     static_assert(kBlockK % kBN == 0, "a CTA's columns share one weight-scale row");
     extern __shared__ float staged[];
 
-    allow_dependent_launch();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int wk = warp % WK, wn = (warp / WK) % WN, wm = warp / (WK * WN);
     const int64_t m_cta = int64_t(blockIdx.x) * kBM, n_cta = int64_t(blockIdx.y) * kBN;
     const int64_t m_warp = m_cta + wm * MT * 16, n_warp = n_cta + wn * NT * 8;
     const int rows_valid = int(args.m - m_cta < kBM ? args.m - m_cta : kBM);
+    // Rows from m_live on are +0; a tile with none live writes its zeros and reads nothing else.
+    int64_t m_live = args.m;
+    if (args.rows_live) {
+        const int64_t live = *args.rows_live;
+        m_live = live < 0 ? 0 : live < args.m ? live : args.m;
+        if (m_cta >= m_live) {
+            const __nv_bfloat16 zero = __float2bfloat16_rn(0.0f);
+            for (int i = threadIdx.x; i < rows_valid * kBN; i += kThreads) {
+                const int64_t n = n_cta + i % kBN;
+                if (n < args.n) args.y[(m_cta + i / kBN) * args.n + n] = zero;
+            }
+            return;
+        }
+    }
 
     // Rows past M (N) read row M - 1 (N - 1): their results are never stored, and every load stays in bounds
     // without a per-row predicate.
@@ -166,16 +177,7 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaAr
     }
     const float* w_scale_row = args.w_scale + (n_cta / kBlockK) * args.kb;
 
-    // A stage's weight half and activation half: the first two stages' weights are requested before the wait for
-    // the previous kernel (programmatic_launch.h), the activations after it.
-    auto load_w = [&](Stage<MT, NT>& s, int kb) {
-        const int64_t offset = int64_t(kb) * kBlockK;
-        const bool lo_ok = offset + 16 * t < args.k, hi_ok = offset + 16 * t + 64 < args.k;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) s.w[nt] = load_row<WM == 1>(w_row[nt] + offset, lo_ok, hi_ok);
-        s.w_scale = __ldg(w_scale_row + kb);
-    };
-    auto load_a = [&](Stage<MT, NT>& s, int kb) {
+    auto load = [&](Stage<MT, NT>& s, int kb) {
         const int64_t offset = int64_t(kb) * kBlockK;
         const bool lo_ok = offset + 16 * t < args.k, hi_ok = offset + 16 * t + 64 < args.k;
 #pragma unroll
@@ -185,6 +187,9 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaAr
                 s.a[mt][h] = load_row<false>(a_row[mt][h] + offset, lo_ok, hi_ok);
                 s.a_scale[mt][h] = __ldg(a_scale_row[mt][h] + kb);
             }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) s.w[nt] = load_row<WM == 1>(w_row[nt] + offset, lo_ok, hi_ok);
+        s.w_scale = __ldg(w_scale_row + kb);
     };
 
     float sum[MT][NT][4];
@@ -223,38 +228,12 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaAr
     // current one is multiplied.
     const int count = (args.kb - wk + WK - 1) / WK;
     Stage<MT, NT> s0, s1;
-    if (count > 0) load_w(s0, wk);
-    if (count > 1) load_w(s1, wk + WK);
-    wait_for_prerequisites();
-
-    // Rows from m_live on are +0; a tile with none live writes its zeros and reads nothing else.
-    int64_t m_live = args.m;
-    if (args.rows_live) {
-        const int64_t live = *args.rows_live;
-        m_live = live < 0 ? 0 : live < args.m ? live : args.m;
-        if (m_cta >= m_live) {
-            const __nv_bfloat16 zero = __float2bfloat16_rn(0.0f);
-            for (int i = threadIdx.x; i < rows_valid * kBN; i += kThreads) {
-                const int64_t n = n_cta + i % kBN;
-                if (n < args.n) args.y[(m_cta + i / kBN) * args.n + n] = zero;
-            }
-            return;
-        }
-    }
-
-    if (count > 0) load_a(s0, wk);
-    if (count > 1) load_a(s1, wk + WK);
+    if (count > 0) load(s0, wk);
     for (int i = 0; i < count; i += 2) {
-        if (i > 0 && i + 1 < count) {
-            load_w(s1, wk + (i + 1) * WK);
-            load_a(s1, wk + (i + 1) * WK);
-        }
+        if (i + 1 < count) load(s1, wk + (i + 1) * WK);
         compute(s0, wk + i * WK);
         if (i + 1 < count) {
-            if (i + 2 < count) {
-                load_w(s0, wk + (i + 2) * WK);
-                load_a(s0, wk + (i + 2) * WK);
-            }
+            if (i + 2 < count) load(s0, wk + (i + 2) * WK);
             compute(s1, wk + (i + 1) * WK);
         }
     }
@@ -305,7 +284,8 @@ cudaError_t launch(const MmaArgs& args, cudaStream_t stream) {
             e != cudaSuccess)
             return e;
     const dim3 grid(unsigned((args.m + kBM - 1) / kBM), unsigned((args.n + kBN - 1) / kBN));
-    return launch_kernel(kernel, grid, dim3(kThreads), smem, stream, args);
+    kernel<<<grid, kThreads, smem, stream>>>(args);
+    return cudaGetLastError();
 }
 
 }  // namespace

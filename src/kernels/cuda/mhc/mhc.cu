@@ -23,9 +23,7 @@
 #include <cooperative_groups.h>
 
 #include "kernels/cuda/common/cuda_check.h"
-#include "kernels/cuda/common/kernel_prologue.cuh"
 #include "kernels/cuda/common/numeric.cuh"
-#include "kernels/cuda/common/programmatic_launch.h"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/mhc/mhc.h"
 #include "kernels/cuda/moe_expert/moe_combine.cuh"
@@ -365,7 +363,6 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
     __shared__ float pre_s[kN];
     cg::cluster_group cluster = cg::this_cluster();
     const int rank = int(cluster.block_rank());
-    allow_dependent_launch();
     const int64_t t = blockIdx.y, width = kN * p.dim;
     const __nv_bfloat16* v = p.streams + t * width;
     // Split cluster barrier: arrive now, wait before the first remote store (every CTA of the cluster has started
@@ -386,26 +383,14 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
 #pragma unroll
     for (int q = 0; q < kPer; ++q) acc[q] = 0.0f;
     constexpr int kUnroll = kSplitUnroll<kCluster>;
-    constexpr int64_t kStride = int64_t(kHcThreads) * kUnroll;
-    // The mixer's columns of a pass are loaded a pass ahead of the streams', the first before the wait for the
-    // streams' producer (programmatic_launch.h): the same fmaf chains on the same values.
-    float f[kPer][kUnroll];
-    auto load_mixer = [&](int64_t i0) {
-#pragma unroll
-        for (int s = 0; s < kUnroll; ++s) {
-            const int64_t i = i0 + int64_t(s) * kHcThreads;
-#pragma unroll
-            for (int q = 0; q < kPer; ++q) f[q][s] = is_row[q] && i < width ? __ldg(fn_row[q] + i) : 0.0f;
-        }
-    };
-    load_mixer(threadIdx.x);
-    wait_for_prerequisites();
-    for (int64_t i0 = threadIdx.x; i0 < width; i0 += kStride) {
-        float x[kUnroll];
+    for (int64_t i0 = threadIdx.x; i0 < width; i0 += int64_t(kHcThreads) * kUnroll) {
+        float x[kUnroll], f[kPer][kUnroll];
 #pragma unroll
         for (int s = 0; s < kUnroll; ++s) {
             const int64_t i = i0 + int64_t(s) * kHcThreads;
             x[s] = i < width ? bf16_to_f32(v[i]) : 0.0f;
+#pragma unroll
+            for (int q = 0; q < kPer; ++q) f[q][s] = is_row[q] && i < width ? __ldg(fn_row[q] + i) : 0.0f;
         }
 #pragma unroll
         for (int s = 0; s < kUnroll; ++s) {
@@ -413,7 +398,6 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
 #pragma unroll
             for (int q = 0; q < kPer; ++q) acc[q] = fmaf(is_square[q] ? x[s] : f[q][s], x[s], acc[q]);
         }
-        if (i0 + kStride < width) load_mixer(i0 + kStride);
     }
     // 2. The same tree: 5 shuffle levels in the warp, then 3 levels over the warps.
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -514,7 +498,6 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
 template <int kN, bool kCombine>
 __global__ void __launch_bounds__(kPostThreads) hc_post_kernel(HcPostParams p, MoeCombineParams m) {
     constexpr int kMix = (2 + kN) * kN;
-    allow_dependent_launch();  // the next pre-mix fetches its mixer meanwhile
     const int64_t t = blockIdx.y;
     const int64_t d = int64_t(blockIdx.x) * kPostThreads + threadIdx.x;
     __shared__ MoeCombineOrder order;
@@ -570,43 +553,27 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
         if (p.tokens <= kWideTokens && resident_clusters(wide_norm, kHcThreads, kHcWideCluster) >= 1) {
             const dim3 grid(kHcWideCluster, unsigned(p.tokens));
             if (p.n_hc == 2)
-                DSV4_CUDA_CHECK(launch_kernel(hc_mix_split_kernel<2, false, kHcWideCluster, true>, grid,
-                                              dim3(kHcThreads), 0, stream, p, *norm));
+                hc_mix_split_kernel<2, false, kHcWideCluster, true><<<grid, kHcThreads, 0, stream>>>(p, *norm);
             if (p.n_hc == 4)
-                DSV4_CUDA_CHECK(launch_kernel(hc_mix_split_kernel<4, false, kHcWideCluster, true>, grid,
-                                              dim3(kHcThreads), 0, stream, p, *norm));
+                hc_mix_split_kernel<4, false, kHcWideCluster, true><<<grid, kHcThreads, 0, stream>>>(p, *norm);
         } else {
             const dim3 grid(kHcCluster, unsigned(p.tokens));
-            if (p.n_hc == 2)
-                DSV4_CUDA_CHECK(launch_kernel(hc_mix_split_kernel<2, false, kHcCluster, true>, grid, dim3(kHcThreads),
-                                              0, stream, p, *norm));
-            if (p.n_hc == 4)
-                DSV4_CUDA_CHECK(launch_kernel(hc_mix_split_kernel<4, false, kHcCluster, true>, grid, dim3(kHcThreads),
-                                              0, stream, p, *norm));
+            if (p.n_hc == 2) hc_mix_split_kernel<2, false, kHcCluster, true><<<grid, kHcThreads, 0, stream>>>(p, *norm);
+            if (p.n_hc == 4) hc_mix_split_kernel<4, false, kHcCluster, true><<<grid, kHcThreads, 0, stream>>>(p, *norm);
         }
     } else if (path == HcMixPath::kSplit && !head && p.tokens <= kWideTokens &&
                resident_clusters(wide, kHcThreads, kHcWideCluster) >= 1) {
         const dim3 grid(kHcWideCluster, unsigned(p.tokens));
-        if (p.n_hc == 2)
-            DSV4_CUDA_CHECK(launch_kernel(hc_mix_split_kernel<2, false, kHcWideCluster>, grid, dim3(kHcThreads), 0,
-                                          stream, p, no_norm));
-        if (p.n_hc == 4)
-            DSV4_CUDA_CHECK(launch_kernel(hc_mix_split_kernel<4, false, kHcWideCluster>, grid, dim3(kHcThreads), 0,
-                                          stream, p, no_norm));
+        if (p.n_hc == 2) hc_mix_split_kernel<2, false, kHcWideCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm);
+        if (p.n_hc == 4) hc_mix_split_kernel<4, false, kHcWideCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm);
     } else if (path == HcMixPath::kSplit) {
         const dim3 grid(kHcCluster, unsigned(p.tokens));
         if (p.n_hc == 2 && !head)
-            DSV4_CUDA_CHECK(launch_kernel(hc_mix_split_kernel<2, false, kHcCluster>, grid, dim3(kHcThreads), 0, stream,
-                                          p, no_norm));
-        if (p.n_hc == 2 && head)
-            DSV4_CUDA_CHECK(
-                launch_kernel(hc_mix_split_kernel<2, true, kHcCluster>, grid, dim3(kHcThreads), 0, stream, p, no_norm));
+            hc_mix_split_kernel<2, false, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm);
+        if (p.n_hc == 2 && head) hc_mix_split_kernel<2, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm);
         if (p.n_hc == 4 && !head)
-            DSV4_CUDA_CHECK(launch_kernel(hc_mix_split_kernel<4, false, kHcCluster>, grid, dim3(kHcThreads), 0, stream,
-                                          p, no_norm));
-        if (p.n_hc == 4 && head)
-            DSV4_CUDA_CHECK(
-                launch_kernel(hc_mix_split_kernel<4, true, kHcCluster>, grid, dim3(kHcThreads), 0, stream, p, no_norm));
+            hc_mix_split_kernel<4, false, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm);
+        if (p.n_hc == 4 && head) hc_mix_split_kernel<4, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm);
     } else if (path == HcMixPath::kRowGroups) {
         if (head) throw_cuda_error(cudaErrorInvalidValue, "hc_head has no row-group path", __FILE__, __LINE__);
         // One token per tile up to 32 tokens, two up to 128 (more CTAs where the tiles are few), four above.

@@ -6,9 +6,7 @@
 #include <cmath>
 
 #include "kernels/cuda/common/cuda_check.h"
-#include "kernels/cuda/common/kernel_prologue.cuh"
 #include "kernels/cuda/common/numeric.cuh"
-#include "kernels/cuda/common/programmatic_launch.h"
 #include "kernels/cuda/quant/fp8_act_codec.cuh"
 #include "kernels/cuda/rope/rope_math.cuh"
 
@@ -38,8 +36,6 @@ __device__ __forceinline__ float fp4_value(float x, float s) {
 // ---- (a) FP8 GEMM input: one warp per (row, 128-block), 4 values per lane.
 __global__ void __launch_bounds__(kThreads) act_quant_fp8_kernel(ActQuantParams p) {
     static_assert(kActQuantBlock == 4 * 32, "a lane holds 4 values of a 128-block");
-    allow_dependent_launch();
-    wait_for_prerequisites();
     const int64_t n_blocks = ceil_div(p.cols, kActQuantBlock);
     const int64_t warp = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
     if (warp >= p.rows * n_blocks) return;  // whole warps exit together
@@ -335,7 +331,7 @@ namespace detail {
 void launch_act_quant_fp8(const ActQuantParams& p, cudaStream_t stream) {
     const int64_t warps = p.rows * ceil_div(p.cols, kActQuantBlock);
     if (warps == 0) return;
-    DSV4_CUDA_CHECK(launch_kernel(act_quant_fp8_kernel, warp_grid(warps), dim3(kThreads), 0, stream, p));
+    act_quant_fp8_kernel<<<warp_grid(warps), kThreads, 0, stream>>>(p);
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -3,9 +3,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/common/cuda_check.h"
-#include "kernels/cuda/common/kernel_prologue.cuh"
 #include "kernels/cuda/common/numeric.cuh"
-#include "kernels/cuda/common/programmatic_launch.h"
 #include "kernels/cuda/quant/fp8_act_codec.cuh"
 #include "kernels/cuda/quant/quant.h"
 #include "kernels/cuda/rms_norm/head_rms_norm.cuh"
@@ -33,7 +31,6 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const RmsNorms norms
     static_assert(kThreads % 32 == 0 && kThreads / 32 <= 32);
     __shared__ double warp_sums[kThreads / 32];
     __shared__ float r_shared;
-    allow_dependent_launch();
     const RmsNormParams& p = norms.norm[blockIdx.y];
     const int64_t row = blockIdx.x;
     if (row >= p.rows) return;  // a norm with fewer rows than the launch (whole CTAs, before any barrier)
@@ -44,20 +41,14 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const RmsNorms norms
     double sum = 0.0;  // squares of bf16 values are exact; only the order of this sum differs from the CPU
     if constexpr (kPer > 0) {
 #pragma unroll
-        for (int j = 0; j < kPer; ++j) {  // the weight before the wait for x's producer (programmatic_launch.h)
-            const int64_t i = threadIdx.x + int64_t(j) * kThreads;
-            held_w[j] = p.weight && i < p.dim ? p.weight[i] : 0.0f;
-        }
-        wait_for_prerequisites();
-#pragma unroll
         for (int j = 0; j < kPer; ++j) {
             const int64_t i = threadIdx.x + int64_t(j) * kThreads;
             held_x[j] = i < p.dim ? bf16_to_f32(x[i]) : 0.0f;
+            held_w[j] = p.weight && i < p.dim ? p.weight[i] : 0.0f;
         }
 #pragma unroll
         for (int j = 0; j < kPer; ++j) sum += double(held_x[j]) * double(held_x[j]);
     } else {
-        wait_for_prerequisites();
         for (int64_t i = threadIdx.x; i < p.dim; i += kThreads) {
             const double v = bf16_to_f32(x[i]);
             sum += v * v;
@@ -166,9 +157,7 @@ void launch_rms_norms(std::span<const RmsNormParams> norms, cudaStream_t stream)
     for (const RmsNormParams& p : norms) dim = dim > p.dim ? dim : p.dim;
     const dim3 grid(unsigned(rows), unsigned(norms.size()));
     const int64_t per = (dim + kThreads - 1) / kThreads;  // elements per thread
-    with_held_count(per, [&](auto held) {
-        DSV4_CUDA_CHECK(launch_kernel(rms_norm_kernel<held()>, grid, dim3(kThreads), 0, stream, batch));
-    });
+    with_held_count(per, [&](auto held) { rms_norm_kernel<held()><<<grid, kThreads, 0, stream>>>(batch); });
     DSV4_CUDA_CHECK(cudaGetLastError());
     if (per > 32)  // the looping kernel holds nothing to quantize: act_quant reads its output back (same bits)
         for (const RmsNormParams& p : norms)
