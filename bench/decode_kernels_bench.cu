@@ -286,7 +286,10 @@ void bench_moe(const char* name, int64_t n, int64_t k, int slot_bound) {
 // gathered activations and the outputs. `hash`: FNV-1a of routing 0's outputs, to compare two builds' bits.
 // variants: the prefill kernels side by side; row_tiles: the warp-MMA kernel's row tiles side by side (decode
 // passes); topk: experts per token (3 of 256: one of two expert-parallel GPUs' share of a V4-Flash token's 6 of 256).
-void bench_moe_mma(int64_t tokens, bool variants = false, bool row_tiles = false, int64_t topk = 6) {
+// variants: the warp-MMA kernel against the launcher's choice; single_slot: the kernel's passes for any slots against
+// its single-slot passes (batch 1); row_tiles: its row tiles.
+void bench_moe_mma(int64_t tokens, bool variants = false, bool row_tiles = false, int64_t topk = 6,
+                   bool single_slot = false) {
     const int64_t experts = 256, dim = 4096, inter = 2048;
     constexpr int kRoutings = 8;
     DeviceBuffer<uint8_t> w1{size_t(experts * inter * dim / 2)}, w3{w1.size()}, w2{w1.size()};
@@ -395,16 +398,22 @@ void bench_moe_mma(int64_t tokens, bool variants = false, bool row_tiles = false
         // compared bitwise (hashes of routing 0's outputs).
         const double flops = 2.0 * double(slots) * double(inter) * double(dim) * (down ? 1 : 2);
         uint64_t reference = 0;
-        for (detail::MoeMmaVariant v : {detail::MoeMmaVariant::kWarpMma, detail::MoeMmaVariant::kChosen}) {
+        const detail::MoeMmaVariant first = single_slot ? detail::MoeMmaVariant::kAllSlots
+                                                        : detail::MoeMmaVariant::kWarpMma,
+                                    second =
+                                        single_slot ? detail::MoeMmaVariant::kWarpMma : detail::MoeMmaVariant::kChosen;
+        for (detail::MoeMmaVariant v : {first, second}) {
             const double us = graph_us(
                 [&](int i, cudaStream_t s) { DSV4_CUDA_CHECK(detail::launch_moe_mma(params(i, down), v, s)); });
             DSV4_CUDA_CHECK(detail::launch_moe_mma(params(0, down), v, nullptr));
             const uint64_t hash = outputs_hash(down);
-            if (v == detail::MoeMmaVariant::kWarpMma)
+            if (v == first)
                 reference = hash;
             else if (hash != reference)
                 ++failures;
-            const char* name = v == detail::MoeMmaVariant::kWarpMma           ? "warp mma"
+            const char* name = v == detail::MoeMmaVariant::kAllSlots          ? "any-slot passes"
+                               : single_slot                                  ? "single-slot passes"
+                               : v == detail::MoeMmaVariant::kWarpMma         ? "warp mma"
                                : detail::moe_mma_takes_wgmma(params(0, down)) ? "wgmma"
                                                                               : "chosen (warp mma)";
             std::printf("%-8s %6lld %8.1f %8d %10.2f %9.0f %9.1f   %016llx %s %s\n", down ? "w2" : "w1+w3",
@@ -728,6 +737,11 @@ int main(int argc, char** argv) {
         for (int64_t tokens : {1, 16, 64, 256}) bench_moe_mma(tokens);
     }
     if (only == "mma1") bench_moe_mma(1);  // batch 1 alone (for a profiler: w1+w3's launches, then w2's)
+    if (only == "single") {                // batch 1: the passes for any slots against the single-slot ones (same bits)
+        std::printf("\n%-8s %6s %8s %8s %10s %9s %9s   %s\n", "routed", "tokens", "experts", "max", "us", "GB/s",
+                    "TFLOP/s", "hash of routing 0's outputs, kernel");
+        for (int64_t topk : {6, 3}) bench_moe_mma(1, true, false, topk, true);
+    }
     if (only == "rows") {
         std::printf("\n%-8s %6s %4s %8s %10s %10s %9s   %s\n", "routed", "tokens", "topk", "experts", "row tile", "us",
                     "GB/s", "hash of routing 0's outputs");

@@ -110,8 +110,9 @@ void run_case(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n
 // Two launches of the same routed product that must agree bitwise: the CUDA-core compact grid (f16-pair decode)
 // against the former strided kernel (skinny's decoder), the tensor-core kernel's whole-stage loads (K % 128 == 0)
 // against its general, bounded ones, the launcher's choice (the warpgroup kernel for passes of 64 slots on sm_90)
-// against the warp-MMA kernel, or the warp-MMA kernel's 32- and 16-row tiles against its 64-row tile.
-enum class Pair { kCompactVsStrided, kWholeVsGeneralStages, kChosenVsWarpMma, kRowTiles32, kRowTiles16 };
+// against the warp-MMA kernel, the warp-MMA kernel's 32- and 16-row tiles against its 64-row tile, or its single-slot
+// passes (no expert holds two slots) against its passes for any slots.
+enum class Pair { kCompactVsStrided, kWholeVsGeneralStages, kChosenVsWarpMma, kRowTiles32, kRowTiles16, kSingleSlot };
 
 // `every_scale`: scale codes cycle through every value (E8M0 0..254: subnormal 2^-127 up to 2^127, overflowing
 // products included; e4m3 codes 0..254 but NaN: subnormal and negative scales) and activations spread over 2^+-30;
@@ -154,7 +155,7 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
         EXPECT_TRUE(cuda::detail::moe_mma_takes_wgmma(p)) << "no warpgroup kernel";
     }
     const bool row_tiles = pair == Pair::kRowTiles32 || pair == Pair::kRowTiles16;
-    if (pair == Pair::kWholeVsGeneralStages)  // the warp-MMA kernel on both sides (the launcher may pick wgmma)
+    if (pair == Pair::kWholeVsGeneralStages || pair == Pair::kSingleSlot)  // the warp-MMA kernel on both sides
         DSV4_CUDA_CHECK(cuda::detail::launch_moe_mma(p, cuda::detail::MoeMmaVariant::kWarpMma, nullptr));
     else if (row_tiles)
         DSV4_CUDA_CHECK(cuda::detail::launch_moe_mma(p, cuda::detail::MoeMmaVariant::kWarpMma, nullptr,
@@ -168,15 +169,17 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
     else if (row_tiles)
         DSV4_CUDA_CHECK(cuda::detail::launch_moe_mma(p, cuda::detail::MoeMmaVariant::kWarpMma, nullptr, 4));
     else
-        DSV4_CUDA_CHECK(cuda::detail::launch_moe_mma(p,
-                                                     pair == Pair::kChosenVsWarpMma
-                                                         ? cuda::detail::MoeMmaVariant::kWarpMma
-                                                         : cuda::detail::MoeMmaVariant::kGeneral,
-                                                     nullptr));
+        DSV4_CUDA_CHECK(
+            cuda::detail::launch_moe_mma(p,
+                                         pair == Pair::kChosenVsWarpMma ? cuda::detail::MoeMmaVariant::kWarpMma
+                                         : pair == Pair::kSingleSlot    ? cuda::detail::MoeMmaVariant::kAllSlots
+                                                                        : cuda::detail::MoeMmaVariant::kGeneral,
+                                         nullptr));
     const char* pair_name = strided                          ? "compact vs strided"
                             : pair == Pair::kChosenVsWarpMma ? "warpgroup vs warp MMA"
                             : pair == Pair::kRowTiles32      ? "32- vs 64-row tiles"
                             : pair == Pair::kRowTiles16      ? "16- vs 64-row tiles"
+                            : pair == Pair::kSingleSlot      ? "single-slot vs any-slot passes"
                                                              : "whole vs general stages";
     char what[224];
     std::snprintf(what, sizeof what, "moe_gemm %s %s%s tokens=%lld experts=%lld topk=%lld N=%lld K=%lld slot bound=%d",
@@ -230,6 +233,21 @@ TEST(MoeGemm, NarrowRowTilesEqualWideBitwise) {
             compare_grids(rng, 30, 8, 3, 72, 1056, nvfp4, true, 30, false, pair);     // several passes, K % 128
             compare_grids(rng, 5, 32, 4, 264, 2048, nvfp4, false, 5, true, pair);     // every scale code
         }
+}
+
+// Where no expert holds two slots (batch-1 decode) the warp-MMA kernel's passes promote only the slot they store;
+// the stored outputs are those of the passes for any slots: one token (score and hash routing's single slots), both
+// formats, every row tile, every scale code.
+TEST(MoeGemm, SingleSlotPassesEqualAnySlotPassesBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    constexpr Pair kPair = Pair::kSingleSlot;
+    for (bool nvfp4 : {false, true}) {
+        compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 1, false, kPair);  // w1/w3 at batch 1
+        compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, false, kPair);  // w2 at batch 1
+        compare_grids(rng, 1, 128, 3, 2048, 4096, nvfp4, false, 1, false, kPair);  // one of two GPUs' share
+        compare_grids(rng, 1, 32, 4, 264, 2048, nvfp4, false, 1, true, kPair);     // every scale code, odd N
+    }
 }
 
 TEST(MoeGemm, RowTileFillsTheSms) {

@@ -21,8 +21,9 @@ namespace detail {
 // Which tensor-core kernel, all with the same bits (tests compare them): kChosen, the launcher's choice (the warpgroup
 // kernel on sm_90 when K % 128 == 0, for passes of 16 slots or more and for passes of 8 from batches of 16 tokens;
 // else the warp-MMA kernel with whole-stage loads where K % 128 == 0); kWarpMma, the warp-MMA kernel with the loads
-// the launcher would pick; kGeneral, the warp-MMA kernel with the bounded loads any K takes.
-enum class MoeMmaVariant { kChosen, kWarpMma, kGeneral };
+// the launcher would pick; kGeneral, the warp-MMA kernel with the bounded loads any K takes; kAllSlots, kWarpMma
+// without the single-slot passes it takes where no expert holds two slots.
+enum class MoeMmaVariant { kChosen, kWarpMma, kGeneral, kAllSlots };
 // row_groups: the warp-MMA kernel's row tile in 16-row warp groups (1, 2 or 4; 0: the launcher's); passes wider
 // than 16 slots always take 4.
 cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaStream_t stream, int row_groups = 0);

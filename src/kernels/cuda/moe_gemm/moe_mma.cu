@@ -105,7 +105,10 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
 // kWholeStages (K % 128 == 0, every V4 shape): every stage holds four whole 32-column blocks and every row's scales
 // of a stage are whole aligned words, so the loads need no bounds and each warp's two blocks unroll. Otherwise a
 // stage may end early and the scale words are found by their offset. The arithmetic is the same on both.
-template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages>
+// kSingle (8-slot passes of launches where no expert holds more than one slot: a batch-1 decode step): only slot 0 of
+// a pass is ever stored, which the lanes hold in their accumulators c0 and c2 (token 2t with t = 0), so the odd
+// tokens' promotions (c1, c3) and their activation scales are not computed. The same instructions on c0 and c2.
+template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false>
 __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRowGroups>()) moe_mma_kernel(Args p) {
     constexpr int kThreads = threads<kRowGroups>();
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
@@ -116,6 +119,9 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
     using L = Stage<kTokens, kRowGroups>;
     constexpr int kRowsPerCta = L::kRowsPerCta;
     static_assert(kRowsPerCta * 4 == kThreads, "one 16-byte W chunk per thread and stage");
+    static_assert(!kSingle || kTokens == 8, "single-slot passes are 8-slot passes");
+    constexpr int kOutputs = kSingle ? 2 : 4;  // accumulators a lane promotes and stores: c0, c2 (and c1, c3)
+    auto acc_of = [](int o) { return kSingle ? 2 * o : o; };
     static_assert(kTokens <= kThreads, "one activation scale per thread and stage");
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ int warp_counts[kThreads / 32];
@@ -249,7 +255,7 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
                 for (int nt = 0; nt < kTn; ++nt) {
                     const float* a_s = reinterpret_cast<const float*>(st + L::a_scale) + nt * 8 + 2 * t;
                     as[nt][0] = a_s[0];
-                    as[nt][1] = a_s[1];
+                    as[nt][1] = kSingle ? 0.0f : a_s[1];
                 }
                 int blocks = 4;
                 if constexpr (!kWholeStages) {
@@ -272,12 +278,12 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
                         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                         mma_f16(acc, w0, e4m3x2_to_f16x2(x0), e4m3x2_to_f16x2(x0 >> 16));
                         if constexpr (kNv) {
-                            promote(sum[nt], acc, ws_g[0], ws_g8[0], as[nt][0], as[nt][1]);
+                            promote<kSingle>(sum[nt], acc, ws_g[0], ws_g8[0], as[nt][0], as[nt][1]);
 #pragma unroll
                             for (int i = 0; i < 4; ++i) acc[i] = 0.0f;
                         }
                         mma_f16(acc, w1, e4m3x2_to_f16x2(x1), e4m3x2_to_f16x2(x1 >> 16));
-                        promote(sum[nt], acc, ws_g[1], ws_g8[1], as[nt][0], as[nt][1]);
+                        promote<kSingle>(sum[nt], acc, ws_g[1], ws_g8[1], as[nt][0], as[nt][1]);
                     }
                 }
             }
@@ -293,20 +299,24 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
 #pragma unroll
                 for (int nt = 0; nt < kTn; ++nt)
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) *at(k_part, nt, i) = sum[nt][i];
+                    for (int o = 0; o < kOutputs; ++o) *at(k_part, nt, acc_of(o)) = sum[nt][acc_of(o)];
             __syncthreads();
             if (k_part == 0)
                 for (int part = 1; part < kSplit; ++part)
 #pragma unroll
                     for (int nt = 0; nt < kTn; ++nt)
 #pragma unroll
-                        for (int i = 0; i < 4; ++i) sum[nt][i] = __fadd_rn(sum[nt][i], *at(part, nt, i));
+                        for (int o = 0; o < kOutputs; ++o) {
+                            const int i = acc_of(o);
+                            sum[nt][i] = __fadd_rn(sum[nt][i], *at(part, nt, i));
+                        }
             __syncthreads();
 
 #pragma unroll
             for (int nt = 0; nt < kTn; ++nt)
 #pragma unroll
-                for (int i = 0; i < 4; ++i) {
+                for (int o = 0; o < kOutputs; ++o) {
+                    const int i = acc_of(o);
                     const int token = nt * 8 + 2 * t + (i & 1);
                     const int64_t n = n0 + row_g + (i >= 2 ? 8 : 0);
                     if (k_part == 0 && token < tokens && n < p.n)
@@ -316,9 +326,9 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
     }
 }
 
-template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages>
+template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false>
 cudaError_t launch(const Args& args, cudaStream_t stream) {
-    const auto kernel = moe_mma_kernel<kTokens, kRowGroups, kFormat, kWholeStages>;
+    const auto kernel = moe_mma_kernel<kTokens, kRowGroups, kFormat, kWholeStages, kSingle>;
     const int smem = smem_bytes<kTokens, kRowGroups, kWholeStages>(args.experts);
     const int64_t n_tiles = (args.n + 16 * kRowGroups - 1) / (16 * kRowGroups);
     const int64_t items = args.experts * n_tiles * args.mat_count,
@@ -329,19 +339,21 @@ cudaError_t launch(const Args& args, cudaStream_t stream) {
 }
 
 // Narrow row tiles only for the decode passes (8 and 16 slots); the wider passes keep 64 rows.
-template <int kTokens, ExpertFormat kFormat, bool kWholeStages>
+template <int kTokens, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false>
 cudaError_t launch(const Args& args, int row_groups, cudaStream_t stream) {
     if constexpr (kTokens <= 16) {
-        if (row_groups == 1) return launch<kTokens, 1, kFormat, kWholeStages>(args, stream);
-        if (row_groups == 2) return launch<kTokens, 2, kFormat, kWholeStages>(args, stream);
+        if (row_groups == 1) return launch<kTokens, 1, kFormat, kWholeStages, kSingle>(args, stream);
+        if (row_groups == 2) return launch<kTokens, 2, kFormat, kWholeStages, kSingle>(args, stream);
     }
-    return launch<kTokens, kMaxRowGroups, kFormat, kWholeStages>(args, stream);
+    return launch<kTokens, kMaxRowGroups, kFormat, kWholeStages, kSingle>(args, stream);
 }
 
 template <ExpertFormat kFormat, bool kWholeStages>
-cudaError_t launch(const Args& args, int tokens, int row_groups, cudaStream_t stream) {
+cudaError_t launch(const Args& args, int tokens, int row_groups, bool single, cudaStream_t stream) {
     switch (tokens) {
         case 8:
+            if constexpr (kWholeStages)
+                if (single) return launch<8, kFormat, true, true>(args, row_groups, stream);
             return launch<8, kFormat, kWholeStages>(args, row_groups, stream);
         case 16:
             return launch<16, kFormat, kWholeStages>(args, row_groups, stream);
@@ -355,9 +367,9 @@ cudaError_t launch(const Args& args, int tokens, int row_groups, cudaStream_t st
 }
 
 template <ExpertFormat kFormat>
-cudaError_t launch(const Args& args, int tokens, int row_groups, bool whole_stages, cudaStream_t stream) {
-    return whole_stages ? launch<kFormat, true>(args, tokens, row_groups, stream)
-                        : launch<kFormat, false>(args, tokens, row_groups, stream);
+cudaError_t launch(const Args& args, int tokens, int row_groups, bool whole_stages, bool single, cudaStream_t stream) {
+    return whole_stages ? launch<kFormat, true>(args, tokens, row_groups, single, stream)
+                        : launch<kFormat, false>(args, tokens, row_groups, single, stream);
 }
 
 }  // namespace
@@ -414,10 +426,13 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaSt
     if (variant == MoeMmaVariant::kChosen && moe_mma_takes_wgmma(p))
         return launch_moe_wgmma(args, p.format, tokens, stream);
     const bool whole = variant != MoeMmaVariant::kGeneral && p.k % kStageCols == 0;
+    // No expert holds two slots (a batch-1 decode step): the passes' single-slot kernel (same bits).
+    const bool single = variant != MoeMmaVariant::kAllSlots && p.max_slots_per_expert == 1;
     if (row_groups == 0)
         row_groups = moe_mma_row_groups(p.expected_active_experts, p.n, args.mat_count, multiprocessor_count());
-    return p.format == ExpertFormat::kMxfp4 ? launch<ExpertFormat::kMxfp4>(args, tokens, row_groups, whole, stream)
-                                            : launch<ExpertFormat::kNvfp4>(args, tokens, row_groups, whole, stream);
+    return p.format == ExpertFormat::kMxfp4
+               ? launch<ExpertFormat::kMxfp4>(args, tokens, row_groups, whole, single, stream)
+               : launch<ExpertFormat::kNvfp4>(args, tokens, row_groups, whole, single, stream);
 }
 }  // namespace detail
 

@@ -144,13 +144,15 @@ __device__ __forceinline__ void x_pairs(const uint8_t* x, int t, uint32_t& x0, u
     }
 }
 
-// sum = fma(acc, a_s * w_s, sum) for the four outputs of a lane (w_s already carries the 2^14).
+// sum = fma(acc, a_s * w_s, sum) for the four outputs of a lane (w_s already carries the 2^14); kEvenOnly: the even
+// tokens' outputs (0 and 2) only, the odd ones left as they are.
+template <bool kEvenOnly = false>
 __device__ __forceinline__ void promote(float (&sum)[4], const float (&acc)[4], float ws_g, float ws_g8, float as0,
                                         float as1) {
     sum[0] = __fmaf_rn(acc[0], __fmul_rn(as0, ws_g), sum[0]);
-    sum[1] = __fmaf_rn(acc[1], __fmul_rn(as1, ws_g), sum[1]);
+    if constexpr (!kEvenOnly) sum[1] = __fmaf_rn(acc[1], __fmul_rn(as1, ws_g), sum[1]);
     sum[2] = __fmaf_rn(acc[2], __fmul_rn(as0, ws_g8), sum[2]);
-    sum[3] = __fmaf_rn(acc[3], __fmul_rn(as1, ws_g8), sum[3]);
+    if constexpr (!kEvenOnly) sum[3] = __fmaf_rn(acc[3], __fmul_rn(as1, ws_g8), sum[3]);
 }
 
 // E8M0 code e as 2^(e - 127) * 2^14 = 2^(e - 113): the normal f32 with exponent field e + 14 up to e = 240; beyond,
