@@ -369,6 +369,23 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
     // by then, the precondition of distributed shared memory), so its latency hides behind the loads.
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 
+    // The weights steps 3 and 5 read after cluster barriers (which no load crosses), requested now: their round trips
+    // overlap step 1's instead of following the barriers at the end of the chain.
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    float mix_scale[3] = {0.0f, 0.0f, 0.0f}, mix_base = 0.0f;
+    if (warp == 0) {
+        mix_base = p.base[lane < kRows ? lane : 0];
+        mix_scale[0] = p.scale[0];
+        if constexpr (!kHead) mix_scale[1] = p.scale[1], mix_scale[2] = p.scale[2];
+    }
+    constexpr int kHeld = kNorm ? kNormChunks / kCluster : 1;
+    float norm_weight[kHeld];
+#pragma unroll
+    for (int i = 0; i < kHeld; ++i) {
+        const int64_t d = (rank + int64_t(kCluster) * i) * kHcThreads + threadIdx.x;
+        norm_weight[i] = kNorm && norm.weight ? norm.weight[d < p.dim ? d : 0] : 0.0f;
+    }
+
     // 1. Per-thread chains of this CTA's values: the same strided columns and fmaf order as hc_mix_kernel.
     const float* fn_row[kPer];
     bool is_row[kPer], is_square[kPer];
@@ -400,7 +417,6 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
         }
     }
     // 2. The same tree: 5 shuffle levels in the warp, then 3 levels over the warps.
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
 #pragma unroll
@@ -436,12 +452,12 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
         const float logit = __fmul_rn(sums[u], rho);
         float m = 0.0f;
         if (u < kN) {
-            m = __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(logit, p.scale[0]), p.base[u])), p.hc_eps);
+            m = __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(logit, mix_scale[0]), mix_base)), p.hc_eps);
             if (lane < kN) pre_s[lane] = m;
         } else if (!kHead && u < 2 * kN) {
-            m = __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(logit, p.scale[1]), p.base[u])));
+            m = __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(logit, mix_scale[1]), mix_base)));
         } else if (!kHead) {
-            m = __fadd_rn(__fmul_rn(logit, p.scale[2]), p.base[u]);
+            m = __fadd_rn(__fmul_rn(logit, mix_scale[2]), mix_base);
         }
         if (rank == 0) {  // comb's inputs as they are: hc_sinkhorn normalizes them
             if (lane < kRows) {
@@ -467,7 +483,6 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
             p.x_out[t * p.dim + d] = collapse(d);
     } else {
         // 5. rms_norm of x: this CTA's elements d = 256 (rank + kCluster i) + t, held as rms_norm holds them.
-        constexpr int kHeld = kNormChunks / kCluster;
         __shared__ float chunks[kNormChunks * kHcThreads];  // rank 0's is the table
         float* table = cluster.map_shared_rank(chunks, 0);
         float held[kHeld];
@@ -483,8 +498,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
         for (int i = 0; i < kHeld; ++i) {
             const int64_t first = (rank + int64_t(kCluster) * i) * kHcThreads, d = first + threadIdx.x;
             const float normed = __fmul_rn(held[i], r);
-            const __nv_bfloat16 out =
-                f32_to_bf16(norm.weight ? __fmul_rn(norm.weight[d < p.dim ? d : 0], normed) : normed);
+            const __nv_bfloat16 out = f32_to_bf16(norm.weight ? __fmul_rn(norm_weight[i], normed) : normed);
             if (d < p.dim) p.x_out[t * p.dim + d] = out;
             if (norm.q && first < p.dim) {  // uniform over the CTA
                 const float q_held[1] = {d < p.dim ? bf16_to_f32(out) : 0.0f};
