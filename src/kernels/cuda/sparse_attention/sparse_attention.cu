@@ -517,6 +517,20 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
     const int mt = warp % 4, half = warp / 4;
     const SplitRange range = split_range(p, split);
 
+    // What pass 3 reads after the cluster barriers (which no load crosses), requested now so that its round trips
+    // overlap pass 1's: the heads' sinks, the token's position and the inverse rotation's frequencies of this
+    // thread's first quad of outputs.
+    constexpr int kQuads = kHeadDim / 4;                                  // 4 dims of a head per step
+    const int quads = heads_here * kQuads, nope = kHeadDim - p.rope_dim;  // nope: a multiple of 8
+    const int first = int(int64_t(quads) * split / p.splits), last = int(int64_t(quads) * (split + 1) / p.splits);
+    const float sink = threadIdx.x < heads_here ? p.sink[head0 + threadIdx.x] : 0.0f;
+    const int32_t position = p.inverse_rope_inv_freq ? p.positions[token] : 0;
+    float first_freq[2] = {0.0f, 0.0f};
+    if (const int i = (first + int(threadIdx.x)) % kQuads * 4;
+        p.inverse_rope_inv_freq && first + int(threadIdx.x) < last && i >= nope)
+        first_freq[0] = p.inverse_rope_inv_freq[(i - nope) / 2],
+        first_freq[1] = p.inverse_rope_inv_freq[(i - nope) / 2 + 1];
+
     // Pass 1: this split's max logits (-inf without keys), then the token's over the cluster.
     load_q(s, p, token, head0, heads_here);
     const bool has_keys = range_has_keys(p, token, range);
@@ -559,12 +573,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
     if (threadIdx.x < heads_here) {
         float sum = 0.0f;
         for (int sp = 0; sp < p.splits; ++sp) sum += cluster.map_shared_rank(s.split_den, sp)[threadIdx.x];
-        s.partial[0][threadIdx.x] = sum + expf(p.sink[head0 + threadIdx.x] - s.row_max[threadIdx.x]);
+        s.partial[0][threadIdx.x] = sum + expf(sink - s.row_max[threadIdx.x]);
     }
     __syncthreads();
-    constexpr int kQuads = kHeadDim / 4;  // 4 dims of a head per step
-    const int quads = heads_here * kQuads;
-    const int first = int(int64_t(quads) * split / p.splits), last = int(int64_t(quads) * (split + 1) / p.splits);
     for (int j = first + int(threadIdx.x); j < last; j += kThreads) {
         const int h = j / kQuads, i = j % kQuads * 4;
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -582,13 +593,13 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
             __halves2bfloat162(bf16_bits(combined(acc.x, denom, mx)), bf16_bits(combined(acc.y, denom, mx)));
         __nv_bfloat162 hi =
             __halves2bfloat162(bf16_bits(combined(acc.z, denom, mx)), bf16_bits(combined(acc.w, denom, mx)));
-        const int nope = kHeadDim - p.rope_dim;  // a multiple of 8: a quad is all nope or all rope
-        if (p.inverse_rope_inv_freq && i >= nope) {
-            const int32_t position = p.positions[token];
+        if (p.inverse_rope_inv_freq && i >= nope) {  // a quad is all nope or all rope
+            const bool first_quad = j == first + int(threadIdx.x);
             float c, sn;
-            rope_cos_sin(position, p.inverse_rope_inv_freq[(i - nope) / 2], true, c, sn);
+            rope_cos_sin(position, first_quad ? first_freq[0] : p.inverse_rope_inv_freq[(i - nope) / 2], true, c, sn);
             lo = rope_rotate(lo, c, sn);
-            rope_cos_sin(position, p.inverse_rope_inv_freq[(i - nope) / 2 + 1], true, c, sn);
+            rope_cos_sin(position, first_quad ? first_freq[1] : p.inverse_rope_inv_freq[(i - nope) / 2 + 1], true, c,
+                         sn);
             hi = rope_rotate(hi, c, sn);
         }
         __nv_bfloat162* out =
