@@ -334,6 +334,14 @@ TEST_P(CudaModelFixture, LanePrioritiesChangeNoBits) {
     expect_same_bits_with(options, "with the main lane first and with equal priorities");
 }
 
+// The routed experts' w2 computing its input from W1 x and W3 x (CudaOptions::swiglu_in_w2) gives the bits of the
+// SwiGLU's own launch followed by w2: prefill chunks (which keep the launch) and graph-replayed decode steps.
+TEST_P(CudaModelFixture, SwigluInW2ChangesNoBits) {
+    CudaOptions options = comparison_options();
+    options.swiglu_in_w2 = !options.swiglu_in_w2;
+    expect_same_bits_with(options, "with the SwiGLU in w2 and in its own launch");
+}
+
 TEST_P(CudaModelFixture, GreedyTokensWithinYardstick) {
     const int64_t V = cpu_->config().vocab_size;
     const int64_t prompt_len = inputs_.greedy_prompt;

@@ -10,6 +10,7 @@
 
 #include "gemm_test_common.h"
 #include "kernels/cuda/common/resident_ctas.h"
+#include "kernels/cuda/moe_expert/moe_expert.h"
 #include "kernels/cuda/moe_gemm/moe_gemm.h"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
 
@@ -248,6 +249,86 @@ TEST(MoeGemm, SingleSlotPassesEqualAnySlotPassesBitwise) {
         compare_grids(rng, 1, 128, 3, 2048, 4096, nvfp4, false, 1, false, kPair);  // one of two GPUs' share
         compare_grids(rng, 1, 32, 4, 264, 2048, nvfp4, false, 1, true, kPair);     // every scale code, odd N
     }
+}
+
+// w2 computing its input from W1 x and W3 x (MoeGemmSwiglu) gives the bits of cuda::swiglu (quantizing for w2)
+// followed by w2 on its output: one slot per expert (batch 1, both row tiles it takes) and several (passes of 8 with
+// up to 8 slots), with and without routing weights, gate and up spread past the clamp, every scale code.
+TEST(MoeGemm, SwigluInputEqualsSwigluLaunchThenW2Bitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    struct Case {
+        int64_t tokens, experts, topk, n, k;
+        bool weighted, every_scale;
+    };
+    for (bool nvfp4 : {false, true})
+        for (const Case& c : {Case{1, 256, 6, 4096, 2048, true, false}, Case{1, 128, 3, 4096, 2048, true, false},
+                              Case{5, 32, 4, 264, 2048, true, true}, Case{6, 4, 2, 200, 256, false, false}}) {
+            const Routing routing = route(rng, c.tokens, c.experts, c.topk, false);
+            const int64_t slots = int64_t(routing.row_index.size()), k = c.k, n = c.n;
+            std::vector<uint8_t> data, scale;
+            std::vector<float> global;
+            for (int64_t e = 0; e < c.experts; ++e) {
+                HostWeight we = random_fp4_weight(rng, n, k, nvfp4);
+                if (c.every_scale)
+                    for (size_t i = 0; i < we.scale.size(); ++i) {
+                        const uint8_t code = uint8_t((i * 37 + size_t(e)) % 255);
+                        we.scale[i] = nvfp4 && (code & 0x7F) == 0x7F ? 0 : code;
+                    }
+                data.insert(data.end(), we.data.begin(), we.data.end());
+                scale.insert(scale.end(), we.scale.begin(), we.scale.end());
+                global.push_back(nvfp4 ? rng.uniform(0.001f, 3.0f) : 1.0f);
+            }
+            std::vector<float> gate(size_t(slots * k)), up(gate.size()), weights(size_t(c.tokens * c.topk));
+            for (size_t i = 0; i < gate.size(); ++i) {  // some past swiglu_limit 10 in both directions
+                gate[i] = round_bf16(rng.uniform(-14.0f, 14.0f) * std::ldexp(1.0f, int(i % 7) - 3));
+                up[i] = round_bf16(rng.uniform(-14.0f, 14.0f) * std::ldexp(1.0f, int(i % 5) - 2));
+            }
+            for (float& w : weights) w = rng.uniform(0.01f, 1.0f);
+            std::vector<int32_t> sorted(static_cast<size_t>(slots));
+            for (int32_t& a : sorted) a = int32_t(rng.engine()() % uint64_t(weights.size()));
+            auto gd = to_device(to_bf16(gate));
+            auto ud = to_device(to_bf16(up));
+            auto wd = to_device(weights);
+            auto sortd = to_device(sorted);
+            auto wts = to_device(data);
+            auto sd = to_device(scale);
+            auto globd = to_device(global);
+            auto od = to_device(routing.offsets);
+            auto h = poisoned<uint16_t>(size_t(slots * k));
+            DeviceFp8Act hq{poisoned<uint8_t>(size_t(slots * k)), poisoned<float>(size_t(slots * (k / 128)))};
+
+            cuda::SwigluParams sw;
+            sw.gate = reinterpret_cast<const __nv_bfloat16*>(gd.get());
+            sw.up = reinterpret_cast<const __nv_bfloat16*>(ud.get());
+            sw.out = reinterpret_cast<__nv_bfloat16*>(h.get());
+            if (c.weighted) sw.routing_weights = wd.get(), sw.sorted_assignment = sortd.get();
+            sw.rows = slots;
+            sw.inter = k;
+            sw.limit = 10.0f;
+            sw.q = hq.q.get();
+            sw.q_scales = hq.scale.get();
+            cuda::swiglu(sw, nullptr);
+            auto y_apart = poisoned<uint16_t>(size_t(slots * n));
+            cuda::MoeGemmParams p = moe_params(hq, nullptr, od.get(), wts.get(), sd.get(), globd.get(), nvfp4,
+                                               c.experts, n, k, routing.max_slots, y_apart.get());
+            cuda::moe_gemm(p, nullptr);
+
+            auto y_fused = poisoned<uint16_t>(size_t(slots * n), 0x7F);
+            p.a = nullptr;
+            p.a_scale = nullptr;
+            p.y = reinterpret_cast<__nv_bfloat16*>(y_fused.get());
+            p.swiglu = {sw.gate, sw.up, 0, sw.routing_weights, sw.sorted_assignment, sw.limit};
+            ASSERT_TRUE(cuda::moe_gemm_computes_swiglu(p)) << "tokens " << c.tokens;
+            cuda::moe_gemm(p, nullptr);
+            char what[192];
+            std::snprintf(
+                what, sizeof what,
+                "moe_gemm w2 SwiGLU input vs swiglu + w2 %s%s%s tokens=%lld experts=%lld topk=%lld N=%lld K=%lld",
+                nvfp4 ? "nvfp4" : "mxfp4", c.weighted ? " weighted" : "", c.every_scale ? " every scale code" : "",
+                (long long)c.tokens, (long long)c.experts, (long long)c.topk, (long long)n, (long long)k);
+            expect_bitwise_bf16(what, to_host(y_fused), to_host(y_apart));
+        }
 }
 
 TEST(MoeGemm, RowTileFillsTheSms) {

@@ -104,6 +104,10 @@ struct CudaOptions {
     // A decode step's router and routing in one launch (cuda::router_and_routing; docs/perf.md). Off: two launches,
     // the same bits.
     bool router_with_routing = true;
+    // The routed experts' w2 computes its FP8 input from W1 x and W3 x (cuda::MoeGemmSwiglu) where its kernel can
+    // (decode steps of up to 8 sequences, one GPU): one launch fewer a layer. Off: the SwiGLU's own launch; the same
+    // bits.
+    bool swiglu_in_w2 = true;
     // The most pinned host memory the logits' copy to the host takes; a piece wanting more logits (every position of
     // a long prefill) goes through it in slices, the same values.
     size_t logit_staging_bytes = size_t(256) << 20;  // a decode step of 519 sequences at V4's vocabulary in one slice

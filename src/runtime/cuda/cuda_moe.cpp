@@ -156,34 +156,45 @@ void CudaModel::Impl::moe(int64_t layer) {
     // expert on, its `held` experts (the weights' index 0 is expert held.first).
     stages.mark("routed_experts", layer);
     const int32_t* held_offsets = ws.offsets + held.first;
+    const bool fp4 = m.w1.format == WeightFormat::kFp4Mx || m.w1.format == WeightFormat::kNvfp4;
+    // The FP4 experts' product of x, or with `swiglu` of the SwiGLU of W1 x and W3 x, which the kernel computes.
+    auto fp4_params = [&](const cuda::DeviceExperts& e, const bf16* x, int64_t rows, int64_t cols,
+                          const int32_t* row_index, bf16* y, const cuda::DeviceExperts* second, bf16* y_second,
+                          const Fp8Rows& quantized, const cuda::MoeGemmSwiglu* swiglu) {
+        cuda::MoeGemmParams p;
+        if (swiglu) {
+            p.swiglu = *swiglu;
+        } else {
+            const Fp8Rows a = fp8_rows(x, rows, cols, quantized);
+            p.a = a.q;
+            p.a_scale = a.scales;
+        }
+        p.row_index = row_index;
+        p.expert_offsets = held_offsets;
+        p.format = e.format == WeightFormat::kFp4Mx ? cuda::ExpertFormat::kMxfp4 : cuda::ExpertFormat::kNvfp4;
+        p.w = static_cast<const uint8_t*>(e.data);
+        p.w_scale = e.scale;
+        p.w_global = e.global;
+        p.y = y;
+        if (second) p.second = {static_cast<const uint8_t*>(second->data), second->scale, second->global, y_second};
+        p.experts = held.count;
+        p.n = e.rows;
+        p.k = e.cols;
+        // A token reaches an expert at most once (score routing picks k distinct experts; hash rows were checked
+        // distinct at load), so no expert holds more than T slots.
+        p.max_slots_per_expert = int(m.tid2eid && !hash_rows_distinct ? slots : Tm);
+        // Twice the mean over all experts: under balanced routing few active experts hold more.
+        p.expected_slots_per_expert = int((2 * slots + E - 1) / E);
+        // Under uniform routing each held expert is empty with probability (1 - 1/E)^slots.
+        p.expected_active_experts =
+            int(std::lround(double(held.count) * (1.0 - std::pow(1.0 - 1.0 / double(E), double(slots)))));
+        return p;
+    };
     auto experts = [&](const cuda::DeviceExperts& e, const bf16* x, int64_t rows, int64_t cols,
                        const int32_t* row_index, bf16* y, const cuda::DeviceExperts* second, bf16* y_second,
                        const Fp8Rows& quantized) {
         if (e.format == WeightFormat::kFp4Mx || e.format == WeightFormat::kNvfp4) {
-            const Fp8Rows a = fp8_rows(x, rows, cols, quantized);
-            cuda::MoeGemmParams p;
-            p.a = a.q;
-            p.a_scale = a.scales;
-            p.row_index = row_index;
-            p.expert_offsets = held_offsets;
-            p.format = e.format == WeightFormat::kFp4Mx ? cuda::ExpertFormat::kMxfp4 : cuda::ExpertFormat::kNvfp4;
-            p.w = static_cast<const uint8_t*>(e.data);
-            p.w_scale = e.scale;
-            p.w_global = e.global;
-            p.y = y;
-            if (second) p.second = {static_cast<const uint8_t*>(second->data), second->scale, second->global, y_second};
-            p.experts = held.count;
-            p.n = e.rows;
-            p.k = e.cols;
-            // A token reaches an expert at most once (score routing picks k distinct experts; hash rows were checked
-            // distinct at load), so no expert holds more than T slots.
-            p.max_slots_per_expert = int(m.tid2eid && !hash_rows_distinct ? slots : Tm);
-            // Twice the mean over all experts: under balanced routing few active experts hold more.
-            p.expected_slots_per_expert = int((2 * slots + E - 1) / E);
-            // Under uniform routing each held expert is empty with probability (1 - 1/E)^slots.
-            p.expected_active_experts =
-                int(std::lround(double(held.count) * (1.0 - std::pow(1.0 - 1.0 / double(E), double(slots)))));
-            cuda::moe_gemm(p, s);
+            cuda::moe_gemm(fp4_params(e, x, rows, cols, row_index, y, second, y_second, quantized, nullptr), s);
             return;
         }
         for (int i = 0; i < (second ? 2 : 1); ++i) {
@@ -222,8 +233,21 @@ void CudaModel::Impl::moe(int64_t layer) {
         sw.zero_rows = ws.routed_out;
         sw.zero_cols = D;
     }
-    cuda::swiglu(sw, s);
-    experts(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out, nullptr, nullptr, {ws.act_q, ws.act_scale});
+    // w2 computes its input from W1 x and W3 x where its kernel can (decode steps of up to 8 sequences on one GPU
+    // without an observer, which reads the SwiGLU's bf16 rows): one launch fewer, the same bits
+    // (CudaOptions::swiglu_in_w2).
+    bool swiglu_in_w2 = false;
+    if (fp4 && ep.ranks == 1 && !observer && options.swiglu_in_w2) {
+        const cuda::MoeGemmSwiglu input{ws.gate, ws.up, I, ws.routing_weights, ws.sorted, float(c.swiglu_limit)};
+        const cuda::MoeGemmParams down =
+            fp4_params(m.w2, nullptr, slots, I, nullptr, ws.routed_out, nullptr, nullptr, {}, &input);
+        swiglu_in_w2 = cuda::moe_gemm_computes_swiglu(down);
+        if (swiglu_in_w2) cuda::moe_gemm(down, s);
+    }
+    if (!swiglu_in_w2) {
+        cuda::swiglu(sw, s);
+        experts(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out, nullptr, nullptr, {ws.act_q, ws.act_scale});
+    }
     if (ep.ranks > 1) {  // every slot from the rank that holds its expert; x + 0 is x, so the sum is exact
         stages.mark("expert_exchange", layer);
         if (shared_on_one_rank) join_side();  // the shared expert's rows, summed with the slots

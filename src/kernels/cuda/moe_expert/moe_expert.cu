@@ -3,6 +3,7 @@
 #include "kernels/cuda/common/numeric.cuh"
 #include "kernels/cuda/moe_expert/moe_combine.cuh"
 #include "kernels/cuda/moe_expert/moe_expert.h"
+#include "kernels/cuda/moe_expert/swiglu_math.cuh"
 #include "kernels/cuda/quant/fp8_act_codec.cuh"
 #include "kernels/cuda/quant/quant.h"
 
@@ -44,14 +45,7 @@ __global__ void __launch_bounds__(kThreads) swiglu_kernel(const SwigluParams p) 
             const int64_t i = chunk + threadIdx.x + int64_t(j) * kThreads;
             out[j] = 0.0f;
             if (i >= p.inter) continue;
-            float g = bf16_to_f32(gate[j]), u = bf16_to_f32(up[j]);
-            if (p.limit > 0) {
-                u = fminf(fmaxf(u, -p.limit), p.limit);
-                g = fminf(g, p.limit);
-            }
-            float h = (g / (1.0f + expf(-g))) * u;
-            if (p.routing_weights) h *= weight;
-            const __nv_bfloat16 rounded = f32_to_bf16(h);
+            const __nv_bfloat16 rounded = swiglu_element(gate[j], up[j], p.limit, p.routing_weights, weight);
             p.out[r * p.inter + i] = rounded;
             out[j] = bf16_to_f32(rounded);
         }

@@ -30,8 +30,27 @@ MoeGemmConfig moe_gemm_config(int64_t experts, int64_t n, int64_t k, int max_slo
     return c;
 }
 
+bool moe_gemm_computes_swiglu(const MoeGemmParams& p) {
+    return p.path == MoeGemmPath::kMma && p.k % 128 == 0 &&
+           moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert) == 8 &&
+           !detail::moe_mma_takes_wgmma(p);
+}
+
 std::string moe_gemm_can_implement(const MoeGemmParams& p) {
-    if (!p.a || !p.a_scale || !p.expert_offsets || !p.w || !p.w_scale || !p.y) return "null operand pointer";
+    const bool gated = p.swiglu.gate != nullptr;
+    if ((!gated && (!p.a || !p.a_scale)) || !p.expert_offsets || !p.w || !p.w_scale || !p.y)
+        return "null operand pointer";
+    if (gated) {
+        if (!p.swiglu.up || (p.swiglu.routing_weights && !p.swiglu.sorted_assignment))
+            return "the SwiGLU input needs up (and the slots' assignments with routing weights)";
+        if (p.row_index) return "the SwiGLU input is per slot: no row_index";
+        const int64_t stride = p.swiglu.stride ? p.swiglu.stride : p.k;
+        if (stride < p.k || stride % 4 || reinterpret_cast<uintptr_t>(p.swiglu.gate) % 8 ||
+            reinterpret_cast<uintptr_t>(p.swiglu.up) % 8)
+            return "the SwiGLU input's rows must be 8-byte aligned and at least K wide";
+        if (!moe_gemm_computes_swiglu(p))
+            return "this launch cannot compute its SwiGLU input (moe_gemm_computes_swiglu)";
+    }
     if (p.format == ExpertFormat::kNvfp4 && !p.w_global) return "NVFP4 needs the per-expert global scales";
     if (p.experts <= 0 || p.n <= 0 || p.k <= 0)
         return fmt::format("empty shape experts={} n={} k={}", p.experts, p.n, p.k);
@@ -39,7 +58,7 @@ std::string moe_gemm_can_implement(const MoeGemmParams& p) {
     if (reinterpret_cast<uintptr_t>(p.w) % 16) return "W must be 16-byte aligned";
     if (p.max_slots_per_expert < 1) return "max_slots_per_expert must be >= 1";
     if (p.path == MoeGemmPath::kMma) {  // cp.async sources: 16-byte activation rows, 4-byte scale words
-        if (reinterpret_cast<uintptr_t>(p.a) % 16) return "the activations must be 16-byte aligned";
+        if (!gated && reinterpret_cast<uintptr_t>(p.a) % 16) return "the activations must be 16-byte aligned";
         if (reinterpret_cast<uintptr_t>(p.w_scale) % 4 || reinterpret_cast<uintptr_t>(p.second.w_scale) % 4)
             return "the weight scales must be 4-byte aligned";
     }

@@ -35,6 +35,20 @@ struct MoeGemmMatrix {
     __nv_bfloat16* y = nullptr;
 };
 
+// The activations as the SwiGLU of two earlier products instead of `a` / `a_scale` (w2 of a decode step reading W1 x
+// and W3 x): slot p's row is swiglu_element(gate[p], up[p]) (moe_expert/swiglu_math.cuh: the limit and the slot's
+// routing weight routing_weights[sorted_assignment[p]]) quantized per 128 columns as act_quant quantizes: the bits of
+// cuda::swiglu followed by this product, without its launch. Slots are rows (row_index null). Only where
+// moe_gemm_computes_swiglu holds (the warp-MMA kernel's 8-slot passes, K % 128 == 0).
+struct MoeGemmSwiglu {
+    const __nv_bfloat16* gate = nullptr;         // [slots, k] bf16, row stride `stride` (null: off)
+    const __nv_bfloat16* up = nullptr;           // [slots, k] bf16, row stride `stride`
+    int64_t stride = 0;                          // 0: k
+    const float* routing_weights = nullptr;      // optional: [assignments] f32
+    const int32_t* sorted_assignment = nullptr;  // [slots], with routing_weights
+    float limit = 0.0f;                          // swiglu_limit; <= 0: no clamp
+};
+
 struct MoeGemmParams {
     const uint8_t* a = nullptr;          // [rows, k] e4m3, row stride k
     const float* a_scale = nullptr;      // [rows, ceil(k/128)] f32, powers of two
@@ -52,6 +66,7 @@ struct MoeGemmParams {
     int expected_slots_per_expert = 0;  // optional: slots a busy active expert holds (picks the pass width; no bits)
     int expected_active_experts = 0;    // optional: non-empty experts of this launch (picks the row tile; no bits)
     MoeGemmMatrix second;               // optional: w == nullptr for one matrix
+    MoeGemmSwiglu swiglu;               // optional: the activations computed from W1 x and W3 x (a, a_scale unused)
     MoeGemmPath path = MoeGemmPath::kMma;
 };
 
@@ -63,6 +78,8 @@ struct MoeGemmConfig {
 
 MoeGemmConfig moe_gemm_config(int64_t experts, int64_t n, int64_t k, int max_slots_per_expert);
 std::string moe_gemm_can_implement(const MoeGemmParams& p);
+// Whether moe_gemm can take p.swiglu for these parameters on the current device (p.swiglu itself not looked at).
+bool moe_gemm_computes_swiglu(const MoeGemmParams& p);
 void moe_gemm(const MoeGemmParams& p, cudaStream_t stream);
 
 }  // namespace dsv4::cuda

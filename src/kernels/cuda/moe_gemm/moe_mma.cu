@@ -38,8 +38,10 @@
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/resident_ctas.h"
+#include "kernels/cuda/moe_expert/swiglu_math.cuh"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
 #include "kernels/cuda/moe_gemm/moe_mma_common.cuh"
+#include "kernels/cuda/quant/fp8_act_codec.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -56,16 +58,26 @@ constexpr int kWRowBytes = kStageCols / 2 + 16;  // 64 bytes of nibbles + pad: r
 constexpr int kARowBytes = kStageCols + 32;      // 128 e4m3 + pad: 8-byte reads of 16 lanes conflict-free
 constexpr int kScaleRowBytes = 16;               // the aligned words covering a row's scales of one stage
 
-// Shared-memory layout of one stage.
-template <int kTokens, int kRowGroups>
+// Shared-memory layout of one stage. kGated: the activations are not staged (the pass computed them whole, below).
+template <int kTokens, int kRowGroups, bool kGated = false>
 struct Stage {
     static constexpr int kRowsPerCta = 16 * kRowGroups;
     static constexpr int w = 0;
     static constexpr int a = w + kRowsPerCta * kWRowBytes;
-    static constexpr int w_scale = a + kTokens * kARowBytes;
+    static constexpr int w_scale = a + (kGated ? 0 : kTokens * kARowBytes);
     static constexpr int a_scale = w_scale + kRowsPerCta * kScaleRowBytes;
-    static constexpr int bytes = (a_scale + kTokens * 4 + 15) / 16 * 16;
+    static constexpr int bytes = (a_scale + (kGated ? 0 : kTokens * 4) + 15) / 16 * 16;
 };
+
+// A pass's activations computed from W1 x and W3 x (Args::swiglu): kTokens rows of K e4m3 codes, each row padded by 32
+// bytes so the fragment reads of rows g land on distinct banks (as kARowBytes), then their [kTokens][K / 128] scales.
+__host__ __device__ constexpr int64_t gated_row_bytes(int64_t k) {
+    return k + 32;
+}
+template <int kTokens>
+__host__ __device__ constexpr int64_t gated_bytes(int64_t k) {
+    return (kTokens * gated_row_bytes(k) + kTokens * (k / 128) * 4 + 15) / 16 * 16;
+}
 
 // Stages in flight: 8 for the decode passes (8 or 16 tokens), 4 for the wider passes of prefill, which are bound by
 // their instructions, and for the general path (K % 128 != 0), whose bounded loads would not fit the registers of 3
@@ -74,9 +86,10 @@ template <int kTokens, bool kWholeStages>
 __host__ __device__ constexpr int stage_count() {
     return kTokens <= 16 && kWholeStages ? 8 : 4;
 }
-template <int kTokens, int kRowGroups, bool kWholeStages>
-__host__ __device__ constexpr int smem_bytes(int64_t experts) {
-    return list_bytes(experts) + stage_count<kTokens, kWholeStages>() * Stage<kTokens, kRowGroups>::bytes;
+template <int kTokens, int kRowGroups, bool kWholeStages, bool kGated = false>
+__host__ __device__ constexpr int smem_bytes(int64_t experts, int64_t k) {
+    return list_bytes(experts) + stage_count<kTokens, kWholeStages>() * Stage<kTokens, kRowGroups, kGated>::bytes +
+           int(kGated ? gated_bytes<kTokens>(k) : 0);
 }
 
 // Warp groups that share out the 32-column blocks of every stage: a decode step has few items per SM, and one warp
@@ -108,7 +121,10 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
 // kSingle (8-slot passes of launches where no expert holds more than one slot: a batch-1 decode step): only slot 0 of
 // a pass is ever stored, which the lanes hold in their accumulators c0 and c2 (token 2t with t = 0), so the odd
 // tokens' promotions (c1, c3) and their activation scales are not computed. The same instructions on c0 and c2.
-template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false>
+// kGated (8-slot passes, whole stages; Args::swiglu): each pass first computes its slots' activation rows from W1 x
+// and W3 x into shared memory, as cuda::swiglu and act_quant would write them, while its first weight stages load.
+template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false,
+          bool kGated = false>
 __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRowGroups>()) moe_mma_kernel(Args p) {
     constexpr int kThreads = threads<kRowGroups>();
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
@@ -116,7 +132,8 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
     constexpr int kScaleBytesPerStage = kNv ? 8 : 4;  // scale bytes of one row per 128 columns
     constexpr int kScaleWords = kNv ? 3 : 2;          // aligned words that cover them whatever their offset
     constexpr int kStages = stage_count<kTokens, kWholeStages>();
-    using L = Stage<kTokens, kRowGroups>;
+    static_assert(!kGated || (kTokens == 8 && kWholeStages), "computed activations: 8-slot passes, whole stages");
+    using L = Stage<kTokens, kRowGroups, kGated>;
     constexpr int kRowsPerCta = L::kRowsPerCta;
     static_assert(kRowsPerCta * 4 == kThreads, "one 16-byte W chunk per thread and stage");
     static_assert(!kSingle || kTokens == 8, "single-slot passes are 8-slot passes");
@@ -128,6 +145,8 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
     int* active = reinterpret_cast<int*>(smem);
     uint8_t* stages = smem + list_bytes(p.experts);
     const unsigned stages_addr = smem_addr(stages);
+    uint8_t* gated_a = stages + kStages * L::bytes;  // kGated: [kTokens][gated_row_bytes(k)] codes, then scales
+    float* gated_scale = reinterpret_cast<float*>(gated_a + kTokens * gated_row_bytes(p.k));
 
     const int64_t total = p.offsets[p.experts];
     const int64_t n_tiles = (p.n + kRowsPerCta - 1) / kRowsPerCta;
@@ -183,10 +202,10 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
             for (int i = 0; i < kAPerThread; ++i) {
                 const int c = tid + kThreads * i, r = c / 8;
                 a_part[i] = c % 8;
-                a_src[i] = c < tokens * 8 ? p.a + act_row(r) * p.k + a_part[i] * 16 : nullptr;
+                a_src[i] = !kGated && c < tokens * 8 ? p.a + act_row(r) * p.k + a_part[i] * 16 : nullptr;
                 a_dst[i] = L::a + r * kARowBytes + a_part[i] * 16;
             }
-            const float* as_src = tid < kTokens ? p.a_scale + act_row(tid) * kb : nullptr;
+            const float* as_src = !kGated && tid < kTokens ? p.a_scale + act_row(tid) * kb : nullptr;
             auto staged_row = [&](int r) { return r < tokens ? r : tokens - 1; };
 
             auto load = [&](int slot, int kt) {
@@ -195,7 +214,7 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
                     cp_async16(base + w_dst, w_src + kt * 64);
 #pragma unroll
                     for (int i = 0; i < kAPerThread; ++i)
-                        if (a_src[i]) cp_async16(base + a_dst[i], a_src[i] + kt * kStageCols);
+                        if (!kGated && a_src[i]) cp_async16(base + a_dst[i], a_src[i] + kt * kStageCols);
                     if (tid < kRowsPerCta) {
                         const uint8_t* src = m.w_scale + scale_first + kt * kScaleBytesPerStage;
 #pragma unroll
@@ -225,7 +244,7 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
                         }
                     }
                 }
-                if (as_src) cp_async4(base + L::a_scale + tid * 4, as_src + kt, 4);
+                if (!kGated && as_src) cp_async4(base + L::a_scale + tid * 4, as_src + kt, 4);
             };
 
             float sum[kTn][4];
@@ -238,6 +257,36 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
             for (int s = 0; s < kStages - 1; ++s) {
                 if (s < kt_count) load(s, s);
                 cp_async_commit();
+            }
+            if constexpr (kGated) {
+                // The pass's activation rows while its first weight stages load: warp w takes the 128-column
+                // blocks task = w, w + warps, ... of rows 0 .. tokens - 1, lane l four columns of each, with
+                // swiglu_element and then act_quant's scale (the block's |max| over the rounded values) and codes.
+                // The first stage's barrier below orders these stores before any fragment read.
+                const int blocks = int(p.k / kStageCols);
+                const int64_t stride = p.swiglu.stride ? p.swiglu.stride : p.k;
+                for (int task = warp; task < tokens * blocks; task += kThreads / 32) {
+                    const int r = task / blocks, blk = task % blocks;
+                    const int64_t slot = s0 + r, col = int64_t(blk) * kStageCols + 4 * lane;
+                    const bool weighted = p.swiglu.routing_weights != nullptr;
+                    const float weight = weighted ? p.swiglu.routing_weights[p.swiglu.sorted_assignment[slot]] : 0.0f;
+                    const uint2 gate = *reinterpret_cast<const uint2*>(p.swiglu.gate + slot * stride + col);
+                    const uint2 up = *reinterpret_cast<const uint2*>(p.swiglu.up + slot * stride + col);
+                    const __nv_bfloat16* g4 = reinterpret_cast<const __nv_bfloat16*>(&gate);
+                    const __nv_bfloat16* u4 = reinterpret_cast<const __nv_bfloat16*>(&up);
+                    float v[4], amax = 0.0f;
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        v[i] = bf16_to_f32(swiglu_element(g4[i], u4[i], p.swiglu.limit, weighted, weight));
+                        amax = fmaxf(amax, fabsf(v[i]));
+                    }
+                    const float scale = e8m0_to_f32(fp8_scale_exponent(group_max<32>(amax)));
+                    uint32_t codes = 0;
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) codes |= uint32_t(fp8_code(v[i], scale)) << (8 * i);
+                    *reinterpret_cast<uint32_t*>(gated_a + r * gated_row_bytes(p.k) + col) = codes;
+                    if (lane == 0) gated_scale[r * blocks + blk] = scale;
+                }
             }
             for (int kt = 0; kt < kt_count; ++kt) {
                 cp_async_wait<kStages - 2>();
@@ -253,9 +302,15 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
                 float as[kTn][2];
 #pragma unroll
                 for (int nt = 0; nt < kTn; ++nt) {
-                    const float* a_s = reinterpret_cast<const float*>(st + L::a_scale) + nt * 8 + 2 * t;
-                    as[nt][0] = a_s[0];
-                    as[nt][1] = kSingle ? 0.0f : a_s[1];
+                    if constexpr (kGated) {
+                        const int blocks = int(p.k / kStageCols);
+                        as[nt][0] = gated_scale[staged_row(nt * 8 + 2 * t) * blocks + kt];
+                        as[nt][1] = kSingle ? 0.0f : gated_scale[staged_row(nt * 8 + 2 * t + 1) * blocks + kt];
+                    } else {
+                        const float* a_s = reinterpret_cast<const float*>(st + L::a_scale) + nt * 8 + 2 * t;
+                        as[nt][0] = a_s[0];
+                        as[nt][1] = kSingle ? 0.0f : a_s[1];
+                    }
                 }
                 int blocks = 4;
                 if constexpr (!kWholeStages) {
@@ -272,7 +327,9 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
                     w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
 #pragma unroll
                     for (int nt = 0; nt < kTn; ++nt) {
-                        const uint8_t* x = st + L::a + staged_row(nt * 8 + g) * kARowBytes + 32 * b;
+                        const uint8_t* x =
+                            kGated ? gated_a + staged_row(nt * 8 + g) * gated_row_bytes(p.k) + kt * kStageCols + 32 * b
+                                   : st + L::a + staged_row(nt * 8 + g) * kARowBytes + 32 * b;
                         uint32_t x0, x1;
                         x_pairs<kNv>(x, t, x0, x1);
                         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -326,10 +383,11 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
     }
 }
 
-template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false>
+template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false,
+          bool kGated = false>
 cudaError_t launch(const Args& args, cudaStream_t stream) {
-    const auto kernel = moe_mma_kernel<kTokens, kRowGroups, kFormat, kWholeStages, kSingle>;
-    const int smem = smem_bytes<kTokens, kRowGroups, kWholeStages>(args.experts);
+    const auto kernel = moe_mma_kernel<kTokens, kRowGroups, kFormat, kWholeStages, kSingle, kGated>;
+    const int smem = smem_bytes<kTokens, kRowGroups, kWholeStages, kGated>(args.experts, args.k);
     const int64_t n_tiles = (args.n + 16 * kRowGroups - 1) / (16 * kRowGroups);
     const int64_t items = args.experts * n_tiles * args.mat_count,
                   resident = resident_ctas(reinterpret_cast<const void*>(kernel), threads<kRowGroups>(), smem);
@@ -339,21 +397,26 @@ cudaError_t launch(const Args& args, cudaStream_t stream) {
 }
 
 // Narrow row tiles only for the decode passes (8 and 16 slots); the wider passes keep 64 rows.
-template <int kTokens, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false>
+template <int kTokens, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false, bool kGated = false>
 cudaError_t launch(const Args& args, int row_groups, cudaStream_t stream) {
     if constexpr (kTokens <= 16) {
-        if (row_groups == 1) return launch<kTokens, 1, kFormat, kWholeStages, kSingle>(args, stream);
-        if (row_groups == 2) return launch<kTokens, 2, kFormat, kWholeStages, kSingle>(args, stream);
+        if (row_groups == 1) return launch<kTokens, 1, kFormat, kWholeStages, kSingle, kGated>(args, stream);
+        if (row_groups == 2) return launch<kTokens, 2, kFormat, kWholeStages, kSingle, kGated>(args, stream);
     }
-    return launch<kTokens, kMaxRowGroups, kFormat, kWholeStages, kSingle>(args, stream);
+    return launch<kTokens, kMaxRowGroups, kFormat, kWholeStages, kSingle, kGated>(args, stream);
 }
 
 template <ExpertFormat kFormat, bool kWholeStages>
 cudaError_t launch(const Args& args, int tokens, int row_groups, bool single, cudaStream_t stream) {
+    const bool gated = args.swiglu.gate != nullptr;
+    if (gated && (tokens != 8 || !kWholeStages)) return cudaErrorInvalidValue;  // moe_gemm_computes_swiglu
     switch (tokens) {
         case 8:
-            if constexpr (kWholeStages)
+            if constexpr (kWholeStages) {
+                if (gated && single) return launch<8, kFormat, true, true, true>(args, row_groups, stream);
+                if (gated) return launch<8, kFormat, true, false, true>(args, row_groups, stream);
                 if (single) return launch<8, kFormat, true, true>(args, row_groups, stream);
+            }
             return launch<8, kFormat, kWholeStages>(args, row_groups, stream);
         case 16:
             return launch<16, kFormat, kWholeStages>(args, row_groups, stream);
@@ -422,9 +485,12 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaSt
     args.experts = p.experts;
     args.n = p.n;
     args.k = p.k;
+    args.swiglu = p.swiglu;
     const int tokens = moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert);
-    if (variant == MoeMmaVariant::kChosen && moe_mma_takes_wgmma(p))
+    if (variant == MoeMmaVariant::kChosen && moe_mma_takes_wgmma(p)) {
+        if (p.swiglu.gate) return cudaErrorInvalidValue;  // moe_gemm_computes_swiglu
         return launch_moe_wgmma(args, p.format, tokens, stream);
+    }
     const bool whole = variant != MoeMmaVariant::kGeneral && p.k % kStageCols == 0;
     // No expert holds two slots (a batch-1 decode step): the passes' single-slot kernel (same bits).
     const bool single = variant != MoeMmaVariant::kAllSlots && p.max_slots_per_expert == 1;

@@ -32,6 +32,7 @@ struct Args {
     Matrix mats[2];
     int mat_count;
     int64_t experts, n, k;
+    MoeGemmSwiglu swiglu;  // gate != nullptr: the activations are computed from W1 x and W3 x (moe_mma.cu only)
 };
 
 // Bytes of shared memory the list of active experts takes (16-byte aligned, so what follows stays aligned).
