@@ -252,8 +252,9 @@ TEST(MoeGemm, SingleSlotPassesEqualAnySlotPassesBitwise) {
 }
 
 // w2 computing its input from W1 x and W3 x (MoeGemmSwiglu) gives the bits of cuda::swiglu (quantizing for w2)
-// followed by w2 on its output: one slot per expert (batch 1, both row tiles it takes) and several (passes of 8 with
-// up to 8 slots), with and without routing weights, gate and up spread past the clamp, every scale code.
+// followed by w2 on its output: one slot per expert (batch 1: one GPU's and two GPUs' shares, the row tiles they
+// take, odd N, K of two blocks), with and without routing weights, gate and up spread past the clamp, every scale
+// code; launches where an expert holds two slots do not take it.
 TEST(MoeGemm, SwigluInputEqualsSwigluLaunchThenW2Bitwise) {
     DSV4_REQUIRE_GPU();
     Rng rng;
@@ -263,7 +264,7 @@ TEST(MoeGemm, SwigluInputEqualsSwigluLaunchThenW2Bitwise) {
     };
     for (bool nvfp4 : {false, true})
         for (const Case& c : {Case{1, 256, 6, 4096, 2048, true, false}, Case{1, 128, 3, 4096, 2048, true, false},
-                              Case{5, 32, 4, 264, 2048, true, true}, Case{6, 4, 2, 200, 256, false, false}}) {
+                              Case{1, 32, 4, 264, 2048, true, true}, Case{1, 8, 2, 200, 256, false, false}}) {
             const Routing routing = route(rng, c.tokens, c.experts, c.topk, false);
             const int64_t slots = int64_t(routing.row_index.size()), k = c.k, n = c.n;
             std::vector<uint8_t> data, scale;
@@ -320,6 +321,9 @@ TEST(MoeGemm, SwigluInputEqualsSwigluLaunchThenW2Bitwise) {
             p.y = reinterpret_cast<__nv_bfloat16*>(y_fused.get());
             p.swiglu = {sw.gate, sw.up, 0, sw.routing_weights, sw.sorted_assignment, sw.limit};
             ASSERT_TRUE(cuda::moe_gemm_computes_swiglu(p)) << "tokens " << c.tokens;
+            cuda::MoeGemmParams two_slots = p;
+            two_slots.max_slots_per_expert = 2;
+            EXPECT_FALSE(cuda::moe_gemm_computes_swiglu(two_slots));
             cuda::moe_gemm(p, nullptr);
             char what[192];
             std::snprintf(

@@ -105,8 +105,7 @@ struct CudaOptions {
     // the same bits.
     bool router_with_routing = true;
     // The routed experts' w2 computes its FP8 input from W1 x and W3 x (cuda::MoeGemmSwiglu) where its kernel can
-    // (decode steps of up to 8 sequences, one GPU): one launch fewer a layer. Off: the SwiGLU's own launch; the same
-    // bits.
+    // (batch-1 decode steps on one GPU): one launch fewer a layer. Off: the SwiGLU's own launch; the same bits.
     bool swiglu_in_w2 = true;
     // The most pinned host memory the logits' copy to the host takes; a piece wanting more logits (every position of
     // a long prefill) goes through it in slices, the same values.

@@ -233,9 +233,8 @@ void CudaModel::Impl::moe(int64_t layer) {
         sw.zero_rows = ws.routed_out;
         sw.zero_cols = D;
     }
-    // w2 computes its input from W1 x and W3 x where its kernel can (decode steps of up to 8 sequences on one GPU
-    // without an observer, which reads the SwiGLU's bf16 rows): one launch fewer, the same bits
-    // (CudaOptions::swiglu_in_w2).
+    // w2 computes its input from W1 x and W3 x where its kernel can (a batch-1 decode step on one GPU without an
+    // observer, which reads the SwiGLU's bf16 rows): one launch fewer, the same bits (CudaOptions::swiglu_in_w2).
     bool swiglu_in_w2 = false;
     if (fp4 && ep.ranks == 1 && !observer && options.swiglu_in_w2) {
         const cuda::MoeGemmSwiglu input{ws.gate, ws.up, I, ws.routing_weights, ws.sorted, float(c.swiglu_limit)};

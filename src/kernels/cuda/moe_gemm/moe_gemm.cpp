@@ -31,7 +31,10 @@ MoeGemmConfig moe_gemm_config(int64_t experts, int64_t n, int64_t k, int max_slo
 }
 
 bool moe_gemm_computes_swiglu(const MoeGemmParams& p) {
-    return p.path == MoeGemmPath::kMma && p.k % 128 == 0 &&
+    // Single-slot passes only: a CTA there runs one item, so the input rows it computes are its pass's while its first
+    // weight stages load. Where CTAs run several items (decode batches of 2-8: ~4 a CTA at 4 sequences) every item
+    // computed them again and the step got slower (docs/perf.md, "The routed experts' SwiGLU inside w2").
+    return p.path == MoeGemmPath::kMma && p.k % 128 == 0 && p.max_slots_per_expert == 1 &&
            moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert) == 8 &&
            !detail::moe_mma_takes_wgmma(p);
 }

@@ -39,7 +39,7 @@ struct MoeGemmMatrix {
 // and W3 x): slot p's row is swiglu_element(gate[p], up[p]) (moe_expert/swiglu_math.cuh: the limit and the slot's
 // routing weight routing_weights[sorted_assignment[p]]) quantized per 128 columns as act_quant quantizes: the bits of
 // cuda::swiglu followed by this product, without its launch. Slots are rows (row_index null). Only where
-// moe_gemm_computes_swiglu holds (the warp-MMA kernel's 8-slot passes, K % 128 == 0).
+// moe_gemm_computes_swiglu holds (the warp-MMA kernel's single-slot passes: no expert holds two slots; K % 128 == 0).
 struct MoeGemmSwiglu {
     const __nv_bfloat16* gate = nullptr;         // [slots, k] bf16, row stride `stride` (null: off)
     const __nv_bfloat16* up = nullptr;           // [slots, k] bf16, row stride `stride`

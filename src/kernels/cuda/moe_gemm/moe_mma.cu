@@ -121,8 +121,8 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
 // kSingle (8-slot passes of launches where no expert holds more than one slot: a batch-1 decode step): only slot 0 of
 // a pass is ever stored, which the lanes hold in their accumulators c0 and c2 (token 2t with t = 0), so the odd
 // tokens' promotions (c1, c3) and their activation scales are not computed. The same instructions on c0 and c2.
-// kGated (8-slot passes, whole stages; Args::swiglu): each pass first computes its slots' activation rows from W1 x
-// and W3 x into shared memory, as cuda::swiglu and act_quant would write them, while its first weight stages load.
+// kGated (single-slot passes, whole stages; Args::swiglu): each pass first computes its slot's activation row from
+// W1 x and W3 x into shared memory, as cuda::swiglu and act_quant would write it, while its first weight stages load.
 template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false,
           bool kGated = false>
 __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRowGroups>()) moe_mma_kernel(Args p) {
@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
     constexpr int kScaleBytesPerStage = kNv ? 8 : 4;  // scale bytes of one row per 128 columns
     constexpr int kScaleWords = kNv ? 3 : 2;          // aligned words that cover them whatever their offset
     constexpr int kStages = stage_count<kTokens, kWholeStages>();
-    static_assert(!kGated || (kTokens == 8 && kWholeStages), "computed activations: 8-slot passes, whole stages");
+    static_assert(!kGated || (kSingle && kWholeStages), "computed activations: single-slot passes, whole stages");
     using L = Stage<kTokens, kRowGroups, kGated>;
     constexpr int kRowsPerCta = L::kRowsPerCta;
     static_assert(kRowsPerCta * 4 == kThreads, "one 16-byte W chunk per thread and stage");
@@ -413,8 +413,9 @@ cudaError_t launch(const Args& args, int tokens, int row_groups, bool single, cu
     switch (tokens) {
         case 8:
             if constexpr (kWholeStages) {
-                if (gated && single) return launch<8, kFormat, true, true, true>(args, row_groups, stream);
-                if (gated) return launch<8, kFormat, true, false, true>(args, row_groups, stream);
+                if (gated)
+                    return single ? launch<8, kFormat, true, true, true>(args, row_groups, stream)
+                                  : cudaErrorInvalidValue;  // single-slot passes only
                 if (single) return launch<8, kFormat, true, true>(args, row_groups, stream);
             }
             return launch<8, kFormat, kWholeStages>(args, row_groups, stream);
