@@ -4,12 +4,22 @@
 # A/B in one process image, e.g. "ARGS;ARGS --some-option"), then the GPU tests named by TESTS (a gtest filter; empty:
 # none) in SHARDS processes (default 8) under TEST_TIMEOUT seconds each (default 240). Prepare the binaries here
 # (x86-64 like that machine; the libraries it lacks travel with them) into the ignored folder out/ and carry ["out"]:
+#   tools/gpu_prebuilt.sh --pack-base BASE_DIR  (optional: another build's dsv4, run before this one in every bench
+#                                              while out/dsv4_base.tar.xz exists: delete it for plain runs)
 #   tools/gpu_prebuilt.sh --pack BUILD_DIR      (BUILD_DIR built with the sm_90a code, the default DSV4_CUDA_ARCHS;
 #                                              PACK_BENCHES: bench/ binaries to carry too, run by the call's own command
 #                                              from /tmp/dsv4_prebuilt once this script has unpacked them)
 # The tests read tests/fixtures/ at the source path they were built in; the call's tree is linked there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--pack-base" ]; then
+    # The dsv4 of another build (e.g. the parent commit's, in a worktree) as the A/B's base: out/dsv4_base.xz.
+    base="${2:?usage: gpu_prebuilt.sh --pack-base BUILD_DIR}"
+    mkdir -p out && strip -o /tmp/dsv4_base_pack "$base/tools/dsv4/dsv4" || exit 1
+    git -C "$base/.." rev-parse --short HEAD >/tmp/dsv4_base_commit 2>/dev/null || echo "?" >/tmp/dsv4_base_commit
+    tar -cJf out/dsv4_base.tar.xz -C /tmp dsv4_base_pack dsv4_base_commit && rm -f /tmp/dsv4_base_pack
+    ls -la out/dsv4_base.tar.xz && exit 0
+fi
 if [ "${1:-}" = "--pack" ]; then
     build="${2:?usage: gpu_prebuilt.sh --pack BUILD_DIR}"
     stage=$(mktemp -d) && mkdir -p "$stage/lib" out
@@ -37,15 +47,25 @@ if [ -n "$src" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s 
 export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "binaries of $(tr '\n' ' ' <"$bin/commit"); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
 
+# With out/dsv4_base.tar.xz (--pack-base), each bench runs with the base binary first, then with this build's: an
+# A/B in one call, alternating, REPEAT rounds.
+binaries=("$bin/dsv4")
+if [ -f out/dsv4_base.tar.xz ]; then
+    tar -xJf out/dsv4_base.tar.xz -C "$bin" && binaries=("$bin/dsv4_base_pack" "$bin/dsv4")
+    echo "base binary of $(cat "$bin/dsv4_base_commit") runs first in each pair"
+fi
 IFS=';' read -ra benches <<<"${BENCH_ARGS:-}"
 for ((r = 1; r <= ${REPEAT:-1}; ++r)); do
     for i in "${!benches[@]}"; do
-        log="$out/bench_${i}_${r}.txt"
-        # shellcheck disable=SC2086
-        "$bin/dsv4" bench ${benches[$i]} >"$log" 2>&1
-        echo "== run $r: dsv4 bench ${benches[$i]} (rc $?)"
-        grep -E "^prefill|routed_experts|q_proj|o_proj|^decode step \(|x floor|^  +[0-9]+ +[0-9.]+ +[0-9]+ |rror" "$log" |
-            head -"${LINES_PER_RUN:-12}"
+        for b in "${binaries[@]}"; do
+            name=$([ "$b" = "$bin/dsv4" ] && echo "dsv4" || echo "base")
+            log="$out/bench_${i}_${r}_${name}.txt"
+            # shellcheck disable=SC2086
+            "$b" bench ${benches[$i]} >"$log" 2>&1
+            echo "== run $r, $name: dsv4 bench ${benches[$i]} (rc $?)"
+            grep -E "^prefill|routed_experts|q_proj|o_proj|^decode step \(|x floor|^  +[0-9]+ +[0-9.]+ +[0-9]+ |rror" \
+                "$log" | head -"${LINES_PER_RUN:-12}"
+        done
     done
 done
 if [ -n "${TESTS:-}" ]; then
