@@ -34,29 +34,51 @@ __global__ void __launch_bounds__(kThreads) step_kernel(const float* in, float* 
 // weight reader's first round trips programmatic launch hides (docs/perf.md, "Programmatic dependent launch on the
 // weight readers"). The weights are zeros, so the outputs are the plain chain's.
 constexpr int kPreLoads = 4;
+
+// A thread's weights of one kernel (or phase) `w`: float4 i at mine + i * stride, the grid's threads side by side.
+struct WeightStream {
+    const float4* mine;
+    int64_t stride;
+    int count;
+};
+__device__ __forceinline__ WeightStream weight_stream(const float4* w, int w_per_thread) {
+    return {w + (int64_t(blockIdx.x) * kThreads + threadIdx.x), int64_t(gridDim.x) * kThreads, w_per_thread};
+}
+// The stream's first kPreLoads weights, requested (the loads that may go out before a wait or barrier).
+__device__ __forceinline__ void load_first(const WeightStream& ws, float4 (&pre)[kPreLoads]) {
+#pragma unroll
+    for (int i = 0; i < kPreLoads; ++i)
+        pre[i] = i < ws.count ? __ldg(ws.mine + i * ws.stride) : make_float4(0, 0, 0, 0);
+}
+// The sum of every weight of the stream (the first kPreLoads from `pre`), four loads in flight.
+__device__ __forceinline__ float sum_weights(const WeightStream& ws, const float4 (&pre)[kPreLoads]) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPreLoads; ++i) acc += pre[i].x + pre[i].y + pre[i].z + pre[i].w;
+    for (int i = kPreLoads; i < ws.count; i += 4) {
+        float4 v[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            v[j] = i + j < ws.count ? __ldg(ws.mine + (i + j) * ws.stride) : make_float4(0, 0, 0, 0);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc += v[j].x + v[j].y + v[j].z + v[j].w;
+    }
+    return acc;
+}
+__device__ __forceinline__ void step_values(const float* in, float* out, int per_cta, float acc) {
+    const int base = blockIdx.x * per_cta;
+    for (int i = threadIdx.x; i < per_cta; i += kThreads) out[base + i] = in[base + i] * 0.5f + 1.0f + acc;
+}
+
 template <bool kPdl>
 __global__ void __launch_bounds__(kThreads)
     weighted_step_kernel(const float4* w, int w_per_thread, const float* in, float* out, int per_cta) {
     if constexpr (kPdl) asm volatile("griddepcontrol.launch_dependents;");
-    const float4* mine = w + (int64_t(blockIdx.x) * kThreads + threadIdx.x);
-    const int64_t stride = int64_t(gridDim.x) * kThreads;
+    const WeightStream ws = weight_stream(w, w_per_thread);
     float4 pre[kPreLoads];
-#pragma unroll
-    for (int i = 0; i < kPreLoads; ++i) pre[i] = i < w_per_thread ? __ldg(mine + i * stride) : make_float4(0, 0, 0, 0);
+    load_first(ws, pre);
     if constexpr (kPdl) asm volatile("griddepcontrol.wait;" ::: "memory");
-    float acc = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kPreLoads; ++i) acc += pre[i].x + pre[i].y + pre[i].z + pre[i].w;
-    for (int i = kPreLoads; i < w_per_thread; i += 4) {
-        float4 v[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-            v[j] = i + j < w_per_thread ? __ldg(mine + (i + j) * stride) : make_float4(0, 0, 0, 0);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc += v[j].x + v[j].y + v[j].z + v[j].w;
-    }
-    const int base = blockIdx.x * per_cta;
-    for (int i = threadIdx.x; i < per_cta; i += kThreads) out[base + i] = in[base + i] * 0.5f + 1.0f + acc;
+    step_values(in, out, per_cta, sum_weights(ws, pre));
 }
 
 // The same weighted chain as one persistent kernel: kChain phases separated by a grid barrier (an arrival count in
@@ -79,56 +101,25 @@ __device__ __forceinline__ void grid_barrier(unsigned* count, unsigned target) {
 template <bool kPrefetch>
 __global__ void __launch_bounds__(kThreads) persistent_chain_kernel(const float4* w, int w_per_thread, float* a,
                                                                     float* b, int per_cta, unsigned* count) {
-    const int64_t stride = int64_t(gridDim.x) * kThreads, slice = stride * w_per_thread;
+    const int64_t slice = int64_t(gridDim.x) * kThreads * w_per_thread;  // one phase's weights
     float4 pre[kPreLoads];
-    auto load_pre = [&](int k) {
-        const float4* mine = w + k * slice + (int64_t(blockIdx.x) * kThreads + threadIdx.x);
-#pragma unroll
-        for (int i = 0; i < kPreLoads; ++i)
-            pre[i] = i < w_per_thread ? __ldg(mine + i * stride) : make_float4(0, 0, 0, 0);
-    };
-    load_pre(0);
+    load_first(weight_stream(w, w_per_thread), pre);
     for (int k = 0; k < kChain; ++k) {
-        const float4* mine = w + k * slice + (int64_t(blockIdx.x) * kThreads + threadIdx.x);
-        const float* in = k % 2 ? b : a;
-        float* out = k % 2 ? a : b;
-        if (!kPrefetch && k > 0) load_pre(k);
-        float acc = 0.0f;
-#pragma unroll
-        for (int i = 0; i < kPreLoads; ++i) acc += pre[i].x + pre[i].y + pre[i].z + pre[i].w;
-        for (int i = kPreLoads; i < w_per_thread; i += 4) {
-            float4 v[4];
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-                v[j] = i + j < w_per_thread ? __ldg(mine + (i + j) * stride) : make_float4(0, 0, 0, 0);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) acc += v[j].x + v[j].y + v[j].z + v[j].w;
-        }
-        const int base = blockIdx.x * per_cta;
-        for (int i = threadIdx.x; i < per_cta; i += kThreads) out[base + i] = in[base + i] * 0.5f + 1.0f + acc;
-        if (kPrefetch && k + 1 < kChain) load_pre(k + 1);
+        const WeightStream ws = weight_stream(w + k * slice, w_per_thread);
+        if (!kPrefetch && k > 0) load_first(ws, pre);
+        step_values(k % 2 ? b : a, k % 2 ? a : b, per_cta, sum_weights(ws, pre));
+        if (kPrefetch && k + 1 < kChain) load_first(weight_stream(w + (k + 1) * slice, w_per_thread), pre);
         grid_barrier(count, unsigned(k + 1) * gridDim.x);
     }
 }
 
-float persistent_us(bool prefetch, int ctas, int per_cta, float* a, float* b, cudaStream_t s, const float4* w,
-                    int w_per_thread, unsigned* count) {
+// Captures `enqueue(stream)` into a graph; the mean microseconds of one replay (kReplays after kWarmups) divided by
+// `per_replay` (the kernels or phases it holds).
+template <class Enqueue>
+float replay_us(cudaStream_t s, int per_replay, Enqueue&& enqueue) {
     cudaGraph_t graph;
     DSV4_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    DSV4_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(unsigned), s));
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(unsigned(ctas));
-    cfg.blockDim = dim3(kThreads);
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeCooperative;
-    attr[0].val.cooperative = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    if (prefetch)
-        DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, persistent_chain_kernel<true>, w, w_per_thread, a, b, per_cta, count));
-    else
-        DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, persistent_chain_kernel<false>, w, w_per_thread, a, b, per_cta, count));
+    enqueue(s);
     DSV4_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
     cudaGraphExec_t exec;
     DSV4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -146,53 +137,52 @@ float persistent_us(bool prefetch, int ctas, int per_cta, float* a, float* b, cu
     DSV4_CUDA_CHECK(cudaEventDestroy(e1));
     DSV4_CUDA_CHECK(cudaGraphExecDestroy(exec));
     DSV4_CUDA_CHECK(cudaGraphDestroy(graph));
-    return ms * 1e3f / float(kReplays * kChain);
+    return ms * 1e3f / float(kReplays * per_replay);
+}
+
+float persistent_us(bool prefetch, int ctas, int per_cta, float* a, float* b, cudaStream_t s, const float4* w,
+                    int w_per_thread, unsigned* count) {
+    return replay_us(s, kChain, [&](cudaStream_t stream) {
+        DSV4_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(unsigned), stream));
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(unsigned(ctas));
+        cfg.blockDim = dim3(kThreads);
+        cfg.stream = stream;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeCooperative;
+        attr[0].val.cooperative = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        const auto kernel = prefetch ? persistent_chain_kernel<true> : persistent_chain_kernel<false>;
+        DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, w, w_per_thread, a, b, per_cta, count));
+    });
 }
 
 float chain_us(bool pdl, int ctas, int per_cta, float* a, float* b, cudaStream_t s, const float4* w = nullptr,
                int w_per_thread = 0) {
-    cudaGraph_t graph;
-    DSV4_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    for (int k = 0; k < kChain; ++k) {
-        const float* in = k % 2 ? b : a;
-        float* out = k % 2 ? a : b;
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(unsigned(ctas));
-        cfg.blockDim = dim3(kThreads);
-        cfg.stream = s;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = pdl ? 1 : 0;
-        const float4* wk = w ? w + int64_t(k) * ctas * kThreads * w_per_thread : nullptr;
-        if (w && pdl)
-            DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, weighted_step_kernel<true>, wk, w_per_thread, in, out, per_cta));
-        else if (w)
-            DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, weighted_step_kernel<false>, wk, w_per_thread, in, out, per_cta));
-        else if (pdl)
-            DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, step_kernel<true>, in, out, per_cta));
-        else
-            DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, step_kernel<false>, in, out, per_cta));
-    }
-    DSV4_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-    cudaGraphExec_t exec;
-    DSV4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    cudaEvent_t e0, e1;
-    DSV4_CUDA_CHECK(cudaEventCreate(&e0));
-    DSV4_CUDA_CHECK(cudaEventCreate(&e1));
-    for (int i = 0; i < kWarmups; ++i) DSV4_CUDA_CHECK(cudaGraphLaunch(exec, s));
-    DSV4_CUDA_CHECK(cudaEventRecord(e0, s));
-    for (int i = 0; i < kReplays; ++i) DSV4_CUDA_CHECK(cudaGraphLaunch(exec, s));
-    DSV4_CUDA_CHECK(cudaEventRecord(e1, s));
-    DSV4_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    DSV4_CUDA_CHECK(cudaEventDestroy(e0));
-    DSV4_CUDA_CHECK(cudaEventDestroy(e1));
-    DSV4_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    DSV4_CUDA_CHECK(cudaGraphDestroy(graph));
-    return ms * 1e3f / float(kReplays * kChain);
+    return replay_us(s, kChain, [&](cudaStream_t stream) {
+        for (int k = 0; k < kChain; ++k) {
+            const float* in = k % 2 ? b : a;
+            float* out = k % 2 ? a : b;
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = dim3(unsigned(ctas));
+            cfg.blockDim = dim3(kThreads);
+            cfg.stream = stream;
+            cudaLaunchAttribute attr[1];
+            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr[0].val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs = attr;
+            cfg.numAttrs = pdl ? 1 : 0;
+            if (w) {
+                const float4* wk = w + int64_t(k) * ctas * kThreads * w_per_thread;
+                const auto kernel = pdl ? weighted_step_kernel<true> : weighted_step_kernel<false>;
+                DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, wk, w_per_thread, in, out, per_cta));
+            } else {
+                const auto kernel = pdl ? step_kernel<true> : step_kernel<false>;
+                DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, in, out, per_cta));
+            }
+        }
+    });
 }
 
 // The chain's result from `init`, recomputed on the host: each step maps x to x * 0.5 + 1 (exact in f32 here).
