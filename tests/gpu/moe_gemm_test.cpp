@@ -115,6 +115,28 @@ void run_case(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n
 // passes (no expert holds two slots) against its passes for any slots.
 enum class Pair { kCompactVsStrided, kWholeVsGeneralStages, kChosenVsWarpMma, kRowTiles32, kRowTiles16, kSingleSlot };
 
+// `experts` random FP4 experts stacked [experts, n, k/2] with their scales and NVFP4 global scales; `every_scale`:
+// the scale codes cycle through every value but NaN (below).
+struct StackedExperts {
+    std::vector<uint8_t> data, scale;
+    std::vector<float> global;
+};
+StackedExperts stacked_experts(Rng& rng, int64_t experts, int64_t n, int64_t k, bool nvfp4, bool every_scale) {
+    StackedExperts s;
+    for (int64_t e = 0; e < experts; ++e) {
+        HostWeight we = random_fp4_weight(rng, n, k, nvfp4);
+        if (every_scale)
+            for (size_t i = 0; i < we.scale.size(); ++i) {
+                const uint8_t code = uint8_t((i * 37 + size_t(e)) % 255);  // never 255 (E8M0 NaN)
+                we.scale[i] = nvfp4 && (code & 0x7F) == 0x7F ? 0 : code;   // nor e4m3 NaN
+            }
+        s.data.insert(s.data.end(), we.data.begin(), we.data.end());
+        s.scale.insert(s.scale.end(), we.scale.begin(), we.scale.end());
+        s.global.push_back(nvfp4 ? rng.uniform(0.001f, 3.0f) : 1.0f);
+    }
+    return s;
+}
+
 // `every_scale`: scale codes cycle through every value (E8M0 0..254: subnormal 2^-127 up to 2^127, overflowing
 // products included; e4m3 codes 0..254 but NaN: subnormal and negative scales) and activations spread over 2^+-30;
 // else the checkpoint-like scales of random_fp4_weight. `slot_bound` above the routing's largest expert forces a
@@ -123,19 +145,9 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
                    bool skewed, int slot_bound, bool every_scale, Pair pair = Pair::kCompactVsStrided) {
     const Routing routing = route(rng, tokens, experts, topk, skewed);
     const int64_t slots = int64_t(routing.row_index.size());
-    std::vector<uint8_t> data, scale;
-    std::vector<float> global;
-    for (int64_t e = 0; e < experts; ++e) {
-        HostWeight we = random_fp4_weight(rng, n, k, nvfp4);
-        if (every_scale)
-            for (size_t i = 0; i < we.scale.size(); ++i) {
-                const uint8_t code = uint8_t((i * 37 + size_t(e)) % 255);  // never 255 (E8M0 NaN)
-                we.scale[i] = nvfp4 && (code & 0x7F) == 0x7F ? 0 : code;   // nor e4m3 NaN
-            }
-        data.insert(data.end(), we.data.begin(), we.data.end());
-        scale.insert(scale.end(), we.scale.begin(), we.scale.end());
-        global.push_back(nvfp4 ? rng.uniform(0.001f, 3.0f) : 1.0f);
-    }
+    const StackedExperts stacked = stacked_experts(rng, experts, n, k, nvfp4, every_scale);
+    const std::vector<uint8_t>&data = stacked.data, &scale = stacked.scale;
+    const std::vector<float>& global = stacked.global;
     std::vector<float> x = random_activations(rng, tokens, k);
     if (every_scale)
         for (size_t i = 0; i < x.size(); ++i) x[i] = round_bf16(x[i] * std::ldexp(1.0f, int(i % 61) - 30));
@@ -267,19 +279,7 @@ TEST(MoeGemm, SwigluInputEqualsSwigluLaunchThenW2Bitwise) {
                               Case{1, 32, 4, 264, 2048, true, true}, Case{1, 8, 2, 200, 256, false, false}}) {
             const Routing routing = route(rng, c.tokens, c.experts, c.topk, false);
             const int64_t slots = int64_t(routing.row_index.size()), k = c.k, n = c.n;
-            std::vector<uint8_t> data, scale;
-            std::vector<float> global;
-            for (int64_t e = 0; e < c.experts; ++e) {
-                HostWeight we = random_fp4_weight(rng, n, k, nvfp4);
-                if (c.every_scale)
-                    for (size_t i = 0; i < we.scale.size(); ++i) {
-                        const uint8_t code = uint8_t((i * 37 + size_t(e)) % 255);
-                        we.scale[i] = nvfp4 && (code & 0x7F) == 0x7F ? 0 : code;
-                    }
-                data.insert(data.end(), we.data.begin(), we.data.end());
-                scale.insert(scale.end(), we.scale.begin(), we.scale.end());
-                global.push_back(nvfp4 ? rng.uniform(0.001f, 3.0f) : 1.0f);
-            }
+            const StackedExperts stacked = stacked_experts(rng, c.experts, n, k, nvfp4, c.every_scale);
             std::vector<float> gate(size_t(slots * k)), up(gate.size()), weights(size_t(c.tokens * c.topk));
             for (size_t i = 0; i < gate.size(); ++i) {  // some past swiglu_limit 10 in both directions
                 gate[i] = round_bf16(rng.uniform(-14.0f, 14.0f) * std::ldexp(1.0f, int(i % 7) - 3));
@@ -292,9 +292,9 @@ TEST(MoeGemm, SwigluInputEqualsSwigluLaunchThenW2Bitwise) {
             auto ud = to_device(to_bf16(up));
             auto wd = to_device(weights);
             auto sortd = to_device(sorted);
-            auto wts = to_device(data);
-            auto sd = to_device(scale);
-            auto globd = to_device(global);
+            auto wts = to_device(stacked.data);
+            auto sd = to_device(stacked.scale);
+            auto globd = to_device(stacked.global);
             auto od = to_device(routing.offsets);
             auto h = poisoned<uint16_t>(size_t(slots * k));
             DeviceFp8Act hq{poisoned<uint8_t>(size_t(slots * k)), poisoned<float>(size_t(slots * (k / 128)))};

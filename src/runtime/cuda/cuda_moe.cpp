@@ -156,7 +156,9 @@ void CudaModel::Impl::moe(int64_t layer) {
     // expert on, its `held` experts (the weights' index 0 is expert held.first).
     stages.mark("routed_experts", layer);
     const int32_t* held_offsets = ws.offsets + held.first;
-    const bool fp4 = m.w1.format == WeightFormat::kFp4Mx || m.w1.format == WeightFormat::kNvfp4;
+    auto is_fp4 = [](const cuda::DeviceExperts& e) {
+        return e.format == WeightFormat::kFp4Mx || e.format == WeightFormat::kNvfp4;
+    };
     // The FP4 experts' product of x, or with `swiglu` of the SwiGLU of W1 x and W3 x, which the kernel computes.
     auto fp4_params = [&](const cuda::DeviceExperts& e, const bf16* x, int64_t rows, int64_t cols,
                           const int32_t* row_index, bf16* y, const cuda::DeviceExperts* second, bf16* y_second,
@@ -193,7 +195,7 @@ void CudaModel::Impl::moe(int64_t layer) {
     auto experts = [&](const cuda::DeviceExperts& e, const bf16* x, int64_t rows, int64_t cols,
                        const int32_t* row_index, bf16* y, const cuda::DeviceExperts* second, bf16* y_second,
                        const Fp8Rows& quantized) {
-        if (e.format == WeightFormat::kFp4Mx || e.format == WeightFormat::kNvfp4) {
+        if (is_fp4(e)) {
             cuda::moe_gemm(fp4_params(e, x, rows, cols, row_index, y, second, y_second, quantized, nullptr), s);
             return;
         }
@@ -236,8 +238,8 @@ void CudaModel::Impl::moe(int64_t layer) {
     // w2 computes its input from W1 x and W3 x where its kernel can (a batch-1 decode step on one GPU without an
     // observer, which reads the SwiGLU's bf16 rows): one launch fewer, the same bits (CudaOptions::swiglu_in_w2).
     bool swiglu_in_w2 = false;
-    if (fp4 && ep.ranks == 1 && !observer && options.swiglu_in_w2) {
-        const cuda::MoeGemmSwiglu input{ws.gate, ws.up, I, ws.routing_weights, ws.sorted, float(c.swiglu_limit)};
+    if (is_fp4(m.w2) && ep.ranks == 1 && !observer && options.swiglu_in_w2) {
+        const cuda::MoeGemmSwiglu input{sw.gate, sw.up, 0, sw.routing_weights, sw.sorted_assignment, sw.limit};
         const cuda::MoeGemmParams down =
             fp4_params(m.w2, nullptr, slots, I, nullptr, ws.routed_out, nullptr, nullptr, {}, &input);
         swiglu_in_w2 = cuda::moe_gemm_computes_swiglu(down);
