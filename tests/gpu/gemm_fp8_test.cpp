@@ -529,10 +529,11 @@ TEST(GemmFp8, MmaRowsBitwiseIndependentOfBatchAndTile) {
         const Fp8Operands o = make_operands(rng, total, n, k);
         std::map<int64_t, std::vector<uint16_t>> alone;
         for (int64_t r : probes) alone[r] = run_rows(lt, o, r, 1);
-        for (const Call& c : {Call{0, 37, 0, 0}, Call{0, 256, 0, 0}, Call{7, 256, 0, 0}, Call{0, 300, 16, 8},
-                              Call{0, 300, 16, 16}, Call{3, 297, 64, 128}, Call{100, 1, 64, 128}, Call{262, 1, 16, 8},
-                              Call{5, 1, 16, 16}, Call{0, 300, 16, 32}, Call{299, 1, 16, 32}, Call{0, 300, 128, 128},
-                              Call{3, 297, 128, 128}, Call{100, 1, 128, 128}}) {
+        for (const Call& c :
+             {Call{0, 37, 0, 0}, Call{0, 256, 0, 0}, Call{7, 256, 0, 0}, Call{0, 300, 16, 8}, Call{0, 300, 16, 16},
+              Call{3, 297, 64, 128}, Call{100, 1, 64, 128}, Call{262, 1, 16, 8}, Call{5, 1, 16, 16},
+              Call{0, 300, 16, 32}, Call{299, 1, 16, 32}, Call{0, 300, 128, 128}, Call{3, 297, 128, 128},
+              Call{100, 1, 128, 128}, Call{8, 8, 16, 16}, Call{60, 7, 16, 8}, Call{64, 9, 16, 32}}) {
             const std::vector<uint16_t> got =
                 run_rows(lt, o, c.row0, c.rows, cuda::Fp8GemmPath::kMma, c.block_m, c.block_n);
             if (got.empty()) {  // e.g. 16 x 32 tiles of 300 rows at K = 8192: 128 KiB of staged products

@@ -97,8 +97,10 @@ struct Stage {
     float w_scale;
 };
 
-// acc[mt][nt] = the block's products summed on the tensor cores, from zero, steps j = 0..7 in order.
-template <int MT, int NT>
+// acc[mt][nt] = the block's products summed on the tensor cores, from zero, steps j = 0..7 in order. kTopHalf: rows
+// g + 8 of each 16-row tile are not live (a decode tile of at most 8 rows): their A fragments are zeros, not loaded
+// or converted; rows g get the same products (each output row of mma.sync reads its own A row only).
+template <int MT, int NT, bool kTopHalf = false>
 __device__ __forceinline__ void block_mma(const Stage<MT, NT>& s, float (&acc)[MT][NT][4]) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -112,7 +114,10 @@ __device__ __forceinline__ void block_mma(const Stage<MT, NT>& s, float (&acc)[M
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
             f16x2_pairs(word(s.a[mt][0], j), af[mt][0], af[mt][2]);
-            f16x2_pairs(word(s.a[mt][1], j), af[mt][1], af[mt][3]);
+            if constexpr (kTopHalf)
+                af[mt][1] = af[mt][3] = 0u;
+            else
+                f16x2_pairs(word(s.a[mt][1], j), af[mt][1], af[mt][3]);
         }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
@@ -127,9 +132,13 @@ __device__ __forceinline__ void block_mma(const Stage<MT, NT>& s, float (&acc)[M
 // grid (ceil(m / BM), ceil(n / BN)); warps: WM x WN tiles of MT x 16 rows and NT x 8 columns, times WK warps that
 // share out the K blocks (kb = wk, wk + WK, ...). WK > 1 stages each block's products in shared memory,
 // [kb][rows_alloc][BN] f32, and sums them in ascending kb after a barrier; WK == 1 sums in registers.
-template <int MT, int NT, int WM, int WN, int WK>
+// kTopHalf (decode tiles of launches of at most 8 rows, e.g. a batch-1 step): rows 8-15 of the tile are neither
+// loaded, converted nor promoted; rows 0-7 run the same instructions.
+template <int MT, int NT, int WM, int WN, int WK, bool kTopHalf = false>
 __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaArgs args) {
     static_assert(WM * WN * WK == kWarps, "8 warps per CTA");
+    static_assert(!kTopHalf || (MT == 1 && WM == 1), "the top half of one 16-row tile");
+    constexpr int kHalves = kTopHalf ? 1 : 2;  // live 8-row halves of a 16-row tile
     static_assert(WK == 1 || (MT == 1 && WM == 1), "K blocks are shared out only in 16-row tiles");
     constexpr int kBM = WM * MT * 16, kBN = WN * NT * 8;
     static_assert(kBlockK % kBN == 0, "a CTA's columns share one weight-scale row");
@@ -183,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaAr
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
+            for (int h = 0; h < kHalves; ++h) {
                 s.a[mt][h] = load_row<false>(a_row[mt][h] + offset, lo_ok, hi_ok);
                 s.a_scale[mt][h] = __ldg(a_scale_row[mt][h] + kb);
             }
@@ -202,11 +211,11 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaAr
 
     auto compute = [&](const Stage<MT, NT>& s, int kb) {
         float acc[MT][NT][4];
-        block_mma(s, acc);
+        block_mma<MT, NT, kTopHalf>(s, acc);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
+            for (int h = 0; h < kHalves; ++h) {
                 const float scale = __fmul_rn(s.a_scale[mt][h], s.w_scale);
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt)
@@ -274,11 +283,11 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaAr
     }
 }
 
-template <int MT, int NT, int WM, int WN, int WK>
+template <int MT, int NT, int WM, int WN, int WK, bool kTopHalf = false>
 cudaError_t launch(const MmaArgs& args, cudaStream_t stream) {
     constexpr int kBM = WM * MT * 16, kBN = WN * NT * 8;
     const size_t smem = WK > 1 ? size_t(args.kb) * args.rows_alloc * kBN * sizeof(float) : 0;
-    auto kernel = fp8_mma_kernel<MT, NT, WM, WN, WK>;
+    auto kernel = fp8_mma_kernel<MT, NT, WM, WN, WK, kTopHalf>;
     if (smem > 48 * 1024)
         if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
             e != cudaSuccess)
@@ -310,6 +319,18 @@ cudaError_t launch_fp8_mma(const Fp8GemmParams& p, const Fp8GemmConfig& config, 
     args.kb = int((p.k + kBlockK - 1) / kBlockK);
     args.rows_alloc = int(p.m < 16 ? p.m : 16);
     args.pair_stores = p.n % 2 == 0 && reinterpret_cast<uintptr_t>(p.y) % 4 == 0;
+    if (config.block_m == 16 && p.m <= 8) {  // rows 8-15 of the one tile are padding
+        switch (config.block_n) {
+            case 8:
+                return launch<1, 1, 1, 1, 8, true>(args, stream);
+            case 16:
+                return launch<1, 2, 1, 1, 8, true>(args, stream);
+            case 32:
+                return launch<1, 2, 1, 2, 4, true>(args, stream);
+            default:
+                return cudaErrorInvalidValue;
+        }
+    }
     if (config.block_m == 16) {
         switch (config.block_n) {
             case 8: return launch<1, 1, 1, 1, 8>(args, stream);
