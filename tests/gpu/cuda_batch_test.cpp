@@ -46,11 +46,10 @@ class CudaBatch : public ::testing::TestWithParam<std::string> {
         checkpoint_ = Checkpoint::open(dir);
     }
 
-    std::unique_ptr<CudaModel> model(const BatchPlan& plan, bool graphs, bool fp8_expert_mma = false) const {
+    std::unique_ptr<CudaModel> model(const BatchPlan& plan, bool graphs) const {
         const ModelConfig& config = checkpoint_->config();
         CudaOptions options = batch_trace::batch_options(plan);
         options.decode_graphs = graphs;
-        options.fp8_expert_mma = fp8_expert_mma;
         return std::make_unique<CudaModel>(config, load_model_weights(checkpoint_, config), Numerics::kModel,
                                            options);
     }
@@ -61,8 +60,8 @@ class CudaBatch : public ::testing::TestWithParam<std::string> {
     Trace alone(CudaModel& gpu, const BatchPlan& plan, int i) const { return batch_trace::alone(gpu, ids_, plan, i); }
 
     // Every sequence of `plan` batched against itself alone, bit for bit.
-    void expect_batched_equal_alone(const BatchPlan& plan, bool fp8_expert_mma = false) const {
-        auto gpu = model(plan, true, fp8_expert_mma);
+    void expect_batched_equal_alone(const BatchPlan& plan) const {
+        auto gpu = model(plan, true);
         const std::vector<Trace> batched = together(*gpu, plan);
         int64_t tokens = 0;
         for (int i = 0; i < plan.batch(); ++i) {
@@ -72,10 +71,10 @@ class CudaBatch : public ::testing::TestWithParam<std::string> {
                         GetParam() + " sequence " + std::to_string(i) + " (prompt " + std::to_string(length) + ")");
         }
         std::printf(
-            "[ bitwise  ] %s%s: %d sequences (%lld prompt tokens), %d decode steps at B = %d then %d, equal "
+            "[ bitwise  ] %s: %d sequences (%lld prompt tokens), %d decode steps at B = %d then %d, equal "
             "to each alone\n",
-            GetParam().c_str(), fp8_expert_mma ? " (fp8 expert MMAs)" : "", plan.batch(), (long long)tokens, plan.steps,
-            plan.batch(), plan.batch() - plan.finish_early);
+            GetParam().c_str(), plan.batch(), (long long)tokens, plan.steps, plan.batch(),
+            plan.batch() - plan.finish_early);
     }
 
     std::vector<int32_t> ids_;
@@ -85,16 +84,6 @@ class CudaBatch : public ::testing::TestWithParam<std::string> {
 TEST_P(CudaBatch, SixteenMixedLengthSequencesEqualAlone) { expect_batched_equal_alone(kSixteen); }
 
 TEST_P(CudaBatch, FourSequencesEqualAlone) { expect_batched_equal_alone(kFour); }
-
-// --expert-mma fp8 changes the experts' sums, not their independence of the batch (fixtures with MXFP4 experts).
-TEST_P(CudaBatch, SixteenSequencesEqualAloneOnFp8ExpertMmas) {
-    const ModelConfig& config = checkpoint_->config();
-    const ModelWeights weights = load_model_weights(checkpoint_, config);
-    if (weights.layers.empty() || weights.layers[0].ffn.experts.empty() ||
-        weights.layers[0].ffn.experts[0].w1.format != WeightFormat::kFp4Mx)
-        GTEST_SKIP() << GetParam() << ": routed experts not MXFP4 (--expert-mma fp8 takes MXFP4 only)";
-    expect_batched_equal_alone(kSixteen, true);
-}
 
 TEST_P(CudaBatch, GraphReplayEqualsEagerLaunches) {
     auto graphs = model(kSixteen, true);

@@ -342,51 +342,6 @@ TEST_P(CudaModelFixture, SwigluInW2ChangesNoBits) {
     expect_same_bits_with(options, "with the SwiGLU in w2 and in its own launch");
 }
 
-// --expert-mma fp8 on the fixtures with MXFP4 experts: the GPU with its routed experts' sums rounded by the FP8 MMAs
-// held to the same yardstick as the f16 path, under the fixture's mixed schedule, and still chunk-invariant bitwise.
-TEST_P(CudaModelFixture, Fp8ExpertMmaWithinYardstickAndBitwiseChunkInvariant) {
-    const ModelConfig& config = checkpoint_->config();
-    ModelWeights weights = load_model_weights(checkpoint_, config);
-    bool mxfp4 = !weights.layers.empty() && !weights.layers[0].ffn.experts.empty();
-    for (const BlockWeights& l : weights.layers)
-        for (const ExpertWeights& e : l.ffn.experts) mxfp4 = mxfp4 && e.w1.format == WeightFormat::kFp4Mx;
-    if (!mxfp4) GTEST_SKIP() << GetParam() << ": routed experts not MXFP4 (--expert-mma fp8 takes MXFP4 only)";
-    CudaOptions options;
-    options.max_context = 1024;
-    options.max_chunk_tokens = 128;
-    options.print_plan = false;
-    options.fp8_expert_mma = true;
-    gpu_ = std::make_unique<CudaModel>(config, std::move(weights), Numerics::kModel, options);
-    check_against_yardstick(GetParam() + " fp8 expert MMAs", inputs_.schedule);
-    const int64_t n = int64_t(ids_.size());
-    const Logits chunked = Recorder(*gpu_, false).chunks(ids_, inputs_.schedule);
-    const Logits full = Recorder(*gpu_, false).chunks(ids_, {n});
-    ASSERT_EQ(chunked.logits.size(), full.logits.size());
-    size_t differ = 0;
-    for (size_t i = 0; i < chunked.logits.size(); ++i)
-        differ += float_bits(chunked.logits[i]) != float_bits(full.logits[i]);
-    EXPECT_EQ(differ, 0u) << GetParam() << ": fp8 expert MMAs, chunked vs full prefill";
-}
-
-// A model whose routed experts are not MXFP4 refuses --expert-mma fp8 with a sentence naming the format.
-TEST_P(CudaModelFixture, Fp8ExpertMmaRefusesOtherExpertFormats) {
-    const ModelConfig& config = checkpoint_->config();
-    ModelWeights weights = load_model_weights(checkpoint_, config);
-    if (weights.layers.empty() || weights.layers[0].ffn.experts.empty() ||
-        weights.layers[0].ffn.experts[0].w1.format == WeightFormat::kFp4Mx)
-        GTEST_SKIP() << GetParam() << ": MXFP4 experts (taken by --expert-mma fp8)";
-    CudaOptions options;
-    options.max_context = 1024;
-    options.print_plan = false;
-    options.fp8_expert_mma = true;
-    try {
-        CudaModel refused(config, std::move(weights), Numerics::kModel, options);
-        ADD_FAILURE() << GetParam() << ": --expert-mma fp8 accepted non-MXFP4 experts";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("MXFP4"), std::string::npos) << e.what();
-    }
-}
-
 TEST_P(CudaModelFixture, GreedyTokensWithinYardstick) {
     const int64_t V = cpu_->config().vocab_size;
     const int64_t prompt_len = inputs_.greedy_prompt;

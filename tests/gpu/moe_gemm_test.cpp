@@ -61,18 +61,6 @@ cuda::MoeGemmParams moe_params(const DeviceFp8Act& a, const int32_t* row_index, 
     return p;
 }
 
-const char* path_name(cuda::MoeGemmPath path) {
-    return path == cuda::MoeGemmPath::kMma      ? "tensor cores"
-           : path == cuda::MoeGemmPath::kMmaFp8 ? "fp8 tensor cores"
-                                                : "cuda cores";
-}
-
-// The FP8 MMAs' own allowance (kMmaFp8), in units of the output's sum of |terms|: each 32-column partial sum is the
-// FP8 wgmma's, which aligns the block's products to the largest and keeps about 13 fraction bits (the truncation
-// bench/wgmma_bits_probe.cu measured), so 32 products lose at most 32 x 2^-13 = 2^-8 of the block's |terms|, and the
-// blocks' allowances add up to the output's.
-constexpr double kFp8MmaRel = 1.0 / 256;
-
 void run_case(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n, int64_t k, bool nvfp4, bool skewed,
               cuda::MoeGemmPath path) {
     std::vector<HostWeight> w;
@@ -115,9 +103,9 @@ void run_case(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n
     cuda::moe_gemm(p, nullptr);
     char what[192];
     std::snprintf(what, sizeof what, "moe_gemm %s %s tokens=%lld experts=%lld topk=%lld N=%lld K=%lld max_slots=%d",
-                  path_name(path), nvfp4 ? "nvfp4" : "mxfp4", (long long)tokens, (long long)experts, (long long)topk,
-                  (long long)n, (long long)k, max_slots);
-    expect_bf16_close(what, to_host(y), ref, absdot, k, path == cuda::MoeGemmPath::kMmaFp8 ? kFp8MmaRel : 0.0);
+                  path == cuda::MoeGemmPath::kMma ? "tensor cores" : "cuda cores", nvfp4 ? "nvfp4" : "mxfp4",
+                  (long long)tokens, (long long)experts, (long long)topk, (long long)n, (long long)k, max_slots);
+    expect_bf16_close(what, to_host(y), ref, absdot, k);
 }
 
 // Two launches of the same routed product that must agree bitwise: the CUDA-core compact grid (f16-pair decode)
@@ -154,8 +142,7 @@ StackedExperts stacked_experts(Rng& rng, int64_t experts, int64_t n, int64_t k, 
 // else the checkpoint-like scales of random_fp4_weight. `slot_bound` above the routing's largest expert forces a
 // wider token tile (the hash-routed layers' host bound), so single-slot passes take the 1-token tile.
 void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n, int64_t k, bool nvfp4,
-                   bool skewed, int slot_bound, bool every_scale, Pair pair = Pair::kCompactVsStrided,
-                   cuda::MoeGemmPath mma = cuda::MoeGemmPath::kMma) {
+                   bool skewed, int slot_bound, bool every_scale, Pair pair = Pair::kCompactVsStrided) {
     const Routing routing = route(rng, tokens, experts, topk, skewed);
     const int64_t slots = int64_t(routing.row_index.size());
     const StackedExperts stacked = stacked_experts(rng, experts, n, k, nvfp4, every_scale);
@@ -175,7 +162,7 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
     cuda::MoeGemmParams p = moe_params(a, rd.get(), od.get(), wd.get(), sd.get(), gd.get(), nvfp4, experts, n, k,
                                        std::max(routing.max_slots, slot_bound), y_new.get());
     const bool strided = pair == Pair::kCompactVsStrided;
-    p.path = strided ? cuda::MoeGemmPath::kCudaCore : mma;
+    p.path = strided ? cuda::MoeGemmPath::kCudaCore : cuda::MoeGemmPath::kMma;
     // The comparison must be between two kernels: the warpgroup one runs wherever the launcher picks it.
     if (pair == Pair::kChosenVsWarpMma) {
         EXPECT_TRUE(cuda::detail::moe_mma_takes_wgmma(p)) << "no warpgroup kernel";
@@ -208,11 +195,9 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
                             : pair == Pair::kSingleSlot      ? "single-slot vs any-slot passes"
                                                              : "whole vs general stages";
     char what[224];
-    std::snprintf(what, sizeof what,
-                  "moe_gemm %s%s %s%s tokens=%lld experts=%lld topk=%lld N=%lld K=%lld slot bound=%d", pair_name,
-                  mma == cuda::MoeGemmPath::kMmaFp8 ? " (fp8)" : "", nvfp4 ? "nvfp4" : "mxfp4",
-                  every_scale ? " every scale code" : "", (long long)tokens, (long long)experts, (long long)topk,
-                  (long long)n, (long long)k, p.max_slots_per_expert);
+    std::snprintf(what, sizeof what, "moe_gemm %s %s%s tokens=%lld experts=%lld topk=%lld N=%lld K=%lld slot bound=%d",
+                  pair_name, nvfp4 ? "nvfp4" : "mxfp4", every_scale ? " every scale code" : "", (long long)tokens,
+                  (long long)experts, (long long)topk, (long long)n, (long long)k, p.max_slots_per_expert);
     expect_bitwise_bf16(what, to_host(y_new), to_host(y_old));
 }
 
@@ -244,21 +229,6 @@ TEST(MoeGemm, MmaWholeStagesEqualGeneralStagesBitwise) {
         compare_grids(rng, 300, 8, 3, 72, 512, nvfp4, true, 1, false, kPair);        // passes of 64, more than one
         compare_grids(rng, 5, 32, 4, 264, 2048, nvfp4, false, 1, true, kPair);       // every scale code
     }
-}
-
-// The same on the FP8 path (MXFP4 only): its whole-stage loads give its bounded stages' bits at every pass width.
-TEST(MoeGemm, Fp8MmaWholeStagesEqualGeneralStagesBitwise) {
-    DSV4_REQUIRE_GPU();
-    if (!cuda::device_has_wgmma()) GTEST_SKIP() << "the FP8 path needs wgmma (compute capability 9.0)";
-    Rng rng;
-    constexpr Pair kPair = Pair::kWholeVsGeneralStages;
-    constexpr cuda::MoeGemmPath kFp8 = cuda::MoeGemmPath::kMmaFp8;
-    compare_grids(rng, 1, 256, 6, 2048, 4096, false, false, 1, false, kPair, kFp8);    // w1/w3 decode, passes of 8
-    compare_grids(rng, 1, 256, 6, 4096, 2048, false, false, 1, false, kPair, kFp8);    // w2 decode
-    compare_grids(rng, 64, 256, 6, 2048, 4096, false, false, 64, false, kPair, kFp8);  // batch 64
-    compare_grids(rng, 40, 16, 6, 200, 1024, false, true, 1, false, kPair, kFp8);      // passes of 16, odd N
-    compare_grids(rng, 300, 8, 3, 72, 512, false, true, 1, false, kPair, kFp8);        // passes of 64, more than one
-    compare_grids(rng, 5, 32, 4, 264, 2048, false, false, 1, true, kPair, kFp8);       // every scale code
 }
 
 // The warp-MMA kernel's narrow row tiles (decode passes of 8 and 16 slots with few active experts) give its 64-row
@@ -412,15 +382,9 @@ TEST(MoeGemm, RowsIndependentOfBatch) {
     for (auto [path, batch_bound] : {std::pair{cuda::MoeGemmPath::kCudaCore, 16},
                                      {cuda::MoeGemmPath::kMma, 16},
                                      {cuda::MoeGemmPath::kMma, 64},
-                                     {cuda::MoeGemmPath::kMma, 256},
-                                     {cuda::MoeGemmPath::kMmaFp8, 16},
-                                     {cuda::MoeGemmPath::kMmaFp8, 64},
-                                     {cuda::MoeGemmPath::kMmaFp8, 128},
-                                     {cuda::MoeGemmPath::kMmaFp8, 256}})
+                                     {cuda::MoeGemmPath::kMma, 256}})
         for (bool nvfp4 : {false, true})
             for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
-                if (path == cuda::MoeGemmPath::kMmaFp8 && (nvfp4 || !cuda::device_has_wgmma()))
-                    continue;  // MXFP4, sm_90
                 const int64_t tokens = 16, experts = 64, topk = 6;
                 const Routing routing = route(rng, tokens, experts, topk, false);
                 std::vector<uint8_t> data, scale;
@@ -457,9 +421,9 @@ TEST(MoeGemm, RowsIndependentOfBatch) {
                     for (size_t j = 0; j < rows.size(); ++j)
                         EXPECT_TRUE(std::equal(alone.begin() + int64_t(j) * n, alone.begin() + int64_t(j + 1) * n,
                                                all.begin() + int64_t(full_slot[j]) * n))
-                            << path_name(path) << " (bound " << batch_bound << ") " << (nvfp4 ? "nvfp4" : "mxfp4")
-                            << " N=" << n << " K=" << k << " token " << t << " slot " << j
-                            << ": alone differs from the 16-token launch";
+                            << (path == cuda::MoeGemmPath::kMma ? "tensor cores " : "cuda cores ")
+                            << (nvfp4 ? "nvfp4" : "mxfp4") << " N=" << n << " K=" << k << " token " << t << " slot "
+                            << j << ": alone differs from the 16-token launch";
                 }
             }
 }
@@ -474,61 +438,6 @@ TEST(MoeGemm, Mxfp4MatchesCpuLinear) {
         run_case(rng, 200, 8, 3, 96, 2080, false, true, path);    // passes of 64 slots (tensor cores), odd scale rows
         run_case(rng, 5, 3, 2, 40, 32, false, false, path);       // K = one block, N under one tile
     }
-}
-
-// The FP8 path against cpu::linear within the f32 bound plus its own allowance (kFp8MmaRel): the shapes of
-// Mxfp4MatchesCpuLinear (partial K stages among them) and passes of 8 to 64 slots.
-TEST(MoeGemm, Fp8MmaMatchesCpuLinearWithinItsAccumulation) {
-    DSV4_REQUIRE_GPU();
-    if (!cuda::device_has_wgmma()) GTEST_SKIP() << "the FP8 path needs wgmma (compute capability 9.0)";
-    Rng rng;
-    constexpr cuda::MoeGemmPath kFp8 = cuda::MoeGemmPath::kMmaFp8;
-    run_case(rng, 1, 16, 6, 2048, 2048, false, false, kFp8);
-    run_case(rng, 3, 8, 2, 4096, 2048, false, false, kFp8);
-    run_case(rng, 17, 4, 2, 200, 352, false, true, kFp8);
-    run_case(rng, 200, 8, 3, 96, 2080, false, true, kFp8);
-    run_case(rng, 64, 64, 6, 2048, 4096, false, false, kFp8);
-    run_case(rng, 5, 3, 2, 40, 32, false, false, kFp8);
-}
-
-// The FP8 path is its own arithmetic, not the f16 one under another name: on the same operands their outputs differ
-// somewhere (the FP8 MMA's accumulation) while staying close (the test above); and moe_gemm refuses NVFP4 experts on
-// it with a sentence that names the format.
-TEST(MoeGemm, Fp8MmaIsItsOwnPathAndTakesMxfp4Only) {
-    DSV4_REQUIRE_GPU();
-    if (!cuda::device_has_wgmma()) GTEST_SKIP() << "the FP8 path needs wgmma (compute capability 9.0)";
-    Rng rng;
-    const int64_t tokens = 64, experts = 32, topk = 6, n = 2048, k = 4096;
-    const Routing routing = route(rng, tokens, experts, topk, false);
-    const StackedExperts stacked = stacked_experts(rng, experts, n, k, false, false);
-    DeviceFp8Act a = quantize_on_device(random_activations(rng, tokens, k), tokens, k);
-    auto wd = to_device(stacked.data);
-    auto sd = to_device(stacked.scale);
-    auto od = to_device(routing.offsets);
-    auto rd = to_device(routing.row_index);
-    const size_t outputs = routing.row_index.size() * size_t(n);
-    auto run = [&](cuda::MoeGemmPath path) {
-        auto y = poisoned<uint16_t>(outputs);
-        cuda::MoeGemmParams p = moe_params(a, rd.get(), od.get(), wd.get(), sd.get(), nullptr, false, experts, n, k,
-                                           routing.max_slots, y.get());
-        p.path = path;
-        cuda::moe_gemm(p, nullptr);
-        return to_host(y);
-    };
-    const std::vector<uint16_t> f16 = run(cuda::MoeGemmPath::kMma), fp8 = run(cuda::MoeGemmPath::kMmaFp8);
-    size_t differ = 0;
-    for (size_t i = 0; i < outputs; ++i) differ += f16[i] != fp8[i];
-    std::printf("[ fp8 mma  ] %zu of %zu outputs (%.2f %%) differ from the f16 path's\n", differ, outputs,
-                100.0 * double(differ) / double(outputs));
-    EXPECT_GT(differ, 0u) << "the FP8 path gave the f16 path's bits on every output";
-
-    auto global = to_device(std::vector<float>(size_t(experts), 1.0f));
-    auto y = poisoned<uint16_t>(outputs);
-    cuda::MoeGemmParams nv = moe_params(a, rd.get(), od.get(), wd.get(), sd.get(), global.get(), true, experts, n, k,
-                                        routing.max_slots, y.get());
-    EXPECT_EQ(cuda::moe_gemm_can_implement(nv), "");
-    nv.path = cuda::MoeGemmPath::kMmaFp8;
-    EXPECT_NE(cuda::moe_gemm_can_implement(nv).find("MXFP4"), std::string::npos) << cuda::moe_gemm_can_implement(nv);
 }
 
 TEST(MoeGemm, Nvfp4MatchesCpuLinear) {
@@ -551,13 +460,10 @@ TEST(MoeGemm, PairLaunchEqualsTwoLaunches) {
         int64_t tokens, k;
         int slot_bound;  // 0: the routing's largest expert; 300 makes passes of 64 (the warpgroup kernel on sm_90)
     };
-    for (const Case c :
-         {Case{cuda::MoeGemmPath::kMma, 9, 1056, 0}, Case{cuda::MoeGemmPath::kMma, 300, 1024, 300},
-          Case{cuda::MoeGemmPath::kMma, 100, 1024, 64}, Case{cuda::MoeGemmPath::kCudaCore, 9, 1056, 0},
-          Case{cuda::MoeGemmPath::kMmaFp8, 9, 1056, 0}, Case{cuda::MoeGemmPath::kMmaFp8, 300, 1024, 300}})
+    for (const Case c : {Case{cuda::MoeGemmPath::kMma, 9, 1056, 0}, Case{cuda::MoeGemmPath::kMma, 300, 1024, 300},
+                         Case{cuda::MoeGemmPath::kMma, 100, 1024, 64}, Case{cuda::MoeGemmPath::kCudaCore, 9, 1056, 0}})
         for (bool nvfp4 : {false, true}) {
             const cuda::MoeGemmPath path = c.path;
-            if (path == cuda::MoeGemmPath::kMmaFp8 && (nvfp4 || !cuda::device_has_wgmma())) continue;  // MXFP4, sm_90
             const int64_t tokens = c.tokens, experts = 32, topk = 6, n = 520, k = c.k;
             const Routing routing = route(rng, tokens, experts, topk, false);
             const int64_t slots = int64_t(routing.row_index.size());
@@ -592,7 +498,7 @@ TEST(MoeGemm, PairLaunchEqualsTwoLaunches) {
             q.w_global = nvfp4 ? g1.get() : nullptr;
             q.y = reinterpret_cast<__nv_bfloat16*>(alone1.get());
             cuda::moe_gemm(q, nullptr);
-            const char* what = path != cuda::MoeGemmPath::kMma        ? path_name(path)
+            const char* what = path == cuda::MoeGemmPath::kCudaCore   ? "cuda cores"
                                : cuda::detail::moe_mma_takes_wgmma(p) ? "warpgroup MMA"
                                                                       : "warp MMA";
             expect_bitwise_bf16(std::string("pair launch, first matrix, ") + what + (nvfp4 ? " nvfp4" : " mxfp4"),

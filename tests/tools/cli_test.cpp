@@ -129,9 +129,6 @@ TEST(Cli, BadInputGivesOneClearError) {
         {"generate -m " + kFixture + " --ids-file " + write_text("big.txt", "1 99999") + " -n 2",
          "outside the vocabulary"},
         {"generate -m " + kFixture + " --ids-file " + good_ids + " --temp 0", "--temp"},
-        {"logits -m " + kFixture + " --backend cpu --expert-mma fp8 --ids-file " + good_ids + " --out " +
-             temp_path("x.st"),
-         "--expert-mma fp8 chooses the GPU's tensor cores"},
     };
     for (const auto& c : cases) {
         Result r = run(c.args);

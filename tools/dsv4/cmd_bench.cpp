@@ -79,7 +79,6 @@ struct BenchArgs {
     bool shared_expert_every_rank = false;  // CudaOptions::shared_expert_on_one_rank off (likewise)
     bool router_apart = false;              // CudaOptions::router_with_routing off (likewise)
     bool swiglu_apart = false;              // CudaOptions::swiglu_in_w2 off (likewise)
-    std::string expert_mma = "f16";         // f16 | fp8: CudaOptions::fp8_expert_mma (a numerics option)
     bool profile_range = false;  // cudaProfilerStart / Stop around the timed single-sequence steps
     ParallelFlags parallel;  // --gpus ...: the model over several GPUs (ranks.h); rank 0 measures and prints
     std::string backend;     // --backend: only "cuda" (accepted for scripts that pass it to every model command)
@@ -271,11 +270,9 @@ ModelConfig bench_config(const BenchArgs& a, int64_t layers) {
         pattern += (l ? " " : "") + std::string(r == 0 ? "SWA" : (r == 4 ? "CSA" : "HCA")) +
                    (config.mlp_types[size_t(l)] == MlpType::kHashMoe ? "/hash" : "");
     }
-    std::printf(
-        "dsv4 bench: preset %s, %lld layers (%s), context %lld, %lld decode steps (+%lld warm-up), seed %llu, "
-        "routed experts on %s MMAs\n",
-        a.preset.c_str(), (long long)config.num_layers, pattern.c_str(), (long long)a.context, (long long)a.steps,
-        (long long)a.warmup, (unsigned long long)a.seed, a.expert_mma.c_str());
+    std::printf("dsv4 bench: preset %s, %lld layers (%s), context %lld, %lld decode steps (+%lld warm-up), seed %llu\n",
+                a.preset.c_str(), (long long)config.num_layers, pattern.c_str(), (long long)a.context,
+                (long long)a.steps, (long long)a.warmup, (unsigned long long)a.seed);
     std::fflush(stdout);
     return config;
 }
@@ -327,7 +324,6 @@ BenchModel make_bench_model(const BenchArgs& a, int64_t layers) {
     options.shared_expert_on_one_rank = !a.shared_expert_every_rank;
     options.router_with_routing = !a.router_apart;
     options.swiglu_in_w2 = !a.swiglu_apart;
-    options.fp8_expert_mma = a.expert_mma == "fp8";
     auto make = [&](const ExpertParallel& ep) -> std::unique_ptr<Backend> {
         options.expert_parallel = ep;
         return std::make_unique<CudaModel>(config, std::move(weights), Numerics::kModel, options);
@@ -335,10 +331,9 @@ BenchModel make_bench_model(const BenchArgs& a, int64_t layers) {
     if (a.rank) {
         const RunIdentity identity{
             fmt::format("bench preset {} layers {} seed {}", a.preset, config.num_layers, a.seed),
-            fmt::format("context {} batch context {} shared {} steps {} warmup {} chunk {} batches {} stages {} "
-                        "expert mma {}",
+            fmt::format("context {} batch context {} shared {} steps {} warmup {} chunk {} batches {} stages {}",
                         a.context, a.batch_context, a.share_batch_prompt, a.steps, a.warmup, a.chunk,
-                        fmt::join(a.batches, ","), a.stages, a.expert_mma)};
+                        fmt::join(a.batches, ","), a.stages)};
         m.owner = model_on_ranks(*a.rank, a.parallel.options, identity, make, stage_control);
         if (!m.owner) return m;
     } else {
@@ -697,10 +692,6 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--swiglu-apart", a->swiglu_apart,
                   "Run the routed experts' SwiGLU as its own launch (CudaOptions::swiglu_in_w2 off; the same bits, to "
                   "measure what computing it in w2 buys)");
-    cmd->add_option("--expert-mma", a->expert_mma,
-                    "The routed experts' tensor cores: f16 (exact operands, the default) or fp8 (Hopper's FP8 "
-                    "warpgroup MMA, faster, each 32-column sum rounded by the FP8 accumulation; docs/numerics.md)")
-        ->check(CLI::IsMember({"f16", "fp8"}));
     cmd->add_flag("--profile-range", a->profile_range,
                   "Open the CUDA profiler's range (cudaProfilerStart / Stop) around the timed single-sequence decode "
                   "steps only, for `ncu --profile-from-start off` (tools/gpu_kernel_profile.sh)");

@@ -42,13 +42,6 @@ void add_model_options(CLI::App* command, ModelOptions& o) {
         ->check(CLI::IsMember({"auto", "reference", "model"}));
     command->add_option("--backend", o.backend, "cpu | cuda (default: cuda with --gpus, else cpu)")
         ->check(CLI::IsMember({"cpu", "cuda"}));
-    command
-        ->add_option("--expert-mma", o.expert_mma,
-                     "GPU: the routed experts' tensor cores. f16 (default): FP4 and FP8 values fed exactly as f16, the "
-                     "CPU's products; fp8: Hopper's FP8 warpgroup MMA, as DeepSeek's own Hopper kernel, faster for "
-                     "batches and prefill, each 32-column sum rounded by the FP8 accumulation (docs/numerics.md). "
-                     "MXFP4 experts on H100/H200 only")
-        ->check(CLI::IsMember({"f16", "fp8"}));
     command->add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
     command->add_flag("-q,--quiet", o.quiet, "No progress or notes on stderr");
     command
@@ -83,8 +76,8 @@ RunIdentity run_identity(const ModelConfig& c, const std::string& source, const 
     RunIdentity id;
     id.model = fmt::format("layers {} experts {} hidden {} vocab {}, {}", c.num_layers, c.n_routed_experts,
                            c.hidden_size, c.vocab_size, source);
-    id.options = fmt::format("numerics {}, sequences {}, context {}, chunk {}, expert mma {}", numerics_name(numerics),
-                             o.max_sequences, o.max_context, o.max_chunk_tokens, o.expert_mma);
+    id.options = fmt::format("numerics {}, sequences {}, context {}, chunk {}", numerics_name(numerics),
+                             o.max_sequences, o.max_context, o.max_chunk_tokens);
     return id;
 }
 
@@ -151,7 +144,6 @@ std::unique_ptr<Backend> load_model(const ModelOptions& o) {
         if (o.max_context > 0) cuda_options.max_context = o.max_context;
         if (o.max_chunk_tokens > 0) cuda_options.max_chunk_tokens = o.max_chunk_tokens;
         if (random) cuda_options.random_experts_seed = o.random_seed;  // each GPU makes the experts it holds
-        cuda_options.fp8_expert_mma = o.expert_mma == "fp8";
         if (!o.rank) {
             if (o.max_chunk_tokens == 0 && o.auto_chunk) cuda_options.max_chunk_tokens = 0;
             auto model = std::make_unique<CudaModel>(config, std::move(weights), numerics, cuda_options);
@@ -175,9 +167,6 @@ std::unique_ptr<Backend> load_model(const ModelOptions& o) {
         return model;
     }
 #endif
-    DSV4_CHECK(o.expert_mma == "f16",
-               "--expert-mma {} chooses the GPU's tensor cores; the CPU backend computes the f16 path's products",
-               o.expert_mma);
     return std::make_unique<CpuModel>(config, std::move(weights), numerics, o.threads);
 }
 

@@ -19,7 +19,6 @@
 #include "core/progress.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/rope.h"
-#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/compressor/kv_entry_layout.h"
 #include "kernels/cuda/convert/convert.h"
 #include "kernels/cuda/embed/embed.h"
@@ -250,14 +249,6 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
                 if (std::find(t.begin() + int64_t(row), t.begin() + int64_t(i), t[i]) != t.begin() + int64_t(i))
                     m.hash_rows_distinct = false;
     }
-    if (options.fp8_expert_mma)
-        for (size_t l = 0; l < m.host.layers.size(); ++l)
-            for (const ExpertWeights& e : m.host.layers[l].ffn.experts)
-                for (const QuantizedMatrix* w : {&e.w1, &e.w2, &e.w3})
-                    DSV4_CHECK(w->format == WeightFormat::kFp4Mx && w->scale_cols * 32 == w->cols,
-                               "--expert-mma fp8 runs MXFP4 routed experts (FP4 with a scale per 32 columns); layer "
-                               "{}'s are {} ('{}'): drop --expert-mma fp8 for this checkpoint",
-                               l, weight_format_name(w->format), w->name);
     const ExpertParallel& ep = options.expert_parallel;
     DSV4_CHECK(ep.ranks >= 1 && ep.rank >= 0 && ep.rank < ep.ranks && ep.ranks <= config.n_routed_experts,
                "expert parallelism: rank {} of {} ranks; the model has {} routed experts per layer", ep.rank, ep.ranks,
@@ -269,9 +260,6 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     m.numerics = numerics;
     m.options = options;
     DSV4_CUDA_CHECK(cudaSetDevice(options.device));
-    DSV4_CHECK(!options.fp8_expert_mma || cuda::device_has_wgmma(),
-               "--expert-mma fp8 runs on the FP8 warpgroup MMA of Hopper GPUs (compute capability 9.0, a build with "
-               "sm_90a); this device has none: drop --expert-mma fp8");
     DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&m.num_sms, cudaDevAttrMultiProcessorCount, options.device));
 
     // 1. The memory plan, before anything is allocated.

@@ -111,12 +111,6 @@ struct CudaOptions {
     // a long prefill) goes through it in slices, the same values.
     size_t logit_staging_bytes = size_t(256) << 20;  // a decode step of 519 sequences at V4's vocabulary in one slice
     ExpertParallel expert_parallel;
-    // The routed experts' FP4 x FP8 products on Hopper's FP8 warpgroup MMA (moe_gemm's kMmaFp8: one e4m3 wgmma per
-    // 32 columns, as DeepSeek's own Hopper kernel) instead of as exact f16 operands (kMma): no operand conversions and
-    // half the MMAs, but each 32-column partial sum rounded by the FP8 MMA's narrower accumulation, so not the CPU's
-    // bits (docs/numerics.md, "FP8 MMAs for the routed experts"). Batch- and chunk-invariant all the same. MXFP4
-    // experts on sm_90a only (the constructor says so otherwise). `--expert-mma fp8`.
-    bool fp8_expert_mma = false;
     // dsv4 bench only: the routed experts are absent from the host weights (no bytes: BenchWeights::build with
     // ExpertBytes::kDevice) and this GPU generates the ones it holds with BenchWeights' rule for this seed
     // (kernels/cuda/random_fill), the same bytes as BenchWeights::build(..., ExpertBytes::kHost). MXFP4 experts only.

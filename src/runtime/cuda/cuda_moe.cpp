@@ -190,7 +190,6 @@ void CudaModel::Impl::moe(int64_t layer) {
         // Under uniform routing each held expert is empty with probability (1 - 1/E)^slots.
         p.expected_active_experts =
             int(std::lround(double(held.count) * (1.0 - std::pow(1.0 - 1.0 / double(E), double(slots)))));
-        p.path = options.fp8_expert_mma ? cuda::MoeGemmPath::kMmaFp8 : cuda::MoeGemmPath::kMma;
         return p;
     };
     auto experts = [&](const cuda::DeviceExperts& e, const bf16* x, int64_t rows, int64_t cols,

@@ -7,7 +7,6 @@
 
 #include "core/error.h"
 #include "kernels/cuda/common/cuda_check.h"
-#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
 
 namespace dsv4::cuda {
@@ -61,14 +60,7 @@ std::string moe_gemm_can_implement(const MoeGemmParams& p) {
     if (p.k % 32) return fmt::format("K must be a multiple of 32, got {}", p.k);
     if (reinterpret_cast<uintptr_t>(p.w) % 16) return "W must be 16-byte aligned";
     if (p.max_slots_per_expert < 1) return "max_slots_per_expert must be >= 1";
-    if (p.path == MoeGemmPath::kMmaFp8) {
-        if (p.format != ExpertFormat::kMxfp4)
-            return "the FP8 tensor-core path takes MXFP4 experts (one scale per 32 columns, the FP8 MMA's K); NVFP4's "
-                   "scales per 16 columns are finer";
-        if (gated) return "the FP8 tensor-core path reads its activations (no SwiGLU input)";
-        if (!device_has_wgmma()) return "the FP8 tensor-core path needs the warpgroup MMA of an sm_90a device (Hopper)";
-    }
-    if (p.path != MoeGemmPath::kCudaCore) {  // cp.async sources: 16-byte activation rows, 4-byte scale words
+    if (p.path == MoeGemmPath::kMma) {  // cp.async sources: 16-byte activation rows, 4-byte scale words
         if (!gated && reinterpret_cast<uintptr_t>(p.a) % 16) return "the activations must be 16-byte aligned";
         if (reinterpret_cast<uintptr_t>(p.w_scale) % 4 || reinterpret_cast<uintptr_t>(p.second.w_scale) % 4)
             return "the weight scales must be 4-byte aligned";
@@ -83,7 +75,7 @@ std::string moe_gemm_can_implement(const MoeGemmParams& p) {
 
 void moe_gemm(const MoeGemmParams& p, cudaStream_t stream) {
     if (std::string why = moe_gemm_can_implement(p); !why.empty()) fail("moe_gemm: {}", why);
-    if (p.path != MoeGemmPath::kCudaCore) {
+    if (p.path == MoeGemmPath::kMma) {
         DSV4_CUDA_CHECK(launch_moe_mma(p, stream));
         return;
     }

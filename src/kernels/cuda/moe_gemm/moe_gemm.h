@@ -6,12 +6,6 @@
 // the other slots of the launch), with different summation structures:
 //   kMma (default)  tensor cores, the official FP4 linear's structure: per 32-column block (16 for NVFP4) a partial
 //                   product from zero, rescaled by a_scale x w_scale and added in ascending K (moe_mma.cu).
-//   kMmaFp8         the same structure on Hopper's FP8 warpgroup MMA (moe_wgmma_fp8.cu: one wgmma m64nNk32 e4m3
-//                   per 32-column block, as DeepSeek's own Hopper kernel; e2m1 placed exactly in e4m3's bits, the
-//                   activations as they are): no operand conversions and half the MMAs, but the FP8 MMA sums each
-//                   block's products in its own narrower accumulation, so its outputs are not kMma's (docs/numerics.md,
-//                   "FP8 MMAs for the routed experts"); batch-invariant like the others. MXFP4 experts on sm_90a only.
-//                   CudaOptions::fp8_expert_mma, `--expert-mma fp8`.
 //   kCudaCore       the former kernel: f32 FMA chains on the CUDA cores, K in ranges of k_span summed by warp trees
 //                   (moe_gemm_kernels.cu); kept as the second opinion the tests and benchmarks compare with.
 // Both take persistent grids over a list of the non-empty experts built on the device, so a decode step's few
@@ -31,7 +25,7 @@
 namespace dsv4::cuda {
 
 enum class ExpertFormat { kMxfp4, kNvfp4 };
-enum class MoeGemmPath { kMma, kMmaFp8, kCudaCore };
+enum class MoeGemmPath { kMma, kCudaCore };
 
 // One more matrix for the same launch (see `second` above).
 struct MoeGemmMatrix {

@@ -5,7 +5,7 @@
 
 namespace dsv4::cuda {
 
-// The tensor-core paths (moe_mma.cu, moe_wgmma.cu; moe_wgmma_fp8.cu for kMmaFp8), both matrices when p.second is set.
+// The tensor-core path (moe_mma.cu), both matrices when p.second is set.
 cudaError_t launch_moe_mma(const MoeGemmParams& p, cudaStream_t stream);
 // Slots per pass of the tensor-core kernel (8 to 64) from the host's bound on any expert's slot count and its
 // expectation for an active expert (0: none).
@@ -18,12 +18,11 @@ int moe_mma_row_groups(int64_t active_experts, int64_t n, int mat_count, int sms
 cudaError_t launch_moe_gemm(const MoeGemmParams& p, const MoeGemmConfig& config, cudaStream_t stream);
 
 namespace detail {
-// Which tensor-core kernel of MoeGemmPath::kMma, all with the same bits (tests compare them; kMmaFp8 has one kernel,
-// whose kGeneral takes its bounded stages and every other variant its whole ones where K % 128 == 0): kChosen, the
-// launcher's choice (the warpgroup kernel on sm_90 when K % 128 == 0, for passes of 16 slots or more and for passes of
-// 8 from batches of 16 tokens; else the warp-MMA kernel with whole-stage loads where K % 128 == 0); kWarpMma, the
-// warp-MMA kernel with the loads the launcher would pick; kGeneral, the warp-MMA kernel with the bounded loads any K
-// takes; kAllSlots, kWarpMma without the single-slot passes it takes where no expert holds two slots.
+// Which tensor-core kernel, all with the same bits (tests compare them): kChosen, the launcher's choice (the warpgroup
+// kernel on sm_90 when K % 128 == 0, for passes of 16 slots or more and for passes of 8 from batches of 16 tokens;
+// else the warp-MMA kernel with whole-stage loads where K % 128 == 0); kWarpMma, the warp-MMA kernel with the loads
+// the launcher would pick; kGeneral, the warp-MMA kernel with the bounded loads any K takes; kAllSlots, kWarpMma
+// without the single-slot passes it takes where no expert holds two slots.
 enum class MoeMmaVariant { kChosen, kWarpMma, kGeneral, kAllSlots };
 // row_groups: the warp-MMA kernel's row tile in 16-row warp groups (1, 2 or 4; 0: the launcher's); passes wider
 // than 16 slots always take 4.

@@ -488,10 +488,6 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaSt
     args.k = p.k;
     args.swiglu = p.swiglu;
     const int tokens = moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert);
-    if (p.path == MoeGemmPath::kMmaFp8) {  // its own arithmetic: every pass width on the FP8 warpgroup kernel
-        if (p.swiglu.gate || p.format != ExpertFormat::kMxfp4) return cudaErrorInvalidValue;  // moe_gemm_can_implement
-        return launch_moe_wgmma_fp8(args, tokens, variant != MoeMmaVariant::kGeneral && p.k % kStageCols == 0, stream);
-    }
     if (variant == MoeMmaVariant::kChosen && moe_mma_takes_wgmma(p)) {
         if (p.swiglu.gate) return cudaErrorInvalidValue;  // moe_gemm_computes_swiglu
         return launch_moe_wgmma(args, p.format, tokens, stream);

@@ -186,7 +186,4 @@ __device__ __forceinline__ void w_scales(const uint8_t* sc_g, const uint8_t* sc_
 namespace dsv4::cuda::detail {
 // The warpgroup kernel (moe_wgmma.cu; sm_90a, K % 128 == 0, passes of 8, 16, 32 or 64 slots).
 cudaError_t launch_moe_wgmma(const moe_mma::Args& args, ExpertFormat format, int tokens, cudaStream_t stream);
-// The FP8 warpgroup kernel of MoeGemmPath::kMmaFp8 (moe_wgmma_fp8.cu; sm_90a, MXFP4, K % 32 == 0, passes of 8, 16, 32
-// or 64 slots); whole_stages needs K % 128 == 0 and gives the bounded stages' bits.
-cudaError_t launch_moe_wgmma_fp8(const moe_mma::Args& args, int tokens, bool whole_stages, cudaStream_t stream);
 }  // namespace dsv4::cuda::detail

@@ -1,0 +1,127 @@
+// How fast the GPU streams the routed experts' weights in the order the MoE kernels read them, against the same
+// bytes laid out tile by tile. A CTA of the MoE kernels takes an item (expert, 128-row tile) and walks K in stages
+// of 128 columns: per stage 64 bytes of each of its 128 rows, rows k/2 bytes apart (2 KiB for w1 / w3, 1 KiB for w2),
+// so every stage touches 128 DRAM locations 64 bytes at a time. `tiled` stores each (tile, stage) block of 128 x 64
+// bytes contiguously (8 KiB), the layout a repack at upload would give. Both read every byte once with the same grid,
+// the same loads in flight (kAhead stages a thread) and the same item order; only the addresses differ.
+// Usage: dsv4_bench_weight_layout. Prints GB/s per pattern beside the device-to-device copy rate.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+namespace {
+
+#define CHECK(x)                                                                               \
+    do {                                                                                       \
+        cudaError_t err_ = (x);                                                                \
+        if (err_ != cudaSuccess) {                                                             \
+            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(err_)); \
+            std::exit(1);                                                                      \
+        }                                                                                      \
+    } while (0)
+
+constexpr int kThreads = 256, kRows = 128, kStageBytes = 64;  // per row and stage: 128 e2m1 columns
+constexpr int kAhead = 8;                                     // stages a thread has in flight
+
+__device__ __forceinline__ uint4 load_streaming(const uint8_t* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+// Items (expert, tile) over a persistent grid; per stage a thread reads 16 bytes of rows tid / 4 and 64 + tid / 4.
+template <bool kTiled>
+__global__ void __launch_bounds__(kThreads)
+    stream_kernel(const uint8_t* w, int64_t items, int64_t row_bytes, uint32_t* sink) {
+    const int tid = threadIdx.x, part = tid % 4;
+    const int64_t stages = row_bytes / kStageBytes;
+    uint32_t acc = 0;
+    for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+        const uint8_t* tile = w + item * kRows * row_bytes;
+        for (int64_t s0 = 0; s0 < stages; s0 += kAhead) {
+            uint4 v[kAhead][2];
+#pragma unroll
+            for (int i = 0; i < kAhead; ++i) {
+                const int64_t s = s0 + i < stages ? s0 + i : stages - 1;
+                for (int h = 0; h < 2; ++h) {
+                    const int row = tid / 4 + h * (kRows / 2);
+                    const uint8_t* p = kTiled ? tile + s * (kRows * kStageBytes) + row * kStageBytes + part * 16
+                                              : tile + row * row_bytes + s * kStageBytes + part * 16;
+                    v[i][h] = load_streaming(p);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < kAhead; ++i)
+                for (int h = 0; h < 2; ++h) acc ^= v[i][h].x ^ v[i][h].y ^ v[i][h].z ^ v[i][h].w;
+        }
+    }
+    if (acc == 0x12345678u) sink[0] = acc;  // keeps the loads; practically never stored
+}
+
+template <bool kTiled>
+double run(const uint8_t* w, int64_t items, int64_t row_bytes, int grid, uint32_t* sink) {
+    cudaEvent_t a, b;
+    CHECK(cudaEventCreate(&a));
+    CHECK(cudaEventCreate(&b));
+    stream_kernel<kTiled><<<grid, kThreads>>>(w, items, row_bytes, sink);  // warm-up
+    float best = 1e30f;
+    for (int r = 0; r < 5; ++r) {
+        CHECK(cudaEventRecord(a));
+        stream_kernel<kTiled><<<grid, kThreads>>>(w, items, row_bytes, sink);
+        CHECK(cudaEventRecord(b));
+        CHECK(cudaEventSynchronize(b));
+        float ms = 0;
+        CHECK(cudaEventElapsedTime(&ms, a, b));
+        best = ms < best ? ms : best;
+    }
+    CHECK(cudaGetLastError());
+    return best;
+}
+
+}  // namespace
+
+int main() {
+    int sms = 0;
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    cudaDeviceProp prop{};
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    const int64_t experts = 256, n = 2048;
+    const size_t bytes = size_t(experts * n * 2048);  // w1 of V4-Flash: 256 experts x 2048 rows x 4096 e2m1
+    uint8_t* w = nullptr;
+    uint8_t* copy = nullptr;
+    uint32_t* sink = nullptr;
+    CHECK(cudaMalloc(&w, bytes));
+    CHECK(cudaMalloc(&copy, bytes));
+    CHECK(cudaMalloc(&sink, 4));
+    CHECK(cudaMemset(w, 1, bytes));
+    cudaEvent_t a, b;
+    CHECK(cudaEventCreate(&a));
+    CHECK(cudaEventCreate(&b));
+    CHECK(cudaMemcpy(copy, w, bytes, cudaMemcpyDeviceToDevice));
+    CHECK(cudaEventRecord(a));
+    CHECK(cudaMemcpy(copy, w, bytes, cudaMemcpyDeviceToDevice));
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventSynchronize(b));
+    float copy_ms = 0;
+    CHECK(cudaEventElapsedTime(&copy_ms, a, b));
+    std::printf("device: %s, %d SMs; %.2f GB of weights; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
+                sms, double(bytes) / 1e9, 2.0 * double(bytes) / (copy_ms * 1e6));
+    std::printf("%-34s %6s %10s %10s\n", "pattern", "CTAs", "ms", "GB/s");
+    for (int64_t row_bytes : {2048, 1024}) {  // w1 / w3 (K 4096), w2 (K 2048)
+        const int64_t items = int64_t(bytes) / (kRows * row_bytes);
+        for (int per_sm : {1, 2, 3}) {
+            const int grid = sms * per_sm;
+            const double rows = run<false>(w, items, row_bytes, grid, sink);
+            const double tiled = run<true>(w, items, row_bytes, grid, sink);
+            std::printf("rows %4lld B apart, 64 B a stage      %6d %10.3f %10.0f\n", (long long)row_bytes, grid, rows,
+                        double(bytes) / (rows * 1e6));
+            std::printf("tiled, 8 KiB a stage contiguous      %6d %10.3f %10.0f\n", grid, tiled,
+                        double(bytes) / (tiled * 1e6));
+        }
+    }
+    return 0;
+}
