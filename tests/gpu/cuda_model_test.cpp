@@ -342,6 +342,12 @@ TEST_P(CudaModelFixture, SwigluInW2ChangesNoBits) {
     expect_same_bits_with(options, "with the SwiGLU in w2 and in its own launch");
 }
 
+TEST_P(CudaModelFixture, PostMixInWoBChangesNoBits) {
+    CudaOptions options = comparison_options();
+    options.post_mix_in_wo_b = !options.post_mix_in_wo_b;
+    expect_same_bits_with(options, "with the attention's post-mix in wo_b's epilogue and in its own launch");
+}
+
 TEST_P(CudaModelFixture, GreedyTokensWithinYardstick) {
     const int64_t V = cpu_->config().vocab_size;
     const int64_t prompt_len = inputs_.greedy_prompt;

@@ -22,6 +22,7 @@
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/gemm_fp8/gemm_fp8.h"
 #include "kernels/cuda/gemm_fp8/gemm_fp8_kernels.h"
+#include "kernels/cuda/mhc/mhc.h"
 
 namespace dsv4::gpu_test {
 namespace {
@@ -591,6 +592,90 @@ TEST(GemmFp8, RowsFromTheLiveCountOnAreZero) {
         EXPECT_TRUE(run_rows(lt, o, 0, 256, cuda::Fp8GemmPath::kMma, 128, 128, nullptr, d_live.get()).empty())
             << "the warpgroup tile must refuse rows_live";
     }
+}
+
+// Fp8GemmParams::post_mix: the product's mHC post-mix computed where each tile stores y has the bits of the product
+// followed by cuda::hc_post (y itself unchanged), on every 16- and 64-row tile, with rows_live (dead rows post-mix a
+// zero y, as hc_post of them does), n_hc 2 and 4, and through fp8_gemm on the paths that run hc_post after the
+// product instead (the warpgroup tile, the skinny path).
+TEST(GemmFp8, PostMixEpilogueEqualsGemmThenHcPostBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    cuda::CublasLt lt;
+    struct Case {
+        int64_t n, k, rows;
+        int block_m, block_n;  // 0: fp8_gemm's own choice (its fallback where the tile has no epilogue)
+        cuda::Fp8GemmPath path;
+    };
+    const cuda::Fp8GemmPath kMma = cuda::Fp8GemmPath::kMma;
+    std::vector<Case> cases = {{4096, 8192, 1, 0, 0, kMma},
+                               {4096, 8192, 5, 16, 16, kMma},
+                               {4096, 2048, 16, 16, 32, kMma},
+                               {130, 272, 3, 16, 8, kMma},
+                               {130, 272, 37, 64, 128, kMma},
+                               {4096, 2048, 100, 64, 128, kMma},
+                               {4096, 1024, 7, 0, 0, cuda::Fp8GemmPath::kSkinny}};
+    if (cuda::device_has_wgmma()) cases.push_back({4096, 4096, 512, 0, 0, kMma});  // the warpgroup tile
+    for (const Case& c : cases)
+        for (int n_hc : {2, 4}) {
+            const Fp8Operands o = make_operands(rng, c.rows, c.n, c.k);
+            const int64_t mix_size = (2 + n_hc) * n_hc;
+            std::vector<float> mix(size_t(c.rows * mix_size));
+            for (float& v : mix) v = rng.uniform(-1.5f, 1.5f);
+            const auto d_mix = to_device(mix);
+            const auto streams = to_device(random_bf16(rng, c.rows * n_hc * c.n));
+            const auto d_live = to_device(std::vector<int32_t>{int32_t(c.rows / 2)});
+            for (bool live : {false, true}) {
+                if (live && (c.path != kMma || c.block_m == 0)) continue;  // rows_live: the mma tiles only
+                const cuda::Fp8GemmConfig own =
+                    cuda::fp8_gemm_config(c.rows, o.n, o.k, device_sms(), c.path, cuda::device_has_wgmma());
+                cuda::DeviceBuffer<uint8_t> ws(
+                    std::max<size_t>(256, cuda::fp8_gemm_workspace_bytes(own, c.rows, o.n, o.k)));
+                auto run = [&](bool fused, std::vector<uint16_t>& out) {
+                    auto y = poisoned<uint16_t>(size_t(c.rows * o.n));
+                    auto streams_out = poisoned<uint16_t>(size_t(c.rows * n_hc * o.n));
+                    cuda::Fp8GemmParams p;
+                    p.a = o.a.q.get();
+                    p.a_scale = o.a.scale.get();
+                    p.w = o.w.get();
+                    p.w_scale = o.w_scale.get();
+                    p.y = reinterpret_cast<__nv_bfloat16*>(y.get());
+                    p.m = c.rows;
+                    p.n = o.n;
+                    p.k = o.k;
+                    p.workspace = ws.get();
+                    p.workspace_bytes = ws.bytes();
+                    p.path = c.path;
+                    p.rows_live = live ? d_live.get() : nullptr;
+                    const cuda::HcPostParams post{p.y,         reinterpret_cast<const __nv_bfloat16*>(streams.get()),
+                                                  d_mix.get(), reinterpret_cast<__nv_bfloat16*>(streams_out.get()),
+                                                  c.rows,      n_hc,
+                                                  o.n};
+                    if (fused) p.post_mix = {post.mix, post.streams, post.out, n_hc};
+                    if (c.block_m == 0) {
+                        cuda::fp8_gemm(lt, p, nullptr);
+                    } else {
+                        cuda::Fp8GemmConfig config = own;
+                        config.block_m = c.block_m;
+                        config.block_n = c.block_n;
+                        ASSERT_EQ(cuda::fp8_gemm_can_implement(p, config), "");
+                        DSV4_CUDA_CHECK(cuda::launch_fp8_mma(p, config, nullptr));
+                    }
+                    if (!fused) cuda::hc_post(post, nullptr);
+                    out = to_host(streams_out);
+                    const std::vector<uint16_t> y_host = to_host(y);
+                    out.insert(out.end(), y_host.begin(), y_host.end());
+                };
+                std::vector<uint16_t> fused, apart;
+                run(true, fused);
+                run(false, apart);
+                expect_bitwise_bf16("post-mix epilogue " + std::to_string(c.rows) + "x" + std::to_string(c.n) + "x" +
+                                        std::to_string(c.k) + " tile " + std::to_string(c.block_m) + "x" +
+                                        std::to_string(c.block_n) + " n_hc " + std::to_string(n_hc) +
+                                        (live ? " rows_live" : "") + " (streams, then y)",
+                                    fused, apart);
+            }
+        }
 }
 
 // A weight's outputs have the same bits whether it runs alone or stacked by rows with another weight of the same

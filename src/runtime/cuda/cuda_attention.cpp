@@ -149,7 +149,12 @@ void CudaModel::Impl::attention(int64_t layer) {
     stages.mark("o_proj", layer);
     grouped_linear(a.wo_a, ws.o, T, c.o_groups, ws.z);
     observe_bf16("attn.z", layer, ws.z, T, c.o_groups * c.o_lora_rank);
-    linear(a.wo_b, ws.z, T, ws.y);
+    if (attention_post_mix) {  // and the sub-layer's mHC post-mix in its epilogue (block() swaps the streams)
+        const cuda::HcPostParams post = ready_post_mix();
+        linear(main_lane(), a.wo_b, ws.z, T, ws.y, {}, nullptr, &post);
+    } else {
+        linear(a.wo_b, ws.z, T, ws.y);
+    }
 
     // 7. Each sequence's ring keeps its last W entries (written after the attention read the old ones), unless
     //    step 2 wrote them.

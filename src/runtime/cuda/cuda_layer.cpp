@@ -153,7 +153,7 @@ void CudaModel::Impl::linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t
 // path does not take (K % 16 != 0, small models only) runs the generic path, batch-invariant too
 // (cuda::fp8_gemm_path_for).
 void CudaModel::Impl::linear(const Lane& lane, const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y,
-                             const Fp8Rows& quantized, const int32_t* rows_live) {
+                             const Fp8Rows& quantized, const int32_t* rows_live, const cuda::HcPostParams* post) {
     DSV4_CHECK(!rows_live || w.format == WeightFormat::kFp8Block, "linear: rows_live needs an FP8 weight ({} given)",
                weight_format_name(w.format));
     if (w.format == WeightFormat::kFp8Block) {
@@ -171,11 +171,19 @@ void CudaModel::Impl::linear(const Lane& lane, const cuda::DeviceMatrix& w, cons
         p.workspace_bytes = lane.gemm_bytes;
         p.path = cuda::fp8_gemm_path_for(w.cols);
         p.rows_live = rows_live;
+        if (post) p.post_mix = {post->mix, post->streams, post->out, int(post->n_hc)};
         cuda::fp8_gemm(*lt, p, lane.stream);
         return;
     }
     linear_f32(lane, w, x, m, lane.y_f32, 0, false);
     cuda::f32_to_bf16({lane.y_f32, y, m, w.rows, w.rows, w.rows}, lane.stream);
+    if (post) cuda::hc_post(*post, lane.stream);
+}
+
+cuda::HcPostParams CudaModel::Impl::ready_post_mix() {
+    sinkhorn_on_side();          // where the sub-layer did not launch it
+    if (!observer) join_side();  // block()'s side_sinkhorn: the deferred Sinkhorn ran on the side lane
+    return {ws.y, ws.streams, ws.mix, ws.streams_next, piece.tokens, config.hc_mult, config.hidden_size};
 }
 
 void CudaModel::Impl::grouped_linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, int64_t groups, bf16* y) {
@@ -236,10 +244,8 @@ void CudaModel::Impl::block(int64_t layer) {
         cuda::hc_pre_norm(mix, {ws.x, norm, ws.x, T, D, D, D, float(c.rms_norm_eps), ws.x_fp8.q, ws.x_fp8.scales}, s);
         if (side_sinkhorn) pending_sinkhorn = mix;
     };
-    auto hc_post = [&]() {   // of ws.y, or of the MoE's pending sum of routed and shared outputs
-        sinkhorn_on_side();  // where the sub-layer did not launch it
-        if (side_sinkhorn) join_side();
-        const cuda::HcPostParams post{ws.y, ws.streams, ws.mix, ws.streams_next, T, n_hc, D};
+    auto hc_post = [&]() {  // of ws.y, or of the MoE's pending sum of routed and shared outputs
+        const cuda::HcPostParams post = ready_post_mix();
         if (pending_combine)
             cuda::hc_post_of_moe(post, *pending_combine, s);
         else
@@ -252,10 +258,15 @@ void CudaModel::Impl::block(int64_t layer) {
     stages.mark("attn_hc_pre", layer);
     hc_pre(b.hc_attn, b.attn_norm);
     observe_bf16("attn_in", layer, ws.x, T, D);
-    attention(layer);
+    attention_post_mix = options.post_mix_in_wo_b;
+    attention(layer);  // with attention_post_mix, wo_b's epilogue computes hc_post's streams
     observe_bf16("attn_out", layer, ws.y, T, D);
     stages.mark("attn_hc_post", layer);
-    hc_post();
+    if (attention_post_mix)
+        std::swap(ws.streams, ws.streams_next);
+    else
+        hc_post();
+    attention_post_mix = false;
 
     // 2. MoE sub-block.
     stages.mark("ffn_hc_pre", layer);

@@ -107,6 +107,9 @@ struct CudaOptions {
     // The routed experts' w2 computes its FP8 input from W1 x and W3 x (cuda::MoeGemmSwiglu) where its kernel can
     // (batch-1 decode steps on one GPU): one launch fewer a layer. Off: the SwiGLU's own launch; the same bits.
     bool swiglu_in_w2 = true;
+    // The attention's mHC post-mix as the epilogue of its output projection wo_b (cuda::Fp8GemmParams::post_mix)
+    // instead of hc_post's own launch after it: one launch fewer a layer. Off: hc_post's launch; the same bits.
+    bool post_mix_in_wo_b = true;
     // The most pinned host memory the logits' copy to the host takes; a piece wanting more logits (every position of
     // a long prefill) goes through it in slices, the same values.
     size_t logit_staging_bytes = size_t(256) << 20;  // a decode step of 519 sequences at V4's vocabulary in one slice

@@ -300,6 +300,12 @@ struct CudaModel::Impl {
     int64_t entry_row(int64_t layer, int slot, int64_t e, bool index) const;
     void block(int64_t layer);
     void attention(int64_t layer);
+    // Set by block() for attention(): its output projection also computes the sub-layer's mHC post-mix
+    // (CudaOptions::post_mix_in_wo_b), leaving ws.streams_next as hc_post would.
+    bool attention_post_mix = false;
+    // hc_post of ws.y into ws.streams_next, ready to run: the deferred Sinkhorn launched, and joined where it ran on
+    // the side lane.
+    cuda::HcPostParams ready_post_mix();
     // moe_forward up to the routed + shared sum: that sum (moe_combine) is left in pending_combine for the MoE's
     // hc_post to compute in its own kernel (hc_post_of_moe), or, with an observer (which reads ws.y), run into ws.y.
     void moe(int64_t layer);
@@ -359,8 +365,9 @@ struct CudaModel::Impl {
     // act_quant of x); y bf16 [m, rows]. Without a lane: on the main lane.
     void linear(const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y, const Fp8Rows& quantized = {});
     // `rows_live`: as cuda::Fp8GemmParams::rows_live (FP8 weights only).
+    // `post`: also the mHC post-mix of y (cuda::hc_post's result, in the GEMM's epilogue for FP8 weights).
     void linear(const Lane& lane, const cuda::DeviceMatrix& w, const bf16* x, int64_t m, bf16* y,
-                const Fp8Rows& quantized, const int32_t* rows_live = nullptr);
+                const Fp8Rows& quantized, const int32_t* rows_live = nullptr, const cuda::HcPostParams* post = nullptr);
     // Precision::linear_f32 on a dense weight: y f32 [m, rows] (row stride ldy, a multiple of 8; 0: rows). A bf16
     // weight whose shape allows (f32_on_tensor_cores: every V4 one, the head, the router, the compressor and indexer
     // projections) runs on the tensor cores (cuda::bf16_linear) unless `chains`; the rest on dense_linear's CUDA-core

@@ -11,6 +11,7 @@
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/gemm_fp8/gemm_fp8_kernels.h"
+#include "kernels/cuda/mhc/mhc.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -118,6 +119,8 @@ std::string fp8_gemm_can_implement(const Fp8GemmParams& p, const Fp8GemmConfig& 
     if (p.rows_live && !(c.path == Fp8GemmPath::kMma && (c.block_m == 16 || c.block_m == 64)))
         return fmt::format("rows_live needs the mma path's 16- or 64-row tiles ({} path, {}-row tiles)",
                            fp8_gemm_path_name(c.path), c.block_m);
+    if (p.post_mix.out && ((p.post_mix.n_hc != 2 && p.post_mix.n_hc != 4) || !p.post_mix.mix || !p.post_mix.streams))
+        return fmt::format("post_mix needs mix, streams and n_hc 2 or 4 (n_hc {})", p.post_mix.n_hc);
     if (c.path == Fp8GemmPath::kGeneric) return p.m <= 65535 ? "" : fmt::format("generic path: M={} above 65535", p.m);
     for (const void* ptr : {static_cast<const void*>(p.a), static_cast<const void*>(p.w)})
         if (reinterpret_cast<uintptr_t>(ptr) % 16) return "A and W must be 16-byte aligned";
@@ -201,6 +204,12 @@ void fp8_gemm(const CublasLt& lt, const Fp8GemmParams& p, cudaStream_t stream) {
     } else {
         DSV4_CUDA_CHECK(launch_fp8_skinny(p, config, static_cast<float*>(p.workspace), stream));
     }
+    if (p.post_mix.out && !fp8_gemm_fuses_post_mix(config))  // the epilogue the tile did not run
+        hc_post({p.y, p.post_mix.streams, p.post_mix.mix, p.post_mix.out, p.m, p.post_mix.n_hc, p.n}, stream);
+}
+
+bool fp8_gemm_fuses_post_mix(const Fp8GemmConfig& c) {
+    return c.path == Fp8GemmPath::kMma && (c.block_m == 16 || c.block_m == 64);
 }
 
 }  // namespace dsv4::cuda

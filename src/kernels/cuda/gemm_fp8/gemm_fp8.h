@@ -58,6 +58,17 @@ struct Fp8GemmParams {
     // shared expert on one rank of an expert-parallel run: every other rank writes zeros that the exchange adds),
     // so no host synchronization. kMma's 16- and 64-row tiles only (fp8_gemm_can_implement says otherwise).
     const int32_t* rows_live = nullptr;
+    // Optional (out != nullptr): the mHC post-mix of the product as its epilogue, with y as the sub-layer's output f:
+    // out[t][k][d] = bf16(post_k y[t][d] + sum_j comb[j][k] streams[t][j][d]) (cuda::hc_post's arithmetic,
+    // mhc/hc_post_math.cuh), so gemm_fp8 then hc_post in one launch where kMma's 16- and 64-row tiles store y (each
+    // element's post-mix where it is stored); the other paths run hc_post after the product. y is written as well.
+    // mix [m, (2 + n_hc) n_hc] (comb normalized), streams and out [m, n_hc, n]; n_hc 2 or 4; out must not alias.
+    struct PostMix {
+        const float* mix = nullptr;
+        const __nv_bfloat16* streams = nullptr;
+        __nv_bfloat16* out = nullptr;
+        int n_hc = 0;
+    } post_mix;
 };
 
 struct Fp8GemmConfig {
@@ -79,6 +90,10 @@ inline constexpr size_t kCublasLtWorkspaceBytes = size_t(32) << 20;
 
 // Empty when `config` can run `p`, else the reason.
 std::string fp8_gemm_can_implement(const Fp8GemmParams& p, const Fp8GemmConfig& config);
+
+// Whether `config`'s kernel applies Fp8GemmParams::post_mix where it stores y (kMma's 16- and 64-row tiles);
+// fp8_gemm runs hc_post after the other paths.
+bool fp8_gemm_fuses_post_mix(const Fp8GemmConfig& config);
 
 // Chooses the config for the current device, checks the contract and runs; throws dsv4::Error on a contract
 // violation or when cuBLASLt offers no algorithm.

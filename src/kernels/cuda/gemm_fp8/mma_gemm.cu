@@ -43,6 +43,7 @@
 #include "kernels/cuda/common/e4m3_pairs.cuh"
 #include "kernels/cuda/common/vector_loads.cuh"
 #include "kernels/cuda/gemm_fp8/gemm_fp8_kernels.h"
+#include "kernels/cuda/mhc/hc_post_math.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -62,7 +63,21 @@ struct MmaArgs {
     int kb;            // K blocks: ceil(k / 128)
     int rows_alloc;    // decode tiles: rows of staged block products per CTA (min(m, 16))
     bool pair_stores;  // n even and y 4-byte aligned: bf16 pairs stored as one word
+    Fp8GemmParams::PostMix post;  // post.out: each stored element's mHC post-mix too (Fp8GemmParams::post_mix)
 };
+
+// Stores y[r, n] and, where asked, its post-mix: the epilogue of every tile.
+__device__ __forceinline__ void store_output(const MmaArgs& args, int64_t r, int64_t n, __nv_bfloat16 v) {
+    args.y[r * args.n + n] = v;
+    if (args.post.out) {
+        const float* mix = args.post.mix + r * (2 + args.post.n_hc) * args.post.n_hc;
+        const float f = bf16_to_f32(v);
+        if (args.post.n_hc == 4)
+            hc_post_element<4>(mix, args.post.streams, args.post.out, r, args.n, n, f);
+        else
+            hc_post_element<2>(mix, args.post.streams, args.post.out, r, args.n, n, f);
+    }
+}
 
 // Bytes [16t, 16t+16) and [64+16t, 64+16t+16) of one row's 128-column block (lane t of its quad).
 struct RowChunks {
@@ -158,7 +173,7 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaAr
             const __nv_bfloat16 zero = __float2bfloat16_rn(0.0f);
             for (int i = threadIdx.x; i < rows_valid * kBN; i += kThreads) {
                 const int64_t n = n_cta + i % kBN;
-                if (n < args.n) args.y[(m_cta + i / kBN) * args.n + n] = zero;
+                if (n < args.n) store_output(args, m_cta + i / kBN, n, zero);
             }
             return;
         }
@@ -261,7 +276,10 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaAr
                     __nv_bfloat16* out = args.y + r * args.n + n;
                     const __nv_bfloat16 lo = __float2bfloat16_rn(live ? sum[mt][nt][2 * h] : 0.0f);
                     const __nv_bfloat16 hi = __float2bfloat16_rn(live ? sum[mt][nt][2 * h + 1] : 0.0f);
-                    if (args.pair_stores && n + 1 < args.n) {
+                    if (args.post.out) {
+                        if (n < args.n) store_output(args, r, n, lo);
+                        if (n + 1 < args.n) store_output(args, r, n + 1, hi);
+                    } else if (args.pair_stores && n + 1 < args.n) {
                         *reinterpret_cast<__nv_bfloat162*>(out) = __halves2bfloat162(lo, hi);
                     } else {
                         if (n < args.n) out[0] = lo;
@@ -278,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaAr
             const float* p = staged + row * kBN + col;
 #pragma unroll 8
             for (int kb = 0; kb < args.kb; ++kb) total = __fadd_rn(total, p[int64_t(kb) * args.rows_alloc * kBN]);
-            args.y[(m_cta + row) * args.n + n_cta + col] = __float2bfloat16_rn(m_cta + row < m_live ? total : 0.0f);
+            store_output(args, m_cta + row, n_cta + col, __float2bfloat16_rn(m_cta + row < m_live ? total : 0.0f));
         }
     }
 }
@@ -319,6 +337,7 @@ cudaError_t launch_fp8_mma(const Fp8GemmParams& p, const Fp8GemmConfig& config, 
     args.kb = int((p.k + kBlockK - 1) / kBlockK);
     args.rows_alloc = int(p.m < 16 ? p.m : 16);
     args.pair_stores = p.n % 2 == 0 && reinterpret_cast<uintptr_t>(p.y) % 4 == 0;
+    args.post = p.post_mix;
     if (config.block_m == 16 && p.m <= 8) {  // rows 8-15 of the one tile are padding
         switch (config.block_n) {
             case 8:

@@ -25,6 +25,7 @@
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/numeric.cuh"
 #include "kernels/cuda/common/resident_ctas.h"
+#include "kernels/cuda/mhc/hc_post_math.cuh"
 #include "kernels/cuda/mhc/mhc.h"
 #include "kernels/cuda/moe_expert/moe_combine.cuh"
 #include "kernels/cuda/quant/fp8_act_codec.cuh"
@@ -531,12 +532,7 @@ __global__ void __launch_bounds__(kPostThreads) hc_post_kernel(HcPostParams p, M
         f = bf16_to_f32(p.f[t * p.dim + d]);
     }
 #pragma unroll
-    for (int k = 0; k < kN; ++k) {
-        float residual = 0.0f;  // sum over the first index of C: C[j][k] X_j
-#pragma unroll
-        for (int j = 0; j < kN; ++j) residual = __fadd_rn(residual, __fmul_rn(mix[2 * kN + j * kN + k], xj[j]));
-        p.out[(t * kN + k) * p.dim + d] = f32_to_bf16(__fadd_rn(__fmul_rn(mix[kN + k], f), residual));
-    }
+    for (int k = 0; k < kN; ++k) p.out[(t * kN + k) * p.dim + d] = f32_to_bf16(hc_post_value<kN>(mix, xj, f, k));
 }
 
 }  // namespace
