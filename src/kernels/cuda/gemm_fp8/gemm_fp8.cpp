@@ -119,8 +119,8 @@ std::string fp8_gemm_can_implement(const Fp8GemmParams& p, const Fp8GemmConfig& 
     if (p.rows_live && !(c.path == Fp8GemmPath::kMma && (c.block_m == 16 || c.block_m == 64)))
         return fmt::format("rows_live needs the mma path's 16- or 64-row tiles ({} path, {}-row tiles)",
                            fp8_gemm_path_name(c.path), c.block_m);
-    if (p.post_mix.out && ((p.post_mix.n_hc != 2 && p.post_mix.n_hc != 4) || !p.post_mix.mix || !p.post_mix.streams))
-        return fmt::format("post_mix needs mix, streams and n_hc 2 or 4 (n_hc {})", p.post_mix.n_hc);
+    if (p.post_mix.out && (p.post_mix.n_hc < 1 || !p.post_mix.mix || !p.post_mix.streams))
+        return fmt::format("post_mix needs mix, streams and n_hc >= 1 (n_hc {})", p.post_mix.n_hc);
     if (c.path == Fp8GemmPath::kGeneric) return p.m <= 65535 ? "" : fmt::format("generic path: M={} above 65535", p.m);
     for (const void* ptr : {static_cast<const void*>(p.a), static_cast<const void*>(p.w)})
         if (reinterpret_cast<uintptr_t>(ptr) % 16) return "A and W must be 16-byte aligned";
@@ -195,21 +195,25 @@ void fp8_gemm(const CublasLt& lt, const Fp8GemmParams& p, cudaStream_t stream) {
     const Fp8GemmConfig config = fp8_gemm_config(p.m, p.n, p.k, multiprocessor_count(), p.path, device_has_wgmma());
     if (std::string why = fp8_gemm_can_implement(p, config); !why.empty())
         fail("gemm_fp8 (M={} N={} K={}, {} path): {}", p.m, p.n, p.k, fp8_gemm_path_name(config.path), why);
+    // The post-mix in the tiles' epilogue where they have one, else hc_post after the product.
+    const bool fused = p.post_mix.out && fp8_gemm_fuses_post_mix(config, p.post_mix.n_hc);
+    Fp8GemmParams launched = p;
+    if (!fused) launched.post_mix = {};
     if (config.path == Fp8GemmPath::kCublasLt) {
         run_cublaslt(lt, p, stream);
     } else if (config.path == Fp8GemmPath::kMma) {
-        DSV4_CUDA_CHECK(launch_fp8_mma(p, config, stream));
+        DSV4_CUDA_CHECK(launch_fp8_mma(launched, config, stream));
     } else if (config.path == Fp8GemmPath::kGeneric) {
         DSV4_CUDA_CHECK(launch_fp8_generic(p, stream));
     } else {
         DSV4_CUDA_CHECK(launch_fp8_skinny(p, config, static_cast<float*>(p.workspace), stream));
     }
-    if (p.post_mix.out && !fp8_gemm_fuses_post_mix(config))  // the epilogue the tile did not run
+    if (p.post_mix.out && !fused)
         hc_post({p.y, p.post_mix.streams, p.post_mix.mix, p.post_mix.out, p.m, p.post_mix.n_hc, p.n}, stream);
 }
 
-bool fp8_gemm_fuses_post_mix(const Fp8GemmConfig& c) {
-    return c.path == Fp8GemmPath::kMma && (c.block_m == 16 || c.block_m == 64);
+bool fp8_gemm_fuses_post_mix(const Fp8GemmConfig& c, int n_hc) {
+    return c.path == Fp8GemmPath::kMma && (c.block_m == 16 || c.block_m == 64) && (n_hc == 2 || n_hc == 4);
 }
 
 }  // namespace dsv4::cuda

@@ -338,6 +338,7 @@ cudaError_t launch_fp8_mma(const Fp8GemmParams& p, const Fp8GemmConfig& config, 
     args.rows_alloc = int(p.m < 16 ? p.m : 16);
     args.pair_stores = p.n % 2 == 0 && reinterpret_cast<uintptr_t>(p.y) % 4 == 0;
     args.post = p.post_mix;
+    if (args.post.out && args.post.n_hc != 2 && args.post.n_hc != 4) return cudaErrorInvalidValue;  // no epilogue
     if (config.block_m == 16 && p.m <= 8) {  // rows 8-15 of the one tile are padding
         switch (config.block_n) {
             case 8:
