@@ -31,6 +31,8 @@ if [ "${1:-}" = "--pack" ]; then
         [ -n "$path" ] && cp -L "$path" "$stage/lib/$(basename "$path")"
     done
     grep -o 'DSV4_SOURCE_DIR=[^ ]*' "$build/build.ninja" | head -1 | sed 's/^DSV4_SOURCE_DIR=\\"\(.*\)\\"$/\1/; s/^DSV4_SOURCE_DIR="\(.*\)"$/\1/' >"$stage/source_dir"
+    # The multi-process tests start dsv4 from the build directory they were compiled for (DSV4_BINARY_DIR).
+    grep -o 'DSV4_BINARY_DIR=[^ ]*' "$build/build.ninja" | head -1 | sed 's/^DSV4_BINARY_DIR=\\"\(.*\)\\"$/\1/; s/^DSV4_BINARY_DIR="\(.*\)"$/\1/' >"$stage/binary_dir"
     git rev-parse --short HEAD >"$stage/commit"
     git diff --quiet HEAD || echo "+ uncommitted changes" >>"$stage/commit"
     tar -cJf out/prebuilt.tar.xz -C "$stage" . && rm -rf "$stage"
@@ -44,6 +46,8 @@ bin=/tmp/dsv4_prebuilt
 rm -rf "$bin" && mkdir -p "$bin" && tar -xJf out/prebuilt.tar.xz -C "$bin" || exit 1
 src=$(cat "$bin/source_dir")
 if [ -n "$src" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
+bdir=$(cat "$bin/binary_dir" 2>/dev/null)
+if [ -n "$bdir" ] && [ ! -e "$bdir/tools/dsv4/dsv4" ]; then mkdir -p "$bdir/tools/dsv4" && ln -s "$bin/dsv4" "$bdir/tools/dsv4/dsv4"; fi
 export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "binaries of $(tr '\n' ' ' <"$bin/commit"); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
 
