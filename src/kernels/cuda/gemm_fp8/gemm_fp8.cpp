@@ -213,7 +213,10 @@ void fp8_gemm(const CublasLt& lt, const Fp8GemmParams& p, cudaStream_t stream) {
 }
 
 bool fp8_gemm_fuses_post_mix(const Fp8GemmConfig& c, int n_hc) {
-    return c.path == Fp8GemmPath::kMma && (c.block_m == 16 || c.block_m == 64) && (n_hc == 2 || n_hc == 4);
+    // The decode tiles only: their epilogue spreads a tile's outputs over the CTA's threads. The 64-row tiles run it
+    // too (the tests hold them to hc_post's bits) but each thread there stores 32 outputs, and 24 loads of streams
+    // and mix apiece made wo_b at batch 256 ~35 us a layer slower than hc_post's 14 us launch (docs/perf.md).
+    return c.path == Fp8GemmPath::kMma && c.block_m == 16 && (n_hc == 2 || n_hc == 4);
 }
 
 }  // namespace dsv4::cuda

@@ -60,8 +60,8 @@ struct Fp8GemmParams {
     const int32_t* rows_live = nullptr;
     // Optional (out != nullptr): the mHC post-mix of the product as its epilogue, with y as the sub-layer's output f:
     // out[t][k][d] = bf16(post_k y[t][d] + sum_j comb[j][k] streams[t][j][d]) (cuda::hc_post's arithmetic,
-    // mhc/hc_post_math.cuh), so gemm_fp8 then hc_post in one launch where kMma's 16- and 64-row tiles store y (each
-    // element's post-mix where it is stored); the other paths run hc_post after the product. y is written as well.
+    // mhc/hc_post_math.cuh), so gemm_fp8 then hc_post in one launch where kMma's decode tiles store y (each element's
+    // post-mix where it is stored: fp8_gemm_fuses_post_mix); elsewhere hc_post runs after the product. y is written.
     // mix [m, (2 + n_hc) n_hc] (comb normalized), streams and out [m, n_hc, n]; out must not alias streams.
     struct PostMix {
         const float* mix = nullptr;
@@ -91,8 +91,8 @@ inline constexpr size_t kCublasLtWorkspaceBytes = size_t(32) << 20;
 // Empty when `config` can run `p`, else the reason.
 std::string fp8_gemm_can_implement(const Fp8GemmParams& p, const Fp8GemmConfig& config);
 
-// Whether `config`'s kernel applies Fp8GemmParams::post_mix where it stores y (kMma's 16- and 64-row tiles, n_hc 2
-// or 4: V4's 4); fp8_gemm runs hc_post after the product otherwise.
+// Whether fp8_gemm has `config`'s kernel apply Fp8GemmParams::post_mix where it stores y (kMma's 16-row decode tiles,
+// n_hc 2 or 4: V4's 4); otherwise it runs hc_post after the product.
 bool fp8_gemm_fuses_post_mix(const Fp8GemmConfig& config, int n_hc);
 
 // Chooses the config for the current device, checks the contract and runs; throws dsv4::Error on a contract
