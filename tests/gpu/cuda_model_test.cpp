@@ -348,12 +348,6 @@ TEST_P(CudaModelFixture, PostMixInWoBChangesNoBits) {
     expect_same_bits_with(options, "with the attention's post-mix in wo_b's epilogue and in its own launch");
 }
 
-TEST_P(CudaModelFixture, CombineInW2ChangesNoBits) {
-    CudaOptions options = comparison_options();
-    options.combine_in_w2 = !options.combine_in_w2;
-    expect_same_bits_with(options, "with the MoE's combine and post-mix in w2's epilogue and in their own launch");
-}
-
 TEST_P(CudaModelFixture, GreedyTokensWithinYardstick) {
     const int64_t V = cpu_->config().vocab_size;
     const int64_t prompt_len = inputs_.greedy_prompt;

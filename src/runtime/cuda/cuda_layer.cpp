@@ -273,14 +273,10 @@ void CudaModel::Impl::block(int64_t layer) {
     hc_pre(b.hc_ffn, b.ffn_norm);
     sinkhorn_on_side();
     observe_bf16("ffn_in", layer, ws.x, T, D);
-    moe(layer);  // with moe_post_mixed, w2's epilogue computed the combine and hc_post's streams
+    moe(layer);
     observe_bf16("ffn_out", layer, ws.y, T, D);
     stages.mark("ffn_hc_post", layer);
-    if (moe_post_mixed)
-        std::swap(ws.streams, ws.streams_next);
-    else
-        hc_post();
-    moe_post_mixed = false;
+    hc_post();
     observe_bf16("streams", layer, ws.streams, T, n_hc * D);
 }
 

@@ -110,10 +110,6 @@ struct CudaOptions {
     // The attention's mHC post-mix as the epilogue of its output projection wo_b (cuda::Fp8GemmParams::post_mix)
     // instead of hc_post's own launch after it: one launch fewer a layer. Off: hc_post's launch; the same bits.
     bool post_mix_in_wo_b = true;
-    // A batch-1 step's MoE end (the combine of the routed and shared outputs, then the mHC post-mix) computed by the
-    // last of w2's CTAs to finish each row tile (cuda::MoeGemmCombine) instead of hc_post_of_moe's launch; where w2
-    // computes its SwiGLU input (swiglu_in_w2). Off: the launch; the same bits.
-    bool combine_in_w2 = true;
     // The most pinned host memory the logits' copy to the host takes; a piece wanting more logits (every position of
     // a long prefill) goes through it in slices, the same values.
     size_t logit_staging_bytes = size_t(256) << 20;  // a decode step of 519 sequences at V4's vocabulary in one slice

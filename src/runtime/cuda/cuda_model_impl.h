@@ -158,7 +158,6 @@ struct Workspace {
             *row_index = nullptr;
     int32_t* shared_rows = nullptr;      // MoeRoutingParams::shared_rows (CudaOptions::shared_expert_on_one_rank)
     cuda::RouterScratch router_scratch;  // cuda::router_and_routing's
-    int32_t* combine_arrivals = nullptr;  // cuda::MoeGemmCombine::arrivals (w2's combine epilogue)
     float* routing_weights = nullptr;
     bf16 *gate = nullptr, *up = nullptr, *hidden = nullptr, *routed_out = nullptr, *shared_out = nullptr;
     bf16* shared_gate_up = nullptr;  // [T, 2 I] shared expert: gate | up per row (stacked), or [T, I] gate, [T, I] up
@@ -304,9 +303,6 @@ struct CudaModel::Impl {
     // Set by block() for attention(): its output projection also computes the sub-layer's mHC post-mix
     // (CudaOptions::post_mix_in_wo_b), leaving ws.streams_next as hc_post would.
     bool attention_post_mix = false;
-    // Set by moe() where w2's epilogue computed the MoE's combine and post-mix (CudaOptions::combine_in_w2): ws.y and
-    // ws.streams_next as hc_post_of_moe would leave them; block() then only swaps the streams.
-    bool moe_post_mixed = false;
     // hc_post of ws.y into ws.streams_next, ready to run: the deferred Sinkhorn launched, and joined where it ran on
     // the side lane.
     cuda::HcPostParams ready_post_mix();

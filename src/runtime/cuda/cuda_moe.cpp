@@ -237,33 +237,14 @@ void CudaModel::Impl::moe(int64_t layer) {
     }
     // w2 computes its input from W1 x and W3 x where its kernel can (a batch-1 decode step on one GPU without an
     // observer, which reads the SwiGLU's bf16 rows): one launch fewer, the same bits (CudaOptions::swiglu_in_w2).
-    // Sum in f32 (routed in ascending expert order, then the shared expert), bf16: this rank's rows.
-    cuda::MoeCombineParams cp;
-    cp.routed = ws.routed_out;
-    cp.experts = ws.experts + piece.moe_first * k;
-    cp.assignment_slot = ws.assignment_slot + piece.moe_first * k;
-    cp.shared = shared_out;
-    cp.out = ws.y;
-    cp.tokens = T;
-    cp.dim = D;
-    cp.k = int32_t(k);
     bool swiglu_in_w2 = false;
     if (is_fp4(m.w2) && ep.ranks == 1 && !observer && options.swiglu_in_w2) {
         const cuda::MoeGemmSwiglu input{sw.gate, sw.up, 0, sw.routing_weights, sw.sorted_assignment, sw.limit};
-        cuda::MoeGemmParams down =
+        const cuda::MoeGemmParams down =
             fp4_params(m.w2, nullptr, slots, I, nullptr, ws.routed_out, nullptr, nullptr, {}, &input);
         swiglu_in_w2 = cuda::moe_gemm_computes_swiglu(down);
-        // And the MoE's end in w2's epilogue (CudaOptions::combine_in_w2): the shared expert and the deferred
-        // Sinkhorn joined before it instead of before hc_post_of_moe (both run beside the router and w1 | w3).
-        if (swiglu_in_w2 && T > 0 && options.combine_in_w2 && cuda::moe_gemm_fuses_combine(down)) {
-            stages.mark("shared_expert", layer);
-            join_side();
-            down.combine = {cp, ready_post_mix(), ws.combine_arrivals};
-            moe_post_mixed = true;
-        }
         if (swiglu_in_w2) cuda::moe_gemm(down, s);
     }
-    if (moe_post_mixed) return;  // ws.y and ws.streams_next written
     if (!swiglu_in_w2) {
         cuda::swiglu(sw, s);
         experts(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out, nullptr, nullptr, {ws.act_q, ws.act_scale});
@@ -279,7 +260,17 @@ void CudaModel::Impl::moe(int64_t layer) {
     stages.mark("shared_expert", layer);
     join_side();
 
-    // The combine: computed by the kernel of the hc_post that reads it, unless an observer reads it here.
+    // Sum in f32 (routed in ascending expert order, then the shared expert), bf16: this rank's rows. Computed by the
+    // kernel of the hc_post that reads it, unless an observer reads it here.
+    cuda::MoeCombineParams cp;
+    cp.routed = ws.routed_out;
+    cp.experts = ws.experts + piece.moe_first * k;
+    cp.assignment_slot = ws.assignment_slot + piece.moe_first * k;
+    cp.shared = shared_out;
+    cp.out = ws.y;
+    cp.tokens = T;
+    cp.dim = D;
+    cp.k = int32_t(k);
     if (observer) {
         stages.mark("moe_combine", layer);
         cuda::moe_combine(cp, s);

@@ -48,18 +48,13 @@ __device__ __forceinline__ void moe_combine_order(const MoeCombineParams& p, int
 }
 
 // Column c of token t: its routed values (all loaded before the first add) summed in order in f32, plus the shared
-// expert's value, rounded to bf16. kFromL2: the routed values are read past L1 (other CTAs of the same launch wrote
-// them: moe_gemm's combine epilogue); the same values, so the same bits.
-template <bool kFromL2 = false>
+// expert's value, rounded to bf16.
 __device__ __forceinline__ __nv_bfloat16 moe_combine_value(const MoeCombineParams& p, const MoeCombineOrder& o,
                                                            int64_t t, int64_t c) {
     const int n = o.count;
     float routed[kMaxCombineK];
 #pragma unroll
-    for (int i = 0; i < kMaxCombineK; ++i) {
-        const __nv_bfloat16* at = p.routed + o.slot[i] * p.dim + c;
-        routed[i] = i < n ? bf16_to_f32(kFromL2 ? __ldcg(at) : *at) : 0.0f;
-    }
+    for (int i = 0; i < kMaxCombineK; ++i) routed[i] = i < n ? bf16_to_f32(p.routed[o.slot[i] * p.dim + c]) : 0.0f;
     const float shared = bf16_to_f32(p.shared[t * p.dim + c]);
     float acc = 0.0f;
 #pragma unroll

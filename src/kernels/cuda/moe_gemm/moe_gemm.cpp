@@ -39,14 +39,6 @@ bool moe_gemm_computes_swiglu(const MoeGemmParams& p) {
            !detail::moe_mma_takes_wgmma(p);
 }
 
-bool moe_gemm_fuses_combine(const MoeGemmParams& p) {
-    return moe_gemm_computes_swiglu(p) && !p.second.w;
-}
-
-int64_t moe_gemm_combine_arrivals(int64_t n) {
-    return (n + 15) / 16;  // one a row tile of the narrowest (16 rows)
-}
-
 std::string moe_gemm_can_implement(const MoeGemmParams& p) {
     const bool gated = p.swiglu.gate != nullptr;
     if ((!gated && (!p.a || !p.a_scale)) || !p.expert_offsets || !p.w || !p.w_scale || !p.y)
@@ -61,18 +53,6 @@ std::string moe_gemm_can_implement(const MoeGemmParams& p) {
             return "the SwiGLU input's rows must be 8-byte aligned and at least K wide";
         if (!moe_gemm_computes_swiglu(p))
             return "this launch cannot compute its SwiGLU input (moe_gemm_computes_swiglu)";
-    }
-    if (p.combine.arrivals) {
-        const MoeCombineParams& c = p.combine.combine;
-        const HcPostParams& h = p.combine.post;
-        if (!gated || !moe_gemm_fuses_combine(p)) return "the combine epilogue needs a launch that computes its SwiGLU";
-        if (c.routed != reinterpret_cast<const __nv_bfloat16*>(p.y) || c.dim != p.n || h.dim != p.n ||
-            h.tokens != c.tokens)
-            return "the combine epilogue sums this launch's outputs: routed == y, dim == n, the same tokens";
-        if ((h.n_hc != 2 && h.n_hc != 4) || !h.mix || !h.streams || !h.out)
-            return fmt::format("the combine epilogue's post-mix needs mix, streams, out and n_hc 2 or 4 (n_hc {})",
-                               h.n_hc);
-        check_moe_combine("moe_gemm's combine epilogue", c);
     }
     if (p.format == ExpertFormat::kNvfp4 && !p.w_global) return "NVFP4 needs the per-expert global scales";
     if (p.experts <= 0 || p.n <= 0 || p.k <= 0)

@@ -22,9 +22,6 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/cuda/mhc/mhc.h"
-#include "kernels/cuda/moe_expert/moe_expert.h"
-
 namespace dsv4::cuda {
 
 enum class ExpertFormat { kMxfp4, kNvfp4 };
@@ -52,19 +49,6 @@ struct MoeGemmSwiglu {
     float limit = 0.0f;                          // swiglu_limit; <= 0: no clamp
 };
 
-// The MoE's end as w2's epilogue (with `swiglu`, where moe_gemm_fuses_combine holds: a batch-1 decode step): the last
-// CTA to finish a row tile of y (an arrival count per tile in `arrivals`, zero before the first launch and left zero)
-// computes, for those columns of every token, moe_combine's sum of the routed rows and the shared expert into
-// combine.out and the sub-layer's mHC post-mix of it into post.out: hc_post_of_moe's result, with its code
-// (moe_combine.cuh, hc_post_math.cuh), without its launch. post.f is unused; post.n_hc 2 or 4.
-struct MoeGemmCombine {
-    MoeCombineParams combine;
-    HcPostParams post;
-    int32_t* arrivals = nullptr;  // [moe_gemm_combine_arrivals(n)]; null: off
-};
-// Arrival counters the combine epilogue needs for a w2 of n output columns.
-int64_t moe_gemm_combine_arrivals(int64_t n);
-
 struct MoeGemmParams {
     const uint8_t* a = nullptr;          // [rows, k] e4m3, row stride k
     const float* a_scale = nullptr;      // [rows, ceil(k/128)] f32, powers of two
@@ -83,7 +67,6 @@ struct MoeGemmParams {
     int expected_active_experts = 0;    // optional: non-empty experts of this launch (picks the row tile; no bits)
     MoeGemmMatrix second;               // optional: w == nullptr for one matrix
     MoeGemmSwiglu swiglu;               // optional: the activations computed from W1 x and W3 x (a, a_scale unused)
-    MoeGemmCombine combine;             // optional, with swiglu: the MoE's combine and post-mix as the epilogue
     MoeGemmPath path = MoeGemmPath::kMma;
 };
 
@@ -97,8 +80,6 @@ MoeGemmConfig moe_gemm_config(int64_t experts, int64_t n, int64_t k, int max_slo
 std::string moe_gemm_can_implement(const MoeGemmParams& p);
 // Whether moe_gemm can take p.swiglu for these parameters on the current device (p.swiglu itself not looked at).
 bool moe_gemm_computes_swiglu(const MoeGemmParams& p);
-// Whether it can also take p.combine (p.combine itself not looked at): where it computes the SwiGLU input.
-bool moe_gemm_fuses_combine(const MoeGemmParams& p);
 void moe_gemm(const MoeGemmParams& p, cudaStream_t stream);
 
 }  // namespace dsv4::cuda

@@ -38,8 +38,6 @@
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/resident_ctas.h"
-#include "kernels/cuda/mhc/hc_post_math.cuh"
-#include "kernels/cuda/moe_expert/moe_combine.cuh"
 #include "kernels/cuda/moe_expert/swiglu_math.cuh"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
 #include "kernels/cuda/moe_gemm/moe_mma_common.cuh"
@@ -125,41 +123,6 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
 // tokens' promotions (c1, c3) and their activation scales are not computed. The same instructions on c0 and c2.
 // kGated (single-slot passes, whole stages; Args::swiglu): each pass first computes its slot's activation row from
 // W1 x and W3 x into shared memory, as cuda::swiglu and act_quant would write it, while its first weight stages load.
-// Args::combine: after this CTA stored its rows [n0, n0 + rows) of y, the last of the `count` CTAs that store rows of
-// that tile (one an active expert) computes the MoE's combine and post-mix of those columns for every token, with
-// hc_post_of_moe's code: the routed rows read past L1 (the other CTAs' stores, made visible by their fence before the
-// arrival), the counter reset for the next launch. Every thread of the CTA calls it.
-template <int kThreads>
-__device__ void combine_if_last(const Args& p, int64_t n0, int rows, int64_t tile, int count) {
-    __shared__ int last;
-    __shared__ MoeCombineOrder order;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(p.combine.arrivals + tile, 1) == count - 1;
-        if (last) p.combine.arrivals[tile] = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const MoeCombineParams& c = p.combine.combine;
-    const HcPostParams& h = p.combine.post;
-    const int64_t end = n0 + rows < p.n ? n0 + rows : p.n;
-    for (int64_t t = 0; t < c.tokens; ++t) {
-        moe_combine_order(c, t, order);
-        const float* mix = h.mix + t * (2 + h.n_hc) * h.n_hc;
-        for (int64_t d = n0 + threadIdx.x; d < end; d += kThreads) {
-            const __nv_bfloat16 f = moe_combine_value<true>(c, order, t, d);
-            c.out[t * c.dim + d] = f;
-            if (h.n_hc == 4)
-                hc_post_element<4>(mix, h.streams, h.out, t, h.dim, d, bf16_to_f32(f));
-            else
-                hc_post_element<2>(mix, h.streams, h.out, t, h.dim, d, bf16_to_f32(f));
-        }
-        __syncthreads();  // `order` is the next token's after this
-    }
-}
-
 template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false,
           bool kGated = false>
 __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRowGroups>()) moe_mma_kernel(Args p) {
@@ -417,8 +380,6 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
                         m.y[(s0 + token) * p.n + n] = __float2bfloat16_rn(sum[nt][i]);
                 }
         }
-        if constexpr (kGated)
-            if (p.combine.arrivals) combine_if_last<kThreads>(p, n0, kRowsPerCta, item % n_tiles, count);
     }
 }
 
@@ -526,7 +487,6 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaSt
     args.n = p.n;
     args.k = p.k;
     args.swiglu = p.swiglu;
-    args.combine = p.combine;
     const int tokens = moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert);
     if (variant == MoeMmaVariant::kChosen && moe_mma_takes_wgmma(p)) {
         if (p.swiglu.gate) return cudaErrorInvalidValue;  // moe_gemm_computes_swiglu

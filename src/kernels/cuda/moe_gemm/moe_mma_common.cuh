@@ -33,7 +33,6 @@ struct Args {
     int mat_count;
     int64_t experts, n, k;
     MoeGemmSwiglu swiglu;  // gate != nullptr: the activations are computed from W1 x and W3 x (moe_mma.cu only)
-    MoeGemmCombine combine;  // arrivals != nullptr: the MoE's combine and post-mix as the epilogue (with swiglu)
 };
 
 // Bytes of shared memory the list of active experts takes (16-byte aligned, so what follows stays aligned).
