@@ -158,9 +158,6 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const Ind
 // ---- top-k
 
 constexpr int kTopkThreads = 512;
-// Keys the top-k holds in shared memory after its first read of the scores (a decode step's up to 32K positions at
-// ratio 4): its second histogram pass and its compaction read them there instead of from global memory again.
-constexpr int kTopkCachedKeys = 8192;
 
 // Order-preserving 16-bit key of a bf16 score (larger score -> larger key); -0 is keyed as +0 (they compare equal).
 __device__ __forceinline__ uint32_t order_key(uint16_t bits) {
@@ -188,7 +185,6 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(const Indexe
     __shared__ int hist[256];
     __shared__ int scratch[kTopkThreads / 32];
     extern __shared__ unsigned long long cand[];  // [indexer_topk_candidates(topk)]
-    __shared__ uint16_t cached[kTopkCachedKeys];  // order_key of score w, where visible <= kTopkCachedKeys
     __shared__ uint32_t threshold_shared;
     __shared__ int above_shared;
 
@@ -204,16 +200,13 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(const Indexe
     }
 
     // 1. Radix select: the k-th largest key T and the number of keys above it.
-    const bool cache = visible <= kTopkCachedKeys;
-    auto key_of = [&](int w) { return cache ? uint32_t(cached[w]) : order_key(scores[w]); };
     uint32_t prefix = 0;
     int above = 0;  // keys greater than the current prefix range
     for (int pass = 0; pass < 2; ++pass) {
         for (int b = threadIdx.x; b < 256; b += kTopkThreads) hist[b] = 0;
         __syncthreads();
         for (int w = threadIdx.x; w < visible; w += kTopkThreads) {
-            const uint32_t key = pass == 0 ? order_key(scores[w]) : key_of(w);
-            if (pass == 0 && cache) cached[w] = uint16_t(key);  // read by pass 1 after the barrier below
+            const uint32_t key = order_key(scores[w]);
             if (pass == 0 || (key >> 8) == prefix) atomicAdd(&hist[pass == 0 ? key >> 8 : key & 0xFFu], 1);
         }
         __syncthreads();
@@ -245,7 +238,7 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(const Indexe
     int base_above = 0, base_equal = 0;
     for (int w0 = 0; w0 < visible; w0 += kTopkThreads) {
         const int w = w0 + threadIdx.x;
-        const uint32_t key = w < visible ? key_of(w) : 0u;
+        const uint32_t key = w < visible ? order_key(scores[w]) : 0u;
         const int is_above = w < visible && key > threshold, is_equal = w < visible && key == threshold;
         int total = 0;
         const int rank = block_exclusive_scan(is_above | (is_equal << 16), total, scratch);
