@@ -148,18 +148,8 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const Ind
     }
     __syncthreads();
     if (threadIdx.x < kKeys && w0 + int(threadIdx.x) < visible) {
-        // f32, heads in order; the terms of 8 heads loaded before their adds (the adds stay one chain in head order:
-        // loading each just before its add left every add waiting for a shared-memory round trip).
-        float total = 0.0f;
-        int h = 0;
-        for (; h + 8 <= p.heads; h += 8) {
-            float v[8];
-#pragma unroll
-            for (int i = 0; i < 8; ++i) v[i] = __bfloat162float(terms[(h + i) * kTStride + threadIdx.x]);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) total += v[i];
-        }
-        for (; h < p.heads; ++h) total += __bfloat162float(terms[h * kTStride + threadIdx.x]);
+        float total = 0.0f;  // f32, heads in order
+        for (int h = 0; h < p.heads; ++h) total += __bfloat162float(terms[h * kTStride + threadIdx.x]);
         const __nv_bfloat16 v = __float2bfloat16_rn(total);
         p.scores[int64_t(token) * p.max_visible + w0 + threadIdx.x] = *reinterpret_cast<const uint16_t*>(&v);
     }
