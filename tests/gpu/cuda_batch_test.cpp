@@ -70,11 +70,10 @@ class CudaBatch : public ::testing::TestWithParam<std::string> {
             expect_same(batched[size_t(i)], alone(*gpu, plan, i),
                         GetParam() + " sequence " + std::to_string(i) + " (prompt " + std::to_string(length) + ")");
         }
-        std::printf(
-            "[ bitwise  ] %s: %d sequences (%lld prompt tokens), %d decode steps at B = %d then %d, equal "
-            "to each alone\n",
-            GetParam().c_str(), plan.batch(), (long long)tokens, plan.steps, plan.batch(),
-            plan.batch() - plan.finish_early);
+        std::printf("[ bitwise  ] %s: %d sequences (%lld prompt tokens), %d decode steps at B = %d then %d, equal "
+                    "to each alone\n",
+                    GetParam().c_str(), plan.batch(), (long long)tokens, plan.steps, plan.batch(),
+                    plan.batch() - plan.finish_early);
     }
 
     std::vector<int32_t> ids_;

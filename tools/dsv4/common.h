@@ -32,7 +32,7 @@ struct ModelOptions {
     int64_t random_layers = 0;   // 0: the preset's
     uint64_t random_seed = 0;
     std::string numerics = "auto";  // auto: model numerics for quantized checkpoints, reference for float ones
-    std::string backend;            // cpu | cuda; empty: cuda with --gpus, else cpu
+    std::string backend;  // cpu | cuda; empty: cuda with --gpus, else cpu
     int threads = 0;
     bool quiet = false;
     // Runtime shape for backends with a state pool (CUDA; 0: the backend's default): sequences held at once,
