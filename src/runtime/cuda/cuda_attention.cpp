@@ -308,6 +308,7 @@ void CudaModel::Impl::indexer_select(cudaStream_t on, int64_t layer, const uint8
     sp.max_visible = int32_t(visible);
     sp.max_pages = int32_t(pool.max_pages);
     sp.page_size = int32_t(pool.page_entries[size_t(layer)]);
+    sp.sequence_runs = !piece.one_token_each;  // a prefill piece: runs of tokens of one sequence
     cuda::indexer_scores(sp, on);
     cuda::IndexerTopkParams tp;
     tp.scores = sp.scores;

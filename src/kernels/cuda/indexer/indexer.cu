@@ -1,7 +1,9 @@
 // Lightning-indexer kernels (see indexer.h).
-//   indexer_scores_kernel: one CTA per (token, 64 keys): dequantized FP4 keys and the token's queries in shared
-//     memory, q.k on tensor cores (mma.sync bf16 -> f32: q and k are FP4 values times power-of-two scales, exact in
-//     bf16), the bf16 stages per (head, key), then one thread per key sums the heads in head order (the CPU order).
+//   indexer_scores_kernel: one CTA per (token, 64 keys), or per (4 tokens, 64 keys) in prefill pieces, which then
+//     gathers a sequence's keys once for its tokens (IndexerScoresParams::sequence_runs): dequantized FP4 keys and the
+//     token's queries in shared memory, q.k on tensor cores (mma.sync bf16 -> f32: q and k are FP4 values times
+//     power-of-two scales, exact in bf16), the bf16 stages per (head, key), then one thread per key sums the heads in
+//     head order (the CPU order).
 //   indexer_topk_kernel: one CTA per token: a radix select on the 16-bit order key of the bf16 scores (two 8-bit
 //     histogram passes find the k-th largest key T, a warp scanning the 256 bins), an ordered compaction (keys > T,
 //     then the lowest-index keys == T), a bitonic sort of the k winners by (score desc, index asc), then optionally
@@ -29,129 +31,155 @@ constexpr int kMaxHeads = 64, kMaxDim = 128;
 constexpr int kRowStride = kMaxDim + 8;
 constexpr int kTStride = kKeys + 4;
 
-__device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
+__device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) {
+    return __uint_as_float(uint32_t(b) << 16);
+}
 
 __device__ __forceinline__ int visible_entries(int position, int ratio, int max_visible) {
     return min((position + 1) / ratio, max_visible);
 }
 
+// kGroup tokens per CTA (IndexerScoresParams::sequence_runs: prefill pieces, where neighbouring tokens are mostly of
+// one sequence): the CTA gathers and dequantizes its 64 keys once for every token of the group of the same sequence
+// as the group's first, up to the most keys any of them sees, then runs each token's queries against them in turn (a
+// token of another sequence gathers its own). Each token's scores are the same computation as with kGroup 1.
+template <int kGroup>
 __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const IndexerScoresParams p) {
     __shared__ __align__(16) __nv_bfloat16 qs[kMaxHeads * kRowStride];
     __shared__ __align__(16) __nv_bfloat16 ks[kKeys * kRowStride];
     __shared__ __nv_bfloat16 terms[kMaxHeads * kTStride];  // bf16 values: exact
     __shared__ float weights[kMaxHeads];
-    __shared__ int64_t key_rows[kKeys];                                 // pool row of each visible key
+    __shared__ int64_t key_rows[kKeys];                                               // pool row of each visible key
     __shared__ __align__(16) uint8_t raw[kKeys * IndexEntryLayout{kMaxDim}.bytes()];  // the packed entries
     __shared__ float e2m1_values[16];  // entry::e2m1_to_f32 of every nibble: one load a value in the dequantization
 
-    const int token = blockIdx.x, w0 = blockIdx.y * kKeys;
-    const int visible = visible_entries(p.token_position[token], p.ratio, p.max_visible);
-    if (w0 >= visible) return;
+    __shared__ int gathered_state, gathered_visible;  // whose keys ks holds, and how many of the tile's are real
+    const int w0 = blockIdx.y * kKeys;
     const int dim = p.dim, m_tiles = (p.heads + 15) / 16;
+    if (threadIdx.x == 0) gathered_state = -1;
+    for (int member = 0; member < kGroup; ++member) {
+        const int token = blockIdx.x * kGroup + member;
+        if (token >= p.tokens) break;
+        const int visible = visible_entries(p.token_position[token], p.ratio, p.max_visible);
+        if (w0 >= visible) continue;  // the same for every thread of the CTA
+        // The keys this token needs: those of its sequence up to the most the group's tokens of it see (positions grow
+        // along a run, so usually the group's last token's count).
+        int need = visible;
+        for (int h = member + 1; h < kGroup && blockIdx.x * kGroup + h < p.tokens; ++h)
+            if (p.token_state[blockIdx.x * kGroup + h] == p.token_state[token])
+                need = max(need, visible_entries(p.token_position[blockIdx.x * kGroup + h], p.ratio, p.max_visible));
+        __syncthreads();  // the previous token's readers of qs, ks and terms are done; gathered_state is set
+        const bool gather = gathered_state != p.token_state[token] || gathered_visible < min(need, w0 + kKeys);
 
-    // Queries by 16-byte cp.async (rows past `heads` are zeros), head weights, and the keys' pool rows; then the
-    // packed key entries, kUnroll bytes per thread in flight at once. Every load is issued before its first use,
-    // so the tile costs two memory round trips (rows, then entries) instead of one per loop iteration.
-    const uint16_t* q = p.q + int64_t(token) * p.heads * dim;
-    for (int i = threadIdx.x; i < m_tiles * 16 * (dim / 8); i += kScoreThreads) {
-        const int h = i / (dim / 8), c = i % (dim / 8);
-        __nv_bfloat16* dst = &qs[h * kRowStride + 8 * c];
-        if (h < p.heads)
-            cp_async16(smem_addr(dst), q + h * dim + 8 * c);
-        else
-            *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-    }
-    for (int h = threadIdx.x; h < p.heads; h += kScoreThreads)
-        weights[h] = bf16_bits_to_f32(p.head_weights[int64_t(token) * p.heads + h]);
-    if (threadIdx.x < 16) e2m1_values[threadIdx.x] = entry::e2m1_to_f32(threadIdx.x);
-    const IndexEntryLayout layout{dim};
-    const int entry_bytes = int(layout.bytes());
-    if (threadIdx.x < kKeys) {
-        const int w = w0 + threadIdx.x;
-        const int32_t* pages = p.page_table + int64_t(p.token_state[token]) * p.max_pages;
-        key_rows[threadIdx.x] = w < visible ? int64_t(pages[w / p.page_size]) * p.page_size + w % p.page_size : -1;
-    }
-    __syncthreads();
-    constexpr int kUnroll = 16;
-    const int raw_bytes = kKeys * entry_bytes;
-    if (entry_bytes % 4 == 0 && reinterpret_cast<uintptr_t>(p.keys) % 4 == 0) {
-        // Whole 32-bit words (V4's 68-byte entries): a tile's 4,352 bytes in one round trip (bytes took three).
-        const int words = raw_bytes / 4, row_words = entry_bytes / 4;
-        const uint32_t* keys = reinterpret_cast<const uint32_t*>(p.keys);
-        uint32_t* raw_words = reinterpret_cast<uint32_t*>(raw);
-        for (int i0 = threadIdx.x; i0 < words; i0 += kScoreThreads * kUnroll) {
-            uint32_t held[kUnroll];
-#pragma unroll
-            for (int j = 0; j < kUnroll; ++j) {
-                const int i = i0 + j * kScoreThreads, r = i / row_words;
-                held[j] = i < words && key_rows[r] >= 0 ? __ldg(keys + key_rows[r] * row_words + i % row_words) : 0u;
-            }
-#pragma unroll
-            for (int j = 0; j < kUnroll; ++j)
-                if (i0 + j * kScoreThreads < words) raw_words[i0 + j * kScoreThreads] = held[j];
+        // Queries by 16-byte cp.async (rows past `heads` are zeros), head weights, and the keys' pool rows; then the
+        // packed key entries, kUnroll bytes per thread in flight at once. Every load is issued before its first use,
+        // so the tile costs two memory round trips (rows, then entries) instead of one per loop iteration.
+        const uint16_t* q = p.q + int64_t(token) * p.heads * dim;
+        for (int i = threadIdx.x; i < m_tiles * 16 * (dim / 8); i += kScoreThreads) {
+            const int h = i / (dim / 8), c = i % (dim / 8);
+            __nv_bfloat16* dst = &qs[h * kRowStride + 8 * c];
+            if (h < p.heads)
+                cp_async16(smem_addr(dst), q + h * dim + 8 * c);
+            else
+                *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
         }
-    } else {
-        for (int i0 = threadIdx.x; i0 < raw_bytes; i0 += kScoreThreads * kUnroll) {
-            uint8_t held[kUnroll];
-#pragma unroll
-            for (int j = 0; j < kUnroll; ++j) {
-                const int i = i0 + j * kScoreThreads, r = i / entry_bytes;
-                held[j] = i < raw_bytes && key_rows[r] >= 0 ? p.keys[key_rows[r] * entry_bytes + i % entry_bytes] : 0;
-            }
-#pragma unroll
-            for (int j = 0; j < kUnroll; ++j)
-                if (i0 + j * kScoreThreads < raw_bytes) raw[i0 + j * kScoreThreads] = held[j];
+        for (int h = threadIdx.x; h < p.heads; h += kScoreThreads)
+            weights[h] = bf16_bits_to_f32(p.head_weights[int64_t(token) * p.heads + h]);
+        if (threadIdx.x < 16) e2m1_values[threadIdx.x] = entry::e2m1_to_f32(threadIdx.x);
+        const IndexEntryLayout layout{dim};
+        const int entry_bytes = int(layout.bytes());
+        if (gather && threadIdx.x < kKeys) {
+            const int w = w0 + threadIdx.x;
+            const int32_t* pages = p.page_table + int64_t(p.token_state[token]) * p.max_pages;
+            key_rows[threadIdx.x] = w < need ? int64_t(pages[w / p.page_size]) * p.page_size + w % p.page_size : -1;
         }
-    }
-    cp_async_wait_all();
-    __syncthreads();
+        __syncthreads();
+        constexpr int kUnroll = 16;
+        const int raw_bytes = kKeys * entry_bytes;
+        if (!gather) {
+            // ks holds this sequence's keys already
+        } else if (entry_bytes % 4 == 0 && reinterpret_cast<uintptr_t>(p.keys) % 4 == 0) {
+            // Whole 32-bit words (V4's 68-byte entries): a tile's 4,352 bytes in one round trip (bytes took three).
+            const int words = raw_bytes / 4, row_words = entry_bytes / 4;
+            const uint32_t* keys = reinterpret_cast<const uint32_t*>(p.keys);
+            uint32_t* raw_words = reinterpret_cast<uint32_t*>(raw);
+            for (int i0 = threadIdx.x; i0 < words; i0 += kScoreThreads * kUnroll) {
+                uint32_t held[kUnroll];
+#pragma unroll
+                for (int j = 0; j < kUnroll; ++j) {
+                    const int i = i0 + j * kScoreThreads, r = i / row_words;
+                    held[j] =
+                        i < words && key_rows[r] >= 0 ? __ldg(keys + key_rows[r] * row_words + i % row_words) : 0u;
+                }
+#pragma unroll
+                for (int j = 0; j < kUnroll; ++j)
+                    if (i0 + j * kScoreThreads < words) raw_words[i0 + j * kScoreThreads] = held[j];
+            }
+        } else {
+            for (int i0 = threadIdx.x; i0 < raw_bytes; i0 += kScoreThreads * kUnroll) {
+                uint8_t held[kUnroll];
+#pragma unroll
+                for (int j = 0; j < kUnroll; ++j) {
+                    const int i = i0 + j * kScoreThreads, r = i / entry_bytes;
+                    held[j] =
+                        i < raw_bytes && key_rows[r] >= 0 ? p.keys[key_rows[r] * entry_bytes + i % entry_bytes] : 0;
+                }
+#pragma unroll
+                for (int j = 0; j < kUnroll; ++j)
+                    if (i0 + j * kScoreThreads < raw_bytes) raw[i0 + j * kScoreThreads] = held[j];
+            }
+        }
+        cp_async_wait_all();
+        __syncthreads();
 
-    // Keys: one packed byte (two e2m1 values) per step; invisible keys are zeros (their scores are not written).
-    for (int i = threadIdx.x; i < kKeys * (dim / 2); i += kScoreThreads) {
-        const int r = i / (dim / 2), c = i % (dim / 2);
-        uint32_t v = 0u;
-        if (key_rows[r] >= 0) {
-            const uint8_t* entry = raw + r * entry_bytes;
-            const uint8_t byte = entry[c];
-            const float scale = entry::e8m0_to_f32(entry[layout.scale_offset() + (2 * c) / kIndexScaleBlock]);
-            const __nv_bfloat162 pair =
-                __floats2bfloat162_rn(e2m1_values[byte & 0xFu] * scale, e2m1_values[byte >> 4] * scale);
-            v = *reinterpret_cast<const uint32_t*>(&pair);
+        // Keys: one packed byte (two e2m1 values) per step; keys past `need` are zeros (their scores are not written).
+        for (int i = threadIdx.x; gather && i < kKeys * (dim / 2); i += kScoreThreads) {
+            const int r = i / (dim / 2), c = i % (dim / 2);
+            uint32_t v = 0u;
+            if (key_rows[r] >= 0) {
+                const uint8_t* entry = raw + r * entry_bytes;
+                const uint8_t byte = entry[c];
+                const float scale = entry::e8m0_to_f32(entry[layout.scale_offset() + (2 * c) / kIndexScaleBlock]);
+                const __nv_bfloat162 pair =
+                    __floats2bfloat162_rn(e2m1_values[byte & 0xFu] * scale, e2m1_values[byte >> 4] * scale);
+                v = *reinterpret_cast<const uint32_t*>(&pair);
+            }
+            *reinterpret_cast<uint32_t*>(&ks[r * kRowStride + 2 * c]) = v;
         }
-        *reinterpret_cast<uint32_t*>(&ks[r * kRowStride + 2 * c]) = v;
-    }
-    __syncthreads();
+        if (gather && threadIdx.x == 0) gathered_state = p.token_state[token], gathered_visible = min(need, w0 + kKeys);
+        __syncthreads();
 
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
-    if (warp < m_tiles) {
-        float s[8][4];
-        for (int nt = 0; nt < 8; ++nt)
-            for (int i = 0; i < 4; ++i) s[nt][i] = 0.0f;
-        const __nv_bfloat16* qa = &qs[(warp * 16 + g) * kRowStride + 2 * tig];
-        const __nv_bfloat16* kb = &ks[g * kRowStride + 2 * tig];
-        for (int k0 = 0; k0 < dim; k0 += 16) {
-            const uint32_t a[4] = {ld32(qa + k0), ld32(qa + 8 * kRowStride + k0), ld32(qa + k0 + 8),
-                                   ld32(qa + 8 * kRowStride + k0 + 8)};
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+        if (warp < m_tiles) {
+            float s[8][4];
+            for (int nt = 0; nt < 8; ++nt)
+                for (int i = 0; i < 4; ++i) s[nt][i] = 0.0f;
+            const __nv_bfloat16* qa = &qs[(warp * 16 + g) * kRowStride + 2 * tig];
+            const __nv_bfloat16* kb = &ks[g * kRowStride + 2 * tig];
+            for (int k0 = 0; k0 < dim; k0 += 16) {
+                const uint32_t a[4] = {ld32(qa + k0), ld32(qa + 8 * kRowStride + k0), ld32(qa + k0 + 8),
+                                       ld32(qa + 8 * kRowStride + k0 + 8)};
 #pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
-                const __nv_bfloat16* b = kb + nt * 8 * kRowStride + k0;
-                mma_16816(s[nt], a, ld32(b), ld32(b + 8));
+                for (int nt = 0; nt < 8; ++nt) {
+                    const __nv_bfloat16* b = kb + nt * 8 * kRowStride + k0;
+                    mma_16816(s[nt], a, ld32(b), ld32(b + 8));
+                }
             }
+            // The bf16 stages of indexer_scores: q.k -> bf16, ReLU, x head weight -> bf16.
+            for (int nt = 0; nt < 8; ++nt)
+                for (int i = 0; i < 4; ++i) {
+                    const int h = warp * 16 + g + (i >= 2 ? 8 : 0), key = nt * 8 + 2 * tig + (i & 1);
+                    const float dot = fmaxf(entry::round_bf16(s[nt][i]), 0.0f);
+                    terms[h * kTStride + key] = __float2bfloat16_rn(h < p.heads ? dot * weights[h] : 0.0f);
+                }
         }
-        // The bf16 stages of indexer_scores: q.k -> bf16, ReLU, x head weight -> bf16.
-        for (int nt = 0; nt < 8; ++nt)
-            for (int i = 0; i < 4; ++i) {
-                const int h = warp * 16 + g + (i >= 2 ? 8 : 0), key = nt * 8 + 2 * tig + (i & 1);
-                const float dot = fmaxf(entry::round_bf16(s[nt][i]), 0.0f);
-                terms[h * kTStride + key] = __float2bfloat16_rn(h < p.heads ? dot * weights[h] : 0.0f);
-            }
-    }
-    __syncthreads();
-    if (threadIdx.x < kKeys && w0 + int(threadIdx.x) < visible) {
-        float total = 0.0f;  // f32, heads in order
-        for (int h = 0; h < p.heads; ++h) total += __bfloat162float(terms[h * kTStride + threadIdx.x]);
-        const __nv_bfloat16 v = __float2bfloat16_rn(total);
-        p.scores[int64_t(token) * p.max_visible + w0 + threadIdx.x] = *reinterpret_cast<const uint16_t*>(&v);
+        __syncthreads();
+        if (threadIdx.x < kKeys && w0 + int(threadIdx.x) < visible) {
+            float total = 0.0f;  // f32, heads in order
+            for (int h = 0; h < p.heads; ++h) total += __bfloat162float(terms[h * kTStride + threadIdx.x]);
+            const __nv_bfloat16 v = __float2bfloat16_rn(total);
+            p.scores[int64_t(token) * p.max_visible + w0 + threadIdx.x] = *reinterpret_cast<const uint16_t*>(&v);
+        }
     }
 }
 
@@ -297,8 +325,14 @@ namespace detail {
 
 void indexer_scores_launch(const IndexerScoresParams& p, cudaStream_t stream) {
     if (p.tokens == 0 || p.max_visible == 0) return;
-    const dim3 grid(p.tokens, (p.max_visible + kKeys - 1) / kKeys);
-    indexer_scores_kernel<<<grid, kScoreThreads, 0, stream>>>(p);
+    constexpr int kRunGroup = 4;  // tokens per CTA where neighbouring tokens share a sequence
+    if (p.sequence_runs) {
+        const dim3 grid((p.tokens + kRunGroup - 1) / kRunGroup, (p.max_visible + kKeys - 1) / kKeys);
+        indexer_scores_kernel<kRunGroup><<<grid, kScoreThreads, 0, stream>>>(p);
+    } else {
+        const dim3 grid(p.tokens, (p.max_visible + kKeys - 1) / kKeys);
+        indexer_scores_kernel<1><<<grid, kScoreThreads, 0, stream>>>(p);
+    }
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
