@@ -196,6 +196,29 @@ bool check(const std::vector<float>& init, float* a, float* b, int n) {
     return got == want;
 }
 
+// The chain's two ping-pong buffers of n floats and the values every timed variant starts from.
+struct PingPong {
+    int n;
+    float *a = nullptr, *b = nullptr;
+    std::vector<float> init;
+    explicit PingPong(int floats) : n(floats), init(static_cast<size_t>(floats)) {
+        DSV4_CUDA_CHECK(cudaMalloc(&a, size_t(n) * 4));
+        DSV4_CUDA_CHECK(cudaMalloc(&b, size_t(n) * 4));
+        for (int i = 0; i < n; ++i) init[size_t(i)] = float(i % 97);
+    }
+    ~PingPong() {
+        cudaFree(a);
+        cudaFree(b);
+    }
+    PingPong(const PingPong&) = delete;
+    PingPong& operator=(const PingPong&) = delete;
+    void reset() const {
+        DSV4_CUDA_CHECK(cudaMemcpy(a, init.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
+        DSV4_CUDA_CHECK(cudaMemcpy(b, init.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
+    }
+    bool matches() const { return check(init, a, b, n); }
+};
+
 }  // namespace
 
 int main() {
@@ -206,24 +229,16 @@ int main() {
     std::printf("%8s %12s %14s %14s %8s  %s\n", "CTAs", "floats/CTA", "plain us/kern", "PDL us/kern", "saved", "check");
     for (const auto& [ctas, per_cta] :
          {std::pair{1, 0}, {1, 2048}, {16, 2048}, {132, 2048}, {264, 2048}, {528, 1024}}) {
-        const int n = ctas * per_cta > 0 ? ctas * per_cta : 1;
-        float *a, *b;
-        DSV4_CUDA_CHECK(cudaMalloc(&a, size_t(n) * 4));
-        DSV4_CUDA_CHECK(cudaMalloc(&b, size_t(n) * 4));
-        std::vector<float> init(static_cast<size_t>(n));
-        for (int i = 0; i < n; ++i) init[size_t(i)] = float(i % 97);
+        const PingPong buffers(ctas * per_cta > 0 ? ctas * per_cta : 1);
         bool ok = true;
         float us[2];
         for (int pdl = 0; pdl < 2; ++pdl) {
-            DSV4_CUDA_CHECK(cudaMemcpy(a, init.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
-            DSV4_CUDA_CHECK(cudaMemcpy(b, init.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
-            us[pdl] = chain_us(pdl, ctas, per_cta, a, b, s);
-            if (per_cta > 0) ok = ok && check(init, a, b, n);
+            buffers.reset();
+            us[pdl] = chain_us(pdl, ctas, per_cta, buffers.a, buffers.b, s);
+            if (per_cta > 0) ok = ok && buffers.matches();
         }
         std::printf("%8d %12d %14.2f %14.2f %7.2f  %s\n", ctas, per_cta, us[0], us[1], us[0] - us[1],
                     per_cta > 0 ? (ok ? "bitwise" : "MISMATCH") : "-");
-        DSV4_CUDA_CHECK(cudaFree(a));
-        DSV4_CUDA_CHECK(cudaFree(b));
     }
     // Weight readers: 264 CTAs (two an SM), each kernel streaming its own weights (48 distinct slices, so they come
     // from DRAM), the dependent part 2048 floats a CTA.
@@ -236,31 +251,25 @@ int main() {
     unsigned* count;
     DSV4_CUDA_CHECK(cudaMalloc(&count, sizeof(unsigned)));
     for (const int w_per_thread : {1, 4, 16, 64, 256}) {
-        const int ctas = 264, per_cta = 2048, n = ctas * per_cta;
+        const int ctas = 264, per_cta = 2048;
         const size_t w_count = size_t(kChain) * ctas * kThreads * w_per_thread;
         float4* w;
         DSV4_CUDA_CHECK(cudaMalloc(&w, w_count * sizeof(float4)));
         DSV4_CUDA_CHECK(cudaMemset(w, 0, w_count * sizeof(float4)));
-        float *a, *b;
-        DSV4_CUDA_CHECK(cudaMalloc(&a, size_t(n) * 4));
-        DSV4_CUDA_CHECK(cudaMalloc(&b, size_t(n) * 4));
-        std::vector<float> init(static_cast<size_t>(n));
-        for (int i = 0; i < n; ++i) init[size_t(i)] = float(i % 97);
+        const PingPong buffers(ctas * per_cta);
+        float *a = buffers.a, *b = buffers.b;
         bool ok = true;
         float us[4];
         for (int variant = 0; variant < 4; ++variant) {
-            DSV4_CUDA_CHECK(cudaMemcpy(a, init.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
-            DSV4_CUDA_CHECK(cudaMemcpy(b, init.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
+            buffers.reset();
             us[variant] = variant < 2 ? chain_us(variant == 1, ctas, per_cta, a, b, s, w, w_per_thread)
                                       : persistent_us(variant == 3, ctas, per_cta, a, b, s, w, w_per_thread, count);
-            ok = ok && check(init, a, b, n);
+            ok = ok && buffers.matches();
         }
         const double mb = double(ctas) * kThreads * w_per_thread * 16 / 1e6;
         std::printf("%12.1f %14.2f %14.2f %14.2f %14.2f  %s\n", mb, us[0], us[1], us[2], us[3],
                     ok ? "bitwise" : "MISMATCH");
         DSV4_CUDA_CHECK(cudaFree(w));
-        DSV4_CUDA_CHECK(cudaFree(a));
-        DSV4_CUDA_CHECK(cudaFree(b));
     }
     DSV4_CUDA_CHECK(cudaFree(count));
     return 0;

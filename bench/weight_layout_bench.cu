@@ -9,29 +9,16 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
+
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/vector_loads.cuh"
 
 namespace {
 
-#define CHECK(x)                                                                               \
-    do {                                                                                       \
-        cudaError_t err_ = (x);                                                                \
-        if (err_ != cudaSuccess) {                                                             \
-            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(err_)); \
-            std::exit(1);                                                                      \
-        }                                                                                      \
-    } while (0)
+using dsv4::cuda::load_streaming;
 
 constexpr int kThreads = 256, kRows = 128, kStageBytes = 64;  // per row and stage: 128 e2m1 columns
 constexpr int kAhead = 8;                                     // stages a thread has in flight
-
-__device__ __forceinline__ uint4 load_streaming(const uint8_t* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
 
 // Items (expert, tile) over a persistent grid; per stage a thread reads 16 bytes of rows tid / 4 and 64 + tid / 4.
 template <bool kTiled>
@@ -65,20 +52,20 @@ __global__ void __launch_bounds__(kThreads)
 template <bool kTiled>
 double run(const uint8_t* w, int64_t items, int64_t row_bytes, int grid, uint32_t* sink) {
     cudaEvent_t a, b;
-    CHECK(cudaEventCreate(&a));
-    CHECK(cudaEventCreate(&b));
+    DSV4_CUDA_CHECK(cudaEventCreate(&a));
+    DSV4_CUDA_CHECK(cudaEventCreate(&b));
     stream_kernel<kTiled><<<grid, kThreads>>>(w, items, row_bytes, sink);  // warm-up
     float best = 1e30f;
     for (int r = 0; r < 5; ++r) {
-        CHECK(cudaEventRecord(a));
+        DSV4_CUDA_CHECK(cudaEventRecord(a));
         stream_kernel<kTiled><<<grid, kThreads>>>(w, items, row_bytes, sink);
-        CHECK(cudaEventRecord(b));
-        CHECK(cudaEventSynchronize(b));
+        DSV4_CUDA_CHECK(cudaEventRecord(b));
+        DSV4_CUDA_CHECK(cudaEventSynchronize(b));
         float ms = 0;
-        CHECK(cudaEventElapsedTime(&ms, a, b));
+        DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
         best = ms < best ? ms : best;
     }
-    CHECK(cudaGetLastError());
+    DSV4_CUDA_CHECK(cudaGetLastError());
     return best;
 }
 
@@ -86,28 +73,28 @@ double run(const uint8_t* w, int64_t items, int64_t row_bytes, int grid, uint32_
 
 int main() {
     int sms = 0;
-    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     cudaDeviceProp prop{};
-    CHECK(cudaGetDeviceProperties(&prop, 0));
+    DSV4_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     const int64_t experts = 256, n = 2048;
     const size_t bytes = size_t(experts * n * 2048);  // w1 of V4-Flash: 256 experts x 2048 rows x 4096 e2m1
     uint8_t* w = nullptr;
     uint8_t* copy = nullptr;
     uint32_t* sink = nullptr;
-    CHECK(cudaMalloc(&w, bytes));
-    CHECK(cudaMalloc(&copy, bytes));
-    CHECK(cudaMalloc(&sink, 4));
-    CHECK(cudaMemset(w, 1, bytes));
+    DSV4_CUDA_CHECK(cudaMalloc(&w, bytes));
+    DSV4_CUDA_CHECK(cudaMalloc(&copy, bytes));
+    DSV4_CUDA_CHECK(cudaMalloc(&sink, 4));
+    DSV4_CUDA_CHECK(cudaMemset(w, 1, bytes));
     cudaEvent_t a, b;
-    CHECK(cudaEventCreate(&a));
-    CHECK(cudaEventCreate(&b));
-    CHECK(cudaMemcpy(copy, w, bytes, cudaMemcpyDeviceToDevice));
-    CHECK(cudaEventRecord(a));
-    CHECK(cudaMemcpy(copy, w, bytes, cudaMemcpyDeviceToDevice));
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
+    DSV4_CUDA_CHECK(cudaEventCreate(&a));
+    DSV4_CUDA_CHECK(cudaEventCreate(&b));
+    DSV4_CUDA_CHECK(cudaMemcpy(copy, w, bytes, cudaMemcpyDeviceToDevice));
+    DSV4_CUDA_CHECK(cudaEventRecord(a));
+    DSV4_CUDA_CHECK(cudaMemcpy(copy, w, bytes, cudaMemcpyDeviceToDevice));
+    DSV4_CUDA_CHECK(cudaEventRecord(b));
+    DSV4_CUDA_CHECK(cudaEventSynchronize(b));
     float copy_ms = 0;
-    CHECK(cudaEventElapsedTime(&copy_ms, a, b));
+    DSV4_CUDA_CHECK(cudaEventElapsedTime(&copy_ms, a, b));
     std::printf("device: %s, %d SMs; %.2f GB of weights; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
                 sms, double(bytes) / 1e9, 2.0 * double(bytes) / (copy_ms * 1e6));
     std::printf("%-34s %6s %10s %10s\n", "pattern", "CTAs", "ms", "GB/s");

@@ -435,6 +435,24 @@ Fp8Operands make_operands(Rng& rng, int64_t rows, int64_t n, int64_t k) {
             weight_scales_on_device(w), n, k};
 }
 
+// fp8_gemm's parameters for rows [row0, row0 + rows) of `o` into y, with workspace `ws`, on `path`.
+cuda::Fp8GemmParams operand_params(const Fp8Operands& o, int64_t row0, int64_t rows, uint16_t* y,
+                                   const cuda::DeviceBuffer<uint8_t>& ws, cuda::Fp8GemmPath path) {
+    cuda::Fp8GemmParams p;
+    p.a = o.a.q.get() + row0 * o.k;
+    p.a_scale = o.a.scale.get() + row0 * ((o.k + 127) / 128);
+    p.w = o.w.get();
+    p.w_scale = o.w_scale.get();
+    p.y = reinterpret_cast<__nv_bfloat16*>(y);
+    p.m = rows;
+    p.n = o.n;
+    p.k = o.k;
+    p.workspace = ws.get();
+    p.workspace_bytes = ws.bytes();
+    p.path = path;
+    return p;
+}
+
 // y of rows [row0, row0 + rows) through fp8_gemm on `path` with its own tiling, or through launch_fp8_mma with a
 // given tile (block_m > 0); empty when the contract refuses that tile for this shape (decode tiles stage at most
 // 96 KiB).
@@ -444,18 +462,7 @@ std::vector<uint16_t> run_rows(const cuda::CublasLt& lt, const Fp8Operands& o, i
     auto y = poisoned<uint16_t>(size_t(rows * o.n));
     const cuda::Fp8GemmConfig own = cuda::fp8_gemm_config(rows, o.n, o.k, device_sms(), path);
     cuda::DeviceBuffer<uint8_t> ws(std::max<size_t>(256, cuda::fp8_gemm_workspace_bytes(own, rows, o.n, o.k)));
-    cuda::Fp8GemmParams p;
-    p.a = o.a.q.get() + row0 * o.k;
-    p.a_scale = o.a.scale.get() + row0 * ((o.k + 127) / 128);
-    p.w = o.w.get();
-    p.w_scale = o.w_scale.get();
-    p.y = reinterpret_cast<__nv_bfloat16*>(y.get());
-    p.m = rows;
-    p.n = o.n;
-    p.k = o.k;
-    p.workspace = ws.get();
-    p.workspace_bytes = ws.bytes();
-    p.path = path;
+    cuda::Fp8GemmParams p = operand_params(o, row0, rows, y.get(), ws, path);
     p.rows_live = rows_live;
     if (block_m == 0) {
         cuda::fp8_gemm(lt, p, stream);
@@ -635,18 +642,7 @@ TEST(GemmFp8, PostMixEpilogueEqualsGemmThenHcPostBitwise) {
                 auto run = [&](bool fused, std::vector<uint16_t>& out) {
                     auto y = poisoned<uint16_t>(size_t(c.rows * o.n));
                     auto streams_out = poisoned<uint16_t>(size_t(c.rows * n_hc * o.n));
-                    cuda::Fp8GemmParams p;
-                    p.a = o.a.q.get();
-                    p.a_scale = o.a.scale.get();
-                    p.w = o.w.get();
-                    p.w_scale = o.w_scale.get();
-                    p.y = reinterpret_cast<__nv_bfloat16*>(y.get());
-                    p.m = c.rows;
-                    p.n = o.n;
-                    p.k = o.k;
-                    p.workspace = ws.get();
-                    p.workspace_bytes = ws.bytes();
-                    p.path = c.path;
+                    cuda::Fp8GemmParams p = operand_params(o, 0, c.rows, y.get(), ws, c.path);
                     p.rows_live = live ? d_live.get() : nullptr;
                     const cuda::HcPostParams post{p.y,         reinterpret_cast<const __nv_bfloat16*>(streams.get()),
                                                   d_mix.get(), reinterpret_cast<__nv_bfloat16*>(streams_out.get()),
