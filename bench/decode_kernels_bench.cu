@@ -11,9 +11,9 @@
 // at V4's vocabulary, 1-256 rows) are timed launch by launch (they overwrite their input; tests/gpu/sampling_test.cpp
 // checks their ids).
 // The attention's inputs (inputs): attention_inputs against the launches it replaces, bitwise.
-// Usage: dsv4_bench_decode_kernels [hc|moe|mma|mma1|rows|prefill|draw|combine|dense|attn|inputs]   (default: all;
-// numbers recorded in docs/perf.md; mma1: the routed experts at batch 1 alone, for a profiler; rows: the decode
-// passes' row tiles side by side, bitwise)
+// Usage: dsv4_bench_decode_kernels [hc|moe|mma|mma1|mma=N|rows|prefill|draw|combine|dense|attn|inputs]   (default:
+// all; numbers recorded in docs/perf.md; mma1, mma=N: the routed experts at batch 1 or N alone, for a profiler; rows:
+// the decode passes' row tiles side by side, bitwise)
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -737,6 +737,7 @@ int main(int argc, char** argv) {
         for (int64_t tokens : {1, 16, 64, 256}) bench_moe_mma(tokens);
     }
     if (only == "mma1") bench_moe_mma(1);  // batch 1 alone (for a profiler: w1+w3's launches, then w2's)
+    if (only.rfind("mma=", 0) == 0) bench_moe_mma(std::stoll(only.substr(4)));  // any batch alone, likewise
     if (only == "single") {                // batch 1: the passes for any slots against the single-slot ones (same bits)
         std::printf("\n%-8s %6s %8s %8s %10s %9s %9s   %s\n", "routed", "tokens", "experts", "max", "us", "GB/s",
                     "TFLOP/s", "hash of routing 0's outputs, kernel");

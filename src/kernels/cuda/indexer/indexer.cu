@@ -39,6 +39,28 @@ __device__ __forceinline__ int visible_entries(int position, int ratio, int max_
     return min((position + 1) / ratio, max_visible);
 }
 
+// Copies the packed entries of a tile's keys (pool rows key_rows[r], -1: a zero entry) into `raw`, in units of
+// `Unit` (32-bit words where the entries are whole words: one round trip for V4's 4,352 bytes, where bytes took
+// three), kUnroll units per thread in flight at once.
+template <typename Unit>
+__device__ void gather_entries(const uint8_t* keys, const int64_t* key_rows, int entry_bytes, uint8_t* raw) {
+    constexpr int kUnroll = 16;
+    const int units = kKeys * entry_bytes / int(sizeof(Unit)), row_units = entry_bytes / int(sizeof(Unit));
+    const Unit* src = reinterpret_cast<const Unit*>(keys);
+    Unit* dst = reinterpret_cast<Unit*>(raw);
+    for (int i0 = threadIdx.x; i0 < units; i0 += kScoreThreads * kUnroll) {
+        Unit held[kUnroll];
+#pragma unroll
+        for (int j = 0; j < kUnroll; ++j) {
+            const int i = i0 + j * kScoreThreads, r = i / row_units;
+            held[j] = i < units && key_rows[r] >= 0 ? __ldg(src + key_rows[r] * row_units + i % row_units) : Unit(0);
+        }
+#pragma unroll
+        for (int j = 0; j < kUnroll; ++j)
+            if (i0 + j * kScoreThreads < units) dst[i0 + j * kScoreThreads] = held[j];
+    }
+}
+
 // kGroup tokens per CTA (IndexerScoresParams::sequence_runs: prefill pieces, where neighbouring tokens are mostly of
 // one sequence): the CTA gathers and dequantizes its 64 keys once for every token of the group of the same sequence
 // as the group's first, up to the most keys any of them sees, then runs each token's queries against them in turn (a
@@ -56,7 +78,10 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const Ind
     __shared__ int gathered_state, gathered_visible;  // whose keys ks holds, and how many of the tile's are real
     const int w0 = blockIdx.y * kKeys;
     const int dim = p.dim, m_tiles = (p.heads + 15) / 16;
+    const IndexEntryLayout layout{dim};
+    const int entry_bytes = int(layout.bytes());
     if (threadIdx.x == 0) gathered_state = -1;
+    if (threadIdx.x < 16) e2m1_values[threadIdx.x] = entry::e2m1_to_f32(threadIdx.x);  // read after the barriers below
     for (int member = 0; member < kGroup; ++member) {
         const int token = blockIdx.x * kGroup + member;
         if (token >= p.tokens) break;
@@ -72,8 +97,8 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const Ind
         const bool gather = gathered_state != p.token_state[token] || gathered_visible < min(need, w0 + kKeys);
 
         // Queries by 16-byte cp.async (rows past `heads` are zeros), head weights, and the keys' pool rows; then the
-        // packed key entries, kUnroll bytes per thread in flight at once. Every load is issued before its first use,
-        // so the tile costs two memory round trips (rows, then entries) instead of one per loop iteration.
+        // packed key entries (gather_entries). Every load is issued before its first use, so the tile costs two
+        // memory round trips (rows, then entries) instead of one per loop iteration.
         const uint16_t* q = p.q + int64_t(token) * p.heads * dim;
         for (int i = threadIdx.x; i < m_tiles * 16 * (dim / 8); i += kScoreThreads) {
             const int h = i / (dim / 8), c = i % (dim / 8);
@@ -85,49 +110,17 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const Ind
         }
         for (int h = threadIdx.x; h < p.heads; h += kScoreThreads)
             weights[h] = bf16_bits_to_f32(p.head_weights[int64_t(token) * p.heads + h]);
-        if (threadIdx.x < 16) e2m1_values[threadIdx.x] = entry::e2m1_to_f32(threadIdx.x);
-        const IndexEntryLayout layout{dim};
-        const int entry_bytes = int(layout.bytes());
         if (gather && threadIdx.x < kKeys) {
             const int w = w0 + threadIdx.x;
             const int32_t* pages = p.page_table + int64_t(p.token_state[token]) * p.max_pages;
             key_rows[threadIdx.x] = w < need ? int64_t(pages[w / p.page_size]) * p.page_size + w % p.page_size : -1;
         }
         __syncthreads();
-        constexpr int kUnroll = 16;
-        const int raw_bytes = kKeys * entry_bytes;
-        if (!gather) {
-            // ks holds this sequence's keys already
-        } else if (entry_bytes % 4 == 0 && reinterpret_cast<uintptr_t>(p.keys) % 4 == 0) {
-            // Whole 32-bit words (V4's 68-byte entries): a tile's 4,352 bytes in one round trip (bytes took three).
-            const int words = raw_bytes / 4, row_words = entry_bytes / 4;
-            const uint32_t* keys = reinterpret_cast<const uint32_t*>(p.keys);
-            uint32_t* raw_words = reinterpret_cast<uint32_t*>(raw);
-            for (int i0 = threadIdx.x; i0 < words; i0 += kScoreThreads * kUnroll) {
-                uint32_t held[kUnroll];
-#pragma unroll
-                for (int j = 0; j < kUnroll; ++j) {
-                    const int i = i0 + j * kScoreThreads, r = i / row_words;
-                    held[j] =
-                        i < words && key_rows[r] >= 0 ? __ldg(keys + key_rows[r] * row_words + i % row_words) : 0u;
-                }
-#pragma unroll
-                for (int j = 0; j < kUnroll; ++j)
-                    if (i0 + j * kScoreThreads < words) raw_words[i0 + j * kScoreThreads] = held[j];
-            }
-        } else {
-            for (int i0 = threadIdx.x; i0 < raw_bytes; i0 += kScoreThreads * kUnroll) {
-                uint8_t held[kUnroll];
-#pragma unroll
-                for (int j = 0; j < kUnroll; ++j) {
-                    const int i = i0 + j * kScoreThreads, r = i / entry_bytes;
-                    held[j] =
-                        i < raw_bytes && key_rows[r] >= 0 ? p.keys[key_rows[r] * entry_bytes + i % entry_bytes] : 0;
-                }
-#pragma unroll
-                for (int j = 0; j < kUnroll; ++j)
-                    if (i0 + j * kScoreThreads < raw_bytes) raw[i0 + j * kScoreThreads] = held[j];
-            }
+        if (gather) {
+            if (entry_bytes % 4 == 0 && reinterpret_cast<uintptr_t>(p.keys) % 4 == 0)
+                gather_entries<uint32_t>(p.keys, key_rows, entry_bytes, raw);  // V4's 68-byte entries
+            else
+                gather_entries<uint8_t>(p.keys, key_rows, entry_bytes, raw);
         }
         cp_async_wait_all();
         __syncthreads();

@@ -246,6 +246,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
                 float acc[2][kTokens / 2];
                 uint32_t w0[4], w1[4], qa, qb, cx[kPerUnit][2];
                 float ws[2][2][2];  // [block parity][half][row g, g + 8]
+                float mx_ws[4][2];  // MXFP4: the stage's scales, [block][row g, g + 8]
+                if constexpr (!kNv) mxfp4_stage_scales(sc_g, sc_g8, mx_ws);
                 w_words<kNv>(w_g, w_g8, 0, t, qa, qb);
 #pragma unroll
                 for (int i = 0; i < kPerUnit && i < kTasks; ++i)
@@ -265,10 +267,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
                     if (h == 0) {
                         w_decode(qa, qb, w0, w1);
                         if (b + 1 < 4) w_words<kNv>(w_g, w_g8, b + 1, t, qa, qb);
-                        float ws_g[2], ws_g8[2];
-                        w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
-                        ws[b % 2][0][0] = ws_g[0], ws[b % 2][0][1] = ws_g8[0];
-                        ws[b % 2][1][0] = ws_g[1], ws[b % 2][1][1] = ws_g8[1];
+                        if constexpr (kNv) {
+                            float ws_g[2], ws_g8[2];
+                            w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
+                            ws[b % 2][0][0] = ws_g[0], ws[b % 2][0][1] = ws_g8[0];
+                            ws[b % 2][1][0] = ws_g[1], ws[b % 2][1][1] = ws_g8[1];
+                        } else {
+                            ws[b % 2][1][0] = mx_ws[b][0], ws[b % 2][1][1] = mx_ws[b][1];  // promoted as h = 1
+                        }
                     }
                     const uint64_t d0 = b_desc + ((2 * b * kStep) >> 4), d1 = d0 + (kStep >> 4);
                     wgmma_fence_operand(acc[u % 2]);
