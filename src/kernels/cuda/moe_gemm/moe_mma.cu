@@ -470,8 +470,11 @@ namespace detail {
 bool moe_mma_takes_wgmma(const MoeGemmParams& p) {
     // Passes of 8 slots only from batches of 16 tokens: below, an expert holds one slot or none and the step is the
     // weights' bandwidth, where the warp-MMA kernel's three CTAs of 64 rows per SM keep more of them in flight.
+    // The warpgroup kernel loads the scales of four 128-column stages at once, in 16-byte copies.
     const int tokens = moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert);
-    return p.k % kStageCols == 0 && (tokens >= 16 || p.max_slots_per_expert >= 16) && device_has_wgmma();
+    auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+    return p.k % (4 * kStageCols) == 0 && aligned(p.a_scale) && aligned(p.w_scale) && aligned(p.second.w_scale) &&
+           (tokens >= 16 || p.max_slots_per_expert >= 16) && device_has_wgmma();
 }
 
 cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaStream_t stream, int row_groups) {

@@ -15,8 +15,9 @@
 // Overlap: two accumulators, so a unit's wgmmas run while the previous unit is promoted; two f16 tiles, so stage
 // kt + 1 is converted between stage kt's wgmmas (one barrier per stage). Grid: persistent over items (matrix, active
 // expert, 128-row tile), as moe_mma.cu; CTA: two warpgroups (128 weight rows, kTokens tokens), K streaming through
-// stages of 128 columns (16-byte cp.async; kStages below). Needs K % 128 == 0 (every V4 shape; the launcher takes the
-// warp-MMA kernel otherwise). Tested bitwise against the warp-MMA kernel in tests/gpu/moe_gemm_test.cpp.
+// stages of 128 columns (16-byte cp.async; kStages below), the scales in groups of four stages. Needs K % 512 == 0
+// and 16-byte aligned scales (every V4 shape; the launcher takes the warp-MMA kernel otherwise). Tested bitwise against
+// the warp-MMA kernel in tests/gpu/moe_gemm_test.cpp.
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/common/wgmma.cuh"
@@ -28,27 +29,36 @@ namespace {
 
 using namespace moe_mma;
 
-constexpr int kStageCols = 128;
+// A stage: 256 columns of K, eight 32-column blocks and two activation-scale blocks. A stage's fixed work (its
+// barrier, its loads' addresses and predicates, the loop, the fences) was ~110 of the ~290 instructions a warp
+// issued for a 128-column stage at 8 tokens; wider stages spread it over twice the weights.
+constexpr int kStageCols = 256;
+[[maybe_unused]] constexpr int kBlocks = kStageCols / 32;      // 32-column blocks (MXFP4 scale blocks) a stage
+[[maybe_unused]] constexpr int kActBlocks = kStageCols / 128;  // activation-scale blocks a stage
 constexpr int kWRowBytes = kStageCols / 2 + 16;  // as moe_mma.cu: fragment reads conflict-free
 constexpr int kARowBytes = kStageCols + 32;
-constexpr int kScaleRowBytes = 16;
+// The scales travel in groups of 512 columns, one 16-byte copy a row (MXFP4: 16 codes; NVFP4: 32 codes, two copies),
+// where each 128 columns took a 4-byte copy, and likewise the activation scales (four f32 a token). Needs K % 512 ==
+// 0 (every V4 shape).
+constexpr int kGroupCols = 512, kGroupStages = kGroupCols / kStageCols;
 // The f16 B tile of one k16 step: kTokens tokens x 16 k as core matrices (token block of 8, k half) at
 // (token / 8) * 256 + half * 128, row token % 8 at 16 bytes each; the next step kTokens * 32 bytes further.
 [[maybe_unused]] constexpr int kCoreK = 128, kCoreN = 256;  // unused where the kernel is compiled out (not sm_90a)
 template <int kTokens>
 constexpr int kStepBytes = kTokens * 32;
 template <int kTokens>
-constexpr int kB16Bytes = 8 * kStepBytes<kTokens>;  // one stage's eight k16 steps
+constexpr int kB16Bytes = kStageCols / 16 * kStepBytes<kTokens>;  // one stage's k16 steps
 
 // Two warpgroups per CTA, each 64 weight rows (the wgmma's M, 16 per warp): they share the staged and converted
 // activations of the pass (one warpgroup per CTA, two CTAs per SM, measured 6-11 % slower: twice the conversions
 // and activation loads per product).
 constexpr int kRows = 128, kThreads = 256;
-// Raw stages in flight (kt + 1 is converted while kt is multiplied): 4 for the wide passes, whose wgmmas are long
-// and whose accumulators take the registers of one CTA per SM (32 tokens spill at two); 6 for the 16-token passes of
-// batched decode (8 and 16 tokens), whose time is the weights' loads (two CTAs per SM).
+// Raw stages in flight (kt + 1 is converted while kt is multiplied, so at least 3): 3 for the wide passes, whose
+// wgmmas are long and whose accumulators take the registers of one CTA per SM (32 tokens spill at two); 4 for the
+// passes of batched decode (8 and 16 tokens), whose time is the weights' loads (two CTAs per SM). In bytes as many
+// as the 128-column stages' 4 and 6.
 template <int kTokens>
-constexpr int kStages = kTokens >= 32 ? 4 : 6;
+constexpr int kStages = kTokens >= 32 ? 3 : 4;
 template <int kTokens>
 constexpr int kMinBlocks = kTokens >= 32 ? 1 : 2;
 
@@ -56,15 +66,28 @@ template <int kTokens>
 struct Stage {
     static constexpr int w = 0;
     static constexpr int a = w + kRows * kWRowBytes;
-    static constexpr int w_scale = a + kTokens * kARowBytes;
-    static constexpr int a_scale = w_scale + kRows * kScaleRowBytes;
-    static constexpr int bytes = a_scale + kTokens * 4;
+    static constexpr int bytes = a + kTokens * kARowBytes;
     static_assert(bytes % 16 == 0);
 };
 
-template <int kTokens>
+// One group's scales: each weight row's codes of its 512 columns, then each token's four activation scales.
+template <int kTokens, bool kNv>
+struct ScaleGroup {
+    static constexpr int w_row = kNv ? 32 : 16;
+    static constexpr int w = 0;
+    static constexpr int a = w + kRows * w_row;
+    static constexpr int bytes = a + kTokens * 16;
+};
+// Groups in flight: the one being read, the next, and the one loading (the loads run kStages - 1 stages ahead, at
+// most two groups past the one being read).
+constexpr int kScaleGroups = 3;
+static_assert(kStages<8> - 1 <= kGroupStages + 1 && kStages<64> - 1 <= kGroupStages + 1);
+static_assert(kStageCols % 128 == 0 && kGroupCols % kStageCols == 0);
+
+template <int kTokens, bool kNv>
 __host__ __device__ constexpr int smem_bytes(int64_t experts) {
-    return 2 * kB16Bytes<kTokens> + list_bytes(experts) + kStages<kTokens> * Stage<kTokens>::bytes;
+    return 2 * kB16Bytes<kTokens> + list_bytes(experts) + kStages<kTokens> * Stage<kTokens>::bytes +
+           kScaleGroups * ScaleGroup<kTokens, kNv>::bytes;
 }
 
 // The wgmma of one k16 step for a pass of kTokens (its N).
@@ -94,16 +117,18 @@ template <ExpertFormat kFormat, int kTokens>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kernel(Args p) {
 #if DSV4_WGMMA
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
-    constexpr int kScaleBytesPerStage = kNv ? 8 : 4;
+    constexpr int kScaleBytesPerStage = kNv ? 2 * kBlocks : kBlocks;
     constexpr int kTn = kTokens / 8;  // n8 tiles of the pass
     constexpr int kStageCount = kStages<kTokens>, kStep = kStepBytes<kTokens>, kTile = kB16Bytes<kTokens>;
     using L = Stage<kTokens>;
+    using G = ScaleGroup<kTokens, kNv>;
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ int warp_counts[kThreads / 32];
     uint8_t* b16 = smem;
     int* active = reinterpret_cast<int*>(smem + 2 * kTile);
     uint8_t* stages = smem + 2 * kTile + list_bytes(p.experts);
-    const unsigned stages_addr = smem_addr(stages);
+    uint8_t* groups = stages + kStageCount * L::bytes;
+    const unsigned stages_addr = smem_addr(stages), groups_addr = smem_addr(groups);
     const uint64_t b_desc0 = wgmma_desc(smem_addr(b16), kCoreK, kCoreN);
 
     const int64_t total = p.offsets[p.experts];
@@ -113,8 +138,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
     const int count = list_active_experts<kThreads>(p.offsets, p.experts, active, warp_counts);
 
-    const int64_t k_half = p.k / 2, scale_cols = kNv ? p.k / 16 : p.k / 32, kb = p.k / kStageCols;
-    const int kt_count = int(kb);
+    const int64_t k_half = p.k / 2, scale_cols = kNv ? p.k / 16 : p.k / 32, kb = p.k / 128;
+    const int kt_count = int(p.k / kStageCols);
     const int64_t items = int64_t(count) * n_tiles * p.mat_count;
     const int row_g = 16 * warp + g;
     for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
@@ -128,13 +153,19 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
             const int64_t n = n0 + r;
             return e * p.n + (n < p.n ? n : p.n - 1);
         };
-        // Loader roles: thread tid copies 16 bytes of W rows tid / 4 and kRows / 2 + tid / 4, and the scale words
-        // of row tid when tid < kRows.
-        const int w_part = tid % 4;
-        const uint8_t* w_src0 = m.w + row_of(tid / 4) * k_half + w_part * 16;
-        const uint8_t* w_src1 = m.w + row_of(kRows / 2 + tid / 4) * k_half + w_part * 16;
-        const unsigned w_dst0 = L::w + tid / 4 * kWRowBytes + w_part * 16, w_dst1 = w_dst0 + kRows / 2 * kWRowBytes;
-        const uint8_t* scale_src = tid < kRows ? m.w_scale + row_of(tid) * scale_cols : nullptr;
+        // Loader roles: each stage, thread tid copies 16-byte chunk tid % kWChunks of W rows tid / kWChunks + j
+        // kThreads / kWChunks; each group, row tid's scale codes when tid < kRows.
+        constexpr int kWChunks = kStageCols / 32, kWPerThread = kRows * kWChunks / kThreads;
+        const uint8_t* w_src[kWPerThread];
+        unsigned w_dst[kWPerThread];
+#pragma unroll
+        for (int j = 0; j < kWPerThread; ++j) {
+            const int r = tid / kWChunks + j * (kThreads / kWChunks), part = tid % kWChunks;
+            w_src[j] = m.w + row_of(r) * k_half + part * 16;
+            w_dst[j] = L::w + r * kWRowBytes + part * 16;
+        }
+        const bool loads_scales = tid < kRows;
+        const uint8_t* scale_src = m.w_scale + row_of(loads_scales ? tid : 0) * scale_cols;
 
         for (int64_t s0 = begin; s0 < end; s0 += kTokens) {
             const int tokens = end - s0 < kTokens ? int(end - s0) : kTokens;
@@ -143,31 +174,37 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
                 return p.row_index ? p.row_index[slot] : slot;
             };
             // Only the pass's own rows are staged; the rest of the pass's width reads its last row (moe_mma.cu).
-            constexpr int kAChunks = kTokens * 8, kAPerThread = (kAChunks + kThreads - 1) / kThreads;
+            constexpr int kARowChunks = kStageCols / 16, kAChunks = kTokens * kARowChunks;
+            constexpr int kAPerThread = (kAChunks + kThreads - 1) / kThreads;
             const uint8_t* a_src[kAPerThread];
             unsigned a_dst[kAPerThread];
 #pragma unroll
             for (int i = 0; i < kAPerThread; ++i) {
-                const int c = tid + kThreads * i, r = c / 8;
-                a_src[i] = c < tokens * 8 ? p.a + act_row(r) * p.k + (c % 8) * 16 : nullptr;
-                a_dst[i] = L::a + r * kARowBytes + (c % 8) * 16;
+                const int c = tid + kThreads * i, r = c / kARowChunks, part = c % kARowChunks;
+                a_src[i] = c < tokens * kARowChunks ? p.a + act_row(r) * p.k + part * 16 : nullptr;
+                a_dst[i] = L::a + r * kARowBytes + part * 16;
             }
-            const float* as_src = tid < kTokens ? p.a_scale + act_row(tid) * kb : nullptr;
+            const bool loads_a_scales = tid < kTokens;
+            const float* as_src = p.a_scale + act_row(loads_a_scales ? tid : 0) * kb;
             auto staged_row = [&](int r) { return r < tokens ? r : tokens - 1; };
 
+            // Stage kt into stage slot `slot`, and at a group's first stage the group's scales into its slot.
             auto load = [&](int slot, int kt) {
                 const unsigned base = stages_addr + slot * L::bytes;
-                cp_async16(base + w_dst0, w_src0 + kt * 64);
-                cp_async16(base + w_dst1, w_src1 + kt * 64);
+#pragma unroll
+                for (int j = 0; j < kWPerThread; ++j) cp_async16(base + w_dst[j], w_src[j] + kt * (kStageCols / 2));
 #pragma unroll
                 for (int i = 0; i < kAPerThread; ++i)
                     if (a_src[i]) cp_async16(base + a_dst[i], a_src[i] + kt * kStageCols);
-                if (scale_src)
+                if (kt % kGroupStages == 0) {
+                    const unsigned group = groups_addr + (kt / kGroupStages) % kScaleGroups * G::bytes;
+                    if (loads_scales)
 #pragma unroll
-                    for (int j = 0; j < kScaleBytesPerStage / 4; ++j)
-                        cp_async4(base + L::w_scale + tid * kScaleRowBytes + 4 * j,
-                                  scale_src + kt * kScaleBytesPerStage + 4 * j, 4);
-                if (as_src) cp_async4(base + L::a_scale + tid * 4, as_src + kt, 4);
+                        for (int j = 0; j < G::w_row / 16; ++j)
+                            cp_async16(group + G::w + tid * G::w_row + 16 * j,
+                                       scale_src + kt * kScaleBytesPerStage + 16 * j);
+                    if (loads_a_scales) cp_async16(group + G::a + tid * 16, as_src + kt * kActBlocks);
+                }
             };
 
             float sum[2][kTn][4];  // [K part: the block's parity][n8 tile][fragment]
@@ -180,9 +217,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
 
             // The activations of a stage as f16 k16 tiles: task (block b, token n, lane-quarter tq) converts the
             // bytes x_pairs gives lane t = tq of token n's block b; a warp covers 8 tokens x 4 quarters, 32
-            // distinct words of each core matrix it writes.
-            // At 8 tokens there are half as many tasks as threads: the second half idles (task_live).
-            constexpr int kTaskCount = 4 * kTokens * 4, kTasks = (kTaskCount + kThreads - 1) / kThreads;
+            // distinct words of each core matrix it writes. (With fewer tasks than threads the rest idle: task_live.)
+            constexpr int kTaskCount = kBlocks * kTokens * 4, kTasks = (kTaskCount + kThreads - 1) / kThreads;
             auto task_live = [&](int i) { return kTaskCount % kThreads == 0 || tid + kThreads * i < kTaskCount; };
             const int task_tq = tid % 4;  // the task's lane quarter and token are the same for all of a thread's tasks
             auto task_block = [&](int i) { return (tid + kThreads * i) / (4 * kTokens); };
@@ -212,42 +248,53 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
             for (int i = 0; i < kTasks; ++i)
                 if (task_live(i)) convert(stages, b16, i);
             fence_proxy_async_shared();
+            // Stage kt's slot, the slot stage kt + kStageCount - 1 loads into, and stage kt's scale group's slot:
+            // counters, where the slots' modulo (by 6 and by 3) cost a stage several instructions.
+            int slot = 0, load_slot = kStageCount - 1, group_slot = 0;
+            auto next = [](int i, int count) { return i + 1 == count ? 0 : i + 1; };
             for (int kt = 0; kt < kt_count; ++kt) {
                 // Stages kt and kt + 1 landed for every thread, tile kt is converted and published, and every warp
                 // is past stage kt - 1 (its wgmmas waited for): tile kt + 1 and stage kt - 1's slot are free.
                 cp_async_wait<kStageCount - 3>();
                 __syncthreads();
-                if (kt + kStageCount - 1 < kt_count) load((kt + kStageCount - 1) % kStageCount, kt + kStageCount - 1);
+                if (kt + kStageCount - 1 < kt_count) load(load_slot, kt + kStageCount - 1);
                 cp_async_commit();
 
-                const uint8_t* st = stages + (kt % kStageCount) * L::bytes;
-                const uint8_t* next_raw = stages + ((kt + 1) % kStageCount) * L::bytes;
+                const int next_slot = next(slot, kStageCount);
+                const uint8_t* st = stages + slot * L::bytes;
+                const uint8_t* next_raw = stages + next_slot * L::bytes;
                 uint8_t* next_tile = b16 + ((kt + 1) % 2) * kTile;
                 const bool convert_next = kt + 1 < kt_count;
                 const uint64_t b_desc = b_desc0 + (((kt % 2) * kTile) >> 4);
                 const uint8_t* w_g = st + L::w + row_g * kWRowBytes;
                 const uint8_t* w_g8 = w_g + 8 * kWRowBytes;
-                const uint8_t* sc_g = st + L::w_scale + row_g * kScaleRowBytes;
-                const uint8_t* sc_g8 = sc_g + 8 * kScaleRowBytes;
+                const uint8_t* group = groups + group_slot * G::bytes;
+                const uint8_t* sc_g = group + G::w + row_g * G::w_row + kt % kGroupStages * kScaleBytesPerStage;
+                const uint8_t* sc_g8 = sc_g + 8 * G::w_row;
+                // The activation scales of tokens 8 j + 2 t and + 1 for one 128-column block of the stage (the
+                // block of the units being promoted: loaded again when the promotions reach the next block).
                 float as[kTn][2];
+                auto load_act_scales = [&](int ab) {
 #pragma unroll
-                for (int j = 0; j < kTn; ++j) {
-                    const float* a_s = reinterpret_cast<const float*>(st + L::a_scale) + j * 8 + 2 * t;
-                    as[j][0] = a_s[0];
-                    as[j][1] = a_s[1];
-                }
+                    for (int j = 0; j < kTn; ++j) {
+                        const float* a_s = reinterpret_cast<const float*>(group + G::a) + (j * 8 + 2 * t) * 4 +
+                                           kt % kGroupStages * kActBlocks + ab;
+                        as[j][0] = a_s[0];
+                        as[j][1] = a_s[4];
+                    }
+                };
+                load_act_scales(0);
                 // MMA units of the stage: a 32-column block (MXFP4: two wgmmas, one promotion) or a 16-column half
                 // (NVFP4: one wgmma, one promotion each). Two accumulators: unit u's wgmmas run while unit u - 1 is
                 // promoted, so the tensor cores and the promotions overlap within the warpgroup.
                 // Loads run a unit ahead of their use (W words before their decode, scales before their promotion,
                 // the next stage's activation pairs before their conversion), in the shadow of the wgmmas.
-                constexpr int kUnits = kNv ? 8 : 4;
+                constexpr int kUnits = kNv ? 2 * kBlocks : kBlocks;
                 constexpr int kPerUnit = (kTasks + kUnits - 1) / kUnits;  // conversion tasks per unit
                 float acc[2][kTokens / 2];
                 uint32_t w0[4], w1[4], qa, qb, cx[kPerUnit][2];
                 float ws[2][2][2];  // [block parity][half][row g, g + 8]
-                float mx_ws[4][2];  // MXFP4: the stage's scales, [block][row g, g + 8]
-                if constexpr (!kNv) mxfp4_stage_scales(sc_g, sc_g8, mx_ws);
+                float mx_ws[4][2];  // MXFP4: the scales of blocks 4 q .. 4 q + 3, [block % 4][row g, g + 8]
                 w_words<kNv>(w_g, w_g8, 0, t, qa, qb);
 #pragma unroll
                 for (int i = 0; i < kPerUnit && i < kTasks; ++i)
@@ -266,14 +313,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
                     const int b = kNv ? u / 2 : u, h = kNv ? u % 2 : 0;
                     if (h == 0) {
                         w_decode(qa, qb, w0, w1);
-                        if (b + 1 < 4) w_words<kNv>(w_g, w_g8, b + 1, t, qa, qb);
+                        if (b + 1 < kBlocks) w_words<kNv>(w_g, w_g8, b + 1, t, qa, qb);
                         if constexpr (kNv) {
                             float ws_g[2], ws_g8[2];
                             w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
                             ws[b % 2][0][0] = ws_g[0], ws[b % 2][0][1] = ws_g8[0];
                             ws[b % 2][1][0] = ws_g[1], ws[b % 2][1][1] = ws_g8[1];
                         } else {
-                            ws[b % 2][1][0] = mx_ws[b][0], ws[b % 2][1][1] = mx_ws[b][1];  // promoted as h = 1
+                            if (b % 4 == 0) mxfp4_block_scales(sc_g + b, sc_g8 + b, mx_ws);        // one word: 4 codes
+                            ws[b % 2][1][0] = mx_ws[b % 4][0], ws[b % 2][1][1] = mx_ws[b % 4][1];  // promoted as h = 1
                         }
                     }
                     const uint64_t d0 = b_desc + ((2 * b * kStep) >> 4), d1 = d0 + (kStep >> 4);
@@ -299,11 +347,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
                     if (u > 0) {
                         wgmma_wait<1>();
                         promote_unit(u - 1);
+                        if (h == 0 && b % 4 == 0) load_act_scales(b / 4);  // unit u begins a 128-column block
                     }
                 }
                 wgmma_wait<0>();
                 promote_unit(kUnits - 1);
                 fence_proxy_async_shared();  // the next stage's tile, for the async proxy after the barrier
+                slot = next_slot, load_slot = next(load_slot, kStageCount);
+                if (kt % kGroupStages == kGroupStages - 1) group_slot = next(group_slot, kScaleGroups);
             }
             cp_async_wait<0>();
             __syncthreads();  // the next pass's prologue refills the stages
@@ -327,7 +378,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
 template <ExpertFormat kFormat, int kTokens>
 cudaError_t launch(const Args& args, cudaStream_t stream) {
     const auto kernel = moe_wgmma_kernel<kFormat, kTokens>;
-    const int smem = smem_bytes<kTokens>(args.experts);
+    const int smem = smem_bytes<kTokens, kFormat == ExpertFormat::kNvfp4>(args.experts);
     const int64_t n_tiles = (args.n + kRows - 1) / kRows;
     const int64_t items = args.experts * n_tiles * args.mat_count,
                   resident = resident_ctas(reinterpret_cast<const void*>(kernel), kThreads, smem);
