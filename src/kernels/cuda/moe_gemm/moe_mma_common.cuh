@@ -156,6 +156,14 @@ __device__ __forceinline__ void promote(float (&sum)[4], const float (&acc)[4], 
     if constexpr (!kEvenOnly) sum[3] = __fmaf_rn(acc[3], __fmul_rn(as1, ws_g8), sum[3]);
 }
 
+// promote for weights with their scales folded in (mxfp4_fold_factors): sum = fma(acc, a_s, sum).
+__device__ __forceinline__ void promote_folded(float (&sum)[4], const float (&acc)[4], float as0, float as1) {
+    sum[0] = __fmaf_rn(acc[0], as0, sum[0]);
+    sum[1] = __fmaf_rn(acc[1], as1, sum[1]);
+    sum[2] = __fmaf_rn(acc[2], as0, sum[2]);
+    sum[3] = __fmaf_rn(acc[3], as1, sum[3]);
+}
+
 // E8M0 code e as 2^(e - 127) * 2^14 = 2^(e - 113): the normal f32 with exponent field e + 14 up to e = 240; beyond,
 // the product overflows to +inf, and 255 is NaN (what e8m0_to_float(e) * 2^14 gives, in one or two instructions).
 __device__ __forceinline__ float e8m0_times_2_14(uint32_t e) {
@@ -197,6 +205,34 @@ __device__ __forceinline__ void mxfp4_block_scales(const uint8_t* sc_g, const ui
                 ws[4 * q + b][1] = e8m0_times_2_14(code(codes_g8, b));
             }
         }
+    }
+}
+
+// MXFP4 block scales folded into the decoded weights (moe_wgmma.cu's wide passes, where the promotions' FMULs were a
+// fifth of the instructions): a weight w_dec = e2m1 x 2^-14 times the f16 2^(e - 113) is e2m1 x 2^(e - 127), exact
+// in f16 (subnormal from 2^-24) for codes e in [104, 128], and the tensor cores' sum of products scaled by a power
+// of two is their unscaled sum times it, so fma(acc', a_scale, sum) is promote's fma(acc, a_scale x 2^(e - 113),
+// sum) bit for bit (tests/gpu/moe_gemm_test.cpp compares the two kernels). Real checkpoints' codes are ~110-130.
+__device__ __forceinline__ bool e8m0_codes_foldable(uint32_t codes) {
+    return (__vcmpgeu4(codes, 0x68686868u) & __vcmpleu4(codes, 0x80808080u)) == 0xFFFFFFFFu;
+}
+// Code e's factor 2^(e - 113) as an f16 pair (exponent field e - 98).
+__device__ __forceinline__ uint32_t e8m0_fold_factor(uint32_t e) {
+    return (e - 98u) * 0x04000400u;
+}
+__device__ __forceinline__ uint32_t mul_f16x2(uint32_t a, uint32_t b) {
+    uint32_t r;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+// The fold factors of four consecutive blocks (one word of codes a row) for rows g and g + 8.
+__device__ __forceinline__ void mxfp4_fold_factors(const uint8_t* sc_g, const uint8_t* sc_g8, uint32_t (&f)[4][2]) {
+    const uint32_t codes_g = *reinterpret_cast<const uint32_t*>(sc_g);
+    const uint32_t codes_g8 = *reinterpret_cast<const uint32_t*>(sc_g8);
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+        f[b][0] = e8m0_fold_factor((codes_g >> (8 * b)) & 0xFFu);
+        f[b][1] = e8m0_fold_factor((codes_g8 >> (8 * b)) & 0xFFu);
     }
 }
 

@@ -18,6 +18,8 @@
 // stages of 128 columns (16-byte cp.async; kStages below), the scales in groups of four stages. Needs K % 512 == 0
 // and 16-byte aligned scales (every V4 shape; the launcher takes the warp-MMA kernel otherwise). Tested bitwise against
 // the warp-MMA kernel in tests/gpu/moe_gemm_test.cpp.
+#include <type_traits>
+
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/common/wgmma.cuh"
@@ -53,12 +55,12 @@ constexpr int kB16Bytes = kStageCols / 16 * kStepBytes<kTokens>;  // one stage's
 // activations of the pass (one warpgroup per CTA, two CTAs per SM, measured 6-11 % slower: twice the conversions
 // and activation loads per product).
 constexpr int kRows = 128, kThreads = 256;
-// Raw stages in flight (kt + 1 is converted while kt is multiplied, so at least 3): 3 for the wide passes, whose
-// wgmmas are long and whose accumulators take the registers of one CTA per SM (32 tokens spill at two); 4 for the
-// passes of batched decode (8 and 16 tokens), whose time is the weights' loads (two CTAs per SM). In bytes as many
-// as the 128-column stages' 4 and 6.
+// Raw stages in flight (kt + 1 is converted while kt is multiplied, so at least 3): 4 for the 8-slot passes of batched
+// decode, whose time is the weights' loads; 3 for the rest (16 slots: four stages left room for one CTA a SM, not two,
+// and the pass ran 16-26 % slower; 32 and 64: their accumulators take one CTA's registers a SM anyway). In bytes as
+// many as or more than the 128-column stages' 6 and 4.
 template <int kTokens>
-constexpr int kStages = kTokens >= 32 ? 3 : 4;
+constexpr int kStages = kTokens >= 16 ? 3 : 4;
 template <int kTokens>
 constexpr int kMinBlocks = kTokens >= 32 ? 1 : 2;
 
@@ -118,6 +120,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
 #if DSV4_WGMMA
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
     constexpr int kScaleBytesPerStage = kNv ? 2 * kBlocks : kBlocks;
+    // MXFP4 passes of 32 and 64 slots fold the block scales into the weights where an item's codes allow it
+    // (mxfp4_fold_factors): one f16-pair multiply per weight register instead of an FMUL per output.
+    constexpr bool kFold = !kNv && kTokens >= 32;
     constexpr int kTn = kTokens / 8;  // n8 tiles of the pass
     constexpr int kStageCount = kStages<kTokens>, kStep = kStepBytes<kTokens>, kTile = kB16Bytes<kTokens>;
     using L = Stage<kTokens>;
@@ -166,6 +171,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
         }
         const bool loads_scales = tid < kRows;
         const uint8_t* scale_src = m.w_scale + row_of(loads_scales ? tid : 0) * scale_cols;
+        // Whether every scale code of the item's rows can be folded (one thread a row, 16 codes a load).
+        bool folded = false;
+        if constexpr (kFold) {
+            bool foldable = true;
+            if (loads_scales)
+                for (int64_t i = 0; i < scale_cols; i += 16) {
+                    const uint4 v = __ldg(reinterpret_cast<const uint4*>(scale_src + i));
+                    foldable = foldable && e8m0_codes_foldable(v.x) && e8m0_codes_foldable(v.y) &&
+                               e8m0_codes_foldable(v.z) && e8m0_codes_foldable(v.w);
+                }
+            folded = __syncthreads_and(foldable) != 0;
+        }
 
         for (int64_t s0 = begin; s0 < end; s0 += kTokens) {
             const int tokens = end - s0 < kTokens ? int(end - s0) : kTokens;
@@ -271,6 +288,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
                 const uint8_t* group = groups + group_slot * G::bytes;
                 const uint8_t* sc_g = group + G::w + row_g * G::w_row + kt % kGroupStages * kScaleBytesPerStage;
                 const uint8_t* sc_g8 = sc_g + 8 * G::w_row;
+                // The stage's MMA units and promotions, with the scales folded into the weights or not.
+                auto run_units = [&](auto folded_tag) {
+                constexpr bool kFolded = decltype(folded_tag)::value;
                 // The activation scales of tokens 8 j + 2 t and + 1 for one 128-column block of the stage (the
                 // block of the units being promoted: loaded again when the promotions reach the next block).
                 float as[kTn][2];
@@ -294,7 +314,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
                 float acc[2][kTokens / 2];
                 uint32_t w0[4], w1[4], qa, qb, cx[kPerUnit][2];
                 float ws[2][2][2];  // [block parity][half][row g, g + 8]
-                float mx_ws[4][2];  // MXFP4: the scales of blocks 4 q .. 4 q + 3, [block % 4][row g, g + 8]
+                [[maybe_unused]] float mx_ws[4][2];  // MXFP4: the scales of blocks 4 q .. 4 q + 3, [block % 4][row g, g + 8]
+                [[maybe_unused]] uint32_t fold[4][2];  // kFolded: their f16-pair factors
                 w_words<kNv>(w_g, w_g8, 0, t, qa, qb);
 #pragma unroll
                 for (int i = 0; i < kPerUnit && i < kTasks; ++i)
@@ -305,7 +326,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
 #pragma unroll
                     for (int j = 0; j < kTn; ++j) {
                         float(&a4)[4] = *reinterpret_cast<float(*)[4]>(acc[u % 2] + 4 * j);
-                        promote(sum[b % 2][j], a4, ws[b % 2][h][0], ws[b % 2][h][1], as[j][0], as[j][1]);
+                        if constexpr (kFolded)
+                            promote_folded(sum[b % 2][j], a4, as[j][0], as[j][1]);
+                        else
+                            promote(sum[b % 2][j], a4, ws[b % 2][h][0], ws[b % 2][h][1], as[j][0], as[j][1]);
                     }
                 };
 #pragma unroll
@@ -319,6 +343,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
                             w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
                             ws[b % 2][0][0] = ws_g[0], ws[b % 2][0][1] = ws_g8[0];
                             ws[b % 2][1][0] = ws_g[1], ws[b % 2][1][1] = ws_g8[1];
+                        } else if constexpr (kFolded) {
+                            if (b % 4 == 0) mxfp4_fold_factors(sc_g + b, sc_g8 + b, fold);  // one word: 4 codes
+#pragma unroll
+                            for (int i = 0; i < 4; ++i) {  // registers 0, 2: row g; 1, 3: row g + 8
+                                w0[i] = mul_f16x2(w0[i], fold[b % 4][i % 2]);
+                                w1[i] = mul_f16x2(w1[i], fold[b % 4][i % 2]);
+                            }
                         } else {
                             if (b % 4 == 0) mxfp4_block_scales(sc_g + b, sc_g8 + b, mx_ws);        // one word: 4 codes
                             ws[b % 2][1][0] = mx_ws[b % 4][0], ws[b % 2][1][1] = mx_ws[b % 4][1];  // promoted as h = 1
@@ -352,6 +383,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
                 }
                 wgmma_wait<0>();
                 promote_unit(kUnits - 1);
+                };
+                if constexpr (kFold) {
+                    if (folded)
+                        run_units(std::true_type{});
+                    else
+                        run_units(std::false_type{});
+                } else {
+                    run_units(std::false_type{});
+                }
                 fence_proxy_async_shared();  // the next stage's tile, for the async proxy after the barrier
                 slot = next_slot, load_slot = next(load_slot, kStageCount);
                 if (kt % kGroupStages == kGroupStages - 1) group_slot = next(group_slot, kScaleGroups);
