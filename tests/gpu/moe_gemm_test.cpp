@@ -115,17 +115,27 @@ void run_case(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n
 // passes (no expert holds two slots) against its passes for any slots.
 enum class Pair { kCompactVsStrided, kWholeVsGeneralStages, kChosenVsWarpMma, kRowTiles32, kRowTiles16, kSingleSlot };
 
-// `experts` random FP4 experts stacked [experts, n, k/2] with their scales and NVFP4 global scales; `every_scale`:
-// the scale codes cycle through every value but NaN (below).
+// The scale codes of a comparison: random_fp4_weight's checkpoint-like ones; every code but NaN (below); or (MXFP4)
+// the edges of the range the warpgroup kernel folds into the weights, 104 and 128 (f16 weights from the subnormal
+// 2^-24 up to 12), with one code just outside it (103 or 129) in every other expert, whose tiles with that row are
+// then promoted unfolded while the others fold in the same launch (NVFP4: checkpoint-like codes).
+enum class Scales { kCheckpoint, kEveryCode, kFoldEdges };
+constexpr Scales kCkpt = Scales::kCheckpoint, kEvery = Scales::kEveryCode, kEdges = Scales::kFoldEdges;
+
+// `experts` random FP4 experts stacked [experts, n, k/2] with their scales (`scales`) and NVFP4 global scales.
 struct StackedExperts {
     std::vector<uint8_t> data, scale;
     std::vector<float> global;
 };
-StackedExperts stacked_experts(Rng& rng, int64_t experts, int64_t n, int64_t k, bool nvfp4, bool every_scale) {
+StackedExperts stacked_experts(Rng& rng, int64_t experts, int64_t n, int64_t k, bool nvfp4, Scales scales) {
     StackedExperts s;
     for (int64_t e = 0; e < experts; ++e) {
         HostWeight we = random_fp4_weight(rng, n, k, nvfp4);
-        if (every_scale)
+        if (scales == Scales::kFoldEdges && !nvfp4) {
+            for (size_t i = 0; i < we.scale.size(); ++i) we.scale[i] = rng.engine()() % 2 ? 104 : 128;
+            if (e % 2) we.scale[size_t(rng.engine()() % we.scale.size())] = e % 4 == 1 ? 103 : 129;
+        }
+        if (scales == Scales::kEveryCode)
             for (size_t i = 0; i < we.scale.size(); ++i) {
                 const uint8_t code = uint8_t((i * 37 + size_t(e)) % 255);  // never 255 (E8M0 NaN)
                 we.scale[i] = nvfp4 && (code & 0x7F) == 0x7F ? 0 : code;   // nor e4m3 NaN
@@ -137,15 +147,16 @@ StackedExperts stacked_experts(Rng& rng, int64_t experts, int64_t n, int64_t k, 
     return s;
 }
 
-// `every_scale`: scale codes cycle through every value (E8M0 0..254: subnormal 2^-127 up to 2^127, overflowing
-// products included; e4m3 codes 0..254 but NaN: subnormal and negative scales) and activations spread over 2^+-30;
-// else the checkpoint-like scales of random_fp4_weight. `slot_bound` above the routing's largest expert forces a
-// wider token tile (the hash-routed layers' host bound), so single-slot passes take the 1-token tile.
+// Scales::kEveryCode: scale codes cycle through every value (E8M0 0..254: subnormal 2^-127 up to 2^127, overflowing
+// products included; e4m3 codes 0..254 but NaN: subnormal and negative scales) and activations spread over 2^+-30.
+// `slot_bound` above the routing's largest expert forces a wider token tile (the hash-routed layers' host bound), so
+// single-slot passes take the 1-token tile.
 void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n, int64_t k, bool nvfp4,
-                   bool skewed, int slot_bound, bool every_scale, Pair pair = Pair::kCompactVsStrided) {
+                   bool skewed, int slot_bound, Scales scales, Pair pair = Pair::kCompactVsStrided) {
+    const bool every_scale = scales == Scales::kEveryCode;
     const Routing routing = route(rng, tokens, experts, topk, skewed);
     const int64_t slots = int64_t(routing.row_index.size());
-    const StackedExperts stacked = stacked_experts(rng, experts, n, k, nvfp4, every_scale);
+    const StackedExperts stacked = stacked_experts(rng, experts, n, k, nvfp4, scales);
     const std::vector<uint8_t>&data = stacked.data, &scale = stacked.scale;
     const std::vector<float>& global = stacked.global;
     std::vector<float> x = random_activations(rng, tokens, k);
@@ -196,7 +207,11 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
                                                              : "whole vs general stages";
     char what[224];
     std::snprintf(what, sizeof what, "moe_gemm %s %s%s tokens=%lld experts=%lld topk=%lld N=%lld K=%lld slot bound=%d",
-                  pair_name, nvfp4 ? "nvfp4" : "mxfp4", every_scale ? " every scale code" : "", (long long)tokens,
+                  pair_name, nvfp4 ? "nvfp4" : "mxfp4",
+                  every_scale                    ? " every scale code"
+                  : scales == Scales::kFoldEdges ? " fold edges"
+                                                 : "",
+                  (long long)tokens,
                   (long long)experts, (long long)topk, (long long)n, (long long)k, p.max_slots_per_expert);
     expect_bitwise_bf16(what, to_host(y_new), to_host(y_old));
 }
@@ -205,13 +220,13 @@ TEST(MoeGemm, CompactGridMatchesStridedBitwise) {
     DSV4_REQUIRE_GPU();
     Rng rng;
     for (bool nvfp4 : {false, true}) {
-        compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 1, false);  // V4-Flash w1/w3 decode
-        compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, false);  // w2 decode
-        compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 6, false);  // hash layer: tile 8, one slot each
-        compare_grids(rng, 3, 64, 6, 200, 2080, nvfp4, false, 18, false);   // tile 16, K in three ranges
-        compare_grids(rng, 37, 16, 2, 96, 352, nvfp4, true, 1, false);      // expert 0 holds 37 slots
-        compare_grids(rng, 300, 8, 3, 72, 1056, nvfp4, true, 1, false);     // tile 16 passes, odd N
-        compare_grids(rng, 5, 32, 4, 264, 2048, nvfp4, false, 1, true);     // every scale code
+        compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 1, kCkpt);  // V4-Flash w1/w3 decode
+        compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, kCkpt);  // w2 decode
+        compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 6, kCkpt);  // hash layer: tile 8, one slot each
+        compare_grids(rng, 3, 64, 6, 200, 2080, nvfp4, false, 18, kCkpt);   // tile 16, K in three ranges
+        compare_grids(rng, 37, 16, 2, 96, 352, nvfp4, true, 1, kCkpt);      // expert 0 holds 37 slots
+        compare_grids(rng, 300, 8, 3, 72, 1056, nvfp4, true, 1, kCkpt);     // tile 16 passes, odd N
+        compare_grids(rng, 5, 32, 4, 264, 2048, nvfp4, false, 1, kEvery);     // every scale code
     }
 }
 
@@ -222,12 +237,12 @@ TEST(MoeGemm, MmaWholeStagesEqualGeneralStagesBitwise) {
     Rng rng;
     constexpr Pair kPair = Pair::kWholeVsGeneralStages;
     for (bool nvfp4 : {false, true}) {
-        compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 1, false, kPair);    // w1/w3 decode, passes of 8
-        compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, false, kPair);    // w2 decode
-        compare_grids(rng, 64, 256, 6, 2048, 4096, nvfp4, false, 64, false, kPair);  // batch 64
-        compare_grids(rng, 40, 16, 6, 200, 1024, nvfp4, true, 1, false, kPair);      // passes of 16, odd N
-        compare_grids(rng, 300, 8, 3, 72, 512, nvfp4, true, 1, false, kPair);        // passes of 64, more than one
-        compare_grids(rng, 5, 32, 4, 264, 2048, nvfp4, false, 1, true, kPair);       // every scale code
+        compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 1, kCkpt, kPair);    // w1/w3 decode, passes of 8
+        compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, kCkpt, kPair);    // w2 decode
+        compare_grids(rng, 64, 256, 6, 2048, 4096, nvfp4, false, 64, kCkpt, kPair);  // batch 64
+        compare_grids(rng, 40, 16, 6, 200, 1024, nvfp4, true, 1, kCkpt, kPair);      // passes of 16, odd N
+        compare_grids(rng, 300, 8, 3, 72, 512, nvfp4, true, 1, kCkpt, kPair);        // passes of 64, more than one
+        compare_grids(rng, 5, 32, 4, 264, 2048, nvfp4, false, 1, kEvery, kPair);       // every scale code
     }
 }
 
@@ -239,12 +254,12 @@ TEST(MoeGemm, NarrowRowTilesEqualWideBitwise) {
     Rng rng;
     for (Pair pair : {Pair::kRowTiles32, Pair::kRowTiles16})
         for (bool nvfp4 : {false, true}) {
-            compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 1, false, pair);  // w1/w3 at batch 1
-            compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, false, pair);  // w2 at batch 1
-            compare_grids(rng, 2, 128, 3, 2048, 4096, nvfp4, false, 2, false, pair);  // one of two GPUs' share
-            compare_grids(rng, 40, 16, 6, 200, 1024, nvfp4, true, 40, false, pair);   // passes of 16, odd N
-            compare_grids(rng, 30, 8, 3, 72, 1056, nvfp4, true, 30, false, pair);     // several passes, K % 128
-            compare_grids(rng, 5, 32, 4, 264, 2048, nvfp4, false, 5, true, pair);     // every scale code
+            compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 1, kCkpt, pair);  // w1/w3 at batch 1
+            compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, kCkpt, pair);  // w2 at batch 1
+            compare_grids(rng, 2, 128, 3, 2048, 4096, nvfp4, false, 2, kCkpt, pair);  // one of two GPUs' share
+            compare_grids(rng, 40, 16, 6, 200, 1024, nvfp4, true, 40, kCkpt, pair);   // passes of 16, odd N
+            compare_grids(rng, 30, 8, 3, 72, 1056, nvfp4, true, 30, kCkpt, pair);     // several passes, K % 128
+            compare_grids(rng, 5, 32, 4, 264, 2048, nvfp4, false, 5, kEvery, pair);     // every scale code
         }
 }
 
@@ -256,10 +271,10 @@ TEST(MoeGemm, SingleSlotPassesEqualAnySlotPassesBitwise) {
     Rng rng;
     constexpr Pair kPair = Pair::kSingleSlot;
     for (bool nvfp4 : {false, true}) {
-        compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 1, false, kPair);  // w1/w3 at batch 1
-        compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, false, kPair);  // w2 at batch 1
-        compare_grids(rng, 1, 128, 3, 2048, 4096, nvfp4, false, 1, false, kPair);  // one of two GPUs' share
-        compare_grids(rng, 1, 32, 4, 264, 2048, nvfp4, false, 1, true, kPair);     // every scale code, odd N
+        compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 1, kCkpt, kPair);  // w1/w3 at batch 1
+        compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, kCkpt, kPair);  // w2 at batch 1
+        compare_grids(rng, 1, 128, 3, 2048, 4096, nvfp4, false, 1, kCkpt, kPair);  // one of two GPUs' share
+        compare_grids(rng, 1, 32, 4, 264, 2048, nvfp4, false, 1, kEvery, kPair);     // every scale code, odd N
     }
 }
 
@@ -279,7 +294,8 @@ TEST(MoeGemm, SwigluInputEqualsSwigluLaunchThenW2Bitwise) {
                               Case{1, 32, 4, 264, 2048, true, true}, Case{1, 8, 2, 200, 256, false, false}}) {
             const Routing routing = route(rng, c.tokens, c.experts, c.topk, false);
             const int64_t slots = int64_t(routing.row_index.size()), k = c.k, n = c.n;
-            const StackedExperts stacked = stacked_experts(rng, c.experts, n, k, nvfp4, c.every_scale);
+            const StackedExperts stacked =
+                stacked_experts(rng, c.experts, n, k, nvfp4, c.every_scale ? Scales::kEveryCode : Scales::kCheckpoint);
             std::vector<float> gate(size_t(slots * k)), up(gate.size()), weights(size_t(c.tokens * c.topk));
             for (size_t i = 0; i < gate.size(); ++i) {  // some past swiglu_limit 10 in both directions
                 gate[i] = round_bf16(rng.uniform(-14.0f, 14.0f) * std::ldexp(1.0f, int(i % 7) - 3));
@@ -359,17 +375,19 @@ TEST(MoeGemm, WarpgroupKernelEqualsWarpMmaBitwise) {
     Rng rng;
     constexpr Pair kPair = Pair::kChosenVsWarpMma;
     for (bool nvfp4 : {false, true}) {
-        compare_grids(rng, 512, 256, 6, 2048, 4096, nvfp4, false, 512, false, kPair);  // w1/w3, ~12 slots each
-        compare_grids(rng, 300, 16, 6, 4096, 2048, nvfp4, false, 300, false, kPair);   // w2, ~112: two passes
-        compare_grids(rng, 300, 8, 3, 72, 512, nvfp4, true, 300, false, kPair);        // expert 0: 5 passes, odd N
-        compare_grids(rng, 200, 32, 4, 264, 2048, nvfp4, false, 256, true, kPair);     // every scale code
-        compare_grids(rng, 256, 256, 6, 2048, 4096, nvfp4, false, 64, false, kPair);   // passes of 16: batch 256
-        compare_grids(rng, 256, 256, 6, 4096, 2048, nvfp4, false, 128, false, kPair);  // passes of 32
-        compare_grids(rng, 40, 16, 6, 200, 1024, nvfp4, true, 64, false, kPair);       // 16: several passes, odd N
-        compare_grids(rng, 60, 32, 4, 264, 2048, nvfp4, false, 64, true, kPair);       // 16: every scale code
-        compare_grids(rng, 90, 32, 4, 264, 2048, nvfp4, false, 128, true, kPair);      // 32: every scale code
-        compare_grids(rng, 64, 256, 6, 2048, 4096, nvfp4, false, 16, false, kPair);    // passes of 8: batch 64
-        compare_grids(rng, 20, 16, 6, 200, 1024, nvfp4, true, 16, true, kPair);        // 8: several, odd N, scales
+        compare_grids(rng, 512, 256, 6, 2048, 4096, nvfp4, false, 512, kCkpt, kPair);   // w1/w3, ~12 slots each
+        compare_grids(rng, 300, 16, 6, 4096, 2048, nvfp4, false, 300, kCkpt, kPair);    // w2, ~112: two passes
+        compare_grids(rng, 300, 8, 3, 72, 512, nvfp4, true, 300, kCkpt, kPair);         // expert 0: 5 passes, odd N
+        compare_grids(rng, 200, 32, 4, 264, 2048, nvfp4, false, 256, kEvery, kPair);    // every scale code
+        compare_grids(rng, 256, 256, 6, 2048, 4096, nvfp4, false, 64, kCkpt, kPair);    // passes of 16: batch 256
+        compare_grids(rng, 256, 256, 6, 4096, 2048, nvfp4, false, 128, kCkpt, kPair);   // passes of 32
+        compare_grids(rng, 40, 16, 6, 200, 1024, nvfp4, true, 64, kCkpt, kPair);        // 16: several passes, odd N
+        compare_grids(rng, 60, 32, 4, 264, 2048, nvfp4, false, 64, kEvery, kPair);      // 16: every scale code
+        compare_grids(rng, 90, 32, 4, 264, 2048, nvfp4, false, 128, kEvery, kPair);     // 32: every scale code
+        compare_grids(rng, 64, 256, 6, 2048, 4096, nvfp4, false, 16, kCkpt, kPair);     // passes of 8: batch 64
+        compare_grids(rng, 20, 16, 6, 200, 1024, nvfp4, true, 16, kEvery, kPair);       // 8: several, odd N, scales
+        compare_grids(rng, 256, 256, 6, 4096, 2048, nvfp4, false, 128, kEdges, kPair);  // 32: the fold's edges
+        compare_grids(rng, 512, 256, 6, 2048, 4096, nvfp4, false, 512, kEdges, kPair);  // 64: the fold's edges
     }
 }
 
