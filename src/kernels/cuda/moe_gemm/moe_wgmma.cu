@@ -6,17 +6,19 @@
 //
 // Roles: each warpgroup's A operand is W (its 64 rows, 16 per warp, in moe_mma.cu's fragments, decoded from the
 // staged nibbles in registers), its B operand the pass's activations as f16 in shared memory (N = kTokens). The CTA
-// converts the staged e4m3 activations of each 128-column stage once into eight k16 tiles, each k16 slot holding the
-// column mma.sync's B fragment puts there (x_pairs: the two MMAs of a 32-column block see the same physical columns at
-// the same k as before); W's two fragments of a block meet them in two wgmmas from a zero accumulator (MXFP4: one
-// promotion per block; NVFP4: one per 16 columns), and the promotions go to the sum of the block's parity (the two
-// K parts of moe_mma.cu), added part 0 + part 1 at the end and rounded to bf16.
+// converts the staged e4m3 activations of each 256-column stage once into sixteen k16 tiles, each k16 slot holding
+// the column mma.sync's B fragment puts there (x_pairs: the two MMAs of a 32-column block see the same physical
+// columns at the same k as before); W's two fragments of a block meet them in two wgmmas from a zero accumulator
+// (MXFP4: one promotion per block; NVFP4: one per 16 columns), and the promotions go to the sum of the block's parity
+// (the two K parts of moe_mma.cu), added part 0 + part 1 at the end and rounded to bf16. The wide MXFP4 passes fold
+// the block scales into the decoded weights where an item's codes allow it (moe_mma_common.cuh, mxfp4_fold_factors):
+// the same bits, one f16-pair multiply a weight register instead of an FMUL an output.
 //
 // Overlap: two accumulators, so a unit's wgmmas run while the previous unit is promoted; two f16 tiles, so stage
 // kt + 1 is converted between stage kt's wgmmas (one barrier per stage). Grid: persistent over items (matrix, active
 // expert, 128-row tile), as moe_mma.cu; CTA: two warpgroups (128 weight rows, kTokens tokens), K streaming through
-// stages of 128 columns (16-byte cp.async; kStages below), the scales in groups of four stages. Needs K % 512 == 0
-// and 16-byte aligned scales (every V4 shape; the launcher takes the warp-MMA kernel otherwise). Tested bitwise against
+// stages of 256 columns (16-byte cp.async; kStages below), the scales in groups of two stages. Needs K % 512 == 0 and
+// 16-byte aligned scales (every V4 shape; the launcher takes the warp-MMA kernel otherwise). Tested bitwise against
 // the warp-MMA kernel in tests/gpu/moe_gemm_test.cpp.
 #include <type_traits>
 
