@@ -39,7 +39,7 @@ using namespace moe_mma;
 constexpr int kStageCols = 256;
 [[maybe_unused]] constexpr int kBlocks = kStageCols / 32;      // 32-column blocks (MXFP4 scale blocks) a stage
 [[maybe_unused]] constexpr int kActBlocks = kStageCols / 128;  // activation-scale blocks a stage
-constexpr int kWRowBytes = kStageCols / 2 + 16;  // as moe_mma.cu: fragment reads conflict-free
+constexpr int kWRowBytes = kStageCols / 2 + 16;                // as moe_mma.cu: fragment reads conflict-free
 constexpr int kARowBytes = kStageCols + 32;
 // The scales travel in groups of 512 columns, one 16-byte copy a row (MXFP4: 16 codes; NVFP4: 32 codes, two copies),
 // where each 128 columns took a 4-byte copy, and likewise the activation scales (four f32 a token). Needs K % 512 ==
@@ -292,99 +292,101 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
                 const uint8_t* sc_g8 = sc_g + 8 * G::w_row;
                 // The stage's MMA units and promotions, with the scales folded into the weights or not.
                 auto run_units = [&](auto folded_tag) {
-                constexpr bool kFolded = decltype(folded_tag)::value;
-                // The activation scales of tokens 8 j + 2 t and + 1 for one 128-column block of the stage (the
-                // block of the units being promoted: loaded again when the promotions reach the next block).
-                float as[kTn][2];
-                auto load_act_scales = [&](int ab) {
+                    constexpr bool kFolded = decltype(folded_tag)::value;
+                    // The activation scales of tokens 8 j + 2 t and + 1 for one 128-column block of the stage (the
+                    // block of the units being promoted: loaded again when the promotions reach the next block).
+                    float as[kTn][2];
+                    auto load_act_scales = [&](int ab) {
 #pragma unroll
-                    for (int j = 0; j < kTn; ++j) {
-                        const float* a_s = reinterpret_cast<const float*>(group + G::a) + (j * 8 + 2 * t) * 4 +
-                                           kt % kGroupStages * kActBlocks + ab;
-                        as[j][0] = a_s[0];
-                        as[j][1] = a_s[4];
-                    }
-                };
-                load_act_scales(0);
-                // MMA units of the stage: a 32-column block (MXFP4: two wgmmas, one promotion) or a 16-column half
-                // (NVFP4: one wgmma, one promotion each). Two accumulators: unit u's wgmmas run while unit u - 1 is
-                // promoted, so the tensor cores and the promotions overlap within the warpgroup.
-                // Loads run a unit ahead of their use (W words before their decode, scales before their promotion,
-                // the next stage's activation pairs before their conversion), in the shadow of the wgmmas.
-                constexpr int kUnits = kNv ? 2 * kBlocks : kBlocks;
-                constexpr int kPerUnit = (kTasks + kUnits - 1) / kUnits;  // conversion tasks per unit
-                float acc[2][kTokens / 2];
-                uint32_t w0[4], w1[4], qa, qb, cx[kPerUnit][2];
-                float ws[2][2][2];  // [block parity][half][row g, g + 8]
-                [[maybe_unused]] float mx_ws[4][2];  // MXFP4: the scales of blocks 4 q .. 4 q + 3, [block % 4][row g, g + 8]
-                [[maybe_unused]] uint32_t fold[4][2];  // kFolded: their f16-pair factors
-                w_words<kNv>(w_g, w_g8, 0, t, qa, qb);
+                        for (int j = 0; j < kTn; ++j) {
+                            const float* a_s = reinterpret_cast<const float*>(group + G::a) + (j * 8 + 2 * t) * 4 +
+                                               kt % kGroupStages * kActBlocks + ab;
+                            as[j][0] = a_s[0];
+                            as[j][1] = a_s[4];
+                        }
+                    };
+                    load_act_scales(0);
+                    // MMA units of the stage: a 32-column block (MXFP4: two wgmmas, one promotion) or a 16-column half
+                    // (NVFP4: one wgmma, one promotion each). Two accumulators: unit u's wgmmas run while unit u - 1 is
+                    // promoted, so the tensor cores and the promotions overlap within the warpgroup.
+                    // Loads run a unit ahead of their use (W words before their decode, scales before their promotion,
+                    // the next stage's activation pairs before their conversion), in the shadow of the wgmmas.
+                    constexpr int kUnits = kNv ? 2 * kBlocks : kBlocks;
+                    constexpr int kPerUnit = (kTasks + kUnits - 1) / kUnits;  // conversion tasks per unit
+                    float acc[2][kTokens / 2];
+                    uint32_t w0[4], w1[4], qa, qb, cx[kPerUnit][2];
+                    float ws[2][2][2];  // [block parity][half][row g, g + 8]
+                    [[maybe_unused]] float
+                        mx_ws[4][2];  // MXFP4: the scales of blocks 4 q .. 4 q + 3, [block % 4][row g, g + 8]
+                    [[maybe_unused]] uint32_t fold[4][2];  // kFolded: their f16-pair factors
+                    w_words<kNv>(w_g, w_g8, 0, t, qa, qb);
 #pragma unroll
-                for (int i = 0; i < kPerUnit && i < kTasks; ++i)
-                    if (convert_next && task_live(i)) load_task(next_raw, i, cx[i][0], cx[i][1]);
-                auto promote_unit = [&](int u) {
-                    const int b = kNv ? u / 2 : u, h = kNv ? u % 2 : 1;
-                    wgmma_fence_operand(acc[u % 2]);
+                    for (int i = 0; i < kPerUnit && i < kTasks; ++i)
+                        if (convert_next && task_live(i)) load_task(next_raw, i, cx[i][0], cx[i][1]);
+                    auto promote_unit = [&](int u) {
+                        const int b = kNv ? u / 2 : u, h = kNv ? u % 2 : 1;
+                        wgmma_fence_operand(acc[u % 2]);
 #pragma unroll
-                    for (int j = 0; j < kTn; ++j) {
-                        float(&a4)[4] = *reinterpret_cast<float(*)[4]>(acc[u % 2] + 4 * j);
-                        if constexpr (kFolded)
-                            promote_folded(sum[b % 2][j], a4, as[j][0], as[j][1]);
-                        else
-                            promote(sum[b % 2][j], a4, ws[b % 2][h][0], ws[b % 2][h][1], as[j][0], as[j][1]);
-                    }
-                };
+                        for (int j = 0; j < kTn; ++j) {
+                            float(&a4)[4] = *reinterpret_cast<float(*)[4]>(acc[u % 2] + 4 * j);
+                            if constexpr (kFolded)
+                                promote_folded(sum[b % 2][j], a4, as[j][0], as[j][1]);
+                            else
+                                promote(sum[b % 2][j], a4, ws[b % 2][h][0], ws[b % 2][h][1], as[j][0], as[j][1]);
+                        }
+                    };
 #pragma unroll
-                for (int u = 0; u < kUnits; ++u) {
-                    const int b = kNv ? u / 2 : u, h = kNv ? u % 2 : 0;
-                    if (h == 0) {
-                        w_decode(qa, qb, w0, w1);
-                        if (b + 1 < kBlocks) w_words<kNv>(w_g, w_g8, b + 1, t, qa, qb);
-                        if constexpr (kNv) {
-                            float ws_g[2], ws_g8[2];
-                            w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
-                            ws[b % 2][0][0] = ws_g[0], ws[b % 2][0][1] = ws_g8[0];
-                            ws[b % 2][1][0] = ws_g[1], ws[b % 2][1][1] = ws_g8[1];
-                        } else if constexpr (kFolded) {
-                            if (b % 4 == 0) mxfp4_fold_factors(sc_g + b, sc_g8 + b, fold);  // one word: 4 codes
+                    for (int u = 0; u < kUnits; ++u) {
+                        const int b = kNv ? u / 2 : u, h = kNv ? u % 2 : 0;
+                        if (h == 0) {
+                            w_decode(qa, qb, w0, w1);
+                            if (b + 1 < kBlocks) w_words<kNv>(w_g, w_g8, b + 1, t, qa, qb);
+                            if constexpr (kNv) {
+                                float ws_g[2], ws_g8[2];
+                                w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
+                                ws[b % 2][0][0] = ws_g[0], ws[b % 2][0][1] = ws_g8[0];
+                                ws[b % 2][1][0] = ws_g[1], ws[b % 2][1][1] = ws_g8[1];
+                            } else if constexpr (kFolded) {
+                                if (b % 4 == 0) mxfp4_fold_factors(sc_g + b, sc_g8 + b, fold);  // one word: 4 codes
 #pragma unroll
-                            for (int i = 0; i < 4; ++i) {  // registers 0, 2: row g; 1, 3: row g + 8
-                                w0[i] = mul_f16x2(w0[i], fold[b % 4][i % 2]);
-                                w1[i] = mul_f16x2(w1[i], fold[b % 4][i % 2]);
+                                for (int i = 0; i < 4; ++i) {  // registers 0, 2: row g; 1, 3: row g + 8
+                                    w0[i] = mul_f16x2(w0[i], fold[b % 4][i % 2]);
+                                    w1[i] = mul_f16x2(w1[i], fold[b % 4][i % 2]);
+                                }
+                            } else {
+                                if (b % 4 == 0) mxfp4_block_scales(sc_g + b, sc_g8 + b, mx_ws);  // one word: 4 codes
+                                ws[b % 2][1][0] = mx_ws[b % 4][0],
+                                       ws[b % 2][1][1] = mx_ws[b % 4][1];  // promoted as h = 1
                             }
+                        }
+                        const uint64_t d0 = b_desc + ((2 * b * kStep) >> 4), d1 = d0 + (kStep >> 4);
+                        wgmma_fence_operand(acc[u % 2]);
+                        wgmma_fence();
+                        if constexpr (kNv) {
+                            wgmma_f16<kTokens>(acc[u % 2], h ? w1 : w0, h ? d1 : d0, false);
                         } else {
-                            if (b % 4 == 0) mxfp4_block_scales(sc_g + b, sc_g8 + b, mx_ws);        // one word: 4 codes
-                            ws[b % 2][1][0] = mx_ws[b % 4][0], ws[b % 2][1][1] = mx_ws[b % 4][1];  // promoted as h = 1
+                            wgmma_f16<kTokens>(acc[u % 2], w0, d0, false);
+                            wgmma_f16<kTokens>(acc[u % 2], w1, d1, true);
+                        }
+                        wgmma_commit();
+                        // This unit's share of the next stage's conversion (pairs loaded a unit ago), and the loads of
+                        // the next unit's share.
+#pragma unroll
+                        for (int i = 0; i < kPerUnit; ++i) {
+                            const int task = u * kPerUnit + i, ahead = task + kPerUnit;
+                            if (convert_next && task < kTasks && task_live(task))
+                                store_task(next_tile, task, cx[i][0], cx[i][1]);
+                            if (convert_next && ahead < kTasks && task_live(ahead))
+                                load_task(next_raw, ahead, cx[i][0], cx[i][1]);
+                        }
+                        if (u > 0) {
+                            wgmma_wait<1>();
+                            promote_unit(u - 1);
+                            if (h == 0 && b % 4 == 0) load_act_scales(b / 4);  // unit u begins a 128-column block
                         }
                     }
-                    const uint64_t d0 = b_desc + ((2 * b * kStep) >> 4), d1 = d0 + (kStep >> 4);
-                    wgmma_fence_operand(acc[u % 2]);
-                    wgmma_fence();
-                    if constexpr (kNv) {
-                        wgmma_f16<kTokens>(acc[u % 2], h ? w1 : w0, h ? d1 : d0, false);
-                    } else {
-                        wgmma_f16<kTokens>(acc[u % 2], w0, d0, false);
-                        wgmma_f16<kTokens>(acc[u % 2], w1, d1, true);
-                    }
-                    wgmma_commit();
-                    // This unit's share of the next stage's conversion (pairs loaded a unit ago), and the loads of
-                    // the next unit's share.
-#pragma unroll
-                    for (int i = 0; i < kPerUnit; ++i) {
-                        const int task = u * kPerUnit + i, ahead = task + kPerUnit;
-                        if (convert_next && task < kTasks && task_live(task))
-                            store_task(next_tile, task, cx[i][0], cx[i][1]);
-                        if (convert_next && ahead < kTasks && task_live(ahead))
-                            load_task(next_raw, ahead, cx[i][0], cx[i][1]);
-                    }
-                    if (u > 0) {
-                        wgmma_wait<1>();
-                        promote_unit(u - 1);
-                        if (h == 0 && b % 4 == 0) load_act_scales(b / 4);  // unit u begins a 128-column block
-                    }
-                }
-                wgmma_wait<0>();
-                promote_unit(kUnits - 1);
+                    wgmma_wait<0>();
+                    promote_unit(kUnits - 1);
                 };
                 if constexpr (kFold) {
                     if (folded)
