@@ -6,20 +6,20 @@
 //
 // Roles: each warpgroup's A operand is W (its 64 rows, 16 per warp, in moe_mma.cu's fragments, decoded from the
 // staged nibbles in registers), its B operand the pass's activations as f16 in shared memory (N = kTokens). The CTA
-// converts the staged e4m3 activations of each stage once into k16 tiles (eight for 128 columns, sixteen for 256),
-// each k16 slot holding the column mma.sync's B fragment puts there (x_pairs: the two MMAs of a 32-column block see the
-// same physical columns at the same k as before); W's two fragments of a block meet them in two wgmmas from a zero
-// accumulator (MXFP4: one promotion per block; NVFP4: one per 16 columns), and the promotions go to the sum of the
-// block's parity (the two K parts of moe_mma.cu), added part 0 + part 1 at the end and rounded to bf16. The wide
-// MXFP4 passes fold the block scales into the decoded weights where an item's codes allow it (moe_mma_common.cuh,
-// mxfp4_fold_factors): the same bits, one f16-pair multiply a weight register instead of an FMUL an output.
+// converts the staged e4m3 activations of each 256-column stage once into sixteen k16 tiles, each k16 slot holding
+// the column mma.sync's B fragment puts there (x_pairs: the two MMAs of a 32-column block see the same physical
+// columns at the same k as before); W's two fragments of a block meet them in two wgmmas from a zero accumulator
+// (MXFP4: one promotion per block; NVFP4: one per 16 columns), and the promotions go to the sum of the block's parity
+// (the two K parts of moe_mma.cu), added part 0 + part 1 at the end and rounded to bf16. The wide MXFP4 passes fold
+// the block scales into the decoded weights where an item's codes allow it (moe_mma_common.cuh, mxfp4_fold_factors):
+// the same bits, one f16-pair multiply a weight register instead of an FMUL an output.
 //
 // Overlap: two accumulators, so a unit's wgmmas run while the previous unit is promoted; two f16 tiles, so stage
 // kt + 1 is converted between stage kt's wgmmas (one barrier per stage). Grid: persistent over items (matrix, active
 // expert, 128-row tile), as moe_mma.cu; CTA: two warpgroups (128 weight rows, kTokens tokens), K streaming through
-// stages of 256 or 128 columns (16-byte cp.async; Shape below), the scales in groups of 512 columns. Needs K % 512 ==
-// 0 and 16-byte aligned scales (every V4 shape; the launcher takes the warp-MMA kernel otherwise). Tested bitwise
-// against the warp-MMA kernel in tests/gpu/moe_gemm_test.cpp.
+// stages of 256 columns (16-byte cp.async; kStages below), the scales in groups of two stages. Needs K % 512 == 0 and
+// 16-byte aligned scales (every V4 shape; the launcher takes the warp-MMA kernel otherwise). Tested bitwise against
+// the warp-MMA kernel in tests/gpu/moe_gemm_test.cpp.
 #include <type_traits>
 
 #include "kernels/cuda/common/cp_async.cuh"
@@ -33,47 +33,45 @@ namespace {
 
 using namespace moe_mma;
 
+// A stage: 256 columns of K, eight 32-column blocks and two activation-scale blocks. A stage's fixed work (its
+// barrier, its loads' addresses and predicates, the loop, the fences) was ~110 of the ~290 instructions a warp
+// issued for a 128-column stage at 8 tokens; wider stages spread it over twice the weights.
+constexpr int kStageCols = 256;
+[[maybe_unused]] constexpr int kBlocks = kStageCols / 32;      // 32-column blocks (MXFP4 scale blocks) a stage
+[[maybe_unused]] constexpr int kActBlocks = kStageCols / 128;  // activation-scale blocks a stage
+constexpr int kWRowBytes = kStageCols / 2 + 16;                // as moe_mma.cu: fragment reads conflict-free
+constexpr int kARowBytes = kStageCols + 32;
+// The scales travel in groups of 512 columns, one 16-byte copy a row (MXFP4: 16 codes; NVFP4: 32 codes, two copies),
+// where each 128 columns took a 4-byte copy, and likewise the activation scales (four f32 a token). Needs K % 512 ==
+// 0 (every V4 shape).
+constexpr int kGroupCols = 512, kGroupStages = kGroupCols / kStageCols;
+// The f16 B tile of one k16 step: kTokens tokens x 16 k as core matrices (token block of 8, k half) at
+// (token / 8) * 256 + half * 128, row token % 8 at 16 bytes each; the next step kTokens * 32 bytes further.
+[[maybe_unused]] constexpr int kCoreK = 128, kCoreN = 256;  // unused where the kernel is compiled out (not sm_90a)
+template <int kTokens>
+constexpr int kStepBytes = kTokens * 32;
+template <int kTokens>
+constexpr int kB16Bytes = kStageCols / 16 * kStepBytes<kTokens>;  // one stage's k16 steps
+
 // Two warpgroups per CTA, each 64 weight rows (the wgmma's M, 16 per warp): they share the staged and converted
 // activations of the pass (one warpgroup per CTA, two CTAs per SM, measured 6-11 % slower: twice the conversions
 // and activation loads per product).
 constexpr int kRows = 128, kThreads = 256;
-// The scales travel in groups of 512 columns, one 16-byte copy a row (MXFP4: 16 codes; NVFP4: 32 codes, two copies),
-// where each 128 columns took a 4-byte copy, and likewise the activation scales (four f32 a token). Needs K % 512 ==
-// 0 (every V4 shape).
-constexpr int kGroupCols = 512;
-// Groups in flight: the one being read, the next, and the one loading (the loads run stages - 1 stages ahead, at most
-// two groups past the one being read).
-constexpr int kScaleGroups = 3;
-// The f16 B tile of one k16 step: kTokens tokens x 16 k as core matrices (token block of 8, k half) at
-// (token / 8) * 256 + half * 128, row token % 8 at 16 bytes each; the next step kTokens * 32 bytes further.
-[[maybe_unused]] constexpr int kCoreK = 128, kCoreN = 256;  // unused where the kernel is compiled out (not sm_90a)
-
-// The pass width's stage. The 8- and 16-slot passes of batched decode take 256 columns of K (eight 32-column blocks,
-// two activation-scale blocks): a stage's fixed work (its barrier, its loads' addresses and predicates, the loop, the
-// fences) was ~110 of the ~290 instructions a warp issued for a 128-column stage at 8 slots, and wider stages spread
-// it over twice the weights (-12 % a batch-64 step). The 32- and 64-slot passes of prefill keep 128 columns: their
-// stage is mostly promotions, and 256 columns ran their unfolded passes 5-17 % slower.
-// Raw stages in flight (kt + 1 is converted while kt is multiplied, so at least 3): four at 8 slots; three at 16
-// (four left room for one CTA a SM, not two, and the pass ran 16-26 % slower); four 128-column stages at 32 and 64,
-// whose accumulators take one CTA's registers a SM anyway.
+// Raw stages in flight (kt + 1 is converted while kt is multiplied, so at least 3): 4 for the 8-slot passes of batched
+// decode, whose time is the weights' loads; 3 for the rest (16 slots: four stages left room for one CTA a SM, not two,
+// and the pass ran 16-26 % slower; 32 and 64: their accumulators take one CTA's registers a SM anyway). In bytes as
+// many as or more than the 128-column stages' 6 and 4.
 template <int kTokens>
-struct Shape {
-    static constexpr bool wide = kTokens >= 32;
-    static constexpr int stage_cols = wide ? 128 : 256;
-    [[maybe_unused]] static constexpr int blocks = stage_cols / 32;  // 32-column blocks (MXFP4 scale blocks) a stage
-    [[maybe_unused]] static constexpr int act_blocks = stage_cols / 128;  // activation-scale blocks a stage
-    static constexpr int w_row_bytes = stage_cols / 2 + 16;               // as moe_mma.cu: fragment reads conflict-free
-    static constexpr int a_row_bytes = stage_cols + 32;
-    static constexpr int group_stages = kGroupCols / stage_cols;
-    static constexpr int stages = kTokens == 16 ? 3 : 4;
-    static constexpr int min_blocks = wide ? 1 : 2;
-    static constexpr int step_bytes = kTokens * 32;                 // one k16 step of the f16 B tile
-    static constexpr int b16_bytes = stage_cols / 16 * step_bytes;  // one stage's k16 steps
-    // the raw stage: W rows, then activation rows
+constexpr int kStages = kTokens >= 16 ? 3 : 4;
+template <int kTokens>
+constexpr int kMinBlocks = kTokens >= 32 ? 1 : 2;
+
+template <int kTokens>
+struct Stage {
     static constexpr int w = 0;
-    static constexpr int a = w + kRows * w_row_bytes;
-    static constexpr int bytes = a + kTokens * a_row_bytes;
-    static_assert(bytes % 16 == 0 && kGroupCols % stage_cols == 0 && stages - 1 <= group_stages + 1);
+    static constexpr int a = w + kRows * kWRowBytes;
+    static constexpr int bytes = a + kTokens * kARowBytes;
+    static_assert(bytes % 16 == 0);
 };
 
 // One group's scales: each weight row's codes of its 512 columns, then each token's four activation scales.
@@ -84,11 +82,15 @@ struct ScaleGroup {
     static constexpr int a = w + kRows * w_row;
     static constexpr int bytes = a + kTokens * 16;
 };
+// Groups in flight: the one being read, the next, and the one loading (the loads run kStages - 1 stages ahead, at
+// most two groups past the one being read).
+constexpr int kScaleGroups = 3;
+static_assert(kStages<8> - 1 <= kGroupStages + 1 && kStages<64> - 1 <= kGroupStages + 1);
+static_assert(kStageCols % 128 == 0 && kGroupCols % kStageCols == 0);
 
 template <int kTokens, bool kNv>
 __host__ __device__ constexpr int smem_bytes(int64_t experts) {
-    using S = Shape<kTokens>;
-    return 2 * S::b16_bytes + list_bytes(experts) + S::stages * S::bytes +
+    return 2 * kB16Bytes<kTokens> + list_bytes(experts) + kStages<kTokens> * Stage<kTokens>::bytes +
            kScaleGroups * ScaleGroup<kTokens, kNv>::bytes;
 }
 
@@ -110,24 +112,22 @@ __device__ __forceinline__ void wgmma_f16(float (&d)[kTokens / 2], const uint32_
 // at the same slot of half 1 (k 2t + 8): where mma.sync's b0 and b1 take them.
 template <int kTokens>
 __device__ __forceinline__ void put_pairs(uint8_t* b16, int step, int n, int t, uint32_t x) {
-    uint8_t* at = b16 + step * Shape<kTokens>::step_bytes + (n / 8) * kCoreN + (n % 8) * 16 + 4 * t;
+    uint8_t* at = b16 + step * kStepBytes<kTokens> + (n / 8) * kCoreN + (n % 8) * 16 + 4 * t;
     *reinterpret_cast<uint32_t*>(at) = e4m3x2_to_f16x2(x);
     *reinterpret_cast<uint32_t*>(at + kCoreK) = e4m3x2_to_f16x2(x >> 16);
 }
 
 template <ExpertFormat kFormat, int kTokens>
-__global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmma_kernel(Args p) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kernel(Args p) {
 #if DSV4_WGMMA
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
-    using L = Shape<kTokens>;
-    constexpr int kStageCols = L::stage_cols, kBlocks = L::blocks, kActBlocks = L::act_blocks;
-    constexpr int kWRowBytes = L::w_row_bytes, kARowBytes = L::a_row_bytes, kGroupStages = L::group_stages;
     constexpr int kScaleBytesPerStage = kNv ? 2 * kBlocks : kBlocks;
     // MXFP4 passes of 32 and 64 slots fold the block scales into the weights where an item's codes allow it
     // (mxfp4_fold_factors): one f16-pair multiply per weight register instead of an FMUL per output.
     constexpr bool kFold = !kNv && kTokens >= 32;
     constexpr int kTn = kTokens / 8;  // n8 tiles of the pass
-    constexpr int kStageCount = L::stages, kStep = L::step_bytes, kTile = L::b16_bytes;
+    constexpr int kStageCount = kStages<kTokens>, kStep = kStepBytes<kTokens>, kTile = kB16Bytes<kTokens>;
+    using L = Stage<kTokens>;
     using G = ScaleGroup<kTokens, kNv>;
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ int warp_counts[kThreads / 32];
