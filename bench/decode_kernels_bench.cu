@@ -45,26 +45,24 @@ namespace {
 
 constexpr int kLaunches = 20, kReplays = 7;
 
+// The fills' counter-based hash of an element index.
+__device__ __forceinline__ uint32_t index_hash(size_t i, uint32_t seed) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    return h ^ (h >> 13);
+}
 __global__ void fill_bytes(uint8_t* p, size_t n, uint32_t seed, uint8_t avoid_mask, uint8_t avoid) {
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        uint8_t b = uint8_t(h);
+        uint8_t b = uint8_t(index_hash(i, seed));
         if ((b & avoid_mask) == avoid) b ^= 1;
         p[i] = b;
     }
 }
 // E8M0 codes lo .. lo + span - 1, hashed from the index (span <= 256).
 __global__ void fill_codes(uint8_t* p, size_t n, uint32_t seed, uint32_t lo, uint32_t span) {
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        p[i] = uint8_t(lo + h % span);
-    }
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+        p[i] = uint8_t(lo + index_hash(i, seed) % span);
 }
 // Normal-ish f32 values (sum of four uniforms) times `scale`.
 __global__ void fill_f32(float* p, size_t n, uint32_t seed, float scale) {
@@ -94,10 +92,7 @@ __global__ void fill_entries(uint8_t* kv, size_t entries, int entry_bytes, int r
                              int scale_end, uint32_t seed) {
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < entries * entry_bytes;
          i += size_t(gridDim.x) * blockDim.x) {
-        uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
+        const uint32_t h = index_hash(i, seed);
         const int at = int(i % entry_bytes);
         uint8_t b = uint8_t(h);
         if (at < rope_offset && (b & 0x7F) == 0x7F) b ^= 1;  // e4m3 NaN

@@ -178,32 +178,26 @@ __device__ __forceinline__ bool e8m0_codes_above_240(uint32_t codes) {
     return (((codes & 0x7F7F7F7Fu) + 0x0F0F0F0Fu) & codes & 0x80808080u) != 0u;
 }
 
-// The MXFP4 scales of kN consecutive 32-column blocks (b = 0 .. kN - 1, kN a multiple of 4) for rows g and g + 8,
-// times 2^14 (w_scales' values): one word of four codes a row at a time, and where no code of the word is above 240
-// (none of a real checkpoint's) each value is its code shifted into the exponent field, two instructions where
-// e8m0_times_2_14 took a byte load and five (a third of a batched decode pass's instructions went to the scales). The
-// OR of the rows' words has a code above 240 wherever either has one, so the check is never wrong in the plain
-// direction.
-template <int kN>
-__device__ __forceinline__ void mxfp4_block_scales(const uint8_t* sc_g, const uint8_t* sc_g8, float (&ws)[kN][2]) {
-    static_assert(kN % 4 == 0);
+// The MXFP4 scales of four consecutive 32-column blocks (one word of codes a row) for rows g and g + 8, times 2^14
+// (w_scales' values): where no code of the two words is above 240 (none of a real checkpoint's) each value is its
+// code shifted into the exponent field, two instructions where e8m0_times_2_14 took a byte load and five (a third of
+// a batched decode pass's instructions went to the scales). The OR of the rows' words has a code above 240 wherever
+// either has one, so the check is never wrong in the plain direction.
+__device__ __forceinline__ void mxfp4_block_scales(const uint8_t* sc_g, const uint8_t* sc_g8, float (&ws)[4][2]) {
     auto code = [](uint32_t codes, int b) { return (codes >> (8 * b)) & 0xFFu; };
+    const uint32_t codes_g = *reinterpret_cast<const uint32_t*>(sc_g);
+    const uint32_t codes_g8 = *reinterpret_cast<const uint32_t*>(sc_g8);
+    if (!e8m0_codes_above_240(codes_g | codes_g8)) {
 #pragma unroll
-    for (int q = 0; q < kN / 4; ++q) {
-        const uint32_t codes_g = *reinterpret_cast<const uint32_t*>(sc_g + 4 * q);
-        const uint32_t codes_g8 = *reinterpret_cast<const uint32_t*>(sc_g8 + 4 * q);
-        if (!e8m0_codes_above_240(codes_g | codes_g8)) {
+        for (int b = 0; b < 4; ++b) {
+            ws[b][0] = __uint_as_float((code(codes_g, b) + 14u) << 23);
+            ws[b][1] = __uint_as_float((code(codes_g8, b) + 14u) << 23);
+        }
+    } else {
 #pragma unroll
-            for (int b = 0; b < 4; ++b) {
-                ws[4 * q + b][0] = __uint_as_float((code(codes_g, b) + 14u) << 23);
-                ws[4 * q + b][1] = __uint_as_float((code(codes_g8, b) + 14u) << 23);
-            }
-        } else {
-#pragma unroll
-            for (int b = 0; b < 4; ++b) {
-                ws[4 * q + b][0] = e8m0_times_2_14(code(codes_g, b));
-                ws[4 * q + b][1] = e8m0_times_2_14(code(codes_g8, b));
-            }
+        for (int b = 0; b < 4; ++b) {
+            ws[b][0] = e8m0_times_2_14(code(codes_g, b));
+            ws[b][1] = e8m0_times_2_14(code(codes_g8, b));
         }
     }
 }
