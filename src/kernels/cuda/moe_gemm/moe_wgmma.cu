@@ -74,6 +74,10 @@ struct Stage {
     static_assert(bytes % 16 == 0);
 };
 
+// A row's scale codes of a stage: NVFP4 one a 16 columns, MXFP4 one a 32.
+template <bool kNv>
+constexpr int kScaleBytesPerStage = kNv ? 2 * kBlocks : kBlocks;
+
 // One group's scales: each weight row's codes of its 512 columns, then each token's four activation scales.
 template <int kTokens, bool kNv>
 struct ScaleGroup {
@@ -117,18 +121,258 @@ __device__ __forceinline__ void put_pairs(uint8_t* b16, int step, int n, int t, 
     *reinterpret_cast<uint32_t*>(at + kCoreK) = e4m3x2_to_f16x2(x >> 16);
 }
 
+// A stage's activations as f16 k16 tiles: task (block b, token n, lane quarter tq) converts the bytes x_pairs gives
+// lane t = tq of token n's block b; a warp covers 8 tokens x 4 quarters, 32 distinct words of each core matrix it
+// writes. With fewer tasks than threads the rest idle (live). A thread's tasks share its lane quarter.
+template <int kTokens, bool kNv>
+struct ActivationTasks {
+    static constexpr int kCount = kBlocks * kTokens * 4, kPerThread = (kCount + kThreads - 1) / kThreads;
+    int tid, tokens;  // tokens: the pass's own rows (the rest of its width reads the last)
+
+    __device__ __forceinline__ bool live(int i) const { return kCount % kThreads == 0 || tid + kThreads * i < kCount; }
+    __device__ __forceinline__ int block(int i) const { return (tid + kThreads * i) / (4 * kTokens); }
+    __device__ __forceinline__ int token(int i) const { return (tid + kThreads * i) / 4 % kTokens; }
+    __device__ __forceinline__ void load(const uint8_t* raw, int i, uint32_t& x0, uint32_t& x1) const {
+        const int row = token(i) < tokens ? token(i) : tokens - 1;
+        x_pairs<kNv>(raw + Stage<kTokens>::a + row * kARowBytes + 32 * block(i), tid % 4, x0, x1);
+    }
+    __device__ __forceinline__ void store(uint8_t* tile, int i, uint32_t x0, uint32_t x1) const {
+        put_pairs<kTokens>(tile, 2 * block(i), token(i), tid % 4, x0);
+        put_pairs<kTokens>(tile, 2 * block(i) + 1, token(i), tid % 4, x1);
+    }
+    __device__ __forceinline__ void convert(const uint8_t* raw, uint8_t* tile, int i) const {
+        uint32_t x0, x1;
+        load(raw, i, x0, x1);
+        store(tile, i, x0, x1);
+    }
+};
+
+// An item's weight loads (matrix, expert, 128-row tile): each stage, thread tid copies 16-byte chunk tid % kChunks of
+// W rows tid / kChunks + j kThreads / kChunks; each scale group, row tid's codes where tid < kRows. Rows past N
+// repeat the last (their outputs are never stored).
+template <bool kNv>
+struct WeightLoads {
+    static constexpr int kChunks = kStageCols / 32, kPerThread = kRows * kChunks / kThreads;
+    const uint8_t* src[kPerThread];
+    unsigned dst[kPerThread];  // offsets in a stage slot
+    const uint8_t* scale_src;  // row tid's scale codes (row 0's where tid >= kRows: not loaded)
+    bool loads_scales;
+};
+template <int kTokens, bool kNv>
+__device__ __forceinline__ WeightLoads<kNv> weight_loads(const Args& p, const Matrix& m, int64_t e, int64_t n0,
+                                                         int tid) {
+    using WL = WeightLoads<kNv>;
+    auto row_of = [&](int r) {
+        const int64_t n = n0 + r;
+        return e * p.n + (n < p.n ? n : p.n - 1);
+    };
+    WL wl;
+#pragma unroll
+    for (int j = 0; j < WL::kPerThread; ++j) {
+        const int r = tid / WL::kChunks + j * (kThreads / WL::kChunks), part = tid % WL::kChunks;
+        wl.src[j] = m.w + row_of(r) * (p.k / 2) + part * 16;
+        wl.dst[j] = Stage<kTokens>::w + r * kWRowBytes + part * 16;
+    }
+    wl.loads_scales = tid < kRows;
+    wl.scale_src = m.w_scale + row_of(wl.loads_scales ? tid : 0) * (kNv ? p.k / 16 : p.k / 32);
+    return wl;
+}
+
+// Whether every scale code of the item's rows can be folded into its weights (mxfp4_fold_factors): one thread a row,
+// 16 codes a load; every thread of the CTA calls it.
+[[maybe_unused]] __device__ __forceinline__ bool item_codes_foldable(const WeightLoads<false>& wl, int64_t scale_cols) {
+    bool foldable = true;
+    if (wl.loads_scales)
+        for (int64_t i = 0; i < scale_cols; i += 16) {
+            const uint4 v = __ldg(reinterpret_cast<const uint4*>(wl.scale_src + i));
+            foldable = foldable && e8m0_codes_foldable(v.x) && e8m0_codes_foldable(v.y) && e8m0_codes_foldable(v.z) &&
+                       e8m0_codes_foldable(v.w);
+        }
+    return __syncthreads_and(foldable) != 0;
+}
+
+// A pass's activation loads: only its own `tokens` rows are staged (chunks past them: nullptr); each scale group,
+// token tid's four activation scales where tid < kTokens.
+template <int kTokens>
+struct ActivationLoads {
+    static constexpr int kRowChunks = kStageCols / 16, kChunks = kTokens * kRowChunks;
+    static constexpr int kPerThread = (kChunks + kThreads - 1) / kThreads;
+    const uint8_t* src[kPerThread];
+    unsigned dst[kPerThread];
+    const float* scale_src;
+    bool loads_scales;
+};
+template <int kTokens>
+__device__ __forceinline__ ActivationLoads<kTokens> activation_loads(const Args& p, int64_t s0, int tokens, int tid) {
+    using AL = ActivationLoads<kTokens>;
+    auto act_row = [&](int r) -> int64_t {
+        const int64_t slot = s0 + (r < tokens ? r : tokens - 1);
+        return p.row_index ? p.row_index[slot] : slot;
+    };
+    AL al;
+#pragma unroll
+    for (int i = 0; i < AL::kPerThread; ++i) {
+        const int c = tid + kThreads * i, r = c / AL::kRowChunks, part = c % AL::kRowChunks;
+        al.src[i] = c < tokens * AL::kRowChunks ? p.a + act_row(r) * p.k + part * 16 : nullptr;
+        al.dst[i] = Stage<kTokens>::a + r * kARowBytes + part * 16;
+    }
+    al.loads_scales = tid < kTokens;
+    al.scale_src = p.a_scale + act_row(al.loads_scales ? tid : 0) * (p.k / 128);
+    return al;
+}
+
+// Stage kt into stage slot `slot`, and at a group's first stage the group's scales into their slot.
+template <int kTokens, bool kNv>
+__device__ __forceinline__ void load_stage(const WeightLoads<kNv>& wl, const ActivationLoads<kTokens>& al,
+                                           unsigned stages_addr, unsigned groups_addr, int slot, int kt, int tid) {
+    using G = ScaleGroup<kTokens, kNv>;
+    const unsigned base = stages_addr + slot * Stage<kTokens>::bytes;
+#pragma unroll
+    for (int j = 0; j < WeightLoads<kNv>::kPerThread; ++j)
+        cp_async16(base + wl.dst[j], wl.src[j] + kt * (kStageCols / 2));
+#pragma unroll
+    for (int i = 0; i < ActivationLoads<kTokens>::kPerThread; ++i)
+        if (al.src[i]) cp_async16(base + al.dst[i], al.src[i] + kt * kStageCols);
+    if (kt % kGroupStages == 0) {
+        const unsigned group = groups_addr + (kt / kGroupStages) % kScaleGroups * G::bytes;
+        if (wl.loads_scales)
+#pragma unroll
+            for (int j = 0; j < G::w_row / 16; ++j)
+                cp_async16(group + G::w + tid * G::w_row + 16 * j,
+                           wl.scale_src + kt * kScaleBytesPerStage<kNv> + 16 * j);
+        if (al.loads_scales) cp_async16(group + G::a + tid * 16, al.scale_src + kt * kActBlocks);
+    }
+}
+
+// What one stage's MMA units read: rows g and g + 8 of the warp's staged nibbles and their codes in the stage's scale
+// group, the group's activation scales, the stage's f16 tile; and the next stage's conversion they run in the
+// wgmmas' shadow.
+struct StageOperands {
+    const uint8_t *w_g, *w_g8;    // staged nibbles of rows g, g + 8
+    const uint8_t *sc_g, *sc_g8;  // their scale codes of this stage
+    const uint8_t* group;         // the stage's scale group
+    int group_stage;              // the stage's place in its group
+    uint64_t b_desc;              // the stage's f16 tile
+    float global;                 // NVFP4: the expert's global scale
+    const uint8_t* next_raw;      // the next stage's staged activations
+    uint8_t* next_tile;           // and the tile they are converted into
+    bool convert_next;            // whether there is a next stage
+};
+
+// One stage's MMA units and promotions into `sum` ([K part: the block's parity][n8 tile][fragment]), with the block
+// scales folded into the weights (kFolded) or promoted.
+template <ExpertFormat kFormat, int kTokens, bool kFolded>
+__device__ __forceinline__ void multiply_stage(const StageOperands& s,
+                                               const ActivationTasks<kTokens, kFormat == ExpertFormat::kNvfp4>& tasks,
+                                               int t, float (&sum)[2][kTokens / 8][4]) {
+    constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
+    constexpr int kTn = kTokens / 8, kStep = kStepBytes<kTokens>, kTasks = ActivationTasks<kTokens, kNv>::kPerThread;
+    using G = ScaleGroup<kTokens, kNv>;
+    // The activation scales of tokens 8 j + 2 t and + 1 for one 128-column block of the stage (the block of the units
+    // being promoted: loaded again when the promotions reach the next block).
+    float as[kTn][2];
+    auto load_act_scales = [&](int ab) {
+#pragma unroll
+        for (int j = 0; j < kTn; ++j) {
+            const float* a_s =
+                reinterpret_cast<const float*>(s.group + G::a) + (j * 8 + 2 * t) * 4 + s.group_stage * kActBlocks + ab;
+            as[j][0] = a_s[0];
+            as[j][1] = a_s[4];
+        }
+    };
+    load_act_scales(0);
+    // MMA units of the stage: a 32-column block (MXFP4: two wgmmas, one promotion) or a 16-column half (NVFP4: one
+    // wgmma, one promotion each). Two accumulators: unit u's wgmmas run while unit u - 1 is promoted, so the tensor
+    // cores and the promotions overlap within the warpgroup. Loads run a unit ahead of their use (W words before their
+    // decode, scales before their promotion, the next stage's activation pairs before their conversion), in the
+    // shadow of the wgmmas.
+    constexpr int kUnits = kNv ? 2 * kBlocks : kBlocks;
+    constexpr int kPerUnit = (kTasks + kUnits - 1) / kUnits;  // conversion tasks per unit
+    float acc[2][kTokens / 2];
+    uint32_t w0[4], w1[4], qa, qb, cx[kPerUnit][2];
+    float ws[2][2][2];                     // [block parity][half][row g, g + 8]
+    [[maybe_unused]] float mx_ws[4][2];    // MXFP4: the scales of blocks 4 q .. 4 q + 3, [block % 4][row g, g + 8]
+    [[maybe_unused]] uint32_t fold[4][2];  // kFolded: their f16-pair factors
+    w_words<kNv>(s.w_g, s.w_g8, 0, t, qa, qb);
+#pragma unroll
+    for (int i = 0; i < kPerUnit && i < kTasks; ++i)
+        if (s.convert_next && tasks.live(i)) tasks.load(s.next_raw, i, cx[i][0], cx[i][1]);
+    auto promote_unit = [&](int u) {
+        const int b = kNv ? u / 2 : u, h = kNv ? u % 2 : 1;
+        wgmma_fence_operand(acc[u % 2]);
+#pragma unroll
+        for (int j = 0; j < kTn; ++j) {
+            float(&a4)[4] = *reinterpret_cast<float(*)[4]>(acc[u % 2] + 4 * j);
+            if constexpr (kFolded)
+                promote_folded(sum[b % 2][j], a4, as[j][0], as[j][1]);
+            else
+                promote(sum[b % 2][j], a4, ws[b % 2][h][0], ws[b % 2][h][1], as[j][0], as[j][1]);
+        }
+    };
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+        const int b = kNv ? u / 2 : u, h = kNv ? u % 2 : 0;
+        if (h == 0) {
+            w_decode(qa, qb, w0, w1);
+            if (b + 1 < kBlocks) w_words<kNv>(s.w_g, s.w_g8, b + 1, t, qa, qb);
+            if constexpr (kNv) {
+                float ws_g[2], ws_g8[2];
+                w_scales<kNv>(s.sc_g, s.sc_g8, b, s.global, ws_g, ws_g8);
+                ws[b % 2][0][0] = ws_g[0], ws[b % 2][0][1] = ws_g8[0];
+                ws[b % 2][1][0] = ws_g[1], ws[b % 2][1][1] = ws_g8[1];
+            } else if constexpr (kFolded) {
+                if (b % 4 == 0) mxfp4_fold_factors(s.sc_g + b, s.sc_g8 + b, fold);  // one word: 4 codes
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {  // registers 0, 2: row g; 1, 3: row g + 8
+                    w0[i] = mul_f16x2(w0[i], fold[b % 4][i % 2]);
+                    w1[i] = mul_f16x2(w1[i], fold[b % 4][i % 2]);
+                }
+            } else {
+                if (b % 4 == 0) mxfp4_block_scales(s.sc_g + b, s.sc_g8 + b, mx_ws);    // one word: 4 codes
+                ws[b % 2][1][0] = mx_ws[b % 4][0], ws[b % 2][1][1] = mx_ws[b % 4][1];  // promoted as h = 1
+            }
+        }
+        const uint64_t d0 = s.b_desc + ((2 * b * kStep) >> 4), d1 = d0 + (kStep >> 4);
+        wgmma_fence_operand(acc[u % 2]);
+        wgmma_fence();
+        if constexpr (kNv) {
+            wgmma_f16<kTokens>(acc[u % 2], h ? w1 : w0, h ? d1 : d0, false);
+        } else {
+            wgmma_f16<kTokens>(acc[u % 2], w0, d0, false);
+            wgmma_f16<kTokens>(acc[u % 2], w1, d1, true);
+        }
+        wgmma_commit();
+        // This unit's share of the next stage's conversion (pairs loaded a unit ago), and the loads of the next unit's
+        // share.
+#pragma unroll
+        for (int i = 0; i < kPerUnit; ++i) {
+            const int task = u * kPerUnit + i, ahead = task + kPerUnit;
+            if (s.convert_next && task < kTasks && tasks.live(task)) tasks.store(s.next_tile, task, cx[i][0], cx[i][1]);
+            if (s.convert_next && ahead < kTasks && tasks.live(ahead))
+                tasks.load(s.next_raw, ahead, cx[i][0], cx[i][1]);
+        }
+        if (u > 0) {
+            wgmma_wait<1>();
+            promote_unit(u - 1);
+            if (h == 0 && b % 4 == 0) load_act_scales(b / 4);  // unit u begins a 128-column block
+        }
+    }
+    wgmma_wait<0>();
+    promote_unit(kUnits - 1);
+}
+
 template <ExpertFormat kFormat, int kTokens>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kernel(Args p) {
 #if DSV4_WGMMA
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
-    constexpr int kScaleBytesPerStage = kNv ? 2 * kBlocks : kBlocks;
     // MXFP4 passes of 32 and 64 slots fold the block scales into the weights where an item's codes allow it
     // (mxfp4_fold_factors): one f16-pair multiply per weight register instead of an FMUL per output.
     constexpr bool kFold = !kNv && kTokens >= 32;
     constexpr int kTn = kTokens / 8;  // n8 tiles of the pass
-    constexpr int kStageCount = kStages<kTokens>, kStep = kStepBytes<kTokens>, kTile = kB16Bytes<kTokens>;
+    constexpr int kStageCount = kStages<kTokens>, kTile = kB16Bytes<kTokens>;
     using L = Stage<kTokens>;
     using G = ScaleGroup<kTokens, kNv>;
+    using Tasks = ActivationTasks<kTokens, kNv>;
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ int warp_counts[kThreads / 32];
     uint8_t* b16 = smem;
@@ -145,7 +389,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
     const int count = list_active_experts<kThreads>(p.offsets, p.experts, active, warp_counts);
 
-    const int64_t k_half = p.k / 2, scale_cols = kNv ? p.k / 16 : p.k / 32, kb = p.k / 128;
     const int kt_count = int(p.k / kStageCols);
     const int64_t items = int64_t(count) * n_tiles * p.mat_count;
     const int row_g = 16 * warp + g;
@@ -156,76 +399,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
         const int64_t n0 = item % n_tiles * kRows;
         const float global = kNv ? __ldg(m.w_global + e) : 1.0f;
         const int64_t begin = p.offsets[e], end = p.offsets[e + 1];
-        auto row_of = [&](int r) {  // weight row of tile row r (rows past N repeat the last; never stored)
-            const int64_t n = n0 + r;
-            return e * p.n + (n < p.n ? n : p.n - 1);
-        };
-        // Loader roles: each stage, thread tid copies 16-byte chunk tid % kWChunks of W rows tid / kWChunks + j
-        // kThreads / kWChunks; each group, row tid's scale codes when tid < kRows.
-        constexpr int kWChunks = kStageCols / 32, kWPerThread = kRows * kWChunks / kThreads;
-        const uint8_t* w_src[kWPerThread];
-        unsigned w_dst[kWPerThread];
-#pragma unroll
-        for (int j = 0; j < kWPerThread; ++j) {
-            const int r = tid / kWChunks + j * (kThreads / kWChunks), part = tid % kWChunks;
-            w_src[j] = m.w + row_of(r) * k_half + part * 16;
-            w_dst[j] = L::w + r * kWRowBytes + part * 16;
-        }
-        const bool loads_scales = tid < kRows;
-        const uint8_t* scale_src = m.w_scale + row_of(loads_scales ? tid : 0) * scale_cols;
-        // Whether every scale code of the item's rows can be folded (one thread a row, 16 codes a load).
+        const WeightLoads<kNv> wl = weight_loads<kTokens, kNv>(p, m, e, n0, tid);
         bool folded = false;
-        if constexpr (kFold) {
-            bool foldable = true;
-            if (loads_scales)
-                for (int64_t i = 0; i < scale_cols; i += 16) {
-                    const uint4 v = __ldg(reinterpret_cast<const uint4*>(scale_src + i));
-                    foldable = foldable && e8m0_codes_foldable(v.x) && e8m0_codes_foldable(v.y) &&
-                               e8m0_codes_foldable(v.z) && e8m0_codes_foldable(v.w);
-                }
-            folded = __syncthreads_and(foldable) != 0;
-        }
+        if constexpr (kFold) folded = item_codes_foldable(wl, p.k / 32);
 
         for (int64_t s0 = begin; s0 < end; s0 += kTokens) {
             const int tokens = end - s0 < kTokens ? int(end - s0) : kTokens;
-            auto act_row = [&](int r) -> int64_t {
-                const int64_t slot = s0 + (r < tokens ? r : tokens - 1);
-                return p.row_index ? p.row_index[slot] : slot;
-            };
-            // Only the pass's own rows are staged; the rest of the pass's width reads its last row (moe_mma.cu).
-            constexpr int kARowChunks = kStageCols / 16, kAChunks = kTokens * kARowChunks;
-            constexpr int kAPerThread = (kAChunks + kThreads - 1) / kThreads;
-            const uint8_t* a_src[kAPerThread];
-            unsigned a_dst[kAPerThread];
-#pragma unroll
-            for (int i = 0; i < kAPerThread; ++i) {
-                const int c = tid + kThreads * i, r = c / kARowChunks, part = c % kARowChunks;
-                a_src[i] = c < tokens * kARowChunks ? p.a + act_row(r) * p.k + part * 16 : nullptr;
-                a_dst[i] = L::a + r * kARowBytes + part * 16;
-            }
-            const bool loads_a_scales = tid < kTokens;
-            const float* as_src = p.a_scale + act_row(loads_a_scales ? tid : 0) * kb;
-            auto staged_row = [&](int r) { return r < tokens ? r : tokens - 1; };
-
-            // Stage kt into stage slot `slot`, and at a group's first stage the group's scales into its slot.
-            auto load = [&](int slot, int kt) {
-                const unsigned base = stages_addr + slot * L::bytes;
-#pragma unroll
-                for (int j = 0; j < kWPerThread; ++j) cp_async16(base + w_dst[j], w_src[j] + kt * (kStageCols / 2));
-#pragma unroll
-                for (int i = 0; i < kAPerThread; ++i)
-                    if (a_src[i]) cp_async16(base + a_dst[i], a_src[i] + kt * kStageCols);
-                if (kt % kGroupStages == 0) {
-                    const unsigned group = groups_addr + (kt / kGroupStages) % kScaleGroups * G::bytes;
-                    if (loads_scales)
-#pragma unroll
-                        for (int j = 0; j < G::w_row / 16; ++j)
-                            cp_async16(group + G::w + tid * G::w_row + 16 * j,
-                                       scale_src + kt * kScaleBytesPerStage + 16 * j);
-                    if (loads_a_scales) cp_async16(group + G::a + tid * 16, as_src + kt * kActBlocks);
-                }
-            };
-
+            const ActivationLoads<kTokens> al = activation_loads<kTokens>(p, s0, tokens, tid);
+            const Tasks tasks{tid, tokens};
             float sum[2][kTn][4];  // [K part: the block's parity][n8 tile][fragment]
 #pragma unroll
             for (int part = 0; part < 2; ++part)
@@ -234,168 +415,48 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
 #pragma unroll
                     for (int i = 0; i < 4; ++i) sum[part][j][i] = 0.0f;
 
-            // The activations of a stage as f16 k16 tiles: task (block b, token n, lane-quarter tq) converts the
-            // bytes x_pairs gives lane t = tq of token n's block b; a warp covers 8 tokens x 4 quarters, 32
-            // distinct words of each core matrix it writes. (With fewer tasks than threads the rest idle: task_live.)
-            constexpr int kTaskCount = kBlocks * kTokens * 4, kTasks = (kTaskCount + kThreads - 1) / kThreads;
-            auto task_live = [&](int i) { return kTaskCount % kThreads == 0 || tid + kThreads * i < kTaskCount; };
-            const int task_tq = tid % 4;  // the task's lane quarter and token are the same for all of a thread's tasks
-            auto task_block = [&](int i) { return (tid + kThreads * i) / (4 * kTokens); };
-            auto task_token = [&](int i) { return (tid + kThreads * i) / 4 % kTokens; };
-            auto load_task = [&](const uint8_t* raw, int i, uint32_t& x0, uint32_t& x1) {
-                x_pairs<kNv>(raw + L::a + staged_row(task_token(i)) * kARowBytes + 32 * task_block(i), task_tq, x0, x1);
-            };
-            auto store_task = [&](uint8_t* tile, int i, uint32_t x0, uint32_t x1) {
-                put_pairs<kTokens>(tile, 2 * task_block(i), task_token(i), task_tq, x0);
-                put_pairs<kTokens>(tile, 2 * task_block(i) + 1, task_token(i), task_tq, x1);
-            };
-            auto convert = [&](const uint8_t* raw, uint8_t* tile, int i) {
-                uint32_t x0, x1;
-                load_task(raw, i, x0, x1);
-                store_task(tile, i, x0, x1);
-            };
-
 #pragma unroll
             for (int s = 0; s < kStageCount - 1; ++s) {
-                if (s < kt_count) load(s, s);
+                if (s < kt_count) load_stage(wl, al, stages_addr, groups_addr, s, s, tid);
                 cp_async_commit();
             }
             // Stage 0's tile before the loop; in the loop, stage kt + 1's conversion runs between stage kt's MMAs.
             cp_async_wait<kStageCount - 2>();
             __syncthreads();
 #pragma unroll
-            for (int i = 0; i < kTasks; ++i)
-                if (task_live(i)) convert(stages, b16, i);
+            for (int i = 0; i < Tasks::kPerThread; ++i)
+                if (tasks.live(i)) tasks.convert(stages, b16, i);
             fence_proxy_async_shared();
             // Stage kt's slot, the slot stage kt + kStageCount - 1 loads into, and stage kt's scale group's slot:
             // counters, where the slots' modulo (by 6 and by 3) cost a stage several instructions.
             int slot = 0, load_slot = kStageCount - 1, group_slot = 0;
             auto next = [](int i, int count) { return i + 1 == count ? 0 : i + 1; };
             for (int kt = 0; kt < kt_count; ++kt) {
-                // Stages kt and kt + 1 landed for every thread, tile kt is converted and published, and every warp
-                // is past stage kt - 1 (its wgmmas waited for): tile kt + 1 and stage kt - 1's slot are free.
+                // Stages kt and kt + 1 landed for every thread, tile kt is converted and published, and every warp is
+                // past stage kt - 1 (its wgmmas waited for): tile kt + 1 and stage kt - 1's slot are free.
                 cp_async_wait<kStageCount - 3>();
                 __syncthreads();
-                if (kt + kStageCount - 1 < kt_count) load(load_slot, kt + kStageCount - 1);
+                if (kt + kStageCount - 1 < kt_count)
+                    load_stage(wl, al, stages_addr, groups_addr, load_slot, kt + kStageCount - 1, tid);
                 cp_async_commit();
 
                 const int next_slot = next(slot, kStageCount);
-                const uint8_t* st = stages + slot * L::bytes;
-                const uint8_t* next_raw = stages + next_slot * L::bytes;
-                uint8_t* next_tile = b16 + ((kt + 1) % 2) * kTile;
-                const bool convert_next = kt + 1 < kt_count;
-                const uint64_t b_desc = b_desc0 + (((kt % 2) * kTile) >> 4);
-                const uint8_t* w_g = st + L::w + row_g * kWRowBytes;
-                const uint8_t* w_g8 = w_g + 8 * kWRowBytes;
-                const uint8_t* group = groups + group_slot * G::bytes;
-                const uint8_t* sc_g = group + G::w + row_g * G::w_row + kt % kGroupStages * kScaleBytesPerStage;
-                const uint8_t* sc_g8 = sc_g + 8 * G::w_row;
-                // The stage's MMA units and promotions, with the scales folded into the weights or not.
-                auto run_units = [&](auto folded_tag) {
-                    constexpr bool kFolded = decltype(folded_tag)::value;
-                    // The activation scales of tokens 8 j + 2 t and + 1 for one 128-column block of the stage (the
-                    // block of the units being promoted: loaded again when the promotions reach the next block).
-                    float as[kTn][2];
-                    auto load_act_scales = [&](int ab) {
-#pragma unroll
-                        for (int j = 0; j < kTn; ++j) {
-                            const float* a_s = reinterpret_cast<const float*>(group + G::a) + (j * 8 + 2 * t) * 4 +
-                                               kt % kGroupStages * kActBlocks + ab;
-                            as[j][0] = a_s[0];
-                            as[j][1] = a_s[4];
-                        }
-                    };
-                    load_act_scales(0);
-                    // MMA units of the stage: a 32-column block (MXFP4: two wgmmas, one promotion) or a 16-column half
-                    // (NVFP4: one wgmma, one promotion each). Two accumulators: unit u's wgmmas run while unit u - 1 is
-                    // promoted, so the tensor cores and the promotions overlap within the warpgroup.
-                    // Loads run a unit ahead of their use (W words before their decode, scales before their promotion,
-                    // the next stage's activation pairs before their conversion), in the shadow of the wgmmas.
-                    constexpr int kUnits = kNv ? 2 * kBlocks : kBlocks;
-                    constexpr int kPerUnit = (kTasks + kUnits - 1) / kUnits;  // conversion tasks per unit
-                    float acc[2][kTokens / 2];
-                    uint32_t w0[4], w1[4], qa, qb, cx[kPerUnit][2];
-                    float ws[2][2][2];  // [block parity][half][row g, g + 8]
-                    [[maybe_unused]] float
-                        mx_ws[4][2];  // MXFP4: the scales of blocks 4 q .. 4 q + 3, [block % 4][row g, g + 8]
-                    [[maybe_unused]] uint32_t fold[4][2];  // kFolded: their f16-pair factors
-                    w_words<kNv>(w_g, w_g8, 0, t, qa, qb);
-#pragma unroll
-                    for (int i = 0; i < kPerUnit && i < kTasks; ++i)
-                        if (convert_next && task_live(i)) load_task(next_raw, i, cx[i][0], cx[i][1]);
-                    auto promote_unit = [&](int u) {
-                        const int b = kNv ? u / 2 : u, h = kNv ? u % 2 : 1;
-                        wgmma_fence_operand(acc[u % 2]);
-#pragma unroll
-                        for (int j = 0; j < kTn; ++j) {
-                            float(&a4)[4] = *reinterpret_cast<float(*)[4]>(acc[u % 2] + 4 * j);
-                            if constexpr (kFolded)
-                                promote_folded(sum[b % 2][j], a4, as[j][0], as[j][1]);
-                            else
-                                promote(sum[b % 2][j], a4, ws[b % 2][h][0], ws[b % 2][h][1], as[j][0], as[j][1]);
-                        }
-                    };
-#pragma unroll
-                    for (int u = 0; u < kUnits; ++u) {
-                        const int b = kNv ? u / 2 : u, h = kNv ? u % 2 : 0;
-                        if (h == 0) {
-                            w_decode(qa, qb, w0, w1);
-                            if (b + 1 < kBlocks) w_words<kNv>(w_g, w_g8, b + 1, t, qa, qb);
-                            if constexpr (kNv) {
-                                float ws_g[2], ws_g8[2];
-                                w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
-                                ws[b % 2][0][0] = ws_g[0], ws[b % 2][0][1] = ws_g8[0];
-                                ws[b % 2][1][0] = ws_g[1], ws[b % 2][1][1] = ws_g8[1];
-                            } else if constexpr (kFolded) {
-                                if (b % 4 == 0) mxfp4_fold_factors(sc_g + b, sc_g8 + b, fold);  // one word: 4 codes
-#pragma unroll
-                                for (int i = 0; i < 4; ++i) {  // registers 0, 2: row g; 1, 3: row g + 8
-                                    w0[i] = mul_f16x2(w0[i], fold[b % 4][i % 2]);
-                                    w1[i] = mul_f16x2(w1[i], fold[b % 4][i % 2]);
-                                }
-                            } else {
-                                if (b % 4 == 0) mxfp4_block_scales(sc_g + b, sc_g8 + b, mx_ws);  // one word: 4 codes
-                                ws[b % 2][1][0] = mx_ws[b % 4][0],
-                                       ws[b % 2][1][1] = mx_ws[b % 4][1];  // promoted as h = 1
-                            }
-                        }
-                        const uint64_t d0 = b_desc + ((2 * b * kStep) >> 4), d1 = d0 + (kStep >> 4);
-                        wgmma_fence_operand(acc[u % 2]);
-                        wgmma_fence();
-                        if constexpr (kNv) {
-                            wgmma_f16<kTokens>(acc[u % 2], h ? w1 : w0, h ? d1 : d0, false);
-                        } else {
-                            wgmma_f16<kTokens>(acc[u % 2], w0, d0, false);
-                            wgmma_f16<kTokens>(acc[u % 2], w1, d1, true);
-                        }
-                        wgmma_commit();
-                        // This unit's share of the next stage's conversion (pairs loaded a unit ago), and the loads of
-                        // the next unit's share.
-#pragma unroll
-                        for (int i = 0; i < kPerUnit; ++i) {
-                            const int task = u * kPerUnit + i, ahead = task + kPerUnit;
-                            if (convert_next && task < kTasks && task_live(task))
-                                store_task(next_tile, task, cx[i][0], cx[i][1]);
-                            if (convert_next && ahead < kTasks && task_live(ahead))
-                                load_task(next_raw, ahead, cx[i][0], cx[i][1]);
-                        }
-                        if (u > 0) {
-                            wgmma_wait<1>();
-                            promote_unit(u - 1);
-                            if (h == 0 && b % 4 == 0) load_act_scales(b / 4);  // unit u begins a 128-column block
-                        }
-                    }
-                    wgmma_wait<0>();
-                    promote_unit(kUnits - 1);
-                };
-                if constexpr (kFold) {
-                    if (folded)
-                        run_units(std::true_type{});
-                    else
-                        run_units(std::false_type{});
-                } else {
-                    run_units(std::false_type{});
-                }
+                StageOperands s;
+                s.w_g = stages + slot * L::bytes + L::w + row_g * kWRowBytes;
+                s.w_g8 = s.w_g + 8 * kWRowBytes;
+                s.group = groups + group_slot * G::bytes;
+                s.group_stage = kt % kGroupStages;
+                s.sc_g = s.group + G::w + row_g * G::w_row + s.group_stage * kScaleBytesPerStage<kNv>;
+                s.sc_g8 = s.sc_g + 8 * G::w_row;
+                s.b_desc = b_desc0 + (((kt % 2) * kTile) >> 4);
+                s.global = global;
+                s.next_raw = stages + next_slot * L::bytes;
+                s.next_tile = b16 + ((kt + 1) % 2) * kTile;
+                s.convert_next = kt + 1 < kt_count;
+                if (folded)
+                    multiply_stage<kFormat, kTokens, kFold>(s, tasks, t, sum);
+                else
+                    multiply_stage<kFormat, kTokens, false>(s, tasks, t, sum);
                 fence_proxy_async_shared();  // the next stage's tile, for the async proxy after the barrier
                 slot = next_slot, load_slot = next(load_slot, kStageCount);
                 if (kt % kGroupStages == kGroupStages - 1) group_slot = next(group_slot, kScaleGroups);
