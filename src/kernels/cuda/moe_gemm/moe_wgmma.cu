@@ -17,7 +17,7 @@
 // Overlap: two accumulators, so a unit's wgmmas run while the previous unit is promoted; two f16 tiles, so stage
 // kt + 1 is converted between stage kt's wgmmas (one barrier per stage). Grid: persistent over items (matrix, active
 // expert, 128-row tile), as moe_mma.cu; CTA: two warpgroups (128 weight rows, kTokens tokens), K streaming through
-// stages of 256 columns (16-byte cp.async; kStages below), the scales in groups of two stages. Needs K % 512 == 0 and
+// stages of 256 columns (16-byte cp.async; Shape below), the scales in groups of 512 columns. Needs K % 512 == 0 and
 // 16-byte aligned scales (every V4 shape; the launcher takes the warp-MMA kernel otherwise). Tested bitwise against
 // the warp-MMA kernel in tests/gpu/moe_gemm_test.cpp.
 #include <type_traits>
@@ -33,50 +33,48 @@ namespace {
 
 using namespace moe_mma;
 
-// A stage: 256 columns of K, eight 32-column blocks and two activation-scale blocks. A stage's fixed work (its
-// barrier, its loads' addresses and predicates, the loop, the fences) was ~110 of the ~290 instructions a warp
-// issued for a 128-column stage at 8 tokens; wider stages spread it over twice the weights.
-constexpr int kStageCols = 256;
-[[maybe_unused]] constexpr int kBlocks = kStageCols / 32;      // 32-column blocks (MXFP4 scale blocks) a stage
-[[maybe_unused]] constexpr int kActBlocks = kStageCols / 128;  // activation-scale blocks a stage
-constexpr int kWRowBytes = kStageCols / 2 + 16;                // as moe_mma.cu: fragment reads conflict-free
-constexpr int kARowBytes = kStageCols + 32;
-// The scales travel in groups of 512 columns, one 16-byte copy a row (MXFP4: 16 codes; NVFP4: 32 codes, two copies),
-// where each 128 columns took a 4-byte copy, and likewise the activation scales (four f32 a token). Needs K % 512 ==
-// 0 (every V4 shape).
-constexpr int kGroupCols = 512, kGroupStages = kGroupCols / kStageCols;
-// The f16 B tile of one k16 step: kTokens tokens x 16 k as core matrices (token block of 8, k half) at
-// (token / 8) * 256 + half * 128, row token % 8 at 16 bytes each; the next step kTokens * 32 bytes further.
-[[maybe_unused]] constexpr int kCoreK = 128, kCoreN = 256;  // unused where the kernel is compiled out (not sm_90a)
-template <int kTokens>
-constexpr int kStepBytes = kTokens * 32;
-template <int kTokens>
-constexpr int kB16Bytes = kStageCols / 16 * kStepBytes<kTokens>;  // one stage's k16 steps
-
 // Two warpgroups per CTA, each 64 weight rows (the wgmma's M, 16 per warp): they share the staged and converted
 // activations of the pass (one warpgroup per CTA, two CTAs per SM, measured 6-11 % slower: twice the conversions
 // and activation loads per product).
 constexpr int kRows = 128, kThreads = 256;
+// The scales travel in groups of 512 columns, one 16-byte copy a row (MXFP4: 16 codes; NVFP4: 32 codes, two copies),
+// where each 128 columns took a 4-byte copy, and likewise the activation scales (four f32 a token). Needs K % 512 ==
+// 0 (every V4 shape). Groups in flight: the one being read, the next, and the one loading (the loads run stages - 1
+// stages ahead, at most two groups past the one being read).
+constexpr int kGroupCols = 512, kScaleGroups = 3;
+// The f16 B tile of one k16 step: kTokens tokens x 16 k as core matrices (token block of 8, k half) at
+// (token / 8) * 256 + half * 128, row token % 8 at 16 bytes each; the next step kTokens * 32 bytes further.
+[[maybe_unused]] constexpr int kCoreK = 128, kCoreN = 256;  // unused where the kernel is compiled out (not sm_90a)
+
+// A pass width's stage: 256 columns of K (eight 32-column blocks, two activation-scale blocks) at every width. A
+// stage's fixed work (its barrier, its loads' addresses and predicates, the loop, the fences) was ~110 of the ~290
+// instructions a warp issued for a 128-column stage at 8 slots; wider stages spread it over twice the weights.
 // Raw stages in flight (kt + 1 is converted while kt is multiplied, so at least 3): 4 for the 8-slot passes of batched
 // decode, whose time is the weights' loads; 3 for the rest (16 slots: four stages left room for one CTA a SM, not two,
 // and the pass ran 16-26 % slower; 32 and 64: their accumulators take one CTA's registers a SM anyway). In bytes as
 // many as or more than the 128-column stages' 6 and 4.
 template <int kTokens>
-constexpr int kStages = kTokens >= 16 ? 3 : 4;
-template <int kTokens>
-constexpr int kMinBlocks = kTokens >= 32 ? 1 : 2;
-
-template <int kTokens>
-struct Stage {
+struct Shape {
+    static constexpr int stage_cols = 256;
+    static constexpr int blocks = stage_cols / 32;           // 32-column blocks (MXFP4 scale blocks) a stage
+    static constexpr int act_blocks = stage_cols / 128;      // activation-scale blocks a stage
+    static constexpr int w_row_bytes = stage_cols / 2 + 16;  // as moe_mma.cu: fragment reads conflict-free
+    static constexpr int a_row_bytes = stage_cols + 32;
+    static constexpr int group_stages = kGroupCols / stage_cols;
+    static constexpr int stages = kTokens >= 16 ? 3 : 4;
+    static constexpr int min_blocks = kTokens >= 32 ? 1 : 2;
+    static constexpr int step_bytes = kTokens * 32;                 // one k16 step of the f16 B tile
+    static constexpr int b16_bytes = stage_cols / 16 * step_bytes;  // one stage's k16 steps
+    // The raw stage: W rows, then activation rows.
     static constexpr int w = 0;
-    static constexpr int a = w + kRows * kWRowBytes;
-    static constexpr int bytes = a + kTokens * kARowBytes;
-    static_assert(bytes % 16 == 0);
+    static constexpr int a = w + kRows * w_row_bytes;
+    static constexpr int bytes = a + kTokens * a_row_bytes;
+    static_assert(bytes % 16 == 0 && stage_cols % 128 == 0 && kGroupCols % stage_cols == 0);
+    static_assert(stages - 1 <= group_stages + 1 && blocks * 32 == stage_cols && act_blocks * 128 == stage_cols);
 };
-
 // A row's scale codes of a stage: NVFP4 one a 16 columns, MXFP4 one a 32.
-template <bool kNv>
-constexpr int kScaleBytesPerStage = kNv ? 2 * kBlocks : kBlocks;
+template <int kTokens, bool kNv>
+constexpr int kScaleBytesPerStage = kNv ? 2 * Shape<kTokens>::blocks : Shape<kTokens>::blocks;
 
 // One group's scales: each weight row's codes of its 512 columns, then each token's four activation scales.
 template <int kTokens, bool kNv>
@@ -86,15 +84,11 @@ struct ScaleGroup {
     static constexpr int a = w + kRows * w_row;
     static constexpr int bytes = a + kTokens * 16;
 };
-// Groups in flight: the one being read, the next, and the one loading (the loads run kStages - 1 stages ahead, at
-// most two groups past the one being read).
-constexpr int kScaleGroups = 3;
-static_assert(kStages<8> - 1 <= kGroupStages + 1 && kStages<64> - 1 <= kGroupStages + 1);
-static_assert(kStageCols % 128 == 0 && kGroupCols % kStageCols == 0);
 
 template <int kTokens, bool kNv>
 __host__ __device__ constexpr int smem_bytes(int64_t experts) {
-    return 2 * kB16Bytes<kTokens> + list_bytes(experts) + kStages<kTokens> * Stage<kTokens>::bytes +
+    using S = Shape<kTokens>;
+    return 2 * S::b16_bytes + list_bytes(experts) + S::stages * S::bytes +
            kScaleGroups * ScaleGroup<kTokens, kNv>::bytes;
 }
 
@@ -116,7 +110,7 @@ __device__ __forceinline__ void wgmma_f16(float (&d)[kTokens / 2], const uint32_
 // at the same slot of half 1 (k 2t + 8): where mma.sync's b0 and b1 take them.
 template <int kTokens>
 __device__ __forceinline__ void put_pairs(uint8_t* b16, int step, int n, int t, uint32_t x) {
-    uint8_t* at = b16 + step * kStepBytes<kTokens> + (n / 8) * kCoreN + (n % 8) * 16 + 4 * t;
+    uint8_t* at = b16 + step * Shape<kTokens>::step_bytes + (n / 8) * kCoreN + (n % 8) * 16 + 4 * t;
     *reinterpret_cast<uint32_t*>(at) = e4m3x2_to_f16x2(x);
     *reinterpret_cast<uint32_t*>(at + kCoreK) = e4m3x2_to_f16x2(x >> 16);
 }
@@ -126,7 +120,7 @@ __device__ __forceinline__ void put_pairs(uint8_t* b16, int step, int n, int t, 
 // writes. With fewer tasks than threads the rest idle (live). A thread's tasks share its lane quarter.
 template <int kTokens, bool kNv>
 struct ActivationTasks {
-    static constexpr int kCount = kBlocks * kTokens * 4, kPerThread = (kCount + kThreads - 1) / kThreads;
+    static constexpr int kCount = Shape<kTokens>::blocks * kTokens * 4, kPerThread = (kCount + kThreads - 1) / kThreads;
     int tid, tokens;  // tokens: the pass's own rows (the rest of its width reads the last)
 
     __device__ __forceinline__ bool live(int i) const { return kCount % kThreads == 0 || tid + kThreads * i < kCount; }
@@ -134,7 +128,7 @@ struct ActivationTasks {
     __device__ __forceinline__ int token(int i) const { return (tid + kThreads * i) / 4 % kTokens; }
     __device__ __forceinline__ void load(const uint8_t* raw, int i, uint32_t& x0, uint32_t& x1) const {
         const int row = token(i) < tokens ? token(i) : tokens - 1;
-        x_pairs<kNv>(raw + Stage<kTokens>::a + row * kARowBytes + 32 * block(i), tid % 4, x0, x1);
+        x_pairs<kNv>(raw + Shape<kTokens>::a + row * Shape<kTokens>::a_row_bytes + 32 * block(i), tid % 4, x0, x1);
     }
     __device__ __forceinline__ void store(uint8_t* tile, int i, uint32_t x0, uint32_t x1) const {
         put_pairs<kTokens>(tile, 2 * block(i), token(i), tid % 4, x0);
@@ -150,18 +144,18 @@ struct ActivationTasks {
 // An item's weight loads (matrix, expert, 128-row tile): each stage, thread tid copies 16-byte chunk tid % kChunks of
 // W rows tid / kChunks + j kThreads / kChunks; each scale group, row tid's codes where tid < kRows. Rows past N
 // repeat the last (their outputs are never stored).
-template <bool kNv>
+template <int kTokens, bool kNv>
 struct WeightLoads {
-    static constexpr int kChunks = kStageCols / 32, kPerThread = kRows * kChunks / kThreads;
+    static constexpr int kChunks = Shape<kTokens>::stage_cols / 32, kPerThread = kRows * kChunks / kThreads;
     const uint8_t* src[kPerThread];
     unsigned dst[kPerThread];  // offsets in a stage slot
     const uint8_t* scale_src;  // row tid's scale codes (row 0's where tid >= kRows: not loaded)
     bool loads_scales;
 };
 template <int kTokens, bool kNv>
-__device__ __forceinline__ WeightLoads<kNv> weight_loads(const Args& p, const Matrix& m, int64_t e, int64_t n0,
-                                                         int tid) {
-    using WL = WeightLoads<kNv>;
+__device__ __forceinline__ WeightLoads<kTokens, kNv> weight_loads(const Args& p, const Matrix& m, int64_t e, int64_t n0,
+                                                                  int tid) {
+    using WL = WeightLoads<kTokens, kNv>;
     auto row_of = [&](int r) {
         const int64_t n = n0 + r;
         return e * p.n + (n < p.n ? n : p.n - 1);
@@ -171,7 +165,7 @@ __device__ __forceinline__ WeightLoads<kNv> weight_loads(const Args& p, const Ma
     for (int j = 0; j < WL::kPerThread; ++j) {
         const int r = tid / WL::kChunks + j * (kThreads / WL::kChunks), part = tid % WL::kChunks;
         wl.src[j] = m.w + row_of(r) * (p.k / 2) + part * 16;
-        wl.dst[j] = Stage<kTokens>::w + r * kWRowBytes + part * 16;
+        wl.dst[j] = Shape<kTokens>::w + r * Shape<kTokens>::w_row_bytes + part * 16;
     }
     wl.loads_scales = tid < kRows;
     wl.scale_src = m.w_scale + row_of(wl.loads_scales ? tid : 0) * (kNv ? p.k / 16 : p.k / 32);
@@ -180,7 +174,8 @@ __device__ __forceinline__ WeightLoads<kNv> weight_loads(const Args& p, const Ma
 
 // Whether every scale code of the item's rows can be folded into its weights (mxfp4_fold_factors): one thread a row,
 // 16 codes a load; every thread of the CTA calls it.
-[[maybe_unused]] __device__ __forceinline__ bool item_codes_foldable(const WeightLoads<false>& wl, int64_t scale_cols) {
+template <int kTokens>
+__device__ __forceinline__ bool item_codes_foldable(const WeightLoads<kTokens, false>& wl, int64_t scale_cols) {
     bool foldable = true;
     if (wl.loads_scales)
         for (int64_t i = 0; i < scale_cols; i += 16) {
@@ -195,7 +190,7 @@ __device__ __forceinline__ WeightLoads<kNv> weight_loads(const Args& p, const Ma
 // token tid's four activation scales where tid < kTokens.
 template <int kTokens>
 struct ActivationLoads {
-    static constexpr int kRowChunks = kStageCols / 16, kChunks = kTokens * kRowChunks;
+    static constexpr int kRowChunks = Shape<kTokens>::stage_cols / 16, kChunks = kTokens * kRowChunks;
     static constexpr int kPerThread = (kChunks + kThreads - 1) / kThreads;
     const uint8_t* src[kPerThread];
     unsigned dst[kPerThread];
@@ -214,7 +209,7 @@ __device__ __forceinline__ ActivationLoads<kTokens> activation_loads(const Args&
     for (int i = 0; i < AL::kPerThread; ++i) {
         const int c = tid + kThreads * i, r = c / AL::kRowChunks, part = c % AL::kRowChunks;
         al.src[i] = c < tokens * AL::kRowChunks ? p.a + act_row(r) * p.k + part * 16 : nullptr;
-        al.dst[i] = Stage<kTokens>::a + r * kARowBytes + part * 16;
+        al.dst[i] = Shape<kTokens>::a + r * Shape<kTokens>::a_row_bytes + part * 16;
     }
     al.loads_scales = tid < kTokens;
     al.scale_src = p.a_scale + act_row(al.loads_scales ? tid : 0) * (p.k / 128);
@@ -223,24 +218,25 @@ __device__ __forceinline__ ActivationLoads<kTokens> activation_loads(const Args&
 
 // Stage kt into stage slot `slot`, and at a group's first stage the group's scales into their slot.
 template <int kTokens, bool kNv>
-__device__ __forceinline__ void load_stage(const WeightLoads<kNv>& wl, const ActivationLoads<kTokens>& al,
+__device__ __forceinline__ void load_stage(const WeightLoads<kTokens, kNv>& wl, const ActivationLoads<kTokens>& al,
                                            unsigned stages_addr, unsigned groups_addr, int slot, int kt, int tid) {
+    using S = Shape<kTokens>;
     using G = ScaleGroup<kTokens, kNv>;
-    const unsigned base = stages_addr + slot * Stage<kTokens>::bytes;
+    const unsigned base = stages_addr + slot * S::bytes;
 #pragma unroll
-    for (int j = 0; j < WeightLoads<kNv>::kPerThread; ++j)
-        cp_async16(base + wl.dst[j], wl.src[j] + kt * (kStageCols / 2));
+    for (int j = 0; j < WeightLoads<kTokens, kNv>::kPerThread; ++j)
+        cp_async16(base + wl.dst[j], wl.src[j] + kt * (S::stage_cols / 2));
 #pragma unroll
     for (int i = 0; i < ActivationLoads<kTokens>::kPerThread; ++i)
-        if (al.src[i]) cp_async16(base + al.dst[i], al.src[i] + kt * kStageCols);
-    if (kt % kGroupStages == 0) {
-        const unsigned group = groups_addr + (kt / kGroupStages) % kScaleGroups * G::bytes;
+        if (al.src[i]) cp_async16(base + al.dst[i], al.src[i] + kt * S::stage_cols);
+    if (kt % S::group_stages == 0) {
+        const unsigned group = groups_addr + (kt / S::group_stages) % kScaleGroups * G::bytes;
         if (wl.loads_scales)
 #pragma unroll
             for (int j = 0; j < G::w_row / 16; ++j)
                 cp_async16(group + G::w + tid * G::w_row + 16 * j,
-                           wl.scale_src + kt * kScaleBytesPerStage<kNv> + 16 * j);
-        if (al.loads_scales) cp_async16(group + G::a + tid * 16, al.scale_src + kt * kActBlocks);
+                           wl.scale_src + kt * kScaleBytesPerStage<kTokens, kNv> + 16 * j);
+        if (al.loads_scales) cp_async16(group + G::a + tid * 16, al.scale_src + kt * S::act_blocks);
     }
 }
 
@@ -266,7 +262,9 @@ __device__ __forceinline__ void multiply_stage(const StageOperands& s,
                                                const ActivationTasks<kTokens, kFormat == ExpertFormat::kNvfp4>& tasks,
                                                int t, float (&sum)[2][kTokens / 8][4]) {
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
-    constexpr int kTn = kTokens / 8, kStep = kStepBytes<kTokens>, kTasks = ActivationTasks<kTokens, kNv>::kPerThread;
+    using S = Shape<kTokens>;
+    constexpr int kTn = kTokens / 8, kStep = S::step_bytes, kBlocks = S::blocks,
+                  kTasks = ActivationTasks<kTokens, kNv>::kPerThread;
     using G = ScaleGroup<kTokens, kNv>;
     // The activation scales of tokens 8 j + 2 t and + 1 for one 128-column block of the stage (the block of the units
     // being promoted: loaded again when the promotions reach the next block).
@@ -274,8 +272,8 @@ __device__ __forceinline__ void multiply_stage(const StageOperands& s,
     auto load_act_scales = [&](int ab) {
 #pragma unroll
         for (int j = 0; j < kTn; ++j) {
-            const float* a_s =
-                reinterpret_cast<const float*>(s.group + G::a) + (j * 8 + 2 * t) * 4 + s.group_stage * kActBlocks + ab;
+            const float* a_s = reinterpret_cast<const float*>(s.group + G::a) + (j * 8 + 2 * t) * 4 +
+                               s.group_stage * S::act_blocks + ab;
             as[j][0] = a_s[0];
             as[j][1] = a_s[4];
         }
@@ -362,15 +360,15 @@ __device__ __forceinline__ void multiply_stage(const StageOperands& s,
 }
 
 template <ExpertFormat kFormat, int kTokens>
-__global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kernel(Args p) {
+__global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmma_kernel(Args p) {
 #if DSV4_WGMMA
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
     // MXFP4 passes of 32 and 64 slots fold the block scales into the weights where an item's codes allow it
     // (mxfp4_fold_factors): one f16-pair multiply per weight register instead of an FMUL per output.
     constexpr bool kFold = !kNv && kTokens >= 32;
     constexpr int kTn = kTokens / 8;  // n8 tiles of the pass
-    constexpr int kStageCount = kStages<kTokens>, kTile = kB16Bytes<kTokens>;
-    using L = Stage<kTokens>;
+    using L = Shape<kTokens>;
+    constexpr int kStageCount = L::stages, kTile = L::b16_bytes;
     using G = ScaleGroup<kTokens, kNv>;
     using Tasks = ActivationTasks<kTokens, kNv>;
     extern __shared__ __align__(128) uint8_t smem[];
@@ -389,7 +387,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
     const int count = list_active_experts<kThreads>(p.offsets, p.experts, active, warp_counts);
 
-    const int kt_count = int(p.k / kStageCols);
+    const int kt_count = int(p.k / L::stage_cols);
     const int64_t items = int64_t(count) * n_tiles * p.mat_count;
     const int row_g = 16 * warp + g;
     for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
@@ -399,7 +397,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
         const int64_t n0 = item % n_tiles * kRows;
         const float global = kNv ? __ldg(m.w_global + e) : 1.0f;
         const int64_t begin = p.offsets[e], end = p.offsets[e + 1];
-        const WeightLoads<kNv> wl = weight_loads<kTokens, kNv>(p, m, e, n0, tid);
+        const WeightLoads<kTokens, kNv> wl = weight_loads<kTokens, kNv>(p, m, e, n0, tid);
         bool folded = false;
         if constexpr (kFold) folded = item_codes_foldable(wl, p.k / 32);
 
@@ -442,11 +440,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
 
                 const int next_slot = next(slot, kStageCount);
                 StageOperands s;
-                s.w_g = stages + slot * L::bytes + L::w + row_g * kWRowBytes;
-                s.w_g8 = s.w_g + 8 * kWRowBytes;
+                s.w_g = stages + slot * L::bytes + L::w + row_g * L::w_row_bytes;
+                s.w_g8 = s.w_g + 8 * L::w_row_bytes;
                 s.group = groups + group_slot * G::bytes;
-                s.group_stage = kt % kGroupStages;
-                s.sc_g = s.group + G::w + row_g * G::w_row + s.group_stage * kScaleBytesPerStage<kNv>;
+                s.group_stage = kt % L::group_stages;
+                s.sc_g = s.group + G::w + row_g * G::w_row + s.group_stage * kScaleBytesPerStage<kTokens, kNv>;
                 s.sc_g8 = s.sc_g + 8 * G::w_row;
                 s.b_desc = b_desc0 + (((kt % 2) * kTile) >> 4);
                 s.global = global;
@@ -459,7 +457,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kTokens>) moe_wgmma_kerne
                     multiply_stage<kFormat, kTokens, false>(s, tasks, t, sum);
                 fence_proxy_async_shared();  // the next stage's tile, for the async proxy after the barrier
                 slot = next_slot, load_slot = next(load_slot, kStageCount);
-                if (kt % kGroupStages == kGroupStages - 1) group_slot = next(group_slot, kScaleGroups);
+                if (kt % L::group_stages == L::group_stages - 1) group_slot = next(group_slot, kScaleGroups);
             }
             cp_async_wait<0>();
             __syncthreads();  // the next pass's prologue refills the stages
