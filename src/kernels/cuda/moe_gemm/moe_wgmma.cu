@@ -6,19 +6,19 @@
 //
 // Roles: each warpgroup's A operand is W (its 64 rows, 16 per warp, in moe_mma.cu's fragments, decoded from the
 // staged nibbles in registers), its B operand the pass's activations as f16 in shared memory (N = kTokens). The CTA
-// converts the staged e4m3 activations of each stage once into k16 tiles (sixteen of 256 columns, eight of 128), each
-// k16 slot holding the column mma.sync's B fragment puts there (x_pairs: the two MMAs of a 32-column block see the same
-// physical columns at the same k as before); W's two fragments of a block meet them in two wgmmas from a zero
-// accumulator (MXFP4: one promotion per block; NVFP4: one per 16 columns), and the promotions go to the sum of the
-// block's parity (the two K parts of moe_mma.cu), added part 0 + part 1 at the end and rounded to bf16. The wide MXFP4
-// passes fold the block scales into the decoded weights where an item's codes allow it (moe_mma_common.cuh,
-// mxfp4_fold_factors): the same bits, one f16-pair multiply a weight register instead of an FMUL an output.
+// converts the staged e4m3 activations of each 256-column stage once into sixteen k16 tiles, each k16 slot holding
+// the column mma.sync's B fragment puts there (x_pairs: the two MMAs of a 32-column block see the same physical
+// columns at the same k as before); W's two fragments of a block meet them in two wgmmas from a zero accumulator
+// (MXFP4: one promotion per block; NVFP4: one per 16 columns), and the promotions go to the sum of the block's parity
+// (the two K parts of moe_mma.cu), added part 0 + part 1 at the end and rounded to bf16. The wide MXFP4 passes fold
+// the block scales into the decoded weights where an item's codes allow it (moe_mma_common.cuh, mxfp4_fold_factors):
+// the same bits, one f16-pair multiply a weight register instead of an FMUL an output.
 //
 // Overlap: two accumulators, so a unit's wgmmas run while the previous unit is promoted; two f16 tiles, so stage
 // kt + 1 is converted between stage kt's wgmmas (one barrier per stage). Grid: persistent over items (matrix, active
 // expert, 128-row tile), as moe_mma.cu; CTA: two warpgroups (128 weight rows, kTokens tokens), K streaming through
-// stages of 256 or 128 columns (16-byte cp.async; Shape below), the scales in groups of 512 columns. Needs K % 512 == 0
-// and 16-byte aligned scales (every V4 shape; the launcher takes the warp-MMA kernel otherwise). Tested bitwise against
+// stages of 256 columns (16-byte cp.async; Shape below), the scales in groups of 512 columns. Needs K % 512 == 0 and
+// 16-byte aligned scales (every V4 shape; the launcher takes the warp-MMA kernel otherwise). Tested bitwise against
 // the warp-MMA kernel in tests/gpu/moe_gemm_test.cpp.
 #include <type_traits>
 
@@ -46,23 +46,22 @@ constexpr int kGroupCols = 512, kScaleGroups = 3;
 // (token / 8) * 256 + half * 128, row token % 8 at 16 bytes each; the next step kTokens * 32 bytes further.
 [[maybe_unused]] constexpr int kCoreK = 128, kCoreN = 256;  // unused where the kernel is compiled out (not sm_90a)
 
-// A pass width's stage. The 8- and 16-slot passes of batched decode take 256 columns of K (eight 32-column blocks,
-// two activation-scale blocks): a stage's fixed work (its barrier, its loads' addresses and predicates, the loop, the
-// fences) was ~110 of the ~290 instructions a warp issued for a 128-column stage at 8 slots, and wider stages spread
-// it over twice the weights (-12 % a batch-64 step). The 32- and 64-slot passes of prefill keep 128 columns: their
-// stage is mostly promotions, and 256 columns ran their unfolded passes 5-17 % slower.
-// Raw stages in flight (kt + 1 is converted while kt is multiplied, so at least 3): four at 8 slots; three at 16
-// (four left room for one CTA a SM, not two, and the pass ran 16-26 % slower); four 128-column stages at 32 and 64,
-// whose accumulators take one CTA's registers a SM anyway.
+// A pass width's stage: 256 columns of K (eight 32-column blocks, two activation-scale blocks) at every width. A
+// stage's fixed work (its barrier, its loads' addresses and predicates, the loop, the fences) was ~110 of the ~290
+// instructions a warp issued for a 128-column stage at 8 slots; wider stages spread it over twice the weights.
+// Raw stages in flight (kt + 1 is converted while kt is multiplied, so at least 3): 4 for the 8-slot passes of batched
+// decode, whose time is the weights' loads; 3 for the rest (16 slots: four stages left room for one CTA a SM, not two,
+// and the pass ran 16-26 % slower; 32 and 64: their accumulators take one CTA's registers a SM anyway). In bytes as
+// many as or more than the 128-column stages' 6 and 4.
 template <int kTokens>
 struct Shape {
-    static constexpr int stage_cols = kTokens >= 32 ? 128 : 256;
+    static constexpr int stage_cols = 256;
     static constexpr int blocks = stage_cols / 32;           // 32-column blocks (MXFP4 scale blocks) a stage
     static constexpr int act_blocks = stage_cols / 128;      // activation-scale blocks a stage
     static constexpr int w_row_bytes = stage_cols / 2 + 16;  // as moe_mma.cu: fragment reads conflict-free
     static constexpr int a_row_bytes = stage_cols + 32;
     static constexpr int group_stages = kGroupCols / stage_cols;
-    static constexpr int stages = kTokens == 16 ? 3 : 4;
+    static constexpr int stages = kTokens >= 16 ? 3 : 4;
     static constexpr int min_blocks = kTokens >= 32 ? 1 : 2;
     static constexpr int step_bytes = kTokens * 32;                 // one k16 step of the f16 B tile
     static constexpr int b16_bytes = stage_cols / 16 * step_bytes;  // one stage's k16 steps
