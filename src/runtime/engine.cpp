@@ -51,6 +51,7 @@ struct Engine::Active {
     EngineRequest request;
     Sampler sampler;
     TokenHistory history;  // the ids the penalties look at (nothing when the request has none)
+    std::unique_ptr<TokenConstraint> constraint;  // the request's own copy of its constraint (none: null)
     std::optional<SequenceState> state;
     int64_t fed = 0;     // prompt ids the state has consumed
     int64_t cached = 0;  // of those, from the prefix cache
@@ -61,7 +62,11 @@ struct Engine::Active {
     bool admitted = false;  // counted in Stats::running
 
     Active(uint64_t id, EngineRequest r)
-        : id(id), request(std::move(r)), sampler(request.sampling), history(request.adjust, request.prompt) {}
+        : id(id),
+          request(std::move(r)),
+          sampler(request.sampling),
+          history(request.adjust, request.prompt),
+          constraint(request.constraint ? request.constraint->clone() : nullptr) {}
     int64_t prompt_size() const { return int64_t(request.prompt.size()); }
     bool decoding() const { return fed == prompt_size(); }
 };
@@ -187,7 +192,14 @@ SampledToken Engine::sample(Active& a, const float* logits, const TokenDraw* dra
     const int64_t V = backend_.config().vocab_size;
     thread_local std::vector<float> adjusted;  // the draw from the adjusted logits; the logprobs from the model's own
     const float* row = a.history.row_for_draw(a.request.adjust, logits, V, adjusted);
+    if (a.constraint) {
+        if (row != adjusted.data()) adjusted.assign(logits, logits + V);
+        row = adjusted.data();
+        if (!a.constraint->mask(adjusted.data(), V))
+            fail("structured output: no token the model allows can continue the reply");
+    }
     const int32_t id = draw ? a.sampler.sample(row, V, draw->u) : a.sampler.sample(row, V);
+    if (a.constraint) a.constraint->advance(id);
     if (a.request.logprobs >= 0) return token_logprobs(logits, V, id, a.request.logprobs);
     SampledToken t;
     t.id = id;
@@ -201,7 +213,7 @@ TokenDraw* Engine::ask_backend_draw(Active& a, std::vector<TokenDraw>& draws) {
     const SamplingParams& p = a.request.sampling;
     const int64_t V = backend_.config().vocab_size;
     const bool ordered = !p.greedy && (p.top_p < 1.0f || (p.top_k > 0 && p.top_k < V));
-    if (!backend_draws_ || ordered || a.request.logprobs >= 0 || a.request.adjust.any()) return nullptr;
+    if (!backend_draws_ || ordered || a.request.logprobs >= 0 || a.request.adjust.any() || a.constraint) return nullptr;
     DSV4_CHECK(draws.size() < draws.capacity(), "engine: more draws than running requests");
     TokenDraw& d = draws.emplace_back();
     d.greedy = p.greedy;

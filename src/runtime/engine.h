@@ -25,6 +25,7 @@
 #include "runtime/logit_adjust.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
+#include "runtime/token_constraint.h"
 
 namespace dsv4 {
 
@@ -72,6 +73,9 @@ struct EngineRequest {
                                   // <= max_context
     SamplingParams sampling;
     LogitAdjustments adjust;  // penalties and biases on the logits before each draw (not on the logprobs)
+    // Structured output: which ids may come next (applied after `adjust`, not to the logprobs). Each request advances
+    // its own copy, so one constraint may serve several requests (a request's choices). Its draws are made on the host.
+    std::shared_ptr<const TokenConstraint> constraint;
     bool stop_at_eos = true;
     int logprobs = -1;  // -1: none; 0: the sampled token's; N > 0: and the N most likely
     // -1: none; N >= 0: every prompt id's logprob (and the N most likely ids at its place) in one kPrompt event, once

@@ -13,6 +13,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "core/error.h"
@@ -20,6 +21,8 @@
 #include "io/checkpoint.h"
 #include "model/cpu_model.h"
 #include "runtime/engine.h"
+#include "runtime/json_cursor.h"
+#include "runtime/token_constraint.h"
 
 namespace dsv4 {
 namespace {
@@ -504,6 +507,68 @@ TEST(Engine, PenaltiesAndBiasesAsDefinedAndDrawnOnTheHost) {
     EngineRequest bad = greedy_request(prompt_of(4, 1), 1, biased);
     bad.adjust = adjust(1.0f, 3.0f, 0.0f, {});
     EXPECT_THROW(engine.submit(std::move(bad)), Error);
+}
+
+// Structured output (EngineRequest::constraint): greedy draws are the argmax of the masked logits, one at a time on
+// the model alone; sampled ones follow the mask too; all are made on the host, and whatever ends in EOS is one JSON
+// object. The trained model's ids 0-255 are bytes (its table here), EOS is id 1.
+TEST(Engine, StructuredOutputDrawsOnlyWhatItsConstraintAllows) {
+    const int64_t V = model().config().vocab_size;
+    const int32_t eos = int32_t(model().config().eos_token_id);
+    std::vector<std::string> bytes(static_cast<size_t>(V));
+    std::vector<bool> special(static_cast<size_t>(V), true);
+    for (int id = 2; id < 256; ++id) bytes[size_t(id)] = std::string(1, char(id)), special[size_t(id)] = false;
+    const auto table = std::make_shared<const TokenTable>(std::move(bytes), std::move(special));
+    const auto constraint = std::make_shared<const JsonConstraint>(table, JsonLimits{}, std::vector<int32_t>{eos});
+    constexpr int64_t kMaxNew = 24;
+    const std::vector<int32_t> prompt = prompt_of(14, 2);
+
+    std::vector<int32_t> want;  // the definition, on the model alone
+    {
+        SequenceState state = model().new_sequence();
+        std::vector<float> logits = model().forward(state, prompt, false);
+        JsonConstraint c(table, JsonLimits{}, {eos});
+        while (int64_t(want.size()) < kMaxNew) {
+            ASSERT_TRUE(c.mask(logits.data(), V));
+            want.push_back(argmax(logits.data(), V));
+            c.advance(want.back());
+            if (want.back() == eos) break;
+            logits = model().forward(state, std::span(&want.back(), 1), false);
+        }
+    }
+    ASSERT_GE(want.size(), 2u);
+    EXPECT_EQ(want[0], int32_t('{')) << "an object first";
+
+    DrawingBackend drawing(model());
+    Engine engine(drawing, options(16, 0));
+    std::vector<std::unique_ptr<Collector>> collectors;
+    for (int i = 0; i < 4; ++i) {
+        collectors.push_back(std::make_unique<Collector>());
+        EngineRequest r = greedy_request(prompt, kMaxNew, *collectors.back());
+        r.logprobs = -1;
+        r.constraint = constraint;
+        if (i > 0) r.sampling.greedy = false, r.sampling.temperature = 1.5f, r.sampling.seed = uint64_t(i);
+        engine.submit(std::move(r));
+    }
+    for (int i = 0; i < 4; ++i) {
+        const Result got = collectors[size_t(i)]->wait();
+        ASSERT_NE(got.reason, FinishReason::kError) << got.error;
+        if (i == 0) {
+            EXPECT_EQ(got.tokens, want);
+        }
+        JsonCursor cursor;
+        std::string text;
+        for (const int32_t id : got.tokens) {
+            if (id == eos) break;
+            ASSERT_TRUE(cursor.feed(uint8_t(id))) << "request " << i << " drew " << id << " after " << text;
+            text += char(id);
+        }
+        if (got.reason == FinishReason::kEos) {
+            EXPECT_TRUE(cursor.complete()) << text;
+            EXPECT_TRUE(nlohmann::json::accept(text)) << text;
+        }
+    }
+    EXPECT_EQ(drawing.draws.load(), 0) << "constrained requests draw on the host";
 }
 
 // A draw the backend reports as NaN logits ends that request with an error; the engine serves the next one.

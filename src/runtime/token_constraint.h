@@ -1,0 +1,75 @@
+// Constraints on which tokens a request may draw next (structured output: `response_format` of the chat API). The
+// engine masks the logits a draw reads (the disallowed ids to -inf; logprobs stay the model's own, as with penalties)
+// and tells the constraint which id was drawn. A constraint may wait for an id before it applies (a thinking reply's
+// "</think>": the reasoning is free, the answer is not). Tested in tests/runtime/token_constraint_test.cpp and,
+// through the engine, tests/runtime/engine_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/json_cursor.h"
+
+namespace dsv4 {
+
+class TokenConstraint {
+  public:
+    virtual ~TokenConstraint() = default;
+    // A fresh copy in the same state (each choice of a request advances its own).
+    virtual std::unique_ptr<TokenConstraint> clone() const = 0;
+    // Sets logits[id] = -inf for every id in [0, vocab) that may not come next; leaves the others. Returns whether
+    // an id with a logit above -inf is left.
+    virtual bool mask(float* logits, int64_t vocab) const = 0;
+    // The id drawn (one that mask left).
+    virtual void advance(int32_t id) = 0;
+};
+
+// The bytes of every id of a vocabulary, and which ids are special (control tokens: never part of the text).
+class TokenTable {
+  public:
+    // bytes[id]: the id's decoded bytes; special[id]: a control token. Same sizes.
+    TokenTable(std::vector<std::string> bytes, std::vector<bool> special);
+
+    int64_t size() const { return int64_t(special_.size()); }
+    std::string_view bytes(int32_t id) const {
+        return {text_.data() + offsets_[size_t(id)], offsets_[size_t(id) + 1] - offsets_[size_t(id)]};
+    }
+    bool special(int32_t id) const { return special_[size_t(id)]; }
+    // Whole-character string content: every byte printable ASCII but '"' and '\', or whole UTF-8 characters, so the
+    // id can follow any point of a JSON string where no escape or character is under way.
+    bool plain_string(int32_t id) const { return plain_string_[size_t(id)]; }
+
+  private:
+    std::string text_;
+    std::vector<size_t> offsets_;  // [size + 1]
+    std::vector<bool> special_, plain_string_;
+};
+
+// One JSON text (json_cursor.h's language), then one of `end_ids` (EOS). Special ids are never part of it.
+class JsonConstraint final : public TokenConstraint {
+  public:
+    // start_after >= 0: unconstrained until that id is drawn (it ends a thinking reply's reasoning).
+    JsonConstraint(std::shared_ptr<const TokenTable> table, JsonLimits limits, std::vector<int32_t> end_ids,
+                   int32_t start_after = -1);
+
+    std::unique_ptr<TokenConstraint> clone() const override { return std::make_unique<JsonConstraint>(*this); }
+    bool mask(float* logits, int64_t vocab) const override;
+    void advance(int32_t id) override;
+
+    const JsonCursor& cursor() const { return cursor_; }
+    bool active() const { return active_; }
+
+  private:
+    bool allowed(int32_t id) const;
+
+    std::shared_ptr<const TokenTable> table_;
+    JsonCursor cursor_;
+    std::vector<int32_t> end_ids_;
+    int32_t start_after_;
+    bool active_;
+};
+
+}  // namespace dsv4
