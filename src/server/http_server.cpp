@@ -12,6 +12,7 @@
 #include "server/connection_pool.h"
 #include "server/generation.h"
 #include "server/reply_builder.h"
+#include "server/structured_output.h"
 #include "tokenizer/prompt.h"
 
 namespace dsv4::server {
@@ -68,6 +69,7 @@ int HttpServer::bind() {
 void HttpServer::attach(const tok::Tokenizer& tokenizer, Engine& engine, const RequestLimits& limits) {
     tokenizer_ = &tokenizer;
     engine_ = &engine;
+    token_table_ = token_table(tokenizer, engine.config().vocab_size);
     limits_ = limits;
     ready_ = true;
 }
@@ -369,6 +371,12 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
         g->choices.resize(size_t(p.options.n));
         for (Choice& c : g->choices)
             c.builder.emplace(*tokenizer_, eos_id(p.options), chat, p.mode, p.options.stop, p.options.logprobs);
+        try {
+            g->request.constraint = response_constraint(p.options.response_format, p.mode, *tokenizer_, token_table_,
+                                                        int32_t(engine_->config().eos_token_id));
+        } catch (const Error& e) {
+            throw ApiError(400, "invalid_request_error", e.what(), "response_format");
+        }
         submit(*g, std::move(p.prompt));
     } catch (const ApiError& e) {
         metrics_.rejected();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/engine.h"
+#include "runtime/token_constraint.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
 #include "tokenizer/tokenizer.h"
@@ -68,6 +69,7 @@ class HttpServer {
     std::unique_ptr<httplib::Server> http_;
     std::atomic<bool> ready_{false}, draining_{false};
     const tok::Tokenizer* tokenizer_ = nullptr;
+    std::shared_ptr<const TokenTable> token_table_;  // the vocabulary's bytes, for structured output
     Engine* engine_ = nullptr;
     RequestLimits limits_;
     Metrics metrics_;

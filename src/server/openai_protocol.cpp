@@ -223,6 +223,24 @@ std::vector<std::string> parse_stop(const Fields& f, const RequestLimits& limits
 
 // The fields both endpoints share: sampling, length, stop strings, logprobs, streaming.
 // echo: a completion that returns its prompt, which may ask for no tokens (max_tokens 0: the prompt scored only).
+ResponseFormat parse_response_format(const Fields& body) {
+    const ordered_json* rf = body.object("response_format");
+    if (!rf) return ResponseFormat::kText;
+    const Fields f(*rf, "response_format.");
+    const std::optional<std::string> type = f.string("type");
+    if (!type) bad_request("response_format.type", "'response_format.type' is required");
+    if (*type == "text") return ResponseFormat::kText;
+    if (*type == "json_object") return ResponseFormat::kJsonObject;
+    if (*type == "json_schema")
+        bad_request(
+            "response_format.type",
+            "'response_format.type' \"json_schema\" is not supported by this server yet (the schema would not be "
+            "enforced); \"json_object\" constrains the reply to one JSON object");
+    bad_request(
+        "response_format.type",
+        fmt::format("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", got \"{}\"", *type));
+}
+
 GenerationOptions parse_options(const Fields& f, const RequestLimits& limits, bool chat, bool echo = false) {
     GenerationOptions o;
     SamplingParams& s = o.sampling;
@@ -292,6 +310,7 @@ GenerationOptions parse_options(const Fields& f, const RequestLimits& limits, bo
         o.include_usage = Fields(*so, "stream_options.").boolean("include_usage").value_or(false);
     }
     o.ignore_eos = f.boolean("ignore_eos").value_or(false);
+    o.response_format = parse_response_format(f);
     return o;
 }
 
@@ -504,6 +523,11 @@ ChatRequest parse_chat_request(const ordered_json& body, const RequestLimits& li
         if (r.has_tools) attach_tools(r.messages, tools);
         r.render = parse_thinking(f);
         r.options = parse_options(f, limits, /*chat=*/true);
+        if (r.has_tools && r.options.response_format != ResponseFormat::kText)
+            bad_request(
+                "response_format",
+                "'response_format' json_object with 'tools' is not supported: a reply cannot be both tool calls "
+                "and one JSON object (leave one out, or set 'tool_choice' to \"none\")");
         return r;
     });
 }

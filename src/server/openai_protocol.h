@@ -66,6 +66,10 @@ struct RequestLimits {
 };
 
 // Decoding options shared by both endpoints.
+// response_format: the reply's content as the model writes it ("text"), or one JSON object ("json_object"), which the
+// server enforces token by token (runtime/token_constraint.h; after the reasoning of a thinking reply).
+enum class ResponseFormat { kText, kJsonObject };
+
 struct GenerationOptions {
     SamplingParams sampling;  // greedy when temperature == 0 (the default temperature is 1, as OpenAI's); seed
                               // from the request, else a fresh random one; min_p, top_k, top_p as given
@@ -78,6 +82,7 @@ struct GenerationOptions {
     bool ignore_eos = false;     // vLLM's extension: keep generating past EOS
     int n = 1;                   // choices; choice i samples with sampling.seed + i (the same prompt, prefilled once)
     LogitAdjustments adjust;     // presence / frequency / repetition penalties, logit_bias
+    ResponseFormat response_format = ResponseFormat::kText;
 };
 
 struct ChatRequest {
@@ -101,12 +106,13 @@ struct CompletionRequest {
 // Validate a parsed body. Throw ApiError 400 with the field's name for: a body that is not an object, a missing
 // or mistyped required field, a value out of range (temperature outside [0, 2], top_p outside (0, 1], top_k < -1
 // (-1 or 0: no limit), min_p outside [0, 1], max_tokens < 1, n outside [1, max_choices], top_logprobs outside
-// 0..max_top_logprobs or without logprobs, more than max_stop_strings stops or an empty stop string, stream_options without stream,
-// seed not an integer, token ids outside the vocabulary or empty prompts, messages not a non-empty array of objects
-// with a string role, tools not an array of {"type":"function","function":{"name",...}}, tool_choice naming a
-// function that is not in tools, reasoning_effort not a string or null). A JSON null is the field left out.
+// 0..max_top_logprobs or without logprobs, more than max_stop_strings stops or an empty stop string, stream_options
+// without stream, seed not an integer, token ids outside the vocabulary or empty prompts, messages not a non-empty
+// array of objects with a string role, tools not an array of {"type":"function","function":{"name",...}}, tool_choice
+// naming a function that is not in tools, reasoning_effort not a string or null). A JSON null is the field left out.
 // Unknown fields are ignored, as OpenAI's SDK sends extras; known ones we cannot honour are 400s rather than
-// silently ignored (best_of != n, suffix, non-zero penalties, logit_bias, non-text content parts).
+// silently ignored (best_of != n, suffix, non-text content parts, response_format "json_schema", response_format
+// "json_object" beside tools).
 // `model` must equal `served_model` (404 model_not_found otherwise) when given; it may be absent. Nothing but
 // ApiError is thrown. `body` is an ordered_json (see parse_json_body); a plain json converts, losing key order.
 //

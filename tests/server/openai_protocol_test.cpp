@@ -427,6 +427,29 @@ TEST(OpenAiRequest, ToolsOnContentlessSystemSpecVector) {
     EXPECT_EQ(tok::render_prompt(r.messages, r.render), (*vector)["expected_prompt"].get<std::string>());
 }
 
+TEST(OpenAiRequest, ResponseFormat) {
+    EXPECT_EQ(chat("").options.response_format, ResponseFormat::kText);
+    EXPECT_EQ(chat(R"("response_format": null)").options.response_format, ResponseFormat::kText);
+    EXPECT_EQ(chat(R"("response_format": {"type": "text"})").options.response_format, ResponseFormat::kText);
+    EXPECT_EQ(chat(R"("response_format": {"type": "json_object"})").options.response_format,
+              ResponseFormat::kJsonObject);
+    EXPECT_EQ(completion(R"("prompt": "x", "response_format": {"type": "json_object"})").options.response_format,
+              ResponseFormat::kJsonObject);
+    // A schema is refused rather than ignored (it would not be enforced).
+    expect_chat_400(R"("response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {}}})",
+                    "response_format.type");
+    expect_chat_400(R"("response_format": {"type": "yaml"})", "response_format.type");
+    expect_chat_400(R"("response_format": {"type": 1})", "response_format.type");
+    expect_chat_400(R"("response_format": {})", "response_format.type");
+    expect_chat_400(R"("response_format": "json_object")", "response_format");
+    // With tools the reply could be tool calls: refused unless tool_choice is "none".
+    const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f"}}])";
+    expect_chat_400(tools + R"(, "response_format": {"type": "json_object"})", "response_format");
+    EXPECT_EQ(
+        chat(tools + R"(, "tool_choice": "none", "response_format": {"type": "json_object"})").options.response_format,
+        ResponseFormat::kJsonObject);
+}
+
 TEST(OpenAiRequest, CompletionPromptForms) {
     EXPECT_EQ(completion(R"("prompt": "Once")").prompt_text, "Once");
     EXPECT_EQ(completion(R"("prompt": ["Once"])").prompt_text, "Once");
@@ -550,7 +573,8 @@ TEST(OpenAiRequest, RandomBodiesThrowOnlyApiError) {
                                              "[{\"role\": \"assistant\", \"tool_calls\": [{\"function\": 1}]}]",
                                              "{\"thinking\": [1]}",
                                              "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]",
-                                             "{\"function\": {\"name\": 1}}"};
+                                             "{\"function\": {\"name\": 1}}",
+                                             "{\"type\": \"json_object\"}"};
     const std::vector<std::string> fields = {"model",
                                              "messages",
                                              "temperature",
@@ -577,7 +601,8 @@ TEST(OpenAiRequest, RandomBodiesThrowOnlyApiError) {
                                              "suffix",
                                              "best_of",
                                              "presence_penalty",
-                                             "logit_bias"};
+                                             "logit_bias",
+                                             "response_format"};
     std::mt19937 rng(7);
     int accepted = 0;
     for (int trial = 0; trial < 4000; ++trial) {

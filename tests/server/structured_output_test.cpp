@@ -1,0 +1,124 @@
+// Structured output on DeepSeek-V4's tokenizer (server/structured_output.h): the token table leaves the chat markup
+// out of the text, "json_object" waits for "</think>" in a thinking reply, and random walks over the masked
+// vocabulary end in EOS with one JSON object, at a mask cost printed per step.
+#include "server/structured_output.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "tokenizer/tokenizer_path.h"
+
+namespace dsv4::server {
+namespace {
+
+constexpr int64_t kVocab = 129280;  // DeepSeek-V4's
+
+const tok::Tokenizer& tokenizer() {
+    static const tok::Tokenizer t = [] {
+        const auto path = tok::installed_tokenizer_json();
+        if (!path) throw std::runtime_error("no installed tokenizer.json (scripts/setup.sh installs it)");
+        return tok::Tokenizer::from_file(*path);
+    }();
+    return t;
+}
+
+int32_t id_of(const std::string& text) {
+    const std::vector<int32_t> ids = tokenizer().encode(text);
+    EXPECT_EQ(ids.size(), 1u) << text;
+    return ids.at(0);
+}
+
+int32_t eos() {
+    return *tokenizer().added_token_id("<｜end▁of▁sentence｜>");
+}
+
+std::vector<int32_t> allowed_ids(const TokenConstraint& c) {
+    std::vector<float> row(size_t(kVocab), 0.0f);
+    c.mask(row.data(), kVocab);
+    std::vector<int32_t> ids;
+    for (int32_t id = 0; id < kVocab; ++id)
+        if (!std::isinf(row[size_t(id)])) ids.push_back(id);
+    return ids;
+}
+
+TEST(StructuredOutput, TokenTableKeepsTheMarkupOut) {
+    const auto table = token_table(tokenizer(), kVocab);
+    ASSERT_EQ(table->size(), kVocab);
+    for (const char* markup : {"</think>", "<think>", "<｜end▁of▁sentence｜>", "<｜Assistant｜>", "<｜User｜>"}) {
+        const auto id = tokenizer().added_token_id(markup);
+        ASSERT_TRUE(id.has_value()) << markup;
+        EXPECT_TRUE(table->special(*id)) << markup;
+    }
+    EXPECT_TRUE(table->plain_string(id_of("hello")));
+    EXPECT_FALSE(table->plain_string(id_of("\"")));
+    EXPECT_EQ(table->bytes(id_of(" world")), " world");
+}
+
+TEST(StructuredOutput, TextIsFreeAndJsonWaitsForTheEndOfThinking) {
+    const auto table = token_table(tokenizer(), kVocab);
+    EXPECT_EQ(response_constraint(ResponseFormat::kText, tok::ThinkingMode::kChat, tokenizer(), table, eos()), nullptr);
+    const auto chat =
+        response_constraint(ResponseFormat::kJsonObject, tok::ThinkingMode::kChat, tokenizer(), table, eos());
+    const auto ids = allowed_ids(*chat);
+    EXPECT_NE(std::find(ids.begin(), ids.end(), id_of("{")), ids.end());
+    EXPECT_EQ(std::find(ids.begin(), ids.end(), id_of("hello")), ids.end());
+    EXPECT_EQ(std::find(ids.begin(), ids.end(), eos()), ids.end());
+    auto thinking =
+        response_constraint(ResponseFormat::kJsonObject, tok::ThinkingMode::kThinking, tokenizer(), table, eos())
+            ->clone();
+    EXPECT_EQ(allowed_ids(*thinking).size(), size_t(kVocab)) << "the reasoning is free";
+    thinking->advance(id_of("hello"));
+    thinking->advance(*tokenizer().added_token_id("</think>"));
+    EXPECT_EQ(allowed_ids(*thinking), ids) << "after </think> as a chat reply";
+}
+
+// Random walks over the whole vocabulary (closing what is open after a while): each ends in EOS, and its text is
+// one JSON object.
+TEST(StructuredOutput, RandomWalksOverTheVocabularyWriteOneObject) {
+    const auto table = token_table(tokenizer(), kVocab);
+    const auto proto =
+        response_constraint(ResponseFormat::kJsonObject, tok::ThinkingMode::kChat, tokenizer(), table, eos());
+    std::mt19937 rng(1);
+    std::vector<int32_t> closing;
+    for (const char* s : {"}", "]", "0", ":", "\"", "r", "u", "e", "l", "s", "a", "1"}) closing.push_back(id_of(s));
+    double mask_us = 0;
+    int masks = 0;
+    for (int walk = 0; walk < 6; ++walk) {
+        auto c = proto->clone();
+        const auto& json = static_cast<const JsonConstraint&>(*c);
+        std::string text;
+        for (int step = 0;; ++step) {
+            ASSERT_LT(step, 400) << text;
+            const auto t0 = std::chrono::steady_clock::now();
+            const std::vector<int32_t> ids = allowed_ids(*c);
+            mask_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+            ++masks;
+            ASSERT_FALSE(ids.empty()) << text;
+            int32_t id = ids[rng() % ids.size()];
+            if (step > 12) {
+                std::vector<int32_t> order = {eos()};
+                if (json.cursor().in_plain_string()) order.push_back(id_of("\""));
+                order.insert(order.end(), closing.begin(), closing.end());
+                for (const int32_t prefer : order)
+                    if (std::binary_search(ids.begin(), ids.end(), prefer)) {
+                        id = prefer;
+                        break;
+                    }
+            }
+            c->advance(id);
+            if (id == eos()) break;
+            text += table->bytes(id);
+        }
+        ASSERT_TRUE(nlohmann::json::accept(text)) << text;
+        EXPECT_TRUE(nlohmann::json::parse(text).is_object()) << text;
+    }
+    std::printf("json_object mask over %lld ids: %.0f us a step on average (%d steps)\n", (long long)kVocab,
+                mask_us / masks, masks);
+}
+
+}  // namespace
+}  // namespace dsv4::server
