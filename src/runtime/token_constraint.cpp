@@ -33,12 +33,12 @@ TokenTable::TokenTable(std::vector<std::string> bytes, std::vector<bool> special
 }
 
 JsonConstraint::JsonConstraint(std::shared_ptr<const TokenTable> table, JsonLimits limits, std::vector<int32_t> end_ids,
-                               int32_t start_after)
+                               std::string start_after)
     : table_(std::move(table)),
       cursor_(limits),
       end_ids_(std::move(end_ids)),
-      start_after_(start_after),
-      active_(start_after < 0) {
+      start_after_(std::move(start_after)),
+      active_(start_after_.empty()) {
     DSV4_CHECK(table_ != nullptr, "a JSON constraint needs the vocabulary's token table");
 }
 
@@ -67,7 +67,9 @@ bool JsonConstraint::mask(float* logits, int64_t vocab) const {
 
 void JsonConstraint::advance(int32_t id) {
     if (!active_) {
-        active_ = id == start_after_;
+        if (int64_t(id) < table_->size()) tail_ += table_->bytes(id);
+        if (tail_.size() > start_after_.size()) tail_.erase(0, tail_.size() - start_after_.size());
+        active_ = tail_ == start_after_;
         return;
     }
     DSV4_CHECK(allowed(id), "structured output: token {} cannot continue the JSON reply", id);

@@ -1,8 +1,8 @@
 // Constraints on which tokens a request may draw next (structured output: `response_format` of the chat API). The
 // engine masks the logits a draw reads (the disallowed ids to -inf; logprobs stay the model's own, as with penalties)
-// and tells the constraint which id was drawn. A constraint may wait for an id before it applies (a thinking reply's
-// "</think>": the reasoning is free, the answer is not). Tested in tests/runtime/token_constraint_test.cpp and,
-// through the engine, tests/runtime/engine_test.cpp.
+// and tells the constraint which id was drawn. A constraint may wait for a text before it applies (a thinking reply's
+// "</think>", one token or several: the reasoning is free, the answer is not). Tested in
+// tests/runtime/token_constraint_test.cpp and, through the engine, tests/runtime/engine_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,8 @@ class TokenConstraint {
     virtual void advance(int32_t id) = 0;
 };
 
-// The bytes of every id of a vocabulary, and which ids are special (control tokens: never part of the text).
+// The bytes of every id of a vocabulary, and which ids are special (control tokens and markup: never part of a
+// constrained text, though their bytes count where a constraint waits for a text).
 class TokenTable {
   public:
     // bytes[id]: the id's decoded bytes; special[id]: a control token. Same sizes.
@@ -51,9 +52,10 @@ class TokenTable {
 // One JSON text (json_cursor.h's language), then one of `end_ids` (EOS). Special ids are never part of it.
 class JsonConstraint final : public TokenConstraint {
   public:
-    // start_after >= 0: unconstrained until that id is drawn (it ends a thinking reply's reasoning).
+    // start_after not empty: unconstrained until the drawn ids' bytes end with it ("</think>" ends a thinking
+    // reply's reasoning).
     JsonConstraint(std::shared_ptr<const TokenTable> table, JsonLimits limits, std::vector<int32_t> end_ids,
-                   int32_t start_after = -1);
+                   std::string start_after = {});
 
     std::unique_ptr<TokenConstraint> clone() const override { return std::make_unique<JsonConstraint>(*this); }
     bool mask(float* logits, int64_t vocab) const override;
@@ -68,7 +70,8 @@ class JsonConstraint final : public TokenConstraint {
     std::shared_ptr<const TokenTable> table_;
     JsonCursor cursor_;
     std::vector<int32_t> end_ids_;
-    int32_t start_after_;
+    std::string start_after_;
+    std::string tail_;  // while waiting: the last bytes drawn (as many as start_after_ has)
     bool active_;
 };
 

@@ -11,10 +11,9 @@ std::shared_ptr<const TokenTable> token_table(const tok::Tokenizer& tokenizer, i
     std::vector<std::string> bytes(static_cast<size_t>(vocab));
     std::vector<bool> special(static_cast<size_t>(vocab), true);
     for (int32_t id = 0; id < vocab && id < tokenizer.vocab_size(); ++id) {
-        if (tokenizer.is_added(id) || tokenizer.is_special(id)) continue;
         try {
             bytes[size_t(id)] = tokenizer.token_bytes(id);
-            special[size_t(id)] = false;
+            special[size_t(id)] = tokenizer.is_added(id) || tokenizer.is_special(id);
         } catch (const Error&) {  // an id the tokenizer does not have
         }
     }
@@ -22,18 +21,14 @@ std::shared_ptr<const TokenTable> token_table(const tok::Tokenizer& tokenizer, i
 }
 
 std::shared_ptr<const TokenConstraint> response_constraint(ResponseFormat format, tok::ThinkingMode mode,
-                                                           const tok::Tokenizer& tokenizer,
                                                            std::shared_ptr<const TokenTable> table, int32_t eos) {
     if (format == ResponseFormat::kText) return nullptr;
-    int32_t start_after = -1;
-    if (mode == tok::ThinkingMode::kThinking) {
-        const std::optional<int32_t> think_end = tokenizer.added_token_id(tok::kThinkEnd);
-        DSV4_CHECK(think_end.has_value(),
-                   "the tokenizer has no {} token, which a thinking reply ends its reasoning with", tok::kThinkEnd);
-        start_after = *think_end;
-    }
+    // A thinking reply's content begins after "</think>" (one token in DeepSeek-V4's vocabulary; the completion
+    // parser reads it from the text, so its bytes decide, however they came).
+    std::string start_after;
+    if (mode == tok::ThinkingMode::kThinking) start_after = tok::kThinkEnd;
     return std::make_shared<const JsonConstraint>(std::move(table), JsonLimits{}, std::vector<int32_t>{eos},
-                                                  start_after);
+                                                  std::move(start_after));
 }
 
 }  // namespace dsv4::server

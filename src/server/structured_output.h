@@ -14,12 +14,11 @@
 
 namespace dsv4::server {
 
-// Ids [0, vocab): the tokenizer's bytes; ids it lacks and its added tokens are special (never text).
+// Ids [0, vocab): the tokenizer's bytes; ids it lacks and its added tokens are special (never constrained text).
 std::shared_ptr<const TokenTable> token_table(const tok::Tokenizer& tokenizer, int64_t vocab);
 
 // The constraint of a reply in `format` (null for text); `eos` ends it.
 std::shared_ptr<const TokenConstraint> response_constraint(ResponseFormat format, tok::ThinkingMode mode,
-                                                           const tok::Tokenizer& tokenizer,
                                                            std::shared_ptr<const TokenTable> table, int32_t eos);
 
 }  // namespace dsv4::server

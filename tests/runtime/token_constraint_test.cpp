@@ -132,7 +132,7 @@ TEST(JsonConstraint, EosOnlyWhenCompleteAndSpecialsNever) {
 
 TEST(JsonConstraint, WaitsForItsStartId) {
     const auto table = small_table();
-    JsonConstraint c(table, JsonLimits{}, {kEos}, kThinkEnd);
+    JsonConstraint c(table, JsonLimits{}, {kEos}, "</think>");
     EXPECT_FALSE(c.active());
     EXPECT_EQ(allowed_ids(c, table->size()).size(), size_t(table->size())) << "the reasoning is free";
     c.advance(17);

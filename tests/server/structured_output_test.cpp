@@ -60,16 +60,14 @@ TEST(StructuredOutput, TokenTableKeepsTheMarkupOut) {
 
 TEST(StructuredOutput, TextIsFreeAndJsonWaitsForTheEndOfThinking) {
     const auto table = token_table(tokenizer(), kVocab);
-    EXPECT_EQ(response_constraint(ResponseFormat::kText, tok::ThinkingMode::kChat, tokenizer(), table, eos()), nullptr);
-    const auto chat =
-        response_constraint(ResponseFormat::kJsonObject, tok::ThinkingMode::kChat, tokenizer(), table, eos());
+    EXPECT_EQ(response_constraint(ResponseFormat::kText, tok::ThinkingMode::kChat, table, eos()), nullptr);
+    const auto chat = response_constraint(ResponseFormat::kJsonObject, tok::ThinkingMode::kChat, table, eos());
     const auto ids = allowed_ids(*chat);
     EXPECT_NE(std::find(ids.begin(), ids.end(), id_of("{")), ids.end());
     EXPECT_EQ(std::find(ids.begin(), ids.end(), id_of("hello")), ids.end());
     EXPECT_EQ(std::find(ids.begin(), ids.end(), eos()), ids.end());
     auto thinking =
-        response_constraint(ResponseFormat::kJsonObject, tok::ThinkingMode::kThinking, tokenizer(), table, eos())
-            ->clone();
+        response_constraint(ResponseFormat::kJsonObject, tok::ThinkingMode::kThinking, table, eos())->clone();
     EXPECT_EQ(allowed_ids(*thinking).size(), size_t(kVocab)) << "the reasoning is free";
     thinking->advance(id_of("hello"));
     thinking->advance(*tokenizer().added_token_id("</think>"));
@@ -80,8 +78,7 @@ TEST(StructuredOutput, TextIsFreeAndJsonWaitsForTheEndOfThinking) {
 // one JSON object.
 TEST(StructuredOutput, RandomWalksOverTheVocabularyWriteOneObject) {
     const auto table = token_table(tokenizer(), kVocab);
-    const auto proto =
-        response_constraint(ResponseFormat::kJsonObject, tok::ThinkingMode::kChat, tokenizer(), table, eos());
+    const auto proto = response_constraint(ResponseFormat::kJsonObject, tok::ThinkingMode::kChat, table, eos());
     std::mt19937 rng(1);
     std::vector<int32_t> closing;
     for (const char* s : {"}", "]", "0", ":", "\"", "r", "u", "e", "l", "s", "a", "1"}) closing.push_back(id_of(s));

@@ -27,6 +27,8 @@ COMMON_BAD = {
     "stream": ["yes", 1, {}],
     "stream_options": ["x", 5],
     "ignore_eos": ["x", 5],
+    "response_format": ["json_object", {}, {"type": 1}, {"type": "yaml"},
+                        {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}}],
     "presence_penalty": [2.5, "x"],
     "frequency_penalty": [-2.5, "x"],
     "repetition_penalty": [0, -1, "x"],
@@ -109,6 +111,8 @@ class BadRequestTest(unittest.TestCase):
         self.check(CHAT, {"messages": MESSAGES, "max_tokens": 2, "top_logprobs": 2}, field="top_logprobs")
         self.check(CHAT, {"messages": MESSAGES, "max_tokens": 2, "stream_options": {"include_usage": True}},
                    field="stream_options")
+        self.check(CHAT, {"messages": MESSAGES, "max_tokens": 2, "response_format": {"type": "json_object"},
+                          "tools": [{"type": "function", "function": {"name": "f"}}]}, field="response_format")
         self.check(CHAT, {"messages": MESSAGES, "max_tokens": 2, "tools": [
             {"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function",
                                                                               "function": {"name": "g"}}},

@@ -1,9 +1,11 @@
 """/v1/chat/completions through the real openai client: non-streaming and streaming (the deltas add up to the
 non-streamed message), thinking on / off (reasoning_content beside content, both from what the model generated), a
-tool-call round trip, logprobs, stop strings, max_completion_tokens, seeded sampling. The fixture was never trained
+tool-call round trip, logprobs, stop strings, max_completion_tokens, seeded sampling, response_format json_object
+(whatever the byte soup, a finished reply's content is one JSON object). The fixture was never trained
 on chat, so replies are byte soup: the tests check structure and invariants, and compare with /v1/completions on the
 prompt the V4 encoding renders (spec/dsv4-encoding.md), never content."""
 
+import json
 import unittest
 
 import openai
@@ -247,6 +249,35 @@ class ChatTest(unittest.TestCase):
         self.assertEqual(self.create(max_tokens=4, temperature=1.0, extra_body={"top_k": 1}).choices[0].message
                          .content, self.create(max_tokens=4).choices[0].message.content, "top_k 1 is greedy")
 
+
+    def assert_json_object_reply(self, content, finish_reason, context):
+        """A finished reply is one JSON object; one cut by max_tokens is the start of one."""
+        self.assertIsInstance(content, str, context)
+        if finish_reason == "stop":
+            self.assertIsInstance(json.loads(content), dict, f"{context}: {content!r}")
+        else:
+            self.assertEqual(finish_reason, "length", context)
+            self.assertTrue(content.lstrip().startswith("{"), f"{context}: {content!r}")
+
+    def test_json_object(self):
+        fmt = {"type": "json_object"}
+        for seed in range(4):
+            r = self.create(max_tokens=48, response_format=fmt, temperature=1.0, seed=seed)
+            c = r.choices[0]
+            self.assert_json_object_reply(c.message.content, c.finish_reason, f"seed {seed}")
+        # Greedy: the same reply streamed; one that runs out of tokens is a prefix of the longer one.
+        whole = self.create(max_tokens=48, response_format=fmt)
+        streamed = "".join(ch.choices[0].delta.content or "" for ch in self.create(
+            max_tokens=48, response_format=fmt, stream=True) if ch.choices)
+        self.assertEqual(streamed, whole.choices[0].message.content)
+        short = self.create(max_tokens=5, response_format=fmt).choices[0].message.content
+        self.assertTrue(whole.choices[0].message.content.startswith(short), (short, whole.choices[0].message.content))
+        # Thinking: the reasoning is free, the content after </think> is the object.
+        r = self.create(max_tokens=64, response_format=fmt, temperature=1.0, seed=3,
+                        extra_body={"chat_template_kwargs": {"thinking": True}})
+        c = r.choices[0]
+        if c.finish_reason == "stop":
+            self.assert_json_object_reply(c.message.content, "stop", "thinking")
 
     def test_several_choices_streamed(self):
         # n = 2 streamed: each choice opens with its role, its deltas carry its index and add up to the non-streamed
