@@ -78,6 +78,8 @@ class JsonCursor {
     bool in_plain_string() const { return lex_.mode == JsonLex::kString; }
 
     const JsonLimits& limits() const { return limits_; }
+    const JsonLex& lex() const { return lex_; }
+    size_t depth() const { return stack_.size(); }  // containers open
 
   private:
     JsonLimits limits_;

@@ -1,6 +1,7 @@
 #include "runtime/token_constraint.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 
 #include "core/error.h"
@@ -32,14 +33,15 @@ TokenTable::TokenTable(std::vector<std::string> bytes, std::vector<bool> special
     }
 }
 
-JsonConstraint::JsonConstraint(std::shared_ptr<const TokenTable> table, JsonLimits limits, std::vector<int32_t> end_ids,
-                               std::string start_after)
+JsonConstraint::JsonConstraint(std::shared_ptr<const TokenTable> table, std::shared_ptr<const CompiledSchema> schema,
+                               JsonLimits limits, std::vector<int32_t> end_ids, std::string start_after)
     : table_(std::move(table)),
-      cursor_(limits),
+      schema_(std::move(schema)),
+      cursor_(schema_.get(), limits),
       end_ids_(std::move(end_ids)),
       start_after_(std::move(start_after)),
       active_(start_after_.empty()) {
-    DSV4_CHECK(table_ != nullptr, "a JSON constraint needs the vocabulary's token table");
+    DSV4_CHECK(table_ != nullptr && schema_ != nullptr, "a JSON constraint needs a token table and a schema");
 }
 
 bool JsonConstraint::allowed(int32_t id) const {
@@ -48,19 +50,40 @@ bool JsonConstraint::allowed(int32_t id) const {
     if (table_->special(id)) return false;
     const std::string_view bytes = table_->bytes(id);
     if (bytes.empty()) return false;
-    if (cursor_.in_plain_string() && table_->plain_string(id)) return true;
+    if (cursor_.in_free_string() && table_->plain_string(id)) return true;
     return cursor_.accepts(bytes);
 }
 
+// allowed() for every id, with what does not depend on the id done once: the bytes that may come first (most ids
+// fail there; only the others are tried whole) and whether any whole string content may follow.
 bool JsonConstraint::mask(float* logits, int64_t vocab) const {
     constexpr float kNever = -std::numeric_limits<float>::infinity();
     bool any = false;
+    if (!active_) {
+        for (int64_t id = 0; id < vocab; ++id) any = any || logits[id] != kNever;
+        return any;
+    }
+    std::array<bool, 256> first{};
+    for (int b = 0; b < 256; ++b) {
+        const char c = char(b);
+        first[size_t(b)] = cursor_.accepts(std::string_view(&c, 1));
+    }
+    const bool free_string = cursor_.in_free_string(), complete = cursor_.complete();
+    auto ok = [&](int32_t id) {
+        if (id >= table_->size()) return false;
+        if (std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end()) return complete;
+        if (table_->special(id)) return false;
+        const std::string_view bytes = table_->bytes(id);
+        if (bytes.empty() || !first[uint8_t(bytes[0])]) return false;
+        if (bytes.size() == 1 || (free_string && table_->plain_string(id))) return true;
+        return cursor_.accepts(bytes);
+    };
     for (int64_t id = 0; id < vocab; ++id) {
         if (logits[id] == kNever) continue;
-        if (active_ && !allowed(int32_t(id)))
-            logits[id] = kNever;
-        else
+        if (ok(int32_t(id)))
             any = true;
+        else
+            logits[id] = kNever;
     }
     return any;
 }

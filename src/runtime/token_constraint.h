@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/json_cursor.h"
+#include "runtime/schema_cursor.h"
 
 namespace dsv4 {
 
@@ -49,26 +49,28 @@ class TokenTable {
     std::vector<bool> special_, plain_string_;
 };
 
-// One JSON text (json_cursor.h's language), then one of `end_ids` (EOS). Special ids are never part of it.
+// One JSON text (json_cursor.h's language) that satisfies `schema` (schema_cursor.h), then one of `end_ids` (EOS).
+// Special ids are never part of it.
 class JsonConstraint final : public TokenConstraint {
   public:
     // start_after not empty: unconstrained until the drawn ids' bytes end with it ("</think>" ends a thinking
     // reply's reasoning).
-    JsonConstraint(std::shared_ptr<const TokenTable> table, JsonLimits limits, std::vector<int32_t> end_ids,
-                   std::string start_after = {});
+    JsonConstraint(std::shared_ptr<const TokenTable> table, std::shared_ptr<const CompiledSchema> schema,
+                   JsonLimits limits, std::vector<int32_t> end_ids, std::string start_after = {});
 
     std::unique_ptr<TokenConstraint> clone() const override { return std::make_unique<JsonConstraint>(*this); }
     bool mask(float* logits, int64_t vocab) const override;
     void advance(int32_t id) override;
 
-    const JsonCursor& cursor() const { return cursor_; }
+    const SchemaCursor& cursor() const { return cursor_; }
     bool active() const { return active_; }
 
   private:
     bool allowed(int32_t id) const;
 
     std::shared_ptr<const TokenTable> table_;
-    JsonCursor cursor_;
+    std::shared_ptr<const CompiledSchema> schema_;
+    SchemaCursor cursor_;  // reads *schema_
     std::vector<int32_t> end_ids_;
     std::string start_after_;
     std::string tail_;  // while waiting: the last bytes drawn (as many as start_after_ has)

@@ -371,8 +371,8 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
         g->choices.resize(size_t(p.options.n));
         for (Choice& c : g->choices)
             c.builder.emplace(*tokenizer_, eos_id(p.options), chat, p.mode, p.options.stop, p.options.logprobs);
-        g->request.constraint = response_constraint(p.options.response_format, p.mode, token_table_,
-                                                    int32_t(engine_->config().eos_token_id));
+        g->request.constraint =
+            response_constraint(p.options, p.mode, token_table_, int32_t(engine_->config().eos_token_id));
         submit(*g, std::move(p.prompt));
     } catch (const ApiError& e) {
         metrics_.rejected();

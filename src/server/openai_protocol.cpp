@@ -223,22 +223,35 @@ std::vector<std::string> parse_stop(const Fields& f, const RequestLimits& limits
 
 // The fields both endpoints share: sampling, length, stop strings, logprobs, streaming.
 // echo: a completion that returns its prompt, which may ask for no tokens (max_tokens 0: the prompt scored only).
-ResponseFormat parse_response_format(const Fields& body) {
+void parse_response_format(const Fields& body, GenerationOptions& o) {
     const ordered_json* rf = body.object("response_format");
-    if (!rf) return ResponseFormat::kText;
+    if (!rf) return;
     const Fields f(*rf, "response_format.");
     const std::optional<std::string> type = f.string("type");
     if (!type) bad_request("response_format.type", "'response_format.type' is required");
-    if (*type == "text") return ResponseFormat::kText;
-    if (*type == "json_object") return ResponseFormat::kJsonObject;
-    if (*type == "json_schema")
+    if (*type == "text") return;
+    if (*type == "json_object") {
+        o.response_format = ResponseFormat::kJsonObject;
+        return;
+    }
+    if (*type != "json_schema")
         bad_request(
             "response_format.type",
-            "'response_format.type' \"json_schema\" is not supported by this server yet (the schema would not be "
-            "enforced); \"json_object\" constrains the reply to one JSON object");
-    bad_request(
-        "response_format.type",
-        fmt::format("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", got \"{}\"", *type));
+            fmt::format("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", got \"{}\"",
+                        *type));
+    const ordered_json* js = f.object("json_schema");
+    if (!js) bad_request("response_format.json_schema", "'response_format.json_schema' is required with its type");
+    const Fields schema_fields(*js, "response_format.json_schema.");
+    schema_fields.string("name");     // OpenAI requires it; it names the schema and changes nothing here
+    schema_fields.boolean("strict");  // the schema is always enforced
+    const ordered_json* schema = schema_fields.get("schema");
+    if (!schema) bad_request("response_format.json_schema.schema", "'response_format.json_schema.schema' is required");
+    try {
+        o.schema = compile_schema(nlohmann::json(*schema));
+    } catch (const Error& e) {
+        bad_request("response_format.json_schema.schema", e.what());
+    }
+    o.response_format = ResponseFormat::kJsonSchema;
 }
 
 GenerationOptions parse_options(const Fields& f, const RequestLimits& limits, bool chat, bool echo = false) {
@@ -310,7 +323,7 @@ GenerationOptions parse_options(const Fields& f, const RequestLimits& limits, bo
         o.include_usage = Fields(*so, "stream_options.").boolean("include_usage").value_or(false);
     }
     o.ignore_eos = f.boolean("ignore_eos").value_or(false);
-    o.response_format = parse_response_format(f);
+    parse_response_format(f, o);
     return o;
 }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -17,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/json_schema.h"
 #include "runtime/logit_adjust.h"
 #include "runtime/sampler.h"
 #include "tokenizer/completion.h"
@@ -66,9 +68,10 @@ struct RequestLimits {
 };
 
 // Decoding options shared by both endpoints.
-// response_format: the reply's content as the model writes it ("text"), or one JSON object ("json_object"), which the
-// server enforces token by token (runtime/token_constraint.h; after the reasoning of a thinking reply).
-enum class ResponseFormat { kText, kJsonObject };
+// response_format: the reply's content as the model writes it ("text"), one JSON object ("json_object"), or one JSON
+// value that satisfies a schema ("json_schema": runtime/json_schema.h has the subset), which the server enforces token
+// by token (runtime/token_constraint.h; after the reasoning of a thinking reply).
+enum class ResponseFormat { kText, kJsonObject, kJsonSchema };
 
 struct GenerationOptions {
     SamplingParams sampling;  // greedy when temperature == 0 (the default temperature is 1, as OpenAI's); seed
@@ -83,6 +86,7 @@ struct GenerationOptions {
     int n = 1;                   // choices; choice i samples with sampling.seed + i (the same prompt, prefilled once)
     LogitAdjustments adjust;     // presence / frequency / repetition penalties, logit_bias
     ResponseFormat response_format = ResponseFormat::kText;
+    std::shared_ptr<const CompiledSchema> schema;  // kJsonSchema: response_format.json_schema.schema, compiled
 };
 
 struct ChatRequest {
@@ -111,8 +115,8 @@ struct CompletionRequest {
 // array of objects with a string role, tools not an array of {"type":"function","function":{"name",...}}, tool_choice
 // naming a function that is not in tools, reasoning_effort not a string or null). A JSON null is the field left out.
 // Unknown fields are ignored, as OpenAI's SDK sends extras; known ones we cannot honour are 400s rather than
-// silently ignored (best_of != n, suffix, non-text content parts, response_format "json_schema", response_format
-// "json_object" beside tools).
+// silently ignored (best_of != n, suffix, non-text content parts, a json_schema keyword outside the subset of
+// runtime/json_schema.h, response_format beside tools).
 // `model` must equal `served_model` (404 model_not_found otherwise) when given; it may be absent. Nothing but
 // ApiError is thrown. `body` is an ordered_json (see parse_json_body); a plain json converts, losing key order.
 //

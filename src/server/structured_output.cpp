@@ -20,15 +20,18 @@ std::shared_ptr<const TokenTable> token_table(const tok::Tokenizer& tokenizer, i
     return std::make_shared<const TokenTable>(std::move(bytes), std::move(special));
 }
 
-std::shared_ptr<const TokenConstraint> response_constraint(ResponseFormat format, tok::ThinkingMode mode,
+std::shared_ptr<const TokenConstraint> response_constraint(const GenerationOptions& options, tok::ThinkingMode mode,
                                                            std::shared_ptr<const TokenTable> table, int32_t eos) {
-    if (format == ResponseFormat::kText) return nullptr;
+    if (options.response_format == ResponseFormat::kText) return nullptr;
+    std::shared_ptr<const CompiledSchema> schema =
+        options.response_format == ResponseFormat::kJsonSchema ? options.schema : CompiledSchema::any_object();
+    DSV4_CHECK(schema != nullptr, "response_format json_schema without its compiled schema");
     // A thinking reply's content begins after "</think>" (one token in DeepSeek-V4's vocabulary; the completion
     // parser reads it from the text, so its bytes decide, however they came).
     std::string start_after;
     if (mode == tok::ThinkingMode::kThinking) start_after = tok::kThinkEnd;
-    return std::make_shared<const JsonConstraint>(std::move(table), JsonLimits{}, std::vector<int32_t>{eos},
-                                                  std::move(start_after));
+    return std::make_shared<const JsonConstraint>(std::move(table), std::move(schema), JsonLimits{},
+                                                  std::vector<int32_t>{eos}, std::move(start_after));
 }
 
 }  // namespace dsv4::server

@@ -519,7 +519,8 @@ TEST(Engine, StructuredOutputDrawsOnlyWhatItsConstraintAllows) {
     std::vector<bool> special(static_cast<size_t>(V), true);
     for (int id = 2; id < 256; ++id) bytes[size_t(id)] = std::string(1, char(id)), special[size_t(id)] = false;
     const auto table = std::make_shared<const TokenTable>(std::move(bytes), std::move(special));
-    const auto constraint = std::make_shared<const JsonConstraint>(table, JsonLimits{}, std::vector<int32_t>{eos});
+    const auto constraint = std::make_shared<const JsonConstraint>(table, CompiledSchema::any_object(), JsonLimits{},
+                                                                   std::vector<int32_t>{eos});
     constexpr int64_t kMaxNew = 24;
     const std::vector<int32_t> prompt = prompt_of(14, 2);
 
@@ -527,7 +528,7 @@ TEST(Engine, StructuredOutputDrawsOnlyWhatItsConstraintAllows) {
     {
         SequenceState state = model().new_sequence();
         std::vector<float> logits = model().forward(state, prompt, false);
-        JsonConstraint c(table, JsonLimits{}, {eos});
+        JsonConstraint c(table, CompiledSchema::any_object(), JsonLimits{}, {eos});
         while (int64_t(want.size()) < kMaxNew) {
             ASSERT_TRUE(c.mask(logits.data(), V));
             want.push_back(argmax(logits.data(), V));

@@ -435,9 +435,20 @@ TEST(OpenAiRequest, ResponseFormat) {
               ResponseFormat::kJsonObject);
     EXPECT_EQ(completion(R"("prompt": "x", "response_format": {"type": "json_object"})").options.response_format,
               ResponseFormat::kJsonObject);
-    // A schema is refused rather than ignored (it would not be enforced).
-    expect_chat_400(R"("response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {}}})",
-                    "response_format.type");
+    const ChatRequest schema = chat(
+        R"("response_format": {"type": "json_schema", "json_schema": {"name": "a", "strict": true, "schema": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"], "additionalProperties": false}}})");
+    EXPECT_EQ(schema.options.response_format, ResponseFormat::kJsonSchema);
+    ASSERT_NE(schema.options.schema, nullptr);
+    EXPECT_EQ(schema.options.schema->nodes[size_t(schema.options.schema->root)].keys, std::vector<std::string>{"x"});
+    // What the subset does not hold is refused rather than ignored (it would not be enforced).
+    expect_chat_400(
+        R"("response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "string", "pattern": "a+"}}})",
+        "response_format.json_schema.schema");
+    expect_chat_400(R"("response_format": {"type": "json_schema"})", "response_format.json_schema");
+    expect_chat_400(R"("response_format": {"type": "json_schema", "json_schema": {"name": "a"}})",
+                    "response_format.json_schema.schema");
+    expect_chat_400(R"("response_format": {"type": "json_schema", "json_schema": {"name": 5, "schema": {}}})",
+                    "response_format.json_schema.name");
     expect_chat_400(R"("response_format": {"type": "yaml"})", "response_format.type");
     expect_chat_400(R"("response_format": {"type": 1})", "response_format.type");
     expect_chat_400(R"("response_format": {})", "response_format.type");

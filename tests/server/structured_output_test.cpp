@@ -32,6 +32,15 @@ int32_t id_of(const std::string& text) {
     return ids.at(0);
 }
 
+GenerationOptions text_format() {
+    return GenerationOptions{};
+}
+GenerationOptions json_object_format() {
+    GenerationOptions o;
+    o.response_format = ResponseFormat::kJsonObject;
+    return o;
+}
+
 int32_t eos() {
     return *tokenizer().added_token_id("<｜end▁of▁sentence｜>");
 }
@@ -60,14 +69,13 @@ TEST(StructuredOutput, TokenTableKeepsTheMarkupOut) {
 
 TEST(StructuredOutput, TextIsFreeAndJsonWaitsForTheEndOfThinking) {
     const auto table = token_table(tokenizer(), kVocab);
-    EXPECT_EQ(response_constraint(ResponseFormat::kText, tok::ThinkingMode::kChat, table, eos()), nullptr);
-    const auto chat = response_constraint(ResponseFormat::kJsonObject, tok::ThinkingMode::kChat, table, eos());
+    EXPECT_EQ(response_constraint(text_format(), tok::ThinkingMode::kChat, table, eos()), nullptr);
+    const auto chat = response_constraint(json_object_format(), tok::ThinkingMode::kChat, table, eos());
     const auto ids = allowed_ids(*chat);
     EXPECT_NE(std::find(ids.begin(), ids.end(), id_of("{")), ids.end());
     EXPECT_EQ(std::find(ids.begin(), ids.end(), id_of("hello")), ids.end());
     EXPECT_EQ(std::find(ids.begin(), ids.end(), eos()), ids.end());
-    auto thinking =
-        response_constraint(ResponseFormat::kJsonObject, tok::ThinkingMode::kThinking, table, eos())->clone();
+    auto thinking = response_constraint(json_object_format(), tok::ThinkingMode::kThinking, table, eos())->clone();
     EXPECT_EQ(allowed_ids(*thinking).size(), size_t(kVocab)) << "the reasoning is free";
     thinking->advance(id_of("hello"));
     thinking->advance(*tokenizer().added_token_id("</think>"));
@@ -78,7 +86,7 @@ TEST(StructuredOutput, TextIsFreeAndJsonWaitsForTheEndOfThinking) {
 // one JSON object.
 TEST(StructuredOutput, RandomWalksOverTheVocabularyWriteOneObject) {
     const auto table = token_table(tokenizer(), kVocab);
-    const auto proto = response_constraint(ResponseFormat::kJsonObject, tok::ThinkingMode::kChat, table, eos());
+    const auto proto = response_constraint(json_object_format(), tok::ThinkingMode::kChat, table, eos());
     std::mt19937 rng(1);
     std::vector<int32_t> closing;
     for (const char* s : {"}", "]", "0", ":", "\"", "r", "u", "e", "l", "s", "a", "1"}) closing.push_back(id_of(s));
@@ -98,7 +106,7 @@ TEST(StructuredOutput, RandomWalksOverTheVocabularyWriteOneObject) {
             int32_t id = ids[rng() % ids.size()];
             if (step > 12) {
                 std::vector<int32_t> order = {eos()};
-                if (json.cursor().in_plain_string()) order.push_back(id_of("\""));
+                if (json.cursor().lex().mode == JsonLex::kString) order.push_back(id_of("\""));
                 order.insert(order.end(), closing.begin(), closing.end());
                 for (const int32_t prefer : order)
                     if (std::binary_search(ids.begin(), ids.end(), prefer)) {
