@@ -1,7 +1,7 @@
 """/v1/chat/completions through the real openai client: non-streaming and streaming (the deltas add up to the
 non-streamed message), thinking on / off (reasoning_content beside content, both from what the model generated), a
 tool-call round trip, logprobs, stop strings, max_completion_tokens, seeded sampling, response_format json_object
-(whatever the byte soup, a finished reply's content is one JSON object). The fixture was never trained
+and json_schema (whatever the byte soup, a finished reply's content is one JSON object, of the schema's shape). The fixture was never trained
 on chat, so replies are byte soup: the tests check structure and invariants, and compare with /v1/completions on the
 prompt the V4 encoding renders (spec/dsv4-encoding.md), never content."""
 
@@ -278,6 +278,24 @@ class ChatTest(unittest.TestCase):
         c = r.choices[0]
         if c.finish_reason == "stop":
             self.assert_json_object_reply(c.message.content, "stop", "thinking")
+
+    def test_json_schema(self):
+        schema = {"type": "object", "additionalProperties": False, "required": ["ok", "n"],
+                  "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"},
+                                 "tag": {"anyOf": [{"enum": ["a", "b"]}, {"type": "null"}]}}}
+        fmt = {"type": "json_schema", "json_schema": {"name": "probe", "strict": True, "schema": schema}}
+        finished = 0
+        for seed in range(3):  # the fixture pads with whitespace between tokens: room for it
+            c = self.create(max_tokens=400, response_format=fmt, temperature=1.0, seed=seed).choices[0]
+            self.assert_json_object_reply(c.message.content, c.finish_reason, f"seed {seed}")
+            if c.finish_reason == "stop":
+                finished += 1
+                v = json.loads(c.message.content)
+                self.assertEqual(set(v) - {"tag"}, {"ok", "n"}, v)
+                self.assertIsInstance(v["ok"], bool)
+                self.assertIsInstance(v["n"], int)
+                self.assertIn(v.get("tag"), ("a", "b", None))
+        self.assertGreater(finished, 0, "no reply finished within 400 tokens")
 
     def test_several_choices_streamed(self):
         # n = 2 streamed: each choice opens with its role, its deltas carry its index and add up to the non-streamed
