@@ -30,6 +30,17 @@ TokenTable::TokenTable(std::vector<std::string> bytes, std::vector<bool> special
         text_ += bytes[id];
         offsets_.push_back(text_.size());
         plain_string_[id] = !special_[id] && !bytes[id].empty() && plain_string_content(bytes[id]);
+        if (!special_[id] && !bytes[id].empty()) ids_by_bytes_.push_back(int32_t(id));
+        longest_ = std::max(longest_, bytes[id].size());
+    }
+    std::sort(ids_by_bytes_.begin(), ids_by_bytes_.end(),
+              [&](int32_t a, int32_t b) { return this->bytes(a) < this->bytes(b); });
+    shared_prefix_.resize(ids_by_bytes_.size());
+    for (size_t i = 1; i < ids_by_bytes_.size(); ++i) {
+        const std::string_view a = this->bytes(ids_by_bytes_[i - 1]), b = this->bytes(ids_by_bytes_[i]);
+        size_t n = 0;
+        while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+        shared_prefix_[i] = uint32_t(n);
     }
 }
 
@@ -44,6 +55,7 @@ JsonConstraint::JsonConstraint(std::shared_ptr<const TokenTable> table, std::sha
     DSV4_CHECK(table_ != nullptr && schema_ != nullptr, "a JSON constraint needs a token table and a schema");
 }
 
+// One id alone (advance's check; mask does the same for every id at once).
 bool JsonConstraint::allowed(int32_t id) const {
     if (int64_t(id) >= table_->size()) return false;
     if (std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end()) return cursor_.complete();
@@ -54,8 +66,6 @@ bool JsonConstraint::allowed(int32_t id) const {
     return cursor_.accepts(bytes);
 }
 
-// allowed() for every id, with what does not depend on the id done once: the bytes that may come first (most ids
-// fail there; only the others are tried whole) and whether any whole string content may follow.
 bool JsonConstraint::mask(float* logits, int64_t vocab) const {
     constexpr float kNever = -std::numeric_limits<float>::infinity();
     bool any = false;
@@ -63,29 +73,64 @@ bool JsonConstraint::mask(float* logits, int64_t vocab) const {
         for (int64_t id = 0; id < vocab; ++id) any = any || logits[id] != kNever;
         return any;
     }
-    std::array<bool, 256> first{};
-    for (int b = 0; b < 256; ++b) {
-        const char c = char(b);
-        first[size_t(b)] = cursor_.accepts(std::string_view(&c, 1));
-    }
-    const bool free_string = cursor_.in_free_string(), complete = cursor_.complete();
-    auto ok = [&](int32_t id) {
-        if (id >= table_->size()) return false;
-        if (std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end()) return complete;
-        if (table_->special(id)) return false;
-        const std::string_view bytes = table_->bytes(id);
-        if (bytes.empty() || !first[uint8_t(bytes[0])]) return false;
-        if (bytes.size() == 1 || (free_string && table_->plain_string(id))) return true;
-        return cursor_.accepts(bytes);
-    };
+    thread_local std::vector<char> keep;
+    keep.assign(size_t(table_->size()), 0);
+    if (cursor_.in_free_string())
+        mask_by_id(keep);
+    else
+        mask_by_trie(keep);
+    if (cursor_.complete())
+        for (const int32_t id : end_ids_)
+            if (id < table_->size()) keep[size_t(id)] = 1;
     for (int64_t id = 0; id < vocab; ++id) {
         if (logits[id] == kNever) continue;
-        if (ok(int32_t(id)))
+        if (id < table_->size() && keep[size_t(id)])
             any = true;
         else
             logits[id] = kNever;
     }
     return any;
+}
+
+// Ids whose first byte cannot come fail at once; whole string content passes on sight; the rest are tried whole.
+void JsonConstraint::mask_by_id(std::vector<char>& keep) const {
+    std::array<bool, 256> first{};
+    for (int b = 0; b < 256; ++b) {
+        const char c = char(b);
+        first[size_t(b)] = cursor_.accepts(std::string_view(&c, 1));
+    }
+    for (const int32_t id : table_->ids_by_bytes()) {
+        const std::string_view bytes = table_->bytes(id);
+        if (!first[uint8_t(bytes[0])]) continue;
+        keep[size_t(id)] = bytes.size() == 1 || table_->plain_string(id) || cursor_.accepts(bytes);
+    }
+}
+
+// The ids in byte order, each extending the cursor states of the prefix it shares with the one before: a prefix is
+// fed once, and a prefix that fails rules out every id after it that shares it.
+void JsonConstraint::mask_by_trie(std::vector<char>& keep) const {
+    thread_local std::vector<SchemaCursor> states;  // states[d]: the cursor after the current id's first d bytes
+    states.assign(table_->longest() + 1, cursor_);
+    const std::vector<int32_t>& ids = table_->ids_by_bytes();
+    const std::vector<uint32_t>& shared = table_->shared_prefix();
+    size_t valid = 0;        // states[0 .. valid] hold the previous id's prefixes
+    size_t dead = SIZE_MAX;  // the previous id's first `dead` bytes cannot come
+    for (size_t i = 0; i < ids.size(); ++i) {
+        const std::string_view bytes = table_->bytes(ids[i]);
+        if (shared[i] >= dead) continue;  // begins with the prefix that failed
+        dead = SIZE_MAX;
+        size_t d = std::min<size_t>(shared[i], valid);
+        for (; d < bytes.size(); ++d) {
+            states[d + 1] = states[d];
+            if (!states[d + 1].feed(uint8_t(bytes[d]))) break;
+        }
+        valid = d;
+        if (d == bytes.size()) {
+            keep[size_t(ids[i])] = 1;
+        } else {
+            dead = d + 1;
+        }
+    }
 }
 
 void JsonConstraint::advance(int32_t id) {

@@ -43,10 +43,20 @@ class TokenTable {
     // id can follow any point of a JSON string where no escape or character is under way.
     bool plain_string(int32_t id) const { return plain_string_[size_t(id)]; }
 
+    // The ids that can be text (not special, not empty) in the order of their bytes, and how many leading bytes each
+    // shares with the one before it (0 for the first): a trie walked in order, so that a mask tries a shared prefix
+    // once for all the ids that begin with it.
+    const std::vector<int32_t>& ids_by_bytes() const { return ids_by_bytes_; }
+    const std::vector<uint32_t>& shared_prefix() const { return shared_prefix_; }
+    size_t longest() const { return longest_; }
+
   private:
     std::string text_;
     std::vector<size_t> offsets_;  // [size + 1]
     std::vector<bool> special_, plain_string_;
+    std::vector<int32_t> ids_by_bytes_;
+    std::vector<uint32_t> shared_prefix_;
+    size_t longest_ = 0;
 };
 
 // One JSON text (json_cursor.h's language) that satisfies `schema` (schema_cursor.h), then one of `end_ids` (EOS).
@@ -67,6 +77,10 @@ class JsonConstraint final : public TokenConstraint {
 
   private:
     bool allowed(int32_t id) const;
+    // mask's two ways: id by id (in a free string, where most ids pass on sight) and over the byte trie (elsewhere,
+    // where most shared prefixes fail at their first or second byte). `keep[id]`: the id may come next.
+    void mask_by_id(std::vector<char>& keep) const;
+    void mask_by_trie(std::vector<char>& keep) const;
 
     std::shared_ptr<const TokenTable> table_;
     std::shared_ptr<const CompiledSchema> schema_;

@@ -126,7 +126,8 @@ TEST(StructuredOutput, RandomWalksOverTheVocabularyWriteOneObject) {
 }
 
 // The same walks under a schema (response_format "json_schema"): required keys spelled token by token, an integer,
-// a boolean, enum items; the text parses and has exactly the schema's shape.
+// a boolean, enum items; the text parses and has exactly the schema's shape; every 8th mask equals each id tried
+// alone against the cursor.
 TEST(StructuredOutput, RandomWalksUnderASchema) {
     const auto table = token_table(tokenizer(), kVocab);
     GenerationOptions o;
@@ -151,6 +152,15 @@ TEST(StructuredOutput, RandomWalksUnderASchema) {
             mask_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
             ++masks;
             ASSERT_FALSE(ids.empty()) << text;
+            if (step % 8 == 0) {  // the mask's trie walk equals each id tried alone
+                const SchemaCursor& cursor = static_cast<const JsonConstraint&>(*c).cursor();
+                std::vector<int32_t> alone;
+                for (int32_t i = 0; i < kVocab; ++i)
+                    if (i == eos() ? cursor.complete()
+                                   : !table->special(i) && !table->bytes(i).empty() && cursor.accepts(table->bytes(i)))
+                        alone.push_back(i);
+                ASSERT_EQ(ids, alone) << "after " << text;
+            }
             int32_t id = ids[rng() % ids.size()];
             if (step > 12) {
                 std::vector<int32_t> order = {eos()};
