@@ -22,7 +22,7 @@ const std::set<std::string, std::less<>> kAnnotations = {
 const std::set<std::string, std::less<>> kEnforced = {"type",      "properties", "required", "additionalProperties",
                                                       "items",     "minItems",   "maxItems", "minLength",
                                                       "maxLength", "enum",       "const",    "anyOf",
-                                                      "oneOf",     "$ref",       "nullable"};
+                                                      "oneOf",     "$ref",       "nullable", "allOf"};
 
 // The type families an anyOf may hold one branch of each.
 struct Family {
@@ -81,6 +81,15 @@ class Compiler {
             if (enforced_besides("$ref"))
                 fail("response_format.json_schema.schema: {}: keywords beside $ref are not supported", path);
             return reference(s.at("$ref"), path);
+        }
+        if (s.contains("allOf")) {  // one schema only: how some writers attach a description to a $ref
+            const json& all = s.at("allOf");
+            if (!all.is_array() || all.size() != 1 || enforced_besides("allOf"))
+                fail(
+                    "response_format.json_schema.schema: {}/allOf: only a single schema with nothing enforced beside "
+                    "it is supported",
+                    path);
+            return compile(all[0], path + "/allOf/0");
         }
         for (const char* any_of : {"anyOf", "oneOf"})
             if (s.contains(any_of)) {

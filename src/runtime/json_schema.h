@@ -3,9 +3,9 @@
 // additionalProperties (a boolean or a schema; absent: any), items, minItems, maxItems, minLength, maxLength (in
 // code points), enum and const (strings, numbers, booleans, null: the value spelled as a compact JSON writer spells
 // it), anyOf / oneOf whose branches are of different types (Optional[X] is X or null), $ref to "#", "#/$defs/..." or
-// "#/definitions/...", nullable; annotations (title, description, default, examples, format, $schema, $id,
-// $comment, ...) are accepted and not enforced, as JSON Schema defines them. Every other keyword is refused with its
-// path, never ignored. Tested in tests/runtime/json_schema_test.cpp.
+// "#/definitions/...", nullable, allOf of one schema; annotations (title, description, default, examples, format,
+// $schema, $id, $comment, ...) are accepted and not enforced, as JSON Schema defines them. Every other keyword is
+// refused with its path, never ignored. Tested in tests/runtime/json_schema_test.cpp.
 #pragma once
 
 #include <cstdint>

@@ -102,7 +102,7 @@ int SchemaCursor::expected_node() const {
     return f.object ? f.value_node : node(f.node).items;
 }
 
-// Ahead of the syntax's own checks, which have passed: what the byte means for the schema.
+// The byte through the syntax first; then what it means for the schema.
 bool SchemaCursor::step(uint8_t b) {
     const JsonLex before = syntax_.lex();
     if (!syntax_.feed(b)) return false;

@@ -32,7 +32,7 @@ const json kSchema = json::parse(R"({
     "score": {"type": "number"},
     "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "bc", "b"]}, "minItems": 1, "maxItems": 3},
     "color": {"enum": ["red", "green", null, 7, true]},
-    "home": {"$ref": "#/$defs/Address"},
+    "home": {"allOf": [{"$ref": "#/$defs/Address"}], "description": "where"},
     "maybe": {"anyOf": [{"type": "string"}, {"type": "null"}]},
     "list": {"$ref": "#/$defs/Node"},
     "extra": {"type": "object", "additionalProperties": {"type": "boolean"}},
@@ -49,6 +49,11 @@ bool validates(const json& v, const json& s) {
     if (s.contains("$ref")) {
         const std::string ref = s.at("$ref");
         return validates(v, ref == "#" ? kSchema : kSchema.at("$defs").at(ref.substr(8)));
+    }
+    if (s.contains("allOf")) {
+        for (const json& b : s.at("allOf"))
+            if (!validates(v, b)) return false;
+        return true;
     }
     for (const char* any : {"anyOf", "oneOf"})
         if (s.contains(any)) {
@@ -111,6 +116,7 @@ json shaped(const json& s, std::mt19937& rng, int depth) {
         const std::string ref = s.at("$ref");
         return shaped(kSchema.at("$defs").at(ref.substr(8)), rng, depth + 1);
     }
+    if (s.contains("allOf")) return shaped(s.at("allOf")[0], rng, depth);
     if (s.contains("anyOf")) return shaped(s.at("anyOf")[rng() % s.at("anyOf").size()], rng, depth + 1);
     if (s.contains("enum")) return slip() ? json("blue") : s.at("enum")[rng() % s.at("enum").size()];
     const json type = s.contains("type")
@@ -223,7 +229,8 @@ TEST(JsonSchema, RefusesWhatTheSubsetDoesNotHold) {
     };
     refused(R"({"type": "string", "pattern": "a+"})", "#/pattern");
     refused(R"({"properties": {"n": {"type": "number", "minimum": 0}}})", "#/properties/n/minimum");
-    refused(R"({"allOf": [{"type": "string"}]})", "allOf");
+    refused(R"({"allOf": [{"type": "string"}, {"maxLength": 3}]})", "#/allOf");
+    refused(R"({"allOf": [{"type": "string"}], "maxLength": 3})", "#/allOf");
     refused(R"({"type": "strin"})", "#/type");
     refused(R"({"enum": []})", "#/enum");
     refused(R"({"enum": [{"a": 1}]})", "#/enum");
