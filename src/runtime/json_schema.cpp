@@ -61,6 +61,14 @@ class Compiler {
     explicit Compiler(const json& root) : root_(root) { out_.nodes.emplace_back(); }
 
     int compile(const json& s, const std::string& path) {
+        struct Nesting {  // the recursion's depth, bounded: a schema nested without end must not exhaust the stack
+            int& depth;
+            explicit Nesting(int& d, const std::string& path) : depth(d) {
+                if (++depth > kMaxNesting)
+                    fail("response_format.json_schema.schema: {}: nested deeper than {} schemas", path, kMaxNesting);
+            }
+            ~Nesting() { --depth; }
+        } nesting(depth_, path);
         if (s.is_boolean()) {
             if (s.get<bool>()) return 0;
             fail("response_format.json_schema.schema: {} is false: no value satisfies it", path);
@@ -263,9 +271,11 @@ class Compiler {
         return nullptr;
     }
 
+    static constexpr int kMaxNesting = 64;
     const json& root_;
     CompiledSchema out_;
     std::map<std::string, int> refs_;
+    int depth_ = 0;
 };
 
 }  // namespace
@@ -279,9 +289,13 @@ std::shared_ptr<const CompiledSchema> CompiledSchema::any_object() {
 }
 
 std::shared_ptr<const CompiledSchema> compile_schema(const json& schema) {
-    Compiler c(schema);
-    const int root = c.compile(schema, "#");
-    return std::make_shared<const CompiledSchema>(c.take(root));
+    try {
+        Compiler c(schema);
+        const int root = c.compile(schema, "#");
+        return std::make_shared<const CompiledSchema>(c.take(root));
+    } catch (const json::exception& e) {  // a keyword's value of the wrong JSON type (e.g. "nullable": 1)
+        fail("response_format.json_schema.schema: {}", e.what());
+    }
 }
 
 }  // namespace dsv4

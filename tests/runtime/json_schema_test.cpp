@@ -241,6 +241,11 @@ TEST(JsonSchema, RefusesWhatTheSubsetDoesNotHold) {
     refused(R"({"type": "array", "items": [{"type": "string"}]})", "#/items");
     refused(R"({"minItems": 3, "maxItems": 2})", "minimum above its maximum");
     refused("false", "#");
+    refused(R"({"nullable": 1})", "json_schema.schema");
+    std::string deep;
+    for (int i = 0; i < 5000; ++i) deep += "{\"items\":";
+    deep += "{}" + std::string(5000, '}');
+    refused(deep.c_str(), "nested deeper than 64");
     // Annotations are accepted and not enforced.
     EXPECT_NO_THROW(compile_schema(json::parse(
         R"({"title": "t", "description": "d", "type": "string", "format": "date-time", "default": "x", "examples": ["y"]})")));
