@@ -9,12 +9,30 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "runtime/schema_cursor.h"
 #include "server/openai_protocol.h"
 
 namespace dsv4::fuzz {
 
+// A walk over what the schema's cursor accepts, the first byte of a fixed list each step (closing what is open first).
+inline void walk_schema(const server::GenerationOptions& o) {
+    if (!o.schema) return;
+    SchemaCursor c(o.schema.get());
+    static constexpr std::string_view kBytes = "\"}]0:,tfnrulesa1-.e{[ ";
+    for (int step = 0; step < 512 && !c.complete(); ++step) {
+        bool fed = false;
+        for (const char b : kBytes)
+            if (c.feed(uint8_t(b))) {
+                fed = true;
+                break;
+            }
+        if (!fed) return;
+    }
+}
+
 // A request body to `dsv4 serve` parses into a chat or completion request or is an ApiError; a parsed chat's
-// messages render into a prompt or are a dsv4::Error (what the encoder refuses). Nothing else is thrown.
+// messages render into a prompt or are a dsv4::Error (what the encoder refuses); a json_schema it holds can be
+// walked byte by byte (under the sanitizers). Nothing else is thrown.
 inline std::string openai_request_violation(std::string_view input) {
     if (input.empty()) return "";
     const auto mode = uint8_t(input[0]);
@@ -24,10 +42,11 @@ inline std::string openai_request_violation(std::string_view input) {
     try {
         const server::ordered_json json = server::parse_json_body(input.substr(1));
         if (mode & 1) {
-            server::parse_completion_request(json, limits, "served");
+            walk_schema(server::parse_completion_request(json, limits, "served").options);
             return "";
         }
         server::ChatRequest request = server::parse_chat_request(json, limits, "served");
+        walk_schema(request.options);
         if (mode & 2) request.render.era = tok::EncoderEra::kPreview;  // the default is 0731
         try {
             (void)tok::render_prompt(request.messages, request.render);

@@ -1,7 +1,8 @@
 """/v1/completions (text and token-id prompts, streaming, logprobs, stop strings, exact usage, logit_bias and
-penalties), /v1/models, /health and /metrics (parsed; counters and histograms move by exactly what a request did)
+penalties, response_format json_object), /v1/models, /health and /metrics (parsed; counters and histograms move by exactly what a request did)
 through the openai client and raw HTTP against the shared `dsv4 serve`."""
 
+import json
 import unittest
 
 
@@ -65,6 +66,19 @@ class CompletionsTest(unittest.TestCase):
         r = self.create(max_tokens=6, logit_bias={str(z): 5}, frequency_penalty=2, presence_penalty=-1,
                         extra_body={"ignore_eos": True, "repetition_penalty": 1.3})
         self.assertEqual(r.usage.completion_tokens, 6)
+
+    def test_json_object(self):
+        finished = 0
+        for seed in range(3):
+            r = self.create(max_tokens=300, temperature=1.0, seed=seed,
+                            extra_body={"response_format": {"type": "json_object"}})
+            c = r.choices[0]
+            if c.finish_reason == "stop":
+                finished += 1
+                self.assertIsInstance(json.loads(c.text), dict, c.text)
+            else:
+                self.assertTrue(c.text.lstrip().startswith("{"), c.text)
+        self.assertGreater(finished, 0, "no reply finished within 300 tokens")
 
     def test_logprobs(self):
         r = self.create(max_tokens=10, logprobs=2, extra_body={"ignore_eos": True})
