@@ -50,8 +50,7 @@ JsonConstraint::JsonConstraint(std::shared_ptr<const TokenTable> table, std::sha
       schema_(std::move(schema)),
       cursor_(schema_.get(), limits),
       end_ids_(std::move(end_ids)),
-      start_after_(std::move(start_after)),
-      active_(start_after_.empty()) {
+      start_(std::move(start_after)) {
     DSV4_CHECK(table_ != nullptr && schema_ != nullptr, "a JSON constraint needs a token table and a schema");
 }
 
@@ -69,7 +68,7 @@ bool JsonConstraint::allowed(int32_t id) const {
 bool JsonConstraint::mask(float* logits, int64_t vocab) const {
     constexpr float kNever = -std::numeric_limits<float>::infinity();
     bool any = false;
-    if (!active_) {
+    if (!start_.reached()) {
         for (int64_t id = 0; id < vocab; ++id) any = any || logits[id] != kNever;
         return any;
     }
@@ -133,15 +132,63 @@ void JsonConstraint::mask_by_trie(std::vector<char>& keep) const {
     }
 }
 
+void StartAfter::feed(std::string_view bytes) {
+    if (reached_) return;
+    tail_ += bytes;
+    if (tail_.size() > text_.size()) tail_.erase(0, tail_.size() - text_.size());
+    reached_ = tail_ == text_;
+}
+
 void JsonConstraint::advance(int32_t id) {
-    if (!active_) {
-        if (int64_t(id) < table_->size()) tail_ += table_->bytes(id);
-        if (tail_.size() > start_after_.size()) tail_.erase(0, tail_.size() - start_after_.size());
-        active_ = tail_ == start_after_;
+    if (!start_.reached()) {
+        if (int64_t(id) < table_->size()) start_.feed(table_->bytes(id));
         return;
     }
     DSV4_CHECK(allowed(id), "structured output: token {} cannot continue the JSON reply", id);
     if (std::find(end_ids_.begin(), end_ids_.end(), id) == end_ids_.end()) cursor_.feed(table_->bytes(id));
+}
+
+PrefixConstraint::PrefixConstraint(std::shared_ptr<const TokenTable> table, std::vector<std::string> prefixes,
+                                   std::string start_after)
+    : table_(std::move(table)), prefixes_(std::move(prefixes)), start_(std::move(start_after)) {
+    DSV4_CHECK(table_ != nullptr && !prefixes_.empty(), "a prefix constraint needs a token table and a prefix");
+}
+
+// An id's bytes either run inside a prefix still possible or complete it (and go on freely).
+bool PrefixConstraint::allowed(int32_t id) const {
+    if (int64_t(id) >= table_->size()) return false;
+    const std::string_view bytes = table_->bytes(id);
+    if (bytes.empty()) return false;
+    for (const std::string& p : prefixes_) {
+        if (p.compare(0, matched_.size(), matched_) != 0) continue;
+        const std::string_view rest = std::string_view(p).substr(matched_.size());
+        if (rest.starts_with(bytes) || bytes.starts_with(rest)) return true;
+    }
+    return false;
+}
+
+bool PrefixConstraint::mask(float* logits, int64_t vocab) const {
+    constexpr float kNever = -std::numeric_limits<float>::infinity();
+    bool any = false;
+    for (int64_t id = 0; id < vocab; ++id) {
+        if (logits[id] == kNever) continue;
+        if (!start_.reached() || done_ || allowed(int32_t(id)))
+            any = true;
+        else
+            logits[id] = kNever;
+    }
+    return any;
+}
+
+void PrefixConstraint::advance(int32_t id) {
+    if (done_) return;
+    if (!start_.reached()) {
+        if (int64_t(id) < table_->size()) start_.feed(table_->bytes(id));
+        return;
+    }
+    DSV4_CHECK(allowed(id), "tool_choice: token {} cannot continue the forced tool call", id);
+    matched_ += table_->bytes(id);
+    for (const std::string& p : prefixes_) done_ = done_ || matched_.starts_with(p);
 }
 
 }  // namespace dsv4

@@ -59,6 +59,19 @@ class TokenTable {
     size_t longest_ = 0;
 };
 
+// Waits for a text among the bytes drawn (a thinking reply's "</think>", however it was tokenized): reached once
+// they end with it; at once for an empty text.
+class StartAfter {
+  public:
+    explicit StartAfter(std::string text) : text_(std::move(text)), reached_(text_.empty()) {}
+    bool reached() const { return reached_; }
+    void feed(std::string_view bytes);
+
+  private:
+    std::string text_, tail_;  // tail_: the last bytes drawn, as many as text_ has
+    bool reached_;
+};
+
 // One JSON text (json_cursor.h's language) that satisfies `schema` (schema_cursor.h), then one of `end_ids` (EOS).
 // Special ids are never part of it.
 class JsonConstraint final : public TokenConstraint {
@@ -73,7 +86,7 @@ class JsonConstraint final : public TokenConstraint {
     void advance(int32_t id) override;
 
     const SchemaCursor& cursor() const { return cursor_; }
-    bool active() const { return active_; }
+    bool active() const { return start_.reached(); }
 
   private:
     bool allowed(int32_t id) const;
@@ -86,9 +99,30 @@ class JsonConstraint final : public TokenConstraint {
     std::shared_ptr<const CompiledSchema> schema_;
     SchemaCursor cursor_;  // reads *schema_
     std::vector<int32_t> end_ids_;
-    std::string start_after_;
-    std::string tail_;  // while waiting: the last bytes drawn (as many as start_after_ has)
-    bool active_;
+    StartAfter start_;
+};
+
+// The text (from start_after on, if given) must begin with one of `prefixes`; after it nothing is constrained. Ids
+// count by their bytes, special ones included (a prefix may hold markup: tool_choice's "<｜DSML｜tool_calls>").
+class PrefixConstraint final : public TokenConstraint {
+  public:
+    PrefixConstraint(std::shared_ptr<const TokenTable> table, std::vector<std::string> prefixes,
+                     std::string start_after = {});
+
+    std::unique_ptr<TokenConstraint> clone() const override { return std::make_unique<PrefixConstraint>(*this); }
+    bool mask(float* logits, int64_t vocab) const override;
+    void advance(int32_t id) override;
+
+    bool done() const { return done_; }
+
+  private:
+    bool allowed(int32_t id) const;
+
+    std::shared_ptr<const TokenTable> table_;
+    std::vector<std::string> prefixes_;
+    StartAfter start_;
+    bool done_ = false;
+    std::string matched_;  // the text since the start
 };
 
 }  // namespace dsv4

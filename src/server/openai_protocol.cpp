@@ -536,6 +536,11 @@ ChatRequest parse_chat_request(const ordered_json& body, const RequestLimits& li
         if (r.has_tools) attach_tools(r.messages, tools);
         r.render = parse_thinking(f);
         r.options = parse_options(f, limits, /*chat=*/true);
+        if (tool_choice == "required") {
+            for (const ordered_json& t : tools) r.options.forced_tools.push_back(t.at("function").at("name"));
+        } else if (tool_choice != "auto" && tool_choice != "none") {
+            r.options.forced_tools = {tool_choice};
+        }
         if (r.has_tools && r.options.response_format != ResponseFormat::kText)
             bad_request(
                 "response_format",

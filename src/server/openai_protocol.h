@@ -87,6 +87,9 @@ struct GenerationOptions {
     LogitAdjustments adjust;     // presence / frequency / repetition penalties, logit_bias
     ResponseFormat response_format = ResponseFormat::kText;
     std::shared_ptr<const CompiledSchema> schema;  // kJsonSchema: response_format.json_schema.schema, compiled
+    // tool_choice "required" (every declared tool) or a named function: the reply begins with a call to one of these
+    // (its opening forced token by token; the parameters are the model's).
+    std::vector<std::string> forced_tools;
 };
 
 struct ChatRequest {

@@ -22,16 +22,20 @@ std::shared_ptr<const TokenTable> token_table(const tok::Tokenizer& tokenizer, i
 
 std::shared_ptr<const TokenConstraint> response_constraint(const GenerationOptions& options, tok::ThinkingMode mode,
                                                            std::shared_ptr<const TokenTable> table, int32_t eos) {
+    // A thinking reply's content begins after "</think>" (one token in DeepSeek-V4's vocabulary; the completion
+    // parser reads it from the text, so its bytes decide, however they came).
+    const std::string start_after = mode == tok::ThinkingMode::kThinking ? std::string(tok::kThinkEnd) : "";
+    if (!options.forced_tools.empty()) {
+        std::vector<std::string> openings;
+        for (const std::string& name : options.forced_tools) openings.push_back(tok::tool_call_opening(name));
+        return std::make_shared<const PrefixConstraint>(std::move(table), std::move(openings), start_after);
+    }
     if (options.response_format == ResponseFormat::kText) return nullptr;
     std::shared_ptr<const CompiledSchema> schema =
         options.response_format == ResponseFormat::kJsonSchema ? options.schema : CompiledSchema::any_object();
     DSV4_CHECK(schema != nullptr, "response_format json_schema without its compiled schema");
-    // A thinking reply's content begins after "</think>" (one token in DeepSeek-V4's vocabulary; the completion
-    // parser reads it from the text, so its bytes decide, however they came).
-    std::string start_after;
-    if (mode == tok::ThinkingMode::kThinking) start_after = tok::kThinkEnd;
     return std::make_shared<const JsonConstraint>(std::move(table), std::move(schema), JsonLimits{},
-                                                  std::vector<int32_t>{eos}, std::move(start_after));
+                                                  std::vector<int32_t>{eos}, start_after);
 }
 
 }  // namespace dsv4::server

@@ -1,7 +1,7 @@
 // What `response_format` asks of a reply, as an engine constraint (runtime/token_constraint.h): the vocabulary's
 // bytes from the tokenizer (added tokens, the chat markup, never part of it), and for "json_object" one JSON object,
 // for "json_schema" one value of the schema, then EOS, from the start of the content (after "</think>" in a thinking
-// reply). Tested in
+// reply); for tool_choice "required" or a named function, a reply that begins with a call to one of them. Tested in
 // tests/server/structured_output_test.cpp on DeepSeek-V4's tokenizer and end to end in tests/server_e2e.
 #pragma once
 
@@ -18,7 +18,8 @@ namespace dsv4::server {
 // Ids [0, vocab): the tokenizer's bytes; ids it lacks and its added tokens are special (never constrained text).
 std::shared_ptr<const TokenTable> token_table(const tok::Tokenizer& tokenizer, int64_t vocab);
 
-// The constraint of a reply with `options`' response_format (null for text); `eos` ends it.
+// The constraint of a reply with `options`' tool_choice or response_format (null when neither constrains it); `eos`
+// ends a JSON reply.
 std::shared_ptr<const TokenConstraint> response_constraint(const GenerationOptions& options, tok::ThinkingMode mode,
                                                            std::shared_ptr<const TokenTable> table, int32_t eos);
 

@@ -313,8 +313,13 @@ std::string render_arguments(const ordered_json& arguments) {
     return out;
 }
 
+constexpr std::string_view kToolCallsOpen = "\n\n<｜DSML｜tool_calls>\n";
+std::string invoke_open(std::string_view name) {
+    return "<｜DSML｜invoke name=\"" + std::string(name) + "\">\n";
+}
+
 std::string render_tool_calls(const ordered_json& calls) {
-    std::string out = "\n\n<｜DSML｜tool_calls>\n";
+    std::string out(kToolCallsOpen);
     bool first = true;
     for (const ordered_json& tc : calls) {
         const ordered_json& fn = get(tc, "function");
@@ -322,8 +327,8 @@ std::string render_tool_calls(const ordered_json& calls) {
                    "each tool call needs function.name and function.arguments (got {})", tc.dump());
         if (!first) out += "\n";
         first = false;
-        out += "<｜DSML｜invoke name=\"" + py_str(fn.at("name"), "tool call name") + "\">\n" +
-               render_arguments(fn.at("arguments")) + "\n</｜DSML｜invoke>";
+        out += invoke_open(py_str(fn.at("name"), "tool call name")) + render_arguments(fn.at("arguments")) +
+               "\n</｜DSML｜invoke>";
     }
     return out + "\n</｜DSML｜tool_calls>";
 }
@@ -479,6 +484,10 @@ std::string render_prompt(const ordered_json& messages_json, const RenderOptions
     }
     for (size_t i = 0; i < to_render; ++i) prompt += render_message(static_cast<int>(context_len + i), full, opt, drop);
     return prompt;
+}
+
+std::string tool_call_opening(std::string_view name) {
+    return std::string(kToolCallsOpen) + invoke_open(name);
 }
 
 EncoderEra parse_encoder_era(std::string_view name) {

@@ -47,4 +47,8 @@ std::string render_prompt(const ordered_json& messages, const RenderOptions& opt
 
 EncoderEra parse_encoder_era(std::string_view name);  // "preview" | "0731"; throws otherwise
 
+// How an assistant turn's tool calls begin, as the encoder renders them (spec §2.5) and the completion parser reads
+// them (§4): the block's opening and the first invoke of `name`, up to its parameters.
+std::string tool_call_opening(std::string_view name);
+
 }  // namespace dsv4::tok

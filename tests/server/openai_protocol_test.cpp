@@ -427,6 +427,17 @@ TEST(OpenAiRequest, ToolsOnContentlessSystemSpecVector) {
     EXPECT_EQ(tok::render_prompt(r.messages, r.render), (*vector)["expected_prompt"].get<std::string>());
 }
 
+TEST(OpenAiRequest, ToolChoiceForcesTheCallsStart) {
+    const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f"}},
+                                           {"type": "function", "function": {"name": "g"}}])";
+    EXPECT_TRUE(chat(tools).options.forced_tools.empty());
+    EXPECT_TRUE(chat(tools + R"(, "tool_choice": "none")").options.forced_tools.empty());
+    EXPECT_EQ(chat(tools + R"(, "tool_choice": "required")").options.forced_tools,
+              (std::vector<std::string>{"f", "g"}));
+    EXPECT_EQ(chat(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}})").options.forced_tools,
+              std::vector<std::string>{"g"});
+}
+
 TEST(OpenAiRequest, ResponseFormat) {
     EXPECT_EQ(chat("").options.response_format, ResponseFormat::kText);
     EXPECT_EQ(chat(R"("response_format": null)").options.response_format, ResponseFormat::kText);

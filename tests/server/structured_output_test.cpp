@@ -185,5 +185,43 @@ TEST(StructuredOutput, RandomWalksUnderASchema) {
                 mask_us / masks, masks);
 }
 
+// tool_choice: a reply of random allowed ids begins with the call's opening (DeepSeek-V4's "｜DSML｜" token one way
+// to spell it), after the reasoning of a thinking reply; the text is free after it.
+TEST(StructuredOutput, ToolChoiceForcesTheCallsOpening) {
+    const auto table = token_table(tokenizer(), kVocab);
+    GenerationOptions o;
+    o.forced_tools = {"get_weather", "get_time"};
+    std::mt19937 rng(7);
+    for (const auto mode : {tok::ThinkingMode::kChat, tok::ThinkingMode::kThinking}) {
+        const auto proto = response_constraint(o, mode, table, eos());
+        for (int walk = 0; walk < 4; ++walk) {
+            auto c = proto->clone();
+            std::vector<int32_t> drawn;
+            if (mode == tok::ThinkingMode::kThinking) {
+                c->advance(id_of("hello"));
+                c->advance(*tokenizer().added_token_id("</think>"));
+            }
+            const int32_t dsml = *tokenizer().added_token_id(tok::kDsmlToken);
+            bool dsml_allowed = false;
+            const auto& prefix = static_cast<const PrefixConstraint&>(*c);
+            for (int step = 0; !prefix.done(); ++step) {
+                ASSERT_LT(step, 200);
+                const std::vector<int32_t> ids = allowed_ids(*c);
+                ASSERT_FALSE(ids.empty());
+                dsml_allowed = dsml_allowed || std::binary_search(ids.begin(), ids.end(), dsml);
+                drawn.push_back(ids[rng() % ids.size()]);
+                c->advance(drawn.back());
+            }
+            EXPECT_EQ(allowed_ids(*c).size(), size_t(kVocab)) << "free after the opening";
+            std::string text;
+            for (const int32_t id : drawn) text += table->bytes(id);
+            EXPECT_TRUE(text.starts_with(tok::tool_call_opening("get_weather")) ||
+                        text.starts_with(tok::tool_call_opening("get_time")))
+                << text;
+            EXPECT_TRUE(dsml_allowed) << "the markup token itself may spell the opening";
+        }
+    }
+}
+
 }  // namespace
 }  // namespace dsv4::server

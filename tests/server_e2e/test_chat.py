@@ -177,9 +177,18 @@ class ChatTest(unittest.TestCase):
         chunks = list(self.create(max_tokens=8, tools=TOOLS, messages=history, stream=True))
         self.assertEqual("".join(c.choices[0].delta.content or "" for c in chunks), back.choices[0].message.content
                          or "")
-        forced = self.create(max_tokens=4, tools=TOOLS, messages=history,
+        # A named function: the reply begins with its call (the opening forced; here the reply is that opening, one
+        # token a byte, which the parser reads as the call with no arguments); "required": one of the tools.
+        opening = "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
+        forced = self.create(max_tokens=len(opening.encode()), tools=TOOLS, messages=history, temperature=1.0, seed=5,
                              tool_choice={"type": "function", "function": {"name": "get_weather"}})
         self.assertEqual(forced.choices[0].message.role, "assistant")
+        calls = forced.choices[0].message.tool_calls
+        self.assertIsNotNone(calls, forced)
+        self.assertEqual([c.function.name for c in calls], ["get_weather"])
+        self.assertEqual(calls[0].function.arguments, "{}")
+        required = self.create(max_tokens=len(opening.encode()), tools=TOOLS, messages=history, tool_choice="required")
+        self.assertEqual([c.function.name for c in required.choices[0].message.tool_calls], ["get_weather"])
         none = self.create(max_tokens=4, tools=TOOLS, messages=history, tool_choice="none")
         self.assertEqual(none.choices[0].message.role, "assistant")
         with self.assertRaises(openai.BadRequestError) as cm:
