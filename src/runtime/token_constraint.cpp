@@ -149,20 +149,25 @@ void JsonConstraint::advance(int32_t id) {
 }
 
 PrefixConstraint::PrefixConstraint(std::shared_ptr<const TokenTable> table, std::vector<std::string> prefixes,
-                                   std::string start_after)
-    : table_(std::move(table)), prefixes_(std::move(prefixes)), start_(std::move(start_after)) {
+                                   std::string start_after, std::vector<int32_t> then_only)
+    : table_(std::move(table)),
+      prefixes_(std::move(prefixes)),
+      start_(std::move(start_after)),
+      then_only_(std::move(then_only)) {
     DSV4_CHECK(table_ != nullptr && !prefixes_.empty(), "a prefix constraint needs a token table and a prefix");
 }
 
-// An id's bytes either run inside a prefix still possible or complete it (and go on freely).
+// Before the prefix is done: an id's bytes either run inside a prefix still possible or complete it (and go on freely,
+// unless only `then_only` may follow). After it: anything, or `then_only`.
 bool PrefixConstraint::allowed(int32_t id) const {
     if (int64_t(id) >= table_->size()) return false;
+    if (done_) return then_only_.empty() || std::find(then_only_.begin(), then_only_.end(), id) != then_only_.end();
     const std::string_view bytes = table_->bytes(id);
     if (bytes.empty()) return false;
     for (const std::string& p : prefixes_) {
         if (p.compare(0, matched_.size(), matched_) != 0) continue;
         const std::string_view rest = std::string_view(p).substr(matched_.size());
-        if (rest.starts_with(bytes) || bytes.starts_with(rest)) return true;
+        if (rest.starts_with(bytes) || (then_only_.empty() && bytes.starts_with(rest))) return true;
     }
     return false;
 }
@@ -172,7 +177,7 @@ bool PrefixConstraint::mask(float* logits, int64_t vocab) const {
     bool any = false;
     for (int64_t id = 0; id < vocab; ++id) {
         if (logits[id] == kNever) continue;
-        if (!start_.reached() || done_ || allowed(int32_t(id)))
+        if (!start_.reached() || allowed(int32_t(id)))
             any = true;
         else
             logits[id] = kNever;
@@ -181,14 +186,32 @@ bool PrefixConstraint::mask(float* logits, int64_t vocab) const {
 }
 
 void PrefixConstraint::advance(int32_t id) {
-    if (done_) return;
     if (!start_.reached()) {
         if (int64_t(id) < table_->size()) start_.feed(table_->bytes(id));
         return;
     }
     DSV4_CHECK(allowed(id), "tool_choice: token {} cannot continue the forced tool call", id);
+    if (done_) return;
     matched_ += table_->bytes(id);
     for (const std::string& p : prefixes_) done_ = done_ || matched_.starts_with(p);
+}
+
+AllConstraints::AllConstraints(std::vector<std::shared_ptr<const TokenConstraint>> parts) {
+    for (const auto& p : parts) parts_.push_back(p->clone());
+}
+
+AllConstraints::AllConstraints(const AllConstraints& other) {
+    for (const auto& p : other.parts_) parts_.push_back(p->clone());
+}
+
+bool AllConstraints::mask(float* logits, int64_t vocab) const {
+    bool any = true;
+    for (const auto& p : parts_) any = p->mask(logits, vocab);  // each only removes: the last says what is left
+    return any;
+}
+
+void AllConstraints::advance(int32_t id) {
+    for (const auto& p : parts_) p->advance(id);
 }
 
 }  // namespace dsv4

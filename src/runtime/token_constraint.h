@@ -102,12 +102,13 @@ class JsonConstraint final : public TokenConstraint {
     StartAfter start_;
 };
 
-// The text (from start_after on, if given) must begin with one of `prefixes`; after it nothing is constrained. Ids
-// count by their bytes, special ones included (a prefix may hold markup: tool_choice's "<｜DSML｜tool_calls>").
+// The text (from start_after on, if given) must begin with one of `prefixes`; after it nothing is constrained, or,
+// with `then_only`, only those ids may come (EOS: the reply ends there; an id must then end where the prefix does).
+// Ids count by their bytes, special ones included (a prefix may hold markup: tool_choice's "<｜DSML｜tool_calls>").
 class PrefixConstraint final : public TokenConstraint {
   public:
     PrefixConstraint(std::shared_ptr<const TokenTable> table, std::vector<std::string> prefixes,
-                     std::string start_after = {});
+                     std::string start_after = {}, std::vector<int32_t> then_only = {});
 
     std::unique_ptr<TokenConstraint> clone() const override { return std::make_unique<PrefixConstraint>(*this); }
     bool mask(float* logits, int64_t vocab) const override;
@@ -121,8 +122,23 @@ class PrefixConstraint final : public TokenConstraint {
     std::shared_ptr<const TokenTable> table_;
     std::vector<std::string> prefixes_;
     StartAfter start_;
+    std::vector<int32_t> then_only_;
     bool done_ = false;
     std::string matched_;  // the text since the start
+};
+
+// Several constraints at once: an id must pass each; each advances past every id drawn.
+class AllConstraints final : public TokenConstraint {
+  public:
+    explicit AllConstraints(std::vector<std::shared_ptr<const TokenConstraint>> parts);
+    AllConstraints(const AllConstraints& other);
+
+    std::unique_ptr<TokenConstraint> clone() const override { return std::make_unique<AllConstraints>(*this); }
+    bool mask(float* logits, int64_t vocab) const override;
+    void advance(int32_t id) override;
+
+  private:
+    std::vector<std::unique_ptr<TokenConstraint>> parts_;
 };
 
 }  // namespace dsv4

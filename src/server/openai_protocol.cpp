@@ -536,6 +536,15 @@ ChatRequest parse_chat_request(const ordered_json& body, const RequestLimits& li
         if (r.has_tools) attach_tools(r.messages, tools);
         r.render = parse_thinking(f);
         r.options = parse_options(f, limits, /*chat=*/true);
+        const bool parallel_calls = f.boolean("parallel_tool_calls").value_or(true);
+        r.options.one_tool_call = r.has_tools && !parallel_calls;
+        if (const ordered_json* m = f.array("modalities"))
+            for (const ordered_json& x : *m)
+                if (x != "text")
+                    bad_request("modalities", fmt::format("'modalities' may only hold \"text\" (this model writes "
+                                                          "text), got {}",
+                                                          x.dump()));
+        if (f.get("audio")) bad_request("audio", "'audio' output is not supported: this model writes text");
         if (tool_choice == "required") {
             for (const ordered_json& t : tools) r.options.forced_tools.push_back(t.at("function").at("name"));
         } else if (tool_choice != "auto" && tool_choice != "none") {

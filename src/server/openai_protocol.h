@@ -90,6 +90,7 @@ struct GenerationOptions {
     // tool_choice "required" (every declared tool) or a named function: the reply begins with a call to one of these
     // (its opening forced token by token; the parameters are the model's).
     std::vector<std::string> forced_tools;
+    bool one_tool_call = false;  // parallel_tool_calls: false (with tools): at most one call, then the block closes
 };
 
 struct ChatRequest {

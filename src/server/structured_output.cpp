@@ -25,11 +25,18 @@ std::shared_ptr<const TokenConstraint> response_constraint(const GenerationOptio
     // A thinking reply's content begins after "</think>" (one token in DeepSeek-V4's vocabulary; the completion
     // parser reads it from the text, so its bytes decide, however they came).
     const std::string start_after = mode == tok::ThinkingMode::kThinking ? std::string(tok::kThinkEnd) : "";
+    std::vector<std::shared_ptr<const TokenConstraint>> tool_rules;
     if (!options.forced_tools.empty()) {
         std::vector<std::string> openings;
         for (const std::string& name : options.forced_tools) openings.push_back(tok::tool_call_opening(name));
-        return std::make_shared<const PrefixConstraint>(std::move(table), std::move(openings), start_after);
+        tool_rules.push_back(std::make_shared<const PrefixConstraint>(table, std::move(openings), start_after));
     }
+    if (options.one_tool_call)  // after the first invoke the block closes, and EOS ends the reply
+        tool_rules.push_back(
+            std::make_shared<const PrefixConstraint>(table, std::vector<std::string>{std::string(tok::kToolCallsClose)},
+                                                     std::string(tok::kInvokeClose), std::vector<int32_t>{eos}));
+    if (tool_rules.size() == 1) return tool_rules[0];
+    if (tool_rules.size() > 1) return std::make_shared<const AllConstraints>(std::move(tool_rules));
     if (options.response_format == ResponseFormat::kText) return nullptr;
     std::shared_ptr<const CompiledSchema> schema =
         options.response_format == ResponseFormat::kJsonSchema ? options.schema : CompiledSchema::any_object();

@@ -327,10 +327,10 @@ std::string render_tool_calls(const ordered_json& calls) {
                    "each tool call needs function.name and function.arguments (got {})", tc.dump());
         if (!first) out += "\n";
         first = false;
-        out += invoke_open(py_str(fn.at("name"), "tool call name")) + render_arguments(fn.at("arguments")) +
-               "\n</｜DSML｜invoke>";
+        out += invoke_open(py_str(fn.at("name"), "tool call name")) + render_arguments(fn.at("arguments")) + "\n" +
+               std::string(kInvokeClose);
     }
-    return out + "\n</｜DSML｜tool_calls>";
+    return out + std::string(kToolCallsClose);
 }
 
 std::string render_tool_result_content(const ordered_json& c) {

@@ -50,5 +50,8 @@ EncoderEra parse_encoder_era(std::string_view name);  // "preview" | "0731"; thr
 // How an assistant turn's tool calls begin, as the encoder renders them (spec §2.5) and the completion parser reads
 // them (§4): the block's opening and the first invoke of `name`, up to its parameters.
 std::string tool_call_opening(std::string_view name);
+// An invoke's end, and what ends the block after its last invoke.
+inline constexpr std::string_view kInvokeClose = "</｜DSML｜invoke>";
+inline constexpr std::string_view kToolCallsClose = "\n</｜DSML｜tool_calls>";
 
 }  // namespace dsv4::tok

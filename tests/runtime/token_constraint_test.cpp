@@ -194,5 +194,25 @@ TEST(PrefixConstraint, ForcesOneOfItsPrefixesThenNothing) {
     EXPECT_THROW(c.advance(2), Error);
 }
 
+// AllConstraints: an id passes only if every part lets it; each part advances.
+TEST(AllConstraints, AnIdMustPassEveryPart) {
+    const auto table = small_table();
+    auto a = std::make_shared<const PrefixConstraint>(table, std::vector<std::string>{"{\"a"});
+    auto b = std::make_shared<const JsonConstraint>(table, CompiledSchema::any_object(), JsonLimits{},
+                                                    std::vector<int32_t>{kEos});
+    AllConstraints both({a, b});
+    std::vector<float> row(size_t(table->size()), 0.0f);
+    ASSERT_TRUE(both.mask(row.data(), table->size()));
+    std::vector<int32_t> left;
+    for (int32_t id = 0; id < table->size(); ++id)
+        if (!std::isinf(row[size_t(id)])) left.push_back(id);
+    EXPECT_EQ(left, (std::vector<int32_t>{2, 11})) << "'{' and '{\"': the prefix's and JSON's";
+    auto copy = both.clone();
+    both.advance(11);
+    std::fill(row.begin(), row.end(), 0.0f);
+    copy->mask(row.data(), table->size());
+    EXPECT_FALSE(std::isinf(row[2])) << "a clone advances apart";
+}
+
 }  // namespace
 }  // namespace dsv4

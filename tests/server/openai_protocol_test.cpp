@@ -436,6 +436,14 @@ TEST(OpenAiRequest, ToolChoiceForcesTheCallsStart) {
               (std::vector<std::string>{"f", "g"}));
     EXPECT_EQ(chat(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}})").options.forced_tools,
               std::vector<std::string>{"g"});
+    EXPECT_FALSE(chat(tools).options.one_tool_call);
+    EXPECT_TRUE(chat(tools + R"(, "parallel_tool_calls": false)").options.one_tool_call);
+    EXPECT_FALSE(chat(R"("parallel_tool_calls": false)").options.one_tool_call) << "no tools, no calls";
+    expect_chat_400(R"("parallel_tool_calls": "no")", "parallel_tool_calls");
+    // Output we cannot make is refused, not ignored.
+    EXPECT_NO_THROW(chat(R"("modalities": ["text"])"));
+    expect_chat_400(R"("modalities": ["text", "audio"])", "modalities");
+    expect_chat_400(R"("audio": {"voice": "alloy", "format": "wav"})", "audio");
 }
 
 TEST(OpenAiRequest, ResponseFormat) {

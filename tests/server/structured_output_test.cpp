@@ -223,5 +223,38 @@ TEST(StructuredOutput, ToolChoiceForcesTheCallsOpening) {
     }
 }
 
+// parallel_tool_calls false: once an invoke closes, the block closes and EOS (the id) ends the reply; with a forced
+// call, both rules at once.
+TEST(StructuredOutput, OneToolCallClosesTheBlockAfterItsInvoke) {
+    const auto table = token_table(tokenizer(), kVocab);
+    GenerationOptions o;
+    o.one_tool_call = true;
+    o.forced_tools = {"f"};
+    auto c = response_constraint(o, tok::ThinkingMode::kChat, table, eos())->clone();
+    const std::string model_text = tok::tool_call_opening("f") +
+                                   "<｜DSML｜parameter name=\"x\" string=\"true\">1</｜DSML｜parameter>\n" +
+                                   std::string(tok::kInvokeClose);
+    std::string drawn_text;
+    for (const int32_t id : tokenizer().encode(model_text)) {  // the model's own call, allowed id by id
+        const auto ids = allowed_ids(*c);
+        ASSERT_TRUE(std::binary_search(ids.begin(), ids.end(), id))
+            << "refused " << table->bytes(id) << " after " << drawn_text;
+        c->advance(id);
+        drawn_text += table->bytes(id);
+    }
+    std::mt19937 rng(3);
+    std::string forced;
+    for (int step = 0;; ++step) {
+        ASSERT_LT(step, 40) << forced;
+        const auto ids = allowed_ids(*c);
+        ASSERT_FALSE(ids.empty());
+        const int32_t id = ids[rng() % ids.size()];
+        c->advance(id);
+        if (id == eos()) break;
+        forced += table->bytes(id);
+    }
+    EXPECT_EQ(forced, tok::kToolCallsClose) << "then EOS, the id itself";
+}
+
 }  // namespace
 }  // namespace dsv4::server

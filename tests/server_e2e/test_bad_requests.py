@@ -49,6 +49,9 @@ CHAT_BAD = {
               [{"type": "function", "function": {"description": "no name"}}]],
     "tool_choice": [5, {"type": "function", "function": {"name": "not_a_tool"}}],
     "reasoning_effort": [5, ["high"]],
+    "parallel_tool_calls": ["no", 1],
+    "modalities": ["text", ["audio"], ["text", "audio"]],
+    "audio": [{"voice": "alloy", "format": "wav"}],
 }
 
 COMPLETIONS_BAD = {
