@@ -1,17 +1,12 @@
-// Constraints on which tokens a request may draw next (structured output: `response_format` of the chat API). The
-// engine masks the logits a draw reads (the disallowed ids to -inf; logprobs stay the model's own, as with penalties)
-// and tells the constraint which id was drawn. A constraint may wait for a text before it applies (a thinking reply's
-// "</think>", one token or several: the reasoning is free, the answer is not). Tested in
-// tests/runtime/token_constraint_test.cpp and, through the engine, tests/runtime/engine_test.cpp.
+// A constraint on which tokens a request may draw next (structured output, forced tool calls): the engine masks the
+// logits a draw reads (the disallowed ids to -inf; logprobs stay the model's own, as with penalties) and tells the
+// constraint which id was drawn. The constraints themselves (JSON, JSON Schema, forced prefixes) are in
+// src/structured/constraints.h; the engine knows only this interface. Tested through the engine in
+// tests/runtime/engine_test.cpp.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <string>
-#include <string_view>
-#include <vector>
-
-#include "runtime/schema_cursor.h"
 
 namespace dsv4 {
 
@@ -25,120 +20,6 @@ class TokenConstraint {
     virtual bool mask(float* logits, int64_t vocab) const = 0;
     // The id drawn (one that mask left).
     virtual void advance(int32_t id) = 0;
-};
-
-// The bytes of every id of a vocabulary, and which ids are special (control tokens and markup: never part of a
-// constrained text, though their bytes count where a constraint waits for a text).
-class TokenTable {
-  public:
-    // bytes[id]: the id's decoded bytes; special[id]: a control token. Same sizes.
-    TokenTable(std::vector<std::string> bytes, std::vector<bool> special);
-
-    int64_t size() const { return int64_t(special_.size()); }
-    std::string_view bytes(int32_t id) const {
-        return {text_.data() + offsets_[size_t(id)], offsets_[size_t(id) + 1] - offsets_[size_t(id)]};
-    }
-    bool special(int32_t id) const { return special_[size_t(id)]; }
-    // Whole-character string content: every byte printable ASCII but '"' and '\', or whole UTF-8 characters, so the
-    // id can follow any point of a JSON string where no escape or character is under way.
-    bool plain_string(int32_t id) const { return plain_string_[size_t(id)]; }
-
-    // The ids that can be text (not special, not empty) in the order of their bytes, and how many leading bytes each
-    // shares with the one before it (0 for the first): a trie walked in order, so that a mask tries a shared prefix
-    // once for all the ids that begin with it.
-    const std::vector<int32_t>& ids_by_bytes() const { return ids_by_bytes_; }
-    const std::vector<uint32_t>& shared_prefix() const { return shared_prefix_; }
-    size_t longest() const { return longest_; }
-
-  private:
-    std::string text_;
-    std::vector<size_t> offsets_;  // [size + 1]
-    std::vector<bool> special_, plain_string_;
-    std::vector<int32_t> ids_by_bytes_;
-    std::vector<uint32_t> shared_prefix_;
-    size_t longest_ = 0;
-};
-
-// Waits for a text among the bytes drawn (a thinking reply's "</think>", however it was tokenized): reached once
-// they end with it; at once for an empty text.
-class StartAfter {
-  public:
-    explicit StartAfter(std::string text) : text_(std::move(text)), reached_(text_.empty()) {}
-    bool reached() const { return reached_; }
-    void feed(std::string_view bytes);
-
-  private:
-    std::string text_, tail_;  // tail_: the last bytes drawn, as many as text_ has
-    bool reached_;
-};
-
-// One JSON text (json_cursor.h's language) that satisfies `schema` (schema_cursor.h), then one of `end_ids` (EOS).
-// Special ids are never part of it.
-class JsonConstraint final : public TokenConstraint {
-  public:
-    // start_after not empty: unconstrained until the drawn ids' bytes end with it ("</think>" ends a thinking
-    // reply's reasoning).
-    JsonConstraint(std::shared_ptr<const TokenTable> table, std::shared_ptr<const CompiledSchema> schema,
-                   JsonLimits limits, std::vector<int32_t> end_ids, std::string start_after = {});
-
-    std::unique_ptr<TokenConstraint> clone() const override { return std::make_unique<JsonConstraint>(*this); }
-    bool mask(float* logits, int64_t vocab) const override;
-    void advance(int32_t id) override;
-
-    const SchemaCursor& cursor() const { return cursor_; }
-    bool active() const { return start_.reached(); }
-
-  private:
-    bool allowed(int32_t id) const;
-    // mask's two ways: id by id (in a free string, where most ids pass on sight) and over the byte trie (elsewhere,
-    // where most shared prefixes fail at their first or second byte). `keep[id]`: the id may come next.
-    void mask_by_id(std::vector<char>& keep) const;
-    void mask_by_trie(std::vector<char>& keep) const;
-
-    std::shared_ptr<const TokenTable> table_;
-    std::shared_ptr<const CompiledSchema> schema_;
-    SchemaCursor cursor_;  // reads *schema_
-    std::vector<int32_t> end_ids_;
-    StartAfter start_;
-};
-
-// The text (from start_after on, if given) must begin with one of `prefixes`; after it nothing is constrained, or,
-// with `then_only`, only those ids may come (EOS: the reply ends there; an id must then end where the prefix does).
-// Ids count by their bytes, special ones included (a prefix may hold markup: tool_choice's "<｜DSML｜tool_calls>").
-class PrefixConstraint final : public TokenConstraint {
-  public:
-    PrefixConstraint(std::shared_ptr<const TokenTable> table, std::vector<std::string> prefixes,
-                     std::string start_after = {}, std::vector<int32_t> then_only = {});
-
-    std::unique_ptr<TokenConstraint> clone() const override { return std::make_unique<PrefixConstraint>(*this); }
-    bool mask(float* logits, int64_t vocab) const override;
-    void advance(int32_t id) override;
-
-    bool done() const { return done_; }
-
-  private:
-    bool allowed(int32_t id) const;
-
-    std::shared_ptr<const TokenTable> table_;
-    std::vector<std::string> prefixes_;
-    StartAfter start_;
-    std::vector<int32_t> then_only_;
-    bool done_ = false;
-    std::string matched_;  // the text since the start
-};
-
-// Several constraints at once: an id must pass each; each advances past every id drawn.
-class AllConstraints final : public TokenConstraint {
-  public:
-    explicit AllConstraints(std::vector<std::shared_ptr<const TokenConstraint>> parts);
-    AllConstraints(const AllConstraints& other);
-
-    std::unique_ptr<TokenConstraint> clone() const override { return std::make_unique<AllConstraints>(*this); }
-    bool mask(float* logits, int64_t vocab) const override;
-    void advance(int32_t id) override;
-
-  private:
-    std::vector<std::unique_ptr<TokenConstraint>> parts_;
 };
 
 }  // namespace dsv4

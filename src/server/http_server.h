@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "runtime/engine.h"
-#include "runtime/token_constraint.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
+#include "structured/constraints.h"
 #include "tokenizer/tokenizer.h"
 
 namespace httplib {

@@ -18,9 +18,9 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/json_schema.h"
 #include "runtime/logit_adjust.h"
 #include "runtime/sampler.h"
+#include "structured/json_schema.h"
 #include "tokenizer/completion.h"
 #include "tokenizer/prompt.h"
 #include "tokenizer/tokenizer.h"
@@ -69,8 +69,8 @@ struct RequestLimits {
 
 // Decoding options shared by both endpoints.
 // response_format: the reply's content as the model writes it ("text"), one JSON object ("json_object"), or one JSON
-// value that satisfies a schema ("json_schema": runtime/json_schema.h has the subset), which the server enforces token
-// by token (runtime/token_constraint.h; after the reasoning of a thinking reply).
+// value that satisfies a schema ("json_schema": structured/json_schema.h has the subset), which the server enforces
+// token by token (structured/reply_constraints.h; after the reasoning of a thinking reply).
 enum class ResponseFormat { kText, kJsonObject, kJsonSchema };
 
 struct GenerationOptions {
@@ -120,7 +120,7 @@ struct CompletionRequest {
 // naming a function that is not in tools, reasoning_effort not a string or null). A JSON null is the field left out.
 // Unknown fields are ignored, as OpenAI's SDK sends extras; known ones we cannot honour are 400s rather than
 // silently ignored (best_of != n, suffix, non-text content parts, a json_schema keyword outside the subset of
-// runtime/json_schema.h, response_format beside tools).
+// structured/json_schema.h, response_format beside tools).
 // `model` must equal `served_model` (404 model_not_found otherwise) when given; it may be absent. Nothing but
 // ApiError is thrown. `body` is an ordered_json (see parse_json_body); a plain json converts, losing key order.
 //

@@ -1,5 +1,5 @@
-// What `response_format` asks of a reply, as an engine constraint (runtime/token_constraint.h): the vocabulary's
-// bytes from the tokenizer (added tokens, the chat markup, never part of it), and for "json_object" one JSON object,
+// What a request's `response_format` and `tool_choice` ask of its reply, as an engine constraint
+// (structured/reply_constraints.h): for "json_object" one JSON object,
 // for "json_schema" one value of the schema, then EOS, from the start of the content (after "</think>" in a thinking
 // reply); for tool_choice "required" or a named function, a reply that begins with a call to one of them. Tested in
 // tests/server/structured_output_test.cpp on DeepSeek-V4's tokenizer and end to end in tests/server_e2e.
@@ -8,15 +8,12 @@
 #include <cstdint>
 #include <memory>
 
-#include "runtime/token_constraint.h"
 #include "server/openai_protocol.h"
+#include "structured/reply_constraints.h"
 #include "tokenizer/prompt.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsv4::server {
-
-// Ids [0, vocab): the tokenizer's bytes; ids it lacks and its added tokens are special (never constrained text).
-std::shared_ptr<const TokenTable> token_table(const tok::Tokenizer& tokenizer, int64_t vocab);
 
 // The constraint of a reply with `options`' tool_choice or response_format (null when neither constrains it); `eos`
 // ends a JSON reply.

@@ -9,8 +9,8 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "runtime/schema_cursor.h"
 #include "server/openai_protocol.h"
+#include "structured/schema_cursor.h"
 
 namespace dsv4::fuzz {
 

@@ -1,4 +1,4 @@
-#include "runtime/json_schema.h"
+#include "structured/json_schema.h"
 
 #include <algorithm>
 #include <map>

@@ -1,8 +1,8 @@
-// compile_schema and SchemaCursor (runtime/json_schema.h, schema_cursor.h) against a validator of the same subset
+// compile_schema and SchemaCursor (structured/json_schema.h, schema_cursor.h) against a validator of the same subset
 // written here over parsed values: documents spelled as nlohmann::json writes them are accepted whole exactly when
 // they validate; random byte walks over what the cursor accepts end in documents that parse and validate; and what
 // the subset does not hold is refused with its path.
-#include "runtime/schema_cursor.h"
+#include "structured/schema_cursor.h"
 
 #include <gtest/gtest.h>
 

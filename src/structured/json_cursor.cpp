@@ -1,4 +1,4 @@
-#include "runtime/json_cursor.h"
+#include "structured/json_cursor.h"
 
 namespace dsv4 {
 namespace {

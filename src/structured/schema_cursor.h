@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "runtime/json_cursor.h"
-#include "runtime/json_schema.h"
+#include "structured/json_cursor.h"
+#include "structured/json_schema.h"
 
 namespace dsv4 {
 

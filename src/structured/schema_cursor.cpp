@@ -1,4 +1,4 @@
-#include "runtime/schema_cursor.h"
+#include "structured/schema_cursor.h"
 
 #include <algorithm>
 

@@ -1,8 +1,8 @@
-// TokenTable and JsonConstraint (runtime/token_constraint.h) on a small vocabulary: the mask leaves exactly the ids
+// TokenTable and JsonConstraint (structured/constraints.h) on a small vocabulary: the mask leaves exactly the ids
 // whose bytes can follow (each checked against JsonCursor byte by byte, the string fast path included), special ids
 // never, the end ids only on a complete document, nothing before the text it waits for; random walks over the mask
 // write documents nlohmann::json parses. PrefixConstraint: what it draws begins with one of its prefixes.
-#include "runtime/token_constraint.h"
+#include "structured/constraints.h"
 
 #include <gtest/gtest.h>
 

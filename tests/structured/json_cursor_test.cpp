@@ -1,7 +1,7 @@
-// JsonCursor (runtime/json_cursor.h) against nlohmann::json's parser: valid documents are accepted byte by byte and
+// JsonCursor (structured/json_cursor.h) against nlohmann::json's parser: valid documents are accepted byte by byte and
 // complete; whatever it accepts and calls complete parses; every accepted prefix can still be completed; the limits
 // and the refused corners (surrogate escapes, overlong UTF-8, trailing bytes) hold.
-#include "runtime/json_cursor.h"
+#include "structured/json_cursor.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "runtime/token_constraint.h"
+#include "structured/constraints.h"
 
 #include <algorithm>
 #include <array>
@@ -9,7 +9,7 @@
 namespace dsv4 {
 namespace {
 
-// Whether `bytes` are whole characters of ordinary JSON string content (token_constraint.h, plain_string).
+// Whether `bytes` are whole characters of ordinary JSON string content (constraints.h, plain_string).
 bool plain_string_content(std::string_view bytes) {
     JsonCursor c(JsonLimits{.object_only = false});
     if (!c.feed(uint8_t('"'))) return false;

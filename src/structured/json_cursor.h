@@ -74,7 +74,7 @@ class JsonCursor {
     // A whole document: the top-level value is closed (a top-level number is complete wherever it may end).
     bool complete() const;
     // Nothing but a string's ordinary content can follow a byte of a token without breaking it: in a string, with no
-    // escape or multi-byte character under way (the fast path of a token mask, token_constraint.h).
+    // escape or multi-byte character under way (the fast path of a token mask, structured/constraints.h).
     bool in_plain_string() const { return lex_.mode == JsonLex::kString; }
 
     const JsonLimits& limits() const { return limits_; }
