@@ -249,7 +249,8 @@ void parse_response_format(const Fields& body, GenerationOptions& o) {
     try {
         o.schema = compile_schema(nlohmann::json(*schema));
     } catch (const Error& e) {
-        bad_request("response_format.json_schema.schema", e.what());
+        bad_request("response_format.json_schema.schema",
+                    fmt::format("'response_format.json_schema.schema' {}", e.what()));
     }
     o.response_format = ResponseFormat::kJsonSchema;
 }

@@ -39,20 +39,19 @@ uint8_t type_bit(const json& name, const std::string& path) {
         {"integer", kSchemaInteger}, {"boolean", kSchemaBoolean}, {"null", kSchemaNull}};
     if (name.is_string())
         if (const auto it = kTypes.find(name.get<std::string>()); it != kTypes.end()) return it->second;
-    fail("response_format.json_schema.schema: {}/type: {} is not a JSON Schema type", path, name.dump());
+    fail("{}/type: {} is not a JSON Schema type", path, name.dump());
 }
 
 // The JSON text of a literal, as a compact writer spells it; the type bit it has.
 std::string literal_text(const json& v, const std::string& path) {
     if (v.is_object() || v.is_array())
-        fail("response_format.json_schema.schema: {}: enum and const values must be strings, numbers, booleans or null",
-             path);
+        fail("{}: enum and const values must be strings, numbers, booleans or null", path);
     return v.dump(-1, ' ', /*ensure_ascii=*/false);
 }
 
 int non_negative(const json& v, const std::string& path) {
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > SchemaNode::kUnbounded)
-        fail("response_format.json_schema.schema: {} must be a non-negative integer, got {}", path, v.dump());
+        fail("{} must be a non-negative integer, got {}", path, v.dump());
     return int(v.get<int64_t>());
 }
 
@@ -64,45 +63,38 @@ class Compiler {
         struct Nesting {  // the recursion's depth, bounded: a schema nested without end must not exhaust the stack
             int& depth;
             explicit Nesting(int& d, const std::string& path) : depth(d) {
-                if (++depth > kMaxNesting)
-                    fail("response_format.json_schema.schema: {}: nested deeper than {} schemas", path, kMaxNesting);
+                if (++depth > kMaxNesting) fail("{}: nested deeper than {} schemas", path, kMaxNesting);
             }
             ~Nesting() { --depth; }
         } nesting(depth_, path);
         if (s.is_boolean()) {
             if (s.get<bool>()) return 0;
-            fail("response_format.json_schema.schema: {} is false: no value satisfies it", path);
+            fail("{} is false: no value satisfies it", path);
         }
-        if (!s.is_object())
-            fail("response_format.json_schema.schema: {} must be a schema (an object), got {}", path, s.dump());
+        if (!s.is_object()) fail("{} must be a schema (an object), got {}", path, s.dump());
         for (const auto& [key, value] : s.items())
             if (!kAnnotations.contains(key) && !kEnforced.contains(key))
-                fail(
-                    "response_format.json_schema.schema: {}/{}: the keyword \"{}\" is not supported by this server (it "
-                    "would not be enforced)",
-                    path, key, key);
+                fail("{}/{}: the keyword \"{}\" is not supported by dsv4 (it would not be enforced)", path, key, key);
         const auto enforced_besides = [&](std::string_view keyword) {
             return std::any_of(s.items().begin(), s.items().end(),
                                [&](const auto& kv) { return kEnforced.contains(kv.key()) && kv.key() != keyword; });
         };
         if (s.contains("$ref")) {
-            if (enforced_besides("$ref"))
-                fail("response_format.json_schema.schema: {}: keywords beside $ref are not supported", path);
+            if (enforced_besides("$ref")) fail("{}: keywords beside $ref are not supported", path);
             return reference(s.at("$ref"), path);
         }
         if (s.contains("allOf")) {  // one schema only: how some writers attach a description to a $ref
             const json& all = s.at("allOf");
             if (!all.is_array() || all.size() != 1 || enforced_besides("allOf"))
                 fail(
-                    "response_format.json_schema.schema: {}/allOf: only a single schema with nothing enforced beside "
+                    "{}/allOf: only a single schema with nothing enforced beside "
                     "it is supported",
                     path);
             return compile(all[0], path + "/allOf/0");
         }
         for (const char* any_of : {"anyOf", "oneOf"})
             if (s.contains(any_of)) {
-                if (enforced_besides(any_of))
-                    fail("response_format.json_schema.schema: {}: keywords beside {} are not supported", path, any_of);
+                if (enforced_besides(any_of)) fail("{}: keywords beside {} are not supported", path, any_of);
                 return branches(s.at(any_of), path + "/" + any_of);
             }
         SchemaNode node = plain(s, path);
@@ -122,25 +114,24 @@ class Compiler {
             node.types = 0;
             if (it->is_array()) {
                 for (const json& t : *it) node.types |= type_bit(t, path);
-                if (node.types == 0) fail("response_format.json_schema.schema: {}/type is an empty list", path);
+                if (node.types == 0) fail("{}/type is an empty list", path);
             } else {
                 node.types = type_bit(*it, path);
             }
         }
+        if (s.contains("nullable") && !s.at("nullable").is_boolean()) fail("{}/nullable must be a boolean", path);
         if (s.value("nullable", false)) node.types |= kSchemaNull;
         if (s.contains("enum") || s.contains("const")) {
             const json values = s.contains("const") ? json::array({s.at("const")}) : s.at("enum");
             if (!values.is_array() || values.empty() || values.size() > kMaxLiterals)
-                fail("response_format.json_schema.schema: {}/enum must be a list of 1 to {} values", path,
-                     kMaxLiterals);
+                fail("{}/enum must be a list of 1 to {} values", path, kMaxLiterals);
             for (const json& v : values) node.literals.push_back(literal_text(v, path + "/enum"));
             std::sort(node.literals.begin(), node.literals.end());
             node.literals.erase(std::unique(node.literals.begin(), node.literals.end()), node.literals.end());
         }
         if (const auto it = s.find("properties"); it != s.end()) {
             if (!it->is_object() || it->size() > kMaxProperties)
-                fail("response_format.json_schema.schema: {}/properties must be an object of at most {} properties",
-                     path, kMaxProperties);
+                fail("{}/properties must be an object of at most {} properties", path, kMaxProperties);
             for (const auto& [name, sub] : it->items()) {
                 const std::string text = json(name).dump(-1, ' ', false);
                 node.keys.push_back(text.substr(1, text.size() - 2));
@@ -151,15 +142,13 @@ class Compiler {
                 node.key_nodes[i++] = compile(sub, path + "/properties/" + name);
         }
         if (const auto it = s.find("required"); it != s.end()) {
-            if (!it->is_array()) fail("response_format.json_schema.schema: {}/required must be a list of names", path);
+            if (!it->is_array()) fail("{}/required must be a list of names", path);
             for (const json& name : *it) {
                 const std::string text = name.is_string() ? json(name).dump(-1, ' ', false) : std::string();
                 const auto at = text.empty()
                                     ? node.keys.end()
                                     : std::find(node.keys.begin(), node.keys.end(), text.substr(1, text.size() - 2));
-                if (at == node.keys.end())
-                    fail("response_format.json_schema.schema: {}/required names {}, which is not in properties", path,
-                         name.dump());
+                if (at == node.keys.end()) fail("{}/required names {}, which is not in properties", path, name.dump());
                 node.required |= uint64_t(1) << (at - node.keys.begin());
             }
         }
@@ -167,7 +156,7 @@ class Compiler {
             node.additional =
                 it->is_boolean() && !it->get<bool>() ? SchemaNode::kNone : compile(*it, path + "/additionalProperties");
         if (const auto it = s.find("items"); it != s.end()) {
-            if (it->is_array()) fail("response_format.json_schema.schema: {}/items as a list is not supported", path);
+            if (it->is_array()) fail("{}/items as a list is not supported", path);
             node.items = compile(*it, path + "/items");
         }
         if (s.contains("minItems")) node.min_items = non_negative(s.at("minItems"), path + "/minItems");
@@ -175,18 +164,18 @@ class Compiler {
         if (s.contains("minLength")) node.min_length = non_negative(s.at("minLength"), path + "/minLength");
         if (s.contains("maxLength")) node.max_length = non_negative(s.at("maxLength"), path + "/maxLength");
         if (node.min_items > node.max_items || node.min_length > node.max_length)
-            fail("response_format.json_schema.schema: {}: a minimum above its maximum: no value satisfies it", path);
+            fail("{}: a minimum above its maximum: no value satisfies it", path);
         return node;
     }
 
     int reference(const json& ref, const std::string& path) {
-        if (!ref.is_string()) fail("response_format.json_schema.schema: {}/$ref must be a string", path);
+        if (!ref.is_string()) fail("{}/$ref must be a string", path);
         const std::string target = ref.get<std::string>();
         if (const auto it = refs_.find(target); it != refs_.end()) return it->second;
         const json* schema = resolve(ref);
         if (!schema)
             fail(
-                "response_format.json_schema.schema: {}/$ref: \"{}\" is not \"#\" or a name in the root's $defs or "
+                "{}/$ref: \"{}\" is not \"#\" or a name in the root's $defs or "
                 "definitions",
                 path, target);
         // Reserved first, so that a reference inside the target (recursion) finds it.
@@ -201,8 +190,7 @@ class Compiler {
     // anyOf / oneOf: a node of branches, each of its own type families (an object, a string, null: the first byte of
     // a value picks one).
     int branches(const json& list, const std::string& path) {
-        if (!list.is_array() || list.empty())
-            fail("response_format.json_schema.schema: {} must be a non-empty list", path);
+        if (!list.is_array() || list.empty()) fail("{} must be a non-empty list", path);
         SchemaNode node;
         node.types = 0;
         for (size_t i = 0; i < list.size(); ++i) {
@@ -211,7 +199,7 @@ class Compiler {
             for (const Family& f : kFamilies)
                 if ((types & f.bits) && (node.types & f.bits))
                     fail(
-                        "response_format.json_schema.schema: {}: two branches allow a {}; this server takes branches "
+                        "{}: two branches allow a {}; dsv4 takes branches "
                         "of different types only",
                         path, f.name);
             node.types |= types;
@@ -294,7 +282,7 @@ std::shared_ptr<const CompiledSchema> compile_schema(const json& schema) {
         const int root = c.compile(schema, "#");
         return std::make_shared<const CompiledSchema>(c.take(root));
     } catch (const json::exception& e) {  // a keyword's value of the wrong JSON type (e.g. "nullable": 1)
-        fail("response_format.json_schema.schema: {}", e.what());
+        fail("the schema: {}", e.what());
     }
 }
 

@@ -57,7 +57,8 @@ struct CompiledSchema {
     static std::shared_ptr<const CompiledSchema> any_object();
 };
 
-// Throws dsv4::Error with a sentence naming the keyword and where it is ("#/properties/a/pattern") for what the subset
+// Throws dsv4::Error with a sentence naming the keyword and where it is ("#/properties/a/pattern: ...", for the caller
+// to say which schema) for what the subset
 // above does not hold, an unresolvable $ref, or a schema no value satisfies that is found without solving it (an empty
 // enum, minimum above maximum).
 std::shared_ptr<const CompiledSchema> compile_schema(const nlohmann::json& schema);

@@ -1,13 +1,15 @@
 // dsv4 generate with text on the tiny synthetic model: --prompt streams exactly the text of the generated ids,
 // -n and EOS bound it (EOS never printed; --ignore-eos goes on past it), --prompt equals --ids-file with the
 // tokenized prompt (BOS first), --chat renders the DeepSeek-V4 chat prompt and shows reasoning apart, and bad inputs
-// give clear errors; the penalty flags draw as their definition says.
+// give clear errors; the penalty flags draw as their definition says; --json and --json-schema write one JSON value
+// (on the trained fixture, which finishes its replies).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 
+#include "fixture_paths.h"
 #include "io/checkpoint.h"
 #include "model/cpu_model.h"
 #include "tool_test_util.h"
@@ -190,6 +192,32 @@ TEST(Generate, BadInputsGiveClearErrors) {
         EXPECT_NE(r.output.find(c.expected), std::string::npos) << c.args.substr(0, 80) << "\n" << r.output;
         EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
     }
+}
+
+// Structured output: the text is one JSON object (--json) or one value of the schema (--json-schema F), which the
+// trained fixture finishes well within -n at these seeds; a schema outside the subset and --ignore-eos are refused.
+TEST(Generate, JsonOutputIsOneValueOfItsSchema) {
+    const std::string trained = "generate -q -m " + test_fixtures::dir("official-trained-bytes") + " --prompt Hi ";
+    Result r = run_split(trained + "--json -n 400 --temp 1 --seed 2");
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    ASSERT_TRUE(nlohmann::json::accept(r.output)) << r.output;
+    EXPECT_TRUE(nlohmann::json::parse(r.output).is_object()) << r.output;
+
+    write_text("schema.json", R"({"type": "object", "required": ["ok", "n"], "additionalProperties": false,
+                                 "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"}}})");
+    r = run_split(trained + "--json-schema " + temp_path("schema.json") + " -n 400 --temp 1 --seed 1");
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    ASSERT_TRUE(nlohmann::json::accept(r.output)) << r.output;
+    const nlohmann::json v = nlohmann::json::parse(r.output);
+    EXPECT_EQ(v.size(), 2u) << r.output;
+    EXPECT_TRUE(v.at("ok").is_boolean() && v.at("n").is_number_integer()) << r.output;
+
+    write_text("bad.json", R"({"type": "string", "pattern": "x"})");
+    r = run_split(trained + "--json-schema " + temp_path("bad.json") + " -n 4");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.errors.find("#/pattern"), std::string::npos) << r.errors;
+    r = run_split(trained + "--json --ignore-eos -n 4");
+    EXPECT_NE(r.exit_code, 0);
 }
 
 }  // namespace

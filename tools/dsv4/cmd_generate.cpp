@@ -1,13 +1,18 @@
 // dsv4 generate: prefill a prompt, then decode up to -n tokens (stopping at EOS) with greedy or seeded sampling.
 // The prompt is text (--prompt: raw, BOS prepended; with --chat: one user message rendered as DeepSeek-V4's chat
 // prompt) or token ids (--ids-file). Output: the text streamed as it is generated (EOS never printed, reasoning
-// shown apart in chat mode), or with --print-ids the generated ids on one line. Tested in tests/tools/.
+// shown apart in chat mode), or with --print-ids the generated ids on one line. --json / --json-schema F: the output
+// (after the reasoning) is one JSON object / one value of the schema, enforced token by token. Tested in tests/tools/.
 #include <cstdio>
 
 #include "commands.h"
 #include "common.h"
 #include "core/error.h"
+#include "structured/reply_constraints.h"
 #include "tokenizer/prompt.h"
+
+#include <fstream>
+#include <sstream>
 
 namespace dsv4::cli {
 
@@ -16,9 +21,9 @@ void add_generate_command(CLI::App& app) {
     struct Args {
         ModelOptions model;
         SamplingOptions sampling;
-        std::string prompt, ids_file, system, effort;
+        std::string prompt, ids_file, system, effort, json_schema;
         int64_t max_new = 32;
-        bool print_ids = false, no_bos = false, chat = false, thinking = false, ignore_eos = false;
+        bool print_ids = false, no_bos = false, chat = false, thinking = false, ignore_eos = false, json = false;
     };
     auto a = std::make_shared<Args>();
     add_model_options(cmd, a->model);
@@ -37,6 +42,15 @@ void add_generate_command(CLI::App& app) {
     cmd->add_flag("--thinking", a->thinking, "With --chat: thinking mode (the model reasons first)");
     cmd->add_option("--effort", a->effort, "With --chat --thinking: reasoning effort (low | high | max)");
     cmd->add_option("--system", a->system, "With --chat: a system message before the prompt");
+    auto* json = cmd->add_flag("--json", a->json,
+                               "The output (a chat reply's answer) is one JSON object, enforced token by token");
+    auto* schema = cmd->add_option("--json-schema", a->json_schema,
+                                   "The output is one JSON value of the JSON Schema in this file (docs/serving.md, "
+                                   "\"Structured output\": the subset)")
+                       ->check(CLI::ExistingFile);
+    json->excludes(schema);
+    json->excludes(ignore_eos);
+    schema->excludes(ignore_eos);
     chat->excludes(ids);
     chat->excludes(ignore_eos);
     cmd->callback([a, prompt, ids] {
@@ -52,9 +66,29 @@ void add_generate_command(CLI::App& app) {
         const bool text_mode = prompt->count() > 0;
         const tok::ThinkingMode mode = a->thinking ? tok::ThinkingMode::kThinking : tok::ThinkingMode::kChat;
 
-        // The tokenizer first: a missing one is found out before the model is loaded.
+        // The schema and the tokenizer first: a bad schema or a missing tokenizer is found out before the model loads.
+        const bool structured = a->json || !a->json_schema.empty();
+        std::shared_ptr<const CompiledSchema> schema_of_output;
+        if (!a->json_schema.empty()) {
+            std::ifstream in(a->json_schema);
+            std::stringstream text;
+            text << in.rdbuf();
+            nlohmann::json parsed;
+            try {
+                parsed = nlohmann::json::parse(text.str());
+            } catch (const nlohmann::json::exception& e) {
+                fail("--json-schema {}: not JSON: {}", a->json_schema, e.what());
+            }
+            try {
+                schema_of_output = compile_schema(parsed);
+            } catch (const Error& e) {
+                fail("--json-schema {}: {}", a->json_schema, e.what());
+            }
+        } else if (a->json) {
+            schema_of_output = CompiledSchema::any_object();
+        }
         std::optional<tok::Tokenizer> tokenizer;
-        if (text_mode || !a->print_ids) tokenizer.emplace(open_tokenizer(a->model.dir));
+        if (text_mode || !a->print_ids || structured) tokenizer.emplace(open_tokenizer(a->model.dir));
         std::vector<int32_t> prompt_ids;
         if (!text_mode) {
             prompt_ids = read_ids_file(a->ids_file);
@@ -87,9 +121,15 @@ void add_generate_command(CLI::App& app) {
 
         Sampler sampler(params);
         SequenceState state = model->new_sequence();
+        std::unique_ptr<TokenConstraint> constraint;
+        if (structured)
+            constraint = json_reply(token_table(*tokenizer, config.vocab_size), schema_of_output,
+                                    a->chat ? mode : tok::ThinkingMode::kChat, int32_t(config.eos_token_id))
+                             ->clone();
         if (a->print_ids) {
             DecodeResult r = decode(
-                *model, state, prompt_ids, a->max_new, sampler, [](int32_t) {}, !a->ignore_eos, a->sampling.adjust);
+                *model, state, prompt_ids, a->max_new, sampler, [](int32_t) {}, !a->ignore_eos, a->sampling.adjust, {},
+                constraint.get());
             std::string line;
             for (size_t i = 0; i < r.generated.size(); ++i) line += (i ? " " : "") + std::to_string(r.generated[i]);
             std::printf("%s\n", line.c_str());
@@ -99,7 +139,7 @@ void add_generate_command(CLI::App& app) {
             ReplyPrinter printer(*tokenizer, mode, stdout_color());
             DecodeResult r = decode(
                 *model, state, prompt_ids, a->max_new, sampler, [&](int32_t id) { printer.push(id); }, true,
-                a->sampling.adjust);
+                a->sampling.adjust, {}, constraint.get());
             if (r.hit_eos) printer.push(int32_t(config.eos_token_id));  // ends the completion text; not printed
             printer.finish();
             return;
@@ -112,7 +152,7 @@ void add_generate_command(CLI::App& app) {
                 std::fwrite(piece.data(), 1, piece.size(), stdout);
                 std::fflush(stdout);
             },
-            !a->ignore_eos, a->sampling.adjust);
+            !a->ignore_eos, a->sampling.adjust, {}, constraint.get());
         std::printf("%s\n", decoder.finish().c_str());
     });
 }

@@ -230,7 +230,7 @@ tok::Tokenizer open_tokenizer(const std::string& model_dir) {
 
 DecodeResult decode(Backend& model, SequenceState& state, std::span<const int32_t> ids, int64_t max_new,
                     Sampler& sampler, const std::function<void(int32_t)>& on_token, bool stop_at_eos,
-                    const LogitAdjustments& adjust, std::span<const int32_t> prompt) {
+                    const LogitAdjustments& adjust, std::span<const int32_t> prompt, TokenConstraint* constraint) {
     const ModelConfig& config = model.config();
     DSV4_CHECK(!ids.empty(), "nothing to feed the model");
     DSV4_CHECK(state.position + int64_t(ids.size()) <= config.max_position_embeddings,
@@ -242,7 +242,14 @@ DecodeResult decode(Backend& model, SequenceState& state, std::span<const int32_
     std::vector<float> logits = model.forward(state, ids, false);
     for (int64_t i = 0; i < max_new; ++i) {
         const float* row = history.row_for_draw(adjust, logits.data(), config.vocab_size, adjusted);
+        if (constraint) {
+            if (row != adjusted.data()) adjusted.assign(logits.begin(), logits.end());
+            row = adjusted.data();
+            DSV4_CHECK(constraint->mask(adjusted.data(), config.vocab_size),
+                       "structured output: no token the model allows can continue the reply");
+        }
         const int32_t next = sampler.sample(row, config.vocab_size);
+        if (constraint) constraint->advance(next);
         history.add_output(next);
         result.generated.push_back(next);
         if (next == config.eos_token_id && stop_at_eos) {

@@ -15,9 +15,10 @@
 
 #include "model/backend.h"
 #include "ranks.h"
-#include "runtime/parallel/parallel_options.h"
 #include "runtime/logit_adjust.h"
+#include "runtime/parallel/parallel_options.h"
 #include "runtime/sampler.h"
+#include "runtime/token_constraint.h"
 #include "tokenizer/completion.h"
 #include "tokenizer/tokenizer.h"
 
@@ -92,9 +93,11 @@ struct DecodeResult {
 // token would not fit the context. `on_token` sees every generated id but a final EOS, as it comes. Afterwards
 // state.position = before + ids.size() + generated.size() - 1. With `adjust`, each draw is from the adjusted logits
 // (runtime/logit_adjust.h), the repetition penalty counting the ids of `prompt` (the whole conversation; empty: ids).
+// With `constraint`, each draw is from what it leaves (structured/: a JSON reply) and it advances past each id.
 DecodeResult decode(Backend& model, SequenceState& state, std::span<const int32_t> ids, int64_t max_new,
                     Sampler& sampler, const std::function<void(int32_t)>& on_token, bool stop_at_eos = true,
-                    const LogitAdjustments& adjust = {}, std::span<const int32_t> prompt = {});
+                    const LogitAdjustments& adjust = {}, std::span<const int32_t> prompt = {},
+                    TokenConstraint* constraint = nullptr);
 
 // Streams a chat reply to stdout as text arrives: parsed with CompletionStream, the reasoning shown apart from
 // the answer (dim on a terminal, else every reasoning line prefixed "> "), tool calls listed at the end.
