@@ -325,6 +325,10 @@ GenerationOptions parse_options(const Fields& f, const RequestLimits& limits, bo
     }
     o.ignore_eos = f.boolean("ignore_eos").value_or(false);
     parse_response_format(f, o);
+    if (o.ignore_eos && o.response_format != ResponseFormat::kText)
+        bad_request("ignore_eos",
+                    "'ignore_eos' with 'response_format': a structured reply ends with its value (EOS "
+                    "is all that may follow it)");
     return o;
 }
 
@@ -539,6 +543,9 @@ ChatRequest parse_chat_request(const ordered_json& body, const RequestLimits& li
         r.options = parse_options(f, limits, /*chat=*/true);
         const bool parallel_calls = f.boolean("parallel_tool_calls").value_or(true);
         r.options.one_tool_call = r.has_tools && !parallel_calls;
+        if (r.options.one_tool_call && r.options.ignore_eos)
+            bad_request("ignore_eos",
+                        "'ignore_eos' with 'parallel_tool_calls': false: the reply ends after its one call");
         if (const ordered_json* m = f.array("modalities"))
             for (const ordered_json& x : *m)
                 if (x != "text")

@@ -440,6 +440,7 @@ TEST(OpenAiRequest, ToolChoiceForcesTheCallsStart) {
     EXPECT_TRUE(chat(tools + R"(, "parallel_tool_calls": false)").options.one_tool_call);
     EXPECT_FALSE(chat(R"("parallel_tool_calls": false)").options.one_tool_call) << "no tools, no calls";
     expect_chat_400(R"("parallel_tool_calls": "no")", "parallel_tool_calls");
+    expect_chat_400(tools + R"(, "parallel_tool_calls": false, "ignore_eos": true)", "ignore_eos");
     // Output we cannot make is refused, not ignored.
     EXPECT_NO_THROW(chat(R"("modalities": ["text"])"));
     expect_chat_400(R"("modalities": ["text", "audio"])", "modalities");
@@ -472,6 +473,7 @@ TEST(OpenAiRequest, ResponseFormat) {
     expect_chat_400(R"("response_format": {"type": 1})", "response_format.type");
     expect_chat_400(R"("response_format": {})", "response_format.type");
     expect_chat_400(R"("response_format": "json_object")", "response_format");
+    expect_chat_400(R"("response_format": {"type": "json_object"}, "ignore_eos": true)", "ignore_eos");
     // With tools the reply could be tool calls: refused unless tool_choice is "none".
     const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f"}}])";
     expect_chat_400(tools + R"(, "response_format": {"type": "json_object"})", "response_format");
