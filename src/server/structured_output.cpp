@@ -1,3 +1,4 @@
+// response_constraint: see structured_output.h.
 #include "server/structured_output.h"
 
 namespace dsv4::server {

@@ -1,3 +1,5 @@
+// TokenTable and the constraints: see constraints.h. A mask walks the vocabulary as a byte trie (ids in byte order,
+// a shared prefix fed once) except in a free string, where whole string content passes on sight.
 #include "structured/constraints.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// JsonCursor: see json_cursor.h. One byte is one Step: the state after it is computed aside and committed only when
+// the byte is accepted, the stack changed last, so a refused byte leaves nothing to undo.
 #include "structured/json_cursor.h"
 
 namespace dsv4 {

@@ -1,3 +1,4 @@
+// The constraints of a DeepSeek-V4 reply: see reply_constraints.h.
 #include "structured/reply_constraints.h"
 
 #include "core/error.h"

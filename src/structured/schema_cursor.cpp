@@ -1,3 +1,5 @@
+// SchemaCursor: see schema_cursor.h. Each byte goes through the syntax (JsonCursor) first; what it means for the
+// schema (a value's start, a key's byte, a container's close) is read from the syntax's mode before and after it.
 #include "structured/schema_cursor.h"
 
 #include <algorithm>
