@@ -33,6 +33,7 @@ TokenTable::TokenTable(std::vector<std::string> bytes, std::vector<bool> special
         offsets_.push_back(text_.size());
         plain_string_[id] = !special_[id] && !bytes[id].empty() && plain_string_content(bytes[id]);
         if (!special_[id] && !bytes[id].empty()) ids_by_bytes_.push_back(int32_t(id));
+        if (!special_[id] && !bytes[id].empty() && !plain_string_[id]) not_plain_ids_.push_back(int32_t(id));
         longest_ = std::max(longest_, bytes[id].size());
     }
     std::sort(ids_by_bytes_.begin(), ids_by_bytes_.end(),
@@ -43,6 +44,15 @@ TokenTable::TokenTable(std::vector<std::string> bytes, std::vector<bool> special
         size_t n = 0;
         while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
         shared_prefix_[i] = uint32_t(n);
+    }
+    const size_t n = ids_by_bytes_.size();
+    group_end1_.resize(n);
+    group_end2_.resize(n);
+    for (size_t i = n; i-- > 0;) {
+        const bool next_shares1 = i + 1 < n && shared_prefix_[i + 1] >= 1;
+        const bool next_shares2 = i + 1 < n && shared_prefix_[i + 1] >= 2;
+        group_end1_[i] = next_shares1 ? group_end1_[i + 1] : uint32_t(i + 1);
+        group_end2_[i] = next_shares2 ? group_end2_[i + 1] : uint32_t(i + 1);
     }
 }
 
@@ -93,17 +103,18 @@ bool JsonConstraint::mask(float* logits, int64_t vocab) const {
     return any;
 }
 
-// Ids whose first byte cannot come fail at once; whole string content passes on sight; the rest are tried whole.
+// In a free string: whole string content passes on sight (a copy of the table's flags); of the other ids, those whose
+// first byte cannot come fail at once and the rest are tried whole.
 void JsonConstraint::mask_by_id(std::vector<char>& keep) const {
+    keep = table_->plain_strings();
     std::array<bool, 256> first{};
     for (int b = 0; b < 256; ++b) {
         const char c = char(b);
         first[size_t(b)] = cursor_.accepts(std::string_view(&c, 1));
     }
-    for (const int32_t id : table_->ids_by_bytes()) {
+    for (const int32_t id : table_->not_plain_ids()) {
         const std::string_view bytes = table_->bytes(id);
-        if (!first[uint8_t(bytes[0])]) continue;
-        keep[size_t(id)] = bytes.size() == 1 || table_->plain_string(id) || cursor_.accepts(bytes);
+        keep[size_t(id)] = first[uint8_t(bytes[0])] && (bytes.size() == 1 || cursor_.accepts(bytes));
     }
 }
 
@@ -111,7 +122,8 @@ void JsonConstraint::mask_by_id(std::vector<char>& keep) const {
 // fed once, and a prefix that fails rules out every id after it that shares it.
 void JsonConstraint::mask_by_trie(std::vector<char>& keep) const {
     thread_local std::vector<SchemaCursor> states;  // states[d]: the cursor after the current id's first d bytes
-    states.assign(table_->longest() + 1, cursor_);
+    if (states.size() < table_->longest() + 1) states.resize(table_->longest() + 1, cursor_);
+    states[0] = cursor_;
     const std::vector<int32_t>& ids = table_->ids_by_bytes();
     const std::vector<uint32_t>& shared = table_->shared_prefix();
     size_t valid = 0;        // states[0 .. valid] hold the previous id's prefixes
@@ -130,6 +142,7 @@ void JsonConstraint::mask_by_trie(std::vector<char>& keep) const {
             keep[size_t(ids[i])] = 1;
         } else {
             dead = d + 1;
+            if (dead <= 2) i = table_->group_end(int(dead))[i] - 1;  // past every id that begins the same way
         }
     }
 }

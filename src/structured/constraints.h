@@ -30,21 +30,28 @@ class TokenTable {
     bool special(int32_t id) const { return special_[size_t(id)]; }
     // Whole-character string content: every byte printable ASCII but '"' and '\', or whole UTF-8 characters, so the
     // id can follow any point of a JSON string where no escape or character is under way.
-    bool plain_string(int32_t id) const { return plain_string_[size_t(id)]; }
+    bool plain_string(int32_t id) const { return plain_string_[size_t(id)] != 0; }
+    // plain_string of every id (1 or 0), and the ids that can be text but are not plain string content.
+    const std::vector<char>& plain_strings() const { return plain_string_; }
+    const std::vector<int32_t>& not_plain_ids() const { return not_plain_ids_; }
 
     // The ids that can be text (not special, not empty) in the order of their bytes, and how many leading bytes each
     // shares with the one before it (0 for the first): a trie walked in order, so that a mask tries a shared prefix
     // once for all the ids that begin with it.
     const std::vector<int32_t>& ids_by_bytes() const { return ids_by_bytes_; }
     const std::vector<uint32_t>& shared_prefix() const { return shared_prefix_; }
+    // For each place in that order: the first place after it whose id does not share its first byte (group_end(1)) or
+    // its first two bytes (group_end(2)): where a walk goes on once such a prefix fails.
+    const std::vector<uint32_t>& group_end(int bytes) const { return bytes == 1 ? group_end1_ : group_end2_; }
     size_t longest() const { return longest_; }
 
   private:
     std::string text_;
     std::vector<size_t> offsets_;  // [size + 1]
-    std::vector<bool> special_, plain_string_;
-    std::vector<int32_t> ids_by_bytes_;
-    std::vector<uint32_t> shared_prefix_;
+    std::vector<bool> special_;
+    std::vector<char> plain_string_;
+    std::vector<int32_t> ids_by_bytes_, not_plain_ids_;
+    std::vector<uint32_t> shared_prefix_, group_end1_, group_end2_;
     size_t longest_ = 0;
 };
 

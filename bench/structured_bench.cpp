@@ -1,0 +1,135 @@
+// Host time of one structured-output mask (structured/constraints.h) over DeepSeek-V4's 129,280 ids, at the states a
+// JSON reply passes through: before the object, at a key, in a free string value, in a key a schema spells, at a
+// value's start, in a number; and a forced tool call's opening. The engine computes one mask per constrained request
+// per step (in parallel over requests), so at batch B this is paid B times over the step's cores. Baseline, `alone`:
+// each id's bytes tried on the cursor one id at a time (what the trie walk replaced). Each case first checks that the
+// mask leaves exactly the ids that are allowed alone (counter `same_mask`: must be 1).
+// Usage: dsv4_bench_structured [benchmark flags]
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "structured/reply_constraints.h"
+#include "tokenizer/tokenizer_path.h"
+
+namespace {
+
+using namespace dsv4;
+
+constexpr int64_t kVocab = 129280;
+
+const tok::Tokenizer& tokenizer() {
+    static const tok::Tokenizer t = [] {
+        const auto path = tok::installed_tokenizer_json();
+        if (!path) throw std::runtime_error("no installed tokenizer.json: run scripts/setup.sh");
+        return tok::Tokenizer::from_file(*path);
+    }();
+    return t;
+}
+
+const std::shared_ptr<const TokenTable>& table() {
+    static const std::shared_ptr<const TokenTable> t = token_table(tokenizer(), kVocab);
+    return t;
+}
+
+int32_t eos() {
+    return *tokenizer().added_token_id("<｜end▁of▁sentence｜>");
+}
+
+const std::shared_ptr<const CompiledSchema>& person_schema() {
+    static const std::shared_ptr<const CompiledSchema> s = compile_schema(nlohmann::json::parse(R"({
+        "type": "object", "additionalProperties": false, "required": ["name", "age", "email", "tags"],
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "email": {"type": "string"},
+                       "nickname": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}}})"));
+    return s;
+}
+
+struct Case {
+    const char* name;
+    bool schema;       // the person schema, else any object
+    const char* text;  // what the reply holds so far
+};
+const Case kCases[] = {
+    {"object_start", false, ""},
+    {"key_start", false, "{"},
+    {"free_string", false, "{\"note\": \"The weather is"},
+    {"schema_key", true, "{\"na"},
+    {"value_start", true, "{\"name\":"},
+    {"number", true, "{\"name\": \"Ada\", \"age\": 3"},
+};
+
+// The constraint of a case, advanced over its text's ids.
+std::unique_ptr<TokenConstraint> at(const Case& c) {
+    auto k =
+        json_reply(table(), c.schema ? person_schema() : CompiledSchema::any_object(), tok::ThinkingMode::kChat, eos())
+            ->clone();
+    for (const int32_t id : tokenizer().encode(c.text)) k->advance(id);
+    return k;
+}
+
+std::vector<int32_t> left(const TokenConstraint& k) {
+    std::vector<float> row(size_t(kVocab), 0.0f);
+    k.mask(row.data(), kVocab);
+    std::vector<int32_t> ids;
+    for (int32_t id = 0; id < kVocab; ++id)
+        if (!std::isinf(row[size_t(id)])) ids.push_back(id);
+    return ids;
+}
+
+std::vector<int32_t> alone(const JsonConstraint& k) {
+    std::vector<int32_t> ids;
+    for (int32_t id = 0; id < kVocab; ++id) {
+        const bool ok = id == eos() ? k.cursor().complete()
+                                    : !table()->special(id) && !table()->bytes(id).empty() &&
+                                          k.cursor().accepts(table()->bytes(id));
+        if (ok) ids.push_back(id);
+    }
+    return ids;
+}
+
+void BM_Mask(benchmark::State& state, const Case& c) {
+    const auto k = at(c);
+    const auto& json = static_cast<const JsonConstraint&>(*k);
+    const std::vector<int32_t> ids = left(*k);
+    state.counters["same_mask"] = ids == alone(json) ? 1 : 0;
+    state.counters["ids_left"] = double(ids.size());
+    std::vector<float> row(size_t(kVocab), 0.0f);
+    for (auto _ : state) {
+        k->mask(row.data(), kVocab);
+        benchmark::DoNotOptimize(row.data());
+    }
+}
+
+void BM_Alone(benchmark::State& state, const Case& c) {
+    const auto k = at(c);
+    const auto& json = static_cast<const JsonConstraint&>(*k);
+    for (auto _ : state) benchmark::DoNotOptimize(alone(json));
+}
+
+void BM_ToolCallOpening(benchmark::State& state) {
+    const auto k = tool_call_reply(table(), {"get_weather", "get_time"}, false, tok::ThinkingMode::kChat, eos());
+    std::vector<float> row(size_t(kVocab), 0.0f);
+    for (auto _ : state) {
+        k->mask(row.data(), kVocab);
+        benchmark::DoNotOptimize(row.data());
+    }
+}
+
+const bool registered = [] {
+    for (const Case& c : kCases) {
+        benchmark::RegisterBenchmark((std::string("mask/") + c.name).c_str(), BM_Mask, c)
+            ->Unit(benchmark::kMicrosecond);
+        benchmark::RegisterBenchmark((std::string("alone/") + c.name).c_str(), BM_Alone, c)
+            ->Unit(benchmark::kMicrosecond);
+    }
+    benchmark::RegisterBenchmark("mask/tool_call_opening", BM_ToolCallOpening)->Unit(benchmark::kMicrosecond);
+    return true;
+}();
+
+}  // namespace
+
+BENCHMARK_MAIN();
