@@ -45,6 +45,11 @@ void Metrics::finished(const std::string& finish_reason) {
     ++finished_[finish_reason];
 }
 
+void Metrics::constrained(const std::string& kind) {
+    std::lock_guard lock(mutex_);
+    ++constrained_[kind];
+}
+
 void Metrics::rejected() {
     std::lock_guard lock(mutex_);
     ++rejected_;
@@ -86,6 +91,15 @@ std::string Metrics::render(const Engine::Stats* engine, const ConnectionGauges&
                            it == finished_.end() ? 0 : it->second);
     }
     metric("dsv4_requests_rejected_total", "counter", "Requests answered with an error before they ran.", rejected_);
+    out +=
+        "# HELP dsv4_requests_constrained_total Requests whose reply was constrained token by token, by kind "
+        "(response_format json_object / json_schema; tool_call: tool_choice or parallel_tool_calls).\n"
+        "# TYPE dsv4_requests_constrained_total counter\n";
+    for (const char* kind : {"json_object", "json_schema", "tool_call"}) {
+        const auto it = constrained_.find(kind);
+        out += fmt::format("dsv4_requests_constrained_total{{kind=\"{}\"}} {}\n", kind,
+                           it == constrained_.end() ? 0 : it->second);
+    }
     metric("dsv4_http_connections_limit", "gauge", "Connections served at once (--max-connections).",
            connections.limit);
     metric("dsv4_http_connections_busy", "gauge", "Connections on a server thread (this scrape's among them).",

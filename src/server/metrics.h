@@ -51,13 +51,15 @@ class Metrics {
     void inter_token_latency(double seconds);
     void finished(const std::string& finish_reason);  // stop | length | tool_calls | cancelled | error; per choice
     void rejected();                                  // a request answered with an error status before it ran
+    // A request whose reply is constrained: json_object | json_schema | tool_call (tool_choice, parallel_tool_calls).
+    void constrained(const std::string& kind);
     // The whole exposition: the engine's numbers (absent while the model loads) and the server's.
     std::string render(const Engine::Stats* engine, const ConnectionGauges& connections = {}) const;
 
   private:
     mutable std::mutex mutex_;
     Histogram ttft_, itl_;
-    std::map<std::string, int64_t> finished_;
+    std::map<std::string, int64_t> finished_, constrained_;
     int64_t rejected_ = 0;
 };
 

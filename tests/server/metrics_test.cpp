@@ -42,6 +42,7 @@ TEST(Metrics, ExpositionHasTheEngineOnlyWhenLoadedAndEveryFinishReason) {
     m.finished("length");
     m.finished("cancelled");
     m.rejected();
+    m.constrained("json_schema");
     m.time_to_first_token(0.02);
     m.inter_token_latency(0.004);
     const std::string loading = m.render(nullptr);
@@ -50,6 +51,8 @@ TEST(Metrics, ExpositionHasTheEngineOnlyWhenLoadedAndEveryFinishReason) {
     EXPECT_TRUE(has_line(loading, "dsv4_requests_total{finish_reason=\"cancelled\"} 1"));
     EXPECT_TRUE(has_line(loading, "dsv4_requests_total{finish_reason=\"stop\"} 0"));
     EXPECT_TRUE(has_line(loading, "dsv4_requests_rejected_total 1"));
+    EXPECT_TRUE(has_line(loading, "dsv4_requests_constrained_total{kind=\"json_schema\"} 1"));
+    EXPECT_TRUE(has_line(loading, "dsv4_requests_constrained_total{kind=\"tool_call\"} 0"));
     EXPECT_TRUE(has_line(loading, "dsv4_time_to_first_token_seconds_count 1"));
     EXPECT_TRUE(has_line(loading, "dsv4_inter_token_latency_seconds_count 1"));
 

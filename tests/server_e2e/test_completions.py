@@ -68,6 +68,7 @@ class CompletionsTest(unittest.TestCase):
         self.assertEqual(r.usage.completion_tokens, 6)
 
     def test_json_object(self):
+        before = self.server.metrics()
         finished = 0
         for seed in range(3):
             r = self.create(max_tokens=300, temperature=1.0, seed=seed,
@@ -79,6 +80,10 @@ class CompletionsTest(unittest.TestCase):
             else:
                 self.assertTrue(c.text.lstrip().startswith("{"), c.text)
         self.assertGreater(finished, 0, "no reply finished within 300 tokens")
+        after = self.server.metrics()
+        key = 'dsv4_requests_constrained_total{kind="json_object"}'
+        self.assertEqual(after[key] - before[key], 3)
+        self.assertEqual(after.types.get("dsv4_requests_constrained_total"), "counter")
 
     def test_logprobs(self):
         r = self.create(max_tokens=10, logprobs=2, extra_body={"ignore_eos": True})
