@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "tokenizer/tokenizer_path.h"
@@ -81,6 +83,47 @@ TEST(StructuredOutput, TextIsFreeAndJsonWaitsForTheEndOfThinking) {
     EXPECT_EQ(allowed_ids(*thinking), ids) << "after </think> as a chat reply";
 }
 
+// A random walk over what constraint `c` allows, until EOS: from step 12 on, the first id of `order()` that is
+// allowed (closing what is open); every `check_every` steps (0: never) the mask compared with each id tried alone
+// against the cursor. The text before EOS, or nullopt after a failure.
+std::optional<std::string> walk(TokenConstraint& c, const TokenTable& table, std::mt19937& rng,
+                                const std::function<std::vector<int32_t>()>& order, int check_every) {
+    std::string text;
+    for (int step = 0;; ++step) {
+        if (step >= 400) {
+            ADD_FAILURE() << "no EOS after " << text;
+            return std::nullopt;
+        }
+        const std::vector<int32_t> ids = allowed_ids(c);
+        if (ids.empty()) {
+            ADD_FAILURE() << "no way on after " << text;
+            return std::nullopt;
+        }
+        if (check_every > 0 && step % check_every == 0) {  // the mask's trie walk equals each id tried alone
+            const SchemaCursor& cursor = static_cast<const JsonConstraint&>(c).cursor();
+            std::vector<int32_t> alone;
+            for (int32_t i = 0; i < kVocab; ++i)
+                if (i == eos() ? cursor.complete()
+                               : !table.special(i) && !table.bytes(i).empty() && cursor.accepts(table.bytes(i)))
+                    alone.push_back(i);
+            if (ids != alone) {
+                ADD_FAILURE() << "the mask differs after " << text;
+                return std::nullopt;
+            }
+        }
+        int32_t id = ids[rng() % ids.size()];
+        if (step > 12)
+            for (const int32_t prefer : order())
+                if (std::binary_search(ids.begin(), ids.end(), prefer)) {
+                    id = prefer;
+                    break;
+                }
+        c.advance(id);
+        if (id == eos()) return text;
+        text += table.bytes(id);
+    }
+}
+
 // Random walks over the whole vocabulary (closing what is open after a while): each ends in EOS, and its text is
 // one JSON object.
 TEST(StructuredOutput, RandomWalksOverTheVocabularyWriteOneObject) {
@@ -89,31 +132,19 @@ TEST(StructuredOutput, RandomWalksOverTheVocabularyWriteOneObject) {
     std::mt19937 rng(1);
     std::vector<int32_t> closing;
     for (const char* s : {"}", "]", "0", ":", "\"", "r", "u", "e", "l", "s", "a", "1"}) closing.push_back(id_of(s));
-    for (int walk = 0; walk < 6; ++walk) {
+    for (int walk_i = 0; walk_i < 6; ++walk_i) {
         auto c = proto->clone();
         const auto& json = static_cast<const JsonConstraint&>(*c);
-        std::string text;
-        for (int step = 0;; ++step) {
-            ASSERT_LT(step, 400) << text;
-            const std::vector<int32_t> ids = allowed_ids(*c);
-            ASSERT_FALSE(ids.empty()) << text;
-            int32_t id = ids[rng() % ids.size()];
-            if (step > 12) {
-                std::vector<int32_t> order = {eos()};
-                if (json.cursor().lex().mode == JsonLex::kString) order.push_back(id_of("\""));
-                order.insert(order.end(), closing.begin(), closing.end());
-                for (const int32_t prefer : order)
-                    if (std::binary_search(ids.begin(), ids.end(), prefer)) {
-                        id = prefer;
-                        break;
-                    }
-            }
-            c->advance(id);
-            if (id == eos()) break;
-            text += table->bytes(id);
-        }
-        ASSERT_TRUE(nlohmann::json::accept(text)) << text;
-        EXPECT_TRUE(nlohmann::json::parse(text).is_object()) << text;
+        const auto order = [&] {  // in a string its close first
+            std::vector<int32_t> o = {eos()};
+            if (json.cursor().lex().mode == JsonLex::kString) o.push_back(id_of("\""));
+            o.insert(o.end(), closing.begin(), closing.end());
+            return o;
+        };
+        const std::optional<std::string> text = walk(*c, *table, rng, order, 0);
+        ASSERT_TRUE(text.has_value());
+        ASSERT_TRUE(nlohmann::json::accept(*text)) << *text;
+        EXPECT_TRUE(nlohmann::json::parse(*text).is_object()) << *text;
     }
 }
 
@@ -130,43 +161,18 @@ TEST(StructuredOutput, RandomWalksUnderASchema) {
                        "tags": {"type": "array", "items": {"enum": ["x", "yz"]}, "maxItems": 3}}})"));
     const auto proto = response_constraint(o, tok::ThinkingMode::kChat, table, eos());
     std::mt19937 rng(2);
-    std::vector<int32_t> closing;
-    for (const char* s : {"\"", "}", "]", "0", ":", ",", "t", "r", "u", "e"}) closing.push_back(id_of(s));
-    for (int walk = 0; walk < 6; ++walk) {
+    std::vector<int32_t> order = {eos()};
+    for (const char* s : {"\"", "}", "]", "0", ":", ",", "t", "r", "u", "e"}) order.push_back(id_of(s));
+    for (int walk_i = 0; walk_i < 6; ++walk_i) {
         auto c = proto->clone();
-        std::string text;
-        for (int step = 0;; ++step) {
-            ASSERT_LT(step, 400) << text;
-            const std::vector<int32_t> ids = allowed_ids(*c);
-            ASSERT_FALSE(ids.empty()) << text;
-            if (step % 8 == 0) {  // the mask's trie walk equals each id tried alone
-                const SchemaCursor& cursor = static_cast<const JsonConstraint&>(*c).cursor();
-                std::vector<int32_t> alone;
-                for (int32_t i = 0; i < kVocab; ++i)
-                    if (i == eos() ? cursor.complete()
-                                   : !table->special(i) && !table->bytes(i).empty() && cursor.accepts(table->bytes(i)))
-                        alone.push_back(i);
-                ASSERT_EQ(ids, alone) << "after " << text;
-            }
-            int32_t id = ids[rng() % ids.size()];
-            if (step > 12) {
-                std::vector<int32_t> order = {eos()};
-                order.insert(order.end(), closing.begin(), closing.end());
-                for (const int32_t prefer : order)
-                    if (std::binary_search(ids.begin(), ids.end(), prefer)) {
-                        id = prefer;
-                        break;
-                    }
-            }
-            c->advance(id);
-            if (id == eos()) break;
-            text += table->bytes(id);
-        }
-        ASSERT_TRUE(nlohmann::json::accept(text)) << text;
-        const nlohmann::json v = nlohmann::json::parse(text);
-        EXPECT_EQ(v.size(), 4u) << text;
-        EXPECT_TRUE(v.at("name").is_string() && v.at("n").is_number_integer() && v.at("ok").is_boolean()) << text;
-        for (const auto& t : v.at("tags")) EXPECT_TRUE(t == "x" || t == "yz") << text;
+        const std::optional<std::string> text = walk(
+            *c, *table, rng, [&] { return order; }, 8);
+        ASSERT_TRUE(text.has_value());
+        ASSERT_TRUE(nlohmann::json::accept(*text)) << *text;
+        const nlohmann::json v = nlohmann::json::parse(*text);
+        EXPECT_EQ(v.size(), 4u) << *text;
+        EXPECT_TRUE(v.at("name").is_string() && v.at("n").is_number_integer() && v.at("ok").is_boolean()) << *text;
+        for (const auto& t : v.at("tags")) EXPECT_TRUE(t == "x" || t == "yz") << *text;
     }
 }
 
