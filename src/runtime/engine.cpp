@@ -192,12 +192,7 @@ SampledToken Engine::sample(Active& a, const float* logits, const TokenDraw* dra
     const int64_t V = backend_.config().vocab_size;
     thread_local std::vector<float> adjusted;  // the draw from the adjusted logits; the logprobs from the model's own
     const float* row = a.history.row_for_draw(a.request.adjust, logits, V, adjusted);
-    if (a.constraint) {
-        if (row != adjusted.data()) adjusted.assign(logits, logits + V);
-        row = adjusted.data();
-        if (!a.constraint->mask(adjusted.data(), V))
-            fail("structured output: no token the model allows can continue the reply");
-    }
+    if (a.constraint) row = masked_row(*a.constraint, row, V, adjusted);
     const int32_t id = draw ? a.sampler.sample(row, V, draw->u) : a.sampler.sample(row, V);
     if (a.constraint) a.constraint->advance(id);
     if (a.request.logprobs >= 0) return token_logprobs(logits, V, id, a.request.logprobs);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace dsv4 {
 
@@ -21,5 +22,10 @@ class TokenConstraint {
     // The id drawn (one that mask left).
     virtual void advance(int32_t id) = 0;
 };
+
+// The row a draw reads under `constraint`: `row` (the logits, or their adjusted copy in `scratch`) masked in
+// `scratch`. Throws dsv4::Error when the constraint leaves no id. The engine's and the CLI's draws both go through it.
+const float* masked_row(const TokenConstraint& constraint, const float* row, int64_t vocab,
+                        std::vector<float>& scratch);
 
 }  // namespace dsv4

@@ -242,12 +242,7 @@ DecodeResult decode(Backend& model, SequenceState& state, std::span<const int32_
     std::vector<float> logits = model.forward(state, ids, false);
     for (int64_t i = 0; i < max_new; ++i) {
         const float* row = history.row_for_draw(adjust, logits.data(), config.vocab_size, adjusted);
-        if (constraint) {
-            if (row != adjusted.data()) adjusted.assign(logits.begin(), logits.end());
-            row = adjusted.data();
-            DSV4_CHECK(constraint->mask(adjusted.data(), config.vocab_size),
-                       "structured output: no token the model allows can continue the reply");
-        }
+        if (constraint) row = masked_row(*constraint, row, config.vocab_size, adjusted);
         const int32_t next = sampler.sample(row, config.vocab_size);
         if (constraint) constraint->advance(next);
         history.add_output(next);
