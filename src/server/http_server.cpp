@@ -373,10 +373,7 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
             c.builder.emplace(*tokenizer_, eos_id(p.options), chat, p.mode, p.options.stop, p.options.logprobs);
         g->request.constraint =
             response_constraint(p.options, p.mode, token_table_, int32_t(engine_->config().eos_token_id));
-        if (g->request.constraint)
-            metrics_.constrained(!p.options.forced_tools.empty() || p.options.one_tool_call ? "tool_call"
-                                 : p.options.response_format == ResponseFormat::kJsonSchema ? "json_schema"
-                                                                                            : "json_object");
+        if (const char* kind = constraint_kind(p.options)) metrics_.constrained(kind);
         submit(*g, std::move(p.prompt));
     } catch (const ApiError& e) {
         metrics_.rejected();

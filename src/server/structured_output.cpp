@@ -3,6 +3,19 @@
 
 namespace dsv4::server {
 
+const char* constraint_kind(const GenerationOptions& options) {
+    if (!options.forced_tools.empty() || options.one_tool_call) return "tool_call";
+    switch (options.response_format) {
+        case ResponseFormat::kJsonObject:
+            return "json_object";
+        case ResponseFormat::kJsonSchema:
+            return "json_schema";
+        case ResponseFormat::kText:
+            break;
+    }
+    return nullptr;
+}
+
 std::shared_ptr<const TokenConstraint> response_constraint(const GenerationOptions& options, tok::ThinkingMode mode,
                                                            std::shared_ptr<const TokenTable> table, int32_t eos) {
     if (!options.forced_tools.empty() || options.one_tool_call)

@@ -17,6 +17,9 @@ namespace dsv4::server {
 
 // The constraint of a reply with `options`' tool_choice or response_format (null when neither constrains it); `eos`
 // ends a JSON reply.
+// What constrains such a reply, for /metrics: "tool_call", "json_schema", "json_object", or null for none.
+const char* constraint_kind(const GenerationOptions& options);
+
 std::shared_ptr<const TokenConstraint> response_constraint(const GenerationOptions& options, tok::ThinkingMode mode,
                                                            std::shared_ptr<const TokenTable> table, int32_t eos);
 

@@ -8,11 +8,9 @@
 #include "commands.h"
 #include "common.h"
 #include "core/error.h"
+#include "io/config_json.h"
 #include "structured/reply_constraints.h"
 #include "tokenizer/prompt.h"
-
-#include <fstream>
-#include <sstream>
 
 namespace dsv4::cli {
 
@@ -70,12 +68,9 @@ void add_generate_command(CLI::App& app) {
         const bool structured = a->json || !a->json_schema.empty();
         std::shared_ptr<const CompiledSchema> schema_of_output;
         if (!a->json_schema.empty()) {
-            std::ifstream in(a->json_schema);
-            std::stringstream text;
-            text << in.rdbuf();
             nlohmann::json parsed;
             try {
-                parsed = nlohmann::json::parse(text.str());
+                parsed = nlohmann::json::parse(read_text_file(a->json_schema));
             } catch (const nlohmann::json::exception& e) {
                 fail("--json-schema {}: not JSON: {}", a->json_schema, e.what());
             }
