@@ -1,6 +1,7 @@
 // Host time of one structured-output mask (structured/constraints.h) over DeepSeek-V4's 129,280 ids, at the states a
 // JSON reply passes through: before the object, at a key, in a free string value, in a key a schema spells, at a
-// value's start, in a number; and a forced tool call's opening. The engine computes one mask per constrained request
+// value's start, in a number; and in tool calls (content before a block, the block's opening, a parameter's name, a
+// raw and a JSON value, a name the schema leaves free). The engine computes one mask per constrained request
 // per step (in parallel over requests), so at batch B this is paid B times over the step's cores. Baseline, `alone`:
 // each id's bytes tried on the cursor one id at a time (what the trie walk replaced). Each case first checks that the
 // mask leaves exactly the ids that are allowed alone (counter `same_mask`: must be 1).
@@ -110,13 +111,74 @@ void BM_Alone(benchmark::State& state, const Case& c) {
     for (auto _ : state) benchmark::DoNotOptimize(alone(json));
 }
 
-void BM_ToolCallOpening(benchmark::State& state) {
-    const auto k = tool_call_reply(table(), {"get_weather", "get_time"}, false, tok::ThinkingMode::kChat, eos());
+// Tool calls: get_weather is strict (its schema), note takes any arguments. `at_once`: tool_choice "required" (the
+// reply is the block); else the block may follow content ("auto" with a strict tool).
+struct ToolCase {
+    const char* name;
+    bool at_once;
+    const char* text;
+};
+const ToolCase kToolCases[] = {
+    {"tool/content", false, "Sure, here is the forecast you asked for"},
+    {"tool/content_line_feed", false, "Sure.\n"},
+    {"tool/opening", true, ""},
+    {"tool/param_name", true,
+     "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\""},
+    {"tool/raw_value", true,
+     "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"city\" "
+     "string=\"true\">New Yo"},
+    {"tool/json_value", true,
+     "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"days\" "
+     "string=\"false\">1"},
+    {"tool/other_name", true, "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"note\">\n<｜DSML｜parameter name=\"ti"},
+};
+
+std::unique_ptr<TokenConstraint> at(const ToolCase& c) {
+    static const auto weather = compile_schema(nlohmann::json::parse(R"({"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}, "unit": {"enum": ["c", "f"]}},
+        "required": ["city"], "additionalProperties": false})"));
+    auto grammar = std::make_shared<const ToolCallGrammar>(
+        std::vector<ToolSpec>{{"get_weather", weather}, {"note", CompiledSchema::any_object()}},
+        c.at_once ? ToolCallGrammar::Start::kAtOnce : ToolCallGrammar::Start::kAfterContent, false);
+    auto k = tool_call_reply(table(), std::move(grammar), tok::ThinkingMode::kChat, eos())->clone();
+    for (const int32_t id : tokenizer().encode(c.text)) k->advance(id);
+    return k;
+}
+
+std::vector<int32_t> alone(const ToolCallConstraint& k) {
+    std::vector<int32_t> ids;
+    for (int32_t id = 0; id < kVocab; ++id) {
+        const std::string_view bytes = table()->bytes(id);
+        bool ok = false;
+        if (id == eos()) {
+            ok = k.cursor().complete();
+        } else if (!bytes.empty() && !table()->special(id)) {
+            ok = k.cursor().accepts(bytes);
+        } else if (!bytes.empty()) {  // a special id: markup (or content) only
+            ToolCallCursor c = k.cursor();
+            ok = true;
+            for (const char b : bytes) ok = ok && (c.in_content() || c.in_markup()) && c.feed(uint8_t(b));
+        }
+        if (ok) ids.push_back(id);
+    }
+    return ids;
+}
+
+void BM_ToolMask(benchmark::State& state, const ToolCase& c) {
+    const auto k = at(c);
+    const std::vector<int32_t> ids = left(*k);
+    state.counters["same_mask"] = ids == alone(static_cast<const ToolCallConstraint&>(*k)) ? 1 : 0;
+    state.counters["ids_left"] = double(ids.size());
     std::vector<float> row(size_t(kVocab), 0.0f);
     for (auto _ : state) {
         k->mask(row.data(), kVocab);
         benchmark::DoNotOptimize(row.data());
     }
+}
+
+void BM_ToolAlone(benchmark::State& state, const ToolCase& c) {
+    const auto k = at(c);
+    for (auto _ : state) benchmark::DoNotOptimize(alone(static_cast<const ToolCallConstraint&>(*k)));
 }
 
 const bool registered = [] {
@@ -126,7 +188,12 @@ const bool registered = [] {
         benchmark::RegisterBenchmark((std::string("alone/") + c.name).c_str(), BM_Alone, c)
             ->Unit(benchmark::kMicrosecond);
     }
-    benchmark::RegisterBenchmark("mask/tool_call_opening", BM_ToolCallOpening)->Unit(benchmark::kMicrosecond);
+    for (const ToolCase& c : kToolCases) {
+        benchmark::RegisterBenchmark((std::string("mask/") + c.name).c_str(), BM_ToolMask, c)
+            ->Unit(benchmark::kMicrosecond);
+        benchmark::RegisterBenchmark((std::string("alone/") + c.name).c_str(), BM_ToolAlone, c)
+            ->Unit(benchmark::kMicrosecond);
+    }
     return true;
 }();
 

@@ -429,12 +429,57 @@ ordered_json parse_tools(const Fields& body) {
             bad_request(ff.param("name"), fmt::format("'{}' must be a non-empty string", ff.param("name")));
         ff.string("description");
         ff.object("parameters");
+        ff.boolean("strict");
     }
     return *tools;
 }
 
-// "none", "auto", "required" or the name of a tool. Nothing forces the model to call a tool ("required" or a
-// named one): the prompt is the same as for "auto", and the reply says what the model did.
+// The tool calls a reply must make, or null where the model's are left as they are: with tool_choice "required" or a
+// named function the reply is the block (of every tool, or of that one); with parallel_tool_calls false or a strict
+// tool the block may follow free content. A strict tool's calls satisfy its parameters schema (the subset of
+// structured/json_schema.h: anything outside it is a 400, never ignored); another tool's have any arguments.
+bool strict_tool(const ordered_json& function) {
+    const auto it = function.find("strict");
+    return it != function.end() && it->is_boolean() && it->get<bool>();
+}
+
+std::shared_ptr<const ToolCallGrammar> tool_call_grammar(const ordered_json& tools, const std::string& tool_choice,
+                                                         bool parallel_calls) {
+    if (tools.empty() || tool_choice == "none") return nullptr;
+    const bool forced = tool_choice != "auto";
+    bool strict = false;
+    for (const ordered_json& t : tools) strict = strict || strict_tool(t.at("function"));
+    if (!forced && parallel_calls && !strict) return nullptr;
+    std::vector<ToolSpec> specs;
+    for (size_t i = 0; i < tools.size(); ++i) {
+        const ordered_json& fn = tools[i].at("function");
+        const std::string name = fn.at("name");
+        if (tool_choice != "auto" && tool_choice != "required" && name != tool_choice) continue;
+        ToolSpec spec{.name = name, .parameters = CompiledSchema::any_object()};
+        if (strict_tool(fn)) {
+            const std::string param = fmt::format("tools[{}].function.parameters", i);
+            const nlohmann::json schema = fn.contains("parameters") && !fn.at("parameters").is_null()
+                                              ? nlohmann::json(fn.at("parameters"))
+                                              : nlohmann::json{{"type", "object"}, {"additionalProperties", false}};
+            try {
+                spec.parameters = compile_schema(schema);
+            } catch (const Error& e) {
+                bad_request(param, fmt::format("'{}' (a strict tool's, enforced) {}", param, e.what()));
+            }
+        }
+        specs.push_back(std::move(spec));
+    }
+    try {
+        return std::make_shared<const ToolCallGrammar>(
+            std::move(specs), forced ? ToolCallGrammar::Start::kAtOnce : ToolCallGrammar::Start::kAfterContent,
+            !parallel_calls);
+    } catch (const Error& e) {
+        bad_request("tools", fmt::format("'tools': {}", e.what()));
+    }
+}
+
+// "none", "auto", "required" or the name of a tool. The prompt is the same for all but "none" (which drops the
+// tools); tool_call_grammar enforces what "required" and a named one ask of the reply.
 std::string parse_tool_choice(const Fields& body, const ordered_json& tools) {
     const ordered_json* v = body.get("tool_choice");
     if (!v) return "auto";
@@ -541,11 +586,11 @@ ChatRequest parse_chat_request(const ordered_json& body, const RequestLimits& li
         if (r.has_tools) attach_tools(r.messages, tools);
         r.render = parse_thinking(f);
         r.options = parse_options(f, limits, /*chat=*/true);
-        const bool parallel_calls = f.boolean("parallel_tool_calls").value_or(true);
-        r.options.one_tool_call = r.has_tools && !parallel_calls;
-        if (r.options.one_tool_call && r.options.ignore_eos)
+        r.options.tool_calls = tool_call_grammar(tools, tool_choice, f.boolean("parallel_tool_calls").value_or(true));
+        if (r.options.tool_calls && r.options.ignore_eos)
             bad_request("ignore_eos",
-                        "'ignore_eos' with 'parallel_tool_calls': false: the reply ends after its one call");
+                        "'ignore_eos' with enforced tool calls (tool_choice \"required\" or a named function, "
+                        "'parallel_tool_calls': false, a strict tool): the reply ends after its tool calls");
         if (const ordered_json* m = f.array("modalities"))
             for (const ordered_json& x : *m)
                 if (x != "text")
@@ -553,11 +598,6 @@ ChatRequest parse_chat_request(const ordered_json& body, const RequestLimits& li
                                                           "text), got {}",
                                                           x.dump()));
         if (f.get("audio")) bad_request("audio", "'audio' output is not supported: this model writes text");
-        if (tool_choice == "required") {
-            for (const ordered_json& t : tools) r.options.forced_tools.push_back(t.at("function").at("name"));
-        } else if (tool_choice != "auto" && tool_choice != "none") {
-            r.options.forced_tools = {tool_choice};
-        }
         if (r.has_tools && r.options.response_format != ResponseFormat::kText)
             bad_request(
                 "response_format",

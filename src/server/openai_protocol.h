@@ -21,6 +21,7 @@
 #include "runtime/logit_adjust.h"
 #include "runtime/sampler.h"
 #include "structured/json_schema.h"
+#include "structured/tool_call_cursor.h"
 #include "tokenizer/completion.h"
 #include "tokenizer/prompt.h"
 #include "tokenizer/tokenizer.h"
@@ -87,10 +88,11 @@ struct GenerationOptions {
     LogitAdjustments adjust;     // presence / frequency / repetition penalties, logit_bias
     ResponseFormat response_format = ResponseFormat::kText;
     std::shared_ptr<const CompiledSchema> schema;  // kJsonSchema: response_format.json_schema.schema, compiled
-    // tool_choice "required" (every declared tool) or a named function: the reply begins with a call to one of these
-    // (its opening forced token by token; the parameters are the model's).
-    std::vector<std::string> forced_tools;
-    bool one_tool_call = false;  // parallel_tool_calls: false (with tools): at most one call, then the block closes
+    // The reply's tool calls, enforced token by token (null: the model's own). Set for tool_choice "required" (the
+    // reply is a call of a declared tool) or a named function (of it), for parallel_tool_calls: false (at most one
+    // call) and where a tool is "strict" (its calls' arguments satisfy its parameters schema); every call's block is
+    // then one the completion parser reads.
+    std::shared_ptr<const ToolCallGrammar> tool_calls;
 };
 
 struct ChatRequest {

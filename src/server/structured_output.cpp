@@ -4,7 +4,7 @@
 namespace dsv4::server {
 
 const char* constraint_kind(const GenerationOptions& options) {
-    if (!options.forced_tools.empty() || options.one_tool_call) return "tool_call";
+    if (options.tool_calls) return "tool_call";
     switch (options.response_format) {
         case ResponseFormat::kJsonObject:
             return "json_object";
@@ -18,8 +18,7 @@ const char* constraint_kind(const GenerationOptions& options) {
 
 std::shared_ptr<const TokenConstraint> response_constraint(const GenerationOptions& options, tok::ThinkingMode mode,
                                                            std::shared_ptr<const TokenTable> table, int32_t eos) {
-    if (!options.forced_tools.empty() || options.one_tool_call)
-        return tool_call_reply(std::move(table), options.forced_tools, options.one_tool_call, mode, eos);
+    if (options.tool_calls) return tool_call_reply(std::move(table), options.tool_calls, mode, eos);
     switch (options.response_format) {
         case ResponseFormat::kText:
             return nullptr;

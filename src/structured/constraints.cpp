@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "structured/token_walk.h"
 
 namespace dsv4 {
 namespace {
@@ -20,6 +21,18 @@ bool plain_string_content(std::string_view bytes) {
     return c.in_plain_string();
 }
 
+// Whether `bytes` are whole UTF-8 characters (JsonCursor's check of string content, with the ASCII a JSON string
+// escapes read as a plain letter).
+bool whole_characters(std::string_view bytes) {
+    JsonCursor c(JsonLimits{.object_only = false});
+    if (!c.feed(uint8_t('"'))) return false;
+    for (const char ch : bytes) {
+        const uint8_t b = uint8_t(ch);
+        if (!c.feed(b < 0x20 || b == '"' || b == '\\' ? uint8_t('a') : b)) return false;
+    }
+    return c.in_plain_string();
+}
+
 }  // namespace
 
 TokenTable::TokenTable(std::vector<std::string> bytes, std::vector<bool> special) : special_(std::move(special)) {
@@ -28,13 +41,24 @@ TokenTable::TokenTable(std::vector<std::string> bytes, std::vector<bool> special
     offsets_.reserve(bytes.size() + 1);
     offsets_.push_back(0);
     plain_string_.resize(bytes.size());
+    plain_text_.resize(bytes.size());
+    raw_text_.resize(bytes.size());
     for (size_t id = 0; id < bytes.size(); ++id) {
-        text_ += bytes[id];
+        const std::string& b = bytes[id];
+        text_ += b;
         offsets_.push_back(text_.size());
-        plain_string_[id] = !special_[id] && !bytes[id].empty() && plain_string_content(bytes[id]);
-        if (!special_[id] && !bytes[id].empty()) ids_by_bytes_.push_back(int32_t(id));
-        if (!special_[id] && !bytes[id].empty() && !plain_string_[id]) not_plain_ids_.push_back(int32_t(id));
-        longest_ = std::max(longest_, bytes[id].size());
+        const bool text = !special_[id] && !b.empty();
+        plain_string_[id] = text && plain_string_content(b);
+        const bool markup_free = b.find('<') == std::string::npos && b.find('\xEF') == std::string::npos;
+        plain_text_[id] = plain_string_[id] && markup_free;
+        raw_text_[id] = text && markup_free && whole_characters(b);
+        if (text) ids_by_bytes_.push_back(int32_t(id));
+        if (text && !plain_string_[id]) not_plain_ids_.push_back(int32_t(id));
+        if (text && !plain_text_[id]) not_plain_text_ids_.push_back(int32_t(id));
+        if (text && !raw_text_[id]) not_raw_text_ids_.push_back(int32_t(id));
+        if (text && b.find_first_of("\n<\xEF") != std::string::npos) markup_start_ids_.push_back(int32_t(id));
+        if (special_[id] && !b.empty()) special_ids_.push_back(int32_t(id));
+        longest_ = std::max(longest_, b.size());
     }
     std::sort(ids_by_bytes_.begin(), ids_by_bytes_.end(),
               [&](int32_t a, int32_t b) { return this->bytes(a) < this->bytes(b); });
@@ -86,10 +110,12 @@ bool JsonConstraint::mask(float* logits, int64_t vocab) const {
     }
     thread_local std::vector<char> keep;
     keep.assign(size_t(table_->size()), 0);
-    if (cursor_.in_free_string())
-        mask_by_id(keep);
-    else
-        mask_by_trie(keep);
+    if (cursor_.in_free_string()) {
+        keep_by_id(cursor_, *table_, table_->plain_strings(), table_->not_plain_ids(), keep);
+    } else {
+        thread_local std::vector<SchemaCursor> states;
+        keep_by_trie(*table_, cursor_, states, keep);
+    }
     if (cursor_.complete())
         for (const int32_t id : end_ids_)
             if (id < table_->size()) keep[size_t(id)] = 1;
@@ -101,50 +127,6 @@ bool JsonConstraint::mask(float* logits, int64_t vocab) const {
             logits[id] = kNever;
     }
     return any;
-}
-
-// In a free string: whole string content passes on sight (a copy of the table's flags); of the other ids, those whose
-// first byte cannot come fail at once and the rest are tried whole.
-void JsonConstraint::mask_by_id(std::vector<char>& keep) const {
-    keep = table_->plain_strings();
-    std::array<bool, 256> first{};
-    for (int b = 0; b < 256; ++b) {
-        const char c = char(b);
-        first[size_t(b)] = cursor_.accepts(std::string_view(&c, 1));
-    }
-    for (const int32_t id : table_->not_plain_ids()) {
-        const std::string_view bytes = table_->bytes(id);
-        keep[size_t(id)] = first[uint8_t(bytes[0])] && (bytes.size() == 1 || cursor_.accepts(bytes));
-    }
-}
-
-// The ids in byte order, each extending the cursor states of the prefix it shares with the one before: a prefix is
-// fed once, and a prefix that fails rules out every id after it that shares it.
-void JsonConstraint::mask_by_trie(std::vector<char>& keep) const {
-    thread_local std::vector<SchemaCursor> states;  // states[d]: the cursor after the current id's first d bytes
-    if (states.size() < table_->longest() + 1) states.resize(table_->longest() + 1, cursor_);
-    states[0] = cursor_;
-    const std::vector<int32_t>& ids = table_->ids_by_bytes();
-    const std::vector<uint32_t>& shared = table_->shared_prefix();
-    size_t valid = 0;        // states[0 .. valid] hold the previous id's prefixes
-    size_t dead = SIZE_MAX;  // the previous id's first `dead` bytes cannot come
-    for (size_t i = 0; i < ids.size(); ++i) {
-        const std::string_view bytes = table_->bytes(ids[i]);
-        if (shared[i] >= dead) continue;  // begins with the prefix that failed
-        dead = SIZE_MAX;
-        size_t d = std::min<size_t>(shared[i], valid);
-        for (; d < bytes.size(); ++d) {
-            states[d + 1] = states[d];
-            if (!states[d + 1].feed(uint8_t(bytes[d]))) break;
-        }
-        valid = d;
-        if (d == bytes.size()) {
-            keep[size_t(ids[i])] = 1;
-        } else {
-            dead = d + 1;
-            if (dead <= 2) i = table_->group_end(int(dead))[i] - 1;  // past every id that begins the same way
-        }
-    }
 }
 
 void StartAfter::feed(std::string_view bytes) {
@@ -161,72 +143,6 @@ void JsonConstraint::advance(int32_t id) {
     }
     DSV4_CHECK(allowed(id), "structured output: token {} cannot continue the JSON reply", id);
     if (std::find(end_ids_.begin(), end_ids_.end(), id) == end_ids_.end()) cursor_.feed(table_->bytes(id));
-}
-
-PrefixConstraint::PrefixConstraint(std::shared_ptr<const TokenTable> table, std::vector<std::string> prefixes,
-                                   std::string start_after, std::vector<int32_t> then_only)
-    : table_(std::move(table)),
-      prefixes_(std::move(prefixes)),
-      start_(std::move(start_after)),
-      then_only_(std::move(then_only)) {
-    DSV4_CHECK(table_ != nullptr && !prefixes_.empty(), "a prefix constraint needs a token table and a prefix");
-}
-
-// Before the prefix is done: an id's bytes either run inside a prefix still possible or complete it (and go on freely,
-// unless only `then_only` may follow). After it: anything, or `then_only`.
-bool PrefixConstraint::allowed(int32_t id) const {
-    if (int64_t(id) >= table_->size()) return false;
-    if (done_) return then_only_.empty() || std::find(then_only_.begin(), then_only_.end(), id) != then_only_.end();
-    const std::string_view bytes = table_->bytes(id);
-    if (bytes.empty()) return false;
-    for (const std::string& p : prefixes_) {
-        if (p.compare(0, matched_.size(), matched_) != 0) continue;
-        const std::string_view rest = std::string_view(p).substr(matched_.size());
-        if (rest.starts_with(bytes) || (then_only_.empty() && bytes.starts_with(rest))) return true;
-    }
-    return false;
-}
-
-bool PrefixConstraint::mask(float* logits, int64_t vocab) const {
-    constexpr float kNever = -std::numeric_limits<float>::infinity();
-    bool any = false;
-    for (int64_t id = 0; id < vocab; ++id) {
-        if (logits[id] == kNever) continue;
-        if (!start_.reached() || allowed(int32_t(id)))
-            any = true;
-        else
-            logits[id] = kNever;
-    }
-    return any;
-}
-
-void PrefixConstraint::advance(int32_t id) {
-    if (!start_.reached()) {
-        if (int64_t(id) < table_->size()) start_.feed(table_->bytes(id));
-        return;
-    }
-    DSV4_CHECK(allowed(id), "tool_choice: token {} cannot continue the forced tool call", id);
-    if (done_) return;
-    matched_ += table_->bytes(id);
-    for (const std::string& p : prefixes_) done_ = done_ || matched_.starts_with(p);
-}
-
-AllConstraints::AllConstraints(std::vector<std::shared_ptr<const TokenConstraint>> parts) {
-    for (const auto& p : parts) parts_.push_back(p->clone());
-}
-
-AllConstraints::AllConstraints(const AllConstraints& other) {
-    for (const auto& p : other.parts_) parts_.push_back(p->clone());
-}
-
-bool AllConstraints::mask(float* logits, int64_t vocab) const {
-    bool any = true;
-    for (const auto& p : parts_) any = p->mask(logits, vocab);  // each only removes: the last says what is left
-    return any;
-}
-
-void AllConstraints::advance(int32_t id) {
-    for (const auto& p : parts_) p->advance(id);
 }
 
 }  // namespace dsv4

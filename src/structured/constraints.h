@@ -1,8 +1,8 @@
-// The engine's token constraints (runtime/token_constraint.h) of structured output and forced tool calls: a
-// vocabulary's bytes (TokenTable), one JSON text of a schema (JsonConstraint), a forced prefix (PrefixConstraint),
-// several at once (AllConstraints). A constraint may wait for a text before it applies (a thinking reply's "</think>",
-// one token or several: the reasoning is free, the answer is not). Tested in tests/structured/constraints_test.cpp,
-// on DeepSeek-V4's vocabulary in tests/server/structured_output_test.cpp, end to end in tests/server_e2e.
+// The engine's token constraints (runtime/token_constraint.h) of structured output: a vocabulary's bytes
+// (TokenTable), one JSON text of a schema (JsonConstraint; tool calls: tool_call_constraint.h). A constraint may wait
+// for a text before it applies (a thinking reply's "</think>", one token or several: the reasoning is free, the answer
+// is not). Tested in tests/structured/constraints_test.cpp, on DeepSeek-V4's vocabulary in
+// tests/server/structured_output_test.cpp, end to end in tests/server_e2e.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,20 @@ class TokenTable {
     // plain_string of every id (1 or 0), and the ids that can be text but are not plain string content.
     const std::vector<char>& plain_strings() const { return plain_string_; }
     const std::vector<int32_t>& not_plain_ids() const { return not_plain_ids_; }
+    // plain_string content that holds neither '<' nor a byte 0xEF (with which DeepSeek-V4's markup character '｜'
+    // begins): text that can neither close a tool call's value nor spell markup in it. Flags of every id (1 or 0), and
+    // the ids that can be text but are not such text.
+    const std::vector<char>& plain_texts() const { return plain_text_; }
+    const std::vector<int32_t>& not_plain_text_ids() const { return not_plain_text_ids_; }
+    // Whole UTF-8 characters (any ASCII: '"', '\' and control characters too) holding neither '<' nor 0xEF: what a
+    // tool call's raw text value may hold anywhere where nothing bounds it. Flags and the text ids without it.
+    const std::vector<char>& raw_texts() const { return raw_text_; }
+    const std::vector<int32_t>& not_raw_text_ids() const { return not_raw_text_ids_; }
+    // The ids that can be text and hold a line feed, '<' or a byte 0xEF: where DeepSeek-V4's markup texts begin (a
+    // tool-call block's opening, "｜DSML｜", "<think>", ...; ToolCallCursor::markup_start); and the special ids that
+    // have bytes.
+    const std::vector<int32_t>& markup_start_ids() const { return markup_start_ids_; }
+    const std::vector<int32_t>& special_ids() const { return special_ids_; }
 
     // The ids that can be text (not special, not empty) in the order of their bytes, and how many leading bytes each
     // shares with the one before it (0 for the first): a trie walked in order, so that a mask tries a shared prefix
@@ -49,8 +63,9 @@ class TokenTable {
     std::string text_;
     std::vector<size_t> offsets_;  // [size + 1]
     std::vector<bool> special_;
-    std::vector<char> plain_string_;
-    std::vector<int32_t> ids_by_bytes_, not_plain_ids_;
+    std::vector<char> plain_string_, plain_text_, raw_text_;
+    std::vector<int32_t> ids_by_bytes_, not_plain_ids_, not_plain_text_ids_, not_raw_text_ids_, markup_start_ids_,
+        special_ids_;
     std::vector<uint32_t> shared_prefix_, group_end1_, group_end2_;
     size_t longest_ = 0;
 };
@@ -86,55 +101,12 @@ class JsonConstraint final : public TokenConstraint {
 
   private:
     bool allowed(int32_t id) const;
-    // mask's two ways: id by id (in a free string, where most ids pass on sight) and over the byte trie (elsewhere,
-    // where most shared prefixes fail at their first or second byte). `keep[id]`: the id may come next.
-    void mask_by_id(std::vector<char>& keep) const;
-    void mask_by_trie(std::vector<char>& keep) const;
 
     std::shared_ptr<const TokenTable> table_;
     std::shared_ptr<const CompiledSchema> schema_;
     SchemaCursor cursor_;  // reads *schema_
     std::vector<int32_t> end_ids_;
     StartAfter start_;
-};
-
-// The text (from start_after on, if given) must begin with one of `prefixes`; after it nothing is constrained, or,
-// with `then_only`, only those ids may come (EOS: the reply ends there; an id must then end where the prefix does).
-// Ids count by their bytes, special ones included (a prefix may hold markup: tool_choice's "<｜DSML｜tool_calls>").
-class PrefixConstraint final : public TokenConstraint {
-  public:
-    PrefixConstraint(std::shared_ptr<const TokenTable> table, std::vector<std::string> prefixes,
-                     std::string start_after = {}, std::vector<int32_t> then_only = {});
-
-    std::unique_ptr<TokenConstraint> clone() const override { return std::make_unique<PrefixConstraint>(*this); }
-    bool mask(float* logits, int64_t vocab) const override;
-    void advance(int32_t id) override;
-
-    bool done() const { return done_; }
-
-  private:
-    bool allowed(int32_t id) const;
-
-    std::shared_ptr<const TokenTable> table_;
-    std::vector<std::string> prefixes_;
-    StartAfter start_;
-    std::vector<int32_t> then_only_;
-    bool done_ = false;
-    std::string matched_;  // the text since the start
-};
-
-// Several constraints at once: an id must pass each; each advances past every id drawn.
-class AllConstraints final : public TokenConstraint {
-  public:
-    explicit AllConstraints(std::vector<std::shared_ptr<const TokenConstraint>> parts);
-    AllConstraints(const AllConstraints& other);
-
-    std::unique_ptr<TokenConstraint> clone() const override { return std::make_unique<AllConstraints>(*this); }
-    bool mask(float* logits, int64_t vocab) const override;
-    void advance(int32_t id) override;
-
-  private:
-    std::vector<std::unique_ptr<TokenConstraint>> parts_;
 };
 
 }  // namespace dsv4

@@ -36,21 +36,11 @@ std::shared_ptr<const TokenConstraint> json_reply(std::shared_ptr<const TokenTab
 }
 
 std::shared_ptr<const TokenConstraint> tool_call_reply(std::shared_ptr<const TokenTable> table,
-                                                       const std::vector<std::string>& tools, bool one_call,
+                                                       std::shared_ptr<const ToolCallGrammar> grammar,
                                                        tok::ThinkingMode mode, int32_t eos) {
-    std::vector<std::shared_ptr<const TokenConstraint>> rules;
-    if (!tools.empty()) {
-        std::vector<std::string> openings;
-        for (const std::string& name : tools) openings.push_back(tok::tool_call_opening(name));
-        rules.push_back(std::make_shared<const PrefixConstraint>(table, std::move(openings), content_start(mode)));
-    }
-    if (one_call)  // after the first invoke the block closes, and EOS ends the reply
-        rules.push_back(
-            std::make_shared<const PrefixConstraint>(table, std::vector<std::string>{std::string(tok::kToolCallsClose)},
-                                                     std::string(tok::kInvokeClose), std::vector<int32_t>{eos}));
-    if (rules.empty()) return nullptr;
-    if (rules.size() == 1) return rules[0];
-    return std::make_shared<const AllConstraints>(std::move(rules));
+    DSV4_CHECK(grammar != nullptr, "a tool-call reply needs its grammar");
+    return std::make_shared<const ToolCallConstraint>(std::move(table), std::move(grammar), std::vector<int32_t>{eos},
+                                                      content_start(mode));
 }
 
 }  // namespace dsv4

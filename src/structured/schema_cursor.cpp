@@ -31,12 +31,13 @@ JsonLimits capped(JsonLimits limits) {
 
 }  // namespace
 
-SchemaCursor::SchemaCursor(const CompiledSchema* schema, JsonLimits limits)
-    : schema_(schema), syntax_(capped(limits)) {}
+SchemaCursor::SchemaCursor(const CompiledSchema* schema, JsonLimits limits, int root)
+    : schema_(schema), root_(root == SchemaNode::kNone ? schema->root : root), syntax_(capped(limits)) {}
 
 SchemaCursor& SchemaCursor::operator=(const SchemaCursor& other) {
     if (this == &other) return *this;
     schema_ = other.schema_;
+    root_ = other.root_;
     syntax_ = other.syntax_;
     scalar_ = other.scalar_;
     depth_ = other.depth_;
@@ -99,7 +100,7 @@ bool SchemaCursor::allows(int i, uint8_t family) const {
 }
 
 int SchemaCursor::expected_node() const {
-    if (depth_ == 0) return schema_->root;
+    if (depth_ == 0) return root_;
     const Frame& f = frames_[depth_ - 1];
     return f.object ? f.value_node : node(f.node).items;
 }
@@ -173,7 +174,7 @@ bool SchemaCursor::start_value(uint8_t b, const JsonLex& after) {
         const bool object = after.mode == JsonLex::kObjectFirst;
         if (!n.literals.empty() || !(n.types & (object ? kSchemaObject : kSchemaArray))) return false;
         if (depth_ >= kMaxDepth) return false;
-        frames_[depth_++] = Frame{.node = at, .object = object};
+        frames_[depth_++] = Frame{.node = at, .value_node = 0, .used = 0, .count = 0, .object = object};
         return true;
     }
     scalar_ = Scalar{.node = at, .string = after.mode == JsonLex::kString};

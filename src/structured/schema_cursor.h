@@ -15,8 +15,9 @@ namespace dsv4 {
 
 class SchemaCursor {
   public:
-    // `schema` must outlive the cursor. limits.max_depth is capped at kMaxDepth.
-    SchemaCursor(const CompiledSchema* schema, JsonLimits limits = {});
+    // `schema` must outlive the cursor. limits.max_depth is capped at kMaxDepth. The document is one value of node
+    // `root` (SchemaNode::kNone: the schema's root; a tool call's parameter is one of its property's node).
+    SchemaCursor(const CompiledSchema* schema, JsonLimits limits = {}, int root = SchemaNode::kNone);
     // Copies only the open frames (a token mask copies the cursor for every id it tries).
     SchemaCursor(const SchemaCursor& other) { *this = other; }
     SchemaCursor& operator=(const SchemaCursor& other);
@@ -40,12 +41,14 @@ class SchemaCursor {
   private:
     // An open container: its node, and for objects the properties seen and the node of the value being read; for
     // arrays the items completed.
+    // No member initializers: a cursor's copy leaves the frames past depth_ as they are (never read), and a new
+    // frame is made whole (Frame{...} zeroes what it does not name).
     struct Frame {
-        int node = 0;
-        int value_node = 0;
-        uint64_t used = 0;
-        int count = 0;
-        bool object = false;
+        int node;
+        int value_node;
+        uint64_t used;
+        int count;
+        bool object;
     };
     // The scalar (string, number, literal) or key being read: the enum values or property names it may still become
     // (bit masks) and the bytes matched so far; a string's code points.
@@ -76,6 +79,7 @@ class SchemaCursor {
     const SchemaNode& node(int i) const { return schema_->nodes[size_t(i)]; }
 
     const CompiledSchema* schema_;
+    int root_;
     JsonCursor syntax_;
     int depth_ = 0;
     Frame frames_[kMaxDepth];  // [0, depth_) are the open containers, outermost first

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "server/openai_protocol.h"
 #include "structured/schema_cursor.h"
+#include "structured/tool_call_cursor.h"
 
 namespace dsv4::fuzz {
 
@@ -30,9 +31,23 @@ inline void walk_schema(const server::GenerationOptions& o) {
     }
 }
 
+// A walk over what a request's tool-call grammar accepts: each step the first byte of a fixed order (what closes
+// first, then every byte) that its cursor takes.
+inline void walk_tool_calls(const server::GenerationOptions& o) {
+    if (!o.tool_calls) return;
+    ToolCallCursor c(o.tool_calls.get());
+    static constexpr std::string_view kFirst = "\"<>/\n0";
+    for (int step = 0; step < 1024 && !(c.complete() && !c.in_content()); ++step) {
+        bool fed = false;
+        for (const char b : kFirst) fed = fed || c.feed(uint8_t(b));
+        for (int b = 0; b < 256 && !fed; ++b) fed = c.feed(uint8_t(b));
+        if (!fed) return;
+    }
+}
+
 // A request body to `dsv4 serve` parses into a chat or completion request or is an ApiError; a parsed chat's
 // messages render into a prompt or are a dsv4::Error (what the encoder refuses); a json_schema it holds can be
-// walked byte by byte (under the sanitizers). Nothing else is thrown.
+// walked byte by byte (under the sanitizers), and so can its tool-call grammar. Nothing else is thrown.
 inline std::string openai_request_violation(std::string_view input) {
     if (input.empty()) return "";
     const auto mode = uint8_t(input[0]);
@@ -47,6 +62,7 @@ inline std::string openai_request_violation(std::string_view input) {
         }
         server::ChatRequest request = server::parse_chat_request(json, limits, "served");
         walk_schema(request.options);
+        walk_tool_calls(request.options);
         if (mode & 2) request.render.era = tok::EncoderEra::kPreview;  // the default is 0731
         try {
             (void)tok::render_prompt(request.messages, request.render);

@@ -427,20 +427,62 @@ TEST(OpenAiRequest, ToolsOnContentlessSystemSpecVector) {
     EXPECT_EQ(tok::render_prompt(r.messages, r.render), (*vector)["expected_prompt"].get<std::string>());
 }
 
-TEST(OpenAiRequest, ToolChoiceForcesTheCallsStart) {
+TEST(OpenAiRequest, ToolChoiceStrictToolsAndOneCallMakeTheToolCallsEnforced) {
     const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f"}},
                                            {"type": "function", "function": {"name": "g"}}])";
-    EXPECT_TRUE(chat(tools).options.forced_tools.empty());
-    EXPECT_TRUE(chat(tools + R"(, "tool_choice": "none")").options.forced_tools.empty());
-    EXPECT_EQ(chat(tools + R"(, "tool_choice": "required")").options.forced_tools,
-              (std::vector<std::string>{"f", "g"}));
-    EXPECT_EQ(chat(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}})").options.forced_tools,
-              std::vector<std::string>{"g"});
-    EXPECT_FALSE(chat(tools).options.one_tool_call);
-    EXPECT_TRUE(chat(tools + R"(, "parallel_tool_calls": false)").options.one_tool_call);
-    EXPECT_FALSE(chat(R"("parallel_tool_calls": false)").options.one_tool_call) << "no tools, no calls";
+    const auto grammar = [](const std::string& extra) { return chat(extra).options.tool_calls; };
+    using Start = ToolCallGrammar::Start;
+    EXPECT_EQ(grammar(tools), nullptr) << "auto: the model's own calls";
+    EXPECT_EQ(grammar(tools + R"(, "tool_choice": "none")"), nullptr);
+    const auto required = grammar(tools + R"(, "tool_choice": "required")");
+    ASSERT_NE(required, nullptr);
+    EXPECT_EQ(required->start(), Start::kAtOnce);
+    ASSERT_EQ(required->tools().size(), 2u);
+    EXPECT_EQ(required->tools()[1].name, "g");
+    EXPECT_EQ(required->parameters(1).additional, 0) << "not strict: any arguments";
+    const auto named = grammar(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}})");
+    ASSERT_NE(named, nullptr);
+    ASSERT_EQ(named->tools().size(), 1u);
+    EXPECT_EQ(named->tools()[0].name, "g");
+    EXPECT_FALSE(named->one_call());
+    const auto one = grammar(tools + R"(, "parallel_tool_calls": false)");
+    ASSERT_NE(one, nullptr);
+    EXPECT_TRUE(one->one_call());
+    EXPECT_EQ(one->start(), Start::kAfterContent);
+    EXPECT_EQ(grammar(R"("parallel_tool_calls": false)"), nullptr) << "no tools, no calls";
     expect_chat_400(R"("parallel_tool_calls": "no")", "parallel_tool_calls");
     expect_chat_400(tools + R"(, "parallel_tool_calls": false, "ignore_eos": true)", "ignore_eos");
+    expect_chat_400(tools + R"(, "tool_choice": "required", "ignore_eos": true)", "ignore_eos");
+
+    // A strict tool's parameters are enforced from its schema, under "auto" too (once a block begins).
+    const std::string strict = R"("tools": [{"type": "function", "function": {"name": "w", "strict": true,
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+                       "additionalProperties": false}}}, {"type": "function", "function": {"name": "f"}}])";
+    const auto s = grammar(strict);
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(s->start(), Start::kAfterContent);
+    ASSERT_EQ(s->tools()[1].name, "w");
+    EXPECT_EQ(s->parameters(1).keys, std::vector<std::string>{"city"});
+    EXPECT_EQ(s->parameters(1).additional, SchemaNode::kNone);
+    EXPECT_EQ(grammar(strict + R"(, "tool_choice": "none")"), nullptr);
+    const auto no_parameters = grammar(R"("tools": [{"type": "function", "function": {"name": "p", "strict": true}}])");
+    ASSERT_NE(no_parameters, nullptr);
+    EXPECT_TRUE(no_parameters->parameters(0).keys.empty());
+    EXPECT_EQ(no_parameters->parameters(0).additional, SchemaNode::kNone) << "strict without parameters: none";
+    EXPECT_EQ(grammar(R"("tools": [{"type": "function", "function": {"name": "p", "strict": null}}])"), nullptr);
+    // What a strict schema holds outside the subset, and names DSML cannot write, are refused, not ignored.
+    expect_chat_400(R"("tools": [{"type": "function", "function": {"name": "w", "strict": true,
+        "parameters": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}}}])",
+                    "tools[0].function.parameters");
+    expect_chat_400(R"("tools": [{"type": "function", "function": {"name": "w", "strict": true,
+        "parameters": {"type": "array"}}}])",
+                    "tools");
+    expect_chat_400(R"("tools": [{"type": "function", "function": {"name": "a\"b"}}], "tool_choice": "required")",
+                    "tools");
+    expect_chat_400(R"("tools": [{"type": "function", "function": {"name": "w", "strict": "yes"}}])",
+                    "tools[0].function.strict");
+    EXPECT_EQ(grammar(R"("tools": [{"type": "function", "function": {"name": "a\"b"}}])"), nullptr)
+        << "auto without strict tools: nothing to write";
     // Output we cannot make is refused, not ignored.
     EXPECT_NO_THROW(chat(R"("modalities": ["text"])"));
     expect_chat_400(R"("modalities": ["text", "audio"])", "modalities");

@@ -1,6 +1,7 @@
 // Structured output on DeepSeek-V4's tokenizer (server/structured_output.h): the token table leaves the chat markup
-// out of the text, "json_object" waits for "</think>" in a thinking reply, and random walks over the masked
-// vocabulary end in EOS with one JSON object (the mask's cost: bench/structured_bench.cpp).
+// out of the text, "json_object" waits for "</think>" in a thinking reply, random walks over the masked vocabulary
+// end in EOS with one JSON object, and under tool-call rules in calls the completion parser reads (the mask's cost:
+// bench/structured_bench.cpp).
 #include "server/structured_output.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,8 @@
 #include <optional>
 #include <random>
 
+#include "structured/tool_call_constraint.h"
+#include "tokenizer/completion.h"
 #include "tokenizer/tokenizer_path.h"
 
 namespace dsv4::server {
@@ -176,75 +179,135 @@ TEST(StructuredOutput, RandomWalksUnderASchema) {
     }
 }
 
-// tool_choice: a reply of random allowed ids begins with the call's opening (DeepSeek-V4's "｜DSML｜" token one way
-// to spell it), after the reasoning of a thinking reply; the text is free after it.
-TEST(StructuredOutput, ToolChoiceForcesTheCallsOpening) {
-    const auto table = token_table(tokenizer(), kVocab);
-    GenerationOptions o;
-    o.forced_tools = {"get_weather", "get_time"};
-    std::mt19937 rng(7);
-    for (const auto mode : {tok::ThinkingMode::kChat, tok::ThinkingMode::kThinking}) {
-        const auto proto = response_constraint(o, mode, table, eos());
-        for (int walk = 0; walk < 4; ++walk) {
-            auto c = proto->clone();
-            std::vector<int32_t> drawn;
-            if (mode == tok::ThinkingMode::kThinking) {
-                c->advance(id_of("hello"));
-                c->advance(*tokenizer().added_token_id("</think>"));
-            }
-            const int32_t dsml = *tokenizer().added_token_id(tok::kDsmlToken);
-            bool dsml_allowed = false;
-            const auto& prefix = static_cast<const PrefixConstraint&>(*c);
-            for (int step = 0; !prefix.done(); ++step) {
-                ASSERT_LT(step, 200);
-                const std::vector<int32_t> ids = allowed_ids(*c);
-                ASSERT_FALSE(ids.empty());
-                dsml_allowed = dsml_allowed || std::binary_search(ids.begin(), ids.end(), dsml);
-                drawn.push_back(ids[rng() % ids.size()]);
-                c->advance(drawn.back());
-            }
-            EXPECT_EQ(allowed_ids(*c).size(), size_t(kVocab)) << "free after the opening";
-            std::string text;
-            for (const int32_t id : drawn) text += table->bytes(id);
-            EXPECT_TRUE(text.starts_with(tok::tool_call_opening("get_weather")) ||
-                        text.starts_with(tok::tool_call_opening("get_time")))
-                << text;
-            EXPECT_TRUE(dsml_allowed) << "the markup token itself may spell the opening";
-        }
-    }
+// A chat request's options with these fields (tools, tool_choice, ...).
+GenerationOptions chat_options(const std::string& fields) {
+    const RequestLimits limits{.max_context = 4096, .vocab_size = kVocab};
+    return parse_chat_request(parse_json_body(R"({"messages": [{"role": "user", "content": "hi"}], )" + fields + "}"),
+                              limits, "m")
+        .options;
 }
 
-// parallel_tool_calls false: once an invoke closes, the block closes and EOS (the id) ends the reply; with a forced
-// call, both rules at once.
-TEST(StructuredOutput, OneToolCallClosesTheBlockAfterItsInvoke) {
+const char* const kStrictWeather = R"("tools": [
+    {"type": "function", "function": {"name": "get_weather", "strict": true, "parameters": {"type": "object",
+     "properties": {"city": {"type": "string", "maxLength": 12}, "days": {"type": "integer"},
+                    "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"], "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "get_time"}}])";
+
+// Random walks over DeepSeek-V4's vocabulary under a request's tool-call rules, each until EOS: random ids at first,
+// then the first allowed of `closing` (EOS, then the markup that closes); every 8th mask compared with each id tried
+// alone. The text the completion parser reads (in `mode`), or nullopt after a failure.
+std::optional<tok::ParsedCompletion> tool_walk(const TokenConstraint& proto, tok::ThinkingMode mode,
+                                               std::mt19937& rng) {
     const auto table = token_table(tokenizer(), kVocab);
-    GenerationOptions o;
-    o.one_tool_call = true;
-    o.forced_tools = {"f"};
-    auto c = response_constraint(o, tok::ThinkingMode::kChat, table, eos())->clone();
-    const std::string model_text = tok::tool_call_opening("f") +
-                                   "<｜DSML｜parameter name=\"x\" string=\"true\">1</｜DSML｜parameter>\n" +
-                                   std::string(tok::kInvokeClose);
-    std::string drawn_text;
-    for (const int32_t id : tokenizer().encode(model_text)) {  // the model's own call, allowed id by id
-        const auto ids = allowed_ids(*c);
-        ASSERT_TRUE(std::binary_search(ids.begin(), ids.end(), id))
-            << "refused " << table->bytes(id) << " after " << drawn_text;
-        c->advance(id);
-        drawn_text += table->bytes(id);
+    std::vector<int32_t> closing = {eos()};
+    for (const std::string& markup :
+         {std::string("</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>"),
+          tok::tool_call_opening("get_weather") +
+              "<｜DSML｜parameter name=\"unit\" string=\"false\">\"c\"</｜DSML｜parameter>\n<｜DSML｜parameter "
+              "name=\"city\" string=\"true\">Rome"})
+        for (const int32_t id : tokenizer().encode(markup)) closing.push_back(id);
+    auto c = proto.clone();
+    const auto& tools = static_cast<const ToolCallConstraint&>(*c);
+    std::string text;
+    if (mode == tok::ThinkingMode::kThinking) {
+        for (const int32_t id : tokenizer().encode("Let me think.</think>")) c->advance(id);
+        text = "Let me think.</think>";
     }
-    std::mt19937 rng(3);
-    std::string forced;
     for (int step = 0;; ++step) {
-        ASSERT_LT(step, 40) << forced;
-        const auto ids = allowed_ids(*c);
-        ASSERT_FALSE(ids.empty());
-        const int32_t id = ids[rng() % ids.size()];
+        if (step >= 300) {
+            ADD_FAILURE() << "no EOS after " << text;
+            return std::nullopt;
+        }
+        const std::vector<int32_t> ids = allowed_ids(*c);
+        if (ids.empty()) {
+            ADD_FAILURE() << "no way on after " << text;
+            return std::nullopt;
+        }
+        if (step % 8 == 0) {
+            std::vector<int32_t> alone;
+            for (int32_t i = 0; i < kVocab; ++i) {
+                bool ok = false;
+                if (i == eos()) {
+                    ok = tools.cursor().complete();
+                } else if (!table->bytes(i).empty() && !table->special(i)) {
+                    ok = tools.cursor().accepts(table->bytes(i));
+                } else if (!table->bytes(i).empty()) {
+                    ToolCallCursor cursor = tools.cursor();
+                    ok = true;
+                    for (const char b : table->bytes(i))
+                        ok = ok && (cursor.in_content() || cursor.in_markup()) && cursor.feed(uint8_t(b));
+                }
+                if (ok) alone.push_back(i);
+            }
+            if (ids != alone) {
+                ADD_FAILURE() << "the mask differs after " << text;
+                return std::nullopt;
+            }
+        }
+        int32_t id = ids[rng() % ids.size()];
+        if (step > 10)
+            for (const int32_t prefer : closing)
+                if (std::binary_search(ids.begin(), ids.end(), prefer)) {
+                    id = prefer;
+                    break;
+                }
         c->advance(id);
         if (id == eos()) break;
-        forced += table->bytes(id);
+        text += table->bytes(id);
     }
-    EXPECT_EQ(forced, tok::kToolCallsClose) << "then EOS, the id itself";
+    return tok::parse_completion(text + std::string(tok::kEosToken), mode);
+}
+
+// tool_choice "required" (a strict tool and a free one), a named strict tool in a thinking reply, and one call after
+// free content ("auto", parallel_tool_calls false): every walk's text parses into calls of the declared tools, the
+// strict one's arguments of its schema.
+TEST(StructuredOutput, ToolCallWalksOverTheVocabularyParseAndKeepToTheSchema) {
+    const auto table = token_table(tokenizer(), kVocab);
+    std::mt19937 rng(7);
+    struct Case {
+        std::string fields;
+        tok::ThinkingMode mode;
+        bool must_call;
+        size_t most_calls;
+    };
+    const Case cases[] = {
+        {std::string(kStrictWeather) + R"(, "tool_choice": "required")", tok::ThinkingMode::kChat, true, 99},
+        {std::string(kStrictWeather) + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}})",
+         tok::ThinkingMode::kThinking, true, 99},
+        {std::string(kStrictWeather) + R"(, "parallel_tool_calls": false)", tok::ThinkingMode::kChat, false, 1},
+    };
+    int calls = 0;
+    for (const Case& k : cases) {
+        const GenerationOptions o = chat_options(k.fields);
+        ASSERT_NE(o.tool_calls, nullptr) << k.fields;
+        EXPECT_STREQ(constraint_kind(o), "tool_call");
+        const auto proto = response_constraint(o, k.mode, table, eos());
+        for (int walk_i = 0; walk_i < 3; ++walk_i) {
+            const std::optional<tok::ParsedCompletion> parsed = tool_walk(*proto, k.mode, rng);
+            ASSERT_TRUE(parsed.has_value());
+            ASSERT_TRUE(parsed->ok()) << parsed->error->message;
+            if (k.must_call) {
+                EXPECT_FALSE(parsed->tool_calls.empty());
+            }
+            EXPECT_LE(parsed->tool_calls.size(), k.most_calls);
+            for (const tok::ToolCall& call : parsed->tool_calls) {
+                ++calls;
+                const nlohmann::json args = nlohmann::json::parse(call.arguments, nullptr, false);
+                ASSERT_TRUE(args.is_object()) << call.arguments;
+                if (call.name == "get_time") continue;
+                ASSERT_EQ(call.name, "get_weather");
+                EXPECT_TRUE(args.at("city").is_string() && args.at("city").get<std::string>().size() <= 36)
+                    << call.arguments;
+                EXPECT_TRUE(args.at("unit") == "c" || args.at("unit") == "f") << call.arguments;
+                if (args.contains("days")) {
+                    EXPECT_TRUE(args.at("days").is_number_integer()) << call.arguments;
+                }
+                for (const auto& [key, v] : args.items())
+                    EXPECT_TRUE(key == "city" || key == "days" || key == "unit") << call.arguments;
+            }
+        }
+    }
+    EXPECT_GE(calls, 6);
 }
 
 }  // namespace

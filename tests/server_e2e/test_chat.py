@@ -197,6 +197,40 @@ class ChatTest(unittest.TestCase):
         self.assertEqual(cm.exception.status_code, 400)
         self.assertIn("tool_choice", str(cm.exception.body))
 
+    def test_strict_tool_calls_keep_to_their_schema(self):
+        # A strict tool's arguments are enforced from its schema (whatever the byte soup), the block is one the parser
+        # reads, and with parallel_tool_calls false the reply ends after its one call: finish_reason "tool_calls".
+        strict = [{"type": "function", "function": {
+            "name": "get_weather", "strict": True,
+            "parameters": {"type": "object", "additionalProperties": False, "required": ["city", "days"],
+                           "properties": {"city": {"type": "string", "maxLength": 3},
+                                          "days": {"type": "integer", "enum": [1, 2]}}}}}]
+        finished = 0
+        for seed in range(3):
+            c = self.create(max_tokens=400, tools=strict, tool_choice="required", parallel_tool_calls=False,
+                            temperature=1.0, seed=seed,
+                            messages=[{"role": "user", "content": "Weather in Paris?"}]).choices[0]
+            if c.finish_reason == "length":
+                continue
+            finished += 1
+            self.assertEqual(c.finish_reason, "tool_calls", c)
+            self.assertEqual(len(c.message.tool_calls), 1, c)
+            call = c.message.tool_calls[0]
+            self.assertEqual(call.function.name, "get_weather")
+            args = json.loads(call.function.arguments)
+            self.assertEqual(set(args), {"city", "days"}, args)
+            self.assertIsInstance(args["city"], str)
+            self.assertLessEqual(len(args["city"]), 3, args)
+            self.assertIn(args["days"], (1, 2), args)
+        self.assertGreater(finished, 0, "no reply finished within 400 tokens")
+        # Under "auto" a strict tool's schema holds too; a schema outside the subset is refused, not ignored.
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.create(max_tokens=4, tools=[{"type": "function", "function": {
+                "name": "f", "strict": True,
+                "parameters": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}}}])
+        self.assertEqual(cm.exception.status_code, 400)
+        self.assertIn("minimum", str(cm.exception.body))
+
     def test_logprobs(self):
         r = self.create(max_tokens=8, logprobs=True, top_logprobs=3, extra_body={"ignore_eos": True})
         choice = r.choices[0]

@@ -1,7 +1,7 @@
 // TokenTable and JsonConstraint (structured/constraints.h) on a small vocabulary: the mask leaves exactly the ids
 // whose bytes can follow (each checked against JsonCursor byte by byte, the string fast path included), special ids
 // never, the end ids only on a complete document, nothing before the text it waits for; random walks over the mask
-// write documents nlohmann::json parses. PrefixConstraint: what it draws begins with one of its prefixes.
+// write documents nlohmann::json parses.
 #include "structured/constraints.h"
 
 #include <gtest/gtest.h>
@@ -156,62 +156,6 @@ TEST(JsonConstraint, ClonesAdvanceApartAndIdsPastTheTableAreNeverAllowed) {
     EXPECT_TRUE(std::isinf(row[kEos])) << "the clone's object is still open";
     EXPECT_FALSE(std::isinf(row[3]));
     for (size_t id = size_t(table->size()); id < row.size(); ++id) EXPECT_TRUE(std::isinf(row[id]));
-}
-
-// PrefixConstraint: ids run inside one of the prefixes (special ones by their bytes) or complete it; then anything.
-TEST(PrefixConstraint, ForcesOneOfItsPrefixesThenNothing) {
-    const auto table = small_table();
-    auto bytes_of = [&](const std::vector<int32_t>& ids) {
-        std::string text;
-        for (const int32_t id : ids) text += table->bytes(id);
-        return text;
-    };
-    std::mt19937 rng(6);
-    for (int walk = 0; walk < 200; ++walk) {
-        PrefixConstraint c(table, {"{\"key\":", "</think>{", "{\"a"}, walk % 2 ? "\"}" : "");
-        std::vector<int32_t> drawn;
-        if (walk % 2) drawn = {17, 14};  // "a", "\"}": free until the bytes drawn end with "\"}"
-        for (const int32_t id : drawn) c.advance(id);
-        for (int step = 0; step < 30; ++step) {
-            std::vector<float> row(size_t(table->size()), 0.0f);
-            ASSERT_TRUE(c.mask(row.data(), table->size()));
-            std::vector<int32_t> ids;
-            for (int32_t id = 0; id < table->size(); ++id)
-                if (!std::isinf(row[size_t(id)])) ids.push_back(id);
-            drawn.push_back(ids[rng() % ids.size()]);
-            c.advance(drawn.back());
-        }
-        std::string text = bytes_of(drawn);
-        if (walk % 2) text = text.substr(3);
-        ASSERT_TRUE(c.done()) << text;
-        EXPECT_TRUE(text.starts_with("{\"key\":") || text.starts_with("</think>{") || text.starts_with("{\"a")) << text;
-    }
-    PrefixConstraint c(table, {"</think>{"});
-    std::vector<float> row(size_t(table->size()), 0.0f);
-    c.mask(row.data(), table->size());
-    EXPECT_FALSE(std::isinf(row[kThinkEnd])) << "a special id by its bytes";
-    EXPECT_TRUE(std::isinf(row[kEos]));
-    EXPECT_THROW(c.advance(2), Error);
-}
-
-// AllConstraints: an id passes only if every part lets it; each part advances.
-TEST(AllConstraints, AnIdMustPassEveryPart) {
-    const auto table = small_table();
-    auto a = std::make_shared<const PrefixConstraint>(table, std::vector<std::string>{"{\"a"});
-    auto b = std::make_shared<const JsonConstraint>(table, CompiledSchema::any_object(), JsonLimits{},
-                                                    std::vector<int32_t>{kEos});
-    AllConstraints both({a, b});
-    std::vector<float> row(size_t(table->size()), 0.0f);
-    ASSERT_TRUE(both.mask(row.data(), table->size()));
-    std::vector<int32_t> left;
-    for (int32_t id = 0; id < table->size(); ++id)
-        if (!std::isinf(row[size_t(id)])) left.push_back(id);
-    EXPECT_EQ(left, (std::vector<int32_t>{2, 11})) << "'{' and '{\"': the prefix's and JSON's";
-    auto copy = both.clone();
-    both.advance(11);
-    std::fill(row.begin(), row.end(), 0.0f);
-    copy->mask(row.data(), table->size());
-    EXPECT_FALSE(std::isinf(row[2])) << "a clone advances apart";
 }
 
 }  // namespace

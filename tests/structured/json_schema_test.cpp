@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "structured/schema_validator.h"
 
 namespace dsv4 {
 namespace {
@@ -43,60 +44,8 @@ const json kSchema = json::parse(R"({
   "additionalProperties": false
 })");
 
-// The subset's meaning, written over parsed values.
 bool validates(const json& v, const json& s) {
-    if (s.is_boolean()) return s.get<bool>();
-    if (s.contains("$ref")) {
-        const std::string ref = s.at("$ref");
-        return validates(v, ref == "#" ? kSchema : kSchema.at("$defs").at(ref.substr(8)));
-    }
-    if (s.contains("allOf")) {
-        for (const json& b : s.at("allOf"))
-            if (!validates(v, b)) return false;
-        return true;
-    }
-    for (const char* any : {"anyOf", "oneOf"})
-        if (s.contains(any)) {
-            for (const json& b : s.at(any))
-                if (validates(v, b)) return true;
-            return false;
-        }
-    if (s.contains("enum")) {
-        for (const json& e : s.at("enum"))
-            if (e == v && e.type() == v.type()) return true;
-        return false;
-    }
-    if (s.contains("type")) {
-        const json types = s.at("type").is_array() ? s.at("type") : json::array({s.at("type")});
-        bool ok = false;
-        for (const json& t : types)
-            ok = ok || (t == "object" && v.is_object()) || (t == "array" && v.is_array()) ||
-                 (t == "string" && v.is_string()) || (t == "number" && v.is_number()) ||
-                 (t == "integer" && v.is_number_integer()) || (t == "boolean" && v.is_boolean()) ||
-                 (t == "null" && v.is_null());
-        if (!ok) return false;
-    }
-    if (v.is_object()) {
-        for (const auto& [k, x] : v.items()) {
-            const json* sub =
-                s.contains("properties") && s.at("properties").contains(k) ? &s.at("properties").at(k) : nullptr;
-            const json extra = s.value("additionalProperties", json(true));
-            if (!validates(x, sub ? *sub : extra)) return false;
-        }
-        for (const json& r : s.value("required", json::array()))
-            if (!v.contains(r.get<std::string>())) return false;
-    }
-    if (v.is_array()) {
-        if (int(v.size()) < s.value("minItems", 0) || int(v.size()) > s.value("maxItems", 1 << 30)) return false;
-        for (const json& x : v)
-            if (!validates(x, s.value("items", json(true)))) return false;
-    }
-    if (v.is_string()) {
-        int chars = 0;
-        for (const char c : v.get<std::string>()) chars += (uint8_t(c) & 0xC0) != 0x80;
-        if (chars < s.value("minLength", 0) || chars > s.value("maxLength", 1 << 30)) return false;
-    }
-    return true;
+    return testing::validates(v, s, kSchema);
 }
 
 bool accepted_whole(const CompiledSchema& schema, const std::string& text) {
