@@ -321,7 +321,8 @@ Prepared prepare_chat(const ordered_json& body, const RequestLimits& limits, con
     r.render.era = server.era;
     Prepared p;
     p.options = r.options;
-    p.mode = r.render.thinking_mode;
+    // A continued assistant message has its reasoning closed in the prompt: the reply is content, read as chat's.
+    p.mode = r.continues_final ? tok::ThinkingMode::kChat : r.render.thinking_mode;
     try {
         p.prompt = tokenizer.encode(tok::render_prompt(r.messages, r.render));
     } catch (const Error& e) {  // what the DeepSeek-V4 encoder refuses (spec/dsv4-encoding.md §3.9)

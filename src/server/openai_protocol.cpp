@@ -478,6 +478,52 @@ std::shared_ptr<const ToolCallGrammar> tool_call_grammar(const ordered_json& too
     }
 }
 
+// Whether the reply continues the last message, an assistant's partial content: DeepSeek's "prefix": true on it,
+// vLLM's "continue_final_message": true, or the encoder's own "wo_eos". That message is then rendered without its
+// EOS (spec/dsv4-encoding.md §3.4, "wo_eos"). A conversation that ends with an assistant message otherwise has no
+// cue for a reply (the encoder writes "<｜Assistant｜>" only after a user turn): refused, as is a "prefix" anywhere
+// but on the last message.
+bool continues_final_message(const Fields& body, ordered_json& messages) {
+    const size_t last = messages.size() - 1;
+    bool prefix = false;
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const Fields m(messages[i], fmt::format("messages[{}].", i));
+        if (!m.boolean("prefix").value_or(false)) continue;
+        if (i != last || messages[i].value("role", "") != "assistant")
+            bad_request(m.param("prefix"), fmt::format("'{}': only the last message, an assistant's, may be a prefix "
+                                                       "to continue",
+                                                       m.param("prefix")));
+        prefix = true;
+    }
+    const bool continue_final = body.boolean("continue_final_message").value_or(false);
+    ordered_json& final = messages[last];
+    const std::string param = fmt::format("messages[{}]", last);
+    const bool assistant = final.value("role", "") == "assistant";
+    if (continue_final && !assistant)
+        bad_request("continue_final_message",
+                    "'continue_final_message': the last message must be an assistant's (the text to continue)");
+    const auto wo_eos = final.find("wo_eos");
+    const bool continues = prefix || continue_final || (assistant && wo_eos != final.end() && *wo_eos == true);
+    if (body.boolean("add_generation_prompt") == false && !continues)
+        bad_request("add_generation_prompt",
+                    "'add_generation_prompt': false is supported only to continue the last (assistant) message");
+    if (!continues) {
+        if (assistant && !final.contains("task"))
+            bad_request(param, fmt::format("'{}': the conversation ends with an assistant message, which leaves no "
+                                           "turn to reply in: set \"prefix\": true on it (or "
+                                           "'continue_final_message') to continue its content, or end with a user "
+                                           "or tool message",
+                                           param));
+        return false;
+    }
+    if (final.contains("tool_calls") && !final.at("tool_calls").is_null() && !final.at("tool_calls").empty())
+        bad_request(param + ".tool_calls",
+                    fmt::format("'{}.tool_calls': an assistant message to continue may hold content only", param));
+    final.erase("prefix");
+    final["wo_eos"] = true;
+    return true;
+}
+
 // "none", "auto", "required" or the name of a tool. The prompt is the same for all but "none" (which drops the
 // tools); tool_call_grammar enforces what "required" and a named one ask of the reply.
 std::string parse_tool_choice(const Fields& body, const ordered_json& tools) {
@@ -580,6 +626,7 @@ ChatRequest parse_chat_request(const ordered_json& body, const RequestLimits& li
         ChatRequest r;
         r.model = served_model;
         r.messages = parse_messages(f);
+        r.continues_final = continues_final_message(f, r.messages);
         const ordered_json tools = parse_tools(f);
         const std::string tool_choice = parse_tool_choice(f, tools);
         r.has_tools = !tools.empty() && tool_choice != "none";
@@ -598,6 +645,10 @@ ChatRequest parse_chat_request(const ordered_json& body, const RequestLimits& li
                                                           "text), got {}",
                                                           x.dump()));
         if (f.get("audio")) bad_request("audio", "'audio' output is not supported: this model writes text");
+        if (r.continues_final && (r.options.tool_calls || r.options.response_format != ResponseFormat::kText))
+            bad_request(r.options.tool_calls ? "tool_choice" : "response_format",
+                        "continuing an assistant message ('prefix') beside enforced tool calls or a "
+                        "'response_format' is not supported: the constraint would begin inside the given text");
         if (r.has_tools && r.options.response_format != ResponseFormat::kText)
             bad_request(
                 "response_format",

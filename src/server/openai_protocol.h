@@ -101,6 +101,9 @@ struct ChatRequest {
     tok::RenderOptions render;  // thinking mode and effort from `thinking` / `chat_template_kwargs` /
                                 // `reasoning_effort` (§3.8 mapping)
     bool has_tools = false;     // tools given and tool_choice != "none": the reply may hold DSML tool calls
+    // The reply continues the last message, an assistant's partial content ("prefix": true, continue_final_message,
+    // or "wo_eos"): rendered without its EOS, its reasoning (thinking mode) closed; the reply is content.
+    bool continues_final = false;
     GenerationOptions options;
 };
 
@@ -122,7 +125,9 @@ struct CompletionRequest {
 // naming a function that is not in tools, reasoning_effort not a string or null). A JSON null is the field left out.
 // Unknown fields are ignored, as OpenAI's SDK sends extras; known ones we cannot honour are 400s rather than
 // silently ignored (best_of != n, suffix, non-text content parts, a json_schema keyword outside the subset of
-// structured/json_schema.h, response_format beside tools).
+// structured/json_schema.h, response_format beside tools, a strict tool's schema outside that subset, a
+// conversation that ends with an assistant message it does not ask to continue with "prefix" or
+// continue_final_message).
 // `model` must equal `served_model` (404 model_not_found otherwise) when given; it may be absent. Nothing but
 // ApiError is thrown. `body` is an ordered_json (see parse_json_body); a plain json converts, losing key order.
 //

@@ -427,6 +427,51 @@ TEST(OpenAiRequest, ToolsOnContentlessSystemSpecVector) {
     EXPECT_EQ(tok::render_prompt(r.messages, r.render), (*vector)["expected_prompt"].get<std::string>());
 }
 
+// A reply may continue the last message, an assistant's partial content: DeepSeek's "prefix", vLLM's
+// "continue_final_message", the encoder's "wo_eos". The prompt ends with that content (its reasoning closed in
+// thinking mode); a conversation ending with an assistant message without one of these is refused.
+TEST(OpenAiRequest, APrefixAssistantMessageIsContinued) {
+    const std::string turns =
+        R"({"role": "user", "content": "Write code"}, {"role": "assistant", "content": "```py\n")";
+    for (const std::string& body :
+         {R"({"messages": [)" + turns + R"(, "prefix": true}]})",
+          R"({"messages": [)" + turns + R"(}], "continue_final_message": true, "add_generation_prompt": false})",
+          R"({"messages": [)" + turns + R"(, "wo_eos": true}]})"}) {
+        const ChatRequest r = chat_json(parse(body));
+        EXPECT_TRUE(r.continues_final) << body;
+        const std::string prompt = tok::render_prompt(r.messages, r.render);
+        EXPECT_TRUE(prompt.ends_with("<｜User｜>Write code<｜Assistant｜></think>```py\n")) << prompt;
+    }
+    const ChatRequest thinking = chat_json(
+        parse(R"({"messages": [)" + turns + R"(, "reasoning_content": "Plan.", "prefix": true}], "thinking": true})"));
+    EXPECT_TRUE(
+        tok::render_prompt(thinking.messages, thinking.render).ends_with("<｜Assistant｜><think>Plan.</think>```py\n"));
+    EXPECT_FALSE(chat("").continues_final);
+    expect_messages_400("[" + turns + "}]", "messages[1]");
+    expect_messages_400("[" + turns + R"(, "prefix": "yes"}])", "messages[1].prefix");
+    expect_messages_400(R"([{"role": "user", "content": "q", "prefix": true}])", "messages[0].prefix");
+    expect_messages_400("[" + turns + R"(, "prefix": true}, {"role": "user", "content": "x"}])", "messages[1].prefix");
+    expect_messages_400("[" + turns + R"(, "prefix": true, "tool_calls": [{"type": "function", "function":
+        {"name": "f", "arguments": "{}"}}]}])",
+                        "messages[1].tool_calls");
+    expect_400(
+        [&] {
+            chat_json(parse(R"({"messages": [{"role": "user", "content": "q"}], "continue_final_message": true})"));
+        },
+        "continue_final_message", "continue_final_message after a user message");
+    expect_400(
+        [&] {
+            chat_json(parse(R"({"messages": [{"role": "user", "content": "q"}], "add_generation_prompt": false})"));
+        },
+        "add_generation_prompt", "no cue");
+    expect_400(
+        [&] {
+            chat_json(parse(R"({"messages": [)" + turns +
+                            R"(, "prefix": true}], "response_format": {"type": "json_object"}})"));
+        },
+        "response_format", "a prefix and a response_format");
+}
+
 TEST(OpenAiRequest, ToolChoiceStrictToolsAndOneCallMakeTheToolCallsEnforced) {
     const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f"}},
                                            {"type": "function", "function": {"name": "g"}}])";

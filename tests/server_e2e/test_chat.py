@@ -84,6 +84,25 @@ class ChatTest(unittest.TestCase):
         self.assertEqual(r.usage.prompt_tokens, raw["usage"]["prompt_tokens"])
         self.assertEqual(r.choices[0].message.content, raw["choices"][0]["text"])
 
+    def test_a_prefix_message_is_continued(self):
+        # DeepSeek's "prefix": the reply continues the last assistant message's content: what the model generates after
+        # the prompt that ends with it, in thinking mode too (its reasoning closed there; the reply is content).
+        prefix = "Sure"
+        for thinking, cue in ((False, "</think>"), (True, "<think>why</think>")):
+            with self.subTest(thinking=thinking):
+                r = self.create(max_tokens=12, extra_body={"chat_template_kwargs": {"thinking": thinking}},
+                                messages=[{"role": "user", "content": USER},
+                                          {"role": "assistant", "content": prefix, "prefix": True,
+                                           "reasoning_content": "why"}])
+                raw = self.raw_completion("<｜User｜>" + USER + "<｜Assistant｜>" + cue + prefix, 12)
+                self.assertEqual(r.usage.prompt_tokens, raw["usage"]["prompt_tokens"])
+                self.assertEqual(r.choices[0].message.content, raw["choices"][0]["text"])
+                self.assertIsNone(extra(r.choices[0].message, "reasoning_content"))
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.create(max_tokens=4, messages=[{"role": "user", "content": USER},
+                                                {"role": "assistant", "content": prefix}])
+        self.assertIn("prefix", str(cm.exception.body))
+
     def test_streaming_equals_non_streaming(self):
         for thinking in (False, True):
             with self.subTest(thinking=thinking):
