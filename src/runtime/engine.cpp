@@ -108,6 +108,11 @@ uint64_t Engine::submit(EngineRequest request) {
                options_.max_context, n, request.max_new_tokens, n + request.max_new_tokens);
     validate_sampling(request.sampling);
     validate_adjustments(request.adjust, c.vocab_size);
+    for (int32_t id : request.stop_ids)
+        DSV4_CHECK(id >= 0 && id < c.vocab_size, "stop token id {} is outside the vocabulary [0, {})", id,
+                   c.vocab_size);
+    DSV4_CHECK(request.min_new_tokens >= 0 && request.min_new_tokens <= request.max_new_tokens,
+               "min_tokens ({}) must be between 0 and max_tokens ({})", request.min_new_tokens, request.max_new_tokens);
     std::lock_guard lock(mutex_);
     DSV4_CHECK(!stop_, "the engine is shutting down");
     const uint64_t id = next_id_++;
@@ -192,6 +197,7 @@ SampledToken Engine::sample(Active& a, const float* logits, const TokenDraw* dra
     const int64_t V = backend_.config().vocab_size;
     thread_local std::vector<float> adjusted;  // the draw from the adjusted logits; the logprobs from the model's own
     const float* row = a.history.row_for_draw(a.request.adjust, logits, V, adjusted);
+    if (before_min_tokens(a)) row = without_ends(a, row, V, adjusted);
     if (a.constraint) row = masked_row(*a.constraint, row, V, adjusted);
     const int32_t id = draw ? a.sampler.sample(row, V, draw->u) : a.sampler.sample(row, V);
     if (a.constraint) a.constraint->advance(id);
@@ -201,6 +207,19 @@ SampledToken Engine::sample(Active& a, const float* logits, const TokenDraw* dra
     return t;
 }
 
+bool Engine::before_min_tokens(const Active& a) {
+    return int64_t(a.generated.size()) < a.request.min_new_tokens;
+}
+
+// `row` without the ids that end the reply (EOS where it stops, the stop ids): a copy in `scratch` (or scratch itself).
+const float* Engine::without_ends(const Active& a, const float* row, int64_t vocab, std::vector<float>& scratch) const {
+    if (row != scratch.data()) scratch.assign(row, row + vocab);
+    constexpr float kNever = -std::numeric_limits<float>::infinity();
+    if (a.request.stop_at_eos) scratch[size_t(backend_.config().eos_token_id)] = kNever;
+    for (const int32_t id : a.request.stop_ids) scratch[size_t(id)] = kNever;
+    return scratch.data();
+}
+
 // The draw of a's next token, for the backend to make (appended to `draws`, reserved for every running request so
 // that the pointers stay), where it can, the draw needs no order of the vocabulary and the logits no adjustment; the
 // uniform is taken from a's generator now, as the host sampler would take it.
@@ -208,7 +227,9 @@ TokenDraw* Engine::ask_backend_draw(Active& a, std::vector<TokenDraw>& draws) {
     const SamplingParams& p = a.request.sampling;
     const int64_t V = backend_.config().vocab_size;
     const bool ordered = !p.greedy && (p.top_p < 1.0f || (p.top_k > 0 && p.top_k < V));
-    if (!backend_draws_ || ordered || a.request.logprobs >= 0 || a.request.adjust.any() || a.constraint) return nullptr;
+    if (!backend_draws_ || ordered || a.request.logprobs >= 0 || a.request.adjust.any() || a.constraint ||
+        before_min_tokens(a))
+        return nullptr;
     DSV4_CHECK(draws.size() < draws.capacity(), "engine: more draws than running requests");
     TokenDraw& d = draws.emplace_back();
     d.greedy = p.greedy;
@@ -230,7 +251,9 @@ void Engine::deliver(Active& a, const SampledToken& token) {
         std::lock_guard lock(mutex_);
         ++stats_.generated_tokens;
     }
-    const bool eos = token.id == backend_.config().eos_token_id && a.request.stop_at_eos;
+    const bool eos =
+        (token.id == backend_.config().eos_token_id && a.request.stop_at_eos) ||
+        std::find(a.request.stop_ids.begin(), a.request.stop_ids.end(), token.id) != a.request.stop_ids.end();
     if (eos)
         finish(a, FinishReason::kEos);
     else if (int64_t(a.generated.size()) >= a.request.max_new_tokens)

@@ -77,6 +77,11 @@ struct EngineRequest {
     // its own copy, so one constraint may serve several requests (a request's choices). Its draws are made on the host.
     std::shared_ptr<const TokenConstraint> constraint;
     bool stop_at_eos = true;
+    // More ids that end the reply as EOS does (vLLM's stop_token_ids; the id is delivered, as EOS is).
+    std::vector<int32_t> stop_ids;
+    // Before this many tokens, neither EOS (where it stops) nor stop_ids is drawn (vLLM's min_tokens): they are masked
+    // from the draw (made on the host; the logprobs stay the model's own). <= max_new_tokens.
+    int64_t min_new_tokens = 0;
     int logprobs = -1;  // -1: none; 0: the sampled token's; N > 0: and the N most likely
     // -1: none; N >= 0: every prompt id's logprob (and the N most likely ids at its place) in one kPrompt event, once
     // the prompt is computed, before any token. The prompt is then computed whole (never from the prefix cache: its
@@ -141,6 +146,8 @@ class Engine {
     // Any thread: a's own sampler. With `draw`, the draw the backend was asked for and could not make (its uniform
     // taken already).
     SampledToken sample(Active& a, const float* logits, const TokenDraw* draw) const;
+    static bool before_min_tokens(const Active& a);
+    const float* without_ends(const Active& a, const float* row, int64_t vocab, std::vector<float>& scratch) const;
     TokenDraw* ask_backend_draw(Active& a, std::vector<TokenDraw>& draws);  // null: drawn on the host
     void deliver(Active& a, const SampledToken& token);                     // the event; finishes a if done
 

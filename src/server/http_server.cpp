@@ -370,8 +370,7 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
         g->drop_first_score = p.bos_added;
         g->echo_text = std::move(p.echo_text);
         g->choices.resize(size_t(p.options.n));
-        for (Choice& c : g->choices)
-            c.builder.emplace(*tokenizer_, eos_id(p.options), chat, p.mode, p.options.stop, p.options.logprobs);
+        for (Choice& c : g->choices) c.builder.emplace(*tokenizer_, eos_id(p.options), chat, p.mode, p.options);
         g->request.constraint =
             response_constraint(p.options, p.mode, token_table_, int32_t(engine_->config().eos_token_id));
         if (const char* kind = constraint_kind(p.options)) metrics_.constrained(kind);
@@ -394,6 +393,8 @@ void HttpServer::submit(Generation& g, std::vector<int32_t> prompt) {
     g.request.sampling = g.options.sampling;
     g.request.adjust = g.options.adjust;
     g.request.stop_at_eos = !g.options.ignore_eos;
+    g.request.stop_ids = g.options.stop_token_ids;
+    g.request.min_new_tokens = std::min(g.options.min_tokens, max_new);
     g.request.logprobs = g.options.logprobs ? g.options.top_logprobs : -1;
     // An echo with logprobs scores the prompt; so does one that asks for no tokens (the engine runs the prompt).
     if (g.echo && (g.options.logprobs || max_new == 0)) g.request.prompt_logprobs = g.options.top_logprobs;

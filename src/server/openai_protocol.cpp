@@ -221,6 +221,88 @@ std::vector<std::string> parse_stop(const Fields& f, const RequestLimits& limits
     return stop;
 }
 
+// vLLM's stop_token_ids (ids of the vocabulary, as many as stop strings) and min_tokens (at most max_tokens).
+void parse_vllm_stops(const Fields& f, const RequestLimits& limits, GenerationOptions& o) {
+    if (const ordered_json* ids = f.array("stop_token_ids")) {
+        if (int64_t(ids->size()) > limits.max_stop_strings)
+            bad_request("stop_token_ids", fmt::format("'stop_token_ids' holds {} ids; this server allows at most {}",
+                                                      ids->size(), limits.max_stop_strings));
+        for (const ordered_json& id : *ids) {
+            if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= limits.vocab_size)
+                bad_request("stop_token_ids", fmt::format("'stop_token_ids' must hold token ids in [0, {}), got {}",
+                                                          limits.vocab_size, id.dump()));
+            o.stop_token_ids.push_back(int32_t(id.get<int64_t>()));
+        }
+    }
+    if (const auto m = f.integer("min_tokens")) {
+        if (*m < 0) bad_request("min_tokens", fmt::format("'min_tokens' must be at least 0, got {}", *m));
+        if (o.max_tokens && *m > *o.max_tokens)
+            bad_request("min_tokens",
+                        fmt::format("'min_tokens' ({}) must not exceed the tokens asked for ({})", *m, *o.max_tokens));
+        o.min_tokens = *m;
+    }
+}
+
+// vLLM's guided_json (a schema, or a JSON text of one) and structured_outputs {"json": ...}: response_format
+// json_schema under another name.
+void parse_guided_json(const Fields& f, GenerationOptions& o) {
+    const ordered_json* schema = f.get("guided_json");
+    std::string param = "guided_json";
+    if (const ordered_json* so = f.object("structured_outputs")) {
+        for (const auto& [key, value] : so->items())
+            if (key != "json" && !value.is_null())
+                bad_request("structured_outputs." + key,
+                            fmt::format("'structured_outputs.{}' is not supported (only \"json\", a JSON schema, is "
+                                        "enforced; response_format does the same)",
+                                        key));
+        if (so->contains("json") && !so->at("json").is_null())
+            schema = &so->at("json"), param = "structured_outputs.json";
+    }
+    if (!schema) return;
+    if (o.response_format != ResponseFormat::kText)
+        bad_request(param, fmt::format("'{}' beside 'response_format': give the schema once", param));
+    try {
+        const nlohmann::json s =
+            schema->is_string() ? nlohmann::json::parse(schema->get<std::string>()) : nlohmann::json(*schema);
+        o.schema = compile_schema(s);
+    } catch (const nlohmann::json::exception& e) {
+        bad_request(param, fmt::format("'{}' is not a JSON schema: {}", param, e.what()));
+    } catch (const Error& e) {
+        bad_request(param, fmt::format("'{}' {}", param, e.what()));
+    }
+    o.response_format = ResponseFormat::kJsonSchema;
+}
+
+// vLLM's extra fields this server knows and does not honour: a 400 when they ask for anything but their default,
+// never silently ignored (a guided_regex left out would not be enforced).
+void refuse_vllm_extras(const Fields& f) {
+    struct Extra {
+        const char* key;
+        const char* why;
+    };
+    static constexpr Extra kRefused[] = {
+        {"guided_regex", "only JSON is enforced (guided_json, response_format)"},
+        {"guided_grammar", "only JSON is enforced (guided_json, response_format)"},
+        {"guided_choice", "only JSON is enforced (guided_json, response_format: an enum of the choices)"},
+        {"structural_tag", "only JSON is enforced (guided_json, response_format)"},
+        {"logits_processors", "custom logits processors are not supported"},
+        {"bad_words", "bad_words are not supported (logit_bias bans ids)"},
+        {"allowed_token_ids", "allowed_token_ids is not supported (logit_bias can favour ids)"},
+        {"truncate_prompt_tokens", "nothing a client sends is truncated: shorten the prompt"},
+        {"prompt_logprobs",
+         "prompt_logprobs is not supported (/v1/completions with echo and logprobs scores a "
+         "prompt)"},
+        {"include_stop_str_in_output", "stop strings are never part of the output"},
+    };
+    for (const Extra& e : kRefused) {
+        const ordered_json* v = f.get(e.key);
+        const bool asked = v && !(v->is_boolean() && !v->get<bool>()) && !(v->is_array() && v->empty());
+        if (asked) bad_request(e.key, fmt::format("'{}': {}", e.key, e.why));
+    }
+    if (f.boolean("use_beam_search").value_or(false))
+        bad_request("use_beam_search", "'use_beam_search': beam search is not supported");
+}
+
 // The fields both endpoints share: sampling, length, stop strings, logprobs, streaming.
 // echo: a completion that returns its prompt, which may ask for no tokens (max_tokens 0: the prompt scored only).
 void parse_response_format(const Fields& body, GenerationOptions& o) {
@@ -302,6 +384,7 @@ GenerationOptions parse_options(const Fields& f, const RequestLimits& limits, bo
         o.max_tokens = *v;  // max_completion_tokens comes second and wins
     }
     o.stop = parse_stop(f, limits);
+    parse_vllm_stops(f, limits, o);
 
     const int max_top = limits.max_top_logprobs;
     if (chat) {
@@ -325,6 +408,8 @@ GenerationOptions parse_options(const Fields& f, const RequestLimits& limits, bo
     }
     o.ignore_eos = f.boolean("ignore_eos").value_or(false);
     parse_response_format(f, o);
+    parse_guided_json(f, o);
+    refuse_vllm_extras(f);
     if (o.ignore_eos && o.response_format != ResponseFormat::kText)
         bad_request("ignore_eos",
                     "'ignore_eos' with 'response_format': a structured reply ends with its value (EOS "

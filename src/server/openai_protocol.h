@@ -79,6 +79,8 @@ struct GenerationOptions {
                               // from the request, else a fresh random one; min_p, top_k, top_p as given
     std::optional<int64_t> max_tokens;  // max_tokens or max_completion_tokens (the latter wins); >= 1
     std::vector<std::string> stop;      // stop strings: output ends before the first one (not included)
+    std::vector<int32_t> stop_token_ids;  // vLLM's: each ends the reply as EOS does (its text not included)
+    int64_t min_tokens = 0;  // vLLM's: before this many tokens, no EOS, stop id or stop string ends the reply
     bool logprobs = false;              // chat: logprobs: true; completions: logprobs: N (then top_logprobs = N)
     int top_logprobs = 0;               // 0..max_top_logprobs
     bool stream = false;
@@ -127,7 +129,9 @@ struct CompletionRequest {
 // silently ignored (best_of != n, suffix, non-text content parts, a json_schema keyword outside the subset of
 // structured/json_schema.h, response_format beside tools, a strict tool's schema outside that subset, a
 // conversation that ends with an assistant message it does not ask to continue with "prefix" or
-// continue_final_message).
+// continue_final_message, vLLM's extras that ask for what this server does not do: guided_regex, guided_grammar,
+// guided_choice, bad_words, allowed_token_ids, truncate_prompt_tokens, prompt_logprobs, include_stop_str_in_output,
+// use_beam_search, logits_processors). vLLM's stop_token_ids, min_tokens and guided_json are honoured.
 // `model` must equal `served_model` (404 model_not_found otherwise) when given; it may be absent. Nothing but
 // ApiError is thrown. `body` is an ordered_json (see parse_json_body); a plain json converts, losing key order.
 //
@@ -245,16 +249,22 @@ ordered_json models_response(const std::string& model, int64_t created, int64_t 
 // the text is the first to complete (the earliest end; of two ending together, the longer): so the result does
 // not depend on how the text was split into pushes, as when the whole text is checked token by token. Valid UTF-8
 // in, valid UTF-8 out (a stop string starts on a character boundary, so the cut is one).
+//
+// Not `armed` (vLLM's min_tokens, until the reply has that many tokens): no stop string ends in the text pushed so
+// far; one that ends after arm() may begin before it (as vLLM checks the text each token adds once armed).
 class StopMatcher {
   public:
-    explicit StopMatcher(std::vector<std::string> stops);
+    explicit StopMatcher(std::vector<std::string> stops, bool armed = true);
     std::string push(std::string_view text);
+    void arm() { armed_ = true; }
     bool stopped() const { return stopped_; }
     std::string finish();
 
   private:
     std::vector<std::string> stops_;
     std::string held_;
+    bool armed_;
+    size_t min_end_ = 0;  // a stop string counts only if it ends past this many bytes of held_
     bool stopped_ = false;
 };
 

@@ -243,17 +243,19 @@ ordered_json models_response(const std::string& model, int64_t created, int64_t 
     return {{"object", "list"}, {"data", std::move(data)}};
 }
 
-StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
+StopMatcher::StopMatcher(std::vector<std::string> stops, bool armed) : stops_(std::move(stops)), armed_(armed) {
     std::erase_if(stops_, [](const std::string& s) { return s.empty(); });  // would match before any text
 }
 
 std::string StopMatcher::push(std::string_view text) {
     if (stopped_) return {};
     held_.append(text);
-    // Text already sent never starts a stop string (it was not a prefix of one), so every occurrence lies in held_.
+    if (!armed_) min_end_ = held_.size();  // nothing pushed before arming may end a stop string
+    // Text already sent never starts a stop string (it was not a prefix of one), so every occurrence lies in held_;
+    // one that counts ends after min_end_.
     size_t stop_begin = std::string::npos, stop_end = std::string::npos;
     for (const std::string& s : stops_) {
-        const size_t at = held_.find(s);
+        const size_t at = held_.find(s, min_end_ >= s.size() ? min_end_ - s.size() + 1 : 0);
         if (at == std::string::npos) continue;
         if (at + s.size() < stop_end || (at + s.size() == stop_end && at < stop_begin)) {
             stop_begin = at;
@@ -277,6 +279,7 @@ std::string StopMatcher::push(std::string_view text) {
             }
     std::string out = held_.substr(0, held_.size() - hold);
     held_.erase(0, held_.size() - hold);
+    min_end_ -= std::min(min_end_, out.size());
     return out;
 }
 

@@ -1,18 +1,22 @@
-// ReplyBuilder: see reply_builder.h. Text flows decoder -> stop matcher -> (chat) completion stream. EOS is not
-// text for the stop matcher: its marker goes straight to the completion stream, which needs it to end the reply
-// the way the reference parser expects.
+// ReplyBuilder: see reply_builder.h. Text flows decoder -> stop matcher -> (chat) completion stream. EOS (or a stop
+// id) is not text for the stop matcher: EOS's marker goes straight to the completion stream, which needs it to end
+// the reply the way the reference parser expects.
 #include "server/reply_builder.h"
+
+#include <algorithm>
 
 namespace dsv4::server {
 
 ReplyBuilder::ReplyBuilder(const tok::Tokenizer& tokenizer, int32_t eos_id, bool chat, tok::ThinkingMode mode,
-                           std::vector<std::string> stop, bool logprobs)
+                           const GenerationOptions& options)
     : tokenizer_(tokenizer),
       eos_id_(eos_id),
+      stop_ids_(options.stop_token_ids),
+      min_tokens_(options.min_tokens),
       chat_(chat),
-      logprobs_(logprobs),
+      logprobs_(options.logprobs),
       decoder_(tokenizer),
-      stop_(std::move(stop)),
+      stop_(options.stop, /*armed=*/options.min_tokens <= 1),
       stream_(mode) {}
 
 void ReplyBuilder::feed_text(const std::string& text, Delta& d) {
@@ -37,11 +41,13 @@ ReplyBuilder::Delta ReplyBuilder::push(const SampledToken& token) {
         d.logprobs.push_back(make_token_logprob(token.id, token.logprob, top, tokenizer_));
         all_logprobs_.push_back(d.logprobs.back());
     }
-    if (token.id == eos_id_) {
+    if (tokens_ >= min_tokens_) stop_.arm();  // vLLM's min_tokens: stop strings count from this token's text on
+    const bool ends = token.id == eos_id_ || std::find(stop_ids_.begin(), stop_ids_.end(), token.id) != stop_ids_.end();
+    if (ends) {  // a stop id ends the reply as EOS does: its text is not part of it
         saw_eos_ = true;
         feed_text(decoder_.finish(), d);
         feed_text(stop_.finish(), d);
-        if (chat_) feed_text(tokenizer_.token_bytes(eos_id_), d);
+        if (chat_) feed_text(std::string(tok::kEosToken), d);  // how the completion parser knows the end
         return d;
     }
     feed_text(stop_.push(decoder_.push(token.id)), d);

@@ -17,9 +17,11 @@ namespace dsv4::server {
 
 class ReplyBuilder {
   public:
-    // chat: parse the text as a DeepSeek-V4 completion in `mode`; otherwise plain text (completions).
+    // chat: parse the text as a DeepSeek-V4 completion in `mode`; otherwise plain text (completions). From `options`:
+    // stop strings (counted from the min_tokens-th token on), stop_token_ids (each ends the reply as EOS does),
+    // logprobs.
     ReplyBuilder(const tok::Tokenizer& tokenizer, int32_t eos_id, bool chat, tok::ThinkingMode mode,
-                 std::vector<std::string> stop, bool logprobs);
+                 const GenerationOptions& options);
 
     struct Delta {
         std::string reasoning_content, content;  // content: the text of completions
@@ -46,6 +48,8 @@ class ReplyBuilder {
 
     const tok::Tokenizer& tokenizer_;
     int32_t eos_id_;
+    std::vector<int32_t> stop_ids_;
+    int64_t min_tokens_;
     bool chat_, logprobs_;
     tok::IncrementalDecoder decoder_;
     StopMatcher stop_;

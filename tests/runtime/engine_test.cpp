@@ -613,5 +613,72 @@ TEST(Engine, ABackendDrawOfNaNLogitsEndsThatRequestOnly) {
     EXPECT_EQ(failed.tokens, std::vector<int32_t>(ok.tokens.begin(), ok.tokens.begin() + 3)) << "the same greedy draws";
 }
 
+// vLLM's stop_token_ids and min_tokens: a stop id ends the reply as EOS does (delivered, reason kEos); before
+// min_new_tokens neither EOS nor a stop id is drawn (greedy: the argmax without them, written out here on the model
+// alone), and those draws are made on the host (a backend that draws is asked only after); the logprobs stay the
+// model's own.
+TEST(Engine, StopIdsEndTheReplyAndMinTokensHoldsThemBack) {
+    const int64_t V = model().config().vocab_size;
+    const int32_t eos = int32_t(model().config().eos_token_id);
+    const std::vector<int32_t> prompt = prompt_of(12, 3);
+    const auto reference = [&](const std::vector<int32_t>& stops, int64_t min_new, int64_t max_new) {
+        SequenceState state = model().new_sequence();
+        std::vector<float> logits = model().forward(state, prompt, false);
+        Result r;
+        while (true) {
+            std::vector<float> row = logits;
+            if (int64_t(r.tokens.size()) < min_new) {
+                row[size_t(eos)] = -std::numeric_limits<float>::infinity();
+                for (const int32_t id : stops) row[size_t(id)] = -std::numeric_limits<float>::infinity();
+            }
+            const int32_t id = argmax(row.data(), V);
+            r.tokens.push_back(id);
+            r.logprobs.push_back(token_logprobs(logits.data(), V, id, 0).logprob);
+            if (id == eos || std::find(stops.begin(), stops.end(), id) != stops.end())
+                return r.reason = FinishReason::kEos, r;
+            if (int64_t(r.tokens.size()) == max_new) return r.reason = FinishReason::kLength, r;
+            logits = model().forward(state, std::span(&id, 1), false);
+        }
+    };
+    const Result free = reference({}, 0, 12);
+    ASSERT_GE(free.tokens.size(), 4u);
+    const std::vector<int32_t> stops = {free.tokens[2], free.tokens[3]};
+    DrawingBackend drawing(model());
+    Engine engine(drawing, options(64, 0));
+    for (const int64_t min_new : {int64_t(0), int64_t(2), int64_t(6)}) {
+        const Result want = reference(stops, min_new, 12);
+        if (min_new == 0) {  // the free reply, up to its first stop id
+            const auto first = std::find_first_of(free.tokens.begin(), free.tokens.end(), stops.begin(), stops.end());
+            EXPECT_EQ(want.tokens, std::vector<int32_t>(free.tokens.begin(), first + 1));
+        }
+        for (const int logprobs : {0, -1}) {  // with logprobs every draw is the host's; without, the backend's may be
+            Collector c;
+            EngineRequest r = greedy_request(prompt, 12, c);
+            r.stop_ids = stops;
+            r.min_new_tokens = min_new;
+            r.logprobs = logprobs;
+            const int64_t draws_before = drawing.draws.load();
+            engine.submit(std::move(r));
+            const Result got = c.wait();
+            EXPECT_EQ(got.reason, want.reason) << "min " << min_new;
+            EXPECT_EQ(got.tokens, want.tokens) << "min " << min_new;
+            if (logprobs == 0) {
+                EXPECT_EQ(got.logprobs, want.logprobs) << "min " << min_new;
+            } else {  // the first token is the prompt's (drawn by the backend when it may), then one per step
+                const int64_t backend = drawing.draws.load() - draws_before;
+                EXPECT_EQ(backend, int64_t(got.tokens.size()) - std::min<int64_t>(min_new, int64_t(got.tokens.size())))
+                    << "min " << min_new << ": the draws before min_tokens are the host's";
+            }
+        }
+    }
+    Collector bad;
+    EngineRequest r = greedy_request(prompt, 4, bad);
+    r.min_new_tokens = 5;
+    EXPECT_THROW(engine.submit(std::move(r)), Error);
+    EngineRequest r2 = greedy_request(prompt, 4, bad);
+    r2.stop_ids = {int32_t(V)};
+    EXPECT_THROW(engine.submit(std::move(r2)), Error);
+}
+
 }  // namespace
 }  // namespace dsv4

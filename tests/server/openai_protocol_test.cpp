@@ -430,6 +430,45 @@ TEST(OpenAiRequest, ToolsOnContentlessSystemSpecVector) {
 // A reply may continue the last message, an assistant's partial content: DeepSeek's "prefix", vLLM's
 // "continue_final_message", the encoder's "wo_eos". The prompt ends with that content (its reasoning closed in
 // thinking mode); a conversation ending with an assistant message without one of these is refused.
+// vLLM's extras: stop_token_ids, min_tokens and guided_json / structured_outputs.json are honoured; the ones this
+// server does not honour are 400s when they ask for anything, never silently ignored.
+TEST(OpenAiRequest, VllmExtrasAreHonouredOrRefused) {
+    const ChatRequest r = chat(R"("stop_token_ids": [5, 7], "min_tokens": 3, "max_tokens": 8)");
+    EXPECT_EQ(r.options.stop_token_ids, (std::vector<int32_t>{5, 7}));
+    EXPECT_EQ(r.options.min_tokens, 3);
+    EXPECT_EQ(completion(R"("prompt": "x", "min_tokens": 2)").options.min_tokens, 2);
+    expect_chat_400(R"("stop_token_ids": [-1])", "stop_token_ids");
+    expect_chat_400(R"("stop_token_ids": [1000000])", "stop_token_ids");
+    expect_chat_400(R"("stop_token_ids": ["a"])", "stop_token_ids");
+    expect_chat_400(R"("stop_token_ids": 5)", "stop_token_ids");
+    expect_chat_400(R"("min_tokens": -1)", "min_tokens");
+    expect_chat_400(R"("min_tokens": 9, "max_tokens": 8)", "min_tokens");
+
+    const std::string schema = R"({"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]})";
+    for (const std::string& fields : {R"("guided_json": )" + schema, R"("guided_json": )" + ordered_json(schema).dump(),
+                                      R"("structured_outputs": {"json": )" + schema + "}"}) {
+        const ChatRequest g = chat(fields);
+        EXPECT_EQ(g.options.response_format, ResponseFormat::kJsonSchema) << fields;
+        ASSERT_NE(g.options.schema, nullptr);
+        EXPECT_EQ(g.options.schema->nodes[size_t(g.options.schema->root)].keys, std::vector<std::string>{"x"});
+    }
+    expect_chat_400(R"("guided_json": {"type": "string", "pattern": "a"})", "guided_json");
+    expect_chat_400(R"("guided_json": "{not json")", "guided_json");
+    expect_chat_400(R"("guided_json": {}, "response_format": {"type": "json_object"})", "guided_json");
+    expect_chat_400(R"("structured_outputs": {"regex": "a+"})", "structured_outputs.regex");
+    for (const char* refused :
+         {R"("guided_regex": "a+")", R"("guided_choice": ["a", "b"])", R"("guided_grammar": "g")",
+          R"("bad_words": ["x"])", R"("allowed_token_ids": [1])", R"("truncate_prompt_tokens": 5)",
+          R"("prompt_logprobs": 1)", R"("include_stop_str_in_output": true)", R"("use_beam_search": true)",
+          R"("logits_processors": ["p"])"}) {
+        const std::string field = std::string(refused).substr(1, std::string(refused).find('"', 1) - 1);
+        expect_chat_400(refused, field);
+    }
+    EXPECT_NO_THROW(chat(R"("include_stop_str_in_output": false, "use_beam_search": false, "bad_words": [],
+                            "guided_regex": null)"))
+        << "their defaults ask for nothing";
+}
+
 TEST(OpenAiRequest, APrefixAssistantMessageIsContinued) {
     const std::string turns =
         R"({"role": "user", "content": "Write code"}, {"role": "assistant", "content": "```py\n")";

@@ -251,8 +251,10 @@ TEST(OpenAiResponse, SafeDumpReplacesInvalidUtf8) {
 
 // The text StopMatcher must produce: everything before the first stop string to complete (the earliest end; of
 // two ending together, the longer), or the whole text.
-std::string reference_stop(const std::string& text, const std::vector<std::string>& stops, bool* stopped) {
-    for (size_t end = 1; end <= text.size(); ++end) {
+// Armed after `armed_at` bytes (min_tokens): a stop string counts only if it ends past them.
+std::string reference_stop(const std::string& text, const std::vector<std::string>& stops, bool* stopped,
+                           size_t armed_at = 0) {
+    for (size_t end = armed_at + 1; end <= text.size(); ++end) {
         size_t best = std::string::npos;
         for (const std::string& s : stops)
             if (!s.empty() && s.size() <= end && text.compare(end - s.size(), s.size(), s) == 0)
@@ -383,6 +385,49 @@ TEST(StopMatcher, SplitIndependentAndUtf8Safe) {
         ASSERT_EQ(stopped, want_stopped) << "trial " << trial;
         ASSERT_EQ(run_stop(stops, {text}, &stopped), want) << "trial " << trial << " in one push";
     }
+}
+
+// Not armed until some pieces were pushed (vLLM's min_tokens): a stop string counts only if it ends after the
+// arming, though it may begin before; what came before is passed on, every way of splitting.
+TEST(StopMatcher, ArmedLateCountsOnlyStopsThatEndAfter) {
+    const std::vector<std::string> alphabet = {"a", "b", "é", "ab"};
+    std::mt19937 rng(7);
+    auto word = [&](size_t max_chars) {
+        std::string w;
+        for (size_t n = 1 + rng() % max_chars; n > 0; --n) w += alphabet[rng() % alphabet.size()];
+        return w;
+    };
+    int stopped_before_arming_would = 0;
+    for (int trial = 0; trial < 3000; ++trial) {
+        std::vector<std::string> stops;
+        for (size_t n = 1 + rng() % 3; n > 0; --n) stops.push_back(word(3));
+        std::vector<std::string> pieces;
+        for (size_t n = rng() % 10; n > 0; --n) pieces.push_back(word(3));
+        const size_t arm_before = pieces.empty() ? 0 : rng() % (pieces.size() + 1);  // pieces pushed unarmed
+        std::string text;
+        size_t armed_at = 0;
+        for (size_t i = 0; i < pieces.size(); ++i) {
+            if (i == arm_before) armed_at = text.size();
+            text += pieces[i];
+        }
+        if (arm_before == pieces.size()) armed_at = text.size();
+        bool want_stopped = false, early = false;
+        const std::string want = reference_stop(text, stops, &want_stopped, armed_at);
+        reference_stop(text.substr(0, armed_at), stops, &early);
+        stopped_before_arming_would += early;
+        StopMatcher m(stops, /*armed=*/arm_before == 0);
+        std::string out;
+        for (size_t i = 0; i < pieces.size(); ++i) {
+            if (i == arm_before) m.arm();
+            out += m.push(pieces[i]);
+        }
+        m.arm();
+        const bool stopped = m.stopped();
+        out += m.finish();
+        ASSERT_EQ(out, want) << "trial " << trial << ": " << text << " armed at " << armed_at;
+        ASSERT_EQ(stopped, want_stopped) << "trial " << trial;
+    }
+    EXPECT_GT(stopped_before_arming_would, 100) << "stops that arming held back";
 }
 
 }  // namespace

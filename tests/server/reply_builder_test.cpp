@@ -39,6 +39,14 @@ bool valid_utf8(const std::string& s) {
     return true;
 }
 
+// A request's options with these stop strings and logprobs.
+GenerationOptions options(std::vector<std::string> stop = {}, bool logprobs = false) {
+    GenerationOptions o;
+    o.stop = std::move(stop);
+    o.logprobs = logprobs;
+    return o;
+}
+
 // Pushes the ids of `text` (then EOS when `eos`) and finishes with `reason`.
 Reply run(ReplyBuilder& b, const std::string& text, bool eos, FinishReason reason) {
     Reply r;
@@ -62,7 +70,7 @@ Reply run(ReplyBuilder& b, const std::string& text, bool eos, FinishReason reaso
 
 TEST(ReplyBuilder, CompletionTextStreamsWholeCharactersAndEqualsTheDecodedIds) {
     const std::string text = "Licensed 東京 😀 café, under the Apache License.";
-    ReplyBuilder b(tokenizer(), kEos, false, tok::ThinkingMode::kChat, {}, true);
+    ReplyBuilder b(tokenizer(), kEos, false, tok::ThinkingMode::kChat, options({}, true));
     const Reply r = run(b, text, false, FinishReason::kLength);
     EXPECT_EQ(r.content, text);
     EXPECT_EQ(r.final.parsed.content, text);
@@ -73,7 +81,7 @@ TEST(ReplyBuilder, CompletionTextStreamsWholeCharactersAndEqualsTheDecodedIds) {
 
 TEST(ReplyBuilder, StopStringEndsTheReplyWhereverTheTokensSplitIt) {
     for (const std::string stop : {"License", "é, under", "."}) {
-        ReplyBuilder b(tokenizer(), kEos, false, tok::ThinkingMode::kChat, {"never", stop}, false);
+        ReplyBuilder b(tokenizer(), kEos, false, tok::ThinkingMode::kChat, options({"never", stop}));
         const std::string text = "Licensed 東京 café, under the Apache License. More.";
         const Reply r = run(b, text, false, FinishReason::kLength);
         ASSERT_NE(text.find(stop), std::string::npos);
@@ -86,7 +94,7 @@ TEST(ReplyBuilder, StopStringEndsTheReplyWhereverTheTokensSplitIt) {
 }
 
 TEST(ReplyBuilder, EosEndsTheReplyUnlessItIsAnOrdinaryToken) {
-    ReplyBuilder b(tokenizer(), kEos, false, tok::ThinkingMode::kChat, {}, false);
+    ReplyBuilder b(tokenizer(), kEos, false, tok::ThinkingMode::kChat, options());
     const Reply r = run(b, "done", true, FinishReason::kEos);
     EXPECT_EQ(r.content, "done");
     EXPECT_EQ(r.final.finish_reason, "stop");
@@ -94,15 +102,41 @@ TEST(ReplyBuilder, EosEndsTheReplyUnlessItIsAnOrdinaryToken) {
     late.id = tokenizer().encode("x")[0];
     EXPECT_TRUE(b.push(late).empty()) << "tokens after EOS are not text";
 
-    ReplyBuilder ignoring(tokenizer(), -1, false, tok::ThinkingMode::kChat, {}, false);  // ignore_eos
+    ReplyBuilder ignoring(tokenizer(), -1, false, tok::ThinkingMode::kChat, options());  // ignore_eos
     const Reply r2 = run(ignoring, "done", true, FinishReason::kLength);
     EXPECT_EQ(r2.content, "done" + tokenizer().token_bytes(kEos));
     EXPECT_EQ(r2.final.finish_reason, "length");
 }
 
+// vLLM's stop_token_ids end the reply as EOS does (the id's text is not in it; a chat reply parses as one that ended
+// with EOS), and min_tokens counts stop strings only from its token on.
+TEST(ReplyBuilder, StopIdsEndTheReplyAndMinTokensHoldsStopStringsBack) {
+    const std::string text = "ab. cd. ef";
+    ASSERT_EQ(tokenizer().encode(text).size(), text.size()) << "the fixture's tokens are bytes here";
+    GenerationOptions o = options();
+    o.stop_token_ids = {tokenizer().encode(".")[0]};
+    ReplyBuilder plain(tokenizer(), kEos, false, tok::ThinkingMode::kChat, o);
+    const Reply r = run(plain, text, false, FinishReason::kEos);
+    EXPECT_EQ(r.content, "ab");
+    EXPECT_EQ(r.final.finish_reason, "stop");
+    ReplyBuilder chat(tokenizer(), kEos, true, tok::ThinkingMode::kThinking, o);
+    const Reply c = run(chat, "Hm</think>ab. cd", false, FinishReason::kEos);
+    EXPECT_EQ(c.reasoning, "Hm");
+    EXPECT_EQ(c.content, "ab");
+    EXPECT_TRUE(c.final.parsed.ok()) << c.final.parsed.error->message;
+
+    for (const auto& [min_tokens, want] :
+         {std::pair<int64_t, std::string>{0, "ab"}, {3, "ab"}, {4, "ab. cd"}, {7, "ab. cd"}, {8, "ab. cd. ef"}}) {
+        GenerationOptions m = options({"."});
+        m.min_tokens = min_tokens;  // the first "." is the 3rd token, the second the 7th
+        ReplyBuilder b(tokenizer(), kEos, false, tok::ThinkingMode::kChat, m);
+        EXPECT_EQ(run(b, text, false, FinishReason::kLength).content, want) << "min_tokens " << min_tokens;
+    }
+}
+
 TEST(ReplyBuilder, ChatSplitsReasoningContentAndToolCallsWithoutMarkup) {
     {
-        ReplyBuilder b(tokenizer(), kEos, true, tok::ThinkingMode::kThinking, {}, false);
+        ReplyBuilder b(tokenizer(), kEos, true, tok::ThinkingMode::kThinking, options());
         const Reply r = run(b, "Let me think.</think>The answer is 4.", true, FinishReason::kEos);
         EXPECT_EQ(r.reasoning, "Let me think.");
         EXPECT_EQ(r.content, "The answer is 4.");
@@ -111,7 +145,7 @@ TEST(ReplyBuilder, ChatSplitsReasoningContentAndToolCallsWithoutMarkup) {
         EXPECT_EQ(r.final.finish_reason, "stop");
     }
     {
-        ReplyBuilder b(tokenizer(), kEos, true, tok::ThinkingMode::kChat, {}, false);
+        ReplyBuilder b(tokenizer(), kEos, true, tok::ThinkingMode::kChat, options());
         const std::string calls =
             "Checking.\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter "
             "name=\"city\" "
@@ -128,7 +162,7 @@ TEST(ReplyBuilder, ChatSplitsReasoningContentAndToolCallsWithoutMarkup) {
 }
 
 TEST(ReplyBuilder, OneLogprobPerTokenInTheDeltaItCameWith) {
-    ReplyBuilder b(tokenizer(), kEos, false, tok::ThinkingMode::kChat, {}, true);
+    ReplyBuilder b(tokenizer(), kEos, false, tok::ThinkingMode::kChat, options({}, true));
     const Reply r = run(b, "ab東", false, FinishReason::kLength);
     size_t n = 0;
     for (const auto& d : r.deltas) n += d.logprobs.size();

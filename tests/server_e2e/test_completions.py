@@ -1,5 +1,5 @@
 """/v1/completions (text and token-id prompts, streaming, logprobs, stop strings, exact usage, logit_bias and
-penalties, response_format json_object), /v1/models, /health and /metrics (parsed; counters and histograms move by exactly what a request did)
+penalties, response_format json_object, vLLM's stop_token_ids, min_tokens and guided_json), /v1/models, /health and /metrics (parsed; counters and histograms move by exactly what a request did)
 through the openai client and raw HTTP against the shared `dsv4 serve`."""
 
 import json
@@ -126,6 +126,32 @@ class CompletionsTest(unittest.TestCase):
         if early:
             r = self.create(max_tokens=40, stop=[stop, early], extra_body={"ignore_eos": True})
             self.assertEqual(r.choices[0].text, full[:2])
+
+    def test_vllm_stop_ids_and_min_tokens(self):
+        # stop_token_ids end the reply as EOS does (the id's text not in it); min_tokens holds them back until that
+        # many tokens; guided_json is response_format json_schema by vLLM's name.
+        full = self.create(max_tokens=40, extra_body={"ignore_eos": True}).choices[0].text.encode()
+        k = next(i for i in range(3, len(full)) if full.index(full[i:i + 1]) == i and full[i] < 0x80)
+        stop_id = harness.byte_token_ids(chr(full[k]), bos=False)[0]
+        r = self.create(max_tokens=40, extra_body={"ignore_eos": True, "stop_token_ids": [stop_id]})
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        self.assertEqual(r.choices[0].text.encode(), full[:k])
+        self.assertEqual(r.usage.completion_tokens, k + 1, "the stop id is a generated token")
+        held = self.create(max_tokens=40, extra_body={"ignore_eos": True, "stop_token_ids": [stop_id],
+                                                      "min_tokens": k + 3})
+        self.assertGreaterEqual(held.usage.completion_tokens, k + 3)
+        got = held.choices[0].text.encode()
+        self.assertEqual(got[:k], full[:k], "the same greedy tokens up to the stop id")
+        self.assertNotEqual(got[k:k + 1], full[k:k + 1], "where it was drawn, another token now")
+        schema = {"type": "object", "required": ["n"], "additionalProperties": False,
+                  "properties": {"n": {"type": "integer"}}}
+        g = self.create(max_tokens=300, temperature=1.0, seed=1, extra_body={"guided_json": schema})
+        if g.choices[0].finish_reason == "stop":
+            self.assertIsInstance(json.loads(g.choices[0].text)["n"], int)
+        self.assertTrue(g.choices[0].text.lstrip().startswith("{"), g.choices[0].text)
+        with self.assertRaises(Exception) as cm:
+            self.create(max_tokens=4, extra_body={"guided_regex": "a+"})
+        self.assertIn("guided_regex", str(cm.exception))
 
     def test_models(self):
         models = self.client.models.list()
