@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <ranges>
 
 #include "core/error.h"
 #include "tokenizer/prompt.h"
@@ -356,10 +357,12 @@ bool ToolCallCursor::tool_name_byte(uint8_t b) {
         const std::string& name = tools[size_t(i)].name;
         return size_t(offset_) < name.size() ? int(uint8_t(name[size_t(offset_)])) : -1;
     };
-    int lo = tool_lo_, hi = tool_hi_;
-    while (lo < hi && next_byte(lo) < b) ++lo;
-    int end = lo;
-    while (end < hi && next_byte(end) == b) ++end;
+    // Binary searches: a request may declare many tools.
+    const auto range = std::views::iota(tool_lo_, tool_hi_);
+    const int lo =
+        tool_lo_ + int(std::ranges::partition_point(range, [&](int i) { return next_byte(i) < b; }) - range.begin());
+    const int end =
+        tool_lo_ + int(std::ranges::partition_point(range, [&](int i) { return next_byte(i) <= b; }) - range.begin());
     if (lo == end) return false;
     tool_lo_ = lo;
     tool_hi_ = end;

@@ -291,6 +291,23 @@ TEST(ToolCallCursor, RefusesWhatTheParserOrTheSchemaWouldNot) {
     EXPECT_TRUE(ToolCallCursor(&after).accepts("<thin>k </think ｜DSM L｜ <｜end"));
 }
 
+// Many tools (names found by binary search in the sorted list): each declared name is accepted whole, and no other.
+TEST(ToolCallCursor, ManyToolsEachNameAndNoOther) {
+    std::vector<ToolSpec> tools;
+    for (int i = 0; i < 3000; ++i)
+        tools.push_back({"tool_" + std::to_string(i * 7 % 3001), CompiledSchema::any_object()});
+    const ToolCallGrammar g(tools, Start::kAtOnce, false);
+    const std::string open(ToolCallCursor::kOpening);
+    for (const ToolSpec& t : tools) {
+        ToolCallCursor c(&g);
+        ASSERT_TRUE(c.feed(std::string_view(open + t.name + "\">\n\n</｜DSML｜invoke>"))) << t.name;
+    }
+    for (const char* absent : {"tool_3001", "tool_", "tool_30000", "tool", "tool_01"}) {
+        ToolCallCursor c(&g);
+        EXPECT_FALSE(c.accepts(open + absent + "\"")) << absent;
+    }
+}
+
 TEST(ToolCallGrammar, RefusesWhatDsmlCannotWrite) {
     const auto any = CompiledSchema::any_object();
     EXPECT_THROW(ToolCallGrammar({{"a\"b", any}}, Start::kAtOnce, false), Error);
