@@ -93,9 +93,10 @@ std::string Metrics::render(const Engine::Stats* engine, const ConnectionGauges&
     metric("dsv4_requests_rejected_total", "counter", "Requests answered with an error before they ran.", rejected_);
     out +=
         "# HELP dsv4_requests_constrained_total Requests whose reply was constrained token by token, by kind "
-        "(response_format json_object / json_schema; tool_call: tool_choice or parallel_tool_calls).\n"
+        "(response_format json_object / json_schema, guided_choice: choice; tool_call: tool_choice, strict tools, "
+        "parallel_tool_calls).\n"
         "# TYPE dsv4_requests_constrained_total counter\n";
-    for (const char* kind : {"json_object", "json_schema", "tool_call"}) {
+    for (const char* kind : {"json_object", "json_schema", "choice", "tool_call"}) {
         const auto it = constrained_.find(kind);
         out += fmt::format("dsv4_requests_constrained_total{{kind=\"{}\"}} {}\n", kind,
                            it == constrained_.end() ? 0 : it->second);

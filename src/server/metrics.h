@@ -51,7 +51,7 @@ class Metrics {
     void inter_token_latency(double seconds);
     void finished(const std::string& finish_reason);  // stop | length | tool_calls | cancelled | error; per choice
     void rejected();                                  // a request answered with an error status before it ran
-    // A request whose reply is constrained: json_object | json_schema | tool_call (tool_choice, parallel_tool_calls).
+    // A request whose reply is constrained: json_object | json_schema | choice | tool_call (structured_output.h).
     void constrained(const std::string& kind);
     // The whole exposition: the engine's numbers (absent while the model loads) and the server's.
     std::string render(const Engine::Stats* engine, const ConnectionGauges& connections = {}) const;

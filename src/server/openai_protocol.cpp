@@ -243,24 +243,46 @@ void parse_vllm_stops(const Fields& f, const RequestLimits& limits, GenerationOp
     }
 }
 
-// vLLM's guided_json (a schema, or a JSON text of one) and structured_outputs {"json": ...}: response_format
-// json_schema under another name.
+constexpr int64_t kMaxChoices = 1024;
+
+// vLLM's guided_choice: one of a list of strings (at least one, at most kMaxChoices).
+void parse_guided_choice(const ordered_json& list, const std::string& param, GenerationOptions& o) {
+    if (!list.is_array() || list.empty() || int64_t(list.size()) > kMaxChoices)
+        bad_request(param, fmt::format("'{}' must be a list of 1 to {} strings", param, kMaxChoices));
+    std::vector<std::string> choices;
+    for (const ordered_json& c : list) {
+        if (!c.is_string()) bad_request(param, fmt::format("'{}' must hold strings, got {}", param, c.dump()));
+        choices.push_back(c.get<std::string>());
+    }
+    o.choices = std::make_shared<const ChoiceList>(std::move(choices));
+    o.response_format = ResponseFormat::kChoice;
+}
+
+// vLLM's guided_json (a schema, or a JSON text of one) and guided_choice, and their newer spelling
+// structured_outputs {"json": ...} / {"choice": [...]}: one structured reply, as response_format asks for one.
 void parse_guided_json(const Fields& f, GenerationOptions& o) {
     const ordered_json* schema = f.get("guided_json");
-    std::string param = "guided_json";
+    const ordered_json* choice = f.get("guided_choice");
+    std::string param = schema ? "guided_json" : "guided_choice";
     if (const ordered_json* so = f.object("structured_outputs")) {
         for (const auto& [key, value] : so->items())
-            if (key != "json" && !value.is_null())
+            if (key != "json" && key != "choice" && !value.is_null())
                 bad_request("structured_outputs." + key,
-                            fmt::format("'structured_outputs.{}' is not supported (only \"json\", a JSON schema, is "
-                                        "enforced; response_format does the same)",
+                            fmt::format("'structured_outputs.{}' is not supported (\"json\", a JSON schema, and "
+                                        "\"choice\", a list of strings, are enforced)",
                                         key));
-        if (so->contains("json") && !so->at("json").is_null())
-            schema = &so->at("json"), param = "structured_outputs.json";
+        for (const char* key : {"json", "choice"})
+            if (so->contains(key) && !so->at(key).is_null()) {
+                (std::string_view(key) == "json" ? schema : choice) = &so->at(key);
+                param = std::string("structured_outputs.") + key;
+            }
     }
-    if (!schema) return;
-    if (o.response_format != ResponseFormat::kText)
-        bad_request(param, fmt::format("'{}' beside 'response_format': give the schema once", param));
+    if (!schema && !choice) return;
+    if (o.response_format != ResponseFormat::kText || (schema && choice))
+        bad_request(param, fmt::format("'{}' beside another structured output ('response_format', guided_json, "
+                                       "guided_choice): ask for one",
+                                       param));
+    if (choice) return parse_guided_choice(*choice, param, o);
     try {
         const nlohmann::json s =
             schema->is_string() ? nlohmann::json::parse(schema->get<std::string>()) : nlohmann::json(*schema);
@@ -281,10 +303,9 @@ void refuse_vllm_extras(const Fields& f) {
         const char* why;
     };
     static constexpr Extra kRefused[] = {
-        {"guided_regex", "only JSON is enforced (guided_json, response_format)"},
-        {"guided_grammar", "only JSON is enforced (guided_json, response_format)"},
-        {"guided_choice", "only JSON is enforced (guided_json, response_format: an enum of the choices)"},
-        {"structural_tag", "only JSON is enforced (guided_json, response_format)"},
+        {"guided_regex", "only JSON and choices are enforced (guided_json, guided_choice, response_format)"},
+        {"guided_grammar", "only JSON and choices are enforced (guided_json, guided_choice, response_format)"},
+        {"structural_tag", "only JSON and choices are enforced (guided_json, guided_choice, response_format)"},
         {"logits_processors", "custom logits processors are not supported"},
         {"bad_words", "bad_words are not supported (logit_bias bans ids)"},
         {"allowed_token_ids", "allowed_token_ids is not supported (logit_bias can favour ids)"},

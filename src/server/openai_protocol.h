@@ -20,6 +20,7 @@
 
 #include "runtime/logit_adjust.h"
 #include "runtime/sampler.h"
+#include "structured/choice_constraint.h"
 #include "structured/json_schema.h"
 #include "structured/tool_call_cursor.h"
 #include "tokenizer/completion.h"
@@ -72,7 +73,8 @@ struct RequestLimits {
 // response_format: the reply's content as the model writes it ("text"), one JSON object ("json_object"), or one JSON
 // value that satisfies a schema ("json_schema": structured/json_schema.h has the subset), which the server enforces
 // token by token (structured/reply_constraints.h; after the reasoning of a thinking reply).
-enum class ResponseFormat { kText, kJsonObject, kJsonSchema };
+// kChoice: vLLM's guided_choice, the reply exactly one of a list of strings.
+enum class ResponseFormat { kText, kJsonObject, kJsonSchema, kChoice };
 
 struct GenerationOptions {
     SamplingParams sampling;  // greedy when temperature == 0 (the default temperature is 1, as OpenAI's); seed
@@ -90,6 +92,7 @@ struct GenerationOptions {
     LogitAdjustments adjust;     // presence / frequency / repetition penalties, logit_bias
     ResponseFormat response_format = ResponseFormat::kText;
     std::shared_ptr<const CompiledSchema> schema;  // kJsonSchema: response_format.json_schema.schema, compiled
+    std::shared_ptr<const ChoiceList> choices;     // kChoice: guided_choice
     // The reply's tool calls, enforced token by token (null: the model's own). Set for tool_choice "required" (the
     // reply is a call of a declared tool) or a named function (of it), for parallel_tool_calls: false (at most one
     // call) and where a tool is "strict" (its calls' arguments satisfy its parameters schema); every call's block is
@@ -130,8 +133,8 @@ struct CompletionRequest {
 // structured/json_schema.h, response_format beside tools, a strict tool's schema outside that subset, a
 // conversation that ends with an assistant message it does not ask to continue with "prefix" or
 // continue_final_message, vLLM's extras that ask for what this server does not do: guided_regex, guided_grammar,
-// guided_choice, bad_words, allowed_token_ids, truncate_prompt_tokens, prompt_logprobs, include_stop_str_in_output,
-// use_beam_search, logits_processors). vLLM's stop_token_ids, min_tokens and guided_json are honoured.
+// bad_words, allowed_token_ids, truncate_prompt_tokens, prompt_logprobs, include_stop_str_in_output,
+// use_beam_search, logits_processors). vLLM's stop_token_ids, min_tokens, guided_json and guided_choice are honoured.
 // `model` must equal `served_model` (404 model_not_found otherwise) when given; it may be absent. Nothing but
 // ApiError is thrown. `body` is an ordered_json (see parse_json_body); a plain json converts, losing key order.
 //

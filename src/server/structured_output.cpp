@@ -10,6 +10,8 @@ const char* constraint_kind(const GenerationOptions& options) {
             return "json_object";
         case ResponseFormat::kJsonSchema:
             return "json_schema";
+        case ResponseFormat::kChoice:
+            return "choice";
         case ResponseFormat::kText:
             break;
     }
@@ -26,6 +28,8 @@ std::shared_ptr<const TokenConstraint> response_constraint(const GenerationOptio
             return json_reply(std::move(table), CompiledSchema::any_object(), mode, eos);
         case ResponseFormat::kJsonSchema:
             return json_reply(std::move(table), options.schema, mode, eos);
+        case ResponseFormat::kChoice:
+            return choice_reply(std::move(table), options.choices, mode, eos);
     }
     return nullptr;
 }

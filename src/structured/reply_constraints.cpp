@@ -35,6 +35,14 @@ std::shared_ptr<const TokenConstraint> json_reply(std::shared_ptr<const TokenTab
                                                   std::vector<int32_t>{eos}, content_start(mode));
 }
 
+std::shared_ptr<const TokenConstraint> choice_reply(std::shared_ptr<const TokenTable> table,
+                                                    std::shared_ptr<const ChoiceList> choices, tok::ThinkingMode mode,
+                                                    int32_t eos) {
+    DSV4_CHECK(choices != nullptr, "a choice reply needs its choices");
+    return std::make_shared<const ChoiceConstraint>(std::move(table), std::move(choices), std::vector<int32_t>{eos},
+                                                    content_start(mode));
+}
+
 std::shared_ptr<const TokenConstraint> tool_call_reply(std::shared_ptr<const TokenTable> table,
                                                        std::shared_ptr<const ToolCallGrammar> grammar,
                                                        tok::ThinkingMode mode, int32_t eos) {

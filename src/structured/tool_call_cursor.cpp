@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <array>
-#include <ranges>
 
 #include "core/error.h"
 #include "tokenizer/prompt.h"
@@ -289,9 +288,7 @@ void ToolCallCursor::markup_done(int literal) {
         case kOpenRest:
         case kNextInvoke:
             phase_ = Phase::kToolName;
-            tool_lo_ = 0;
-            tool_hi_ = int(grammar_->tools().size());
-            offset_ = 0;
+            tool_name_ = SortedNameRange{.lo = 0, .hi = int(grammar_->tools().size())};
             return;
         case kNameEnd:
             used_ = 0;
@@ -343,31 +340,17 @@ bool ToolCallCursor::string_allowed(int node) const {
     return c.feed(uint8_t('"'));
 }
 
-// The tools are sorted by name: those that begin with the bytes read are a range, and the ones among them with `b`
-// next a range of it.
+// The tools are sorted by name (sorted_names.h).
 bool ToolCallCursor::tool_name_byte(uint8_t b) {
     const std::vector<ToolSpec>& tools = grammar_->tools();
-    if (b == '"') {  // the name ends: the tool named so is the range's first (a prefix sorts before what extends it)
-        if (tool_lo_ == tool_hi_ || tools[size_t(tool_lo_)].name.size() != size_t(offset_)) return false;
-        tool_ = tool_lo_;
+    const auto name = [&](int i) -> std::string_view { return tools[size_t(i)].name; };
+    if (b == '"') {  // the name ends
+        if (!tool_name_.whole(name)) return false;
+        tool_ = tool_name_.lo;
         expect(bit(kNameEnd));
         return true;
     }
-    const auto next_byte = [&](int i) {
-        const std::string& name = tools[size_t(i)].name;
-        return size_t(offset_) < name.size() ? int(uint8_t(name[size_t(offset_)])) : -1;
-    };
-    // Binary searches: a request may declare many tools.
-    const auto range = std::views::iota(tool_lo_, tool_hi_);
-    const int lo =
-        tool_lo_ + int(std::ranges::partition_point(range, [&](int i) { return next_byte(i) < b; }) - range.begin());
-    const int end =
-        tool_lo_ + int(std::ranges::partition_point(range, [&](int i) { return next_byte(i) <= b; }) - range.begin());
-    if (lo == end) return false;
-    tool_lo_ = lo;
-    tool_hi_ = end;
-    ++offset_;
-    return true;
+    return tool_name_.feed(b, name);
 }
 
 bool ToolCallCursor::param_name_byte(uint8_t b) {

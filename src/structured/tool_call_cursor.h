@@ -28,6 +28,7 @@
 
 #include "structured/json_schema.h"
 #include "structured/schema_cursor.h"
+#include "structured/sorted_names.h"
 
 namespace dsv4 {
 
@@ -105,7 +106,7 @@ class ToolCallCursor {
     enum class Phase : uint8_t {
         kContent,    // free text, watching for kBlockStart
         kMarkup,     // one of the literals in `literals_`, `offset_` bytes in
-        kToolName,   // the tools [tool_lo_, tool_hi_) begin with the `offset_` bytes read
+        kToolName,   // a tool's name (tool_name_)
         kParamName,  // a parameter's name
         kRawValue,   // string="true": the text, JSON-escaped, into value_ (after its opening '"')
         kJsonValue,  // string="false": the JSON text into value_
@@ -137,7 +138,8 @@ class ToolCallCursor {
 
     int watch_ = 0;    // kContent: bytes of kBlockStart matched; names and values: bytes of "｜DSML｜" matched
     int pending_ = 0;  // kRawValue: bytes of "</｜DSML｜" held back (they may be the value's close)
-    int tool_lo_ = 0, tool_hi_ = 0, tool_ = 0;
+    SortedNameRange tool_name_;  // kToolName: the tools whose names begin with the bytes read
+    int tool_ = 0;
     uint64_t keys_ = 0;  // kParamName: the properties whose names begin with the bytes read
     uint64_t used_ = 0;  // the call's properties written
     int value_node_ = 0;

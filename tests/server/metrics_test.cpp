@@ -53,6 +53,7 @@ TEST(Metrics, ExpositionHasTheEngineOnlyWhenLoadedAndEveryFinishReason) {
     EXPECT_TRUE(has_line(loading, "dsv4_requests_rejected_total 1"));
     EXPECT_TRUE(has_line(loading, "dsv4_requests_constrained_total{kind=\"json_schema\"} 1"));
     EXPECT_TRUE(has_line(loading, "dsv4_requests_constrained_total{kind=\"tool_call\"} 0"));
+    EXPECT_TRUE(has_line(loading, "dsv4_requests_constrained_total{kind=\"choice\"} 0"));
     EXPECT_TRUE(has_line(loading, "dsv4_time_to_first_token_seconds_count 1"));
     EXPECT_TRUE(has_line(loading, "dsv4_inter_token_latency_seconds_count 1"));
 

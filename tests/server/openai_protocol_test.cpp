@@ -430,8 +430,8 @@ TEST(OpenAiRequest, ToolsOnContentlessSystemSpecVector) {
 // A reply may continue the last message, an assistant's partial content: DeepSeek's "prefix", vLLM's
 // "continue_final_message", the encoder's "wo_eos". The prompt ends with that content (its reasoning closed in
 // thinking mode); a conversation ending with an assistant message without one of these is refused.
-// vLLM's extras: stop_token_ids, min_tokens and guided_json / structured_outputs.json are honoured; the ones this
-// server does not honour are 400s when they ask for anything, never silently ignored.
+// vLLM's extras: stop_token_ids, min_tokens, guided_json and guided_choice (or structured_outputs) are honoured; the
+// ones this server does not honour are 400s when they ask for anything, never silently ignored.
 TEST(OpenAiRequest, VllmExtrasAreHonouredOrRefused) {
     const ChatRequest r = chat(R"("stop_token_ids": [5, 7], "min_tokens": 3, "max_tokens": 8)");
     EXPECT_EQ(r.options.stop_token_ids, (std::vector<int32_t>{5, 7}));
@@ -456,11 +456,22 @@ TEST(OpenAiRequest, VllmExtrasAreHonouredOrRefused) {
     expect_chat_400(R"("guided_json": "{not json")", "guided_json");
     expect_chat_400(R"("guided_json": {}, "response_format": {"type": "json_object"})", "guided_json");
     expect_chat_400(R"("structured_outputs": {"regex": "a+"})", "structured_outputs.regex");
+    for (const std::string& fields : {std::string(R"("guided_choice": ["yes", "no", "yes"])"),
+                                      std::string(R"("structured_outputs": {"choice": ["yes", "no"]})")}) {
+        const ChatRequest c = chat(fields);
+        EXPECT_EQ(c.options.response_format, ResponseFormat::kChoice) << fields;
+        ASSERT_NE(c.options.choices, nullptr);
+        EXPECT_EQ(c.options.choices->choices(), (std::vector<std::string>{"no", "yes"})) << "sorted, once each";
+    }
+    expect_chat_400(R"("guided_choice": [])", "guided_choice");
+    expect_chat_400(R"("guided_choice": ["a", 1])", "guided_choice");
+    expect_chat_400(R"("guided_choice": "a")", "guided_choice");
+    expect_chat_400(R"("guided_choice": ["a"], "guided_json": {})", "guided_json");
+    expect_chat_400(R"("guided_choice": ["a"], "ignore_eos": true)", "ignore_eos");
     for (const char* refused :
-         {R"("guided_regex": "a+")", R"("guided_choice": ["a", "b"])", R"("guided_grammar": "g")",
-          R"("bad_words": ["x"])", R"("allowed_token_ids": [1])", R"("truncate_prompt_tokens": 5)",
-          R"("prompt_logprobs": 1)", R"("include_stop_str_in_output": true)", R"("use_beam_search": true)",
-          R"("logits_processors": ["p"])"}) {
+         {R"("guided_regex": "a+")", R"("guided_grammar": "g")", R"("bad_words": ["x"])", R"("allowed_token_ids": [1])",
+          R"("truncate_prompt_tokens": 5)", R"("prompt_logprobs": 1)", R"("include_stop_str_in_output": true)",
+          R"("use_beam_search": true)", R"("logits_processors": ["p"])"}) {
         const std::string field = std::string(refused).substr(1, std::string(refused).find('"', 1) - 1);
         expect_chat_400(refused, field);
     }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <set>
 
 #include "structured/tool_call_constraint.h"
 #include "tokenizer/completion.h"
@@ -308,6 +309,41 @@ TEST(StructuredOutput, ToolCallWalksOverTheVocabularyParseAndKeepToTheSchema) {
         }
     }
     EXPECT_GE(calls, 6);
+}
+
+// guided_choice over DeepSeek-V4's vocabulary: random walks over the mask (in a thinking reply after "</think>") end
+// in EOS with exactly one of the choices, however its tokens spell it.
+TEST(StructuredOutput, GuidedChoiceWalksEndInOneChoice) {
+    const auto table = token_table(tokenizer(), kVocab);
+    const GenerationOptions o =
+        chat_options(R"("guided_choice": ["positive", "negative", "neutral", "mixed feelings", "不知道", "pos"])");
+    ASSERT_EQ(o.response_format, ResponseFormat::kChoice);
+    EXPECT_STREQ(constraint_kind(o), "choice");
+    std::mt19937 rng(3);
+    std::set<std::string> seen;
+    for (const auto mode : {tok::ThinkingMode::kChat, tok::ThinkingMode::kThinking}) {
+        const auto proto = response_constraint(o, mode, table, eos());
+        for (int walk = 0; walk < 12; ++walk) {
+            auto c = proto->clone();
+            if (mode == tok::ThinkingMode::kThinking)
+                for (const int32_t id : tokenizer().encode("Hmm.</think>")) c->advance(id);
+            std::string text;
+            for (int step = 0;; ++step) {
+                ASSERT_LT(step, 40) << text;
+                const std::vector<int32_t> ids = allowed_ids(*c);
+                ASSERT_FALSE(ids.empty()) << text;
+                const int32_t id = ids[rng() % ids.size()];
+                c->advance(id);
+                if (id == eos()) break;
+                text += table->bytes(id);
+            }
+            EXPECT_NE(std::find(o.choices->choices().begin(), o.choices->choices().end(), text),
+                      o.choices->choices().end())
+                << text;
+            seen.insert(text);
+        }
+    }
+    EXPECT_GE(seen.size(), 3u);
 }
 
 }  // namespace

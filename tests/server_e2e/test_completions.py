@@ -1,5 +1,5 @@
 """/v1/completions (text and token-id prompts, streaming, logprobs, stop strings, exact usage, logit_bias and
-penalties, response_format json_object, vLLM's stop_token_ids, min_tokens and guided_json), /v1/models, /health and /metrics (parsed; counters and histograms move by exactly what a request did)
+penalties, response_format json_object, vLLM's stop_token_ids, min_tokens, guided_json and guided_choice), /v1/models, /health and /metrics (parsed; counters and histograms move by exactly what a request did)
 through the openai client and raw HTTP against the shared `dsv4 serve`."""
 
 import json
@@ -149,6 +149,11 @@ class CompletionsTest(unittest.TestCase):
         if g.choices[0].finish_reason == "stop":
             self.assertIsInstance(json.loads(g.choices[0].text)["n"], int)
         self.assertTrue(g.choices[0].text.lstrip().startswith("{"), g.choices[0].text)
+        choices = ["yes", "no", "maybe later"]
+        for seed in range(3):
+            c = self.create(max_tokens=20, temperature=1.0, seed=seed, extra_body={"guided_choice": choices})
+            self.assertEqual(c.choices[0].finish_reason, "stop")
+            self.assertIn(c.choices[0].text, choices)
         with self.assertRaises(Exception) as cm:
             self.create(max_tokens=4, extra_body={"guided_regex": "a+"})
         self.assertIn("guided_regex", str(cm.exception))

@@ -1,8 +1,10 @@
 // TokenTable and JsonConstraint (structured/constraints.h) on a small vocabulary: the mask leaves exactly the ids
 // whose bytes can follow (each checked against JsonCursor byte by byte, the string fast path included), special ids
 // never, the end ids only on a complete document, nothing before the text it waits for; random walks over the mask
-// write documents nlohmann::json parses.
+// write documents nlohmann::json parses. ChoiceConstraint: the same, walks ending in one of its choices.
 #include "structured/constraints.h"
+
+#include "structured/choice_constraint.h"
 
 #include <gtest/gtest.h>
 
@@ -156,6 +158,44 @@ TEST(JsonConstraint, ClonesAdvanceApartAndIdsPastTheTableAreNeverAllowed) {
     EXPECT_TRUE(std::isinf(row[kEos])) << "the clone's object is still open";
     EXPECT_FALSE(std::isinf(row[3]));
     for (size_t id = size_t(table->size()); id < row.size(); ++id) EXPECT_TRUE(std::isinf(row[id]));
+}
+
+// ChoiceConstraint (choice_constraint.h): the mask leaves exactly the ids whose bytes keep the text a prefix of a
+// choice (special ids never), EOS only on a whole choice; random walks end in exactly one of the choices.
+TEST(ChoiceConstraint, MaskEqualsEachIdAloneAndWalksEndInAChoice) {
+    const auto table = small_table();
+    const auto choices = std::make_shared<const ChoiceList>(
+        std::vector<std::string>{"true", "fal", "false", "akey", "\"}", "é中", "", "12"});  // each spelled by the ids
+    std::mt19937 rng(4);
+    int ended = 0;
+    for (int walk = 0; walk < 300; ++walk) {
+        ChoiceConstraint c(table, choices, {kEos});
+        std::string text;
+        for (int step = 0; step < 20; ++step) {
+            std::vector<float> row(size_t(table->size()), 0.0f);
+            ASSERT_TRUE(c.mask(row.data(), table->size())) << text;
+            std::vector<int32_t> ids;
+            for (int32_t id = 0; id < table->size(); ++id) {
+                const bool want = id == kEos ? c.cursor().complete()
+                                  : table->special(id) || table->bytes(id).empty()
+                                      ? false
+                                      : c.cursor().accepts(table->bytes(id));
+                EXPECT_EQ(!std::isinf(row[size_t(id)]), want) << "id " << id << " after '" << text << "'";
+                if (want) ids.push_back(id);
+            }
+            const int32_t id = ids[rng() % ids.size()];
+            c.advance(id);
+            if (id == kEos) break;
+            text += table->bytes(id);
+        }
+        ASSERT_TRUE(c.cursor().complete()) << text;
+        EXPECT_NE(std::find(choices->choices().begin(), choices->choices().end(), text), choices->choices().end())
+            << text;
+        ++ended;
+    }
+    EXPECT_EQ(ended, 300);
+    ChoiceConstraint c(table, choices, {kEos});
+    EXPECT_THROW(c.advance(kThinkEnd), Error) << "a special id is never a choice's text";
 }
 
 }  // namespace

@@ -1,0 +1,82 @@
+// ChoiceConstraint: see choice_constraint.h.
+#include "structured/choice_constraint.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+#include "structured/token_walk.h"
+
+namespace dsv4 {
+
+ChoiceList::ChoiceList(std::vector<std::string> choices) : choices_(std::move(choices)) {
+    DSV4_CHECK(!choices_.empty(), "a choice constraint needs a choice");
+    std::sort(choices_.begin(), choices_.end());
+    choices_.erase(std::unique(choices_.begin(), choices_.end()), choices_.end());
+}
+
+bool ChoiceCursor::feed(std::string_view bytes) {
+    ChoiceCursor next = *this;
+    for (const char c : bytes)
+        if (!next.feed(uint8_t(c))) return false;
+    *this = next;
+    return true;
+}
+
+bool ChoiceCursor::accepts(std::string_view bytes) const {
+    ChoiceCursor next = *this;
+    for (const char c : bytes)
+        if (!next.feed(uint8_t(c))) return false;
+    return true;
+}
+
+ChoiceConstraint::ChoiceConstraint(std::shared_ptr<const TokenTable> table, std::shared_ptr<const ChoiceList> choices,
+                                   std::vector<int32_t> end_ids, std::string start_after)
+    : table_(std::move(table)),
+      choices_(std::move(choices)),
+      cursor_(choices_.get()),
+      end_ids_(std::move(end_ids)),
+      start_(std::move(start_after)) {
+    DSV4_CHECK(table_ != nullptr, "a choice constraint needs a token table");
+}
+
+bool ChoiceConstraint::allowed(int32_t id) const {
+    if (int64_t(id) >= table_->size()) return false;
+    if (std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end()) return cursor_.complete();
+    const std::string_view bytes = table_->bytes(id);
+    return !table_->special(id) && !bytes.empty() && cursor_.accepts(bytes);
+}
+
+bool ChoiceConstraint::mask(float* logits, int64_t vocab) const {
+    constexpr float kNever = -std::numeric_limits<float>::infinity();
+    bool any = false;
+    if (!start_.reached()) {
+        for (int64_t id = 0; id < vocab; ++id) any = any || logits[id] != kNever;
+        return any;
+    }
+    thread_local std::vector<char> keep;
+    thread_local std::vector<ChoiceCursor> states;
+    keep.assign(size_t(table_->size()), 0);
+    keep_by_trie(*table_, cursor_, states, keep);
+    for (const int32_t id : end_ids_)
+        if (id < table_->size()) keep[size_t(id)] = cursor_.complete();
+    for (int64_t id = 0; id < vocab; ++id) {
+        if (logits[id] == kNever) continue;
+        if (id < table_->size() && keep[size_t(id)])
+            any = true;
+        else
+            logits[id] = kNever;
+    }
+    return any;
+}
+
+void ChoiceConstraint::advance(int32_t id) {
+    if (!start_.reached()) {
+        if (int64_t(id) < table_->size()) start_.feed(table_->bytes(id));
+        return;
+    }
+    DSV4_CHECK(allowed(id), "guided_choice: token {} cannot continue one of the choices", id);
+    if (std::find(end_ids_.begin(), end_ids_.end(), id) == end_ids_.end()) cursor_.feed(table_->bytes(id));
+}
+
+}  // namespace dsv4
