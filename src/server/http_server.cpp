@@ -112,6 +112,8 @@ void HttpServer::routes() {
         if (!authorized(req, res)) return;
         send_json(res, 200, models_response(options_.model_name, created_, limits_.max_context));
     });
+    http_->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
+    http_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { detokenize(req, res); });
     http_->Post("/v1/chat/completions",
                 [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); });
     http_->Post("/v1/completions",
@@ -121,8 +123,11 @@ void HttpServer::routes() {
         if (!res.body.empty()) return;
         metrics_.rejected();
         std::string message = fmt::format("HTTP {} for {} {}", res.status, req.method, req.path);
-        if (res.status == 404) message = fmt::format("no route {} {} (see /v1/models, /v1/chat/completions, "
-                                                     "/v1/completions, /health, /metrics)", req.method, req.path);
+        if (res.status == 404)
+            message = fmt::format(
+                "no route {} {} (see /v1/models, /v1/chat/completions, "
+                "/v1/completions, /tokenize, /detokenize, /health, /metrics)",
+                req.method, req.path);
         if (res.status == 413)
             message = fmt::format("the request body is larger than this server accepts ({} bytes)",
                                   options_.max_body_bytes);
@@ -315,19 +320,24 @@ struct Prepared {
     std::string echo_text;                 // the prompt as the client sent it (its ids decoded)
 };
 
+// The ids a chat request's prompt is: its messages rendered by the DeepSeek-V4 encoder, tokenized.
+std::vector<int32_t> chat_prompt(ChatRequest& r, const ServerOptions& server, const tok::Tokenizer& tokenizer) {
+    r.render.era = server.era;
+    try {
+        return tokenizer.encode(tok::render_prompt(r.messages, r.render));
+    } catch (const Error& e) {  // what the DeepSeek-V4 encoder refuses (spec/dsv4-encoding.md §3.9)
+        throw ApiError(400, "invalid_request_error", e.what(), "messages");
+    }
+}
+
 Prepared prepare_chat(const ordered_json& body, const RequestLimits& limits, const ServerOptions& server,
                       const tok::Tokenizer& tokenizer) {
     ChatRequest r = parse_chat_request(body, limits, server.model_name);
-    r.render.era = server.era;
     Prepared p;
     p.options = r.options;
     // A continued assistant message has its reasoning closed in the prompt: the reply is content, read as chat's.
     p.mode = r.continues_final ? tok::ThinkingMode::kChat : r.render.thinking_mode;
-    try {
-        p.prompt = tokenizer.encode(tok::render_prompt(r.messages, r.render));
-    } catch (const Error& e) {  // what the DeepSeek-V4 encoder refuses (spec/dsv4-encoding.md §3.9)
-        throw ApiError(400, "invalid_request_error", e.what(), "messages");
-    }
+    p.prompt = chat_prompt(r, server, tokenizer);
     return p;
 }
 
@@ -383,6 +393,38 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
         answer_stream(g, res);
     else
         answer_whole(g, res);
+}
+
+void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    try {
+        const ordered_json body = request_body(req, ready_, draining_);
+        TokenizeRequest t = parse_tokenize_request(body, limits_, options_.model_name);
+        std::vector<int32_t> ids;
+        if (t.chat) {
+            ids = chat_prompt(*t.chat, options_, *tokenizer_);
+        } else {  // as /v1/completions runs a text prompt
+            if (t.add_bos) ids.push_back(int32_t(engine_->config().bos_token_id));
+            tokenizer_->encode_append(*t.prompt_text, ids);
+        }
+        send_json(res, 200, tokenize_response(ids, limits_.max_context));
+    } catch (const ApiError& e) {
+        metrics_.rejected();
+        send_error(res, e);
+    }
+}
+
+void HttpServer::detokenize(const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    try {
+        const ordered_json body = request_body(req, ready_, draining_);
+        send_json(
+            res, 200,
+            detokenize_response(tokenizer_->decode(parse_detokenize_request(body, limits_, options_.model_name))));
+    } catch (const ApiError& e) {
+        metrics_.rejected();
+        send_error(res, e);
+    }
 }
 
 void HttpServer::submit(Generation& g, std::vector<int32_t> prompt) {

@@ -61,6 +61,9 @@ class HttpServer {
     bool authorized(const httplib::Request& req, httplib::Response& res);
     // POST /v1/chat/completions (chat) and /v1/completions: validate, tokenize, submit, answer (whole or streamed).
     void generate(const httplib::Request& req, httplib::Response& res, bool chat);
+    // vLLM's /tokenize and /detokenize (openai_protocol.h).
+    void tokenize(const httplib::Request& req, httplib::Response& res);
+    void detokenize(const httplib::Request& req, httplib::Response& res);
     // Checks the prompt against the context, sets max_tokens, hands the request to the engine (ApiError on refusal).
     void submit(Generation& g, std::vector<int32_t> prompt);
     int32_t eos_id(const GenerationOptions& o) const;  // the id that ends a reply (-1: none, ignore_eos)

@@ -786,6 +786,45 @@ std::vector<int32_t> parse_token_ids(const ordered_json& ids, const std::string&
 
 }  // namespace
 
+TokenizeRequest parse_tokenize_request(const ordered_json& body, const RequestLimits& limits,
+                                       const std::string& served_model) {
+    TokenizeRequest t;
+    if (body.is_object() && body.contains("messages")) {
+        t.chat = parse_chat_request(body, limits, served_model);
+        return t;
+    }
+    return guarded([&] {
+        if (!body.is_object()) bad_request("", "the request body must be a JSON object");
+        const Fields f(body);
+        check_model(f, served_model);
+        const auto prompt = f.string("prompt");
+        if (!prompt) bad_request("prompt", "'prompt' (a string) or 'messages' is required");
+        t.prompt_text = *prompt;
+        t.add_bos = f.boolean("add_special_tokens").value_or(true);
+        return t;
+    });
+}
+
+ordered_json tokenize_response(const std::vector<int32_t>& ids, int64_t max_model_len) {
+    return {{"count", ids.size()}, {"max_model_len", max_model_len}, {"tokens", ids}, {"token_strs", nullptr}};
+}
+
+std::vector<int32_t> parse_detokenize_request(const ordered_json& body, const RequestLimits& limits,
+                                              const std::string& served_model) {
+    return guarded([&] {
+        if (!body.is_object()) bad_request("", "the request body must be a JSON object");
+        const Fields f(body);
+        check_model(f, served_model);
+        const ordered_json* ids = f.array("tokens");
+        if (!ids) bad_request("tokens", "'tokens' (an array of token ids) is required");
+        return parse_token_ids(*ids, "tokens", limits);
+    });
+}
+
+ordered_json detokenize_response(const std::string& text) {
+    return {{"prompt", text}};
+}
+
 CompletionRequest parse_completion_request(const ordered_json& body, const RequestLimits& limits,
                                            const std::string& served_model) {
     return guarded([&] {

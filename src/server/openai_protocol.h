@@ -246,6 +246,24 @@ ordered_json usage_json(const Usage& usage);  // {"prompt_tokens","completion_to
 // GET /v1/models: {"object":"list","data":[{"id","object":"model","created","owned_by":"dsv4","max_model_len"}]}.
 ordered_json models_response(const std::string& model, int64_t created, int64_t max_model_len);
 
+// vLLM's /tokenize: the ids a prompt runs as. Either {"prompt": text, "add_special_tokens": true} (as /v1/completions
+// runs a text prompt: BOS first unless add_special_tokens is false) or a chat body ({"messages": [...]} and any field
+// of /v1/chat/completions that shapes the prompt: tools, thinking, reasoning_effort, chat_template_kwargs, a prefix
+// message), validated as that endpoint validates it, so the count equals its usage.prompt_tokens.
+struct TokenizeRequest {
+    std::optional<std::string> prompt_text;
+    bool add_bos = true;
+    std::optional<ChatRequest> chat;
+};
+TokenizeRequest parse_tokenize_request(const ordered_json& body, const RequestLimits& limits,
+                                       const std::string& served_model);
+// {"count", "max_model_len", "tokens", "token_strs": null}, as vLLM answers.
+ordered_json tokenize_response(const std::vector<int32_t>& ids, int64_t max_model_len);
+// vLLM's /detokenize: {"tokens": [ids]} (each in the vocabulary) -> their text, {"prompt": text}.
+std::vector<int32_t> parse_detokenize_request(const ordered_json& body, const RequestLimits& limits,
+                                              const std::string& served_model);
+ordered_json detokenize_response(const std::string& text);
+
 // Stop strings over streamed text: push() returns the text that can be sent now (held back while it could be the
 // start of a stop string), and says when a stop string was completed (the text before it is returned, the stop
 // string and everything after it never are). finish() returns what was held back at the end. The stop that ends

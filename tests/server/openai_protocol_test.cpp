@@ -480,6 +480,34 @@ TEST(OpenAiRequest, VllmExtrasAreHonouredOrRefused) {
         << "their defaults ask for nothing";
 }
 
+// vLLM's /tokenize: a text prompt (BOS unless add_special_tokens is false) or a chat body, validated as
+// /v1/chat/completions validates it; /detokenize: ids in the vocabulary.
+TEST(OpenAiRequest, TokenizeAndDetokenize) {
+    const TokenizeRequest text = parse_tokenize_request(parse(R"({"prompt": "hi"})"), kLimits, kModel);
+    EXPECT_EQ(text.prompt_text, "hi");
+    EXPECT_TRUE(text.add_bos);
+    EXPECT_FALSE(text.chat.has_value());
+    EXPECT_FALSE(
+        parse_tokenize_request(parse(R"({"prompt": "hi", "add_special_tokens": false})"), kLimits, kModel).add_bos);
+    const TokenizeRequest chat = parse_tokenize_request(
+        parse(R"({"messages": [{"role": "user", "content": "q"}], "thinking": true})"), kLimits, kModel);
+    ASSERT_TRUE(chat.chat.has_value());
+    EXPECT_EQ(chat.chat->render.thinking_mode, tok::ThinkingMode::kThinking);
+    expect_400([&] { parse_tokenize_request(parse("{}"), kLimits, kModel); }, "prompt", "neither prompt nor messages");
+    expect_400([&] { parse_tokenize_request(parse(R"({"prompt": 5})"), kLimits, kModel); }, "prompt", "a number");
+    expect_400([&] { parse_tokenize_request(parse(R"({"messages": []})"), kLimits, kModel); }, "messages", "empty");
+    EXPECT_EQ(error_of([&] {
+                  parse_tokenize_request(parse(R"({"prompt": "x", "model": "other"})"), kLimits, kModel);
+              }).status(),
+              404);
+    EXPECT_EQ(parse_detokenize_request(parse(R"({"tokens": [1, 2]})"), kLimits, kModel), (std::vector<int32_t>{1, 2}));
+    expect_400([&] { parse_detokenize_request(parse(R"({"tokens": [-1]})"), kLimits, kModel); }, "tokens", "negative");
+    expect_400([&] { parse_detokenize_request(parse("{}"), kLimits, kModel); }, "tokens", "missing");
+    EXPECT_EQ(tokenize_response({3, 4}, 64).dump(),
+              R"({"count":2,"max_model_len":64,"tokens":[3,4],"token_strs":null})");
+    EXPECT_EQ(detokenize_response("ab").dump(), R"({"prompt":"ab"})");
+}
+
 TEST(OpenAiRequest, APrefixAssistantMessageIsContinued) {
     const std::string turns =
         R"({"role": "user", "content": "Write code"}, {"role": "assistant", "content": "```py\n")";

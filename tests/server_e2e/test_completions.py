@@ -1,5 +1,5 @@
 """/v1/completions (text and token-id prompts, streaming, logprobs, stop strings, exact usage, logit_bias and
-penalties, response_format json_object, vLLM's stop_token_ids, min_tokens, guided_json and guided_choice), /v1/models, /health and /metrics (parsed; counters and histograms move by exactly what a request did)
+penalties, response_format json_object, vLLM's stop_token_ids, min_tokens, guided_json and guided_choice; /tokenize and /detokenize), /v1/models, /health and /metrics (parsed; counters and histograms move by exactly what a request did)
 through the openai client and raw HTTP against the shared `dsv4 serve`."""
 
 import json
@@ -157,6 +157,31 @@ class CompletionsTest(unittest.TestCase):
         with self.assertRaises(Exception) as cm:
             self.create(max_tokens=4, extra_body={"guided_regex": "a+"})
         self.assertIn("guided_regex", str(cm.exception))
+
+    def test_tokenize_and_detokenize(self):
+        # vLLM's /tokenize counts what a request runs: a text prompt as /v1/completions runs it (BOS first), messages
+        # as /v1/chat/completions renders them; /detokenize gives the ids' text back.
+        status, t = self.server.post("/tokenize", {"prompt": PROMPT})
+        self.assertEqual(status, 200, t)
+        self.assertEqual(t["tokens"], harness.byte_token_ids(PROMPT))
+        self.assertEqual(t["count"], len(t["tokens"]))
+        self.assertEqual(t["count"], self.create(max_tokens=1).usage.prompt_tokens)
+        self.assertGreater(t["max_model_len"], 0)
+        _, plain = self.server.post("/tokenize", {"prompt": PROMPT, "add_special_tokens": False})
+        self.assertEqual(plain["tokens"], t["tokens"][1:])
+        messages = [{"role": "user", "content": "Weather in Paris?"}]
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+        _, chat = self.server.post("/tokenize", {"messages": messages, "tools": tools})
+        used = self.server.chat({"messages": messages, "tools": tools, "max_tokens": 1})
+        self.assertEqual(chat["count"], used["usage"]["prompt_tokens"])
+        status, d = self.server.post("/detokenize", {"tokens": plain["tokens"]})
+        self.assertEqual(status, 200, d)
+        self.assertEqual(d["prompt"], PROMPT)
+        for path, body, field in (("/tokenize", {}, "prompt"), ("/detokenize", {"tokens": [-1]}, "tokens"),
+                                  ("/tokenize", {"messages": []}, "messages")):
+            status, e = self.server.post(path, body)
+            self.assertEqual(status, 400, (path, body, e))
+            self.assertEqual(e["error"]["param"], field)
 
     def test_models(self):
         models = self.client.models.list()
