@@ -1,6 +1,8 @@
 // Generation: see generation.h.
 #include "server/generation.h"
 
+#include "server/openai_responses.h"
+
 #include <cmath>
 
 #include "core/error.h"
@@ -123,6 +125,11 @@ std::pair<int, ordered_json> whole_reply(Generation& g) {
         } else {
             completion.push_back(CompletionChoice{std::move(f.parsed.content), reason, std::move(f.logprobs)});
         }
+    }
+    if (g.responses) {
+        ResponseOutcome outcome{std::move(chat.front().parsed), chat.front().finish_reason, g.usage,
+                                g.choices.front().builder->reasoning_tokens()};
+        return {200, response_object(g.id, g.created, g.model, &outcome, g.response_echo)};
     }
     if (g.chat) return {200, chat_response(g.id, g.created, g.model, chat, g.usage, g.options.logprobs)};
     return {200, completion_response(g.id, g.created, g.model, completion, g.options.logprobs, g.usage)};

@@ -69,7 +69,9 @@ struct Choice {
 // the metrics. Choice 0 is submitted first; the others once its first event arrives, when its prompt is in the
 // prefix cache with its last logits (if the cache is on), so the prompt is computed once for all n.
 struct Generation {
-    bool chat = false;
+    bool chat = false;           // the reply is a chat reply (chat completions, responses)
+    bool responses = false;      // /v1/responses: answered as a response object or its events
+    ordered_json response_echo;  // responses: the request fields its response repeats
     std::string id, model;
     int64_t created = 0;
     GenerationOptions options;

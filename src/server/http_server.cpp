@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "server/connection_pool.h"
 #include "server/generation.h"
+#include "server/openai_responses.h"
 #include "server/reply_builder.h"
 #include "server/structured_output.h"
 #include "tokenizer/prompt.h"
@@ -115,9 +116,11 @@ void HttpServer::routes() {
     http_->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
     http_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { detokenize(req, res); });
     http_->Post("/v1/chat/completions",
-                [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); });
+                [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, Api::kChat); });
     http_->Post("/v1/completions",
-                [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); });
+                [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, Api::kCompletions); });
+    http_->Post("/v1/responses",
+                [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, Api::kResponses); });
     // Statuses httplib sets by itself (404 no route, 413 body too large, 400 bad request line): OpenAI's error form.
     http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return;
@@ -126,7 +129,8 @@ void HttpServer::routes() {
         if (res.status == 404)
             message = fmt::format(
                 "no route {} {} (see /v1/models, /v1/chat/completions, "
-                "/v1/completions, /tokenize, /detokenize, /health, /metrics)",
+                "/v1/completions, /v1/responses, /tokenize, /detokenize, /health, "
+                "/metrics)",
                 req.method, req.path);
         if (res.status == 413)
             message = fmt::format("the request body is larger than this server accepts ({} bytes)",
@@ -303,6 +307,63 @@ void answer_stream(std::shared_ptr<Generation> g, httplib::Response& res) {
         });
 }
 
+// A streamed /v1/responses answer: its events (ResponseEvents) as SSE "event: TYPE / data: JSON" records, the
+// deltas as they become final, the items closed and the calls at the end, then completed (or incomplete); a failure
+// is a response.failed event. One choice (the Responses API has no n).
+void answer_response_stream(std::shared_ptr<Generation> g, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    auto events = std::make_shared<ResponseEvents>(g->id, g->created, g->model, g->response_echo);
+    auto started = std::make_shared<bool>(false);
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [g, events, started](size_t, httplib::DataSink& sink) {
+            const auto send = [&](const std::vector<ordered_json>& list) {
+                for (const ordered_json& e : list) {
+                    const std::string record =
+                        "event: " + e["type"].get<std::string>() + "\ndata: " + safe_dump(e) + "\n\n";
+                    if (!sink.write(record.data(), record.size())) return false;
+                }
+                return true;
+            };
+            if (!*started) {
+                *started = true;
+                if (!send(events->start())) return g->cancel_all(), false;
+            }
+            Choice& ch = g->choices.front();
+            const auto fail = [&](const Choice& failed) {
+                const bool error = failed.reason == FinishReason::kError;
+                g->cancel_all();
+                g->report_all(error ? "error" : "cancelled");
+                send(events->failed(error ? failed.error : "the server is shutting down"));
+                sink.done();
+                return true;
+            };
+            while (!g->finished()) {
+                std::optional<Channel::Tagged> e = g->channel->pop(std::chrono::milliseconds(200));
+                if (!e) {
+                    if (!sink.is_writable()) return g->cancel_all(), false;
+                    continue;
+                }
+                const ReplyBuilder::Delta d = g->take(e->choice, e->event);
+                if (!send(events->delta(d.reasoning_content, d.content))) return g->cancel_all(), false;
+            }
+            if (const Choice* failed = g->failed()) return fail(*failed);
+            ReplyBuilder::Final f = ch.builder->finish(ch.reason);
+            const std::string reason = Generation::outcome(ch, f);
+            g->report(ch, reason);
+            if (!send(events->delta(f.last.reasoning_content, f.last.content))) return g->cancel_all(), false;
+            const ResponseOutcome outcome{std::move(f.parsed), reason, g->usage, ch.builder->reasoning_tokens()};
+            if (!send(events->finish(outcome))) return false;
+            sink.done();
+            return true;
+        },
+        [g](bool) {  // whatever happened to the connection, the engine requests end
+            g->cancel_all();
+            g->report_all("cancelled");
+        });
+}
+
 }  // namespace
 
 int32_t HttpServer::eos_id(const GenerationOptions& o) const {
@@ -341,6 +402,17 @@ Prepared prepare_chat(const ordered_json& body, const RequestLimits& limits, con
     return p;
 }
 
+Prepared prepare_responses(const ordered_json& body, const RequestLimits& limits, const ServerOptions& server,
+                           const tok::Tokenizer& tokenizer, ordered_json& echo) {
+    ResponsesRequest r = parse_responses_request(body, limits, server.model_name);
+    echo = std::move(r.echo);
+    Prepared p;
+    p.options = r.chat.options;
+    p.mode = r.chat.continues_final ? tok::ThinkingMode::kChat : r.chat.render.thinking_mode;
+    p.prompt = chat_prompt(r.chat, server, tokenizer);
+    return p;
+}
+
 Prepared prepare_completion(const ordered_json& body, const RequestLimits& limits, const ServerOptions& server,
                             const tok::Tokenizer& tokenizer, int32_t bos_id) {
     CompletionRequest r = parse_completion_request(body, limits, server.model_name);
@@ -359,16 +431,20 @@ Prepared prepare_completion(const ordered_json& body, const RequestLimits& limit
 
 }  // namespace
 
-void HttpServer::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+void HttpServer::generate(const httplib::Request& req, httplib::Response& res, Api api) {
     if (!authorized(req, res)) return;
     auto g = std::make_shared<Generation>();
+    const bool chat = api != Api::kCompletions;
     try {
         const ordered_json body = request_body(req, ready_, draining_);
-        Prepared p = chat ? prepare_chat(body, limits_, options_, *tokenizer_)
-                          : prepare_completion(body, limits_, options_, *tokenizer_,
-                                               int32_t(engine_->config().bos_token_id));
+        Prepared p =
+            api == Api::kChat ? prepare_chat(body, limits_, options_, *tokenizer_)
+            : api == Api::kResponses
+                ? prepare_responses(body, limits_, options_, *tokenizer_, g->response_echo)
+                : prepare_completion(body, limits_, options_, *tokenizer_, int32_t(engine_->config().bos_token_id));
         g->chat = chat;
-        g->id = (chat ? "chatcmpl-" : "cmpl-") + random_suffix();
+        g->responses = api == Api::kResponses;
+        g->id = (api == Api::kChat ? "chatcmpl-" : api == Api::kResponses ? "resp_" : "cmpl-") + random_suffix();
         g->model = options_.model_name;
         g->created = created_;
         g->options = p.options;
@@ -389,7 +465,9 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
         metrics_.rejected();
         return send_error(res, e);
     }
-    if (g->options.stream)
+    if (g->options.stream && g->responses)
+        answer_response_stream(g, res);
+    else if (g->options.stream)
         answer_stream(g, res);
     else
         answer_whole(g, res);

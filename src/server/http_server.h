@@ -60,7 +60,8 @@ class HttpServer {
     void routes();
     bool authorized(const httplib::Request& req, httplib::Response& res);
     // POST /v1/chat/completions (chat) and /v1/completions: validate, tokenize, submit, answer (whole or streamed).
-    void generate(const httplib::Request& req, httplib::Response& res, bool chat);
+    enum class Api { kChat, kCompletions, kResponses };
+    void generate(const httplib::Request& req, httplib::Response& res, Api api);
     // vLLM's /tokenize and /detokenize (openai_protocol.h).
     void tokenize(const httplib::Request& req, httplib::Response& res);
     void detokenize(const httplib::Request& req, httplib::Response& res);

@@ -51,6 +51,7 @@ ReplyBuilder::Delta ReplyBuilder::push(const SampledToken& token) {
         return d;
     }
     feed_text(stop_.push(decoder_.push(token.id)), d);
+    if (chat_ && stream_.in_reasoning()) ++reasoning_tokens_;
     return d;
 }
 

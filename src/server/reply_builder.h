@@ -33,6 +33,8 @@ class ReplyBuilder {
     // True once a stop string completed: the caller cancels the engine request and finishes.
     bool stopped() const { return stop_.stopped(); }
     int64_t tokens() const { return tokens_; }
+    // Chat: the tokens after which the reply was still reasoning (its "</think>" is not one of them).
+    int64_t reasoning_tokens() const { return reasoning_tokens_; }
 
     struct Final {
         Delta last;                    // what was held back
@@ -57,7 +59,7 @@ class ReplyBuilder {
     std::string text_;  // completions: everything sent
     std::vector<TokenLogprob> all_logprobs_;
     bool saw_eos_ = false;
-    int64_t tokens_ = 0;
+    int64_t tokens_ = 0, reasoning_tokens_ = 0;
 };
 
 }  // namespace dsv4::server

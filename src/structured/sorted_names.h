@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <ranges>
 #include <string_view>
 
 namespace dsv4 {
@@ -21,17 +20,27 @@ struct SortedNameRange {
             const std::string_view n = name(i);
             return size_t(read) < n.size() ? int(uint8_t(n[size_t(read)])) : -1;
         };
-        const auto range = std::views::iota(lo, hi);
-        const int first =
-            lo + int(std::ranges::partition_point(range, [&](int i) { return next_byte(i) < b; }) - range.begin());
-        const int end =
-            lo + int(std::ranges::partition_point(range, [&](int i) { return next_byte(i) <= b; }) - range.begin());
+        const int first = first_where(lo, hi, [&](int i) { return next_byte(i) >= b; });
+        const int end = first_where(first, hi, [&](int i) { return next_byte(i) > b; });
         if (first == end) return false;
         lo = first;
         hi = end;
         ++read;
         return true;
     }
+    // The first i in [begin, end) where `holds` does (it holds from there on), else end: a binary search.
+    template <class Pred>
+    static int first_where(int begin, int end, Pred holds) {
+        while (begin < end) {
+            const int mid = begin + (end - begin) / 2;
+            if (holds(mid))
+                end = mid;
+            else
+                begin = mid + 1;
+        }
+        return begin;
+    }
+
     // Whether the bytes read are a whole name: then it is the range's first.
     template <class NameOf>
     bool whole(NameOf name) const {

@@ -64,6 +64,8 @@ public:
 
     // True once the tool-call block has started: a client can show "calling tools" while it streams.
     bool in_tool_calls() const { return state_ == State::kToolCalls; }
+    // True while the text is still the reasoning (thinking mode, before "</think>").
+    bool in_reasoning() const { return state_ == State::kReasoning; }
     const std::string& text() const { return text_; }
 
 private:

@@ -1,6 +1,7 @@
 // The contract openai_request_fuzz checks, a function that returns what broke ("" when the input keeps it), so that
 // the fuzz target aborts on it and tests/server/fuzz_corpus_test.cpp replays the committed corpus through the same
-// check. An input's first byte is a mode (the endpoint and the encoder era); the rest is the body.
+// check. An input's first byte is a mode (the endpoint: bit 0 completions, bit 2 responses; bit 1 the encoder era);
+// the rest is the body.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "core/error.h"
 #include "server/openai_protocol.h"
+#include "server/openai_responses.h"
 #include "structured/schema_cursor.h"
 #include "structured/tool_call_cursor.h"
 
@@ -56,6 +58,13 @@ inline std::string openai_request_violation(std::string_view input) {
     limits.vocab_size = 129280;
     try {
         const server::ordered_json json = server::parse_json_body(input.substr(1));
+        if (mode & 4) {  // /v1/responses: translated into a chat request
+            server::ResponsesRequest request = server::parse_responses_request(json, limits, "served");
+            walk_schema(request.chat.options);
+            walk_tool_calls(request.chat.options);
+            (void)server::response_object("resp_x", 0, "served", nullptr, request.echo);
+            return "";
+        }
         if (mode & 1) {
             walk_schema(server::parse_completion_request(json, limits, "served").options);
             return "";
