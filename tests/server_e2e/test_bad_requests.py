@@ -12,6 +12,7 @@ import harness
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
+RESPONSES = "/v1/responses"
 MESSAGES = [{"role": "user", "content": "Hi"}]
 
 # Fields both endpoints take, each with values that must be refused (400).
@@ -139,7 +140,7 @@ class BadRequestTest(unittest.TestCase):
             client.completions.create(model="no-such-model", prompt="Hi", max_tokens=2)
 
     def test_malformed_bodies(self):
-        for path in (CHAT, COMPLETIONS):
+        for path in (CHAT, COMPLETIONS, RESPONSES, "/tokenize", "/detokenize"):
             for body in (b"", b"{", b'{"prompt": "Hi",}', b"[1, 2]", b"null", b'"text"', b"42",
                          b"{" * 1000 + b"}" * 1000, b'{"messages": "\xff\xfe", "prompt": "\xff"}',
                          b'{"prompt": "Hi", "max_tokens": 2} trailing'):
@@ -191,7 +192,9 @@ class AuthAndLimitsTest(unittest.TestCase):
 
     def test_api_key(self):
         requests = [("POST", CHAT, {"messages": MESSAGES, "max_tokens": 2}),
-                    ("POST", COMPLETIONS, {"prompt": "Hi", "max_tokens": 2}), ("GET", "/v1/models", None)]
+                    ("POST", COMPLETIONS, {"prompt": "Hi", "max_tokens": 2}), ("GET", "/v1/models", None),
+                    ("POST", RESPONSES, {"input": "Hi", "max_output_tokens": 2}),
+                    ("POST", "/tokenize", {"prompt": "Hi"}), ("POST", "/detokenize", {"tokens": [1]})]
         for method, path, body in requests:
             for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": self.KEY},
                             {"Authorization": f"Basic {self.KEY}"}, {"Authorization": f"Bearer {self.KEY}x"}):
@@ -212,7 +215,7 @@ class AuthAndLimitsTest(unittest.TestCase):
 
     def test_body_too_large(self):
         big = {"prompt": "x" * 70000, "max_tokens": 2}
-        for path in (CHAT, COMPLETIONS):
+        for path in (CHAT, COMPLETIONS, RESPONSES):
             with self.subTest(path=path):
                 status, obj = self.post(path, big)
                 check_error(self, status, obj, 413, path)
