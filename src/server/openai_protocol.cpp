@@ -570,7 +570,9 @@ std::shared_ptr<const ToolCallGrammar> tool_call_grammar(const ordered_json& too
             try {
                 spec.parameters = compile_schema(schema);
             } catch (const Error& e) {
-                bad_request(param, fmt::format("'{}' (a strict tool's, enforced) {}", param, e.what()));
+                bad_request(param, fmt::format("'{}' (a strict tool's, enforced) {}; with \"strict\": false the "
+                                               "arguments are left to the model",
+                                               param, e.what()));
             }
         }
         specs.push_back(std::move(spec));
