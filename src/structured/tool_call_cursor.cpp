@@ -128,6 +128,30 @@ bool writable_name(std::string_view name) {
 
 }  // namespace
 
+bool Utf8Check::feed(uint8_t b) {
+    if (left > 0) {
+        if (b < lo || b > hi) return false;
+        --left;
+        lo = 0x80, hi = 0xBF;
+        return true;
+    }
+    if (b < 0x80) return true;
+    if (b >= 0xC2 && b <= 0xDF) return left = 1, true;
+    if (b >= 0xE0 && b <= 0xEF) {  // no overlong forms (E0: A0..), no surrogates (ED: ..9F)
+        left = 2;
+        lo = b == 0xE0 ? 0xA0 : 0x80;
+        hi = b == 0xED ? 0x9F : 0xBF;
+        return true;
+    }
+    if (b >= 0xF0 && b <= 0xF4) {  // no overlong forms (F0: 90..), nothing past U+10FFFF (F4: ..8F)
+        left = 3;
+        lo = b == 0xF0 ? 0x90 : 0x80;
+        hi = b == 0xF4 ? 0x8F : 0xBF;
+        return true;
+    }
+    return false;
+}
+
 ToolCallGrammar::ToolCallGrammar(std::vector<ToolSpec> tools, Start start, bool one_call)
     : tools_(std::move(tools)), start_(start), one_call_(one_call) {
     DSV4_CHECK(!tools_.empty(), "a tool-call grammar needs a tool");
@@ -190,7 +214,7 @@ bool ToolCallCursor::in_free_text() const {
         case Phase::kJsonValue:
             return watch_ == 0 && value_.in_free_string();
         case Phase::kParamName:
-            return params().additional != SchemaNode::kNone && watch_ == 0 && value_.in_free_string();
+            return params().additional != SchemaNode::kNone && watch_ == 0 && name_utf8_.whole();
         default:
             return false;
     }
@@ -301,8 +325,7 @@ void ToolCallCursor::markup_done(int literal) {
             offset_ = 0;
             watch_ = 0;
             name_.clear();
-            value_ = SchemaCursor(tool().parameters.get(), JsonLimits{}, 0);  // node 0: any value
-            value_.feed(uint8_t('"'));  // an other name is read as the inside of a JSON string (UTF-8, no controls)
+            name_utf8_ = Utf8Check{};
             return;
         case kStringAttr:
             expect((string_allowed(value_node_) ? bit(kRawFlag) : 0) | bit(kJsonFlag));
@@ -366,7 +389,9 @@ bool ToolCallCursor::param_name_byte(uint8_t b) {
         if (!(left & ~used_)) return false;
     } else {  // an other name: whole UTF-8 characters, no control character, no '\' (an escape), no "｜DSML｜"
         const int watch = match_step(kMarker, watch_, b);
-        if (watch == int(kMarker.size()) || b == '\\' || !value_.feed(b)) return false;
+        Utf8Check utf8 = name_utf8_;
+        if (watch == int(kMarker.size()) || b == '\\' || b < 0x20 || !utf8.feed(b)) return false;
+        name_utf8_ = utf8;
         watch_ = watch;
         name_ += char(b);
     }
@@ -389,7 +414,7 @@ bool ToolCallCursor::close_param_name() {
         used_ |= uint64_t(1) << exact;
         value_node_ = p.key_nodes[size_t(exact)];
     } else {
-        if (p.additional == SchemaNode::kNone || name_.empty() || !closable(value_)) return false;
+        if (p.additional == SchemaNode::kNone || name_.empty() || !name_utf8_.whole()) return false;
         for (size_t at = 0; at < other_names_.size();) {
             const size_t end = other_names_.find('\0', at);
             if (std::string_view(other_names_).substr(at, end - at) == name_) return false;

@@ -64,6 +64,13 @@ class ToolCallGrammar {
     bool one_call_;
 };
 
+// Whole UTF-8 characters (RFC 3629: no overlong forms, surrogates or code points past U+10FFFF), byte by byte.
+struct Utf8Check {
+    uint8_t left = 0, lo = 0x80, hi = 0xBF;  // continuation bytes to come; the next one's range
+    bool feed(uint8_t b);                    // false (nothing changed) for a byte that cannot come
+    bool whole() const { return left == 0; }
+};
+
 class ToolCallCursor {
   public:
     // `grammar` must outlive the cursor.
@@ -144,8 +151,9 @@ class ToolCallCursor {
     uint64_t used_ = 0;  // the call's properties written
     int value_node_ = 0;
     std::string name_;                // kParamName: the bytes read, where other names are allowed
+    Utf8Check name_utf8_;             // kParamName: whether those are whole characters
     std::string other_names_;         // the call's other names written, each followed by '\0'
-    SchemaCursor value_;              // the value (or an other name, as the inside of a JSON string) being read
+    SchemaCursor value_;              // the value being read
     std::array<char, kTail> tail_{};  // kContent: its last bytes
     uint8_t tail_size_ = 0;
 };

@@ -276,6 +276,9 @@ TEST(ToolCallCursor, RefusesWhatTheParserOrTheSchemaWouldNot) {
     EXPECT_FALSE(accepts(note + param("a\\b", "true", "1")));
     EXPECT_FALSE(accepts(note + param("a\nb", "true", "1")));
     EXPECT_FALSE(accepts(note + param("a｜DSML｜", "true", "1")));
+    for (const char* bad : {"\xC3", "\xC3(", "\xC0\x80", "\xE0\x80\x80", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xFF"})
+        EXPECT_FALSE(accepts(note + param(std::string("a") + bad, "true", "1"))) << "not whole UTF-8 in a name";
+    EXPECT_TRUE(accepts(note + param("é中😀\x7F", "true", "1")));
     EXPECT_FALSE(accepts(note + param("a", "false", "") + "</｜DSML｜invoke>")) << "an empty JSON value";
     const ToolCallGrammar after = grammar(Start::kAfterContent);
     ToolCallCursor c(&after);
