@@ -1,6 +1,7 @@
 // Generation: see generation.h.
 #include "server/generation.h"
 
+#include "server/anthropic_messages.h"
 #include "server/openai_responses.h"
 
 #include <cmath>
@@ -107,15 +108,18 @@ std::pair<int, ordered_json> whole_reply(Generation& g) {
         const bool error = failed->reason == FinishReason::kError;
         g.cancel_all();
         g.report_all(error ? "error" : "cancelled");
-        if (error) return {500, ApiError(500, "internal_error", failed->error).to_json()};
-        return {503, ApiError(503, "service_unavailable", "the server is shutting down").to_json()};
+        const ApiError e = error ? ApiError(500, "internal_error", failed->error)
+                                 : ApiError(503, "service_unavailable", "the server is shutting down");
+        return {e.status(), g.messages ? anthropic_error(e) : e.to_json()};
     }
+    std::string stop_sequence;  // choice 0's (messages: the one choice)
     std::vector<ChatResult> chat;
     std::vector<CompletionChoice> completion;
     for (Choice& ch : g.choices) {
         ReplyBuilder::Final f = ch.builder->finish(ch.reason);
         const std::string reason = Generation::outcome(ch, f);
         g.report(ch, reason);
+        if (&ch == &g.choices.front()) stop_sequence = f.stop_sequence;
         if (g.chat) {
             chat.push_back(ChatResult{std::move(f.parsed), reason, std::move(f.logprobs), g.usage});
         } else if (g.echo) {
@@ -125,6 +129,10 @@ std::pair<int, ordered_json> whole_reply(Generation& g) {
         } else {
             completion.push_back(CompletionChoice{std::move(f.parsed.content), reason, std::move(f.logprobs)});
         }
+    }
+    if (g.messages) {
+        MessageOutcome outcome{std::move(chat.front().parsed), chat.front().finish_reason, stop_sequence, g.usage};
+        return {200, message_object(g.id, g.model, outcome)};
     }
     if (g.responses) {
         ResponseOutcome outcome{std::move(chat.front().parsed), chat.front().finish_reason, g.usage,

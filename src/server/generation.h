@@ -71,6 +71,7 @@ struct Choice {
 struct Generation {
     bool chat = false;           // the reply is a chat reply (chat completions, responses)
     bool responses = false;      // /v1/responses: answered as a response object or its events
+    bool messages = false;       // /v1/messages (Anthropic's API): answered as a message or its events
     ordered_json response_echo;  // responses: the request fields its response repeats
     std::string id, model;
     int64_t created = 0;

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "server/anthropic_messages.h"
 #include "server/connection_pool.h"
 #include "server/generation.h"
 #include "server/openai_responses.h"
@@ -89,10 +90,16 @@ void HttpServer::drain(std::chrono::seconds grace) {
 
 void HttpServer::stop() { http_->stop(); }
 
-bool HttpServer::authorized(const httplib::Request& req, httplib::Response& res) {
+bool HttpServer::authorized(const httplib::Request& req, httplib::Response& res, bool anthropic) {
     if (options_.api_key.empty()) return true;
     if (req.get_header_value("Authorization") == "Bearer " + options_.api_key) return true;
-    send_error(res, ApiError(401, "authentication_error", "a valid API key is required (Authorization: Bearer KEY)"));
+    if (req.get_header_value("x-api-key") == options_.api_key) return true;  // Anthropic's clients send this
+    const ApiError e(401, "authentication_error",
+                     "a valid API key is required (Authorization: Bearer KEY or x-api-key)");
+    if (anthropic)
+        send_json(res, 401, anthropic_error(e));
+    else
+        send_error(res, e);
     metrics_.rejected();
     return false;
 }
@@ -119,6 +126,8 @@ void HttpServer::routes() {
                 [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, Api::kChat); });
     http_->Post("/v1/completions",
                 [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, Api::kCompletions); });
+    http_->Post("/v1/messages",
+                [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, Api::kMessages); });
     http_->Post("/v1/responses",
                 [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, Api::kResponses); });
     // Statuses httplib sets by itself (404 no route, 413 body too large, 400 bad request line): OpenAI's error form.
@@ -129,13 +138,15 @@ void HttpServer::routes() {
         if (res.status == 404)
             message = fmt::format(
                 "no route {} {} (see /v1/models, /v1/chat/completions, "
-                "/v1/completions, /v1/responses, /tokenize, /detokenize, /health, "
+                "/v1/completions, /v1/responses, /v1/messages, /tokenize, /detokenize, "
+                "/health, "
                 "/metrics)",
                 req.method, req.path);
         if (res.status == 413)
             message = fmt::format("the request body is larger than this server accepts ({} bytes)",
                                   options_.max_body_bytes);
-        send_json(res, res.status, ApiError(res.status, "invalid_request_error", message).to_json());
+        const ApiError e(res.status, "invalid_request_error", message);
+        send_json(res, res.status, req.path == "/v1/messages" ? anthropic_error(e) : e.to_json());
     });
     http_->set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
         std::string message = "internal error";
@@ -364,6 +375,62 @@ void answer_response_stream(std::shared_ptr<Generation> g, httplib::Response& re
         });
 }
 
+// A streamed /v1/messages answer: Anthropic's events (MessageEvents) as "event: TYPE / data: JSON" records; a failure
+// is an error event.
+void answer_message_stream(std::shared_ptr<Generation> g, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    auto events = std::make_shared<MessageEvents>(g->id, g->model, int64_t(g->request.prompt.size()));
+    auto started = std::make_shared<bool>(false);
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [g, events, started](size_t, httplib::DataSink& sink) {
+            const auto send = [&](const std::vector<ordered_json>& list) {
+                for (const ordered_json& e : list) {
+                    const std::string record =
+                        "event: " + e["type"].get<std::string>() + "\ndata: " + safe_dump(e) + "\n\n";
+                    if (!sink.write(record.data(), record.size())) return false;
+                }
+                return true;
+            };
+            if (!*started) {
+                *started = true;
+                if (!send(events->start())) return g->cancel_all(), false;
+            }
+            Choice& ch = g->choices.front();
+            while (!g->finished()) {
+                std::optional<Channel::Tagged> e = g->channel->pop(std::chrono::milliseconds(200));
+                if (!e) {
+                    if (!sink.is_writable()) return g->cancel_all(), false;
+                    continue;
+                }
+                const ReplyBuilder::Delta d = g->take(e->choice, e->event);
+                if (!send(events->delta(d.reasoning_content, d.content))) return g->cancel_all(), false;
+            }
+            if (const Choice* failed = g->failed()) {
+                const bool error = failed->reason == FinishReason::kError;
+                g->cancel_all();
+                g->report_all(error ? "error" : "cancelled");
+                send({anthropic_error(error ? ApiError(500, "internal_error", failed->error)
+                                            : ApiError(503, "service_unavailable", "the server is shutting down"))});
+                sink.done();
+                return true;
+            }
+            ReplyBuilder::Final f = ch.builder->finish(ch.reason);
+            const std::string reason = Generation::outcome(ch, f);
+            g->report(ch, reason);
+            if (!send(events->delta(f.last.reasoning_content, f.last.content))) return g->cancel_all(), false;
+            const MessageOutcome outcome{std::move(f.parsed), reason, f.stop_sequence, g->usage};
+            if (!send(events->finish(outcome))) return false;
+            sink.done();
+            return true;
+        },
+        [g](bool) {
+            g->cancel_all();
+            g->report_all("cancelled");
+        });
+}
+
 }  // namespace
 
 int32_t HttpServer::eos_id(const GenerationOptions& o) const {
@@ -413,6 +480,16 @@ Prepared prepare_responses(const ordered_json& body, const RequestLimits& limits
     return p;
 }
 
+Prepared prepare_messages(const ordered_json& body, const RequestLimits& limits, const ServerOptions& server,
+                          const tok::Tokenizer& tokenizer) {
+    ChatRequest r = parse_messages_request(body, limits, server.model_name);
+    Prepared p;
+    p.options = r.options;
+    p.mode = r.continues_final ? tok::ThinkingMode::kChat : r.render.thinking_mode;
+    p.prompt = chat_prompt(r, server, tokenizer);
+    return p;
+}
+
 Prepared prepare_completion(const ordered_json& body, const RequestLimits& limits, const ServerOptions& server,
                             const tok::Tokenizer& tokenizer, int32_t bos_id) {
     CompletionRequest r = parse_completion_request(body, limits, server.model_name);
@@ -432,19 +509,34 @@ Prepared prepare_completion(const ordered_json& body, const RequestLimits& limit
 }  // namespace
 
 void HttpServer::generate(const httplib::Request& req, httplib::Response& res, Api api) {
-    if (!authorized(req, res)) return;
+    if (!authorized(req, res, api == Api::kMessages)) return;
     auto g = std::make_shared<Generation>();
     const bool chat = api != Api::kCompletions;
     try {
         const ordered_json body = request_body(req, ready_, draining_);
-        Prepared p =
-            api == Api::kChat ? prepare_chat(body, limits_, options_, *tokenizer_)
-            : api == Api::kResponses
-                ? prepare_responses(body, limits_, options_, *tokenizer_, g->response_echo)
-                : prepare_completion(body, limits_, options_, *tokenizer_, int32_t(engine_->config().bos_token_id));
+        Prepared p;
+        switch (api) {
+            case Api::kChat:
+                p = prepare_chat(body, limits_, options_, *tokenizer_);
+                break;
+            case Api::kResponses:
+                p = prepare_responses(body, limits_, options_, *tokenizer_, g->response_echo);
+                break;
+            case Api::kMessages:
+                p = prepare_messages(body, limits_, options_, *tokenizer_);
+                break;
+            case Api::kCompletions:
+                p = prepare_completion(body, limits_, options_, *tokenizer_, int32_t(engine_->config().bos_token_id));
+                break;
+        }
         g->chat = chat;
         g->responses = api == Api::kResponses;
-        g->id = (api == Api::kChat ? "chatcmpl-" : api == Api::kResponses ? "resp_" : "cmpl-") + random_suffix();
+        g->messages = api == Api::kMessages;
+        g->id = (api == Api::kChat        ? "chatcmpl-"
+                 : api == Api::kResponses ? "resp_"
+                 : api == Api::kMessages  ? "msg_"
+                                          : "cmpl-") +
+                random_suffix();
         g->model = options_.model_name;
         g->created = created_;
         g->options = p.options;
@@ -463,9 +555,12 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, A
         submit(*g, std::move(p.prompt));
     } catch (const ApiError& e) {
         metrics_.rejected();
+        if (api == Api::kMessages) return send_json(res, e.status(), anthropic_error(e));
         return send_error(res, e);
     }
-    if (g->options.stream && g->responses)
+    if (g->options.stream && g->messages)
+        answer_message_stream(g, res);
+    else if (g->options.stream && g->responses)
         answer_response_stream(g, res);
     else if (g->options.stream)
         answer_stream(g, res);

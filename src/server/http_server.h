@@ -58,9 +58,9 @@ class HttpServer {
 
   private:
     void routes();
-    bool authorized(const httplib::Request& req, httplib::Response& res);
+    bool authorized(const httplib::Request& req, httplib::Response& res, bool anthropic = false);
     // POST /v1/chat/completions (chat) and /v1/completions: validate, tokenize, submit, answer (whole or streamed).
-    enum class Api { kChat, kCompletions, kResponses };
+    enum class Api { kChat, kCompletions, kResponses, kMessages };
     void generate(const httplib::Request& req, httplib::Response& res, Api api);
     // vLLM's /tokenize and /detokenize (openai_protocol.h).
     void tokenize(const httplib::Request& req, httplib::Response& res);

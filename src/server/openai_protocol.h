@@ -279,6 +279,7 @@ class StopMatcher {
     std::string push(std::string_view text);
     void arm() { armed_ = true; }
     bool stopped() const { return stopped_; }
+    const std::string& matched() const { return matched_; }  // the stop string that ended the text
     std::string finish();
 
   private:
@@ -287,6 +288,7 @@ class StopMatcher {
     bool armed_;
     size_t min_end_ = 0;  // a stop string counts only if it ends past this many bytes of held_
     bool stopped_ = false;
+    std::string matched_;
 };
 
 }  // namespace dsv4::server

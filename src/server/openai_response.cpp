@@ -264,6 +264,7 @@ std::string StopMatcher::push(std::string_view text) {
     }
     if (stop_end != std::string::npos) {
         stopped_ = true;
+        matched_ = held_.substr(stop_begin, stop_end - stop_begin);
         std::string out = held_.substr(0, stop_begin);
         held_.clear();
         return out;

@@ -69,6 +69,7 @@ ReplyBuilder::Final ReplyBuilder::finish(FinishReason reason) {
     } else {
         f.parsed.content = text_;
     }
+    f.stop_sequence = stop_.matched();
     if (stop_.stopped() || reason == FinishReason::kEos)
         f.finish_reason = "stop";
     else

@@ -40,6 +40,7 @@ class ReplyBuilder {
         Delta last;                    // what was held back
         tok::ParsedCompletion parsed;  // chat: the whole reply; completions: content = the whole text
         std::string finish_reason;     // "stop" | "length" | "tool_calls"
+        std::string stop_sequence;     // the stop string that ended the reply (empty: none did)
         std::vector<TokenLogprob> logprobs;  // every token's, in order (when asked)
     };
     // `reason`: how the engine ended (kEos or kLength; a stop string wins over both).

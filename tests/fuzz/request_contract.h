@@ -1,6 +1,7 @@
 // The contract openai_request_fuzz checks, a function that returns what broke ("" when the input keeps it), so that
 // the fuzz target aborts on it and tests/server/fuzz_corpus_test.cpp replays the committed corpus through the same
-// check. An input's first byte is a mode (the endpoint: bit 0 completions, bit 2 responses; bit 1 the encoder era);
+// check. An input's first byte is a mode (the endpoint: bit 0 completions, bit 2 responses, bit 3 Anthropic's
+// messages; bit 1 the encoder era);
 // the rest is the body.
 #pragma once
 
@@ -10,6 +11,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "server/anthropic_messages.h"
 #include "server/openai_protocol.h"
 #include "server/openai_responses.h"
 #include "structured/schema_cursor.h"
@@ -58,6 +60,12 @@ inline std::string openai_request_violation(std::string_view input) {
     limits.vocab_size = 129280;
     try {
         const server::ordered_json json = server::parse_json_body(input.substr(1));
+        if (mode & 8) {  // /v1/messages: translated into a chat request
+            const server::ChatRequest request = server::parse_messages_request(json, limits, "served");
+            walk_schema(request.options);
+            walk_tool_calls(request.options);
+            return "";
+        }
         if (mode & 4) {  // /v1/responses: translated into a chat request
             server::ResponsesRequest request = server::parse_responses_request(json, limits, "served");
             walk_schema(request.chat.options);

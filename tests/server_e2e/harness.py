@@ -223,7 +223,8 @@ class StreamResult:
 
 def iter_sse(resp):
     """The data of each server-sent event of an http.client response (events are blank-line separated; each of
-    ours is one `data: ` line)."""
+    ours is one `data: ` line, after an `event: TYPE` line on /v1/responses and /v1/messages, whose TYPE must be the
+    data's "type")."""
     lines = []
     while True:
         line = resp.readline()
@@ -234,9 +235,14 @@ def iter_sse(resp):
             lines.append(line)
             continue
         if lines:
+            named = lines[0][len("event: "):] if lines[0].startswith("event: ") else None
+            if named is not None:
+                lines = lines[1:]
             data = [ln[len("data: "):] for ln in lines if ln.startswith("data: ")]
-            if len(data) != len(lines):
+            if len(data) != len(lines) or not data:
                 raise AssertionError(f"SSE event with a line that is not 'data: ...': {lines}")
+            if named is not None and json.loads("\n".join(data)).get("type") != named:
+                raise AssertionError(f"SSE event named {named!r} holds another type: {data}")
             lines = []
             yield "\n".join(data)
 
