@@ -96,10 +96,10 @@ class ToolCallCursor {
     std::array<bool, 256> content_markup_next() const;
     // Between names and values, where only markup may come (a markup token such as "｜DSML｜" may spell it).
     bool in_markup() const { return phase_ == Phase::kMarkup; }
-    // Where any whole characters of ordinary text without '"', '\', '<' or the byte 0xEF (TokenTable::plain_text)
+    // Where any whole characters of ordinary text without '"', '\', '<' or the byte 0xEF (TokenTable::plain_texts)
     // may follow: a raw or JSON string value nothing constrains, an other parameter name.
     bool in_free_text() const;
-    // In free text, a raw value's: any whole characters without '<' or 0xEF (TokenTable::raw_text) may follow.
+    // In free text, a raw value's: any whole characters without '<' or 0xEF (TokenTable::raw_texts) may follow.
     bool in_raw_value() const { return phase_ == Phase::kRawValue; }
 
     // The block's opening up to the first tool's name (Start::kAtOnce), and what follows the content's
