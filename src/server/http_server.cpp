@@ -6,6 +6,7 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <functional>
 #include <random>
 
 #include "core/error.h"
@@ -318,69 +319,19 @@ void answer_stream(std::shared_ptr<Generation> g, httplib::Response& res) {
         });
 }
 
-// A streamed /v1/responses answer: its events (ResponseEvents) as SSE "event: TYPE / data: JSON" records, the
-// deltas as they become final, the items closed and the calls at the end, then completed (or incomplete); a failure
-// is a response.failed event. One choice (the Responses API has no n).
-void answer_response_stream(std::shared_ptr<Generation> g, httplib::Response& res) {
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    auto events = std::make_shared<ResponseEvents>(g->id, g->created, g->model, g->response_echo);
-    auto started = std::make_shared<bool>(false);
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [g, events, started](size_t, httplib::DataSink& sink) {
-            const auto send = [&](const std::vector<ordered_json>& list) {
-                for (const ordered_json& e : list) {
-                    const std::string record =
-                        "event: " + e["type"].get<std::string>() + "\ndata: " + safe_dump(e) + "\n\n";
-                    if (!sink.write(record.data(), record.size())) return false;
-                }
-                return true;
-            };
-            if (!*started) {
-                *started = true;
-                if (!send(events->start())) return g->cancel_all(), false;
-            }
-            Choice& ch = g->choices.front();
-            const auto fail = [&](const Choice& failed) {
-                const bool error = failed.reason == FinishReason::kError;
-                g->cancel_all();
-                g->report_all(error ? "error" : "cancelled");
-                send(events->failed(error ? failed.error : "the server is shutting down"));
-                sink.done();
-                return true;
-            };
-            while (!g->finished()) {
-                std::optional<Channel::Tagged> e = g->channel->pop(std::chrono::milliseconds(200));
-                if (!e) {
-                    if (!sink.is_writable()) return g->cancel_all(), false;
-                    continue;
-                }
-                const ReplyBuilder::Delta d = g->take(e->choice, e->event);
-                if (!send(events->delta(d.reasoning_content, d.content))) return g->cancel_all(), false;
-            }
-            if (const Choice* failed = g->failed()) return fail(*failed);
-            ReplyBuilder::Final f = ch.builder->finish(ch.reason);
-            const std::string reason = Generation::outcome(ch, f);
-            g->report(ch, reason);
-            if (!send(events->delta(f.last.reasoning_content, f.last.content))) return g->cancel_all(), false;
-            const ResponseOutcome outcome{std::move(f.parsed), reason, g->usage, ch.builder->reasoning_tokens()};
-            if (!send(events->finish(outcome))) return false;
-            sink.done();
-            return true;
-        },
-        [g](bool) {  // whatever happened to the connection, the engine requests end
-            g->cancel_all();
-            g->report_all("cancelled");
-        });
-}
+// A streamed answer of the event-shaped APIs (/v1/responses: ResponseEvents; /v1/messages: MessageEvents) as SSE
+// "event: TYPE / data: JSON" records: `start` first, the deltas as they become final, then `finish` of the reply
+// (what was held back already sent as a delta), or `fail` of a sentence when it failed. One choice (neither API has n).
+struct EventStream {
+    std::function<std::vector<ordered_json>()> start;
+    std::function<std::vector<ordered_json>(const std::string& reasoning, const std::string& content)> delta;
+    std::function<std::vector<ordered_json>(ReplyBuilder::Final& f, const std::string& reason)> finish;
+    std::function<std::vector<ordered_json>(const Choice& failed)> fail;
+};
 
-// A streamed /v1/messages answer: Anthropic's events (MessageEvents) as "event: TYPE / data: JSON" records; a failure
-// is an error event.
-void answer_message_stream(std::shared_ptr<Generation> g, httplib::Response& res) {
+void answer_event_stream(std::shared_ptr<Generation> g, httplib::Response& res, std::shared_ptr<EventStream> events) {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
-    auto events = std::make_shared<MessageEvents>(g->id, g->model, int64_t(g->request.prompt.size()));
     auto started = std::make_shared<bool>(false);
     res.set_chunked_content_provider(
         "text/event-stream",
@@ -397,7 +348,6 @@ void answer_message_stream(std::shared_ptr<Generation> g, httplib::Response& res
                 *started = true;
                 if (!send(events->start())) return g->cancel_all(), false;
             }
-            Choice& ch = g->choices.front();
             while (!g->finished()) {
                 std::optional<Channel::Tagged> e = g->channel->pop(std::chrono::milliseconds(200));
                 if (!e) {
@@ -408,27 +358,54 @@ void answer_message_stream(std::shared_ptr<Generation> g, httplib::Response& res
                 if (!send(events->delta(d.reasoning_content, d.content))) return g->cancel_all(), false;
             }
             if (const Choice* failed = g->failed()) {
-                const bool error = failed->reason == FinishReason::kError;
                 g->cancel_all();
-                g->report_all(error ? "error" : "cancelled");
-                send({anthropic_error(error ? ApiError(500, "internal_error", failed->error)
-                                            : ApiError(503, "service_unavailable", "the server is shutting down"))});
+                g->report_all(failed->reason == FinishReason::kError ? "error" : "cancelled");
+                send(events->fail(*failed));
                 sink.done();
                 return true;
             }
+            Choice& ch = g->choices.front();
             ReplyBuilder::Final f = ch.builder->finish(ch.reason);
             const std::string reason = Generation::outcome(ch, f);
             g->report(ch, reason);
             if (!send(events->delta(f.last.reasoning_content, f.last.content))) return g->cancel_all(), false;
-            const MessageOutcome outcome{std::move(f.parsed), reason, f.stop_sequence, g->usage};
-            if (!send(events->finish(outcome))) return false;
+            if (!send(events->finish(f, reason))) return false;
             sink.done();
             return true;
         },
-        [g](bool) {
+        [g](bool) {  // whatever happened to the connection, the engine requests end
             g->cancel_all();
             g->report_all("cancelled");
         });
+}
+
+// Why a choice failed, as a sentence for the client.
+ApiError failure(const Choice& failed) {
+    return failed.reason == FinishReason::kError ? ApiError(500, "internal_error", failed.error)
+                                                 : ApiError(503, "service_unavailable", "the server is shutting down");
+}
+
+std::shared_ptr<EventStream> response_events(const Generation& g) {
+    auto ev = std::make_shared<ResponseEvents>(g.id, g.created, g.model, g.response_echo);
+    const Generation* gen = &g;
+    return std::make_shared<EventStream>(EventStream{
+        [ev] { return ev->start(); }, [ev](const std::string& r, const std::string& c) { return ev->delta(r, c); },
+        [ev, gen](ReplyBuilder::Final& f, const std::string& reason) {
+            const Choice& ch = gen->choices.front();
+            return ev->finish(ResponseOutcome{std::move(f.parsed), reason, gen->usage, ch.builder->reasoning_tokens()});
+        },
+        [ev](const Choice& failed) { return ev->failed(failure(failed).what()); }});
+}
+
+std::shared_ptr<EventStream> message_events(const Generation& g) {
+    auto ev = std::make_shared<MessageEvents>(g.id, g.model, int64_t(g.request.prompt.size()));
+    const Generation* gen = &g;
+    return std::make_shared<EventStream>(EventStream{
+        [ev] { return ev->start(); }, [ev](const std::string& r, const std::string& c) { return ev->delta(r, c); },
+        [ev, gen](ReplyBuilder::Final& f, const std::string& reason) {
+            return ev->finish(MessageOutcome{std::move(f.parsed), reason, f.stop_sequence, gen->usage});
+        },
+        [](const Choice& failed) { return std::vector<ordered_json>{anthropic_error(failure(failed))}; }});
 }
 
 }  // namespace
@@ -458,33 +435,11 @@ std::vector<int32_t> chat_prompt(ChatRequest& r, const ServerOptions& server, co
     }
 }
 
-Prepared prepare_chat(const ordered_json& body, const RequestLimits& limits, const ServerOptions& server,
-                      const tok::Tokenizer& tokenizer) {
-    ChatRequest r = parse_chat_request(body, limits, server.model_name);
+// A parsed chat request (of any of the chat-shaped APIs) ready for the engine.
+Prepared prepared_chat(ChatRequest& r, const ServerOptions& server, const tok::Tokenizer& tokenizer) {
     Prepared p;
     p.options = r.options;
     // A continued assistant message has its reasoning closed in the prompt: the reply is content, read as chat's.
-    p.mode = r.continues_final ? tok::ThinkingMode::kChat : r.render.thinking_mode;
-    p.prompt = chat_prompt(r, server, tokenizer);
-    return p;
-}
-
-Prepared prepare_responses(const ordered_json& body, const RequestLimits& limits, const ServerOptions& server,
-                           const tok::Tokenizer& tokenizer, ordered_json& echo) {
-    ResponsesRequest r = parse_responses_request(body, limits, server.model_name);
-    echo = std::move(r.echo);
-    Prepared p;
-    p.options = r.chat.options;
-    p.mode = r.chat.continues_final ? tok::ThinkingMode::kChat : r.chat.render.thinking_mode;
-    p.prompt = chat_prompt(r.chat, server, tokenizer);
-    return p;
-}
-
-Prepared prepare_messages(const ordered_json& body, const RequestLimits& limits, const ServerOptions& server,
-                          const tok::Tokenizer& tokenizer) {
-    ChatRequest r = parse_messages_request(body, limits, server.model_name);
-    Prepared p;
-    p.options = r.options;
     p.mode = r.continues_final ? tok::ThinkingMode::kChat : r.render.thinking_mode;
     p.prompt = chat_prompt(r, server, tokenizer);
     return p;
@@ -516,15 +471,22 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, A
         const ordered_json body = request_body(req, ready_, draining_);
         Prepared p;
         switch (api) {
-            case Api::kChat:
-                p = prepare_chat(body, limits_, options_, *tokenizer_);
+            case Api::kChat: {
+                ChatRequest r = parse_chat_request(body, limits_, options_.model_name);
+                p = prepared_chat(r, options_, *tokenizer_);
                 break;
-            case Api::kResponses:
-                p = prepare_responses(body, limits_, options_, *tokenizer_, g->response_echo);
+            }
+            case Api::kResponses: {
+                ResponsesRequest r = parse_responses_request(body, limits_, options_.model_name);
+                g->response_echo = std::move(r.echo);
+                p = prepared_chat(r.chat, options_, *tokenizer_);
                 break;
-            case Api::kMessages:
-                p = prepare_messages(body, limits_, options_, *tokenizer_);
+            }
+            case Api::kMessages: {
+                ChatRequest r = parse_messages_request(body, limits_, options_.model_name);
+                p = prepared_chat(r, options_, *tokenizer_);
                 break;
+            }
             case Api::kCompletions:
                 p = prepare_completion(body, limits_, options_, *tokenizer_, int32_t(engine_->config().bos_token_id));
                 break;
@@ -559,9 +521,9 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, A
         return send_error(res, e);
     }
     if (g->options.stream && g->messages)
-        answer_message_stream(g, res);
+        answer_event_stream(g, res, message_events(*g));
     else if (g->options.stream && g->responses)
-        answer_response_stream(g, res);
+        answer_event_stream(g, res, response_events(*g));
     else if (g->options.stream)
         answer_stream(g, res);
     else

@@ -2,7 +2,6 @@
 #include "structured/choice_constraint.h"
 
 #include <algorithm>
-#include <limits>
 
 #include "core/error.h"
 #include "structured/token_walk.h"
@@ -48,26 +47,14 @@ bool ChoiceConstraint::allowed(int32_t id) const {
 }
 
 bool ChoiceConstraint::mask(float* logits, int64_t vocab) const {
-    constexpr float kNever = -std::numeric_limits<float>::infinity();
-    bool any = false;
-    if (!start_.reached()) {
-        for (int64_t id = 0; id < vocab; ++id) any = any || logits[id] != kNever;
-        return any;
-    }
+    if (!start_.reached()) return any_allowed(logits, vocab);
     thread_local std::vector<char> keep;
     thread_local std::vector<ChoiceCursor> states;
     keep.assign(size_t(table_->size()), 0);
     keep_by_trie(*table_, cursor_, states, keep);
     for (const int32_t id : end_ids_)
         if (id < table_->size()) keep[size_t(id)] = cursor_.complete();
-    for (int64_t id = 0; id < vocab; ++id) {
-        if (logits[id] == kNever) continue;
-        if (id < table_->size() && keep[size_t(id)])
-            any = true;
-        else
-            logits[id] = kNever;
-    }
-    return any;
+    return apply_keep(keep, *table_, logits, vocab);
 }
 
 void ChoiceConstraint::advance(int32_t id) {

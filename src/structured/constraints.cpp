@@ -101,13 +101,28 @@ bool JsonConstraint::allowed(int32_t id) const {
     return cursor_.accepts(bytes);
 }
 
-bool JsonConstraint::mask(float* logits, int64_t vocab) const {
+bool any_allowed(const float* logits, int64_t vocab) {
+    constexpr float kNever = -std::numeric_limits<float>::infinity();
+    for (int64_t id = 0; id < vocab; ++id)
+        if (logits[id] != kNever) return true;
+    return false;
+}
+
+bool apply_keep(const std::vector<char>& keep, const TokenTable& table, float* logits, int64_t vocab) {
     constexpr float kNever = -std::numeric_limits<float>::infinity();
     bool any = false;
-    if (!start_.reached()) {
-        for (int64_t id = 0; id < vocab; ++id) any = any || logits[id] != kNever;
-        return any;
+    for (int64_t id = 0; id < vocab; ++id) {
+        if (logits[id] == kNever) continue;
+        if (id < table.size() && keep[size_t(id)])
+            any = true;
+        else
+            logits[id] = kNever;
     }
+    return any;
+}
+
+bool JsonConstraint::mask(float* logits, int64_t vocab) const {
+    if (!start_.reached()) return any_allowed(logits, vocab);
     thread_local std::vector<char> keep;
     keep.assign(size_t(table_->size()), 0);
     if (cursor_.in_free_string()) {
@@ -119,14 +134,7 @@ bool JsonConstraint::mask(float* logits, int64_t vocab) const {
     if (cursor_.complete())
         for (const int32_t id : end_ids_)
             if (id < table_->size()) keep[size_t(id)] = 1;
-    for (int64_t id = 0; id < vocab; ++id) {
-        if (logits[id] == kNever) continue;
-        if (id < table_->size() && keep[size_t(id)])
-            any = true;
-        else
-            logits[id] = kNever;
-    }
-    return any;
+    return apply_keep(keep, *table_, logits, vocab);
 }
 
 void StartAfter::feed(std::string_view bytes) {

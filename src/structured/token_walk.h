@@ -13,6 +13,11 @@
 
 namespace dsv4 {
 
+// Whether any of the row's ids is still allowed (not -inf): what a constraint that does not apply yet answers.
+bool any_allowed(const float* logits, int64_t vocab);
+// Sets every id the constraint does not keep (keep[id] == 0, or past the table) to -inf; whether any id is left.
+bool apply_keep(const std::vector<char>& keep, const TokenTable& table, float* logits, int64_t vocab);
+
 // The ids in byte order, each extending the cursor states of the prefix it shares with the one before: a prefix is
 // fed once, and a prefix that fails rules out every id after it that shares it. `states` is scratch (kept between
 // calls so that its cursors' buffers are reused). Sets keep[id] = 1 for each text id that may follow.

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <array>
-#include <limits>
 
 #include "core/error.h"
 #include "structured/token_walk.h"
@@ -66,12 +65,7 @@ void ToolCallConstraint::keep_in_content(std::vector<char>& keep) const {
 }
 
 bool ToolCallConstraint::mask(float* logits, int64_t vocab) const {
-    constexpr float kNever = -std::numeric_limits<float>::infinity();
-    bool any = false;
-    if (!start_.reached()) {
-        for (int64_t id = 0; id < vocab; ++id) any = any || logits[id] != kNever;
-        return any;
-    }
+    if (!start_.reached()) return any_allowed(logits, vocab);
     thread_local std::vector<char> keep;
     keep.assign(size_t(table_->size()), 0);
     if (cursor_.in_content() && !cursor_.content_in_block_start()) {
@@ -95,14 +89,7 @@ bool ToolCallConstraint::mask(float* logits, int64_t vocab) const {
     }
     for (const int32_t id : end_ids_)
         if (id < table_->size()) keep[size_t(id)] = cursor_.complete();
-    for (int64_t id = 0; id < vocab; ++id) {
-        if (logits[id] == kNever) continue;
-        if (id < table_->size() && keep[size_t(id)])
-            any = true;
-        else
-            logits[id] = kNever;
-    }
-    return any;
+    return apply_keep(keep, *table_, logits, vocab);
 }
 
 void ToolCallConstraint::advance(int32_t id) {
