@@ -176,13 +176,14 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
         if (!a.generated.empty()) ids.insert(ids.end(), a.generated.begin(), a.generated.end() - 1);
         if (int64_t(ids.size()) == a.state->position) cache_.insert(backend_, std::move(ids), std::move(*a.state), {});
     }
-    a.state.reset();
+    if (a.state) a.state.reset(), --live_states_;
     {
-        // Counted out before the client hears of it: once it has its reply, /metrics no longer shows it running.
+        // Counted out before the client hears of it: once it has its reply, /metrics no longer shows it running
+        // nor its sequence held (unless the prefix cache kept it).
         std::lock_guard lock(mutex_);
         ++stats_.requests_finished;
         if (a.admitted) --stats_.running, a.admitted = false;
-        stats_.prefix_entries = cache_.entries();
+        publish_holdings();
     }
     EngineEvent e;
     e.kind = EngineEvent::Kind::kFinished;
@@ -272,6 +273,7 @@ void Engine::admit() {
         }
         if (auto hit = scored ? std::nullopt : cache_.find(backend_, a.request.prompt)) {
             a.state = std::move(hit->state);
+            ++live_states_;
             a.fed = a.cached = hit->tokens;
             a.ready_logits = std::move(hit->logits);
             std::lock_guard lock(mutex_);
@@ -281,6 +283,7 @@ void Engine::admit() {
             while (!a.state) {
                 try {
                     a.state = backend_.new_sequence();
+                    ++live_states_;
                 } catch (const Error& e) {
                     if (cache_.evict_one()) continue;
                     if (running_.empty()) {
@@ -297,6 +300,7 @@ void Engine::admit() {
             ++stats_.running;
             --stats_.waiting;
             a.admitted = true;
+            publish_holdings();
         }
         running_.push_back(std::move(waiting_.front()));
         waiting_.pop_front();
@@ -523,9 +527,13 @@ void Engine::end_step() {
     const Backend::PoolUsage pool = backend_.pool_usage();
     std::lock_guard lock(mutex_);
     stats_.pool = pool;
-    stats_.sequences_held = int64_t(running_.size()) + cache_.entries();
     stats_.running = int64_t(running_.size());
     stats_.waiting = int64_t(waiting_.size() + incoming_.size());
+    publish_holdings();
+}
+
+void Engine::publish_holdings() {
+    stats_.sequences_held = live_states_ + cache_.entries();
     stats_.prefix_entries = cache_.entries();
 }
 

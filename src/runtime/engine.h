@@ -143,6 +143,9 @@ class Engine {
     void sample_and_deliver(const std::vector<ToSample>& to_sample);
     void end_step();
     void finish(Active& a, FinishReason reason, const std::string& error = {});
+    // With mutex_ held: the gauges of what is held (sequences, prefix entries) as they are now, so that a client
+    // that heard its request end reads counters that no longer count it.
+    void publish_holdings();
     // Any thread: a's own sampler. With `draw`, the draw the backend was asked for and could not make (its uniform
     // taken already).
     SampledToken sample(Active& a, const float* logits, const TokenDraw* draw) const;
@@ -169,6 +172,7 @@ class Engine {
     std::deque<std::unique_ptr<Active>> waiting_;  // engine thread only
     std::vector<std::unique_ptr<Active>> running_;  // engine thread only
     std::vector<std::vector<float>> step_logits_;   // engine thread only: a step's logits, capacity kept across steps
+    int64_t live_states_ = 0;                       // engine thread only: requests holding a backend sequence
     std::thread thread_;
 };
 

@@ -119,7 +119,7 @@ EngineRequest greedy_request(std::vector<int32_t> prompt, int64_t max_new, Colle
     return r;
 }
 
-// The engine's counters are updated at the end of the step that delivered a request's last event: wait for it.
+// Waits until no request is queued or running (a request is counted out before its client hears it ended).
 bool becomes_idle(const Engine& engine) {
     for (int i = 0; i < 5000 && !engine.idle(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return engine.idle();
@@ -234,6 +234,50 @@ TEST(Engine, CancelEndsARequestAndTheOthersGoOn) {
     EXPECT_EQ(after.wait().reason, FinishReason::kLength);
     ASSERT_TRUE(becomes_idle(engine));
     EXPECT_EQ(engine.stats().running, 0);
+}
+
+// A client that heard its request end reads counters that no longer count it: /metrics polled right after the
+// last reply shows nothing running and no sequence held but the prefix cache's (a cancelled request, requests whose
+// sequence the cache keeps or replaces, and the same without a cache).
+TEST(Engine, CountersNoLongerCountARequestWhenItsClientHearsItEnded) {
+    for (int64_t cache_entries : {0, 1}) {
+        Engine engine(model(), options(16, cache_entries));
+        std::vector<Engine::Stats> at_finish;
+        std::mutex mutex;
+        auto request = [&](std::vector<int32_t> prompt, int64_t max_new, Collector& c) {
+            EngineRequest r = greedy_request(std::move(prompt), max_new, c);
+            r.on_event = [&, inner = r.on_event](const EngineEvent& e) {
+                if (e.kind == EngineEvent::Kind::kFinished) {
+                    std::lock_guard lock(mutex);
+                    at_finish.push_back(engine.stats());
+                }
+                inner(e);
+            };
+            return r;
+        };
+        Collector slow, kept, replaced;
+        std::promise<void> second_token;
+        bool signalled = false;
+        slow.on_token_ = [&](int64_t n) {
+            if (n == 2 && !signalled) signalled = true, second_token.set_value();
+        };
+        const uint64_t id = engine.submit(request(prompt_of(20, 2), 200, slow));
+        second_token.get_future().wait();
+        engine.cancel(id);
+        EXPECT_EQ(slow.wait().reason, FinishReason::kCancelled);
+        engine.submit(request(prompt_of(30, 3), 4, kept));
+        EXPECT_EQ(kept.wait().reason, FinishReason::kLength);
+        engine.submit(request(prompt_of(12, 4), 3, replaced));
+        EXPECT_EQ(replaced.wait().reason, FinishReason::kLength);
+        std::lock_guard lock(mutex);
+        ASSERT_EQ(at_finish.size(), 3u);
+        for (size_t i = 0; i < at_finish.size(); ++i) {
+            const Engine::Stats& s = at_finish[i];
+            EXPECT_EQ(s.running, 0) << "request " << i << ", cache " << cache_entries;
+            EXPECT_EQ(s.sequences_held, s.prefix_entries) << "request " << i << ", cache " << cache_entries;
+            EXPECT_EQ(s.prefix_entries, cache_entries) << "request " << i << " (each prompt is cached at its end)";
+        }
+    }
 }
 
 TEST(Engine, BadRequestsAreRefusedAtSubmit) {
