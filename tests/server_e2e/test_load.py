@@ -121,13 +121,19 @@ class LoadTest(unittest.TestCase):
         print(f"\nload: {len(requests)} streams ({completed} completed, {disconnected_early} disconnected) in "
               f"{elapsed:.1f} s, {generated / elapsed:.1f} output tokens/s", flush=True)
 
-        # Nothing left behind: the counters settle with no request running or waiting.
+        # Nothing left behind: the counters settle with no request running or waiting and every request counted by
+        # how it ended (a disconnected client's handler may count its request after the engine let it go).
+        reasons = [f'dsv4_requests_total{{finish_reason="{r}"}}' for r in ("stop", "length", "tool_calls", "cancelled",
+                                                                           "error")]
+
         def settled():
             m = self.server.metrics()
-            return m if m["dsv4_requests_running"] == 0 and m["dsv4_requests_waiting"] == 0 else None
+            counted = sum(m[key] - before[key] for key in reasons)
+            idle = m["dsv4_requests_running"] == 0 and m["dsv4_requests_waiting"] == 0
+            return m if idle and counted == len(requests) else None
 
         after = harness.wait_for(settled, timeout=30)
-        self.assertIsNotNone(after, f"requests still running or waiting 30 s after the clients ended:\n"
+        self.assertIsNotNone(after, f"requests still running, waiting or uncounted 30 s after the clients ended:\n"
                                     f"{self.server.metrics().text}")
         self.assertEqual(after["dsv4_sequences_in_use"], after["dsv4_prefix_cache_entries"],
                          "no sequence held but the prefix cache's")
