@@ -10,12 +10,13 @@
 
 namespace dsv4::server {
 
-void Generation::submit_rest() {
-    for (size_t c = 1; c < choices.size(); ++c) {
-        Choice& ch = choices[c];
+void Generation::submit_rest(int prompt) {
+    const int n = choices_per_prompt();
+    for (int c = prompt * n + 1; c < (prompt + 1) * n; ++c) {
+        Choice& ch = choices[size_t(c)];
         if (ch.submitted) continue;
         ch.submitted = true;
-        if (request.max_new_tokens == 0) {  // echo of a scored prompt: nothing to generate, choice 0 has it all
+        if (prompts[size_t(prompt)].request.max_new_tokens == 0) {  // echo of a scored prompt: the first has it all
             ch.finished = true;
             ch.reason = FinishReason::kLength;
             continue;
@@ -26,7 +27,7 @@ void Generation::submit_rest() {
             continue;
         }
         try {
-            ch.engine_id = engine->submit(request_of(int(c)));
+            ch.engine_id = engine->submit(request_of(c));
         } catch (const Error&) {
             ch.finished = true;
             ch.reason = FinishReason::kCancelled;
@@ -39,14 +40,18 @@ ReplyBuilder::Delta Generation::take(int c, const EngineEvent& e) {
     const bool failed =
         e.kind == EngineEvent::Kind::kFinished &&
         (e.reason == FinishReason::kError || (e.reason == FinishReason::kCancelled && !ch.builder->stopped()));
-    if (c == 0) {
-        usage.prompt_tokens = e.prompt_tokens;
-        usage.cached_tokens = e.cached_tokens;
-        if (!failed) submit_rest();
+    PromptGroup& prompt = prompt_of(c);
+    if (c % choices_per_prompt() == 0) {
+        prompt.prompt_tokens = e.prompt_tokens;
+        prompt.cached_tokens = e.cached_tokens;
+        usage.prompt_tokens = usage.cached_tokens = 0;
+        for (const PromptGroup& p : prompts)
+            usage.prompt_tokens += p.prompt_tokens, usage.cached_tokens += p.cached_tokens;
+        if (!failed) submit_rest(c / choices_per_prompt());
     }
     if (e.kind == EngineEvent::Kind::kPrompt) {
         std::vector<TokenLogprob> scores;
-        for (size_t i = drop_first_score ? 1 : 0; i < e.prompt.size(); ++i) {
+        for (size_t i = prompt.drop_first_score ? 1 : 0; i < e.prompt.size(); ++i) {
             const SampledToken& t = e.prompt[i];
             std::vector<std::pair<int32_t, float>> top;
             for (const TokenChoice& alt : t.top) top.emplace_back(alt.id, alt.logprob);
@@ -54,7 +59,7 @@ ReplyBuilder::Delta Generation::take(int c, const EngineEvent& e) {
             lp.scored = !std::isnan(t.logprob);
             scores.push_back(std::move(lp));
         }
-        echo_logprobs = std::move(scores);
+        prompt.echo_logprobs = std::move(scores);
         return {};
     }
     if (e.kind == EngineEvent::Kind::kFinished) {
@@ -115,7 +120,8 @@ std::pair<int, ordered_json> whole_reply(Generation& g) {
     std::string stop_sequence;  // choice 0's (messages: the one choice)
     std::vector<ChatResult> chat;
     std::vector<CompletionChoice> completion;
-    for (Choice& ch : g.choices) {
+    for (size_t c = 0; c < g.choices.size(); ++c) {
+        Choice& ch = g.choices[c];
         ReplyBuilder::Final f = ch.builder->finish(ch.reason);
         const std::string reason = Generation::outcome(ch, f);
         g.report(ch, reason);
@@ -123,9 +129,10 @@ std::pair<int, ordered_json> whole_reply(Generation& g) {
         if (g.chat) {
             chat.push_back(ChatResult{std::move(f.parsed), reason, std::move(f.logprobs), g.usage});
         } else if (g.echo) {
-            std::vector<TokenLogprob> logprobs = g.echoed_logprobs();
+            const PromptGroup& prompt = g.prompt_of(int(c));
+            std::vector<TokenLogprob> logprobs = Generation::echoed_logprobs(prompt);
             logprobs.insert(logprobs.end(), f.logprobs.begin(), f.logprobs.end());
-            completion.push_back(CompletionChoice{g.echo_text + f.parsed.content, reason, std::move(logprobs)});
+            completion.push_back(CompletionChoice{prompt.echo_text + f.parsed.content, reason, std::move(logprobs)});
         } else {
             completion.push_back(CompletionChoice{std::move(f.parsed.content), reason, std::move(f.logprobs)});
         }

@@ -65,9 +65,22 @@ struct Choice {
     std::string error;
 };
 
-// One request in flight: its choices (n of them; choice i samples with seed + i), their shared channel, timing for
-// the metrics. Choice 0 is submitted first; the others once its first event arrives, when its prompt is in the
-// prefix cache with its last logits (if the cache is on), so the prompt is computed once for all n.
+// One prompt of a request and what its n choices share. A completion request may send several prompts: choice
+// p * n + j is prompt p's j-th (on seed + j, as in a request of that prompt alone).
+struct PromptGroup {
+    EngineRequest request;  // what the group's first choice was submitted with: the others copy it
+    int64_t prompt_tokens = 0, cached_tokens = 0;  // from its first choice's events
+    // Completions with echo: every choice's text (and logprobs) begins with the prompt's. Its logprobs come from the
+    // first choice's kPrompt event; the BOS the server put before a text prompt is not the client's, so not echoed.
+    bool drop_first_score = false, echo_sent = false;
+    std::string echo_text;
+    std::optional<std::vector<TokenLogprob>> echo_logprobs;
+};
+
+// One request in flight: its prompts (one, or several for completions), their choices (n each; choice j of a prompt
+// samples with seed + j), the shared channel, timing for the metrics. A prompt's first choice is submitted first;
+// its others once that one's first event arrives, when the prompt is in the prefix cache with its last logits (if
+// the cache is on), so the prompt is computed once for all n.
 struct Generation {
     bool chat = false;           // the reply is a chat reply (chat completions, responses)
     bool responses = false;      // /v1/responses: answered as a response object or its events
@@ -80,24 +93,27 @@ struct Generation {
     Metrics* metrics = nullptr;
     const std::atomic<bool>* draining = nullptr;  // the server's: no more choices are submitted once it is set
     std::shared_ptr<Channel> channel = std::make_shared<Channel>();
-    std::vector<Choice> choices;
-    EngineRequest request;  // what choice 0 was submitted with: the others copy it
+    std::vector<PromptGroup> prompts;
+    std::vector<Choice> choices;  // prompts.size() * n
     Usage usage;
     Clock::time_point arrival = Clock::now();
     bool first_token = true;
-    // Completions with echo: every choice's text (and logprobs) begins with the prompt's. Its logprobs come from
-    // choice 0's kPrompt event; the BOS the server put before a text prompt is not the client's, so not echoed.
-    bool echo = false, drop_first_score = false, echo_sent = false;
-    std::string echo_text;
-    std::optional<std::vector<TokenLogprob>> echo_logprobs;
+    bool echo = false;  // completions: each choice's reply begins with its prompt (PromptGroup's echo)
     const tok::Tokenizer* tokenizer = nullptr;
 
-    bool echo_ready() const { return echo && (request.prompt_logprobs < 0 || echo_logprobs.has_value()); }
-    std::vector<TokenLogprob> echoed_logprobs() const { return echo_logprobs.value_or(std::vector<TokenLogprob>{}); }
+    int choices_per_prompt() const { return int(choices.size() / prompts.size()); }
+    PromptGroup& prompt_of(int c) { return prompts[size_t(c / choices_per_prompt())]; }
+    const PromptGroup& prompt_of(int c) const { return prompts[size_t(c / choices_per_prompt())]; }
+    bool echo_ready(const PromptGroup& p) const {
+        return echo && (p.request.prompt_logprobs < 0 || p.echo_logprobs.has_value());
+    }
+    static std::vector<TokenLogprob> echoed_logprobs(const PromptGroup& p) {
+        return p.echo_logprobs.value_or(std::vector<TokenLogprob>{});
+    }
 
-    // The choices after the first: submitted once choice 0 has its first event. While the server drains, or when
-    // the engine refuses one, they end cancelled (the request then fails with 503, as a drained one does).
-    void submit_rest();
+    // A prompt's choices after its first: submitted once the first has its first event. While the server drains,
+    // or when the engine refuses one, they end cancelled (the request then fails with 503, as a drained one does).
+    void submit_rest(int prompt);
     // Takes one event into choice c's reply; returns the delta to stream (tokens) or nothing (kFinished, kPrompt).
     ReplyBuilder::Delta take(int c, const EngineEvent& e);
     // Ends every choice (the client is gone, or the reply failed): the engine requests are cancelled; choices not
@@ -110,11 +126,13 @@ struct Generation {
             if (!c.finished) return false;
         return true;
     }
-    // Choice c's engine request, on its own seed, its events tagged with c. Only choice 0 scores the prompt.
+    // Choice c's engine request, on its own seed (its prompt's seed + j for its j-th choice), its events tagged
+    // with c. Only a prompt's first choice scores the prompt.
     EngineRequest request_of(int c) const {
-        EngineRequest r = request;
-        r.sampling.seed += uint64_t(c);
-        if (c > 0) r.prompt_logprobs = -1;
+        EngineRequest r = prompt_of(c).request;
+        const int j = c % choices_per_prompt();
+        r.sampling.seed += uint64_t(j);
+        if (j > 0) r.prompt_logprobs = -1;
         std::shared_ptr<Channel> ch = channel;
         r.on_event = [ch, c](const EngineEvent& e) { ch->push(c, e); };
         return r;

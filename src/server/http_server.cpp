@@ -223,16 +223,21 @@ void answer_stream(std::shared_ptr<Generation> g, httplib::Response& res) {
                             return g->cancel_all(), false;
                     }
             }
-            // Completions with echo: each choice's text starts with the prompt's, once its logprobs are known.
+            // Completions with echo: each choice's text starts with its prompt's, once that prompt's logprobs are
+            // known.
             auto send_echo = [&] {
-                if (!g->echo_ready() || g->echo_sent) return true;
-                g->echo_sent = true;
-                const std::vector<TokenLogprob> scores = g->echoed_logprobs();
-                for (int c = 0; c < int(g->choices.size()); ++c) {
-                    if (!send(completion_chunk(g->id, g->created, g->model, g->echo_text, std::nullopt, scores,
-                                               logprobs, usage_field, 0, c)))
-                        return false;
-                    g->choices[size_t(c)].text_sent += utf8_characters(g->echo_text);
+                const int n = g->choices_per_prompt();
+                for (int p = 0; p < int(g->prompts.size()); ++p) {
+                    PromptGroup& prompt = g->prompts[size_t(p)];
+                    if (!g->echo_ready(prompt) || prompt.echo_sent) continue;
+                    prompt.echo_sent = true;
+                    const std::vector<TokenLogprob> scores = Generation::echoed_logprobs(prompt);
+                    for (int c = p * n; c < (p + 1) * n; ++c) {
+                        if (!send(completion_chunk(g->id, g->created, g->model, prompt.echo_text, std::nullopt, scores,
+                                                   logprobs, usage_field, 0, c)))
+                            return false;
+                        g->choices[size_t(c)].text_sent += utf8_characters(prompt.echo_text);
+                    }
                 }
                 return true;
             };
@@ -398,7 +403,7 @@ std::shared_ptr<EventStream> response_events(const Generation& g) {
 }
 
 std::shared_ptr<EventStream> message_events(const Generation& g) {
-    auto ev = std::make_shared<MessageEvents>(g.id, g.model, int64_t(g.request.prompt.size()));
+    auto ev = std::make_shared<MessageEvents>(g.id, g.model, int64_t(g.prompts.front().request.prompt.size()));
     const Generation* gen = &g;
     return std::make_shared<EventStream>(EventStream{
         [ev] { return ev->start(); }, [ev](const std::string& r, const std::string& c) { return ev->delta(r, c); },
@@ -416,13 +421,20 @@ int32_t HttpServer::eos_id(const GenerationOptions& o) const {
 
 namespace {
 
-// A validated request, ready for the engine: its prompt ids, options, and how its reply is read.
+// One prompt of a validated request: its ids and, for completions, what an echo of it shows.
+struct PreparedPrompt {
+    std::vector<int32_t> ids;
+    bool bos_added = false;  // completions: the server put BOS before its text
+    std::string echo_text;   // with echo: the prompt as the client sent it (its ids decoded)
+};
+
+// A validated request, ready for the engine: its prompts (several only for completions), options, and how its reply
+// is read.
 struct Prepared {
-    std::vector<int32_t> prompt;
+    std::vector<PreparedPrompt> prompts;
     GenerationOptions options;
     tok::ThinkingMode mode = tok::ThinkingMode::kChat;
-    bool echo = false, bos_added = false;  // completions: echo the prompt; the server put BOS before its text
-    std::string echo_text;                 // the prompt as the client sent it (its ids decoded)
+    bool echo = false;  // completions: each choice's reply begins with its prompt
 };
 
 // The ids a chat request's prompt is: its messages rendered by the DeepSeek-V4 encoder, tokenized.
@@ -441,7 +453,7 @@ Prepared prepared_chat(ChatRequest& r, const ServerOptions& server, const tok::T
     p.options = r.options;
     // A continued assistant message has its reasoning closed in the prompt: the reply is content, read as chat's.
     p.mode = r.continues_final ? tok::ThinkingMode::kChat : r.render.thinking_mode;
-    p.prompt = chat_prompt(r, server, tokenizer);
+    p.prompts.push_back({chat_prompt(r, server, tokenizer)});
     return p;
 }
 
@@ -449,15 +461,18 @@ Prepared prepare_completion(const ordered_json& body, const RequestLimits& limit
                             const tok::Tokenizer& tokenizer, int32_t bos_id) {
     CompletionRequest r = parse_completion_request(body, limits, server.model_name);
     Prepared p;
-    p.prompt = r.prompt_ids;
     p.options = r.options;
-    if (r.prompt_text) {  // as `dsv4 generate --prompt`: BOS, then the text's tokens
-        p.prompt = {bos_id};
-        tokenizer.encode_append(*r.prompt_text, p.prompt);
-    }
     p.echo = r.echo;
-    p.bos_added = r.prompt_text.has_value();
-    if (r.echo) p.echo_text = r.prompt_text ? *r.prompt_text : tokenizer.decode(r.prompt_ids);
+    for (const CompletionPrompt& prompt : r.prompts) {
+        PreparedPrompt& pp = p.prompts.emplace_back();
+        pp.ids = prompt.ids;
+        if (prompt.text) {  // as `dsv4 generate --prompt`: BOS, then the text's tokens
+            pp.ids = {bos_id};
+            tokenizer.encode_append(*prompt.text, pp.ids);
+        }
+        pp.bos_added = prompt.text.has_value();
+        if (r.echo) pp.echo_text = prompt.text ? *prompt.text : tokenizer.decode(prompt.ids);
+    }
     return p;
 }
 
@@ -507,14 +522,19 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, A
         g->draining = &draining_;
         g->tokenizer = tokenizer_;
         g->echo = p.echo;
-        g->drop_first_score = p.bos_added;
-        g->echo_text = std::move(p.echo_text);
-        g->choices.resize(size_t(p.options.n));
+        g->choices.resize(p.prompts.size() * size_t(p.options.n));
         for (Choice& c : g->choices) c.builder.emplace(*tokenizer_, eos_id(p.options), chat, p.mode, p.options);
-        g->request.constraint =
+        const auto constraint =
             response_constraint(p.options, p.mode, token_table_, int32_t(engine_->config().eos_token_id));
+        for (PreparedPrompt& prompt : p.prompts) {
+            PromptGroup& group = g->prompts.emplace_back();
+            group.drop_first_score = prompt.bos_added;
+            group.echo_text = std::move(prompt.echo_text);
+            group.request.prompt = std::move(prompt.ids);
+            group.request.constraint = constraint;
+        }
         if (const char* kind = constraint_kind(p.options)) metrics_.constrained(kind);
-        submit(*g, std::move(p.prompt));
+        submit(*g);
     } catch (const ApiError& e) {
         metrics_.rejected();
         if (api == Api::kMessages) return send_json(res, e.status(), anthropic_error(e));
@@ -562,25 +582,34 @@ void HttpServer::detokenize(const httplib::Request& req, httplib::Response& res)
     }
 }
 
-void HttpServer::submit(Generation& g, std::vector<int32_t> prompt) {
-    const int64_t max_new =
-        resolve_max_tokens(int64_t(prompt.size()), g.options, limits_, g.chat ? "messages" : "prompt");
-    g.request.prompt = std::move(prompt);
-    g.request.max_new_tokens = max_new;
-    g.request.sampling = g.options.sampling;
-    g.request.adjust = g.options.adjust;
-    g.request.stop_at_eos = !g.options.ignore_eos;
-    g.request.stop_ids = g.options.stop_token_ids;
-    g.request.min_new_tokens = std::min(g.options.min_tokens, max_new);
-    g.request.logprobs = g.options.logprobs ? g.options.top_logprobs : -1;
-    // An echo with logprobs scores the prompt; so does one that asks for no tokens (the engine runs the prompt).
-    if (g.echo && (g.options.logprobs || max_new == 0)) g.request.prompt_logprobs = g.options.top_logprobs;
-    Choice& first = g.choices.front();
-    try {
-        first.engine_id = engine_->submit(g.request_of(0));
-        first.submitted = true;
-    } catch (const Error& e) {
-        throw ApiError(400, "invalid_request_error", e.what());
+// Every prompt's engine request, checked against the context before any is submitted; then each prompt's first
+// choice (its others follow its first event: Generation::submit_rest). A refusal after some were submitted cancels
+// those.
+void HttpServer::submit(Generation& g) {
+    for (size_t i = 0; i < g.prompts.size(); ++i) {
+        EngineRequest& r = g.prompts[i].request;
+        const std::string param = g.chat ? "messages" : g.prompts.size() > 1 ? fmt::format("prompt[{}]", i) : "prompt";
+        const int64_t max_new = resolve_max_tokens(int64_t(r.prompt.size()), g.options, limits_, param);
+        r.max_new_tokens = max_new;
+        r.sampling = g.options.sampling;
+        r.adjust = g.options.adjust;
+        r.stop_at_eos = !g.options.ignore_eos;
+        r.stop_ids = g.options.stop_token_ids;
+        r.min_new_tokens = std::min(g.options.min_tokens, max_new);
+        r.logprobs = g.options.logprobs ? g.options.top_logprobs : -1;
+        // An echo with logprobs scores the prompt; so does one that asks for no tokens (the engine runs the prompt).
+        if (g.echo && (g.options.logprobs || max_new == 0)) r.prompt_logprobs = g.options.top_logprobs;
+    }
+    const int n = g.choices_per_prompt();
+    for (int p = 0; p < int(g.prompts.size()); ++p) {
+        Choice& first = g.choices[size_t(p * n)];
+        try {
+            first.engine_id = engine_->submit(g.request_of(p * n));
+            first.submitted = true;
+        } catch (const Error& e) {
+            g.cancel_all();
+            throw ApiError(400, "invalid_request_error", e.what());
+        }
     }
 }
 

@@ -836,20 +836,35 @@ CompletionRequest parse_completion_request(const ordered_json& body, const Reque
         CompletionRequest r;
         r.model = served_model;
         const ordered_json* p = f.get("prompt");
-        const char* forms = "a string, an array of token ids, or an array holding one string";
+        const char* forms = "a string, an array of token ids, or an array of those (several prompts)";
         if (!p) bad_request("prompt", fmt::format("'prompt' is required: {}", forms));
-        if (p->is_array() && p->size() == 1 && (p->at(0).is_string() || p->at(0).is_array())) p = &p->at(0);
-        if (p->is_string()) {
-            if (p->get_ref<const std::string&>().empty()) bad_request("prompt", "'prompt' must not be empty");
-            r.prompt_text = p->get<std::string>();
-        } else if (p->is_array()) {
-            if (p->empty()) bad_request("prompt", "'prompt' must not be empty");
-            if (p->at(0).is_string() || p->at(0).is_array())
-                bad_request("prompt", "several prompts in one request are not supported: send one per request");
-            r.prompt_ids = parse_token_ids(*p, "prompt", limits);
-        } else {
-            f.wrong("prompt", forms);
-        }
+        if (p->is_array() && p->empty()) bad_request("prompt", "'prompt' must not be empty");
+        // One prompt: a string or ids. Several: an array whose elements are strings or id arrays.
+        const bool several = p->is_array() && (p->at(0).is_string() || p->at(0).is_array());
+        if (several && int64_t(p->size()) > limits.max_prompts)
+            bad_request("prompt",
+                        fmt::format("at most {} prompts in one request, got {}", limits.max_prompts, p->size()));
+        const auto one_prompt = [&](const ordered_json& v, const std::string& param) {
+            CompletionPrompt prompt;
+            if (v.is_string()) {
+                if (v.get_ref<const std::string&>().empty())
+                    bad_request(param, fmt::format("'{}' must not be empty", param));
+                prompt.text = v.get<std::string>();
+            } else if (v.is_array() && !v.empty() && !v.at(0).is_string() && !v.at(0).is_array()) {
+                prompt.ids = parse_token_ids(v, param, limits);
+            } else if (v.is_array() && v.empty()) {
+                bad_request(param, fmt::format("'{}' must not be empty", param));
+            } else {
+                bad_request(param, fmt::format("'{}' must be {}, got {}", param,
+                                               several ? "a string or an array of token ids" : forms, describe(v)));
+            }
+            return prompt;
+        };
+        if (several)
+            for (size_t i = 0; i < p->size(); ++i)  // an array of one is one prompt, named as such
+                r.prompts.push_back(one_prompt(p->at(i), p->size() == 1 ? "prompt" : fmt::format("prompt[{}]", i)));
+        else
+            r.prompts.push_back(one_prompt(*p, "prompt"));
         r.echo = f.boolean("echo").value_or(false);
         if (!f.string("suffix").value_or("").empty()) bad_request("suffix", "'suffix' is not supported by this server");
         r.options = parse_options(f, limits, /*chat=*/false, r.echo);

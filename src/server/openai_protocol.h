@@ -67,6 +67,7 @@ struct RequestLimits {
     int max_stop_strings = 16;  // OpenAI allows 4; vLLM more
     int max_top_logprobs = 20;  // as OpenAI
     int max_choices = 16;       // n: choices per request
+    int max_prompts = 64;       // prompts of one completion request (each with its n choices)
 };
 
 // Decoding options shared by both endpoints.
@@ -112,10 +113,17 @@ struct ChatRequest {
     GenerationOptions options;
 };
 
+// One prompt of a completion request: a text or token ids.
+struct CompletionPrompt {
+    std::optional<std::string> text;  // "text"
+    std::vector<int32_t> ids;         // [ids] (validated against vocab_size); empty when text
+};
+
 struct CompletionRequest {
     std::string model;
-    std::optional<std::string> prompt_text;  // prompt: "text"
-    std::vector<int32_t> prompt_ids;         // prompt: [ids] (validated against vocab_size); empty when text
+    // "prompt": one (a string, an array of ids, or an array holding one of those) or several (an array of strings
+    // and id arrays, up to max_prompts): choice p * n + j of the reply is prompt p's j-th.
+    std::vector<CompletionPrompt> prompts;
     bool echo = false;                       // the reply's text (and logprobs) begin with the prompt's; then max_tokens
                                              // may be 0: the prompt scored, nothing generated
     GenerationOptions options;

@@ -648,15 +648,37 @@ TEST(OpenAiRequest, ResponseFormat) {
 }
 
 TEST(OpenAiRequest, CompletionPromptForms) {
-    EXPECT_EQ(completion(R"("prompt": "Once")").prompt_text, "Once");
-    EXPECT_EQ(completion(R"("prompt": ["Once"])").prompt_text, "Once");
-    EXPECT_EQ(completion(R"("prompt": [0, 5, 129279])").prompt_ids, (std::vector<int32_t>{0, 5, 129279}));
-    EXPECT_FALSE(completion(R"("prompt": [7])").prompt_text);
-    EXPECT_EQ(completion(R"("prompt": [[3, 4]])").prompt_ids, (std::vector<int32_t>{3, 4}));
-    EXPECT_TRUE(completion(R"("prompt": "x")").prompt_ids.empty());
-    for (const char* p : {"\"\"", "[]", "[\"\"]", "[\"a\", \"b\"]", "[[1], [2]]", "[1, \"a\"]", "[1.5]", "[-1]",
-                          "[129280]", "[18446744073709551615]", "5", "{\"a\": 1}", "true", "[[]]", "[null]"})
+    auto one = [](const std::string& fields) {
+        const CompletionRequest r = completion(fields);
+        EXPECT_EQ(r.prompts.size(), 1u) << fields;
+        return r.prompts.at(0);
+    };
+    EXPECT_EQ(one(R"("prompt": "Once")").text, "Once");
+    EXPECT_EQ(one(R"("prompt": ["Once"])").text, "Once");
+    EXPECT_EQ(one(R"("prompt": [0, 5, 129279])").ids, (std::vector<int32_t>{0, 5, 129279}));
+    EXPECT_FALSE(one(R"("prompt": [7])").text);
+    EXPECT_EQ(one(R"("prompt": [[3, 4]])").ids, (std::vector<int32_t>{3, 4}));
+    EXPECT_TRUE(one(R"("prompt": "x")").ids.empty());
+    // Several prompts, in order: strings and id arrays, mixed as OpenAI's and vLLM's servers take them.
+    const CompletionRequest several = completion(R"("prompt": ["a", [1, 2], "b c"])");
+    ASSERT_EQ(several.prompts.size(), 3u);
+    EXPECT_EQ(several.prompts[0].text, "a");
+    EXPECT_EQ(several.prompts[1].ids, (std::vector<int32_t>{1, 2}));
+    EXPECT_FALSE(several.prompts[1].text);
+    EXPECT_EQ(several.prompts[2].text, "b c");
+    EXPECT_EQ(completion(R"("prompt": [[1], [2]])").prompts.size(), 2u);
+    for (const char* p : {"\"\"", "[]", "[\"\"]", "[1, \"a\"]", "[1.5]", "[-1]", "[129280]", "[18446744073709551615]",
+                          "5", "{\"a\": 1}", "true", "[[]]", "[null]"})
         expect_completion_400(fmt::format(R"("prompt": {})", p), "prompt");
+    // An element of several that is wrong is named by its index.
+    for (const char* p :
+         {"[\"a\", \"\"]", "[\"a\", []]", "[\"a\", 5]", "[[1], [[2]]]", "[\"a\", [129280]]", "[\"a\", null]"})
+        expect_completion_400(fmt::format(R"("prompt": {})", p), "prompt[1]");
+    std::string many = "[";
+    for (int i = 0; i <= kLimits.max_prompts; ++i) many += i ? ", \"x\"" : "\"x\"";
+    expect_completion_400(R"("prompt": )" + many + "]", "prompt");
+    EXPECT_EQ(completion(R"("prompt": )" + many.substr(0, many.size() - 5) + "]").prompts.size(),
+              size_t(kLimits.max_prompts));
     expect_completion_400(R"("max_tokens": 5)", "prompt");  // missing
 }
 

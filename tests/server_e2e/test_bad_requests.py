@@ -56,7 +56,8 @@ CHAT_BAD = {
 }
 
 COMPLETIONS_BAD = {
-    "prompt": [5, [], [[1, 2], [3]], ["text", "list"], [512], [-1], [1.5], {"a": 1}, ""],
+    "prompt": [5, [], [[1, 2], [[3]]], ["text", ""], ["text", 5], [[1], None], [512], [-1], [1.5], {"a": 1}, "",
+               ["x"] * 65],
     "logprobs": ["x", -1, 21, True],
     "echo": ["yes", 1],
     "best_of": [2],
@@ -238,6 +239,10 @@ class AuthAndLimitsTest(unittest.TestCase):
                 status, obj = self.post(COMPLETIONS, {"prompt": prompt, "max_tokens": max_tokens})
                 err = check_error(self, status, obj, 400, f"{len(prompt)} prompt tokens, max_tokens {max_tokens}")
                 self.assertEqual(err.get("code"), "context_length_exceeded", err)
+        # Several prompts: the one that does not fit refuses the request, named by its index.
+        status, obj = self.post(COMPLETIONS, {"prompt": [[5] * 10, [5] * 300], "max_tokens": 1})
+        err = check_error(self, status, obj, 400, "the second of two prompts over the context")
+        self.assertEqual((err.get("code"), err.get("param")), ("context_length_exceeded", "prompt[1]"), err)
         status, obj = self.post(CHAT, {"messages": [{"role": "user", "content": "y" * 400}], "max_tokens": 1})
         err = check_error(self, status, obj, 400, "a chat prompt over the context")
         self.assertEqual(err.get("code"), "context_length_exceeded", err)

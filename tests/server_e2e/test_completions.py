@@ -1,4 +1,4 @@
-"""/v1/completions (text and token-id prompts, streaming, logprobs, stop strings, exact usage, logit_bias and
+"""/v1/completions (text and token-id prompts, several prompts in one request, streaming, logprobs, stop strings, exact usage, logit_bias and
 penalties, response_format json_object, vLLM's stop_token_ids, min_tokens, guided_json and guided_choice; /tokenize and /detokenize), /v1/models, /health and /metrics (parsed; counters and histograms move by exactly what a request did)
 through the openai client and raw HTTP against the shared `dsv4 serve`."""
 
@@ -250,6 +250,39 @@ class CompletionsTest(unittest.TestCase):
                     finishes[c.index] = c.finish_reason
         self.assertEqual(texts, [c.text for c in several.choices])
         self.assertEqual(finishes, ["length"] * 3)
+
+    def test_several_prompts(self):
+        # A list of prompts (strings and id arrays) with n = 2: choice p * 2 + j is prompt p's j-th and equals that
+        # prompt alone on seed + j; usage adds up every prompt and choice; streamed, the chunks carry those indexes.
+        prompts = ["Rivers run ", harness.byte_token_ids("Lakes are ")[1:], "Mountains "]
+        kw = dict(max_tokens=5, temperature=0.9, seed=11, n=2, extra_body={"ignore_eos": True})
+        several = self.create(prompt=prompts, **kw)
+        self.assertEqual([c.index for c in several.choices], list(range(6)))
+        alone = [self.create(prompt=p, **kw) for p in prompts]
+        for p, a in enumerate(alone):
+            for j in range(2):
+                self.assertEqual(several.choices[2 * p + j].text, a.choices[j].text, f"prompt {p}, choice {j}")
+                self.assertEqual(several.choices[2 * p + j].finish_reason, "length")
+        self.assertEqual(several.usage.prompt_tokens, sum(a.usage.prompt_tokens for a in alone))
+        self.assertEqual(several.usage.completion_tokens, 30)
+        texts = [""] * 6
+        usage = None
+        for chunk in self.create(prompt=prompts, stream=True, stream_options={"include_usage": True}, **kw):
+            for c in chunk.choices:
+                texts[c.index] += c.text
+            usage = chunk.usage or usage
+        self.assertEqual(texts, [c.text for c in several.choices])
+        self.assertEqual((usage.prompt_tokens, usage.completion_tokens), (several.usage.prompt_tokens, 30))
+        # Scoring several texts in one request (echo, logprobs, max_tokens 0), as evaluation harnesses batch them.
+        ids = [harness.byte_token_ids(t) for t in ("One text ", "and another")]
+        scored = self.server.completion({"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 1,
+                                         "temperature": 0})
+        for p, choice in enumerate(scored["choices"]):
+            one = self.server.completion({"prompt": ids[p], "max_tokens": 0, "echo": True, "logprobs": 1,
+                                          "temperature": 0})["choices"][0]
+            self.assertEqual(choice["index"], p)
+            self.assertEqual(choice["text"], one["text"])
+            self.assertEqual(choice["logprobs"], one["logprobs"])
 
     def test_health(self):
         status, _, _ = self.server.request("GET", "/health")
