@@ -129,6 +129,8 @@ void HttpServer::routes() {
                 [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, Api::kCompletions); });
     http_->Post("/v1/messages",
                 [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, Api::kMessages); });
+    http_->Post("/v1/messages/count_tokens",
+                [this](const httplib::Request& req, httplib::Response& res) { count_message_tokens(req, res); });
     http_->Post("/v1/responses",
                 [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, Api::kResponses); });
     // Statuses httplib sets by itself (404 no route, 413 body too large, 400 bad request line): OpenAI's error form.
@@ -139,7 +141,7 @@ void HttpServer::routes() {
         if (res.status == 404)
             message = fmt::format(
                 "no route {} {} (see /v1/models, /v1/chat/completions, "
-                "/v1/completions, /v1/responses, /v1/messages, /tokenize, /detokenize, "
+                "/v1/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens, /tokenize, /detokenize, "
                 "/health, "
                 "/metrics)",
                 req.method, req.path);
@@ -147,7 +149,7 @@ void HttpServer::routes() {
             message = fmt::format("the request body is larger than this server accepts ({} bytes)",
                                   options_.max_body_bytes);
         const ApiError e(res.status, "invalid_request_error", message);
-        send_json(res, res.status, req.path == "/v1/messages" ? anthropic_error(e) : e.to_json());
+        send_json(res, res.status, req.path.starts_with("/v1/messages") ? anthropic_error(e) : e.to_json());
     });
     http_->set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
         std::string message = "internal error";
@@ -566,6 +568,20 @@ void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
     } catch (const ApiError& e) {
         metrics_.rejected();
         send_error(res, e);
+    }
+}
+
+void HttpServer::count_message_tokens(const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res, /*anthropic=*/true)) return;
+    try {
+        ordered_json body = request_body(req, ready_, draining_);
+        // The body of a /v1/messages request, which max_tokens need not be part of here (it changes no prompt).
+        if (body.is_object() && !body.contains("max_tokens")) body["max_tokens"] = 1;
+        ChatRequest r = parse_messages_request(body, limits_, options_.model_name);
+        send_json(res, 200, {{"input_tokens", chat_prompt(r, options_, *tokenizer_).size()}});
+    } catch (const ApiError& e) {
+        metrics_.rejected();
+        send_json(res, e.status(), anthropic_error(e));
     }
 }
 

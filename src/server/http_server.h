@@ -65,6 +65,8 @@ class HttpServer {
     // vLLM's /tokenize and /detokenize (openai_protocol.h).
     void tokenize(const httplib::Request& req, httplib::Response& res);
     void detokenize(const httplib::Request& req, httplib::Response& res);
+    // Anthropic's /v1/messages/count_tokens: the prompt tokens a /v1/messages body would run ({"input_tokens"}).
+    void count_message_tokens(const httplib::Request& req, httplib::Response& res);
     // Checks each prompt against the context, sets max_tokens, hands the requests to the engine (ApiError on refusal).
     void submit(Generation& g);
     int32_t eos_id(const GenerationOptions& o) const;  // the id that ends a reply (-1: none, ignore_eos)

@@ -2,7 +2,7 @@
 /v1/chat/completions gives for the same conversation (the fixture's byte soup: the tests compare, never read
 content); streamed events add up to the message; thinking as a thinking block; a forced tool call as a tool_use block
 whose input is an object of the tool's schema, sent back as tool_result; stop_sequences; errors in Anthropic's
-shape; claude-* model names taken as the served model; x-api-key."""
+shape; claude-* model names taken as the served model; x-api-key; /v1/messages/count_tokens."""
 
 import json
 import unittest
@@ -93,6 +93,20 @@ class MessagesTest(unittest.TestCase):
         partial = "".join(e["delta"]["partial_json"] for e in r.chunks
                           if e["type"] == "content_block_delta" and e["delta"]["type"] == "input_json_delta")
         self.assertIsInstance(json.loads(partial)["city"], str)
+
+    def test_count_tokens_is_the_messages_input(self):
+        # /v1/messages/count_tokens: what input_tokens a /v1/messages request of the same body reports (its
+        # max_tokens optional), with tools and a system prompt; errors in Anthropic's shape.
+        for extra in ({}, {"system": "Be brief.", "tools": [TOOL]}):
+            with self.subTest(extra=list(extra)):
+                m = self.create(**extra)
+                body = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": USER}], **extra}
+                status, obj = self.server.post("/v1/messages/count_tokens", body)
+                self.assertEqual(status, 200, obj)
+                self.assertEqual(obj, {"input_tokens": m["usage"]["input_tokens"]})
+        status, obj = self.server.post("/v1/messages/count_tokens", {"messages": []})
+        self.assertEqual(status, 400, obj)
+        self.assertEqual(obj["type"], "error", obj)
 
     def test_stop_sequences(self):
         # seeded draws (the chat endpoint's seed and ignore_eos, which this endpoint takes too): the same text
