@@ -221,7 +221,8 @@ std::vector<std::string> parse_stop(const Fields& f, const RequestLimits& limits
     return stop;
 }
 
-// vLLM's stop_token_ids (ids of the vocabulary, as many as stop strings) and min_tokens (at most max_tokens).
+// vLLM's stop_token_ids (ids of the vocabulary, as many as stop strings), min_tokens (at most max_tokens) and
+// include_stop_str_in_output.
 void parse_vllm_stops(const Fields& f, const RequestLimits& limits, GenerationOptions& o) {
     if (const ordered_json* ids = f.array("stop_token_ids")) {
         if (int64_t(ids->size()) > limits.max_stop_strings)
@@ -241,6 +242,7 @@ void parse_vllm_stops(const Fields& f, const RequestLimits& limits, GenerationOp
                         fmt::format("'min_tokens' ({}) must not exceed the tokens asked for ({})", *m, *o.max_tokens));
         o.min_tokens = *m;
     }
+    o.include_stop_str = f.boolean("include_stop_str_in_output").value_or(false);
 }
 
 constexpr int64_t kMaxChoices = 1024;
@@ -313,7 +315,6 @@ void refuse_vllm_extras(const Fields& f) {
         {"prompt_logprobs",
          "prompt_logprobs is not supported (/v1/completions with echo and logprobs scores a "
          "prompt)"},
-        {"include_stop_str_in_output", "stop strings are never part of the output"},
     };
     for (const Extra& e : kRefused) {
         const ordered_json* v = f.get(e.key);

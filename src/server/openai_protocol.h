@@ -84,6 +84,8 @@ struct GenerationOptions {
     std::vector<std::string> stop;      // stop strings: output ends before the first one (not included)
     std::vector<int32_t> stop_token_ids;  // vLLM's: each ends the reply as EOS does (its text not included)
     int64_t min_tokens = 0;  // vLLM's: before this many tokens, no EOS, stop id or stop string ends the reply
+    bool include_stop_str = false;      // vLLM's include_stop_str_in_output: the stop string (or a stop id's text) that
+                                        // ended the reply stays in it
     bool logprobs = false;              // chat: logprobs: true; completions: logprobs: N (then top_logprobs = N)
     int top_logprobs = 0;               // 0..max_top_logprobs
     bool stream = false;
@@ -141,8 +143,8 @@ struct CompletionRequest {
 // structured/json_schema.h, response_format beside tools, a strict tool's schema outside that subset, a
 // conversation that ends with an assistant message it does not ask to continue with "prefix" or
 // continue_final_message, vLLM's extras that ask for what this server does not do: guided_regex, guided_grammar,
-// bad_words, allowed_token_ids, truncate_prompt_tokens, prompt_logprobs, include_stop_str_in_output,
-// use_beam_search, logits_processors). vLLM's stop_token_ids, min_tokens, guided_json and guided_choice are honoured.
+// bad_words, allowed_token_ids, truncate_prompt_tokens, prompt_logprobs, use_beam_search, logits_processors). vLLM's
+// stop_token_ids, min_tokens, include_stop_str_in_output, guided_json and guided_choice are honoured.
 // `model` must equal `served_model` (404 model_not_found otherwise) when given; it may be absent. Nothing but
 // ApiError is thrown. `body` is an ordered_json (see parse_json_body); a plain json converts, losing key order.
 //
@@ -283,7 +285,8 @@ ordered_json detokenize_response(const std::string& text);
 // far; one that ends after arm() may begin before it (as vLLM checks the text each token adds once armed).
 class StopMatcher {
   public:
-    explicit StopMatcher(std::vector<std::string> stops, bool armed = true);
+    // `include`: the text returned when a stop string completes ends with it (vLLM's include_stop_str_in_output).
+    explicit StopMatcher(std::vector<std::string> stops, bool armed = true, bool include = false);
     std::string push(std::string_view text);
     void arm() { armed_ = true; }
     bool stopped() const { return stopped_; }
@@ -293,7 +296,7 @@ class StopMatcher {
   private:
     std::vector<std::string> stops_;
     std::string held_;
-    bool armed_;
+    bool armed_, include_;
     size_t min_end_ = 0;  // a stop string counts only if it ends past this many bytes of held_
     bool stopped_ = false;
     std::string matched_;

@@ -243,7 +243,8 @@ ordered_json models_response(const std::string& model, int64_t created, int64_t 
     return {{"object", "list"}, {"data", std::move(data)}};
 }
 
-StopMatcher::StopMatcher(std::vector<std::string> stops, bool armed) : stops_(std::move(stops)), armed_(armed) {
+StopMatcher::StopMatcher(std::vector<std::string> stops, bool armed, bool include)
+    : stops_(std::move(stops)), armed_(armed), include_(include) {
     std::erase_if(stops_, [](const std::string& s) { return s.empty(); });  // would match before any text
 }
 
@@ -265,7 +266,7 @@ std::string StopMatcher::push(std::string_view text) {
     if (stop_end != std::string::npos) {
         stopped_ = true;
         matched_ = held_.substr(stop_begin, stop_end - stop_begin);
-        std::string out = held_.substr(0, stop_begin);
+        std::string out = held_.substr(0, include_ ? stop_end : stop_begin);
         held_.clear();
         return out;
     }

@@ -15,8 +15,9 @@ ReplyBuilder::ReplyBuilder(const tok::Tokenizer& tokenizer, int32_t eos_id, bool
       min_tokens_(options.min_tokens),
       chat_(chat),
       logprobs_(options.logprobs),
+      include_stop_(options.include_stop_str),
       decoder_(tokenizer),
-      stop_(options.stop, /*armed=*/options.min_tokens <= 1),
+      stop_(options.stop, /*armed=*/options.min_tokens <= 1, options.include_stop_str),
       stream_(mode) {}
 
 void ReplyBuilder::feed_text(const std::string& text, Delta& d) {
@@ -43,9 +44,12 @@ ReplyBuilder::Delta ReplyBuilder::push(const SampledToken& token) {
     }
     if (tokens_ >= min_tokens_) stop_.arm();  // vLLM's min_tokens: stop strings count from this token's text on
     const bool ends = token.id == eos_id_ || std::find(stop_ids_.begin(), stop_ids_.end(), token.id) != stop_ids_.end();
-    if (ends) {  // a stop id ends the reply as EOS does: its text is not part of it
+    if (ends) {  // a stop id ends the reply as EOS does: its text is not part of it, unless asked for (not EOS's,
+                 // nor a special token's: vLLM skips those)
         saw_eos_ = true;
-        feed_text(decoder_.finish(), d);
+        if (include_stop_ && token.id != eos_id_ && !tokenizer_.is_special(token.id))
+            feed_text(stop_.push(decoder_.push(token.id)), d);
+        feed_text(stop_.push(decoder_.finish()), d);
         feed_text(stop_.finish(), d);
         if (chat_) feed_text(std::string(tok::kEosToken), d);  // how the completion parser knows the end
         return d;

@@ -53,7 +53,7 @@ class ReplyBuilder {
     int32_t eos_id_;
     std::vector<int32_t> stop_ids_;
     int64_t min_tokens_;
-    bool chat_, logprobs_;
+    bool chat_, logprobs_, include_stop_;
     tok::IncrementalDecoder decoder_;
     StopMatcher stop_;
     tok::CompletionStream stream_;

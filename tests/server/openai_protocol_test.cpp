@@ -443,6 +443,9 @@ TEST(OpenAiRequest, VllmExtrasAreHonouredOrRefused) {
     expect_chat_400(R"("stop_token_ids": 5)", "stop_token_ids");
     expect_chat_400(R"("min_tokens": -1)", "min_tokens");
     expect_chat_400(R"("min_tokens": 9, "max_tokens": 8)", "min_tokens");
+    EXPECT_TRUE(chat(R"("include_stop_str_in_output": true)").options.include_stop_str);
+    EXPECT_FALSE(chat("").options.include_stop_str);
+    expect_chat_400(R"("include_stop_str_in_output": "yes")", "include_stop_str_in_output");
 
     const std::string schema = R"({"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]})";
     for (const std::string& fields : {R"("guided_json": )" + schema, R"("guided_json": )" + ordered_json(schema).dump(),
@@ -470,8 +473,8 @@ TEST(OpenAiRequest, VllmExtrasAreHonouredOrRefused) {
     expect_chat_400(R"("guided_choice": ["a"], "ignore_eos": true)", "ignore_eos");
     for (const char* refused :
          {R"("guided_regex": "a+")", R"("guided_grammar": "g")", R"("bad_words": ["x"])", R"("allowed_token_ids": [1])",
-          R"("truncate_prompt_tokens": 5)", R"("prompt_logprobs": 1)", R"("include_stop_str_in_output": true)",
-          R"("use_beam_search": true)", R"("logits_processors": ["p"])"}) {
+          R"("truncate_prompt_tokens": 5)", R"("prompt_logprobs": 1)", R"("use_beam_search": true)",
+          R"("logits_processors": ["p"])"}) {
         const std::string field = std::string(refused).substr(1, std::string(refused).find('"', 1) - 1);
         expect_chat_400(refused, field);
     }

@@ -134,6 +134,30 @@ TEST(ReplyBuilder, StopIdsEndTheReplyAndMinTokensHoldsStopStringsBack) {
     }
 }
 
+// vLLM's include_stop_str_in_output: the stop string that ended the reply (wherever the tokens split it) or the stop
+// id's text stays in it; EOS's never does.
+TEST(ReplyBuilder, IncludedStopStringsAndStopIdsStayInTheReply) {
+    const std::string text = "Licensed 東京 café, under the Apache License. More.";
+    for (const std::string stop : {"License", "é, under", "."}) {
+        GenerationOptions o = options({"never", stop});
+        o.include_stop_str = true;
+        ReplyBuilder b(tokenizer(), kEos, false, tok::ThinkingMode::kChat, o);
+        const Reply r = run(b, text, false, FinishReason::kLength);
+        const std::string want = text.substr(0, text.find(stop) + stop.size());
+        EXPECT_EQ(r.content, want) << "stop " << stop;
+        EXPECT_EQ(r.final.parsed.content, want);
+        EXPECT_EQ(r.final.finish_reason, "stop");
+        EXPECT_EQ(r.final.stop_sequence, stop);
+    }
+    GenerationOptions o = options();
+    o.stop_token_ids = {tokenizer().encode(".")[0]};
+    o.include_stop_str = true;
+    ReplyBuilder ids(tokenizer(), kEos, false, tok::ThinkingMode::kChat, o);
+    EXPECT_EQ(run(ids, "ab. cd", false, FinishReason::kEos).content, "ab.");
+    ReplyBuilder eos(tokenizer(), kEos, false, tok::ThinkingMode::kChat, o);
+    EXPECT_EQ(run(eos, "ab", true, FinishReason::kEos).content, "ab");
+}
+
 TEST(ReplyBuilder, ChatSplitsReasoningContentAndToolCallsWithoutMarkup) {
     {
         ReplyBuilder b(tokenizer(), kEos, true, tok::ThinkingMode::kThinking, options());

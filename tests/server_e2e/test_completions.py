@@ -1,5 +1,5 @@
 """/v1/completions (text and token-id prompts, several prompts in one request, streaming, logprobs, stop strings, exact usage, logit_bias and
-penalties, response_format json_object, vLLM's stop_token_ids, min_tokens, guided_json and guided_choice; /tokenize and /detokenize), /v1/models, /health and /metrics (parsed; counters and histograms move by exactly what a request did)
+penalties, response_format json_object, vLLM's stop_token_ids, min_tokens, include_stop_str_in_output, guided_json and guided_choice; /tokenize and /detokenize), /v1/models, /health and /metrics (parsed; counters and histograms move by exactly what a request did)
 through the openai client and raw HTTP against the shared `dsv4 serve`."""
 
 import json
@@ -137,6 +137,14 @@ class CompletionsTest(unittest.TestCase):
         self.assertEqual(r.choices[0].finish_reason, "stop")
         self.assertEqual(r.choices[0].text.encode(), full[:k])
         self.assertEqual(r.usage.completion_tokens, k + 1, "the stop id is a generated token")
+        # include_stop_str_in_output: the stop id's text, or the stop string, stays in the reply
+        kept = self.create(max_tokens=40, extra_body={"ignore_eos": True, "stop_token_ids": [stop_id],
+                                                      "include_stop_str_in_output": True})
+        self.assertEqual(kept.choices[0].text.encode(), full[:k + 1])
+        stop = full[k:k + 1].decode()
+        kept = self.create(max_tokens=40, stop=[stop], extra_body={"ignore_eos": True,
+                                                                   "include_stop_str_in_output": True})
+        self.assertEqual((kept.choices[0].text.encode(), kept.choices[0].finish_reason), (full[:k + 1], "stop"))
         held = self.create(max_tokens=40, extra_body={"ignore_eos": True, "stop_token_ids": [stop_id],
                                                       "min_tokens": k + 3})
         self.assertGreaterEqual(held.usage.completion_tokens, k + 3)
