@@ -604,6 +604,10 @@ void HttpServer::detokenize(const httplib::Request& req, httplib::Response& res)
 void HttpServer::submit(Generation& g) {
     for (size_t i = 0; i < g.prompts.size(); ++i) {
         EngineRequest& r = g.prompts[i].request;
+        if (const int64_t t = g.options.truncate_prompt_tokens) {  // vLLM's: the prompt's last tokens, as asked
+            const int64_t keep = t > 0 ? t : limits_.max_context;
+            if (keep > 0 && int64_t(r.prompt.size()) > keep) r.prompt.erase(r.prompt.begin(), r.prompt.end() - keep);
+        }
         const std::string param = g.chat ? "messages" : g.prompts.size() > 1 ? fmt::format("prompt[{}]", i) : "prompt";
         const int64_t max_new = resolve_max_tokens(int64_t(r.prompt.size()), g.options, limits_, param);
         r.max_new_tokens = max_new;

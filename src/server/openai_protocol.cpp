@@ -245,6 +245,21 @@ void parse_vllm_stops(const Fields& f, const RequestLimits& limits, GenerationOp
     o.include_stop_str = f.boolean("include_stop_str_in_output").value_or(false);
 }
 
+// vLLM's truncate_prompt_tokens: k >= 1 keeps the prompt's last k tokens, -1 the last max_context. Not with echo,
+// whose text is the prompt as sent.
+void parse_truncation(const Fields& f, bool echo, GenerationOptions& o) {
+    const auto t = f.integer("truncate_prompt_tokens");
+    if (!t) return;
+    if (*t == 0 || *t < -1)
+        bad_request("truncate_prompt_tokens",
+                    fmt::format("'truncate_prompt_tokens' must be at least 1 (the prompt's last tokens kept) or -1 "
+                                "(the last max_model_len), got {}",
+                                *t));
+    if (echo)
+        bad_request("truncate_prompt_tokens", "'truncate_prompt_tokens' with 'echo': the echo is the prompt as sent");
+    o.truncate_prompt_tokens = *t;
+}
+
 constexpr int64_t kMaxChoices = 1024;
 
 // vLLM's guided_choice: one of a list of strings (at least one, at most kMaxChoices).
@@ -311,7 +326,6 @@ void refuse_vllm_extras(const Fields& f) {
         {"logits_processors", "custom logits processors are not supported"},
         {"bad_words", "bad_words are not supported (logit_bias bans ids)"},
         {"allowed_token_ids", "allowed_token_ids is not supported (logit_bias can favour ids)"},
-        {"truncate_prompt_tokens", "nothing a client sends is truncated: shorten the prompt"},
         {"prompt_logprobs",
          "prompt_logprobs is not supported (/v1/completions with echo and logprobs scores a "
          "prompt)"},
@@ -431,6 +445,7 @@ GenerationOptions parse_options(const Fields& f, const RequestLimits& limits, bo
     o.ignore_eos = f.boolean("ignore_eos").value_or(false);
     parse_response_format(f, o);
     parse_guided_json(f, o);
+    parse_truncation(f, echo, o);
     refuse_vllm_extras(f);
     if (o.ignore_eos && o.response_format != ResponseFormat::kText)
         bad_request("ignore_eos",

@@ -86,6 +86,8 @@ struct GenerationOptions {
     int64_t min_tokens = 0;  // vLLM's: before this many tokens, no EOS, stop id or stop string ends the reply
     bool include_stop_str = false;      // vLLM's include_stop_str_in_output: the stop string (or a stop id's text) that
                                         // ended the reply stays in it
+    int64_t truncate_prompt_tokens = 0;  // vLLM's: > 0: only the prompt's last this many tokens run (asked for, so
+                                         // not silent); -1: the last max_context; 0: the whole prompt
     bool logprobs = false;              // chat: logprobs: true; completions: logprobs: N (then top_logprobs = N)
     int top_logprobs = 0;               // 0..max_top_logprobs
     bool stream = false;
@@ -143,8 +145,9 @@ struct CompletionRequest {
 // structured/json_schema.h, response_format beside tools, a strict tool's schema outside that subset, a
 // conversation that ends with an assistant message it does not ask to continue with "prefix" or
 // continue_final_message, vLLM's extras that ask for what this server does not do: guided_regex, guided_grammar,
-// bad_words, allowed_token_ids, truncate_prompt_tokens, prompt_logprobs, use_beam_search, logits_processors). vLLM's
-// stop_token_ids, min_tokens, include_stop_str_in_output, guided_json and guided_choice are honoured.
+// bad_words, allowed_token_ids, prompt_logprobs, use_beam_search, logits_processors, truncate_prompt_tokens with echo).
+// vLLM's stop_token_ids, min_tokens, include_stop_str_in_output, truncate_prompt_tokens, guided_json and guided_choice
+// are honoured.
 // `model` must equal `served_model` (404 model_not_found otherwise) when given; it may be absent. Nothing but
 // ApiError is thrown. `body` is an ordered_json (see parse_json_body); a plain json converts, losing key order.
 //

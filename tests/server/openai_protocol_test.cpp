@@ -446,6 +446,12 @@ TEST(OpenAiRequest, VllmExtrasAreHonouredOrRefused) {
     EXPECT_TRUE(chat(R"("include_stop_str_in_output": true)").options.include_stop_str);
     EXPECT_FALSE(chat("").options.include_stop_str);
     expect_chat_400(R"("include_stop_str_in_output": "yes")", "include_stop_str_in_output");
+    EXPECT_EQ(chat(R"("truncate_prompt_tokens": 7)").options.truncate_prompt_tokens, 7);
+    EXPECT_EQ(chat(R"("truncate_prompt_tokens": -1)").options.truncate_prompt_tokens, -1);
+    EXPECT_EQ(chat("").options.truncate_prompt_tokens, 0);
+    for (const char* t : {"0", "-2", "1.5", "\"5\""})
+        expect_chat_400(fmt::format(R"("truncate_prompt_tokens": {})", t), "truncate_prompt_tokens");
+    expect_completion_400(R"("prompt": "x", "echo": true, "truncate_prompt_tokens": 3)", "truncate_prompt_tokens");
 
     const std::string schema = R"({"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]})";
     for (const std::string& fields : {R"("guided_json": )" + schema, R"("guided_json": )" + ordered_json(schema).dump(),
@@ -473,8 +479,7 @@ TEST(OpenAiRequest, VllmExtrasAreHonouredOrRefused) {
     expect_chat_400(R"("guided_choice": ["a"], "ignore_eos": true)", "ignore_eos");
     for (const char* refused :
          {R"("guided_regex": "a+")", R"("guided_grammar": "g")", R"("bad_words": ["x"])", R"("allowed_token_ids": [1])",
-          R"("truncate_prompt_tokens": 5)", R"("prompt_logprobs": 1)", R"("use_beam_search": true)",
-          R"("logits_processors": ["p"])"}) {
+          R"("prompt_logprobs": 1)", R"("use_beam_search": true)", R"("logits_processors": ["p"])"}) {
         const std::string field = std::string(refused).substr(1, std::string(refused).find('"', 1) - 1);
         expect_chat_400(refused, field);
     }

@@ -1,5 +1,5 @@
 """/v1/completions (text and token-id prompts, several prompts in one request, streaming, logprobs, stop strings, exact usage, logit_bias and
-penalties, response_format json_object, vLLM's stop_token_ids, min_tokens, include_stop_str_in_output, guided_json and guided_choice; /tokenize and /detokenize), /v1/models, /health and /metrics (parsed; counters and histograms move by exactly what a request did)
+penalties, response_format json_object, vLLM's stop_token_ids, min_tokens, include_stop_str_in_output, truncate_prompt_tokens, guided_json and guided_choice; /tokenize and /detokenize), /v1/models, /health and /metrics (parsed; counters and histograms move by exactly what a request did)
 through the openai client and raw HTTP against the shared `dsv4 serve`."""
 
 import json
@@ -137,6 +137,11 @@ class CompletionsTest(unittest.TestCase):
         self.assertEqual(r.choices[0].finish_reason, "stop")
         self.assertEqual(r.choices[0].text.encode(), full[:k])
         self.assertEqual(r.usage.completion_tokens, k + 1, "the stop id is a generated token")
+        # truncate_prompt_tokens: only the prompt's last k tokens run (usage counts them)
+        ids = harness.byte_token_ids("A longer prompt, cut to its end: ")
+        cut = self.create(prompt=ids, max_tokens=6, extra_body={"ignore_eos": True, "truncate_prompt_tokens": 9})
+        tail = self.create(prompt=ids[-9:], max_tokens=6, extra_body={"ignore_eos": True})
+        self.assertEqual((cut.choices[0].text, cut.usage.prompt_tokens), (tail.choices[0].text, 9))
         # include_stop_str_in_output: the stop id's text, or the stop string, stays in the reply
         kept = self.create(max_tokens=40, extra_body={"ignore_eos": True, "stop_token_ids": [stop_id],
                                                       "include_stop_str_in_output": True})
