@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 
@@ -21,6 +22,12 @@ void validate_adjustments(const LogitAdjustments& a, int64_t vocab) {
         DSV4_CHECK(id >= 0 && id < vocab, "'logit_bias' names token {}, outside the vocabulary [0, {})", id, vocab);
         DSV4_CHECK(bias >= -100.0f && bias <= 100.0f, "'logit_bias' values must be in [-100, 100], got {} for token {}",
                    bias, id);
+    }
+    for (size_t i = 0; i < a.allowed_ids.size(); ++i) {
+        const int32_t id = a.allowed_ids[i];
+        DSV4_CHECK(id >= 0 && id < vocab, "'allowed_token_ids' names token {}, outside the vocabulary [0, {})", id,
+                   vocab);
+        DSV4_CHECK(i == 0 || id > a.allowed_ids[i - 1], "allowed ids must be sorted and distinct");
     }
 }
 
@@ -45,6 +52,15 @@ void TokenHistory::apply(const LogitAdjustments& a, const float* logits, float* 
     if (a.frequency_penalty != 0.0f || a.presence_penalty != 0.0f)
         for (const auto& [id, count] : output_counts_)
             out[id] = (out[id] - a.frequency_penalty * float(count)) - a.presence_penalty;
+    if (!a.allowed_ids.empty()) {  // the ids between two allowed ones go to -inf
+        constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+        int64_t next = 0;
+        for (const int32_t id : a.allowed_ids) {
+            std::fill(out + next, out + id, kNegInf);
+            next = int64_t(id) + 1;
+        }
+        std::fill(out + next, out + vocab, kNegInf);
+    }
 }
 
 const float* TokenHistory::row_for_draw(const LogitAdjustments& a, const float* logits, int64_t vocab,

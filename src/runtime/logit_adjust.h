@@ -3,6 +3,7 @@
 //  1. logit_bias:          l[id] + bias                                  (OpenAI: added before sampling)
 //  2. repetition_penalty:  for ids in the prompt or the output so far:  l > 0 ? l / r : l * r
 //  3. frequency_penalty f, presence_penalty p, for ids in the output:   (l - f * count) - p
+//  4. allowed_ids (vLLM's allowed_token_ids), when given: every other id -inf (EOS too, unless listed)
 // Logprobs stay those of the model's own logits (vLLM's default). Tested in tests/runtime/logit_adjust_test.cpp and,
 // through the engine, tests/runtime/engine_test.cpp.
 #pragma once
@@ -20,10 +21,11 @@ struct LogitAdjustments {
     float frequency_penalty = 0.0f;                     // [-2, 2]; 0: off
     float presence_penalty = 0.0f;                      // [-2, 2]; 0: off
     std::vector<std::pair<int32_t, float>> logit_bias;  // ids in the vocabulary, biases in [-100, 100]
+    std::vector<int32_t> allowed_ids;                   // sorted, distinct ids in the vocabulary; empty: all
 
     bool any() const {
         return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f ||
-               !logit_bias.empty();
+               !logit_bias.empty() || !allowed_ids.empty();
     }
 };
 

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -159,7 +160,7 @@ uint64_t random_seed() {
 }
 
 // Penalties and biases on the logits (runtime/logit_adjust.h): OpenAI's presence_penalty, frequency_penalty and
-// logit_bias ({"token id": bias}), vLLM's repetition_penalty.
+// logit_bias ({"token id": bias}), vLLM's repetition_penalty and allowed_token_ids.
 LogitAdjustments parse_adjustments(const Fields& f, const RequestLimits& limits) {
     LogitAdjustments a;
     auto in_range = [&](const char* key, double low, double high, float& to) {
@@ -190,6 +191,21 @@ LogitAdjustments parse_adjustments(const Fields& f, const RequestLimits& limits)
                                                       describe(value), key));
             a.logit_bias.emplace_back(int32_t(id), float(value.get<double>()));
         }
+    }
+    if (const ordered_json* ids = f.get("allowed_token_ids")) {  // vLLM's: only these ids may be drawn
+        if (!ids->is_array() || ids->empty())
+            bad_request(
+                "allowed_token_ids",
+                fmt::format("'allowed_token_ids' must be a non-empty array of token ids, got {}", describe(*ids)));
+        for (const ordered_json& id : *ids) {
+            if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= limits.vocab_size)
+                bad_request("allowed_token_ids",
+                            fmt::format("'allowed_token_ids' must hold token ids in [0, {}), got {}", limits.vocab_size,
+                                        describe(id)));
+            a.allowed_ids.push_back(int32_t(id.get<int64_t>()));
+        }
+        std::sort(a.allowed_ids.begin(), a.allowed_ids.end());
+        a.allowed_ids.erase(std::unique(a.allowed_ids.begin(), a.allowed_ids.end()), a.allowed_ids.end());
     }
     try {
         validate_adjustments(a, limits.vocab_size);  // the checks above cover it; a disagreement is still a 400
@@ -325,7 +341,6 @@ void refuse_vllm_extras(const Fields& f) {
         {"structural_tag", "only JSON and choices are enforced (guided_json, guided_choice, response_format)"},
         {"logits_processors", "custom logits processors are not supported"},
         {"bad_words", "bad_words are not supported (logit_bias bans ids)"},
-        {"allowed_token_ids", "allowed_token_ids is not supported (logit_bias can favour ids)"},
         {"prompt_logprobs",
          "prompt_logprobs is not supported (/v1/completions with echo and logprobs scores a "
          "prompt)"},
@@ -447,6 +462,10 @@ GenerationOptions parse_options(const Fields& f, const RequestLimits& limits, bo
     parse_guided_json(f, o);
     parse_truncation(f, echo, o);
     refuse_vllm_extras(f);
+    if (!o.adjust.allowed_ids.empty() && o.response_format != ResponseFormat::kText)
+        bad_request("allowed_token_ids",
+                    "'allowed_token_ids' with a structured 'response_format' (or guided_json / guided_choice): the "
+                    "format decides which ids may come");
     if (o.ignore_eos && o.response_format != ResponseFormat::kText)
         bad_request("ignore_eos",
                     "'ignore_eos' with 'response_format': a structured reply ends with its value (EOS "
@@ -758,6 +777,9 @@ ChatRequest parse_chat_request(const ordered_json& body, const RequestLimits& li
         r.render = parse_thinking(f);
         r.options = parse_options(f, limits, /*chat=*/true);
         r.options.tool_calls = tool_call_grammar(tools, tool_choice, f.boolean("parallel_tool_calls").value_or(true));
+        if (r.options.tool_calls && !r.options.adjust.allowed_ids.empty())
+            bad_request("allowed_token_ids",
+                        "'allowed_token_ids' with enforced tool calls: the calls' grammar decides which ids may come");
         if (r.options.tool_calls && r.options.ignore_eos)
             bad_request("ignore_eos",
                         "'ignore_eos' with enforced tool calls (tool_choice \"required\" or a named function, "

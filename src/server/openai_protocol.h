@@ -145,9 +145,9 @@ struct CompletionRequest {
 // structured/json_schema.h, response_format beside tools, a strict tool's schema outside that subset, a
 // conversation that ends with an assistant message it does not ask to continue with "prefix" or
 // continue_final_message, vLLM's extras that ask for what this server does not do: guided_regex, guided_grammar,
-// bad_words, allowed_token_ids, prompt_logprobs, use_beam_search, logits_processors, truncate_prompt_tokens with echo).
-// vLLM's stop_token_ids, min_tokens, include_stop_str_in_output, truncate_prompt_tokens, guided_json and guided_choice
-// are honoured.
+// bad_words, prompt_logprobs, use_beam_search, logits_processors, truncate_prompt_tokens with echo, allowed_token_ids
+// with a structured reply). vLLM's stop_token_ids, min_tokens, include_stop_str_in_output, truncate_prompt_tokens,
+// allowed_token_ids, guided_json and guided_choice are honoured.
 // `model` must equal `served_model` (404 model_not_found otherwise) when given; it may be absent. Nothing but
 // ApiError is thrown. `body` is an ordered_json (see parse_json_body); a plain json converts, losing key order.
 //

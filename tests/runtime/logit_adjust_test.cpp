@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <vector>
 
 #include "core/error.h"
@@ -36,6 +37,25 @@ TEST(LogitAdjust, EachAdjustmentAsDefined) {
     std::vector<float> in_place = logits;  // out may be the row itself
     h.apply(a, in_place.data(), in_place.data(), int64_t(logits.size()));
     EXPECT_EQ(in_place, want);
+}
+
+// allowed_ids: every other id -inf, the allowed ones as the other adjustments leave them.
+TEST(LogitAdjust, AllowedIdsLeaveOnlyThem) {
+    const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 4.0f, 0.0f, -3.0f};
+    LogitAdjustments a;
+    a.allowed_ids = {1, 2, 5};
+    a.logit_bias = {{2, 1.0f}, {3, 9.0f}};
+    EXPECT_TRUE(a.any());
+    TokenHistory h(a, std::vector<int32_t>{0});
+    std::vector<float> out(logits.size());
+    h.apply(a, logits.data(), out.data(), int64_t(logits.size()));
+    const float inf = std::numeric_limits<float>::infinity();
+    EXPECT_EQ(out, (std::vector<float>{-inf, 2.0f, 0.0f, -inf, -inf, -3.0f}));
+    EXPECT_NO_THROW(validate_adjustments(a, 6));
+    a.allowed_ids = {1, 6};
+    EXPECT_THROW(validate_adjustments(a, 6), Error);
+    a.allowed_ids = {2, 1};
+    EXPECT_THROW(validate_adjustments(a, 6), Error);
 }
 
 TEST(LogitAdjust, OffIsTheRowItself) {

@@ -1,5 +1,5 @@
 """/v1/completions (text and token-id prompts, several prompts in one request, streaming, logprobs, stop strings, exact usage, logit_bias and
-penalties, response_format json_object, vLLM's stop_token_ids, min_tokens, include_stop_str_in_output, truncate_prompt_tokens, guided_json and guided_choice; /tokenize and /detokenize), /v1/models, /health and /metrics (parsed; counters and histograms move by exactly what a request did)
+penalties, response_format json_object, vLLM's stop_token_ids, min_tokens, include_stop_str_in_output, truncate_prompt_tokens, allowed_token_ids, guided_json and guided_choice; /tokenize and /detokenize), /v1/models, /health and /metrics (parsed; counters and histograms move by exactly what a request did)
 through the openai client and raw HTTP against the shared `dsv4 serve`."""
 
 import json
@@ -62,6 +62,10 @@ class CompletionsTest(unittest.TestCase):
         z = harness.byte_token_ids("z")[-1]
         r = self.create(max_tokens=6, logit_bias={str(z): 100}, extra_body={"ignore_eos": True})
         self.assertEqual(r.choices[0].text, "zzzzzz", "a +100 bias on 'z' picks it every time")
+        # vLLM's allowed_token_ids: only those ids are drawn (sampled, so any of them), EOS not among them
+        ab = [harness.byte_token_ids(c, bos=False)[0] for c in "ab"]
+        r = self.create(max_tokens=12, temperature=1.0, seed=3, extra_body={"allowed_token_ids": ab})
+        self.assertEqual((len(r.choices[0].text), set(r.choices[0].text) <= {"a", "b"}), (12, True), r.choices[0].text)
         # The same bias with a frequency penalty of 2 and a repetition penalty: still accepted, still a reply.
         r = self.create(max_tokens=6, logit_bias={str(z): 5}, frequency_penalty=2, presence_penalty=-1,
                         extra_body={"ignore_eos": True, "repetition_penalty": 1.3})
