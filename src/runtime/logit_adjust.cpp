@@ -29,9 +29,15 @@ void validate_adjustments(const LogitAdjustments& a, int64_t vocab) {
                    vocab);
         DSV4_CHECK(i == 0 || id > a.allowed_ids[i - 1], "allowed ids must be sorted and distinct");
     }
+    for (const std::vector<int32_t>& word : a.bad_words) {
+        DSV4_CHECK(!word.empty(), "a bad word has no tokens");
+        for (const int32_t id : word)
+            DSV4_CHECK(id >= 0 && id < vocab, "a bad word's token {} is outside the vocabulary [0, {})", id, vocab);
+    }
 }
 
-TokenHistory::TokenHistory(const LogitAdjustments& a, std::span<const int32_t> prompt) : on_(a.any()) {
+TokenHistory::TokenHistory(const LogitAdjustments& a, std::span<const int32_t> prompt)
+    : on_(a.any()), keep_output_(!a.bad_words.empty()) {
     if (a.repetition_penalty == 1.0f) return;
     prompt_ids_.assign(prompt.begin(), prompt.end());
     std::sort(prompt_ids_.begin(), prompt_ids_.end());
@@ -60,6 +66,11 @@ void TokenHistory::apply(const LogitAdjustments& a, const float* logits, float* 
             next = int64_t(id) + 1;
         }
         std::fill(out + next, out + vocab, kNegInf);
+    }
+    for (const std::vector<int32_t>& word : a.bad_words) {  // the word's last id, where the output ends with the rest
+        const size_t before = word.size() - 1;
+        if (output_.size() >= before && std::equal(word.begin(), word.end() - 1, output_.end() - before))
+            out[word.back()] = -std::numeric_limits<float>::infinity();
     }
 }
 

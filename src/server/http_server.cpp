@@ -508,6 +508,7 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, A
                 p = prepare_completion(body, limits_, options_, *tokenizer_, int32_t(engine_->config().bos_token_id));
                 break;
         }
+        p.options.adjust.bad_words = tokenize_bad_words(p.options.bad_words, *tokenizer_);
         g->chat = chat;
         g->responses = api == Api::kResponses;
         g->messages = api == Api::kMessages;

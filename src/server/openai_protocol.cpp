@@ -237,8 +237,8 @@ std::vector<std::string> parse_stop(const Fields& f, const RequestLimits& limits
     return stop;
 }
 
-// vLLM's stop_token_ids (ids of the vocabulary, as many as stop strings), min_tokens (at most max_tokens) and
-// include_stop_str_in_output.
+// vLLM's stop_token_ids (ids of the vocabulary, as many as stop strings), min_tokens (at most max_tokens),
+// include_stop_str_in_output and bad_words (as many as stop strings).
 void parse_vllm_stops(const Fields& f, const RequestLimits& limits, GenerationOptions& o) {
     if (const ordered_json* ids = f.array("stop_token_ids")) {
         if (int64_t(ids->size()) > limits.max_stop_strings)
@@ -259,6 +259,18 @@ void parse_vllm_stops(const Fields& f, const RequestLimits& limits, GenerationOp
         o.min_tokens = *m;
     }
     o.include_stop_str = f.boolean("include_stop_str_in_output").value_or(false);
+    if (const ordered_json* words = f.array("bad_words")) {
+        if (int64_t(words->size()) > limits.max_stop_strings)
+            bad_request("bad_words", fmt::format("'bad_words' holds {} words; this server allows at most {}",
+                                                 words->size(), limits.max_stop_strings));
+        for (const ordered_json& w : *words) {
+            if (!w.is_string() || w.get_ref<const std::string&>().find_first_not_of(' ') == std::string::npos)
+                bad_request("bad_words", fmt::format("'bad_words' must hold words (strings with more than spaces), "
+                                                     "got {}",
+                                                     describe(w)));
+            o.bad_words.push_back(w.get<std::string>());
+        }
+    }
 }
 
 // vLLM's truncate_prompt_tokens: k >= 1 keeps the prompt's last k tokens, -1 the last max_context. Not with echo,
@@ -340,7 +352,6 @@ void refuse_vllm_extras(const Fields& f) {
         {"guided_grammar", "only JSON and choices are enforced (guided_json, guided_choice, response_format)"},
         {"structural_tag", "only JSON and choices are enforced (guided_json, guided_choice, response_format)"},
         {"logits_processors", "custom logits processors are not supported"},
-        {"bad_words", "bad_words are not supported (logit_bias bans ids)"},
         {"prompt_logprobs",
          "prompt_logprobs is not supported (/v1/completions with echo and logprobs scores a "
          "prompt)"},
@@ -760,6 +771,20 @@ auto guarded(F&& parse) {
 }
 
 }  // namespace
+
+std::vector<std::vector<int32_t>> tokenize_bad_words(const std::vector<std::string>& words,
+                                                     const tok::Tokenizer& tokenizer) {
+    std::vector<std::vector<int32_t>> out;
+    for (const std::string& word : words) {
+        const std::string bare = word.substr(word.find_first_not_of(' '));
+        std::vector<int32_t> first = tokenizer.encode(bare);
+        std::vector<int32_t> spaced = tokenizer.encode(" " + bare);
+        const bool other = !spaced.empty() && spaced.size() == first.size() && spaced[0] != first[0];
+        out.push_back(std::move(first));
+        if (other) out.push_back(std::move(spaced));
+    }
+    return out;
+}
 
 ChatRequest parse_chat_request(const ordered_json& body, const RequestLimits& limits, const std::string& served_model) {
     return guarded([&] {

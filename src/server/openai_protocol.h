@@ -86,6 +86,8 @@ struct GenerationOptions {
     int64_t min_tokens = 0;  // vLLM's: before this many tokens, no EOS, stop id or stop string ends the reply
     bool include_stop_str = false;      // vLLM's include_stop_str_in_output: the stop string (or a stop id's text) that
                                         // ended the reply stays in it
+    std::vector<std::string> bad_words;  // vLLM's: never generated (adjust.bad_words holds them as ids, made by the
+                                         // server's tokenizer: tokenize_bad_words)
     int64_t truncate_prompt_tokens = 0;  // vLLM's: > 0: only the prompt's last this many tokens run (asked for, so
                                          // not silent); -1: the last max_context; 0: the whole prompt
     bool logprobs = false;              // chat: logprobs: true; completions: logprobs: N (then top_logprobs = N)
@@ -145,9 +147,9 @@ struct CompletionRequest {
 // structured/json_schema.h, response_format beside tools, a strict tool's schema outside that subset, a
 // conversation that ends with an assistant message it does not ask to continue with "prefix" or
 // continue_final_message, vLLM's extras that ask for what this server does not do: guided_regex, guided_grammar,
-// bad_words, prompt_logprobs, use_beam_search, logits_processors, truncate_prompt_tokens with echo, allowed_token_ids
-// with a structured reply). vLLM's stop_token_ids, min_tokens, include_stop_str_in_output, truncate_prompt_tokens,
-// allowed_token_ids, guided_json and guided_choice are honoured.
+// prompt_logprobs, use_beam_search, logits_processors, truncate_prompt_tokens with echo, allowed_token_ids with a
+// structured reply). vLLM's stop_token_ids, min_tokens, include_stop_str_in_output, truncate_prompt_tokens,
+// allowed_token_ids, bad_words, guided_json and guided_choice are honoured.
 // `model` must equal `served_model` (404 model_not_found otherwise) when given; it may be absent. Nothing but
 // ApiError is thrown. `body` is an ordered_json (see parse_json_body); a plain json converts, losing key order.
 //
@@ -276,6 +278,11 @@ ordered_json tokenize_response(const std::vector<int32_t>& ids, int64_t max_mode
 std::vector<int32_t> parse_detokenize_request(const ordered_json& body, const RequestLimits& limits,
                                               const std::string& served_model);
 ordered_json detokenize_response(const std::string& text);
+
+// vLLM's bad words as token sequences (LogitAdjustments::bad_words): each word as it would begin the text and, where
+// that gives another first token and as many tokens, after a space (so it is banned at the start and inside text).
+std::vector<std::vector<int32_t>> tokenize_bad_words(const std::vector<std::string>& words,
+                                                     const tok::Tokenizer& tokenizer);
 
 // Stop strings over streamed text: push() returns the text that can be sent now (held back while it could be the
 // start of a stop string), and says when a stop string was completed (the text before it is returned, the stop

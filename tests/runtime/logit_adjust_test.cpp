@@ -58,6 +58,31 @@ TEST(LogitAdjust, AllowedIdsLeaveOnlyThem) {
     EXPECT_THROW(validate_adjustments(a, 6), Error);
 }
 
+// bad_words: a one-id word is always banned; a longer word's last id only where the output ends with its others.
+TEST(LogitAdjust, BadWordsBanTheirLastIdAfterTheirStart) {
+    const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 4.0f, 0.0f, -3.0f};
+    LogitAdjustments a;
+    a.bad_words = {{4}, {1, 2, 3}, {2, 5}};
+    TokenHistory h(a, std::vector<int32_t>{1, 2});  // the prompt does not count
+    const float inf = std::numeric_limits<float>::infinity();
+    auto row = [&] {
+        std::vector<float> out(logits.size());
+        h.apply(a, logits.data(), out.data(), int64_t(logits.size()));
+        return out;
+    };
+    EXPECT_EQ(row(), (std::vector<float>{0.5f, 2.0f, -1.0f, 4.0f, -inf, -3.0f}));
+    h.add_output(1);
+    EXPECT_EQ(row(), (std::vector<float>{0.5f, 2.0f, -1.0f, 4.0f, -inf, -3.0f}));
+    h.add_output(2);  // the output ends with 1, 2 (word 2's start) and with 2 (word 3's)
+    EXPECT_EQ(row(), (std::vector<float>{0.5f, 2.0f, -1.0f, -inf, -inf, -inf}));
+    h.add_output(0);
+    EXPECT_EQ(row(), (std::vector<float>{0.5f, 2.0f, -1.0f, 4.0f, -inf, -3.0f}));
+    a.bad_words = {{}};
+    EXPECT_THROW(validate_adjustments(a, 6), Error);
+    a.bad_words = {{1, 6}};
+    EXPECT_THROW(validate_adjustments(a, 6), Error);
+}
+
 TEST(LogitAdjust, OffIsTheRowItself) {
     const std::vector<float> logits = {0.5f, -2.0f, 3.0f};
     LogitAdjustments a;

@@ -452,6 +452,10 @@ TEST(OpenAiRequest, VllmExtrasAreHonouredOrRefused) {
     for (const char* t : {"0", "-2", "1.5", "\"5\""})
         expect_chat_400(fmt::format(R"("truncate_prompt_tokens": {})", t), "truncate_prompt_tokens");
     expect_completion_400(R"("prompt": "x", "echo": true, "truncate_prompt_tokens": 3)", "truncate_prompt_tokens");
+    EXPECT_EQ(chat(R"("bad_words": ["foo", " bar baz"])").options.bad_words,
+              (std::vector<std::string>{"foo", " bar baz"}));
+    for (const char* words : {"[\"\"]", "[\"  \"]", "[1]", "\"foo\"", "[null]"})
+        expect_chat_400(fmt::format(R"("bad_words": {})", words), "bad_words");
     EXPECT_EQ(chat(R"("allowed_token_ids": [9, 3, 9, 0])").options.adjust.allowed_ids, (std::vector<int32_t>{0, 3, 9}))
         << "sorted, once each";
     for (const char* ids : {"[]", "[-1]", "[129280]", "[1.5]", "5", "[\"1\"]", "[18446744073709551615]"})
@@ -485,9 +489,8 @@ TEST(OpenAiRequest, VllmExtrasAreHonouredOrRefused) {
     expect_chat_400(R"("guided_choice": "a")", "guided_choice");
     expect_chat_400(R"("guided_choice": ["a"], "guided_json": {})", "guided_json");
     expect_chat_400(R"("guided_choice": ["a"], "ignore_eos": true)", "ignore_eos");
-    for (const char* refused :
-         {R"("guided_regex": "a+")", R"("guided_grammar": "g")", R"("bad_words": ["x"])", R"("prompt_logprobs": 1)",
-          R"("use_beam_search": true)", R"("logits_processors": ["p"])"}) {
+    for (const char* refused : {R"("guided_regex": "a+")", R"("guided_grammar": "g")", R"("prompt_logprobs": 1)",
+                                R"("use_beam_search": true)", R"("logits_processors": ["p"])"}) {
         const std::string field = std::string(refused).substr(1, std::string(refused).find('"', 1) - 1);
         expect_chat_400(refused, field);
     }

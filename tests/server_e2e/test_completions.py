@@ -1,5 +1,5 @@
 """/v1/completions (text and token-id prompts, several prompts in one request, streaming, logprobs, stop strings, exact usage, logit_bias and
-penalties, response_format json_object, vLLM's stop_token_ids, min_tokens, include_stop_str_in_output, truncate_prompt_tokens, allowed_token_ids, guided_json and guided_choice; /tokenize and /detokenize), /v1/models, /health and /metrics (parsed; counters and histograms move by exactly what a request did)
+penalties, response_format json_object, vLLM's stop_token_ids, min_tokens, include_stop_str_in_output, truncate_prompt_tokens, allowed_token_ids, bad_words, guided_json and guided_choice; /tokenize and /detokenize), /v1/models, /health and /metrics (parsed; counters and histograms move by exactly what a request did)
 through the openai client and raw HTTP against the shared `dsv4 serve`."""
 
 import json
@@ -62,6 +62,15 @@ class CompletionsTest(unittest.TestCase):
         z = harness.byte_token_ids("z")[-1]
         r = self.create(max_tokens=6, logit_bias={str(z): 100}, extra_body={"ignore_eos": True})
         self.assertEqual(r.choices[0].text, "zzzzzz", "a +100 bias on 'z' picks it every time")
+        # vLLM's bad_words: a word never comes out (here two bytes of the greedy text, and a letter of it)
+        free = self.create(max_tokens=30, extra_body={"ignore_eos": True}).choices[0].text
+        pair = next(free[i:i + 2] for i in range(len(free) - 1) if free[i:i + 2].isalpha())
+        banned = self.create(max_tokens=30, extra_body={"ignore_eos": True, "bad_words": [pair, free[-1]]})
+        text = banned.choices[0].text
+        same = min(free.index(pair) + 1, free.index(free[-1]))  # up to the first banned id (greedy: the same before)
+        self.assertEqual(text[:same], free[:same])
+        self.assertNotIn(pair, text)
+        self.assertNotIn(free[-1], text)
         # vLLM's allowed_token_ids: only those ids are drawn (sampled, so any of them), EOS not among them
         ab = [harness.byte_token_ids(c, bos=False)[0] for c in "ab"]
         r = self.create(max_tokens=12, temperature=1.0, seed=3, extra_body={"allowed_token_ids": ab})
