@@ -4,10 +4,11 @@
 // must, delivering events. Clients keep `concurrency` requests in flight (a new one as each finishes, like
 // tools/bench_serve.py), prompts of 128 ids and 128 tokens at temperature 1, V4's vocabulary. Compare the step time
 // with the GPU's decode step at that batch (docs/perf.md: 84 ms at batch 256 on two H200s) to see the engine's share.
-// Usage: dsv4_bench_engine
+// Usage: dsv4_bench_engine [TEXT]   (only the settings whose name contains TEXT)
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -122,7 +123,8 @@ void run(const Setting& s, const ModelConfig& config) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+    const char* only = argc > 1 ? argv[1] : "";
     const ModelConfig config = synthetic_preset("flash", 1);
     std::printf("engine host work per step, V4 vocabulary (%lld), backend instant; 4 x concurrency requests of 128 + "
                 "128 tokens at temperature 1\n",
@@ -135,5 +137,5 @@ int main() {
                              Setting{"draws by the backend, prefix cache 32", 256, 1280, 32, true},
                              Setting{"draws on the host", 64, 1280, 0, false},
                              Setting{"draws on the host", 256, 1280, 0, false}})
-        run(s, config);
+        if (std::strstr(s.name, only)) run(s, config);
 }

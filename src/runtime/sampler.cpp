@@ -72,22 +72,38 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, double u) {
 
     // 3. Block sums and the total.
     const int64_t n = all_candidates_ ? vocab : int64_t(candidates_.size());
-    block_sums_.clear();
+    if (all_candidates_)
+        sum_blocks(n, [w](int64_t i) { return w[i]; });
+    else
+        sum_blocks(n, [w, c = candidates_.data()](int64_t j) { return w[c[j]]; });
     double total = 0.0;
-    for (int64_t begin = 0; begin < n; begin += kSampleBlock) {
-        const int64_t end = std::min(n, begin + kSampleBlock);
-        double s = 0.0;
-        if (all_candidates_)
-            for (int64_t i = begin; i < end; ++i) s += w[i];
-        else
-            for (int64_t j = begin; j < end; ++j) s += w[candidates_[size_t(j)]];
-        block_sums_.push_back(s);
-        total += s;
-    }
+    for (double s : block_sums_) total += s;
 
     // 4, 5. The draw.
     if (params_.top_p < 1.0f) return draw_nucleus(logits, max_logit, w, total, u);
     return draw_in_blocks(w, u * total);
+}
+
+// Each block's sum is one chain of double additions in candidate order (step 3); the chains of kChains whole blocks
+// are independent, so they are added side by side, their latencies overlapped (a block at a time waited for each
+// addition: 71 us of a V4 draw, now ~10), each chain still its own additions in its own order.
+template <typename Weight>
+void Sampler::sum_blocks(int64_t n, Weight weight) {
+    constexpr int kChains = 8;
+    block_sums_.clear();
+    int64_t begin = 0;
+    for (; begin + kChains * kSampleBlock <= n; begin += kChains * kSampleBlock) {
+        double s[kChains] = {};
+        for (int64_t i = 0; i < kSampleBlock; ++i)
+            for (int c = 0; c < kChains; ++c) s[c] += weight(begin + c * kSampleBlock + i);
+        block_sums_.insert(block_sums_.end(), s, s + kChains);
+    }
+    for (; begin < n; begin += kSampleBlock) {
+        const int64_t end = std::min(n, begin + kSampleBlock);
+        double s = 0.0;
+        for (int64_t i = begin; i < end; ++i) s += weight(i);
+        block_sums_.push_back(s);
+    }
 }
 
 int32_t Sampler::draw_in_blocks(const float* w, double target) {

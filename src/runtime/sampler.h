@@ -59,6 +59,8 @@ class Sampler {
     double next_uniform() { return uniform_53(rng_); }
 
   private:
+    template <typename Weight>
+    void sum_blocks(int64_t n, Weight weight);  // step 3's block sums into block_sums_
     int32_t draw_in_blocks(const float* w, double u);
     int32_t draw_nucleus(const float* logits, float max_logit, const float* w, double total, double u);
 

@@ -6,6 +6,8 @@
 #include <bit>
 #include <cstdint>
 
+#include "core/vector_isa.h"
+
 namespace dsv4 {
 
 // e^x for x <= 0 within 4e-7 relative (about 3 ulp), exactly 1 at 0, and 0 below -87 (where e^x is under
@@ -30,6 +32,10 @@ inline float exp_nonpositive(float x) {
 
 // weights[i] = e^((logits[i] - max_logit) / temperature) by exp_nonpositive, and exactly 1 where logits[i] ==
 // max_logit (also when that is +inf; every other token then weighs 0). max_logit: the row's largest value.
+// Built for each vector instruction set (core/vector_isa.h); this CPU's widest, or `isa` (one it runs), all the
+// same bits.
 void sampling_weights(const float* logits, int64_t vocab, float max_logit, float temperature, float* weights);
+void sampling_weights(const float* logits, int64_t vocab, float max_logit, float temperature, float* weights,
+                      VectorIsa isa);
 
 }  // namespace dsv4

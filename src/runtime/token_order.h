@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/vector_isa.h"
+
 namespace dsv4 {
 
 // One pass over a row of logits: whether it holds a NaN, and the first index of its largest value.
@@ -14,7 +16,10 @@ struct LogitScan {
     bool has_nan = false;
     int64_t argmax = 0;  // meaningless when has_nan
 };
+// Built for the baseline and AVX2 (core/vector_isa.h; AVX-512 takes the AVX2 build): this CPU's widest, or `isa`
+// (one it runs).
 LogitScan scan_logits(const float* logits, int64_t vocab);
+LogitScan scan_logits(const float* logits, int64_t vocab, VectorIsa isa);
 
 // The `count` most likely ids of a row (1 <= count <= vocab), most likely first, ties to the lower id; -0.0 and +0.0
 // are the same value, as they are to a comparison. No NaN may be in the row (scan_logits first). `ids` gets exactly

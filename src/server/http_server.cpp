@@ -455,7 +455,7 @@ Prepared prepared_chat(ChatRequest& r, const ServerOptions& server, const tok::T
     p.options = r.options;
     // A continued assistant message has its reasoning closed in the prompt: the reply is content, read as chat's.
     p.mode = r.continues_final ? tok::ThinkingMode::kChat : r.render.thinking_mode;
-    p.prompts.push_back({chat_prompt(r, server, tokenizer)});
+    p.prompts.emplace_back().ids = chat_prompt(r, server, tokenizer);
     return p;
 }
 

@@ -21,6 +21,11 @@ class PlainSampler {
     explicit PlainSampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
     int32_t sample(const float* logits, int64_t vocab) {
+        return sample(logits, vocab, params_.greedy ? 0.0 : uniform_53(rng_));
+    }
+
+    // A draw with step 4's uniform given (ignored when greedy).
+    int32_t sample(const float* logits, int64_t vocab, double u) const {
         int64_t best = 0;
         for (int64_t i = 1; i < vocab; ++i)
             if (logits[i] > logits[best]) best = i;
@@ -46,7 +51,6 @@ class PlainSampler {
             blocks.push_back(s);
             total += s;
         }
-        const double u = uniform_53(rng_);
 
         if (params_.top_p < 1.0f) {
             const double goal = double(params_.top_p) * total;

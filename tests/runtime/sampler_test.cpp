@@ -1,9 +1,11 @@
 // Sampler: greedy picks the argmax; top-k 1 equals greedy; a fixed seed reproduces; the draw frequencies follow
 // the tempered softmax; min-p drops the unlikely tail after temperature and before top-p; every draw equals the
 // plain sampler's (plain_sampler.h: the definition in sampler.h computed by sorting everything) at V4's vocabulary
-// size under every option, on rows with ties; bad parameters are errors.
+// size under every option, on rows with ties, and at uniforms on the edges of the block sums; bad parameters are
+// errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -129,5 +131,54 @@ TEST(Sampler, DrawsEqualThePlainSampler) {
                     << "vocab " << vocab << ", parameter set " << s << ", step " << step;
             }
         }
+    }
+}
+
+TEST(Sampler, DrawsAtTheEdgesOfTheBlockSumsEqualThePlainSampler) {
+    // sampler.cpp adds several blocks' chains side by side; each block's sum must still be its own additions in id
+    // order, bit for bit. A block sum one ulp off moves the edge between two blocks, so the draw at a uniform that
+    // puts u * total on (or one ulp either side of) the running sum at an edge tells them apart. V4's vocabulary,
+    // all candidates and a min-p list (whose blocks hold other ids). The logits spread wide, so that the weights
+    // span ~2^-100 .. 1 and their double sums round (of weights within 2^-29 of each other a block's sum is exact in
+    // any order, and no order would show).
+    const int64_t vocab = 129280;
+    std::mt19937_64 rng(7);
+    std::normal_distribution<float> normal(0.0f, 12.0f);
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    for (float& x : logits) x = normal(rng);
+    for (const SamplingParams& params : {SamplingParams{.greedy = false, .temperature = 1.0f},
+                                         SamplingParams{.greedy = false, .temperature = 1.0f, .min_p = 1e-25f}}) {
+        // The definition's block sums over the candidates in id order (plain_sampler.h's loops).
+        const float max_logit = *std::max_element(logits.begin(), logits.end());
+        std::vector<float> w(static_cast<size_t>(vocab));
+        sampling_weights(logits.data(), vocab, max_logit, params.temperature, w.data());
+        std::vector<int32_t> by_id;
+        for (int32_t i = 0; i < int32_t(vocab); ++i)
+            if (w[size_t(i)] >= params.min_p) by_id.push_back(i);
+        std::vector<double> edges;  // running sums of the block sums
+        double total = 0.0;
+        for (size_t begin = 0; begin < by_id.size(); begin += kSampleBlock) {
+            double s = 0.0;
+            for (size_t j = begin; j < std::min(by_id.size(), begin + kSampleBlock); ++j) s += w[size_t(by_id[j])];
+            total += s;
+            edges.push_back(total);
+        }
+        ASSERT_GT(edges.size(), 16u);
+        Sampler fast(params);
+        const test_reference::PlainSampler plain(params);
+        // Every fifth edge and the last two (the plain sampler sorts the vocabulary each draw): a block sum off
+        // moves every edge after it.
+        int64_t checked = 0;
+        for (size_t e = 0; e < edges.size(); ++e) {
+            if (e % 5 != 0 && e + 2 < edges.size()) continue;
+            const double at = edges[e] / total;
+            for (double u : {std::nextafter(at, 0.0), at, std::nextafter(at, 1.0)}) {
+                if (u >= 1.0) continue;
+                ASSERT_EQ(fast.sample(logits.data(), vocab, u), plain.sample(logits.data(), vocab, u))
+                    << "min_p " << params.min_p << ", u " << u;
+                ++checked;
+            }
+        }
+        EXPECT_GT(checked, int64_t(edges.size()) / 2);
     }
 }

@@ -1,10 +1,14 @@
 // exp_nonpositive against std::exp in double over [-87, 0] (a geometric sweep, every float of two ranges), its exact
 // values (1 at 0, 0 at and below -87 and at -inf), and sampling_weights' rows: each weight equals exp_nonpositive of
-// its scaled logit (vector lanes too), the largest logit weighs exactly 1, +inf logits take all the weight.
+// its scaled logit (vector lanes too), the largest logit weighs exactly 1, +inf logits take all the weight; every
+// vector instruction set the machine runs gives the scalar function's bits on V4-sized rows.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "runtime/sampling_weights.h"
@@ -64,4 +68,55 @@ TEST(SamplingWeights, RowsOfLogits) {
     EXPECT_EQ(w[1], 1.0f);
     EXPECT_EQ(w[2], 0.0f);
     EXPECT_EQ(w[3], 1.0f);
+}
+
+TEST(SamplingWeights, EveryVectorBuildGivesTheScalarBits) {
+    // Rows of V4's vocabulary (129,280: not a multiple of any vector width's unroll) with specials mixed in, at
+    // temperatures from sharp to flat; each build this CPU runs (core/vector_isa.h), lane for lane, against
+    // exp_nonpositive compiled here. A build that fused a multiply and an add, or vectorized a select differently,
+    // would differ in the last bits of some weights.
+    const float inf = std::numeric_limits<float>::infinity();
+    const int64_t vocab = 129280;
+    std::mt19937_64 rng(11);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    for (float& x : logits) {
+        x = normal(rng);
+        switch (rng() % 64) {
+            case 0:
+                x = -inf;
+                break;
+            case 1:
+                x = 0.0f;
+                break;
+            case 2:
+                x = -0.0f;
+                break;
+            case 3:
+                x = std::numeric_limits<float>::denorm_min();
+                break;
+            case 4:
+                x = -1e30f;
+                break;
+            default:
+                break;
+        }
+    }
+    logits[77] = 40.0f;  // the maximum, once
+    const std::vector<VectorIsa> isas = runnable_vector_isas();
+    std::printf("vector builds run here:");
+    for (VectorIsa isa : isas) std::printf(" %s", vector_isa_name(isa));
+    std::printf("\n");
+    std::vector<float> w(static_cast<size_t>(vocab));
+    for (float temperature : {0.05f, 0.6f, 1.0f, 1.7f, 40.0f})
+        for (VectorIsa isa : isas) {
+            std::fill(w.begin(), w.end(), -1.0f);
+            sampling_weights(logits.data(), vocab, 40.0f, temperature, w.data(), isa);
+            for (int64_t i = 0; i < vocab; ++i) {
+                const float want =
+                    logits[size_t(i)] == 40.0f ? 1.0f : exp_nonpositive((logits[size_t(i)] - 40.0f) / temperature);
+                ASSERT_EQ(std::bit_cast<uint32_t>(w[size_t(i)]), std::bit_cast<uint32_t>(want))
+                    << vector_isa_name(isa) << ", temperature " << temperature << ", id " << i;
+            }
+        }
 }

@@ -1,9 +1,11 @@
 // Token order against std::stable_sort of the ids by descending logit (the order the sampler was specified with):
 // every prefix length on both paths (selection and radix sort), rows with many ties, both zeros, infinities,
-// subnormals and extremes, V4's vocabulary size; and scan_logits against a plain argmax scan, NaN anywhere.
+// subnormals and extremes, V4's vocabulary size; and scan_logits against a plain argmax scan, NaN anywhere, in
+// every vector build the machine runs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -121,6 +123,36 @@ TEST(TokenOrder, ScanFindsTheFirstMaximumAndAnyNaN) {
     std::vector<float> zeros(5000, -1.0f);
     zeros[4000] = 0.0f, zeros[3000] = -0.0f;
     EXPECT_EQ(scan_logits(zeros.data(), 5000).argmax, 3000);
+}
+
+TEST(TokenOrder, ScanInEveryVectorBuild) {
+    // Each build this CPU runs (core/vector_isa.h) against the plain scan: rows of every kind and length around the
+    // block (2,048) and vector widths, a NaN of each encoding at each place of a vector and of a block's edges, and
+    // all -inf.
+    const float nans[] = {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+                          std::bit_cast<float>(0x7F800001u), std::bit_cast<float>(0xFFFFFFFFu)};
+    for (VectorIsa isa : runnable_vector_isas()) {
+        for (int64_t vocab : {1, 7, 8, 15, 16, 17, 31, 33, 2047, 2048, 2049, 4100, 129280})
+            for (Kind kind : {Kind::kNormal, Kind::kTies, Kind::kSpecial}) {
+                std::vector<float> row = make_row(vocab, kind, uint64_t(vocab) * 7 + uint64_t(kind));
+                const LogitScan scan = scan_logits(row.data(), vocab, isa);
+                ASSERT_FALSE(scan.has_nan);
+                ASSERT_EQ(scan.argmax, plain_argmax(row)) << vector_isa_name(isa) << ", vocab " << vocab;
+            }
+        std::vector<float> row = make_row(4100, Kind::kNormal, 5);
+        for (int64_t at = 0; at < 4100; at += (at < 64 || (at > 2000 && at < 2100)) ? 1 : 97)
+            for (float nan : nans) {
+                const float kept = row[size_t(at)];
+                row[size_t(at)] = nan;
+                ASSERT_TRUE(scan_logits(row.data(), 4100, isa).has_nan) << vector_isa_name(isa) << ", NaN at " << at;
+                row[size_t(at)] = kept;
+            }
+        const std::vector<float> all_minus_inf(3000, -std::numeric_limits<float>::infinity());
+        EXPECT_EQ(scan_logits(all_minus_inf.data(), 3000, isa).argmax, 0);
+        std::vector<float> zeros(5000, -1.0f);
+        zeros[4500] = 0.0f, zeros[2100] = 0.0f, zeros[2099] = -0.0f;
+        EXPECT_EQ(scan_logits(zeros.data(), 5000, isa).argmax, 2099) << vector_isa_name(isa);
+    }
 }
 
 TEST(TokenOrder, OrderedToMassIsAPrefixOfTheOrderReachingTheMass) {
