@@ -38,5 +38,10 @@ void most_likely(const float* logits, int64_t vocab, int64_t count, std::vector<
 void ordered_to_mass(const float* logits, const float* weights, int64_t vocab, const std::vector<int32_t>* candidates,
                      double mass, float max_logit, float logit_step, std::vector<int32_t>& ordered,
                      TokenOrderScratch& scratch);
+// The same in the build for `isa` (one this CPU runs; AVX-512 takes the AVX2 build): ordered_to_mass above runs this
+// CPU's widest.
+void ordered_to_mass(const float* logits, const float* weights, int64_t vocab, const std::vector<int32_t>* candidates,
+                     double mass, float max_logit, float logit_step, std::vector<int32_t>& ordered,
+                     TokenOrderScratch& scratch, VectorIsa isa);
 
 }  // namespace dsv4

@@ -157,7 +157,7 @@ TEST(TokenOrder, ScanInEveryVectorBuild) {
 
 TEST(TokenOrder, OrderedToMassIsAPrefixOfTheOrderReachingTheMass) {
     // Against the stable sort: the result is the first entries of the candidates' order, as many as reach the mass
-    // (summed in the order) or more, and all of them when the mass is never reached.
+    // (summed in the order) or more, and all of them when the mass is never reached; in each vector build.
     TokenOrderScratch scratch;
     std::vector<int32_t> ordered;
     for (int64_t vocab : {100, 5000, 129280})
@@ -179,18 +179,19 @@ TEST(TokenOrder, OrderedToMassIsAPrefixOfTheOrderReachingTheMass) {
                 for (int32_t id : want) all += weights[size_t(id)];
                 const float max_logit = *std::max_element(row.begin(), row.end());
                 for (double share : {0.0, 0.3, 0.9, 0.999, 1.5})
-                    for (float step : {24.0f, 0.5f}) {  // floors that reach the mass at once, or after some steps
-                        ordered_to_mass(row.data(), weights.data(), vocab, candidates, share * all, max_logit, step,
-                                        ordered, scratch);
-                        ASSERT_LE(ordered.size(), want.size());
-                        ASSERT_TRUE(std::equal(ordered.begin(), ordered.end(), want.begin()))
-                            << "vocab " << vocab << " share " << share;
-                        double reached = 0.0;
-                        for (int32_t id : ordered) reached += weights[size_t(id)];
-                        EXPECT_TRUE(reached >= share * all || ordered.size() == want.size())
-                            << "vocab " << vocab << " share " << share << ": " << ordered.size() << " of "
-                            << want.size();
-                    }
+                    for (float step : {24.0f, 0.5f})  // floors that reach the mass at once, or after some steps
+                        for (VectorIsa isa : runnable_vector_isas()) {
+                            ordered_to_mass(row.data(), weights.data(), vocab, candidates, share * all, max_logit, step,
+                                            ordered, scratch, isa);
+                            ASSERT_LE(ordered.size(), want.size());
+                            ASSERT_TRUE(std::equal(ordered.begin(), ordered.end(), want.begin()))
+                                << "vocab " << vocab << " share " << share;
+                            double reached = 0.0;
+                            for (int32_t id : ordered) reached += weights[size_t(id)];
+                            EXPECT_TRUE(reached >= share * all || ordered.size() == want.size())
+                                << "vocab " << vocab << " share " << share << ": " << ordered.size() << " of "
+                                << want.size() << ", " << vector_isa_name(isa);
+                        }
             }
         }
 }
