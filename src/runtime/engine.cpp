@@ -31,8 +31,7 @@ SampledToken token_logprobs(const float* logits, int64_t vocab, int32_t id, int 
     thread_local std::vector<float> weights;
     weights.resize(size_t(vocab));
     sampling_weights(logits, vocab, float(max_logit), 1.0f, weights.data());
-    double total = 0.0;
-    for (const float w : weights) total += w;
+    const double total = sum_of_weights(weights.data(), vocab);
     const double log_total = max_logit + std::log(total);
     SampledToken t;
     t.id = id;

@@ -33,7 +33,32 @@ DSV4_TARGET_AVX512 void weights_avx512(const float* logits, int64_t vocab, float
     weights_loop(logits, vocab, max_logit, temperature, weights);
 }
 
+// Eight double lanes, element i in lane i % 8, then the lanes in order: independent chains, which the compiler
+// vectorizes.
+[[gnu::always_inline]] inline double sum_loop(const float* weights, int64_t n) {
+    constexpr int kLanes = 8;
+    double lane[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (int k = 0; k < kLanes; ++k) lane[k] += double(weights[i + k]);
+    double total = 0.0;
+    for (int k = 0; k < kLanes; ++k) total += lane[k];
+    for (; i < n; ++i) total += double(weights[i]);
+    return total;
+}
+
+double sum_baseline(const float* weights, int64_t n) {
+    return sum_loop(weights, n);
+}
+DSV4_TARGET_AVX2 double sum_avx2(const float* weights, int64_t n) {
+    return sum_loop(weights, n);
+}
+
 }  // namespace
+
+double sum_of_weights(const float* weights, int64_t n) {
+    return host_vector_isa() == VectorIsa::kBaseline ? sum_baseline(weights, n) : sum_avx2(weights, n);
+}
 
 void sampling_weights(const float* logits, int64_t vocab, float max_logit, float temperature, float* weights,
                       VectorIsa isa) {
