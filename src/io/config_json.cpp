@@ -47,9 +47,14 @@ class Fields {
         fail("{}: field '{}': {}", source_, path(key), what);
     }
 
+    // Every integer of a V4 config (dimensions, counts, positions, token ids) is far below 2^31; bounding them there
+    // keeps any product of two in int64 (a config with head_dim 2^63 - 1 made num_heads * head_dim overflow).
     int64_t as_int(const std::string& key, const json& v) const {
+        constexpr int64_t kLimit = INT32_MAX;
         if (v.is_number_integer()) {
-            if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) bad(key, "integer out of range");
+            if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(kLimit)
+                                       : v.get<int64_t>() > kLimit || v.get<int64_t>() < -kLimit)
+                bad(key, fmt::format("{} is out of range (dsv4 reads config integers within +-(2^31 - 1))", v.dump()));
             return v.get<int64_t>();
         }
         bad(key, fmt::format("expected an integer, got {} {}", v.type_name(), v.dump()));

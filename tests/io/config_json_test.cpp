@@ -213,6 +213,13 @@ TEST(ConfigJson, RejectsBrokenConfigs) {
         {"float for int", false, [](json& j) { j["num_attention_heads"] = 4.5; }, "'num_attention_heads'"},
         {"bool for number", false, [](json& j) { j["rope_theta"] = true; }, "'rope_theta'"},
         {"hidden size negative", false, [](json& j) { j["hidden_size"] = -8; }, "'hidden_size'"},
+        // Beyond 2^31 - 1 a product of two config integers could overflow int64 (head_dim 2^63 - 1 did, UBSan).
+        {"integer beyond 2^31", false, [](json& j) { j["head_dim"] = int64_t(1) << 31; },
+         "'head_dim': 2147483648 is out of range"},
+        {"huge integer", false, [](json& j) { j["head_dim"] = INT64_MAX; }, "'head_dim'"},
+        {"huge negative integer", false, [](json& j) { j["hidden_size"] = INT64_MIN; }, "'hidden_size'"},
+        {"huge id in a list", false, [](json& j) { j["compress_ratios"][1] = uint64_t(1) << 40; },
+         "'compress_ratios[1]'"},
         {"ratios shorter than layers", false,
          [](json& j) {
              j["compress_ratios"] = {0, 4, 128};

@@ -69,7 +69,9 @@ TEST(Prompt, EverySpecEncodingVector) {
 
 TEST(Prompt, RenderedPromptsRoundTripThroughTokenizer) {
     const Tokenizer& tok = test::v4_tokenizer();
-    for (const ordered_json& v : load_vectors().at("encoding")) {
+    const ordered_json vectors =
+        load_vectors();  // held: a range-for over load_vectors().at(...) read a freed temporary
+    for (const ordered_json& v : vectors.at("encoding")) {
         if (!v.contains("expected_prompt")) continue;
         const std::string prompt = v.at("expected_prompt").get<std::string>();
         const auto ids = tok.encode(prompt);

@@ -144,17 +144,16 @@ std::optional<int> start_ranks(ParallelFlags& f, std::optional<parallel::RankInf
         return std::nullopt;
     }
     const bool share = parallel::share_gpus_from_environment();
+    const bool given = f.gpus_option && f.gpus_option->count() > 0;
+    // The list's form and the other flags first, then whether this machine (and this build) has the GPUs it names.
+    if (given) f.options.gpus = parallel::parse_gpu_list(f.gpus, -1, share);
+    parallel::validate_options(f.options, share);
 #ifdef DSV4_WITH_CUDA
     const int devices = cuda::device_count();
 #else
-    DSV4_CHECK(!(f.gpus_option && f.gpus_option->count() > 0) && f.options.nnodes == 1,
-               "--gpus: this dsv4 was built without CUDA");
+    DSV4_CHECK(!given && f.options.nnodes == 1, "--gpus: this dsv4 was built without CUDA");
     const int devices = 0;
 #endif
-    const bool given = f.gpus_option && f.gpus_option->count() > 0;
-    // The list's form and the other flags first, then whether this machine has the GPUs it names.
-    if (given) f.options.gpus = parallel::parse_gpu_list(f.gpus, -1, share);
-    parallel::validate_options(f.options, share);
     if (given) f.options.gpus = parallel::parse_gpu_list(f.gpus, devices, share);
     if (!f.options.parallel()) {
         device = f.options.gpus.empty() ? 0 : f.options.gpus.front();
