@@ -6,6 +6,8 @@
 // scalar function's bits (tests/runtime/sampling_weights_test.cpp runs each build the machine has).
 #include "runtime/sampling_weights.h"
 
+#include "runtime/lane_sums.h"
+
 namespace dsv4 {
 namespace {
 
@@ -33,18 +35,9 @@ DSV4_TARGET_AVX512 void weights_avx512(const float* logits, int64_t vocab, float
     weights_loop(logits, vocab, max_logit, temperature, weights);
 }
 
-// Eight double lanes, element i in lane i % 8, then the lanes in order: independent chains, which the compiler
-// vectorizes.
+// Eight interleaved partial sums (runtime/lane_sums.h).
 [[gnu::always_inline]] inline double sum_loop(const float* weights, int64_t n) {
-    constexpr int kLanes = 8;
-    double lane[kLanes] = {};
-    int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes)
-        for (int k = 0; k < kLanes; ++k) lane[k] += double(weights[i + k]);
-    double total = 0.0;
-    for (int k = 0; k < kLanes; ++k) total += lane[k];
-    for (; i < n; ++i) total += double(weights[i]);
-    return total;
+    return eight_lane_sum(n, [weights](int64_t i) { return double(weights[i]); });
 }
 
 double sum_baseline(const float* weights, int64_t n) {

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "runtime/lane_sums.h"
 
 namespace dsv4 {
 namespace {
@@ -182,19 +183,10 @@ void most_likely(const float* logits, int64_t vocab, int64_t count, std::vector<
 namespace {
 
 // The weight of a row's tokens with logits >= trial, in any order of additions (the floor below needs it only to
-// within its margin): eight double lanes, which the compiler vectorizes (one chain of additions took ~4 cycles a
-// token).
+// within its margin): eight interleaved partial sums (runtime/lane_sums.h).
 [[gnu::always_inline]] inline double row_mass_from(const float* logits, const float* weights, int64_t vocab,
                                                    float trial) {
-    constexpr int kLanes = 8;
-    double lane[kLanes] = {};
-    int64_t i = 0;
-    for (; i + kLanes <= vocab; i += kLanes)
-        for (int k = 0; k < kLanes; ++k) lane[k] += logits[i + k] >= trial ? double(weights[i + k]) : 0.0;
-    double reached = 0.0;
-    for (; i < vocab; ++i) reached += logits[i] >= trial ? double(weights[i]) : 0.0;
-    for (int k = 0; k < kLanes; ++k) reached += lane[k];
-    return reached;
+    return eight_lane_sum(vocab, [=](int64_t i) { return logits[i] >= trial ? double(weights[i]) : 0.0; });
 }
 
 // Appends the packed keys of the row's tokens with logits >= floor, in id order; runs of 64 without one are passed
@@ -214,10 +206,43 @@ namespace {
     }
 }
 
-[[gnu::always_inline]] inline void ordered_to_mass_loop(const float* logits, const float* weights, int64_t vocab,
-                                                        const std::vector<int32_t>* candidates, double mass,
-                                                        float max_logit, float logit_step,
-                                                        std::vector<int32_t>& ordered, TokenOrderScratch& scratch) {
+// The two passes over a whole row, built for each vector set (the rest of ordered_to_mass is the same in every build).
+double row_mass_baseline(const float* logits, const float* weights, int64_t vocab, float trial) {
+    return row_mass_from(logits, weights, vocab, trial);
+}
+void collect_row_baseline(const float* logits, int64_t vocab, float floor, std::vector<uint64_t>& keys) {
+    collect_row_from(logits, vocab, floor, keys);
+}
+DSV4_TARGET_AVX2 double row_mass_avx2(const float* logits, const float* weights, int64_t vocab, float trial) {
+    return row_mass_from(logits, weights, vocab, trial);
+}
+DSV4_TARGET_AVX2 void collect_row_avx2(const float* logits, int64_t vocab, float floor, std::vector<uint64_t>& keys) {
+    collect_row_from(logits, vocab, floor, keys);
+}
+
+struct RowPasses {
+    double (*mass_from)(const float* logits, const float* weights, int64_t vocab, float trial);
+    void (*collect_from)(const float* logits, int64_t vocab, float floor, std::vector<uint64_t>& keys);
+};
+
+RowPasses row_passes(VectorIsa isa) {
+    if (isa == VectorIsa::kBaseline) return {row_mass_baseline, collect_row_baseline};
+    return {row_mass_avx2, collect_row_avx2};
+}
+
+}  // namespace
+
+void ordered_to_mass(const float* logits, const float* weights, int64_t vocab, const std::vector<int32_t>* candidates,
+                     double mass, float max_logit, float logit_step, std::vector<int32_t>& ordered,
+                     TokenOrderScratch& scratch) {
+    ordered_to_mass(logits, weights, vocab, candidates, mass, max_logit, logit_step, ordered, scratch,
+                    host_vector_isa());
+}
+
+void ordered_to_mass(const float* logits, const float* weights, int64_t vocab, const std::vector<int32_t>* candidates,
+                     double mass, float max_logit, float logit_step, std::vector<int32_t>& ordered,
+                     TokenOrderScratch& scratch, VectorIsa isa) {
+    const RowPasses row = row_passes(isa);
     const int64_t n = candidates ? int64_t(candidates->size()) : vocab;
     // The candidates with logits >= floor are a prefix of their order (equal logits are in or out together). The
     // floor falls by logit_step until their weights (summed in any order) reach mass + margin: summed in the order
@@ -233,7 +258,7 @@ namespace {
             if (candidates)
                 for (const int32_t id : *candidates) reached += logits[id] >= trial ? double(weights[id]) : 0.0;
             else
-                reached = row_mass_from(logits, weights, vocab, trial);
+                reached = row.mass_from(logits, weights, vocab, trial);
             if (reached >= goal) {
                 floor = trial;
                 break;
@@ -246,40 +271,10 @@ namespace {
         for (const int32_t id : *candidates)
             if (logits[id] >= floor) keys.push_back(packed(logits[id], id));
     } else {
-        collect_row_from(logits, vocab, floor, keys);
+        row.collect_from(logits, vocab, floor, keys);
     }
     sort_packed(scratch);
     unpack_ids(keys, keys.size(), ordered);
-}
-
-void ordered_to_mass_baseline(const float* logits, const float* weights, int64_t vocab,
-                              const std::vector<int32_t>* candidates, double mass, float max_logit, float logit_step,
-                              std::vector<int32_t>& ordered, TokenOrderScratch& scratch) {
-    ordered_to_mass_loop(logits, weights, vocab, candidates, mass, max_logit, logit_step, ordered, scratch);
-}
-DSV4_TARGET_AVX2 void ordered_to_mass_avx2(const float* logits, const float* weights, int64_t vocab,
-                                           const std::vector<int32_t>* candidates, double mass, float max_logit,
-                                           float logit_step, std::vector<int32_t>& ordered,
-                                           TokenOrderScratch& scratch) {
-    ordered_to_mass_loop(logits, weights, vocab, candidates, mass, max_logit, logit_step, ordered, scratch);
-}
-
-}  // namespace
-
-void ordered_to_mass(const float* logits, const float* weights, int64_t vocab, const std::vector<int32_t>* candidates,
-                     double mass, float max_logit, float logit_step, std::vector<int32_t>& ordered,
-                     TokenOrderScratch& scratch) {
-    ordered_to_mass(logits, weights, vocab, candidates, mass, max_logit, logit_step, ordered, scratch,
-                    host_vector_isa());
-}
-
-void ordered_to_mass(const float* logits, const float* weights, int64_t vocab, const std::vector<int32_t>* candidates,
-                     double mass, float max_logit, float logit_step, std::vector<int32_t>& ordered,
-                     TokenOrderScratch& scratch, VectorIsa isa) {
-    if (isa == VectorIsa::kBaseline)
-        ordered_to_mass_baseline(logits, weights, vocab, candidates, mass, max_logit, logit_step, ordered, scratch);
-    else
-        ordered_to_mass_avx2(logits, weights, vocab, candidates, mass, max_logit, logit_step, ordered, scratch);
 }
 
 }  // namespace dsv4
