@@ -505,19 +505,20 @@ void Engine::sample_and_deliver(const std::vector<ToSample>& to_sample) {
             }
         }
     });
-    int64_t backend_draws = 0;
+    {  // counted before the events: a caller that saw its last one and then the engine idle reads them all
+        int64_t backend_draws = 0;
+        for (size_t i = 0; i < to_sample.size(); ++i) backend_draws += errors[i].empty() && !to_sample[i].logits;
+        std::lock_guard lock(mutex_);
+        stats_.backend_draws += backend_draws;
+    }
     for (size_t i = 0; i < to_sample.size(); ++i) {
         Active& a = *to_sample[i].a;
         a.ready_logits.clear();
-        if (!errors[i].empty()) {
+        if (!errors[i].empty())
             finish(a, FinishReason::kError, errors[i]);
-        } else {
-            backend_draws += to_sample[i].logits == nullptr;
+        else
             deliver(a, tokens[i]);
-        }
     }
-    std::lock_guard lock(mutex_);
-    stats_.backend_draws += backend_draws;
 }
 
 // Whatever finished (its on_event saw kFinished and its state is gone) leaves the running list; the stats.
