@@ -50,7 +50,11 @@ DSV4_TARGET_AVX2 double sum_avx2(const float* weights, int64_t n) {
 }  // namespace
 
 double sum_of_weights(const float* weights, int64_t n) {
-    return host_vector_isa() == VectorIsa::kBaseline ? sum_baseline(weights, n) : sum_avx2(weights, n);
+    return sum_of_weights(weights, n, host_vector_isa());
+}
+
+double sum_of_weights(const float* weights, int64_t n, VectorIsa isa) {
+    return isa == VectorIsa::kBaseline ? sum_baseline(weights, n) : sum_avx2(weights, n);
 }
 
 void sampling_weights(const float* logits, int64_t vocab, float max_logit, float temperature, float* weights,

@@ -41,7 +41,9 @@ void sampling_weights(const float* logits, int64_t vocab, float max_logit, float
 // The sum of n weights in double, in a fixed order that is not id order (eight interleaved partial sums, then those
 // in order; the same on every machine): for a normalizer that needs no particular order of additions (a softmax's:
 // within (n / 8 + 8) 2^-53 of the exact sum, relative, ~2^-39 at V4's vocabulary, where one chain's bound was
-// n 2^-53). A draw's sums follow sampler.h's order instead.
+// n 2^-53). A draw's sums follow sampler.h's order instead. Built for the baseline and AVX2 (AVX-512 takes the AVX2
+// build): this CPU's widest, or `isa` (one it runs), the same bits.
 double sum_of_weights(const float* weights, int64_t n);
+double sum_of_weights(const float* weights, int64_t n, VectorIsa isa);
 
 }  // namespace dsv4

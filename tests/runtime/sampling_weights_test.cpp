@@ -123,8 +123,9 @@ TEST(SamplingWeights, EveryVectorBuildGivesTheScalarBits) {
 
 TEST(SamplingWeights, SumOfWeightsInItsOrderAndNearTheExactSum) {
     // sum_of_weights' order (eight interleaved partial sums, then those and the tail in order), computed here, bit for
-    // bit; and within its error bound of the sum in long double: each weight goes through at most n / 8 + 8 double
-    // additions, each off by at most 2^-53 of the partial sum (weights from 2^-40 to 1).
+    // bit by every vector build this CPU runs; and within its error bound of the sum in long double: each weight goes
+    // through at most n / 8 + 8 double additions, each off by at most 2^-53 of the partial sum (weights from 2^-40
+    // to 1).
     std::mt19937_64 rng(3);
     std::uniform_real_distribution<float> exponent(-40.0f, 0.0f);
     for (int64_t n : {int64_t(0), int64_t(1), int64_t(7), int64_t(8), int64_t(9), int64_t(1001), int64_t(129280)}) {
@@ -139,6 +140,9 @@ TEST(SamplingWeights, SumOfWeightsInItsOrderAndNearTheExactSum) {
         for (; i < n; ++i) want += double(w[size_t(i)]);
         const double got = sum_of_weights(w.data(), n);
         EXPECT_EQ(std::bit_cast<uint64_t>(got), std::bit_cast<uint64_t>(want)) << n;
+        for (const VectorIsa isa : runnable_vector_isas())
+            EXPECT_EQ(std::bit_cast<uint64_t>(sum_of_weights(w.data(), n, isa)), std::bit_cast<uint64_t>(want))
+                << n << ", " << vector_isa_name(isa);
         long double exact = 0.0L;
         for (float x : w) exact += x;
         EXPECT_LE(std::abs(double(exact) - got), double(n / 8 + 8) * 0x1p-53 * double(exact)) << n;
