@@ -254,11 +254,11 @@ void ordered_to_mass(const float* logits, const float* weights, int64_t vocab, c
         const double goal = mass * (1.0 + 1e-9);
         for (int step = 1; step <= 4; ++step) {
             const float trial = max_logit - float(step) * logit_step;
-            double reached = 0.0;
-            if (candidates)
-                for (const int32_t id : *candidates) reached += logits[id] >= trial ? double(weights[id]) : 0.0;
-            else
-                reached = row.mass_from(logits, weights, vocab, trial);
+            const int32_t* ids = candidates ? candidates->data() : nullptr;
+            const double reached =
+                ids ? eight_lane_sum(n,
+                                     [&](int64_t j) { return logits[ids[j]] >= trial ? double(weights[ids[j]]) : 0.0; })
+                    : row.mass_from(logits, weights, vocab, trial);
             if (reached >= goal) {
                 floor = trial;
                 break;
