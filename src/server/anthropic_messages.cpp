@@ -87,7 +87,7 @@ void add_message(const ordered_json& m, const std::string& param, ordered_json& 
     out.push_back(std::move(message));
 }
 
-ordered_json chat_body(const ordered_json& body, const std::string& served_model) {
+ordered_json chat_body(const ordered_json& body, MessagesUse use) {
     ordered_json chat = {{"messages", ordered_json::array()}};
     if (const auto s = body.find("system"); s != body.end() && !s->is_null())
         chat["messages"].push_back({{"role", "system"}, {"content", text_of(*s, "system")}});
@@ -96,8 +96,12 @@ ordered_json chat_body(const ordered_json& body, const std::string& served_model
         bad_request("messages", "'messages' must be a non-empty array of messages");
     for (size_t i = 0; i < messages->size(); ++i)
         add_message((*messages)[i], fmt::format("messages[{}]", i), chat["messages"]);
-    if (!body.contains("max_tokens")) bad_request("max_tokens", "'max_tokens' is required");
-    chat["max_tokens"] = body["max_tokens"];
+    if (body.contains("max_tokens"))
+        chat["max_tokens"] = body["max_tokens"];
+    else if (use == MessagesUse::kCountTokens)
+        chat["max_tokens"] = 1;  // it changes no prompt; the chat parser wants one
+    else
+        bad_request("max_tokens", "'max_tokens' is required");
     if (const auto model = body.find("model"); model != body.end()) {  // claude-* names are this server's model
         if (!(model->is_string() && model->get<std::string>().starts_with("claude"))) chat["model"] = *model;
     }
@@ -142,25 +146,15 @@ ordered_json chat_body(const ordered_json& body, const std::string& served_model
             bad_request("thinking.type", "'thinking.type' must be \"enabled\" or \"disabled\"");
         chat["thinking"] = type == "enabled";
     }
-    (void)served_model;
     return chat;
 }
 
-ApiError renamed(const ApiError& e) {
-    static constexpr std::array<std::pair<std::string_view, std::string_view>, 3> kNames = {{
-        {"stop", "stop_sequences"},
-        {".function.parameters", ".input_schema"},
-        {".function.", "."},
-    }};
-    std::string param = e.param(), message = e.what();
-    for (const auto& [chat, messages] : kNames)
-        if (param == chat || param.find(chat) != std::string::npos) {
-            for (std::string* s : {&param, &message})
-                if (const size_t at = s->find(chat); at != std::string::npos) s->replace(at, chat.size(), messages);
-            break;
-        }
-    return ApiError(e.status(), e.type(), message, param, e.code());
-}
+// The chat parser's names of the fields a Messages body is written into (chat_body), as the Messages API names them.
+constexpr std::array<FieldName, 3> kMessagesFieldNames = {{
+    {"stop", "stop_sequences"},
+    {".function.parameters", ".input_schema"},
+    {".function.", "."},
+}};
 
 std::string unique_part(const std::string& id) {
     return id.starts_with("msg_") ? id.substr(4) : id;
@@ -191,12 +185,12 @@ ordered_json message_usage(const Usage& u) {
 }  // namespace
 
 ChatRequest parse_messages_request(const ordered_json& body, const RequestLimits& limits,
-                                   const std::string& served_model) {
+                                   const std::string& served_model, MessagesUse use) {
     if (!body.is_object()) bad_request("", "the request body must be a JSON object");
     try {
-        return parse_chat_request(chat_body(body, served_model), limits, served_model);
+        return parse_chat_request(chat_body(body, use), limits, served_model);
     } catch (const ApiError& e) {
-        throw renamed(e);
+        throw with_fields_renamed(e, kMessagesFieldNames);
     } catch (const ordered_json::exception& e) {
         bad_request("", fmt::format("invalid request: {}", e.what()));
     }

@@ -20,9 +20,13 @@
 
 namespace dsv4::server {
 
+// What a Messages body is parsed for: a reply (POST /v1/messages: max_tokens required), or only its prompt's length
+// (POST /v1/messages/count_tokens: max_tokens may be left out).
+enum class MessagesUse { kGenerate, kCountTokens };
+
 // 400s name the Messages API's fields.
 ChatRequest parse_messages_request(const ordered_json& body, const RequestLimits& limits,
-                                   const std::string& served_model);
+                                   const std::string& served_model, MessagesUse use = MessagesUse::kGenerate);
 
 // An error as Anthropic's API writes it: {"type": "error", "error": {"type": ..., "message": ...}}.
 ordered_json anthropic_error(const ApiError& e);

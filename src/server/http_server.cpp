@@ -575,10 +575,8 @@ void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
 void HttpServer::count_message_tokens(const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res, /*anthropic=*/true)) return;
     try {
-        ordered_json body = request_body(req, ready_, draining_);
-        // The body of a /v1/messages request, which max_tokens need not be part of here (it changes no prompt).
-        if (body.is_object() && !body.contains("max_tokens")) body["max_tokens"] = 1;
-        ChatRequest r = parse_messages_request(body, limits_, options_.model_name);
+        const ordered_json body = request_body(req, ready_, draining_);
+        ChatRequest r = parse_messages_request(body, limits_, options_.model_name, MessagesUse::kCountTokens);
         send_json(res, 200, {{"input_tokens", chat_prompt(r, options_, *tokenizer_).size()}});
     } catch (const ApiError& e) {
         metrics_.rejected();

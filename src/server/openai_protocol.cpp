@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -32,6 +33,45 @@ ordered_json ApiError::to_json() const {
 
 void bad_request(const std::string& param, const std::string& message) {
     throw ApiError(400, "invalid_request_error", message, param);
+}
+
+namespace {
+
+bool name_char(char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
+
+// `from` renamed `to` in s[begin, end) wherever it stands as whole path parts (an end of `from` that is a name
+// character must not continue a name in s); returns the range's new end.
+size_t rename_path_parts(std::string& s, size_t begin, size_t end, std::string_view from, std::string_view to) {
+    for (size_t at = s.find(from, begin); at != std::string::npos && at + from.size() <= end; at = s.find(from, at)) {
+        const size_t after = at + from.size();
+        const bool whole = (!name_char(from.front()) || at == begin || !name_char(s[at - 1])) &&
+                           (!name_char(from.back()) || after == end || !name_char(s[after]));
+        if (!whole) {
+            ++at;
+            continue;
+        }
+        s.replace(at, from.size(), to);
+        end = end - from.size() + to.size();
+        at += to.size();
+    }
+    return end;
+}
+
+}  // namespace
+
+ApiError with_fields_renamed(const ApiError& e, std::span<const FieldName> names) {
+    std::string param = e.param(), message = e.what();
+    for (const auto& [chat, other] : names) {
+        rename_path_parts(param, 0, param.size(), chat, other);
+        for (size_t open = message.find('\''); open != std::string::npos;) {
+            const size_t close = message.find('\'', open + 1);
+            if (close == std::string::npos) break;
+            open = message.find('\'', rename_path_parts(message, open + 1, close, chat, other) + 1);
+        }
+    }
+    return ApiError(e.status(), e.type(), message, param, e.code());
 }
 
 ordered_json parse_json_body(std::string_view text) {

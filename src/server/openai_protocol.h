@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -51,6 +52,17 @@ class ApiError : public std::runtime_error {
 
 // 400 invalid_request_error naming the offending field.
 [[noreturn]] void bad_request(const std::string& param, const std::string& message);
+
+// A field of the chat request and its name in another API that is parsed through it (the Responses and Messages
+// APIs), e.g. {"stop", "stop_sequences"} or {".function.", "."}.
+struct FieldName {
+    std::string_view chat, other;
+};
+
+// A 400 of the chat parser in another API's terms: each of `names`, in order, renamed in the error's param and in the
+// field names its message quotes ('...'), wherever it stands as whole parts of a path ("stop" is renamed in "stop" and
+// "stop[1]", not in "stop_token_ids"). The message's prose, outside quotes, is left as it is.
+ApiError with_fields_renamed(const ApiError& e, std::span<const FieldName> names);
 
 // The request body as JSON, keys in the client's order (the order of a tool's schema reaches the prompt). 400 for
 // text that is not JSON, not an object, or nested deeper than 128 levels (copying and dumping recurse).

@@ -200,24 +200,15 @@ ordered_json chat_body(const ordered_json& body) {
     return chat;
 }
 
-// A 400 of the chat parser, named in the Responses API's terms.
-ApiError renamed(const ApiError& e) {
-    static constexpr std::array<std::pair<std::string_view, std::string_view>, 6> kNames = {{
-        {"max_completion_tokens", "max_output_tokens"},
-        {"response_format.json_schema.schema", "text.format.schema"},
-        {"response_format", "text.format"},
-        {"reasoning_effort", "reasoning.effort"},
-        {"messages", "input"},
-        {".function.", "."},
-    }};
-    std::string param = e.param(), message = e.what();
-    for (const auto& [chat, responses] : kNames) {
-        for (std::string* s : {&param, &message})
-            for (size_t at = s->find(chat); at != std::string::npos; at = s->find(chat, at + responses.size()))
-                s->replace(at, chat.size(), responses);
-    }
-    return ApiError(e.status(), e.type(), message, param, e.code());
-}
+// The chat parser's names of the fields a Responses body is written into (chat_body), as the Responses API names them.
+constexpr std::array<FieldName, 6> kResponsesFieldNames = {{
+    {"max_completion_tokens", "max_output_tokens"},
+    {"response_format.json_schema.schema", "text.format.schema"},
+    {"response_format", "text.format"},
+    {"reasoning_effort", "reasoning.effort"},
+    {"messages", "input"},
+    {".function.", "."},
+}};
 
 ordered_json echo_fields(const ordered_json& body) {
     const auto field = [&](const char* key, ordered_json fallback) {
@@ -289,7 +280,7 @@ ResponsesRequest parse_responses_request(const ordered_json& body, const Request
     try {
         r.chat = parse_chat_request(chat_body(body), limits, served_model);
     } catch (const ApiError& e) {
-        throw renamed(e);
+        throw with_fields_renamed(e, kResponsesFieldNames);
     } catch (const ordered_json::exception& e) {
         bad_request("", fmt::format("invalid request: {}", e.what()));
     }

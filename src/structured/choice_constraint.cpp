@@ -14,21 +14,6 @@ ChoiceList::ChoiceList(std::vector<std::string> choices) : choices_(std::move(ch
     choices_.erase(std::unique(choices_.begin(), choices_.end()), choices_.end());
 }
 
-bool ChoiceCursor::feed(std::string_view bytes) {
-    ChoiceCursor next = *this;
-    for (const char c : bytes)
-        if (!next.feed(uint8_t(c))) return false;
-    *this = next;
-    return true;
-}
-
-bool ChoiceCursor::accepts(std::string_view bytes) const {
-    ChoiceCursor next = *this;
-    for (const char c : bytes)
-        if (!next.feed(uint8_t(c))) return false;
-    return true;
-}
-
 ChoiceConstraint::ChoiceConstraint(std::shared_ptr<const TokenTable> table, std::shared_ptr<const ChoiceList> choices,
                                    std::vector<int32_t> end_ids, std::string start_after)
     : table_(std::move(table)),

@@ -14,6 +14,7 @@
 #include "runtime/token_constraint.h"
 #include "structured/constraints.h"
 #include "structured/sorted_names.h"
+#include "structured/whole_feeds.h"
 
 namespace dsv4 {
 
@@ -28,15 +29,16 @@ class ChoiceList {
 };
 
 // A byte recognizer of the choices (token_walk.h's Cursor).
-class ChoiceCursor {
+class ChoiceCursor : public WholeFeeds<ChoiceCursor> {
   public:
     explicit ChoiceCursor(const ChoiceList* list) : list_(list), range_{.lo = 0, .hi = int(list->choices().size())} {}
-    bool feed(uint8_t b) { return range_.feed(b, Name{list_}); }
-    bool feed(std::string_view bytes);  // all or none
-    bool accepts(std::string_view bytes) const;
+    bool feed(uint8_t b) { return step(b); }
+    using WholeFeeds::feed;  // all or none
     bool complete() const { return range_.whole(Name{list_}); }
 
   private:
+    friend class WholeFeeds;
+    bool step(uint8_t b) { return range_.feed(b, Name{list_}); }  // refused: nothing changed
     struct Name {
         const ChoiceList* list;
         std::string_view operator()(int i) const { return list->choices()[size_t(i)]; }

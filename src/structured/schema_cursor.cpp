@@ -52,21 +52,6 @@ bool SchemaCursor::feed(uint8_t byte) {
     return true;
 }
 
-bool SchemaCursor::accepts(std::string_view bytes) const {
-    SchemaCursor next = *this;
-    for (const char c : bytes)
-        if (!next.step(uint8_t(c))) return false;
-    return true;
-}
-
-bool SchemaCursor::feed(std::string_view bytes) {
-    SchemaCursor next = *this;
-    for (const char c : bytes)
-        if (!next.step(uint8_t(c))) return false;
-    *this = next;
-    return true;
-}
-
 bool SchemaCursor::complete() const {
     if (!syntax_.complete()) return false;
     if (!in_number(syntax_.lex().mode)) return true;

@@ -10,10 +10,11 @@
 
 #include "structured/json_cursor.h"
 #include "structured/json_schema.h"
+#include "structured/whole_feeds.h"
 
 namespace dsv4 {
 
-class SchemaCursor {
+class SchemaCursor : public WholeFeeds<SchemaCursor> {
   public:
     // `schema` must outlive the cursor. limits.max_depth is capped at kMaxDepth. The document is one value of node
     // `root` (SchemaNode::kNone: the schema's root; a tool call's parameter is one of its property's node).
@@ -24,9 +25,8 @@ class SchemaCursor {
 
     // Appends `byte` if the text stays a prefix of a valid document; otherwise returns false and changes nothing.
     bool feed(uint8_t byte);
-    // Whether all of `bytes` can follow (nothing is changed); appends them all or none.
-    bool accepts(std::string_view bytes) const;
-    bool feed(std::string_view bytes);
+    // Whether all of `bytes` can follow (nothing is changed); appends them all or none (WholeFeeds).
+    using WholeFeeds::feed;
     // A whole valid document.
     bool complete() const;
     // In a string whose content nothing constrains (a value without enum or maxLength; a key that can be no property
@@ -39,6 +39,7 @@ class SchemaCursor {
     static constexpr int kMaxDepth = 64;
 
   private:
+    friend class WholeFeeds;
     // An open container: its node, and for objects the properties seen and the node of the value being read; for
     // arrays the items completed.
     // No member initializers: a cursor's copy leaves the frames past depth_ as they are (never read), and a new

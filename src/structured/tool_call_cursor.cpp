@@ -192,21 +192,6 @@ bool ToolCallCursor::feed(uint8_t byte) {
     return step(byte);  // each phase checks a byte whole before it changes anything
 }
 
-bool ToolCallCursor::feed(std::string_view bytes) {
-    ToolCallCursor next = *this;
-    for (const char c : bytes)
-        if (!next.step(uint8_t(c))) return false;
-    *this = next;
-    return true;
-}
-
-bool ToolCallCursor::accepts(std::string_view bytes) const {
-    ToolCallCursor next = *this;
-    for (const char c : bytes)
-        if (!next.step(uint8_t(c))) return false;
-    return true;
-}
-
 bool ToolCallCursor::in_free_text() const {
     switch (phase_) {
         case Phase::kRawValue:

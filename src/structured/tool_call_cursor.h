@@ -29,6 +29,7 @@
 #include "structured/json_schema.h"
 #include "structured/schema_cursor.h"
 #include "structured/sorted_names.h"
+#include "structured/whole_feeds.h"
 
 namespace dsv4 {
 
@@ -71,16 +72,15 @@ struct Utf8Check {
     bool whole() const { return left == 0; }
 };
 
-class ToolCallCursor {
+class ToolCallCursor : public WholeFeeds<ToolCallCursor> {
   public:
     // `grammar` must outlive the cursor.
     explicit ToolCallCursor(const ToolCallGrammar* grammar);
 
     // Appends `byte` if the text stays a prefix of a valid reply; otherwise returns false and changes nothing.
     bool feed(uint8_t byte);
-    // All of `bytes` or none.
-    bool feed(std::string_view bytes);
-    bool accepts(std::string_view bytes) const;
+    // All of `bytes` or none; accepts(bytes): whether they can follow (WholeFeeds).
+    using WholeFeeds::feed;
     // The reply may end here: content with no block begun (Start::kAfterContent), or after the block's close.
     bool complete() const {
         return (phase_ == Phase::kContent && watch_ < kMarkerInBlockStart) || phase_ == Phase::kDone;
@@ -110,6 +110,7 @@ class ToolCallCursor {
     static bool markup_start(uint8_t b) { return b == '\n' || b == '<' || b == 0xEF; }
 
   private:
+    friend class WholeFeeds;
     enum class Phase : uint8_t {
         kContent,    // free text, watching for kBlockStart
         kMarkup,     // one of the literals in `literals_`, `offset_` bytes in

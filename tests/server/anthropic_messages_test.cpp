@@ -95,6 +95,21 @@ TEST(MessagesRequest, RefusalsNameItsFields) {
     }
 }
 
+// count_tokens parses the same body for its prompt only: max_tokens may be left out, and changes nothing if given.
+TEST(MessagesRequest, CountingTokensNeedsNoMaxTokens) {
+    const ordered_json body = parse_json_body(R"({"system": "s", "messages": [{"role": "user", "content": "x"}]})");
+    EXPECT_EQ(param_of_400(body.dump()), "max_tokens");
+    const ChatRequest counted = parse_messages_request(body, kLimits, "m", MessagesUse::kCountTokens);
+    ordered_json with_max = body;
+    with_max["max_tokens"] = 7;
+    const ChatRequest generated = request(with_max.dump());
+    EXPECT_EQ(counted.messages.size(), 2u);
+    EXPECT_EQ(counted.messages, generated.messages);
+    EXPECT_EQ(counted.render.thinking_mode, generated.render.thinking_mode);
+    EXPECT_FALSE(body.contains("max_tokens"));  // the client's body is not written to
+    EXPECT_EQ(param_of_400(R"({"max_tokens": 0, "messages": [{"role": "user", "content": "x"}]})"), "max_tokens");
+}
+
 MessageOutcome outcome(std::string thinking, std::string text, std::vector<tok::ToolCall> calls, std::string reason,
                        std::string stop = {}) {
     MessageOutcome o;

@@ -5,10 +5,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <fstream>
 #include <functional>
 #include <random>
 #include <sstream>
+#include <utility>
 
 #include "server/openai_protocol.h"
 #include "tokenizer/prompt.h"
@@ -176,6 +178,37 @@ TEST(OpenAiRequest, StopStrings) {
     for (const char* v :
          {"5", "[5]", "[\"a\", null]", "\"\"", "[\"a\", \"\"]", "[\"a\", \"b\", \"c\", \"d\", \"e\"]", "{\"a\": 1}"})
         expect_chat_400(fmt::format(R"("stop": {})", v), "stop");
+}
+
+// How the Responses and Messages APIs name the chat parser's fields in its 400s (with_fields_renamed): whole path
+// parts only, in the param and in the names the message quotes; prose and the rest of a name left alone.
+TEST(OpenAiRequest, FieldsRenamedInAnotherApisTerms) {
+    using Renamed = std::pair<std::string, std::string>;  // param, message
+    constexpr std::array<FieldName, 3> kNames = {
+        {{"stop", "stop_sequences"}, {".function.parameters", ".input_schema"}, {".function.", "."}}};
+    const auto renamed = [&](const std::string& param, const std::string& message) {
+        const ApiError e = with_fields_renamed(ApiError(400, "invalid_request_error", message, param, "c"), kNames);
+        EXPECT_EQ(e.status(), 400);
+        EXPECT_EQ(e.type(), "invalid_request_error");
+        EXPECT_EQ(e.code(), "c");
+        return Renamed(e.param(), e.what());
+    };
+    EXPECT_EQ(renamed("stop", "'stop' must be a string"),
+              Renamed("stop_sequences", "'stop_sequences' must be a string"));
+    EXPECT_EQ(renamed("stop", "stop strings must not be empty").second, "stop strings must not be empty");
+    EXPECT_EQ(renamed("stop[1]", "'stop[1]' is empty").first, "stop_sequences[1]");
+    EXPECT_EQ(renamed("stop[1]", "'stop[1]' is empty").second, "'stop_sequences[1]' is empty");
+    EXPECT_EQ(renamed("stop_token_ids", "'stop_token_ids' holds 9 ids").first, "stop_token_ids");
+    EXPECT_EQ(renamed("stop_token_ids", "'stop_token_ids' holds 9 ids").second, "'stop_token_ids' holds 9 ids");
+    EXPECT_EQ(renamed("nonstop", "'nonstop' is not a field").first, "nonstop");
+    // In order: the longer name first, then what is left of the shorter one; every occurrence.
+    EXPECT_EQ(renamed("tools[0].function.parameters", "'tools[0].function.parameters' uses 'minimum'"),
+              Renamed("tools[0].input_schema", "'tools[0].input_schema' uses 'minimum'"));
+    EXPECT_EQ(renamed("tools[2].function.name", "'tools[1].function.name' and 'tools[2].function.name' repeat").second,
+              "'tools[1].name' and 'tools[2].name' repeat");
+    // An unclosed quote renames nothing after it; no quote, nothing in the message.
+    EXPECT_EQ(renamed("", "'stop' and 'stop").second, "'stop_sequences' and 'stop");
+    EXPECT_EQ(renamed("x", "no quotes: stop").second, "no quotes: stop");
 }
 
 TEST(OpenAiRequest, ChatLogprobs) {
