@@ -4,7 +4,9 @@
 # suites are named Fixtures/Suite.Test/param, so match them as '*Suite*'), then each
 # `dsv4 bench` argument list of BENCH_ARGS (separated by ';') on old and new alternately, REPEAT times, and prints
 # every run's summary lines last. KERNELS (e.g. "mma"; empty: none) also runs `dsv4_bench_decode_kernels $KERNELS` on
-# old and new alternately, REPEAT times, before the benches (its output hashes show whether the bits changed).
+# old and new alternately, REPEAT times, before the benches (its output hashes show whether the bits changed; several
+# modes separated by ','). The tests run in SHARDS processes at once (default 8; gtest's sharding), each under
+# TEST_TIMEOUT seconds (default 300): their CPU references are single-threaded.
 # Prepare the old tree on the CPU machine into an ignored folder the call carries:
 #   mkdir -p out && git archive <commit> | gzip > out/old.tar.gz
 # and carry ["out", ".embedded", ".httplib"] (REUSE_OLD=1: keep the old tree a warm machine already built). Full
@@ -32,8 +34,18 @@ cmake -S . -B build-gpu "${cmake_args[@]}" >"$out/configure.log" 2>&1 &&
     exit 1
 }
 if [ -n "${TESTS:-}" ]; then
-    build-gpu/tests/dsv4_gpu_tests --gtest_filter="$TESTS" >"$out/tests.log" 2>&1
-    tests_summary="tests ($TESTS): rc $? $(grep -E '^\[  PASSED|^\[  FAILED|tests ran' "$out/tests.log" | tr '\n' ' ')"
+    shards=${SHARDS:-8}
+    pids=()
+    for ((i = 0; i < shards; ++i)); do
+        GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "${TEST_TIMEOUT:-300}" build-gpu/tests/dsv4_gpu_tests \
+            --gtest_filter="$TESTS" >"$out/tests_$i.log" 2>&1 &
+        pids+=($!)
+    done
+    rc=0
+    for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+    cat "$out"/tests_*.log >"$out/tests.log" && rm -f "$out"/tests_*.log
+    count() { grep -hE "^\[  $1 *\] [0-9]+ tests?" "$out/tests.log" | awk '{s += $4} END {print s + 0}'; }
+    tests_summary="tests ($TESTS, $shards shards): rc $rc, $(count PASSED) passed, $(count FAILED) failed, $(count SKIPPED) skipped"
     echo "$tests_summary"
     grep -E "^\[  FAILED|Failure" "$out/tests.log" | head -20
 fi
@@ -44,13 +56,14 @@ wait $old_pid || {
 if [ -n "${KERNELS:-}" ]; then
     kernels_bin=$(find build-gpu -name dsv4_bench_decode_kernels -type f | head -1)
     for ((r = 1; r <= ${REPEAT:-1}; ++r)); do
-        for side in old new; do
-            bin="$kernels_bin"
-            [ "$side" = old ] && bin="$old/$kernels_bin"
-            echo "== run $r, $side: dsv4_bench_decode_kernels $KERNELS"
-            # shellcheck disable=SC2086
-            $bin $KERNELS 2>&1 | tee "$out/kernels_${side}_${r}.txt" | grep -E "^[a-z0-9_+/ |]+ +[0-9]|BITWISE|bitwise" |
-                head -"${LINES_PER_RUN:-40}"
+        for mode in ${KERNELS//,/ }; do
+            for side in old new; do
+                bin="$kernels_bin"
+                [ "$side" = old ] && bin="$old/$kernels_bin"
+                echo "== run $r, $side: dsv4_bench_decode_kernels $mode"
+                $bin "$mode" 2>&1 | tee "$out/kernels_${mode}_${side}_${r}.txt" |
+                    grep -E "^[a-z0-9_+/ |]+ +[0-9]|BITWISE|bitwise" | head -"${LINES_PER_RUN:-40}"
+            done
         done
     done
 fi
