@@ -151,6 +151,11 @@ __global__ void __launch_bounds__(cta_threads<kTokens, kRowGroups, kWholeStages>
     static_assert(!kGated || (kSingle && kWholeStages), "computed activations: single-slot passes, whole stages");
     static_assert(!kSingle || kWholeStages, "a held row: whole stages");
     constexpr bool kRowHeld = kSingle;
+    // kFactors (single-slot MXFP4 passes): the loader also turns each stage's block scales into the promotions'
+    // factors a_scale x w_scale (promote's FMUL, the same bits) in place of the row's staged codes, one stage ahead
+    // (after the refill it issued, so no stage leaves flight), and the warps that multiply load them.
+    constexpr bool kFactors = kSingle && !kNv;
+    static_assert(!kFactors || (kLoader && kScaleRowBytes == 16), "four f32 factors over a row's staged codes");
     using L = Stage<kTokens, kRowGroups, kRowHeld>;
     constexpr int kRowsPerCta = L::kRowsPerCta;
     static_assert(kRowsPerCta * 4 % kLoaders == 0 && (kLoader || kRowsPerCta * 4 == kLoaders),
@@ -342,12 +347,40 @@ __global__ void __launch_bounds__(cta_threads<kTokens, kRowGroups, kWholeStages>
                 }
                 // The first stage's barrier below orders these stores before any read.
             }
+            // kFactors: stage kt's factors over its rows' codes, by the loader once the stage has landed.
+            auto make_factors = [&](int kt) {
+                const float as = held_scale[kt];
+                uint8_t* scales = stages + (kt % kStages) * L::bytes + L::w_scale;
+#pragma unroll
+                for (int j = 0; j < kScalePer; ++j) {
+                    const int r = li + kLoaders * j;
+                    if (r >= kRowsPerCta) break;
+                    const uint32_t codes = *reinterpret_cast<const uint32_t*>(scales + r * kScaleRowBytes);
+                    float4 f;
+                    f.x = __fmul_rn(as, e8m0_times_2_14(codes & 0xFFu));
+                    f.y = __fmul_rn(as, e8m0_times_2_14((codes >> 8) & 0xFFu));
+                    f.z = __fmul_rn(as, e8m0_times_2_14((codes >> 16) & 0xFFu));
+                    f.w = __fmul_rn(as, e8m0_times_2_14(codes >> 24));
+                    *reinterpret_cast<float4*>(scales + r * kScaleRowBytes) = f;
+                }
+            };
+            if constexpr (kFactors) {
+                __syncthreads();  // the held row's scales
+                if (loads) {
+                    cp_async_wait<kStages - 2>();
+                    make_factors(0);
+                }
+            }
             for (int kt = 0; kt < kt_count; ++kt) {
-                if (loads) cp_async_wait<kStages - 2>();
+                if (loads && !kFactors) cp_async_wait<kStages - 2>();
                 __syncthreads();
                 if (loads) {
                     if (kt + kStages - 1 < kt_count) load((kt + kStages - 1) % kStages, kt + kStages - 1);
                     cp_async_commit();
+                    if (kFactors && kt + 1 < kt_count) {  // the refill above is in flight: stage kt + 1 has landed
+                        cp_async_wait<kStages - 2>();
+                        make_factors(kt + 1);
+                    }
                 }
                 if (!multiplies) continue;
 
@@ -380,7 +413,7 @@ __global__ void __launch_bounds__(cta_threads<kTokens, kRowGroups, kWholeStages>
                     uint32_t w0[4], w1[4];
                     w_fragments<kNv>(w_g, w_g8, b, t, w0, w1);
                     float ws_g[2], ws_g8[2];
-                    w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
+                    if constexpr (!kFactors) w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
 #pragma unroll
                     for (int nt = 0; nt < kTn; ++nt) {
                         uint4 x;  // the f16 pairs: x.x, x.y the first MMA's b0, b1; x.z, x.w the second's
@@ -400,7 +433,12 @@ __global__ void __launch_bounds__(cta_threads<kTokens, kRowGroups, kWholeStages>
                             for (int i = 0; i < 4; ++i) acc[i] = 0.0f;
                         }
                         mma_f16(acc, w1, x.z, x.w);
-                        promote<kSingle>(sum[nt], acc, ws_g[1], ws_g8[1], as[nt][0], as[nt][1]);
+                        if constexpr (kFactors) {  // promote's FFMAs with its factors
+                            sum[nt][0] = __fmaf_rn(acc[0], reinterpret_cast<const float*>(sc_g)[b], sum[nt][0]);
+                            sum[nt][2] = __fmaf_rn(acc[2], reinterpret_cast<const float*>(sc_g8)[b], sum[nt][2]);
+                        } else {
+                            promote<kSingle>(sum[nt], acc, ws_g[1], ws_g8[1], as[nt][0], as[nt][1]);
+                        }
                     }
                 }
             }
