@@ -5,10 +5,13 @@
 # none) in SHARDS processes (default 8) under TEST_TIMEOUT seconds each (default 240). Prepare the binaries here
 # (x86-64 like that machine; the libraries it lacks travel with them) into the ignored folder out/ and carry ["out"]:
 #   tools/gpu_prebuilt.sh --pack-base BASE_DIR  (optional: another build's dsv4, run before this one in every bench
-#                                              while out/dsv4_base.tar.xz exists: delete it for plain runs)
+#                                              while out/dsv4_base.tar.xz exists: delete it for plain runs; with
+#                                              PACK_BENCHES, that build's bench/ binaries too, as NAME_base)
 #   tools/gpu_prebuilt.sh --pack BUILD_DIR      (BUILD_DIR built with the sm_90a code, the default DSV4_CUDA_ARCHS;
 #                                              PACK_BENCHES: bench/ binaries to carry too, run by the call's own command
 #                                              from /tmp/dsv4_prebuilt once this script has unpacked them)
+# KERNELS (e.g. "single,prefill") runs `dsv4_bench_decode_kernels MODE` for each mode first, the base's (if packed)
+# and this build's alternately, REPEAT rounds (their output hashes show whether the bits changed).
 # The tests read tests/fixtures/ at the source path they were built in; the call's tree is linked there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +20,10 @@ if [ "${1:-}" = "--pack-base" ]; then
     base="${2:?usage: gpu_prebuilt.sh --pack-base BUILD_DIR}"
     mkdir -p out && strip -o /tmp/dsv4_base_pack "$base/tools/dsv4/dsv4" || exit 1
     git -C "$base/.." rev-parse --short HEAD >/tmp/dsv4_base_commit 2>/dev/null || echo "?" >/tmp/dsv4_base_commit
-    tar -cJf out/dsv4_base.tar.xz -C /tmp dsv4_base_pack dsv4_base_commit && rm -f /tmp/dsv4_base_pack
+    extra=()
+    for b in ${PACK_BENCHES:-}; do strip -o "/tmp/${b}_base" "$base/bench/$b" && extra+=("${b}_base") || exit 1; done
+    tar -cJf out/dsv4_base.tar.xz -C /tmp dsv4_base_pack dsv4_base_commit "${extra[@]}" &&
+        rm -f /tmp/dsv4_base_pack "${extra[@]/#//tmp/}"
     ls -la out/dsv4_base.tar.xz && exit 0
 fi
 if [ "${1:-}" = "--pack" ]; then
@@ -58,6 +64,17 @@ if [ -f out/dsv4_base.tar.xz ]; then
     tar -xJf out/dsv4_base.tar.xz -C "$bin" && binaries=("$bin/dsv4_base_pack" "$bin/dsv4")
     echo "base binary of $(cat "$bin/dsv4_base_commit") runs first in each pair"
 fi
+for ((r = 1; r <= ${REPEAT:-1}; ++r)); do
+    for mode in ${KERNELS//,/ }; do
+        for k in "$bin/dsv4_bench_decode_kernels_base" "$bin/dsv4_bench_decode_kernels"; do
+            [ -x "$k" ] || continue
+            name=$([ "$k" = "$bin/dsv4_bench_decode_kernels" ] && echo "dsv4" || echo "base")
+            echo "== run $r, $name: dsv4_bench_decode_kernels $mode"
+            "$k" "$mode" 2>&1 | tee "$out/kernels_${mode}_${name}_${r}.txt" |
+                grep -E "^[a-z0-9_+/ |]+ +[0-9]|BITWISE|bitwise" | head -"${LINES_PER_RUN:-40}"
+        done
+    done
+done
 IFS=';' read -ra benches <<<"${BENCH_ARGS:-}"
 for ((r = 1; r <= ${REPEAT:-1}; ++r)); do
     for i in "${!benches[@]}"; do
