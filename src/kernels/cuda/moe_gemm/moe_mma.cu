@@ -58,25 +58,24 @@ constexpr int kWRowBytes = kStageCols / 2 + 16;  // 64 bytes of nibbles + pad: r
 constexpr int kARowBytes = kStageCols + 32;      // 128 e4m3 + pad: 8-byte reads of 16 lanes conflict-free
 constexpr int kScaleRowBytes = 16;               // the aligned words covering a row's scales of one stage
 
-// Shared-memory layout of one stage. kGated: the activations are not staged (the pass computed them whole, below).
-template <int kTokens, int kRowGroups, bool kGated = false>
+// Shared-memory layout of one stage. kRowHeld: the activations are not staged (the pass holds its row whole, below).
+template <int kTokens, int kRowGroups, bool kRowHeld = false>
 struct Stage {
     static constexpr int kRowsPerCta = 16 * kRowGroups;
     static constexpr int w = 0;
     static constexpr int a = w + kRowsPerCta * kWRowBytes;
-    static constexpr int w_scale = a + (kGated ? 0 : kTokens * kARowBytes);
+    static constexpr int w_scale = a + (kRowHeld ? 0 : kTokens * kARowBytes);
     static constexpr int a_scale = w_scale + kRowsPerCta * kScaleRowBytes;
-    static constexpr int bytes = (a_scale + (kGated ? 0 : kTokens * 4) + 15) / 16 * 16;
+    static constexpr int bytes = (a_scale + (kRowHeld ? 0 : kTokens * 4) + 15) / 16 * 16;
 };
 
-// A pass's activations computed from W1 x and W3 x (Args::swiglu): kTokens rows of K e4m3 codes, each row padded by 32
-// bytes so the fragment reads of rows g land on distinct banks (as kARowBytes), then their [kTokens][K / 128] scales.
-__host__ __device__ constexpr int64_t gated_row_bytes(int64_t k) {
-    return k + 32;
-}
-template <int kTokens>
-__host__ __device__ constexpr int64_t gated_bytes(int64_t k) {
-    return (kTokens * gated_row_bytes(k) + kTokens * (k / 128) * 4 + 15) / 16 * 16;
+// A single-slot pass's activation row, held whole (kSingle): the f16 pairs the two MMAs of each lane take in every
+// 32-column block (x_pairs' pairs converted once: [K / 32 blocks][4 lanes t][4 words], 16 bytes a lane and block),
+// then the row's K / 128 scales, then (kGated: computed here from W1 x and W3 x) its K e4m3 codes, which the pairs
+// are made from (copied rows are converted from global memory). Every warp converted that one row's pairs again,
+// every stage, and every stage staged the row's 128 columns again.
+__host__ __device__ constexpr int64_t held_row_bytes(int64_t k, bool codes) {
+    return 2 * k + (k / 128) * 4 + (codes ? k : 0);
 }
 
 // Stages in flight: 8 for the decode passes (8 or 16 tokens), 4 for the wider passes of prefill, which are bound by
@@ -86,10 +85,10 @@ template <int kTokens, bool kWholeStages>
 __host__ __device__ constexpr int stage_count() {
     return kTokens <= 16 && kWholeStages ? 8 : 4;
 }
-template <int kTokens, int kRowGroups, bool kWholeStages, bool kGated = false>
+template <int kTokens, int kRowGroups, bool kWholeStages, bool kRowHeld = false, bool kGated = false>
 __host__ __device__ constexpr int smem_bytes(int64_t experts, int64_t k) {
-    return list_bytes(experts) + stage_count<kTokens, kWholeStages>() * Stage<kTokens, kRowGroups, kGated>::bytes +
-           int(kGated ? gated_bytes<kTokens>(k) : 0);
+    return list_bytes(experts) + stage_count<kTokens, kWholeStages>() * Stage<kTokens, kRowGroups, kRowHeld>::bytes +
+           int(kRowHeld ? (held_row_bytes(k, kGated) + 15) / 16 * 16 : 0);
 }
 
 // Warp groups that share out the 32-column blocks of every stage: a decode step has few items per SM, and one warp
@@ -99,6 +98,18 @@ constexpr int kSplit = 2;
 template <int kRowGroups>
 __host__ __device__ constexpr int threads() {
     return 32 * kRowGroups * kSplit;
+}
+// kLoader (whole stages, the decode passes of 8 and 16 slots): one more warp issues every copy of the stages, so the
+// 2 kRowGroups warps that multiply spend none of their instructions on the copies' addresses, predicates and issue
+// (34 of the 152 a warp issued per stage of a batch-1 pass, SASS), and wait only at the stage's barrier. The loader
+// waits for stage kt's copies before that barrier and refills the slot of stage kt - 1 after it, as every thread did.
+template <int kTokens, bool kWholeStages>
+__host__ __device__ constexpr bool loader_warp() {
+    return kWholeStages && kTokens <= 16;
+}
+template <int kTokens, int kRowGroups, bool kWholeStages>
+__host__ __device__ constexpr int cta_threads() {
+    return threads<kRowGroups>() + (loader_warp<kTokens, kWholeStages>() ? 32 : 0);
 }
 template <int kTokens, int kRowGroups>
 __host__ __device__ constexpr int min_blocks() {
@@ -120,33 +131,49 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
 // stage may end early and the scale words are found by their offset. The arithmetic is the same on both.
 // kSingle (8-slot passes of launches where no expert holds more than one slot: a batch-1 decode step): only slot 0 of
 // a pass is ever stored, which the lanes hold in their accumulators c0 and c2 (token 2t with t = 0), so the odd
-// tokens' promotions (c1, c3) and their activation scales are not computed. The same instructions on c0 and c2.
-// kGated (single-slot passes, whole stages; Args::swiglu): each pass first computes its slot's activation row from
-// W1 x and W3 x into shared memory, as cuda::swiglu and act_quant would write it, while its first weight stages load.
+// tokens' promotions (c1, c3) and their activation scales are not computed. The same instructions on c0 and c2. Its
+// stages carry only weights: each pass first holds its slot's activation row in shared memory (held_row_bytes) while
+// its first weight stages load, copied from the activations or, kGated (Args::swiglu), computed from W1 x and W3 x as
+// cuda::swiglu and act_quant would write it; the same MMA operands as a staged row's.
 template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false,
           bool kGated = false>
-__global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRowGroups>()) moe_mma_kernel(Args p) {
-    constexpr int kThreads = threads<kRowGroups>();
+__global__ void __launch_bounds__(cta_threads<kTokens, kRowGroups, kWholeStages>(), min_blocks<kTokens, kRowGroups>())
+    moe_mma_kernel(Args p) {
+    constexpr int kThreads = threads<kRowGroups>();  // the warps that multiply
+    constexpr bool kLoader = loader_warp<kTokens, kWholeStages>();
+    constexpr int kCtaThreads = cta_threads<kTokens, kRowGroups, kWholeStages>();
+    constexpr int kLoaders = kLoader ? 32 : kThreads;  // the threads that issue the stages' copies
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
     constexpr int kTn = kTokens / 8;                  // 8-token MMA tiles per pass
     constexpr int kScaleBytesPerStage = kNv ? 8 : 4;  // scale bytes of one row per 128 columns
     constexpr int kScaleWords = kNv ? 3 : 2;          // aligned words that cover them whatever their offset
     constexpr int kStages = stage_count<kTokens, kWholeStages>();
     static_assert(!kGated || (kSingle && kWholeStages), "computed activations: single-slot passes, whole stages");
-    using L = Stage<kTokens, kRowGroups, kGated>;
+    static_assert(!kSingle || kWholeStages, "a held row: whole stages");
+    constexpr bool kRowHeld = kSingle;
+    // kFactors (single-slot MXFP4 passes): the loader also turns each stage's block scales into the promotions'
+    // factors a_scale x w_scale (promote's FMUL, the same bits) in place of the row's staged codes, one stage ahead
+    // (after the refill it issued, so no stage leaves flight), and the warps that multiply load them.
+    constexpr bool kFactors = kSingle && !kNv;
+    static_assert(!kFactors || (kLoader && kScaleRowBytes == 16), "four f32 factors over a row's staged codes");
+    using L = Stage<kTokens, kRowGroups, kRowHeld>;
     constexpr int kRowsPerCta = L::kRowsPerCta;
-    static_assert(kRowsPerCta * 4 == kThreads, "one 16-byte W chunk per thread and stage");
+    static_assert(kRowsPerCta * 4 % kLoaders == 0 && (kLoader || kRowsPerCta * 4 == kLoaders),
+                  "whole 16-byte W chunks per loading thread and stage (one where every thread loads)");
+    constexpr int kWPer = kRowsPerCta * 4 / kLoaders;                   // W chunks a loading thread copies
+    constexpr int kScalePer = (kRowsPerCta + kLoaders - 1) / kLoaders;  // rows whose scale words it copies
     static_assert(!kSingle || kTokens == 8, "single-slot passes are 8-slot passes");
     constexpr int kOutputs = kSingle ? 2 : 4;  // accumulators a lane promotes and stores: c0, c2 (and c1, c3)
     auto acc_of = [](int o) { return kSingle ? 2 * o : o; };
-    static_assert(kTokens <= kThreads, "one activation scale per thread and stage");
+    static_assert(kTokens <= kLoaders, "one activation scale per loading thread and stage");
     extern __shared__ __align__(16) uint8_t smem[];
-    __shared__ int warp_counts[kThreads / 32];
+    __shared__ int warp_counts[kCtaThreads / 32];
     int* active = reinterpret_cast<int*>(smem);
     uint8_t* stages = smem + list_bytes(p.experts);
     const unsigned stages_addr = smem_addr(stages);
-    uint8_t* gated_a = stages + kStages * L::bytes;  // kGated: [kTokens][gated_row_bytes(k)] codes, then scales
-    float* gated_scale = reinterpret_cast<float*>(gated_a + kTokens * gated_row_bytes(p.k));
+    uint8_t* held_pairs = stages + kStages * L::bytes;  // kRowHeld: the row's pairs, scales and (kGated) codes
+    float* held_scale = reinterpret_cast<float*>(held_pairs + 2 * p.k);
+    uint8_t* held_codes = held_pairs + 2 * p.k + (p.k / 128) * 4;
 
     const int64_t total = p.offsets[p.experts];
     const int64_t n_tiles = (p.n + kRowsPerCta - 1) / kRowsPerCta;
@@ -155,7 +182,9 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
     // 1. The active experts in ascending order.
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
     const int row_group = warp % kRowGroups, k_part = warp / kRowGroups;
-    const int count = list_active_experts<kThreads>(p.offsets, p.experts, active, warp_counts);
+    const bool loads = !kLoader || warp == kThreads / 32, multiplies = !kLoader || warp < kThreads / 32;
+    const int li = kLoader ? lane : tid;  // this thread's index among the loading threads
+    const int count = list_active_experts<kCtaThreads>(p.offsets, p.experts, active, warp_counts);
 
     const int64_t k_half = p.k / 2, scale_cols = kNv ? p.k / 16 : p.k / 32, kb = (p.k + 127) / 128;
     const int kt_count = int(kb);
@@ -172,13 +201,24 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
             return e * p.n + (n < p.n ? n : p.n - 1);
         };
 
-        // Loader roles (fixed per item): thread tid copies 16 bytes of W row tid / 4 and, for tid < 64, the scale
-        // words of row tid.
-        const int w_part = tid % 4;
-        const uint8_t* w_src = m.w + row_of(tid / 4) * k_half + w_part * 16;
-        const unsigned w_dst = L::w + tid / 4 * kWRowBytes + w_part * 16;
+        // Loader roles (fixed per item): loading thread li copies the 16-byte parts li % 4 of W rows li / 4 + kLoaders
+        // / 4 i and the scale words of rows li + kLoaders j (those below kRowsPerCta).
+        const int w_part = li % 4;
+        const uint8_t* w_src[kWPer];
+        unsigned w_dst[kWPer];
+#pragma unroll
+        for (int i = 0; i < kWPer; ++i) {
+            const int r = li / 4 + kLoaders / 4 * i;
+            w_src[i] = m.w + row_of(r) * k_half + w_part * 16;
+            w_dst[i] = L::w + r * kWRowBytes + w_part * 16;
+        }
         const int64_t scale_total = p.experts * p.n * scale_cols;
-        const int64_t scale_first = tid < kRowsPerCta ? row_of(tid) * scale_cols : 0;  // row tid's first scale
+        int64_t scale_first[kScalePer];  // row li + kLoaders j's first scale
+#pragma unroll
+        for (int j = 0; j < kScalePer; ++j) {
+            const int r = li + kLoaders * j;
+            scale_first[j] = r < kRowsPerCta ? row_of(r) * scale_cols : 0;
+        }
         // Byte offset of this lane's rows g and g + 8 within their staged scale words (the same every stage:
         // a stage advances by 4 or 8 bytes); 0 when the rows' scales are whole words.
         auto lead = [&](int r) { return kWholeStages ? 0 : int((row_of(r) * scale_cols) & 3); };
@@ -194,36 +234,40 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
             // step's experts hold one or two) reads its last row for the rest, whose outputs are never stored.
             // Staging copies of that row sent every CTA's duplicate requests for the same bytes to one L2 slice.
             // (Their 4-byte scales are still staged per slot of the width, the last one repeated.)
-            constexpr int kAChunks = kTokens * 8, kAPerThread = (kAChunks + kThreads - 1) / kThreads;
+            constexpr int kAChunks = kTokens * 8, kAPerThread = (kAChunks + kLoaders - 1) / kLoaders;
             const uint8_t* a_src[kAPerThread];
             unsigned a_dst[kAPerThread];
             int a_part[kAPerThread];
 #pragma unroll
             for (int i = 0; i < kAPerThread; ++i) {
-                const int c = tid + kThreads * i, r = c / 8;
+                const int c = li + kLoaders * i, r = c / 8;
                 a_part[i] = c % 8;
-                a_src[i] = !kGated && c < tokens * 8 ? p.a + act_row(r) * p.k + a_part[i] * 16 : nullptr;
+                a_src[i] = !kRowHeld && c < tokens * 8 ? p.a + act_row(r) * p.k + a_part[i] * 16 : nullptr;
                 a_dst[i] = L::a + r * kARowBytes + a_part[i] * 16;
             }
-            const float* as_src = !kGated && tid < kTokens ? p.a_scale + act_row(tid) * kb : nullptr;
+            const float* as_src = !kRowHeld && li < kTokens ? p.a_scale + act_row(li) * kb : nullptr;
             auto staged_row = [&](int r) { return r < tokens ? r : tokens - 1; };
 
             auto load = [&](int slot, int kt) {
                 const unsigned base = stages_addr + slot * L::bytes;
                 if constexpr (kWholeStages) {
-                    cp_async16(base + w_dst, w_src + kt * 64);
+#pragma unroll
+                    for (int i = 0; i < kWPer; ++i) cp_async16(base + w_dst[i], w_src[i] + kt * 64);
 #pragma unroll
                     for (int i = 0; i < kAPerThread; ++i)
-                        if (!kGated && a_src[i]) cp_async16(base + a_dst[i], a_src[i] + kt * kStageCols);
-                    if (tid < kRowsPerCta) {
-                        const uint8_t* src = m.w_scale + scale_first + kt * kScaleBytesPerStage;
+                        if (!kRowHeld && a_src[i]) cp_async16(base + a_dst[i], a_src[i] + kt * kStageCols);
 #pragma unroll
-                        for (int j = 0; j < kScaleBytesPerStage / 4; ++j)
-                            cp_async4(base + L::w_scale + tid * kScaleRowBytes + 4 * j, src + 4 * j, 4);
+                    for (int j = 0; j < kScalePer; ++j) {
+                        const int r = li + kLoaders * j;
+                        if (r >= kRowsPerCta) break;
+                        const uint8_t* src = m.w_scale + scale_first[j] + kt * kScaleBytesPerStage;
+#pragma unroll
+                        for (int q = 0; q < kScaleBytesPerStage / 4; ++q)
+                            cp_async4(base + L::w_scale + r * kScaleRowBytes + 4 * q, src + 4 * q, 4);
                     }
-                } else {
+                } else {  // every thread loads (kWPer == kScalePer == 1, li == tid)
                     const bool w_ok = int64_t(kt) * 64 + w_part * 16 < k_half;
-                    cp_async16(base + w_dst, w_ok ? w_src + int64_t(kt) * 64 : w_src, w_ok ? 16 : 0);
+                    cp_async16(base + w_dst[0], w_ok ? w_src[0] + int64_t(kt) * 64 : w_src[0], w_ok ? 16 : 0);
 #pragma unroll
                     for (int i = 0; i < kAPerThread; ++i)
                         if (a_src[i]) {
@@ -232,7 +276,7 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
                                        ok ? 16 : 0);
                         }
                     if (tid < kRowsPerCta) {
-                        const int64_t first = scale_first + int64_t(kt) * kScaleBytesPerStage,
+                        const int64_t first = scale_first[0] + int64_t(kt) * kScaleBytesPerStage,
                                       word0 = first & ~int64_t(3);
 #pragma unroll
                         for (int j = 0; j < kScaleWords; ++j) {
@@ -244,7 +288,7 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
                         }
                     }
                 }
-                if (!kGated && as_src) cp_async4(base + L::a_scale + tid * 4, as_src + kt, 4);
+                if (!kRowHeld && as_src) cp_async4(base + L::a_scale + li * 4, as_src + kt, 4);
             };
 
             float sum[kTn][4];
@@ -253,46 +297,92 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
 #pragma unroll
                 for (int i = 0; i < 4; ++i) sum[nt][i] = 0.0f;
 
+            if (loads)
 #pragma unroll
-            for (int s = 0; s < kStages - 1; ++s) {
-                if (s < kt_count) load(s, s);
-                cp_async_commit();
-            }
-            if constexpr (kGated) {
-                // The pass's activation rows while its first weight stages load: warp w takes the 128-column
-                // blocks task = w, w + warps, ... of rows 0 .. tokens - 1, lane l four columns of each, with
-                // swiglu_element and then act_quant's scale (the block's |max| over the rounded values) and codes.
-                // The first stage's barrier below orders these stores before any fragment read.
+                for (int s = 0; s < kStages - 1; ++s) {
+                    if (s < kt_count) load(s, s);
+                    cp_async_commit();
+                }
+            if constexpr (kRowHeld) {
+                // The pass's one activation row while its first weight stages load (every warp, the loader's too).
                 const int blocks = int(p.k / kStageCols);
-                const int64_t stride = p.swiglu.stride ? p.swiglu.stride : p.k;
-                for (int task = warp; task < tokens * blocks; task += kThreads / 32) {
-                    const int r = task / blocks, blk = task % blocks;
-                    const int64_t slot = s0 + r, col = int64_t(blk) * kStageCols + 4 * lane;
-                    const bool weighted = p.swiglu.routing_weights != nullptr;
-                    const float weight = weighted ? p.swiglu.routing_weights[p.swiglu.sorted_assignment[slot]] : 0.0f;
-                    const uint2 gate = *reinterpret_cast<const uint2*>(p.swiglu.gate + slot * stride + col);
-                    const uint2 up = *reinterpret_cast<const uint2*>(p.swiglu.up + slot * stride + col);
-                    const __nv_bfloat16* g4 = reinterpret_cast<const __nv_bfloat16*>(&gate);
-                    const __nv_bfloat16* u4 = reinterpret_cast<const __nv_bfloat16*>(&up);
-                    float v[4], amax = 0.0f;
+                if constexpr (kGated) {
+                    // Warp w takes the 128-column blocks w, w + warps, ..., lane l four columns of each, with
+                    // swiglu_element and then act_quant's scale (the block's |max| over the rounded values) and codes.
+                    const int64_t stride = p.swiglu.stride ? p.swiglu.stride : p.k;
+                    for (int blk = warp; blk < blocks; blk += kCtaThreads / 32) {
+                        const int64_t slot = s0, col = int64_t(blk) * kStageCols + 4 * lane;
+                        const bool weighted = p.swiglu.routing_weights != nullptr;
+                        const float weight =
+                            weighted ? p.swiglu.routing_weights[p.swiglu.sorted_assignment[slot]] : 0.0f;
+                        const uint2 gate = *reinterpret_cast<const uint2*>(p.swiglu.gate + slot * stride + col);
+                        const uint2 up = *reinterpret_cast<const uint2*>(p.swiglu.up + slot * stride + col);
+                        const __nv_bfloat16* g4 = reinterpret_cast<const __nv_bfloat16*>(&gate);
+                        const __nv_bfloat16* u4 = reinterpret_cast<const __nv_bfloat16*>(&up);
+                        float v[4], amax = 0.0f;
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        v[i] = bf16_to_f32(swiglu_element(g4[i], u4[i], p.swiglu.limit, weighted, weight));
-                        amax = fmaxf(amax, fabsf(v[i]));
+                        for (int i = 0; i < 4; ++i) {
+                            v[i] = bf16_to_f32(swiglu_element(g4[i], u4[i], p.swiglu.limit, weighted, weight));
+                            amax = fmaxf(amax, fabsf(v[i]));
+                        }
+                        const float scale = e8m0_to_f32(fp8_scale_exponent(group_max<32>(amax)));
+                        uint32_t codes = 0;
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) codes |= uint32_t(fp8_code(v[i], scale)) << (8 * i);
+                        *reinterpret_cast<uint32_t*>(held_codes + col) = codes;
+                        if (lane == 0) held_scale[blk] = scale;
                     }
-                    const float scale = e8m0_to_f32(fp8_scale_exponent(group_max<32>(amax)));
-                    uint32_t codes = 0;
+                    __syncthreads();
+                } else {
+                    for (int blk = tid; blk < blocks; blk += kCtaThreads)
+                        held_scale[blk] = p.a_scale[act_row(0) * kb + blk];
+                }
+                // The MMAs' operand pairs of every 32-column block and lane t, as a staged row's are converted.
+                const uint8_t* codes = kGated ? held_codes : p.a + act_row(0) * p.k;
+                for (int task = tid; task < int(p.k / 32) * 4; task += kCtaThreads) {
+                    uint32_t x0, x1;
+                    x_pairs<kNv>(codes + 32 * (task / 4), task % 4, x0, x1);
+                    *reinterpret_cast<uint4*>(held_pairs + 16 * task) = make_uint4(
+                        e4m3x2_to_f16x2(x0), e4m3x2_to_f16x2(x0 >> 16), e4m3x2_to_f16x2(x1), e4m3x2_to_f16x2(x1 >> 16));
+                }
+                // The first stage's barrier below orders these stores before any read.
+            }
+            // kFactors: stage kt's factors over its rows' codes, by the loader once the stage has landed.
+            auto make_factors = [&](int kt) {
+                const float as = held_scale[kt];
+                uint8_t* scales = stages + (kt % kStages) * L::bytes + L::w_scale;
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) codes |= uint32_t(fp8_code(v[i], scale)) << (8 * i);
-                    *reinterpret_cast<uint32_t*>(gated_a + r * gated_row_bytes(p.k) + col) = codes;
-                    if (lane == 0) gated_scale[r * blocks + blk] = scale;
+                for (int j = 0; j < kScalePer; ++j) {
+                    const int r = li + kLoaders * j;
+                    if (r >= kRowsPerCta) break;
+                    const uint32_t codes = *reinterpret_cast<const uint32_t*>(scales + r * kScaleRowBytes);
+                    float4 f;
+                    f.x = __fmul_rn(as, e8m0_times_2_14(codes & 0xFFu));
+                    f.y = __fmul_rn(as, e8m0_times_2_14((codes >> 8) & 0xFFu));
+                    f.z = __fmul_rn(as, e8m0_times_2_14((codes >> 16) & 0xFFu));
+                    f.w = __fmul_rn(as, e8m0_times_2_14(codes >> 24));
+                    *reinterpret_cast<float4*>(scales + r * kScaleRowBytes) = f;
+                }
+            };
+            if constexpr (kFactors) {
+                __syncthreads();  // the held row's scales
+                if (loads) {
+                    cp_async_wait<kStages - 2>();
+                    make_factors(0);
                 }
             }
             for (int kt = 0; kt < kt_count; ++kt) {
-                cp_async_wait<kStages - 2>();
+                if (loads && !kFactors) cp_async_wait<kStages - 2>();
                 __syncthreads();
-                if (kt + kStages - 1 < kt_count) load((kt + kStages - 1) % kStages, kt + kStages - 1);
-                cp_async_commit();
+                if (loads) {
+                    if (kt + kStages - 1 < kt_count) load((kt + kStages - 1) % kStages, kt + kStages - 1);
+                    cp_async_commit();
+                    if (kFactors && kt + 1 < kt_count) {  // the refill above is in flight: stage kt + 1 has landed
+                        cp_async_wait<kStages - 2>();
+                        make_factors(kt + 1);
+                    }
+                }
+                if (!multiplies) continue;
 
                 const uint8_t* st = stages + (kt % kStages) * L::bytes;
                 const uint8_t* w_g = st + L::w + row_g * kWRowBytes;
@@ -302,10 +392,9 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
                 float as[kTn][2];
 #pragma unroll
                 for (int nt = 0; nt < kTn; ++nt) {
-                    if constexpr (kGated) {
-                        const int blocks = int(p.k / kStageCols);
-                        as[nt][0] = gated_scale[staged_row(nt * 8 + 2 * t) * blocks + kt];
-                        as[nt][1] = kSingle ? 0.0f : gated_scale[staged_row(nt * 8 + 2 * t + 1) * blocks + kt];
+                    if constexpr (kRowHeld) {
+                        as[nt][0] = held_scale[kt];
+                        as[nt][1] = 0.0f;
                     } else {
                         const float* a_s = reinterpret_cast<const float*>(st + L::a_scale) + nt * 8 + 2 * t;
                         as[nt][0] = a_s[0];
@@ -324,23 +413,32 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
                     uint32_t w0[4], w1[4];
                     w_fragments<kNv>(w_g, w_g8, b, t, w0, w1);
                     float ws_g[2], ws_g8[2];
-                    w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
+                    if constexpr (!kFactors) w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
 #pragma unroll
                     for (int nt = 0; nt < kTn; ++nt) {
-                        const uint8_t* x =
-                            kGated ? gated_a + staged_row(nt * 8 + g) * gated_row_bytes(p.k) + kt * kStageCols + 32 * b
-                                   : st + L::a + staged_row(nt * 8 + g) * kARowBytes + 32 * b;
-                        uint32_t x0, x1;
-                        x_pairs<kNv>(x, t, x0, x1);
+                        uint4 x;  // the f16 pairs: x.x, x.y the first MMA's b0, b1; x.z, x.w the second's
+                        if constexpr (kRowHeld) {
+                            x = *reinterpret_cast<const uint4*>(held_pairs + 16 * ((kt * 4 + b) * 4 + t));
+                        } else {
+                            uint32_t x0, x1;
+                            x_pairs<kNv>(st + L::a + staged_row(nt * 8 + g) * kARowBytes + 32 * b, t, x0, x1);
+                            x = make_uint4(e4m3x2_to_f16x2(x0), e4m3x2_to_f16x2(x0 >> 16), e4m3x2_to_f16x2(x1),
+                                           e4m3x2_to_f16x2(x1 >> 16));
+                        }
                         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                        mma_f16(acc, w0, e4m3x2_to_f16x2(x0), e4m3x2_to_f16x2(x0 >> 16));
+                        mma_f16(acc, w0, x.x, x.y);
                         if constexpr (kNv) {
                             promote<kSingle>(sum[nt], acc, ws_g[0], ws_g8[0], as[nt][0], as[nt][1]);
 #pragma unroll
                             for (int i = 0; i < 4; ++i) acc[i] = 0.0f;
                         }
-                        mma_f16(acc, w1, e4m3x2_to_f16x2(x1), e4m3x2_to_f16x2(x1 >> 16));
-                        promote<kSingle>(sum[nt], acc, ws_g[1], ws_g8[1], as[nt][0], as[nt][1]);
+                        mma_f16(acc, w1, x.z, x.w);
+                        if constexpr (kFactors) {  // promote's FFMAs with its factors
+                            sum[nt][0] = __fmaf_rn(acc[0], reinterpret_cast<const float*>(sc_g)[b], sum[nt][0]);
+                            sum[nt][2] = __fmaf_rn(acc[2], reinterpret_cast<const float*>(sc_g8)[b], sum[nt][2]);
+                        } else {
+                            promote<kSingle>(sum[nt], acc, ws_g[1], ws_g8[1], as[nt][0], as[nt][1]);
+                        }
                     }
                 }
             }
@@ -352,7 +450,7 @@ __global__ void __launch_bounds__(threads<kRowGroups>(), min_blocks<kTokens, kRo
             auto at = [&](int part, int nt, int i) {
                 return partial + (((part - 1) * kRowGroups + row_group) * 32 + lane) * (kTn * 4) + nt * 4 + i;
             };
-            if (k_part > 0)
+            if (k_part > 0 && multiplies)
 #pragma unroll
                 for (int nt = 0; nt < kTn; ++nt)
 #pragma unroll
@@ -387,12 +485,13 @@ template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, 
           bool kGated = false>
 cudaError_t launch(const Args& args, cudaStream_t stream) {
     const auto kernel = moe_mma_kernel<kTokens, kRowGroups, kFormat, kWholeStages, kSingle, kGated>;
-    const int smem = smem_bytes<kTokens, kRowGroups, kWholeStages, kGated>(args.experts, args.k);
+    constexpr int kCtaThreads = cta_threads<kTokens, kRowGroups, kWholeStages>();
+    const int smem = smem_bytes<kTokens, kRowGroups, kWholeStages, kSingle, kGated>(args.experts, args.k);
     const int64_t n_tiles = (args.n + 16 * kRowGroups - 1) / (16 * kRowGroups);
     const int64_t items = args.experts * n_tiles * args.mat_count,
-                  resident = resident_ctas(reinterpret_cast<const void*>(kernel), threads<kRowGroups>(), smem);
+                  resident = resident_ctas(reinterpret_cast<const void*>(kernel), kCtaThreads, smem);
     const int64_t grid = items < resident ? items : resident;
-    kernel<<<unsigned(grid), threads<kRowGroups>(), smem, stream>>>(args);
+    kernel<<<unsigned(grid), kCtaThreads, smem, stream>>>(args);
     return cudaGetLastError();
 }
 
