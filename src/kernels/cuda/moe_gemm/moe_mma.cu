@@ -74,8 +74,13 @@ struct Stage {
 // then the row's K / 128 scales, then (kGated: computed here from W1 x and W3 x) its K e4m3 codes, which the pairs
 // are made from (copied rows are converted from global memory). Every warp converted that one row's pairs again,
 // every stage, and every stage staged the row's 128 columns again.
+// The codes start 16-byte aligned (x_pairs reads them in 8-byte words; the K / 32 bytes of scales before them are not
+// a multiple of 16 for every K: the fixtures' K of 128 and 384 faulted, 2026-12-05).
+__host__ __device__ constexpr int64_t held_codes_offset(int64_t k) {
+    return 2 * k + ((k / 128) * 4 + 15) / 16 * 16;
+}
 __host__ __device__ constexpr int64_t held_row_bytes(int64_t k, bool codes) {
-    return 2 * k + (k / 128) * 4 + (codes ? k : 0);
+    return held_codes_offset(k) + (codes ? k : 0);
 }
 
 // Stages in flight: 8 for the decode passes (8 or 16 tokens), 4 for the wider passes of prefill, which are bound by
@@ -99,17 +104,19 @@ template <int kRowGroups>
 __host__ __device__ constexpr int threads() {
     return 32 * kRowGroups * kSplit;
 }
-// kLoader (whole stages, the decode passes of 8 and 16 slots): one more warp issues every copy of the stages, so the
-// 2 kRowGroups warps that multiply spend none of their instructions on the copies' addresses, predicates and issue
-// (34 of the 152 a warp issued per stage of a batch-1 pass, SASS), and wait only at the stage's barrier. The loader
-// waits for stage kt's copies before that barrier and refills the slot of stage kt - 1 after it, as every thread did.
-template <int kTokens, bool kWholeStages>
+// kLoader (single-slot passes: a batch-1 step): one more warp issues every copy of the stages, so the 2 kRowGroups
+// warps that multiply spend none of their instructions on the copies' addresses, predicates and issue (34 of the 152
+// a warp issued per stage, SASS), and wait only at the stage's barrier; it also makes the promotions' factors
+// (kFactors). The loader waits for stage kt's copies before that barrier and refills the slot of stage kt - 1 after
+// it, as every thread did. Not for passes that stage activations: there the one warp's copies came late (H100,
+// 2026-12-05: the 8-slot passes of batches 2-8 +13-15 %, the step at batch 4 +5 %).
+template <bool kSingle>
 __host__ __device__ constexpr bool loader_warp() {
-    return kWholeStages && kTokens <= 16;
+    return kSingle;
 }
-template <int kTokens, int kRowGroups, bool kWholeStages>
+template <int kRowGroups, bool kSingle>
 __host__ __device__ constexpr int cta_threads() {
-    return threads<kRowGroups>() + (loader_warp<kTokens, kWholeStages>() ? 32 : 0);
+    return threads<kRowGroups>() + (loader_warp<kSingle>() ? 32 : 0);
 }
 template <int kTokens, int kRowGroups>
 __host__ __device__ constexpr int min_blocks() {
@@ -137,11 +144,11 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
 // cuda::swiglu and act_quant would write it; the same MMA operands as a staged row's.
 template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false,
           bool kGated = false>
-__global__ void __launch_bounds__(cta_threads<kTokens, kRowGroups, kWholeStages>(), min_blocks<kTokens, kRowGroups>())
+__global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks<kTokens, kRowGroups>())
     moe_mma_kernel(Args p) {
     constexpr int kThreads = threads<kRowGroups>();  // the warps that multiply
-    constexpr bool kLoader = loader_warp<kTokens, kWholeStages>();
-    constexpr int kCtaThreads = cta_threads<kTokens, kRowGroups, kWholeStages>();
+    constexpr bool kLoader = loader_warp<kSingle>();
+    constexpr int kCtaThreads = cta_threads<kRowGroups, kSingle>();
     constexpr int kLoaders = kLoader ? 32 : kThreads;  // the threads that issue the stages' copies
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
     constexpr int kTn = kTokens / 8;                  // 8-token MMA tiles per pass
@@ -173,7 +180,7 @@ __global__ void __launch_bounds__(cta_threads<kTokens, kRowGroups, kWholeStages>
     const unsigned stages_addr = smem_addr(stages);
     uint8_t* held_pairs = stages + kStages * L::bytes;  // kRowHeld: the row's pairs, scales and (kGated) codes
     float* held_scale = reinterpret_cast<float*>(held_pairs + 2 * p.k);
-    uint8_t* held_codes = held_pairs + 2 * p.k + (p.k / 128) * 4;
+    uint8_t* held_codes = held_pairs + held_codes_offset(p.k);
 
     const int64_t total = p.offsets[p.experts];
     const int64_t n_tiles = (p.n + kRowsPerCta - 1) / kRowsPerCta;
@@ -485,7 +492,7 @@ template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, 
           bool kGated = false>
 cudaError_t launch(const Args& args, cudaStream_t stream) {
     const auto kernel = moe_mma_kernel<kTokens, kRowGroups, kFormat, kWholeStages, kSingle, kGated>;
-    constexpr int kCtaThreads = cta_threads<kTokens, kRowGroups, kWholeStages>();
+    constexpr int kCtaThreads = cta_threads<kRowGroups, kSingle>();
     const int smem = smem_bytes<kTokens, kRowGroups, kWholeStages, kSingle, kGated>(args.experts, args.k);
     const int64_t n_tiles = (args.n + 16 * kRowGroups - 1) / (16 * kRowGroups);
     const int64_t items = args.experts * n_tiles * args.mat_count,
