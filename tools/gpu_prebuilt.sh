@@ -64,8 +64,9 @@ if [ -f out/dsv4_base.tar.xz ]; then
     tar -xJf out/dsv4_base.tar.xz -C "$bin" && binaries=("$bin/dsv4_base_pack" "$bin/dsv4")
     echo "base binary of $(cat "$bin/dsv4_base_commit") runs first in each pair"
 fi
+kernel_modes="${KERNELS:-}"
 for ((r = 1; r <= ${REPEAT:-1}; ++r)); do
-    for mode in ${KERNELS//,/ }; do
+    for mode in ${kernel_modes//,/ }; do
         for k in "$bin/dsv4_bench_decode_kernels_base" "$bin/dsv4_bench_decode_kernels"; do
             [ -x "$k" ] || continue
             name=$([ "$k" = "$bin/dsv4_bench_decode_kernels" ] && echo "dsv4" || echo "base")
