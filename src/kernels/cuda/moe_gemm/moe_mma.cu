@@ -31,8 +31,10 @@
 // 2 kRowGroups warps computes 16 kRowGroups weight rows (16 per warp pair, one warp per K part; 64 rows, or 32 and
 // 16 for decode steps with few active experts: moe_mma_row_groups) for passes of kTokens slots of its expert; K
 // streams through shared memory in stages of 128 columns (8 or 4 stages in flight, 16-byte cp.async), padded so the
-// fragment reads are bank-conflict-free. Tested in tests/gpu/moe_gemm_test.cpp (cpu::linear per expert, rows
-// independent of the batch, the pair launch equal to two launches).
+// fragment reads are bank-conflict-free. Single-slot passes (a batch-1 step) hold their activation row whole instead of
+// staging it, and one more warp issues their copies and makes their promotion factors (kLoader, kFactors below). Tested
+// in tests/gpu/moe_gemm_test.cpp (cpu::linear per expert, rows independent of the batch, the pair launch equal to two
+// launches).
 #include <algorithm>
 
 #include "kernels/cuda/common/cp_async.cuh"
