@@ -112,13 +112,9 @@ __host__ __device__ constexpr int threads() {
 // (kFactors). The loader waits for stage kt's copies before that barrier and refills the slot of stage kt - 1 after
 // it, as every thread did. Not for passes that stage activations: there the one warp's copies came late (H100,
 // 2026-12-05: the 8-slot passes of batches 2-8 +13-15 %, the step at batch 4 +5 %).
-// Whether the single-slot passes take the loader warp; without it every thread copies as in the other passes and the
-// threads that copied a row's scale words make its factors after their stage's MMAs (the experiment named in
-// docs/perf.md, "The batch-1 routed experts: ...": which half of the loader's trade wins).
-constexpr bool kSingleSlotLoader = false;
 template <bool kSingle>
 __host__ __device__ constexpr bool loader_warp() {
-    return kSingle && kSingleSlotLoader;
+    return kSingle;
 }
 template <int kRowGroups, bool kSingle>
 __host__ __device__ constexpr int cta_threads() {
@@ -168,7 +164,7 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
     // factors a_scale x w_scale (promote's FMUL, the same bits) in place of the row's staged codes, one stage ahead
     // (after the refill it issued, so no stage leaves flight), and the warps that multiply load them.
     constexpr bool kFactors = kSingle && !kNv;
-    static_assert(!kFactors || kScaleRowBytes == 16, "four f32 factors over a row's staged codes");
+    static_assert(!kFactors || (kLoader && kScaleRowBytes == 16), "four f32 factors over a row's staged codes");
     using L = Stage<kTokens, kRowGroups, kRowHeld>;
     constexpr int kRowsPerCta = L::kRowsPerCta;
     static_assert(kRowsPerCta * 4 % kLoaders == 0 && (kLoader || kRowsPerCta * 4 == kLoaders),
@@ -385,12 +381,12 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                 }
             }
             for (int kt = 0; kt < kt_count; ++kt) {
-                if (loads && !(kFactors && kLoader)) cp_async_wait<kStages - 2>();
+                if (loads && !kFactors) cp_async_wait<kStages - 2>();
                 __syncthreads();
                 if (loads) {
                     if (kt + kStages - 1 < kt_count) load((kt + kStages - 1) % kStages, kt + kStages - 1);
                     cp_async_commit();
-                    if (kFactors && kLoader && kt + 1 < kt_count) {  // the refill is in flight: kt + 1 has landed
+                    if (kFactors && kt + 1 < kt_count) {  // the refill above is in flight: stage kt + 1 has landed
                         cp_async_wait<kStages - 2>();
                         make_factors(kt + 1);
                     }
@@ -453,12 +449,6 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                             promote<kSingle>(sum[nt], acc, ws_g[1], ws_g8[1], as[nt][0], as[nt][1]);
                         }
                     }
-                }
-                // Without the loader: stage kt + 1's factors by the threads that copied its scale words, once their
-                // copies have landed (the wait the next stage's barrier needs anyway).
-                if (kFactors && !kLoader && kt + 1 < kt_count && tid < kRowsPerCta) {
-                    cp_async_wait<kStages - 2>();
-                    make_factors(kt + 1);
                 }
             }
             cp_async_wait<0>();
