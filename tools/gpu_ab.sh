@@ -5,8 +5,8 @@
 # `dsv4 bench` argument list of BENCH_ARGS (separated by ';') on old and new alternately, REPEAT times, and prints
 # every run's summary lines last. KERNELS (e.g. "mma"; empty: none) also runs `dsv4_bench_decode_kernels $KERNELS` on
 # old and new alternately, REPEAT times, before the benches (its output hashes show whether the bits changed; several
-# modes separated by ','). The tests run in SHARDS processes at once (default 8; gtest's sharding), each under
-# TEST_TIMEOUT seconds (default 300): their CPU references are single-threaded.
+# modes separated by ','). The tests run in SHARDS processes at once (tools/gpu_test_shards.sh), each under
+# TEST_TIMEOUT seconds (default 300 here).
 # Prepare the old tree on the CPU machine into an ignored folder the call carries:
 #   mkdir -p out && git archive <commit> | gzip > out/old.tar.gz
 # and carry ["out", ".embedded", ".httplib"] (REUSE_OLD=1: keep the old tree a warm machine already built). Full
@@ -34,20 +34,8 @@ cmake -S . -B build-gpu "${cmake_args[@]}" >"$out/configure.log" 2>&1 &&
     exit 1
 }
 if [ -n "${TESTS:-}" ]; then
-    shards=${SHARDS:-8}
-    pids=()
-    for ((i = 0; i < shards; ++i)); do
-        GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "${TEST_TIMEOUT:-300}" build-gpu/tests/dsv4_gpu_tests \
-            --gtest_filter="$TESTS" >"$out/tests_$i.log" 2>&1 &
-        pids+=($!)
-    done
-    rc=0
-    for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
-    cat "$out"/tests_*.log >"$out/tests.log" && rm -f "$out"/tests_*.log
-    count() { grep -hE "^\[  $1 *\] [0-9]+ tests?" "$out/tests.log" | awk '{s += $4} END {print s + 0}'; }
-    tests_summary="tests ($TESTS, $shards shards): rc $rc, $(count PASSED) passed, $(count FAILED) failed, $(count SKIPPED) skipped"
-    echo "$tests_summary"
-    grep -E "^\[  FAILED|Failure" "$out/tests.log" | head -20
+    TEST_TIMEOUT=${TEST_TIMEOUT:-300} bash tools/gpu_test_shards.sh build-gpu/tests/dsv4_gpu_tests "$out"
+    tests_summary=$(cat "$out/tests_summary.txt")
 fi
 wait $old_pid || {
     tail -30 "$out/old_build.log"

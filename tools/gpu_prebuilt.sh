@@ -90,21 +90,5 @@ for ((r = 1; r <= ${REPEAT:-1}; ++r)); do
         done
     done
 done
-if [ -n "${TESTS:-}" ]; then
-    # The tests in SHARDS processes at once (gtest's sharding; default 8): their CPU references are single-threaded,
-    # so one process ran the GPU suite in well over 7 minutes, most of it in a few MoeGemm cases.
-    shards=${SHARDS:-8}
-    pids=()
-    for ((i = 0; i < shards; ++i)); do
-        GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "${TEST_TIMEOUT:-240}" "$bin/dsv4_gpu_tests" \
-            --gtest_filter="$TESTS" >"$out/tests_$i.log" 2>&1 &
-        pids+=($!)
-    done
-    rc=0
-    for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
-    cat "$out"/tests_*.log >"$out/tests.log" && rm -f "$out"/tests_*.log
-    grep -E "^\[  FAILED|Failure" "$out/tests.log" | head -20
-    count() { grep -hE "^\[  $1 *\] [0-9]+ tests?" "$out/tests.log" | awk '{s += $4} END {print s + 0}'; }
-    echo "tests ($TESTS, $shards shards): rc $rc, $(count PASSED) passed, $(count FAILED) failed, $(count SKIPPED) skipped"
-fi
+[ -n "${TESTS:-}" ] && bash tools/gpu_test_shards.sh "$bin/dsv4_gpu_tests" "$out"
 exit 0

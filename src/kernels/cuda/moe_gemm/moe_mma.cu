@@ -349,10 +349,8 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                 // The MMAs' operand pairs of every 32-column block and lane t, as a staged row's are converted.
                 const uint8_t* codes = kGated ? held_codes : p.a + act_row(0) * p.k;
                 for (int task = tid; task < int(p.k / 32) * 4; task += kCtaThreads) {
-                    uint32_t x0, x1;
-                    x_pairs<kNv>(codes + 32 * (task / 4), task % 4, x0, x1);
-                    *reinterpret_cast<uint4*>(held_pairs + 16 * task) = make_uint4(
-                        e4m3x2_to_f16x2(x0), e4m3x2_to_f16x2(x0 >> 16), e4m3x2_to_f16x2(x1), e4m3x2_to_f16x2(x1 >> 16));
+                    *reinterpret_cast<uint4*>(held_pairs + 16 * task) =
+                        x_f16_pairs<kNv>(codes + 32 * (task / 4), task % 4);
                 }
                 // The first stage's barrier below orders these stores before any read.
             }
@@ -429,10 +427,7 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                         if constexpr (kRowHeld) {
                             x = *reinterpret_cast<const uint4*>(held_pairs + 16 * ((kt * 4 + b) * 4 + t));
                         } else {
-                            uint32_t x0, x1;
-                            x_pairs<kNv>(st + L::a + staged_row(nt * 8 + g) * kARowBytes + 32 * b, t, x0, x1);
-                            x = make_uint4(e4m3x2_to_f16x2(x0), e4m3x2_to_f16x2(x0 >> 16), e4m3x2_to_f16x2(x1),
-                                           e4m3x2_to_f16x2(x1 >> 16));
+                            x = x_f16_pairs<kNv>(st + L::a + staged_row(nt * 8 + g) * kARowBytes + 32 * b, t);
                         }
                         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                         mma_f16(acc, w0, x.x, x.y);

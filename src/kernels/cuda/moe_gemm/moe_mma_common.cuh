@@ -145,6 +145,14 @@ __device__ __forceinline__ void x_pairs(const uint8_t* x, int t, uint32_t& x0, u
     }
 }
 
+// x_pairs' pairs as the f16 operands: x, y the first MMA's b0, b1; z, w the second's (held rows store them so).
+template <bool kNv>
+__device__ __forceinline__ uint4 x_f16_pairs(const uint8_t* x, int t) {
+    uint32_t x0, x1;
+    x_pairs<kNv>(x, t, x0, x1);
+    return make_uint4(e4m3x2_to_f16x2(x0), e4m3x2_to_f16x2(x0 >> 16), e4m3x2_to_f16x2(x1), e4m3x2_to_f16x2(x1 >> 16));
+}
+
 // sum = fma(acc, a_s * w_s, sum) for the four outputs of a lane (w_s already carries the 2^14); kEvenOnly: the even
 // tokens' outputs (0 and 2) only, the odd ones left as they are.
 template <bool kEvenOnly = false>
