@@ -21,6 +21,7 @@
 // 20 serial iterations were on the path to x; now they can run beside the sub-layer (hc_pre's defer_sinkhorn).
 // hc_post: elementwise over (token, d); hc_post_of_moe computes its f there too, with moe_combine's code.
 #include <cooperative_groups.h>
+#include <type_traits>
 
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/numeric.cuh"
@@ -212,19 +213,28 @@ __global__ void __launch_bounds__(kHcThreads, 2) hc_mix_rows_kernel(HcMixParams 
     for (int tt = 0; tt < kTile; ++tt)
 #pragma unroll
         for (int q = 0; q <= kPer; ++q) acc[tt][q] = 0.0f;
-    for (int64_t i0 = threadIdx.x; i0 < width; i0 += int64_t(kHcThreads) * kRowUnroll<kTile>) {
-        float x[kRowUnroll<kTile>][kTile], f[kRowUnroll<kTile>][kPer];
+    constexpr int kUnroll = kRowUnroll<kTile>;
+    // kUnroll strided columns from i0; kWhole: all inside the row, so no bound checks (as hc_mix_split_kernel's).
+    auto chain_columns = [&](auto whole, int64_t i0) {
+        constexpr bool kWhole = decltype(whole)::value;
+        float x[kUnroll][kTile], f[kUnroll][kPer];
+        const __nv_bfloat16* vs[kTile];
+        const float* fs[kPer];
 #pragma unroll
-        for (int s = 0; s < kRowUnroll<kTile>; ++s) {
-            const int64_t i = i0 + int64_t(s) * kHcThreads;
+        for (int tt = 0; tt < kTile; ++tt) vs[tt] = v[tt] + i0;
 #pragma unroll
-            for (int tt = 0; tt < kTile; ++tt) x[s][tt] = i < width ? bf16_to_f32(v[tt][i]) : 0.0f;
+        for (int q = 0; q < kPer; ++q) fs[q] = fn_row[q] + i0;
 #pragma unroll
-            for (int q = 0; q < kPer; ++q) f[s][q] = is_row[q] && i < width ? __ldg(fn_row[q] + i) : 0.0f;
+        for (int s = 0; s < kUnroll; ++s) {
+            const bool in = kWhole || i0 + int64_t(s) * kHcThreads < width;
+#pragma unroll
+            for (int tt = 0; tt < kTile; ++tt) x[s][tt] = in ? bf16_to_f32(vs[tt][s * kHcThreads]) : 0.0f;
+#pragma unroll
+            for (int q = 0; q < kPer; ++q) f[s][q] = is_row[q] && in ? __ldg(fs[q] + s * kHcThreads) : 0.0f;
         }
 #pragma unroll
-        for (int s = 0; s < kRowUnroll<kTile>; ++s) {
-            if (i0 + int64_t(s) * kHcThreads >= width) break;
+        for (int s = 0; s < kUnroll; ++s) {
+            if (!kWhole && i0 + int64_t(s) * kHcThreads >= width) break;
 #pragma unroll
             for (int q = 0; q < kPer; ++q)
 #pragma unroll
@@ -232,6 +242,12 @@ __global__ void __launch_bounds__(kHcThreads, 2) hc_mix_rows_kernel(HcMixParams 
 #pragma unroll
             for (int tt = 0; tt < kTile; ++tt) acc[tt][kPer] = fmaf(x[s][tt], x[s][tt], acc[tt][kPer]);
         }
+    };
+    for (int64_t i0 = threadIdx.x; i0 < width; i0 += int64_t(kHcThreads) * kUnroll) {
+        if (i0 + int64_t(kUnroll - 1) * kHcThreads < width)
+            chain_columns(std::true_type{}, i0);
+        else
+            chain_columns(std::false_type{}, i0);
     }
     // 2. The same tree.
     reduce_over_cta(acc, partial);
@@ -397,27 +413,44 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
         is_square[q] = u == kRows;
         fn_row[q] = p.fn + int64_t(is_row[q] ? u : 0) * width;
     }
-    float acc[kPer];
-#pragma unroll
+    float acc[kPer], square = 0.0f;  // every CTA chains the sum of squares (one fmaf a column, where a select per
+#pragma unroll                       // value and column was two); the CTA that owns it reduces it
     for (int q = 0; q < kPer; ++q) acc[q] = 0.0f;
     constexpr int kUnroll = kSplitUnroll<kCluster>;
-    for (int64_t i0 = threadIdx.x; i0 < width; i0 += int64_t(kHcThreads) * kUnroll) {
+    // kUnroll strided columns from i0; kWhole: all of them lie inside the row, so no load or fmaf needs a bound check
+    // (the checks and their 64-bit compares were ~3/4 of the loop's instructions, 930 a round of 32 columns).
+    auto chain_columns = [&](auto whole, int64_t i0) {
+        constexpr bool kWhole = decltype(whole)::value;
+        const __nv_bfloat16* vs = v + i0;
+        const float* fs[kPer];
+#pragma unroll
+        for (int q = 0; q < kPer; ++q) fs[q] = fn_row[q] + i0;
         float x[kUnroll], f[kPer][kUnroll];
 #pragma unroll
         for (int s = 0; s < kUnroll; ++s) {
-            const int64_t i = i0 + int64_t(s) * kHcThreads;
-            x[s] = i < width ? bf16_to_f32(v[i]) : 0.0f;
+            const bool in = kWhole || i0 + int64_t(s) * kHcThreads < width;
+            x[s] = in ? bf16_to_f32(vs[s * kHcThreads]) : 0.0f;
 #pragma unroll
-            for (int q = 0; q < kPer; ++q) f[q][s] = is_row[q] && i < width ? __ldg(fn_row[q] + i) : 0.0f;
+            for (int q = 0; q < kPer; ++q) f[q][s] = is_row[q] && in ? __ldg(fs[q] + s * kHcThreads) : 0.0f;
         }
 #pragma unroll
         for (int s = 0; s < kUnroll; ++s) {
-            if (i0 + int64_t(s) * kHcThreads >= width) break;
+            if (!kWhole && i0 + int64_t(s) * kHcThreads >= width) break;
 #pragma unroll
-            for (int q = 0; q < kPer; ++q) acc[q] = fmaf(is_square[q] ? x[s] : f[q][s], x[s], acc[q]);
+            for (int q = 0; q < kPer; ++q) acc[q] = fmaf(f[q][s], x[s], acc[q]);
+            square = fmaf(x[s], x[s], square);
         }
+    };
+    for (int64_t i0 = threadIdx.x; i0 < width; i0 += int64_t(kHcThreads) * kUnroll) {
+        if (i0 + int64_t(kUnroll - 1) * kHcThreads < width)
+            chain_columns(std::true_type{}, i0);
+        else
+            chain_columns(std::false_type{}, i0);
     }
-    // 2. The same tree: 5 shuffle levels in the warp, then 3 levels over the warps.
+#pragma unroll
+    for (int q = 0; q < kPer; ++q)
+        if (is_square[q]) acc[q] = square;
+            // 2. The same tree: 5 shuffle levels in the warp, then 3 levels over the warps.
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
 #pragma unroll
