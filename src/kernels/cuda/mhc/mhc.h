@@ -24,8 +24,9 @@ namespace dsv4::cuda {
 // 5 + 3 level tree; the tests derive their f32 reduction bound from this.
 inline constexpr int kHcThreads = 256;
 
-// hc_pre / hc_head run a CTA per token, a CTA per 4 tokens or a cluster of CTAs per token; all compute the same
-// per-thread chains and trees, so the choice never changes a bit (mhc.cu; tests compare them). Which is fastest
+// hc_pre / hc_head run a CTA per token, a CTA per 4 tokens or a cluster of CTAs per token, and hc_pre of one token
+// ~100 CTAs that each run one warp's chains (mhc_spread.cu); all compute the same per-thread chains and trees, so the
+// choice never changes a bit (mhc.cu; tests compare them). Which is fastest
 // (detail::hc_mix_auto_path) was measured with all three side by side (bench/decode_kernels_bench hc, docs/perf.md).
 
 constexpr int64_t hc_pre_mix_size(int64_t n_hc) {
