@@ -206,22 +206,6 @@ void bench_hc(bool head, int64_t tokens) {
     const double row_groups = head ? 0.0 : graph_us([&](int i, cudaStream_t s) {
         detail::launch_hc_mix(params(i, x_rows.get(), mix_rows.get()), head, s, detail::HcMixPath::kRowGroups);
     });
-    // The spread path (hc_pre of kHcSpreadTokens tokens or fewer), with its scratch; its counters start zero and each
-    // launch leaves them zero.
-    const bool spreads = !head && tokens <= kHcSpreadTokens;
-    DeviceBuffer<__nv_bfloat16> x_spread(size_t(tokens * dim));
-    DeviceBuffer<float> mix_spread{size_t(tokens * rows)}, partials{size_t(hc_spread_partial_floats(tokens, n))};
-    DeviceBuffer<unsigned> arrivals{size_t(tokens)};
-    DSV4_CUDA_CHECK(cudaMemset(arrivals.get(), 0, sizeof(unsigned) * size_t(tokens)));
-    auto spread_params = [&](int i) {
-        HcMixParams p = params(i, x_spread.get(), mix_spread.get());
-        p.spread_partials = partials.get();
-        p.spread_arrivals = arrivals.get();
-        return p;
-    };
-    const double spread = !spreads ? 0.0 : graph_us([&](int i, cudaStream_t s) {
-        detail::launch_hc_mix(spread_params(i), head, s, detail::HcMixPath::kSpread);
-    });
     bool same = true;
     for (int i = 0; i < 3; ++i) {
         detail::launch_hc_mix(params(i, x_split.get(), mix_split.get()), head, nullptr, detail::HcMixPath::kSplit);
@@ -230,17 +214,15 @@ void bench_hc(bool head, int64_t tokens) {
         if (!head)
             detail::launch_hc_mix(params(i, x_rows.get(), mix_rows.get()), head, nullptr,
                                   detail::HcMixPath::kRowGroups);
-        if (spreads) detail::launch_hc_mix(spread_params(i), head, nullptr, detail::HcMixPath::kSpread);
         DSV4_CUDA_CHECK(cudaDeviceSynchronize());
         same = same && same_bits(x_split, x_token) && same_bits(mix_split, mix_token) && same_bits(x_tiled, x_token) &&
                same_bits(mix_tiled, mix_token) &&
-               (head || (same_bits(x_rows, x_token) && same_bits(mix_rows, mix_token))) &&
-               (!spreads || (same_bits(x_spread, x_token) && same_bits(mix_spread, mix_token)));
+               (head || (same_bits(x_rows, x_token) && same_bits(mix_rows, mix_token)));
     }
     const double bytes = double(rows * width * 4) + double(tokens) * double(width * 2 + dim * 2 + rows * 4);
-    std::printf("%-8s %6lld %12.2f %12.2f %10.2f %10.2f %10.2f %8.1fx %9.0f   %-8s %s\n", head ? "hc_head" : "hc_pre",
-                (long long)tokens, per_token, split, tiled, row_groups, spread, per_token / split,
-                bytes / (split * 1e-6) / 1e9, path_name(detail::hc_mix_auto_path(tokens, head)), verdict(same));
+    std::printf("%-8s %6lld %12.2f %12.2f %10.2f %10.2f %8.1fx %9.0f   %-8s %s\n", head ? "hc_head" : "hc_pre",
+                (long long)tokens, per_token, split, tiled, row_groups, per_token / split, bytes / (split * 1e-6) / 1e9,
+                path_name(detail::hc_mix_auto_path(tokens, head)), verdict(same));
 }
 
 // Routed experts at one token: 6 of 256 MXFP4 experts [n, k], 8 routings rotated (> L2), slot bound 1 or 6.
@@ -743,8 +725,8 @@ int main(int argc, char** argv) {
         std::printf("limit: device-to-device copy %.0f GB/s (read + write of 1 GiB)\n", 2.0 * copy_bytes / us / 1e3);
     }
     if (run("hc")) {
-        std::printf("\n%-8s %6s %12s %12s %10s %10s %10s %9s %9s   %-8s %s\n", "op", "tokens", "per-token us",
-                    "split us", "tiled us", "rows us", "spread us", "speedup", "GB/s", "auto", "bits");
+        std::printf("\n%-8s %6s %12s %12s %10s %10s %9s %9s   %-8s %s\n", "op", "tokens", "per-token us", "split us",
+                    "tiled us", "rows us", "speedup", "GB/s", "auto", "bits");
         for (bool head : {false, true})
             for (int64_t tokens : {1, 2, 8, 16, 32, 64, 128, 256, 512, 1024}) bench_hc(head, tokens);
     }

@@ -77,22 +77,7 @@ cuda::HcMixParams mix_params(const cuda::DeviceBuffer<uint16_t>& streams, const 
             kNormEps};
 }
 
-// The spread path's scratch for `tokens` tokens: partials poisoned (each launch writes them before reading them),
-// counters zeroed (each launch leaves them zero).
-struct SpreadScratch {
-    cuda::DeviceBuffer<float> partials;
-    cuda::DeviceBuffer<unsigned> arrivals;
-    SpreadScratch(int64_t tokens, int64_t n)
-        : partials(poisoned<float>(size_t(cuda::hc_spread_partial_floats(tokens, n)))),
-          arrivals(to_device(std::vector<unsigned>(size_t(tokens), 0u))) {}
-    void use_in(cuda::HcMixParams& p) {
-        p.spread_partials = partials.get();
-        p.spread_arrivals = arrivals.get();
-    }
-};
-
-// defer: hc_pre with defer_sinkhorn, then hc_sinkhorn on the same params. The spread path (kSpread) runs twice on one
-// scratch (the second launch relies on the first leaving its counters zero) and returns the second run's outputs.
+// defer: hc_pre with defer_sinkhorn, then hc_sinkhorn on the same params.
 DeviceResult run_mix(const Inputs& in, int64_t tokens, int64_t n, int64_t dim, int64_t rows, bool head,
                      cuda::detail::HcMixPath path = cuda::detail::HcMixPath::kAuto, bool defer = false) {
     auto d_streams = to_device(to_bf16(in.streams));
@@ -105,13 +90,7 @@ DeviceResult run_mix(const Inputs& in, int64_t tokens, int64_t n, int64_t dim, i
     cuda::HcMixParams p = mix_params(d_streams, d_fn, d_base, d_scale, reinterpret_cast<__nv_bfloat16*>(d_x.get()),
                                      d_mix, d_logits, tokens, n, dim);
     p.defer_sinkhorn = defer;
-    if (path == cuda::detail::HcMixPath::kSpread) {
-        SpreadScratch scratch(tokens, n);
-        scratch.use_in(p);
-        cuda::detail::launch_hc_mix(p, head, nullptr, path);
-        cuda::detail::launch_hc_mix(p, head, nullptr, path);
-        EXPECT_EQ(to_host(scratch.arrivals), std::vector<unsigned>(size_t(tokens), 0u)) << "counters left zero";
-    } else if (path != cuda::detail::HcMixPath::kAuto)
+    if (path != cuda::detail::HcMixPath::kAuto)
         cuda::detail::launch_hc_mix(p, head, nullptr, path);
     else if (head)
         cuda::hc_head(p, nullptr);
@@ -248,16 +227,12 @@ TEST(GpuMhc, SplitTiledAndRowGroupPathsMatchPerTokenBitwise) {
                 const int64_t n = sh.n, dim = sh.dim, rows = head ? n : cuda::hc_pre_mix_size(n);
                 const Inputs in = make_inputs(rng, tokens, n, dim, rows, head ? 1 : 3);
                 const DeviceResult per_token = run_mix(in, tokens, n, dim, rows, head, HcMixPath::kPerToken);
-                for (HcMixPath path :
-                     {HcMixPath::kSplit, HcMixPath::kTiled, HcMixPath::kRowGroups, HcMixPath::kSpread}) {
-                    if (head && (path == HcMixPath::kRowGroups || path == HcMixPath::kSpread)) continue;  // hc_pre's
-                    if (path == HcMixPath::kSpread && (tokens > cuda::kHcSpreadTokens || dim > cuda::kHcSpreadMaxDim))
-                        continue;
+                for (HcMixPath path : {HcMixPath::kSplit, HcMixPath::kTiled, HcMixPath::kRowGroups}) {
+                    if (head && path == HcMixPath::kRowGroups) continue;  // hc_pre only
                     const DeviceResult other = run_mix(in, tokens, n, dim, rows, head, path);
-                    const char* name = path == HcMixPath::kSplit       ? "split"
-                                       : path == HcMixPath::kTiled     ? "tiled"
-                                       : path == HcMixPath::kRowGroups ? "row groups"
-                                                                       : "spread";
+                    const char* name = path == HcMixPath::kSplit   ? "split"
+                                       : path == HcMixPath::kTiled ? "tiled"
+                                                                   : "row groups";
                     const std::string what = std::string(head ? "hc_head " : "hc_pre ") + name +
                                              " vs per-token tokens " + std::to_string(tokens) + " n_hc " +
                                              std::to_string(n) + " dim " + std::to_string(dim);
@@ -349,7 +324,6 @@ TEST(GpuMhc, HcPreNormEqualsHcPreThenRmsNormBitwise) {
                     std::vector<float> scales, mix, logits;
                 };
                 // path: kAuto through hc_pre_norm, else detail::launch_hc_mix with that path and the norm.
-                SpreadScratch spread(tokens, n);  // one for every run: each leaves its counters zero
                 auto run = [&](bool one_call, HcMixPath path) {
                     auto d_x = poisoned<uint16_t>(size_t(tokens * dim));
                     auto d_q = poisoned<uint8_t>(size_t(tokens * dim));
@@ -357,9 +331,8 @@ TEST(GpuMhc, HcPreNormEqualsHcPreThenRmsNormBitwise) {
                     auto d_mix = poisoned<float>(size_t(tokens * rows));
                     auto d_logits = poisoned<float>(size_t(tokens * rows));
                     auto* x = reinterpret_cast<__nv_bfloat16*>(d_x.get());
-                    cuda::HcMixParams p =
+                    const cuda::HcMixParams p =
                         mix_params(d_streams, d_fn, d_base, d_scale, x, d_mix, d_logits, tokens, n, dim);
-                    if (path == HcMixPath::kSpread) spread.use_in(p);
                     const cuda::RmsNormParams norm{x,
                                                    weighted ? d_weight.get() : nullptr,
                                                    x,
@@ -382,15 +355,10 @@ TEST(GpuMhc, HcPreNormEqualsHcPreThenRmsNormBitwise) {
                                quantized ? to_host(d_scales) : std::vector<float>{}, to_host(d_mix), to_host(d_logits)};
                 };
                 const Out two = run(false, HcMixPath::kAuto);
-                for (HcMixPath path : {HcMixPath::kAuto, HcMixPath::kSplit, HcMixPath::kSpread}) {
-                    if (path != HcMixPath::kAuto && !cuda::detail::hc_specialised(n)) continue;
-                    if (path == HcMixPath::kSpread && (tokens > cuda::kHcSpreadTokens || dim > cuda::kHcSpreadMaxDim))
-                        continue;
+                for (HcMixPath path : {HcMixPath::kAuto, HcMixPath::kSplit}) {
+                    if (path == HcMixPath::kSplit && !cuda::detail::hc_specialised(n)) continue;
                     const Out one = run(true, path);
-                    const std::string what = std::string("hc_pre_norm ") +
-                                             (path == HcMixPath::kSplit    ? "split "
-                                              : path == HcMixPath::kSpread ? "spread "
-                                                                           : "") +
+                    const std::string what = std::string("hc_pre_norm ") + (path == HcMixPath::kSplit ? "split " : "") +
                                              "tokens " + std::to_string(tokens) + " n_hc " + std::to_string(n) +
                                              " dim " + std::to_string(dim) + " variant " + std::to_string(variant);
                     expect_bitwise_bf16(what + " x", one.x, two.x);
@@ -409,14 +377,6 @@ TEST(GpuMhc, HcPreNormEqualsHcPreThenRmsNormBitwise) {
     EXPECT_TRUE(cuda::detail::hc_pre_norm_fused(v4, HcMixPath::kSplit));
     v4.n_hc = 3, v4.tokens = 1;
     EXPECT_FALSE(cuda::detail::hc_pre_norm_fused(v4));
-    // One token with the spread path's scratch: the spread kernel normalizes too.
-    float partials = 0.0f;
-    unsigned arrivals = 0;
-    v4.n_hc = 4, v4.spread_partials = &partials, v4.spread_arrivals = &arrivals;
-    EXPECT_TRUE(cuda::detail::hc_pre_norm_fused(v4));
-    EXPECT_TRUE(cuda::detail::hc_spread_fits(v4));
-    v4.tokens = 2;
-    EXPECT_FALSE(cuda::detail::hc_spread_fits(v4));
 }
 
 TEST(GpuMhc, HcPostMatchesCpuBitwise) {

@@ -32,8 +32,6 @@ cuda::HcMixParams CudaModel::Impl::hc_mix_params(const cuda::DeviceHc& hw, const
     p.sinkhorn_iters = config.hc_sinkhorn_iters;
     p.hc_eps = float(config.hc_eps);
     p.norm_eps = float(config.rms_norm_eps);
-    p.spread_partials = ws.hc_spread_partials;
-    p.spread_arrivals = ws.hc_spread_arrivals;
     return p;
 }
 

@@ -80,8 +80,6 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     ws.streams = b.take<bf16>(T * n_hc * D);
     ws.streams_next = b.take<bf16>(T * n_hc * D);
     ws.mix = b.take<float>(T * cuda::hc_pre_mix_size(n_hc));
-    ws.hc_spread_partials = b.take<float>(cuda::hc_spread_partial_floats(cuda::kHcSpreadTokens, n_hc));
-    ws.hc_spread_arrivals = b.take<unsigned>(cuda::kHcSpreadTokens);
     ws.x = b.take<bf16>(T * D);
     ws.y = b.take<bf16>(T * D);
     ws.qr_kv = b.take<bf16>(T * (c.q_lora_rank + d));
@@ -352,8 +350,6 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     DSV4_CHECK(bump.offset == workspace_bytes, "workspace carve changed size");
     DSV4_CUDA_CHECK(cudaMemsetAsync(m.ws.router_scratch.arrivals, 0, sizeof(int32_t) * size_t(m.ws.router_scratch.ints),
                                     m.stream->get()));
-    DSV4_CUDA_CHECK(
-        cudaMemsetAsync(m.ws.hc_spread_arrivals, 0, sizeof(unsigned) * size_t(cuda::kHcSpreadTokens), m.stream->get()));
     DSV4_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&m.meta_host), sizeof(int32_t) * size_t(m.ws.meta_ints),
                                   cudaHostAllocDefault));
     if (draw_sequences > 0) {

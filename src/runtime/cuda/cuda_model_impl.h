@@ -158,8 +158,6 @@ struct Workspace {
             *row_index = nullptr;
     int32_t* shared_rows = nullptr;      // MoeRoutingParams::shared_rows (CudaOptions::shared_expert_on_one_rank)
     cuda::RouterScratch router_scratch;  // cuda::router_and_routing's
-    float* hc_spread_partials = nullptr;     // hc_pre's spread path (HcMixParams): warp sums of one token
-    unsigned* hc_spread_arrivals = nullptr;  // its counters: zeroed once after the carve, left zero by each launch
     float* routing_weights = nullptr;
     bf16 *gate = nullptr, *up = nullptr, *hidden = nullptr, *routed_out = nullptr, *shared_out = nullptr;
     bf16* shared_gate_up = nullptr;  // [T, 2 I] shared expert: gate | up per row (stacked), or [T, I] gate, [T, I] up

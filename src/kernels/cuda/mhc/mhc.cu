@@ -28,7 +28,6 @@
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/mhc/hc_post_math.cuh"
 #include "kernels/cuda/mhc/mhc.h"
-#include "kernels/cuda/mhc/mhc_common.cuh"
 #include "kernels/cuda/moe_expert/moe_combine.cuh"
 #include "kernels/cuda/quant/fp8_act_codec.cuh"
 #include "kernels/cuda/quant/quant.h"
@@ -482,9 +481,18 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
     // 3. The mix in warp 0, one lane per mixer row, the operations of hc_mix_kernel's thread 0 on each element.
     if (warp == 0) {
         const int u = lane < kRows ? lane : 0;
-        const float logit = __fmul_rn(sums[u], mhc::mixer_rho(sums[kRows], width, p.norm_eps));
-        const float m = mhc::mix_of_logit<kN, kHead>(u, logit, mix_scale, mix_base, p.hc_eps);
-        if (lane < kN) pre_s[lane] = m;
+        const float mean_sq = __fdiv_rn(sums[kRows], float(width));
+        const float rho = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, p.norm_eps)));
+        const float logit = __fmul_rn(sums[u], rho);
+        float m = 0.0f;
+        if (u < kN) {
+            m = __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(logit, mix_scale[0]), mix_base)), p.hc_eps);
+            if (lane < kN) pre_s[lane] = m;
+        } else if (!kHead && u < 2 * kN) {
+            m = __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(logit, mix_scale[1]), mix_base)));
+        } else if (!kHead) {
+            m = __fadd_rn(__fmul_rn(logit, mix_scale[2]), mix_base);
+        }
         if (rank == 0) {  // comb's inputs as they are: hc_sinkhorn normalizes them
             if (lane < kRows) {
                 if (p.logits) p.logits[t * kRows + lane] = logit;
@@ -564,35 +572,19 @@ __global__ void __launch_bounds__(kPostThreads) hc_post_kernel(HcPostParams p, M
 
 namespace detail {
 
-namespace {
-HcMixPath resolved_path(const HcMixParams& p, bool head, HcMixPath path) {
-    if (path != HcMixPath::kAuto) return path;
-    if (!hc_specialised(p.n_hc)) return HcMixPath::kGeneric;
-    if (!head && hc_spread_fits(p)) return HcMixPath::kSpread;
-    return hc_mix_auto_path(p.tokens, head);
-}
-}  // namespace
-
 bool hc_pre_norm_fused(const HcMixParams& p, HcMixPath path) {
-    path = resolved_path(p, false, path);
-    if (path == HcMixPath::kSpread) return hc_spread_fits(p);
+    if (path == HcMixPath::kAuto && hc_specialised(p.n_hc)) path = hc_mix_auto_path(p.tokens, false);
     return path == HcMixPath::kSplit && hc_specialised(p.n_hc) && p.dim <= int64_t(kNormChunks) * kHcThreads;
 }
 
 void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPath path, const RmsNormParams* norm) {
-    path = resolved_path(p, head, path);
-    if (path == HcMixPath::kSpread && (head || !hc_spread_fits(p)))
-        throw_cuda_error(cudaErrorInvalidValue, "hc_pre's spread path does not take these params", __FILE__, __LINE__);
+    if (path == HcMixPath::kAuto && !hc_specialised(p.n_hc)) path = HcMixPath::kGeneric;
+    if (path == HcMixPath::kAuto) path = hc_mix_auto_path(p.tokens, head);
     if (norm && (head || !hc_pre_norm_fused(p, path))) {  // the two launches
         launch_hc_mix(p, head, stream, path);
         return launch_rms_norms({norm, 1}, stream);
     }
     if (path == HcMixPath::kGeneric) return launch_hc_mix_generic(p, head, stream);  // normalizes comb itself
-    if (path == HcMixPath::kSpread) {
-        launch_hc_pre_spread(p, norm, stream);
-        if (!p.defer_sinkhorn) launch_hc_sinkhorn(p, stream);
-        return;
-    }
     const RmsNormParams no_norm{};
     // A wide cluster where the device co-schedules one (else clusters of kHcCluster: the same values, the same bits).
     const void* wide = p.n_hc == 2 ? reinterpret_cast<const void*>(hc_mix_split_kernel<2, false, kHcWideCluster>)

@@ -24,9 +24,8 @@ namespace dsv4::cuda {
 // 5 + 3 level tree; the tests derive their f32 reduction bound from this.
 inline constexpr int kHcThreads = 256;
 
-// hc_pre / hc_head run a CTA per token, a CTA per 4 tokens or a cluster of CTAs per token, and hc_pre of one token
-// ~100 CTAs that each run one warp's chains (mhc_spread.cu); all compute the same per-thread chains and trees, so the
-// choice never changes a bit (mhc.cu; tests compare them). Which is fastest
+// hc_pre / hc_head run a CTA per token, a CTA per 4 tokens or a cluster of CTAs per token; all compute the same
+// per-thread chains and trees, so the choice never changes a bit (mhc.cu; tests compare them). Which is fastest
 // (detail::hc_mix_auto_path) was measured with all three side by side (bench/decode_kernels_bench hc, docs/perf.md).
 
 constexpr int64_t hc_pre_mix_size(int64_t n_hc) {
@@ -49,19 +48,7 @@ struct HcMixParams {
     // hc_pre: leave comb un-normalized (scale * logit + base) for a later hc_sinkhorn with the same params, so the
     // Sinkhorn iterations, which only hc_post needs, can run beside the sub-layer instead of before it.
     bool defer_sinkhorn = false;
-    // hc_pre of up to kHcSpreadTokens tokens with n_hc 2 or 4 and dim <= kHcSpreadMaxDim takes the spread path (the
-    // mixer's chains over ~100 SMs, mhc_spread.cu) where these are set: hc_spread_partial_floats(tokens, n_hc) floats
-    // and `tokens` counters, zero before the first launch and left zero by each (so one launch at a time uses them).
-    float* spread_partials = nullptr;
-    unsigned* spread_arrivals = nullptr;
 };
-
-inline constexpr int64_t kHcSpreadTokens = 1;
-inline constexpr int kHcSpreadMaxChunks = 32;  // rows of up to 32 x 256 elements (V4-Flash 4096, V4-Pro 7168)
-inline constexpr int64_t kHcSpreadMaxDim = int64_t(kHcSpreadMaxChunks) * kHcThreads;
-constexpr int64_t hc_spread_partial_floats(int64_t tokens, int64_t n_hc) {
-    return tokens * (hc_pre_mix_size(n_hc) + 1) * (kHcThreads / 32);
-}
 // hc_pre = the mix kernel (pre, post, comb's inputs, the collapse x), then hc_sinkhorn on comb unless deferred.
 void hc_pre(const HcMixParams& p, cudaStream_t stream);
 void hc_head(const HcMixParams& p, cudaStream_t stream);
@@ -95,8 +82,7 @@ void hc_post_of_moe(const HcPostParams& p, const MoeCombineParams& combine, cuda
 namespace detail {
 // kAuto: the specialised kernels for n_hc 2 and 4 (the path hc_mix_auto_path picks), kGeneric otherwise. Tests
 // force the others (kGeneric works for every n_hc; kRowGroups is hc_pre's only).
-// kSpread: hc_pre's spread path (needs p.spread_partials; tokens <= kHcSpreadTokens; kAuto's choice where they are).
-enum class HcMixPath { kAuto, kPerToken, kTiled, kSplit, kRowGroups, kGeneric, kSpread };
+enum class HcMixPath { kAuto, kPerToken, kTiled, kSplit, kRowGroups, kGeneric };
 // kAuto's choice for n_hc 4, dim 4096 on an H200 (2026-11-25, us per call in the decode-kernel bench; split / per
 // token / tiled): hc_pre at 128 tokens 65.9 / 105.1 / 112.1, at 256 121.2 / 112.9 / 125.3 (but in the model's
 // batch-256 step the per-token path made the stage slower, 133 -> 165 us: split kept), at 1024 485.2 / 204.6 /
@@ -122,13 +108,6 @@ void launch_hc_sinkhorn(const HcMixParams& p, cudaStream_t stream);
 void launch_hc_post(const HcPostParams& p, cudaStream_t stream, bool generic = false);
 void launch_hc_post_of_moe(const HcPostParams& p, const MoeCombineParams& combine, cudaStream_t stream);  // n_hc 2, 4
 void launch_hc_mix_generic(const HcMixParams& p, bool head, cudaStream_t stream);  // mhc_generic.cu
-// hc_pre (with hc_pre_norm's norm where given) on the spread path, without the Sinkhorn: mhc_spread.cu.
-void launch_hc_pre_spread(const HcMixParams& p, const RmsNormParams* norm, cudaStream_t stream);
-// Whether hc_pre's spread path can take p (its scratch set, n_hc 2 or 4, few tokens, dim in range).
-constexpr bool hc_spread_fits(const HcMixParams& p) {
-    return p.spread_partials && p.spread_arrivals && (p.n_hc == 2 || p.n_hc == 4) && p.tokens <= kHcSpreadTokens &&
-           p.dim <= kHcSpreadMaxDim;
-}
 void launch_hc_sinkhorn_generic(const HcMixParams& p, cudaStream_t stream);
 void launch_hc_post_generic(const HcPostParams& p, cudaStream_t stream);
 }  // namespace detail
