@@ -51,20 +51,16 @@ constexpr int kMixTile = 4;  // tokens per CTA on the tiled path (its accumulato
 // Strided columns a thread loads before their fmafs: the split kernel is bound by loads in flight per SM (H200,
 // hc_pre at one token: 8 -> 14.2 us, 8 round trips for 64 columns); 16 halves the round trips at 116 registers (two
 // CTAs per SM for batched decode). hc_pre's clusters of 16 (up to kWideTokens tokens, two values a CTA, one CTA per
-// SM) load 32: two round trips for V4-Flash's 64 columns a thread (hc_pre at one token 12.0 -> 10.6 us on an H100),
-// and since the rounds need no bound checks, 64: one round trip in ~254 registers (no spills; one CTA a SM either way).
+// SM) load 32: two round trips for V4-Flash's 64 columns a thread (hc_pre at one token 12.0 -> 10.6 us on an H100).
 // Not hc_head's clusters of 8: at 32-64 tokens their CTAs share SMs, and 32 took 8.5 -> 12.8 us at 32 tokens.
 template <int kCluster>
-constexpr int kSplitUnroll = kCluster == kHcWideCluster ? 64 : 16;
+constexpr int kSplitUnroll = kCluster == kHcWideCluster ? 32 : 16;
 // The row-group path: 4 CTAs per token tile (n_hc 4: 6 of the 24 rows each, n_hc 2: 2 of 8), two CTAs per SM.
-// Strided columns are loaded kRowUnroll at a time before their fmafs: 16 for tiles of 1 token and 8 for tiles of 2
-// (few CTAs per SM, so more loads in flight per thread; 16 fits tiles of 1 in the 128 registers of two CTAs a SM), 4
-// for tiles of 4.
+// Strided columns are loaded kRowUnroll at a time before their fmafs: 8 for tiles of 2 tokens (few CTAs per SM, so
+// more loads in flight per thread) and of 1, 4 for tiles of 4.
 constexpr int kRowGroups = 4;
 template <int kTile>
-constexpr int kRowUnroll = kTile == 1   ? 16
-                           : kTile == 2 ? 8
-                                        : 4;
+constexpr int kRowUnroll = kTile <= 2 ? 8 : 4;
 
 __device__ __forceinline__ float sigmoid(float z) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
