@@ -233,23 +233,15 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
                 }
     };
 
-    // kStages register stages: the next kStages - 1 halves' loads in flight while one is multiplied. A warp of a
-    // decode tile streams its weight rows with nothing else to hide their latency, so the e4m3 decode tiles (wo_a)
-    // keep three halves in flight (two stages held 1.7 TB/s of wo_a's 32 MB on an H100 against the FP8 GEMVs' 2.4:
-    // the bytes in flight per SM over the latency); the others keep one.
-    constexpr int kStages = W::kScaled && WK > 1 ? 4 : 2;
+    // Two register stages: the next half's loads in flight while the current one is multiplied.
     const int count = first_block < args.kb ? 2 * ((args.kb - first_block + WK * splits - 1) / (WK * splits)) : 0;
-    Half<W, MT, NT> st[kStages];
-#pragma unroll
-    for (int q = 0; q < kStages - 1; ++q)
-        if (q < count) load(st[q], q);
-    for (int i = 0; i < count; i += kStages) {
-#pragma unroll
-        for (int q = 0; q < kStages; ++q) {
-            if (i + q >= count) break;  // count is even: kStages 2 never breaks
-            if (i + q + kStages - 1 < count) load(st[(q + kStages - 1) % kStages], i + q + kStages - 1);
-            compute(st[q], i + q);
-        }
+    Half<W, MT, NT> s0, s1;
+    if (count > 0) load(s0, 0);
+    for (int i = 0; i < count; i += 2) {
+        load(s1, i + 1);  // count is even
+        compute(s0, i);
+        if (i + 2 < count) load(s0, i + 2);
+        compute(s1, i + 1);
     }
 
     if constexpr (WK == 1) {
