@@ -413,8 +413,10 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
         is_square[q] = u == kRows;
         fn_row[q] = p.fn + int64_t(is_row[q] ? u : 0) * width;
     }
-    float acc[kPer], square = 0.0f;  // every CTA chains the sum of squares (one fmaf a column, where a select per
-#pragma unroll                       // value and column was two); the CTA that owns it reduces it
+    // Every CTA chains the sum of squares (one fmaf a column, where a select per value and column was two); the CTA
+    // that owns it reduces it.
+    float acc[kPer], square = 0.0f;
+#pragma unroll
     for (int q = 0; q < kPer; ++q) acc[q] = 0.0f;
     constexpr int kUnroll = kSplitUnroll<kCluster>;
     // kUnroll strided columns from i0; kWhole: all of them lie inside the row, so no load or fmaf needs a bound check
@@ -448,9 +450,10 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
             chain_columns(std::false_type{}, i0);
     }
 #pragma unroll
-    for (int q = 0; q < kPer; ++q)
+    for (int q = 0; q < kPer; ++q) {
         if (is_square[q]) acc[q] = square;
-            // 2. The same tree: 5 shuffle levels in the warp, then 3 levels over the warps.
+    }
+    // 2. The same tree: 5 shuffle levels in the warp, then 3 levels over the warps.
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
 #pragma unroll
