@@ -728,7 +728,7 @@ int main(int argc, char** argv) {
         std::printf("\n%-8s %6s %12s %12s %10s %10s %9s %9s   %-8s %s\n", "op", "tokens", "per-token us", "split us",
                     "tiled us", "rows us", "speedup", "GB/s", "auto", "bits");
         for (bool head : {false, true})
-            for (int64_t tokens : {1, 2, 8, 16, 32, 64, 128, 256, 512, 1024}) bench_hc(head, tokens);
+            for (int64_t tokens : {1, 2, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 8192}) bench_hc(head, tokens);
     }
     if (run("moe")) {
         std::printf("\n%-8s %6s %6s %5s %12s %12s %9s %9s   %s\n", "moe", "N", "K", "tile", "strided us", "compact us",

@@ -2,11 +2,12 @@
 //   per token  one CTA of kHcThreads per token: every thread accumulates the mixer dot products and the sum of
 //              squares over a strided slice of the n_hc * dim stream values, a block tree reduces them, thread 0
 //              computes the mix, then all threads collapse the streams.
-//   tiled      the same for kMixTile tokens per CTA, each mixer value loaded once for all of them. Used for many
-//              tokens (prefill).
+//   tiled      the same for kMixTile tokens per CTA, each mixer value loaded once for all of them. No longer
+//              chosen (the row groups are faster at every size since their loops lost the bound checks); the tests
+//              and the bench force it.
 //   row groups hc_pre only: 1, 2 or 4 tokens per CTA and the mixer rows dealt to kRowGroups CTAs, each of which also
 //              chains the sum of squares its rows' logits need; group 0 holds the pre rows and collapses its
-//              tokens. For batches and pieces of a few hundred tokens, which the tiled path gives one CTA per 4
+//              tokens. For batches and prefill pieces above 16 tokens, which the tiled path gives one CTA per 4
 //              tokens (64 CTAs at 256 tokens, each thread 100 chains at 8 warps per SM: bound by loads in flight).
 //   split      a cluster of kCluster CTAs per token (few tokens, e.g. decode: one CTA cannot pull the 1.5 MB
 //              f32 mixer of V4 fast; 16 for hc_pre of up to kWideTokens tokens where the GPU can co-schedule

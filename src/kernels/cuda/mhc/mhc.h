@@ -89,11 +89,13 @@ enum class HcMixPath { kAuto, kPerToken, kTiled, kSplit, kRowGroups, kGeneric };
 // 145.0; hc_head at 64 tokens 14.0 / 11.7 / 30.5, at 256 36.5 / 13.8 / 31.3, at 1024 152.1 / 29.3 / 53.6.
 // hc_pre's row groups take 17 to 512 tokens (H100, 2026-11-27, split / tiled / row groups: 16 tokens 17.6 / 88.5 /
 // 19.7, 32 25.7 / 87.5 / 20.1, 64 37.6 / 100.2 / 22.6, 128 60.4 / 101.5 / 23.6, 256 112.5 / 100.9 / 43.2, 512 214.2 /
-// 101.8 / 72.8, 1024 479.8 / 129.6 / 146.0).
+// 101.8 / 72.8, 1024 479.8 / 129.6 / 146.0). Since their column loops run without bound checks (H100, 2026-12-05,
+// split / tiled / row groups: 16 tokens 12.1 / 99.5 / 13.8, 32 17.9 / 100.5 / 13.8, 1024 282.3 / 128.5 / 102.8, 2048
+// 557.7 / 250.7 / 222.1, 8192 2218 / 939 / 843) the row groups take every hc_pre above 16 tokens; the tiled kernel
+// stays for the tests and the bench.
 constexpr HcMixPath hc_mix_auto_path(int64_t tokens, bool head) {
     if (head) return tokens <= 64 ? HcMixPath::kSplit : HcMixPath::kPerToken;
-    if (tokens <= 16) return HcMixPath::kSplit;
-    return tokens <= 512 ? HcMixPath::kRowGroups : HcMixPath::kTiled;
+    return tokens <= 16 ? HcMixPath::kSplit : HcMixPath::kRowGroups;
 }
 constexpr bool hc_specialised(int64_t n_hc) {
     return n_hc == 2 || n_hc == 4;
