@@ -206,8 +206,35 @@ void bench_hc(bool head, int64_t tokens) {
     const double row_groups = head ? 0.0 : graph_us([&](int i, cudaStream_t s) {
         detail::launch_hc_mix(params(i, x_rows.get(), mix_rows.get()), head, s, detail::HcMixPath::kRowGroups);
     });
+    // hc_pre_norm where the split kernel runs the norm too (hc_pre of up to 16 tokens): the fused launch as the model
+    // makes it (weighted, quantized for the FP8 GEMMs), beside hc_pre then rms_norm, the two launches it replaces.
+    const bool fused = !head && tokens <= 16;
+    DeviceBuffer<float> norm_weight{size_t(dim)}, mix_norm{size_t(tokens * rows)}, mix_two{size_t(tokens * rows)},
+        scales_norm{size_t(tokens * dim / 128)}, scales_two{size_t(tokens * dim / 128)};
+    DeviceBuffer<__nv_bfloat16> x_norm(size_t(tokens * dim)), x_two(size_t(tokens * dim));
+    DeviceBuffer<uint8_t> q_norm{size_t(tokens * dim)}, q_two{size_t(tokens * dim)};
+    fill_f32<<<16, 256>>>(norm_weight.get(), norm_weight.size(), 5, 1.0f);
+    auto norm_of = [&](__nv_bfloat16* x, uint8_t* q, float* q_scales) {
+        return RmsNormParams{x, norm_weight.get(), x, tokens, dim, dim, dim, 1e-6f, q, q_scales};
+    };
+    const RmsNormParams fused_norm = norm_of(x_norm.get(), q_norm.get(), scales_norm.get()),
+                        two_norm = norm_of(x_two.get(), q_two.get(), scales_two.get());
+    const double norm_fused = !fused ? 0.0 : graph_us([&](int i, cudaStream_t s) {
+        detail::launch_hc_mix(params(i, x_norm.get(), mix_norm.get()), false, s, detail::HcMixPath::kSplit,
+                              &fused_norm);
+    });
+    const double norm_two = !fused ? 0.0 : graph_us([&](int i, cudaStream_t s) {
+        detail::launch_hc_mix(params(i, x_two.get(), mix_two.get()), false, s, detail::HcMixPath::kSplit);
+        rms_norm(two_norm, s);
+    });
     bool same = true;
     for (int i = 0; i < 3; ++i) {
+        if (fused) {
+            detail::launch_hc_mix(params(i, x_norm.get(), mix_norm.get()), false, nullptr, detail::HcMixPath::kSplit,
+                                  &fused_norm);
+            detail::launch_hc_mix(params(i, x_two.get(), mix_two.get()), false, nullptr, detail::HcMixPath::kSplit);
+            rms_norm(two_norm, nullptr);
+        }
         detail::launch_hc_mix(params(i, x_split.get(), mix_split.get()), head, nullptr, detail::HcMixPath::kSplit);
         detail::launch_hc_mix(params(i, x_token.get(), mix_token.get()), head, nullptr, detail::HcMixPath::kPerToken);
         detail::launch_hc_mix(params(i, x_tiled.get(), mix_tiled.get()), head, nullptr, detail::HcMixPath::kTiled);
@@ -217,11 +244,14 @@ void bench_hc(bool head, int64_t tokens) {
         DSV4_CUDA_CHECK(cudaDeviceSynchronize());
         same = same && same_bits(x_split, x_token) && same_bits(mix_split, mix_token) && same_bits(x_tiled, x_token) &&
                same_bits(mix_tiled, mix_token) &&
-               (head || (same_bits(x_rows, x_token) && same_bits(mix_rows, mix_token)));
+               (head || (same_bits(x_rows, x_token) && same_bits(mix_rows, mix_token))) &&
+               (!fused || (same_bits(x_norm, x_two) && same_bits(mix_norm, mix_two) && same_bits(q_norm, q_two) &&
+                           same_bits(scales_norm, scales_two)));
     }
     const double bytes = double(rows * width * 4) + double(tokens) * double(width * 2 + dim * 2 + rows * 4);
-    std::printf("%-8s %6lld %12.2f %12.2f %10.2f %10.2f %8.1fx %9.0f   %-8s %s\n", head ? "hc_head" : "hc_pre",
-                (long long)tokens, per_token, split, tiled, row_groups, per_token / split, bytes / (split * 1e-6) / 1e9,
+    std::printf("%-8s %6lld %12.2f %12.2f %10.2f %10.2f %10.2f %10.2f %8.1fx %9.0f   %-8s %s\n",
+                head ? "hc_head" : "hc_pre", (long long)tokens, per_token, split, tiled, row_groups, norm_fused,
+                norm_two, per_token / split, bytes / (split * 1e-6) / 1e9,
                 path_name(detail::hc_mix_auto_path(tokens, head)), verdict(same));
 }
 
@@ -725,8 +755,8 @@ int main(int argc, char** argv) {
         std::printf("limit: device-to-device copy %.0f GB/s (read + write of 1 GiB)\n", 2.0 * copy_bytes / us / 1e3);
     }
     if (run("hc")) {
-        std::printf("\n%-8s %6s %12s %12s %10s %10s %9s %9s   %-8s %s\n", "op", "tokens", "per-token us", "split us",
-                    "tiled us", "rows us", "speedup", "GB/s", "auto", "bits");
+        std::printf("\n%-8s %6s %12s %12s %10s %10s %10s %10s %9s %9s   %-8s %s\n", "op", "tokens", "per-token us",
+                    "split us", "tiled us", "rows us", "+norm us", "2 launch", "speedup", "GB/s", "auto", "bits");
         for (bool head : {false, true})
             for (int64_t tokens : {1, 2, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 8192}) bench_hc(head, tokens);
     }

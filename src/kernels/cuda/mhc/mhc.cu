@@ -341,36 +341,41 @@ __global__ void __launch_bounds__(kSinkhornThreads)
 }
 
 // The rms_norm after hc_pre on the split path (hc_pre_norm): rms_norm's thread t sums the squares of elements
-// t + 256 j in ascending j (rms_norm.cu); here element d of x lies in CTA (d / 256) % kCluster, so every CTA stores its
-// rounded x into rank 0's [chunk j][t] table, rank 0 runs rms_norm's chains and trees on it and returns the factor.
+// t + 256 j in ascending j (rms_norm.cu); here chunk j (elements 256 j ..) of x lies in CTA j % kCluster, slot
+// j / kCluster of its `own` chunks. After one cluster barrier every CTA reads all the chunks from the cluster's shared
+// memory in that order and runs rms_norm's chains and trees itself: the same sums in the same order (the same bits in
+// every CTA), where rank 0 alone summing a gathered table made the others wait for it and for a second barrier that
+// handed its factor out. The caller must end with barrier.cluster.wait: this arrives once it has read the others'
+// chunks, and no CTA may leave while another still reads its shared memory.
 constexpr int kNormChunks = 32;  // rows of up to 32 x 256 elements (V4-Flash 4096, V4-Pro 7168)
 static_assert(kHcThreads == 256, "rms_norm's and quantize_held_row's thread layout");
 
 template <int kCluster>
-__device__ __forceinline__ float cluster_rms_factor(cg::cluster_group& cluster, float* chunks, int64_t dim, float eps,
-                                                    int rank) {
+__device__ __forceinline__ float cluster_rms_factor(cg::cluster_group& cluster, float* own, int64_t dim, float eps) {
     __shared__ double warp_sums[kHcThreads / 32];
     __shared__ float factor;
-    cluster.sync();  // every CTA's x is in rank 0's table
-    if (rank == 0) {
-        double sum = 0.0;
-        const int count = int((dim + kHcThreads - 1) / kHcThreads);
-        for (int j = 0; j < count; ++j) {
-            const double v = chunks[j * kHcThreads + threadIdx.x];
-            sum += v * v;
-        }
+    cluster.sync();  // every CTA's chunks are in its shared memory
+    const int count = int((dim + kHcThreads - 1) / kHcThreads);
+    float v[kNormChunks];  // all requested before the first add
 #pragma unroll
-        for (int m = 16; m > 0; m /= 2) sum += __shfl_xor_sync(kFull, sum, m);
-        if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
-        __syncthreads();
-        if (threadIdx.x < kCluster) {
-            double total = 0.0;
-            for (int w = 0; w < kHcThreads / 32; ++w) total += warp_sums[w];
-            const float mean_sq = float(total / double(dim));
-            *cluster.map_shared_rank(&factor, int(threadIdx.x)) = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, eps)));
-        }
+    for (int j = 0; j < kNormChunks; ++j)
+        v[j] = j < count ? cluster.map_shared_rank(own, j % kCluster)[(j / kCluster) * kHcThreads + threadIdx.x] : 0.0f;
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");  // the others' chunks are read
+    double sum = 0.0;
+#pragma unroll
+    for (int j = 0; j < kNormChunks; ++j)
+        if (j < count) sum += double(v[j]) * double(v[j]);
+#pragma unroll
+    for (int m = 16; m > 0; m /= 2) sum += __shfl_xor_sync(kFull, sum, m);
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0.0;
+        for (int w = 0; w < kHcThreads / 32; ++w) total += warp_sums[w];
+        const float mean_sq = float(total / double(dim));
+        factor = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, eps)));
     }
-    cluster.sync();  // the factor is in every CTA; rank 0's table is read
+    __syncthreads();
     return factor;
 }
 
@@ -524,16 +529,15 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
             p.x_out[t * p.dim + d] = collapse(d);
     } else {
         // 5. rms_norm of x: this CTA's elements d = 256 (rank + kCluster i) + t, held as rms_norm holds them.
-        __shared__ float chunks[kNormChunks * kHcThreads];  // rank 0's is the table
-        float* table = cluster.map_shared_rank(chunks, 0);
+        __shared__ float own[kHeld * kHcThreads];  // this CTA's chunks, read by every CTA of the cluster
         float held[kHeld];
 #pragma unroll
         for (int i = 0; i < kHeld; ++i) {
             const int64_t chunk = rank + int64_t(kCluster) * i, d = chunk * kHcThreads + threadIdx.x;
             held[i] = d < p.dim ? bf16_to_f32(collapse(d)) : 0.0f;
-            if (chunk * kHcThreads < p.dim) table[chunk * kHcThreads + threadIdx.x] = held[i];
+            own[i * kHcThreads + threadIdx.x] = held[i];
         }
-        const float r = cluster_rms_factor<kCluster>(cluster, chunks, p.dim, norm.eps, rank);
+        const float r = cluster_rms_factor<kCluster>(cluster, own, p.dim, norm.eps);
         const int64_t n_blocks = (p.dim + kActQuantBlock - 1) / kActQuantBlock;
 #pragma unroll
         for (int i = 0; i < kHeld; ++i) {
@@ -546,6 +550,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
                 quantize_held_row<1>(q_held, first, p.dim, norm.q + t * p.dim, norm.q_scales + t * n_blocks);
             }
         }
+        asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every CTA has read this one's chunks
     }
 }
 
