@@ -4,9 +4,13 @@
 // so every stage touches 128 DRAM locations 64 bytes at a time. `tiled` stores each (tile, stage) block of 128 x 64
 // bytes contiguously (8 KiB), the layout a repack at upload would give. Both read every byte once with the same grid,
 // the same loads in flight (kAhead stages a thread) and the same item order; only the addresses differ.
+// A second table sizes the reads like a batch-1 step's routed experts (six experts' w1 and w3: 48 MiB, under the L2's
+// reach once warm, so each run reads the next of eight copies) with the row tiles of the batch-1 passes (64 rows on one GPU,
+// 32 for fewer experts) and contiguous groups of 1 (the checkpoint's row order) to 64 rows: which group a repack at upload needs.
 // Usage: dsv4_bench_weight_layout. Prints GB/s per pattern beside the device-to-device copy rate.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 
@@ -47,6 +51,57 @@ __global__ void __launch_bounds__(kThreads)
         }
     }
     if (acc == 0x12345678u) sink[0] = acc;  // keeps the loads; practically never stored
+}
+
+// Items of kTileRows rows over a persistent grid, K in stages of 64 bytes a row (128 e2m1 columns), every CTA's
+// loads of a stage issued together, kLoads 16-byte loads a thread in flight. The matrix is stored in groups of
+// kGroup rows: [row / kGroup][stage][row % kGroup][64 bytes] (kGroup 1: row by row, the checkpoint's order).
+template <int kTileRows, int kLoads, int kGroup>
+__global__ void __launch_bounds__(kThreads)
+    grouped_stream_kernel(const uint8_t* w, int64_t rows, int64_t row_bytes, uint32_t* sink) {
+    constexpr int kLoadsPerStage = kTileRows * kStageBytes / 16;
+    const int64_t stages = row_bytes / kStageBytes, per_item = kLoadsPerStage * stages;
+    uint32_t acc = 0;
+    for (int64_t item = blockIdx.x; item < rows / kTileRows; item += gridDim.x) {
+        for (int64_t l0 = threadIdx.x; l0 < per_item; l0 += int64_t(kThreads) * kLoads) {
+            uint4 v[kLoads];
+#pragma unroll
+            for (int i = 0; i < kLoads; ++i) {
+                const int64_t l = l0 + int64_t(i) * kThreads < per_item ? l0 + int64_t(i) * kThreads : per_item - 1;
+                const int64_t s = l / kLoadsPerStage, in_stage = l % kLoadsPerStage;
+                const int64_t row = item * kTileRows + in_stage / 4, part = in_stage % 4;
+                v[i] = load_streaming(w + (row / kGroup) * kGroup * row_bytes + s * kGroup * kStageBytes +
+                                      (row % kGroup) * kStageBytes + part * 16);
+            }
+#pragma unroll
+            for (int i = 0; i < kLoads; ++i) acc ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
+        }
+    }
+    if (acc == 0x12345678u) sink[0] = acc;
+}
+
+// Best of 8 runs, each over the next of `copies` copies of `bytes` (so none is read from the L2 its predecessor left).
+template <int kTileRows, int kLoads, int kGroup>
+double run_grouped(const uint8_t* w, size_t bytes, int copies, int64_t row_bytes, int grid, uint32_t* sink) {
+    cudaEvent_t a, b;
+    DSV4_CUDA_CHECK(cudaEventCreate(&a));
+    DSV4_CUDA_CHECK(cudaEventCreate(&b));
+    const int64_t rows = int64_t(bytes) / row_bytes;
+    float best = 1e30f;
+    for (int r = 0; r < 9; ++r) {
+        const uint8_t* copy = w + size_t(r % copies) * bytes;
+        DSV4_CUDA_CHECK(cudaEventRecord(a));
+        grouped_stream_kernel<kTileRows, kLoads, kGroup><<<grid, kThreads>>>(copy, rows, row_bytes, sink);
+        DSV4_CUDA_CHECK(cudaEventRecord(b));
+        DSV4_CUDA_CHECK(cudaEventSynchronize(b));
+        float ms = 0;
+        DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+        if (r > 0) best = ms < best ? ms : best;  // the first run warms the code
+    }
+    DSV4_CUDA_CHECK(cudaGetLastError());
+    DSV4_CUDA_CHECK(cudaEventDestroy(a));
+    DSV4_CUDA_CHECK(cudaEventDestroy(b));
+    return best;
 }
 
 template <bool kTiled>
@@ -109,6 +164,26 @@ int main() {
             std::printf("tiled, 8 KiB a stage contiguous      %6d %10.3f %10.0f\n", grid, tiled,
                         double(bytes) / (tiled * 1e6));
         }
+    }
+    // A batch-1 step's w1 and w3: 12 matrices of 2048 rows x 2048 bytes (48 MiB), eight copies.
+    const size_t b1_bytes = size_t(12) * 2048 * 2048;
+    const int copies = 8;
+    if (size_t(copies) * b1_bytes > bytes) return 1;
+    std::printf("\nbatch-1 sized: 48 MiB a run (six experts' w1 + w3), rows 2 KiB, each run the next of %d copies\n",
+                copies);
+    std::printf("%-34s %6s %10s %10s\n", "tile rows / contiguous group", "CTAs", "us", "GB/s");
+    for (int per_sm : {2, 3, 4}) {
+        const int grid = sms * per_sm;
+        auto row = [&](const char* tile, int group, double ms) {
+            std::printf("%s tiles, groups of %3d rows    %6d %10.1f %10.0f\n", tile, group, grid, ms * 1e3,
+                        double(b1_bytes) / (ms * 1e6));
+        };
+        row("32-row", 1, run_grouped<32, 8, 1>(w, b1_bytes, copies, 2048, grid, sink));
+        row("32-row", 32, run_grouped<32, 8, 32>(w, b1_bytes, copies, 2048, grid, sink));
+        row("64-row", 1, run_grouped<64, 8, 1>(w, b1_bytes, copies, 2048, grid, sink));
+        row("64-row", 16, run_grouped<64, 8, 16>(w, b1_bytes, copies, 2048, grid, sink));
+        row("64-row", 32, run_grouped<64, 8, 32>(w, b1_bytes, copies, 2048, grid, sink));
+        row("64-row", 64, run_grouped<64, 8, 64>(w, b1_bytes, copies, 2048, grid, sink));
     }
     return 0;
 }
