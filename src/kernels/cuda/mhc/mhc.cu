@@ -63,19 +63,6 @@ constexpr int kRowGroups = 4;
 template <int kTile>
 constexpr int kRowUnroll = kTile <= 2 ? 8 : 4;
 
-// Calls chain(whole, i0) for each round of kUnroll strided columns i0, i0 + 256, ... of a thread's share of a row of
-// `width` (i0 from threadIdx.x, in steps of 256 kUnroll), whole a std::true_type where every column of the round lies
-// inside the row, so that the round needs no bound checks, else std::false_type.
-template <int kUnroll, class Chain>
-__device__ __forceinline__ void for_each_round(int64_t width, Chain& chain) {
-    for (int64_t i0 = threadIdx.x; i0 < width; i0 += int64_t(kHcThreads) * kUnroll) {
-        if (i0 + int64_t(kUnroll - 1) * kHcThreads < width)
-            chain(std::true_type{}, i0);
-        else
-            chain(std::false_type{}, i0);
-    }
-}
-
 __device__ __forceinline__ float sigmoid(float z) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
 }
@@ -257,7 +244,12 @@ __global__ void __launch_bounds__(kHcThreads, 2) hc_mix_rows_kernel(HcMixParams 
             for (int tt = 0; tt < kTile; ++tt) acc[tt][kPer] = fmaf(x[s][tt], x[s][tt], acc[tt][kPer]);
         }
     };
-    for_each_round<kUnroll>(width, chain_columns);
+    for (int64_t i0 = threadIdx.x; i0 < width; i0 += int64_t(kHcThreads) * kUnroll) {
+        if (i0 + int64_t(kUnroll - 1) * kHcThreads < width)
+            chain_columns(std::true_type{}, i0);
+        else
+            chain_columns(std::false_type{}, i0);
+    }
     // 2. The same tree.
     reduce_over_cta(acc, partial);
 
@@ -341,41 +333,36 @@ __global__ void __launch_bounds__(kSinkhornThreads)
 }
 
 // The rms_norm after hc_pre on the split path (hc_pre_norm): rms_norm's thread t sums the squares of elements
-// t + 256 j in ascending j (rms_norm.cu); here chunk j (elements 256 j ..) of x lies in CTA j % kCluster, slot
-// j / kCluster of its `own` chunks. After one cluster barrier every CTA reads all the chunks from the cluster's shared
-// memory in that order and runs rms_norm's chains and trees itself: the same sums in the same order (the same bits in
-// every CTA), where rank 0 alone summing a gathered table made the others wait for it and for a second barrier that
-// handed its factor out. The caller must end with barrier.cluster.wait: this arrives once it has read the others'
-// chunks, and no CTA may leave while another still reads its shared memory.
+// t + 256 j in ascending j (rms_norm.cu); here element d of x lies in CTA (d / 256) % kCluster, so every CTA stores its
+// rounded x into rank 0's [chunk j][t] table, rank 0 runs rms_norm's chains and trees on it and returns the factor.
 constexpr int kNormChunks = 32;  // rows of up to 32 x 256 elements (V4-Flash 4096, V4-Pro 7168)
 static_assert(kHcThreads == 256, "rms_norm's and quantize_held_row's thread layout");
 
 template <int kCluster>
-__device__ __forceinline__ float cluster_rms_factor(cg::cluster_group& cluster, float* own, int64_t dim, float eps) {
+__device__ __forceinline__ float cluster_rms_factor(cg::cluster_group& cluster, float* chunks, int64_t dim, float eps,
+                                                    int rank) {
     __shared__ double warp_sums[kHcThreads / 32];
     __shared__ float factor;
-    cluster.sync();  // every CTA's chunks are in its shared memory
-    const int count = int((dim + kHcThreads - 1) / kHcThreads);
-    float v[kNormChunks];  // all requested before the first add
+    cluster.sync();  // every CTA's x is in rank 0's table
+    if (rank == 0) {
+        double sum = 0.0;
+        const int count = int((dim + kHcThreads - 1) / kHcThreads);
+        for (int j = 0; j < count; ++j) {
+            const double v = chunks[j * kHcThreads + threadIdx.x];
+            sum += v * v;
+        }
 #pragma unroll
-    for (int j = 0; j < kNormChunks; ++j)
-        v[j] = j < count ? cluster.map_shared_rank(own, j % kCluster)[(j / kCluster) * kHcThreads + threadIdx.x] : 0.0f;
-    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");  // the others' chunks are read
-    double sum = 0.0;
-#pragma unroll
-    for (int j = 0; j < kNormChunks; ++j)
-        if (j < count) sum += double(v[j]) * double(v[j]);
-#pragma unroll
-    for (int m = 16; m > 0; m /= 2) sum += __shfl_xor_sync(kFull, sum, m);
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double total = 0.0;
-        for (int w = 0; w < kHcThreads / 32; ++w) total += warp_sums[w];
-        const float mean_sq = float(total / double(dim));
-        factor = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, eps)));
+        for (int m = 16; m > 0; m /= 2) sum += __shfl_xor_sync(kFull, sum, m);
+        if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
+        __syncthreads();
+        if (threadIdx.x < kCluster) {
+            double total = 0.0;
+            for (int w = 0; w < kHcThreads / 32; ++w) total += warp_sums[w];
+            const float mean_sq = float(total / double(dim));
+            *cluster.map_shared_rank(&factor, int(threadIdx.x)) = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, eps)));
+        }
     }
-    __syncthreads();
+    cluster.sync();  // the factor is in every CTA; rank 0's table is read
     return factor;
 }
 
@@ -457,7 +444,12 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
             square = fmaf(x[s], x[s], square);
         }
     };
-    for_each_round<kUnroll>(width, chain_columns);
+    for (int64_t i0 = threadIdx.x; i0 < width; i0 += int64_t(kHcThreads) * kUnroll) {
+        if (i0 + int64_t(kUnroll - 1) * kHcThreads < width)
+            chain_columns(std::true_type{}, i0);
+        else
+            chain_columns(std::false_type{}, i0);
+    }
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
         if (is_square[q]) acc[q] = square;
@@ -529,15 +521,16 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
             p.x_out[t * p.dim + d] = collapse(d);
     } else {
         // 5. rms_norm of x: this CTA's elements d = 256 (rank + kCluster i) + t, held as rms_norm holds them.
-        __shared__ float own[kHeld * kHcThreads];  // this CTA's chunks, read by every CTA of the cluster
+        __shared__ float chunks[kNormChunks * kHcThreads];  // rank 0's is the table
+        float* table = cluster.map_shared_rank(chunks, 0);
         float held[kHeld];
 #pragma unroll
         for (int i = 0; i < kHeld; ++i) {
             const int64_t chunk = rank + int64_t(kCluster) * i, d = chunk * kHcThreads + threadIdx.x;
             held[i] = d < p.dim ? bf16_to_f32(collapse(d)) : 0.0f;
-            own[i * kHcThreads + threadIdx.x] = held[i];
+            if (chunk * kHcThreads < p.dim) table[chunk * kHcThreads + threadIdx.x] = held[i];
         }
-        const float r = cluster_rms_factor<kCluster>(cluster, own, p.dim, norm.eps);
+        const float r = cluster_rms_factor<kCluster>(cluster, chunks, p.dim, norm.eps, rank);
         const int64_t n_blocks = (p.dim + kActQuantBlock - 1) / kActQuantBlock;
 #pragma unroll
         for (int i = 0; i < kHeld; ++i) {
@@ -550,7 +543,6 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
                 quantize_held_row<1>(q_held, first, p.dim, norm.q + t * p.dim, norm.q_scales + t * n_blocks);
             }
         }
-        asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every CTA has read this one's chunks
     }
 }
 
