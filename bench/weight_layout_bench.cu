@@ -5,15 +5,20 @@
 // bytes contiguously (8 KiB), the layout a repack at upload would give. Both read every byte once with the same grid,
 // the same loads in flight (kAhead stages a thread) and the same item order; only the addresses differ.
 // A second table sizes the reads like a batch-1 step's routed experts (six experts' w1 and w3: 48 MiB, under the L2's
-// reach once warm, so each run reads the next of eight copies) with the row tiles of the batch-1 passes (64 rows on one GPU,
-// 32 for fewer experts) and contiguous groups of 1 (the checkpoint's row order) to 64 rows: which group a repack at upload needs.
-// Usage: dsv4_bench_weight_layout. Prints GB/s per pattern beside the device-to-device copy rate.
+// reach once warm, so each run reads the next of eight copies) with the row tiles of the batch-1 passes (64 rows on one
+// GPU, 32 for fewer experts) and contiguous groups of 1 (the checkpoint's row order) to 64 rows: which group a repack
+// at upload needs. The same table streams the 48 MiB the way the single-slot routed-expert pass does, without its
+// arithmetic (a ring of 8 stages in shared memory filled by 16-byte cp.async, a CTA barrier a stage, all warps or one
+// loader warp copying), and through the bulk copy engine with a full and an empty mbarrier a stage (one 64-byte copy a
+// row, or the stage's rows stored back to back as one 4 KiB copy): what the kernel's loading scheme costs and what a
+// repack would buy. Usage: dsv4_bench_weight_layout. Prints GB/s per pattern beside the device-to-device copy rate.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 
+#include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/vector_loads.cuh"
 
@@ -104,6 +109,179 @@ double run_grouped(const uint8_t* w, size_t bytes, int copies, int64_t row_bytes
     return best;
 }
 
+// The single-slot routed-expert pass's loading scheme without its arithmetic: 64-row tiles, rows 2 KiB apart, a
+// ring of 8 stages of 64 bytes a row in shared memory (80-byte row pitch, as moe_mma.cu's), 7 ahead; per stage the
+// loading threads wait for the stage, the CTA meets at a barrier, the slot just freed is refilled, and the 8 warps
+// that multiply read their 16 bytes of it. kLoaderWarp: one ninth warp issues every copy (moe_mma.cu's kLoader);
+// else each of the 8 warps' threads copies one 16-byte chunk a stage.
+constexpr int kRingStages = 8, kRingPitch = 80, kRingTile = 64;
+template <bool kLoaderWarp>
+__global__ void __launch_bounds__(kLoaderWarp ? 288 : 256)
+    ring_stream_kernel(const uint8_t* w, int64_t rows, int64_t row_bytes, uint32_t* sink) {
+    __shared__ __align__(16) uint8_t ring[kRingStages][kRingTile * kRingPitch];
+    constexpr int kPer = kLoaderWarp ? 8 : 1;  // chunks a loading thread copies a stage
+    const int tid = threadIdx.x;
+    const bool loads = !kLoaderWarp || tid >= 256, reads = tid < 256;
+    const int li = kLoaderWarp ? tid - 256 : tid;
+    const int stages = int(row_bytes / kStageBytes);
+    uint32_t acc = 0;
+    for (int64_t item = blockIdx.x; item < rows / kRingTile; item += gridDim.x) {
+        const uint8_t* tile = w + item * kRingTile * row_bytes;
+        auto load = [&](int kt) {
+#pragma unroll
+            for (int i = 0; i < kPer; ++i) {
+                const int c = li + (kLoaderWarp ? 32 : 256) * i, r = c / 4, part = c % 4;
+                dsv4::cuda::cp_async16(dsv4::cuda::smem_addr(&ring[kt % kRingStages][r * kRingPitch + part * 16]),
+                                       tile + r * row_bytes + kt * kStageBytes + part * 16);
+            }
+        };
+        if (loads)
+            for (int s = 0; s < kRingStages - 1; ++s) {
+                if (s < stages) load(s);
+                dsv4::cuda::cp_async_commit();
+            }
+        for (int kt = 0; kt < stages; ++kt) {
+            if (loads) dsv4::cuda::cp_async_wait<kRingStages - 2>();
+            __syncthreads();
+            if (loads) {
+                if (kt + kRingStages - 1 < stages) load(kt + kRingStages - 1);
+                dsv4::cuda::cp_async_commit();
+            }
+            if (reads) {
+                const uint4 v =
+                    *reinterpret_cast<const uint4*>(&ring[kt % kRingStages][(tid / 4) * kRingPitch + (tid % 4) * 16]);
+                acc ^= v.x ^ v.y ^ v.z ^ v.w;
+            }
+        }
+        dsv4::cuda::cp_async_wait<0>();
+        __syncthreads();
+    }
+    if (acc == 0x12345678u) sink[0] = acc;
+}
+
+template <bool kLoaderWarp>
+double run_ring(const uint8_t* w, size_t bytes, int copies, int64_t row_bytes, int grid, uint32_t* sink) {
+    cudaEvent_t a, b;
+    DSV4_CUDA_CHECK(cudaEventCreate(&a));
+    DSV4_CUDA_CHECK(cudaEventCreate(&b));
+    float best = 1e30f;
+    for (int r = 0; r < 9; ++r) {
+        const uint8_t* copy = w + size_t(r % copies) * bytes;
+        DSV4_CUDA_CHECK(cudaEventRecord(a));
+        ring_stream_kernel<kLoaderWarp>
+            <<<grid, kLoaderWarp ? 288 : 256>>>(copy, int64_t(bytes) / row_bytes, row_bytes, sink);
+        DSV4_CUDA_CHECK(cudaEventRecord(b));
+        DSV4_CUDA_CHECK(cudaEventSynchronize(b));
+        float ms = 0;
+        DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+        if (r > 0) best = ms < best ? ms : best;
+    }
+    DSV4_CUDA_CHECK(cudaGetLastError());
+    DSV4_CUDA_CHECK(cudaEventDestroy(a));
+    DSV4_CUDA_CHECK(cudaEventDestroy(b));
+    return best;
+}
+
+// The same ring filled by the bulk copy engine (cp.async.bulk, sm_90) with a full and an empty mbarrier a stage instead
+// of the CTA barrier: the ninth warp issues the copies once a slot is released (kContiguous: the stage's 64 rows stored
+// back to back, one 4 KiB copy; else one 64-byte copy a row), the 8 reading warps wait only for their stage's bytes
+// and release the slot when read. No CTA-wide barrier a stage.
+template <bool kContiguous>
+__global__ void __launch_bounds__(288)
+    bulk_ring_kernel(const uint8_t* w, int64_t rows, int64_t row_bytes, uint32_t* sink) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    __shared__ __align__(128) uint8_t ring[kRingStages][kRingTile * 64];
+    __shared__ __align__(8) uint64_t full[kRingStages], empty[kRingStages];
+    const int tid = threadIdx.x, lane = tid % 32;
+    auto addr = [](const void* p) { return dsv4::cuda::smem_addr(p); };
+    if (tid == 0)
+        for (int i = 0; i < kRingStages; ++i) {
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(addr(&full[i])));
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 8;" ::"r"(addr(&empty[i])));
+        }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    __syncthreads();
+    auto wait = [&](uint64_t* bar, uint32_t parity) {
+        uint32_t done = 0;
+        while (!done)
+            asm volatile(
+                "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                : "=r"(done)
+                : "r"(addr(bar)), "r"(parity)
+                : "memory");
+    };
+    const int stages = int(row_bytes / kStageBytes);
+    uint32_t acc = 0;
+    int64_t n = 0;  // stages this CTA has passed through the ring (the phases)
+    for (int64_t item = blockIdx.x; item < rows / kRingTile; item += gridDim.x, n += stages) {
+        const uint8_t* tile = w + item * kRingTile * row_bytes;
+        if (tid >= 256) {  // the loader warp
+            for (int kt = 0; kt < stages; ++kt) {
+                const int64_t g = n + kt;
+                const int slot = int(g % kRingStages);
+                if (g >= kRingStages) wait(&empty[slot], uint32_t((g / kRingStages - 1) & 1));
+                if (lane == 0)
+                    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(addr(&full[slot])),
+                                 "r"(kRingTile * kStageBytes)
+                                 : "memory");
+                __syncwarp();
+                if (kContiguous) {
+                    if (lane == 0)
+                        asm volatile(
+                            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+                                "r"(addr(ring[slot])),
+                            "l"(tile + int64_t(kt) * kRingTile * kStageBytes), "r"(kRingTile * kStageBytes),
+                            "r"(addr(&full[slot]))
+                            : "memory");
+                } else {
+                    for (int r = lane; r < kRingTile; r += 32)
+                        asm volatile(
+                            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+                                "r"(addr(&ring[slot][r * kStageBytes])),
+                            "l"(tile + r * row_bytes + int64_t(kt) * kStageBytes), "r"(kStageBytes),
+                            "r"(addr(&full[slot]))
+                            : "memory");
+                }
+            }
+        } else {
+            for (int kt = 0; kt < stages; ++kt) {
+                const int64_t g = n + kt;
+                const int slot = int(g % kRingStages);
+                wait(&full[slot], uint32_t((g / kRingStages) & 1));
+                const uint4 v = *reinterpret_cast<const uint4*>(&ring[slot][tid * 16]);
+                acc ^= v.x ^ v.y ^ v.z ^ v.w;
+                __syncwarp();
+                if (lane == 0)
+                    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(addr(&empty[slot])) : "memory");
+            }
+        }
+    }
+    if (acc == 0x12345678u) sink[0] = acc;
+#endif
+}
+
+template <bool kContiguous>
+double run_bulk(const uint8_t* w, size_t bytes, int copies, int64_t row_bytes, int grid, uint32_t* sink) {
+    cudaEvent_t a, b;
+    DSV4_CUDA_CHECK(cudaEventCreate(&a));
+    DSV4_CUDA_CHECK(cudaEventCreate(&b));
+    float best = 1e30f;
+    for (int r = 0; r < 9; ++r) {
+        const uint8_t* copy = w + size_t(r % copies) * bytes;
+        DSV4_CUDA_CHECK(cudaEventRecord(a));
+        bulk_ring_kernel<kContiguous><<<grid, 288>>>(copy, int64_t(bytes) / row_bytes, row_bytes, sink);
+        DSV4_CUDA_CHECK(cudaEventRecord(b));
+        DSV4_CUDA_CHECK(cudaEventSynchronize(b));
+        float ms = 0;
+        DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+        if (r > 0) best = ms < best ? ms : best;
+    }
+    DSV4_CUDA_CHECK(cudaGetLastError());
+    DSV4_CUDA_CHECK(cudaEventDestroy(a));
+    DSV4_CUDA_CHECK(cudaEventDestroy(b));
+    return best;
+}
+
 template <bool kTiled>
 double run(const uint8_t* w, int64_t items, int64_t row_bytes, int grid, uint32_t* sink) {
     cudaEvent_t a, b;
@@ -184,6 +362,14 @@ int main() {
         row("64-row", 16, run_grouped<64, 8, 16>(w, b1_bytes, copies, 2048, grid, sink));
         row("64-row", 32, run_grouped<64, 8, 32>(w, b1_bytes, copies, 2048, grid, sink));
         row("64-row", 64, run_grouped<64, 8, 64>(w, b1_bytes, copies, 2048, grid, sink));
+        auto ring = [&](const char* who, double ms) {
+            std::printf("64-row ring of 8 stages, %-10s %6d %10.1f %10.0f\n", who, grid, ms * 1e3,
+                        double(b1_bytes) / (ms * 1e6));
+        };
+        ring("all copy", run_ring<false>(w, b1_bytes, copies, 2048, grid, sink));
+        ring("one warp", run_ring<true>(w, b1_bytes, copies, 2048, grid, sink));
+        ring("bulk rows", run_bulk<false>(w, b1_bytes, copies, 2048, grid, sink));
+        ring("bulk 4 KiB", run_bulk<true>(w, b1_bytes, copies, 2048, grid, sink));
     }
     return 0;
 }
