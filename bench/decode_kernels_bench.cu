@@ -28,6 +28,7 @@
 #include "kernels/cuda/common/device_buffer.h"
 #include "kernels/cuda/compressor/kv_entry_layout.h"
 #include "kernels/cuda/dense_linear/dense_linear.h"
+#include "kernels/cuda/expert_layout/expert_layout.h"
 #include "kernels/cuda/mhc/mhc.h"
 #include "kernels/cuda/moe_expert/moe_expert.h"
 #include "kernels/cuda/moe_gemm/moe_gemm.h"
@@ -370,17 +371,26 @@ void bench_moe_mma(int64_t tokens, bool variants = false, bool row_tiles = false
     for (int64_t a : active) mean_active += double(a) / kRoutings;
     const int64_t slots = tokens * topk;
     DeviceBuffer<__nv_bfloat16> y1{size_t(slots * inter)}, y3{y1.size()}, y2{size_t(slots * dim)};
+    // single_slot: the experts also in the tiled layout (kernels/cuda/expert_layout), for the bulk-copy passes.
+    DeviceBuffer<uint8_t> w1t{single_slot ? w1.size() : 0}, w3t{w1t.size()}, w2t{w1t.size()};
+    if (single_slot)
+        for (auto [from, to] : {std::pair{&w1, &w1t}, std::pair{&w3, &w3t}, std::pair{&w2, &w2t}}) {
+            DSV4_CUDA_CHECK(cudaMemcpy(to->get(), from->get(), from->size(), cudaMemcpyDeviceToDevice));
+            const int64_t k_half = (from == &w2 ? inter : dim) / 2;
+            repack_expert_tiles(to->get(), int64_t(from->size()) / k_half, k_half, nullptr);
+        }
     check_launch(0);
-    auto params = [&](int i, bool down) {
+    auto params = [&](int i, bool down, bool tiled = false) {
         MoeGemmParams p;
         p.a = down ? h.get() : x.get();
         p.a_scale = down ? h_scale.get() : x_scale.get();
         p.row_index = down ? nullptr : row_index[size_t(i % kRoutings)].get();
         p.expert_offsets = offsets[size_t(i % kRoutings)].get();
-        p.w = down ? w2.get() : w1.get();
+        p.w = down ? (tiled ? w2t : w2).get() : (tiled ? w1t : w1).get();
         p.w_scale = down ? s2.get() : s1.get();
         p.y = down ? y2.get() : y1.get();
-        if (!down) p.second = {w3.get(), s3.get(), nullptr, y3.get()};
+        if (!down) p.second = {(tiled ? w3t : w3).get(), s3.get(), nullptr, y3.get()};
+        p.tiled = tiled;
         p.experts = experts;
         p.n = down ? dim : inter;
         p.k = down ? inter : dim;
@@ -435,22 +445,24 @@ void bench_moe_mma(int64_t tokens, bool variants = false, bool row_tiles = false
         // compared bitwise (hashes of routing 0's outputs).
         const double flops = 2.0 * double(slots) * double(inter) * double(dim) * (down ? 1 : 2);
         uint64_t reference = 0;
-        const detail::MoeMmaVariant first = single_slot ? detail::MoeMmaVariant::kAllSlots
-                                                        : detail::MoeMmaVariant::kWarpMma,
-                                    second =
-                                        single_slot ? detail::MoeMmaVariant::kWarpMma : detail::MoeMmaVariant::kChosen;
-        for (detail::MoeMmaVariant v : {first, second}) {
+        using V = detail::MoeMmaVariant;
+        const std::vector<std::pair<V, bool>> runs =  // (variant, tiled weights); the first is the reference
+            single_slot
+                ? std::vector<std::pair<V, bool>>{{V::kAllSlots, false}, {V::kWarpMma, false}, {V::kWarpMma, true}}
+                : std::vector<std::pair<V, bool>>{{V::kWarpMma, false}, {V::kChosen, false}};
+        for (auto [v, tiled] : runs) {
             const double us = graph_us(
-                [&](int i, cudaStream_t s) { DSV4_CUDA_CHECK(detail::launch_moe_mma(params(i, down), v, s)); });
-            DSV4_CUDA_CHECK(detail::launch_moe_mma(params(0, down), v, nullptr));
+                [&](int i, cudaStream_t s) { DSV4_CUDA_CHECK(detail::launch_moe_mma(params(i, down, tiled), v, s)); });
+            DSV4_CUDA_CHECK(detail::launch_moe_mma(params(0, down, tiled), v, nullptr));
             const uint64_t hash = outputs_hash(down);
-            if (v == first)
+            if (v == runs.front().first && !tiled)
                 reference = hash;
             else if (hash != reference)
                 ++failures;
-            const char* name = v == detail::MoeMmaVariant::kAllSlots          ? "any-slot passes"
+            const char* name = v == V::kAllSlots                              ? "any-slot passes"
+                               : single_slot && tiled                         ? "single-slot passes, tiled (bulk)"
                                : single_slot                                  ? "single-slot passes"
-                               : v == detail::MoeMmaVariant::kWarpMma         ? "warp mma"
+                               : v == V::kWarpMma                             ? "warp mma"
                                : detail::moe_mma_takes_wgmma(params(0, down)) ? "wgmma"
                                                                               : "chosen (warp mma)";
             std::printf("%-8s %6lld %8.1f %8d %10.2f %9.0f %9.1f   %016llx %s %s\n", down ? "w2" : "w1+w3",

@@ -185,8 +185,10 @@ double run_ring(const uint8_t* w, size_t bytes, int copies, int64_t row_bytes, i
 // The same ring filled by the bulk copy engine (cp.async.bulk, sm_90) with a full and an empty mbarrier a stage instead
 // of the CTA barrier: the ninth warp issues the copies once a slot is released (kContiguous: the stage's 64 rows stored
 // back to back, one 4 KiB copy; else one 64-byte copy a row), the 8 reading warps wait only for their stage's bytes
-// and release the slot when read. No CTA-wide barrier a stage.
-template <bool kContiguous>
+// and release the slot when read. No CTA-wide barrier a stage. kCpAsync: the loader warp's 16-byte cp.async copies
+// (rows in the checkpoint's order) signal the full mbarrier as they land (cp.async.mbarrier.arrive), no bulk copy:
+// the mbarriers' share of the gain without the repack.
+template <bool kContiguous, bool kCpAsync = false>
 __global__ void __launch_bounds__(288)
     bulk_ring_kernel(const uint8_t* w, int64_t rows, int64_t row_bytes, uint32_t* sink) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -196,7 +198,7 @@ __global__ void __launch_bounds__(288)
     auto addr = [](const void* p) { return dsv4::cuda::smem_addr(p); };
     if (tid == 0)
         for (int i = 0; i < kRingStages; ++i) {
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(addr(&full[i])));
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(addr(&full[i])), "r"(kCpAsync ? 32 : 1));
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 8;" ::"r"(addr(&empty[i])));
         }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -220,6 +222,17 @@ __global__ void __launch_bounds__(288)
                 const int64_t g = n + kt;
                 const int slot = int(g % kRingStages);
                 if (g >= kRingStages) wait(&empty[slot], uint32_t((g / kRingStages - 1) & 1));
+                if (kCpAsync) {
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) {
+                        const int c = lane + 32 * i, r = c / 4, part = c % 4;
+                        dsv4::cuda::cp_async16(addr(&ring[slot][r * kStageBytes + part * 16]),
+                                               tile + r * row_bytes + int64_t(kt) * kStageBytes + part * 16);
+                    }
+                    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(addr(&full[slot]))
+                                 : "memory");
+                    continue;
+                }
                 if (lane == 0)
                     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(addr(&full[slot])),
                                  "r"(kRingTile * kStageBytes)
@@ -260,7 +273,7 @@ __global__ void __launch_bounds__(288)
 #endif
 }
 
-template <bool kContiguous>
+template <bool kContiguous, bool kCpAsync = false>
 double run_bulk(const uint8_t* w, size_t bytes, int copies, int64_t row_bytes, int grid, uint32_t* sink) {
     cudaEvent_t a, b;
     DSV4_CUDA_CHECK(cudaEventCreate(&a));
@@ -269,7 +282,7 @@ double run_bulk(const uint8_t* w, size_t bytes, int copies, int64_t row_bytes, i
     for (int r = 0; r < 9; ++r) {
         const uint8_t* copy = w + size_t(r % copies) * bytes;
         DSV4_CUDA_CHECK(cudaEventRecord(a));
-        bulk_ring_kernel<kContiguous><<<grid, 288>>>(copy, int64_t(bytes) / row_bytes, row_bytes, sink);
+        bulk_ring_kernel<kContiguous, kCpAsync><<<grid, 288>>>(copy, int64_t(bytes) / row_bytes, row_bytes, sink);
         DSV4_CUDA_CHECK(cudaEventRecord(b));
         DSV4_CUDA_CHECK(cudaEventSynchronize(b));
         float ms = 0;
@@ -370,6 +383,7 @@ int main() {
         ring("one warp", run_ring<true>(w, b1_bytes, copies, 2048, grid, sink));
         ring("bulk rows", run_bulk<false>(w, b1_bytes, copies, 2048, grid, sink));
         ring("bulk 4 KiB", run_bulk<true>(w, b1_bytes, copies, 2048, grid, sink));
+        ring("cp.async+mbar", run_bulk<false, true>(w, b1_bytes, copies, 2048, grid, sink));
     }
     return 0;
 }

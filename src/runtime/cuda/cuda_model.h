@@ -110,6 +110,11 @@ struct CudaOptions {
     // The attention's mHC post-mix as the epilogue of its output projection wo_b (cuda::Fp8GemmParams::post_mix)
     // instead of hc_post's own launch after it: one launch fewer a layer. Off: hc_post's launch; the same bits.
     bool post_mix_in_wo_b = true;
+    // The routed experts' packed nibbles repacked after the upload into 64-row tiles (kernels/cuda/expert_layout),
+    // where their shape tiles: the batch-1 passes copy each stage as one bulk copy (docs/perf.md, "The single-slot
+    // pass's loading scheme, and what a bulk copy of a repacked stage buys"). Off: the checkpoint's row order; the
+    // same bits.
+    bool tiled_experts = true;
     // The most pinned host memory the logits' copy to the host takes; a piece wanting more logits (every position of
     // a long prefill) goes through it in slices, the same values.
     size_t logit_staging_bytes = size_t(256) << 20;  // a decode step of 519 sequences at V4's vocabulary in one slice

@@ -67,6 +67,9 @@ struct MoeGemmParams {
     int expected_active_experts = 0;    // optional: non-empty experts of this launch (picks the row tile; no bits)
     MoeGemmMatrix second;               // optional: w == nullptr for one matrix
     MoeGemmSwiglu swiglu;               // optional: the activations computed from W1 x and W3 x (a, a_scale unused)
+    // w (and second.w) in the tiled layout of expert_layout.h (expert_tiles_fit(n, k)); kMma only. The same bits:
+    // every kernel stages the same bytes; the single-slot passes copy each stage of a tile as one bulk copy.
+    bool tiled = false;
     MoeGemmPath path = MoeGemmPath::kMma;
 };
 

@@ -37,9 +37,11 @@
 // launches).
 #include <algorithm>
 
+#include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/resident_ctas.h"
+#include "kernels/cuda/expert_layout/expert_layout.h"
 #include "kernels/cuda/moe_expert/swiglu_math.cuh"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
 #include "kernels/cuda/moe_gemm/moe_mma_common.cuh"
@@ -61,11 +63,14 @@ constexpr int kARowBytes = kStageCols + 32;      // 128 e4m3 + pad: 8-byte reads
 constexpr int kScaleRowBytes = 16;               // the aligned words covering a row's scales of one stage
 
 // Shared-memory layout of one stage. kRowHeld: the activations are not staged (the pass holds its row whole, below).
-template <int kTokens, int kRowGroups, bool kRowHeld = false>
+// kBulk: the weights arrive as one bulk copy of the tiled layout's block (expert_layout.h): rows at a 64-byte pitch,
+// their 16-byte chunks swizzled as they lie there (the reads undo it), where the 16-byte copies pad each row to 80.
+template <int kTokens, int kRowGroups, bool kRowHeld = false, bool kBulk = false>
 struct Stage {
     static constexpr int kRowsPerCta = 16 * kRowGroups;
+    static constexpr int w_pitch = kBulk ? int(kExpertBlockBytes) : kWRowBytes;
     static constexpr int w = 0;
-    static constexpr int a = w + kRowsPerCta * kWRowBytes;
+    static constexpr int a = w + kRowsPerCta * w_pitch;
     static constexpr int w_scale = a + (kRowHeld ? 0 : kTokens * kARowBytes);
     static constexpr int a_scale = w_scale + kRowsPerCta * kScaleRowBytes;
     static constexpr int bytes = (a_scale + (kRowHeld ? 0 : kTokens * 4) + 15) / 16 * 16;
@@ -92,9 +97,11 @@ template <int kTokens, bool kWholeStages>
 __host__ __device__ constexpr int stage_count() {
     return kTokens <= 16 && kWholeStages ? 8 : 4;
 }
-template <int kTokens, int kRowGroups, bool kWholeStages, bool kRowHeld = false, bool kGated = false>
+template <int kTokens, int kRowGroups, bool kWholeStages, bool kRowHeld = false, bool kGated = false,
+          bool kBulk = false>
 __host__ __device__ constexpr int smem_bytes(int64_t experts, int64_t k) {
-    return list_bytes(experts) + stage_count<kTokens, kWholeStages>() * Stage<kTokens, kRowGroups, kRowHeld>::bytes +
+    return list_bytes(experts) +
+           stage_count<kTokens, kWholeStages>() * Stage<kTokens, kRowGroups, kRowHeld, kBulk>::bytes +
            int(kRowHeld ? (held_row_bytes(k, kGated) + 15) / 16 * 16 : 0);
 }
 
@@ -144,8 +151,13 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
 // stages carry only weights: each pass first holds its slot's activation row in shared memory (held_row_bytes) while
 // its first weight stages load, copied from the activations or, kGated (Args::swiglu), computed from W1 x and W3 x as
 // cuda::swiglu and act_quant would write it; the same MMA operands as a staged row's.
+// kTiled (Args::tiled): the weights in expert_layout.h's 64-row tiles; the copies read each chunk from its place there
+// (a compile-time stride, so the row-order kernels keep their registers). kBulk (single-slot passes over tiled
+// weights): the loader copies each stage's weights as one bulk copy of the tile's block (16 rows x 64 bytes a row
+// group) that completes on the stage slot's mbarrier, and waits for it before the stage's barrier; the reads undo the
+// layout's chunk swizzle. The same bytes meet the same MMAs either way.
 template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false,
-          bool kGated = false>
+          bool kGated = false, bool kTiled = false>
 __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks<kTokens, kRowGroups>())
     moe_mma_kernel(Args p) {
     constexpr int kThreads = threads<kRowGroups>();  // the warps that multiply
@@ -159,13 +171,14 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
     constexpr int kStages = stage_count<kTokens, kWholeStages>();
     static_assert(!kGated || (kSingle && kWholeStages), "computed activations: single-slot passes, whole stages");
     static_assert(!kSingle || kWholeStages, "a held row: whole stages");
+    constexpr bool kBulk = kSingle && kTiled;
     constexpr bool kRowHeld = kSingle;
     // kFactors (single-slot MXFP4 passes): the loader also turns each stage's block scales into the promotions'
     // factors a_scale x w_scale (promote's FMUL, the same bits) in place of the row's staged codes, one stage ahead
     // (after the refill it issued, so no stage leaves flight), and the warps that multiply load them.
     constexpr bool kFactors = kSingle && !kNv;
     static_assert(!kFactors || (kLoader && kScaleRowBytes == 16), "four f32 factors over a row's staged codes");
-    using L = Stage<kTokens, kRowGroups, kRowHeld>;
+    using L = Stage<kTokens, kRowGroups, kRowHeld, kBulk>;
     constexpr int kRowsPerCta = L::kRowsPerCta;
     static_assert(kRowsPerCta * 4 % kLoaders == 0 && (kLoader || kRowsPerCta * 4 == kLoaders),
                   "whole 16-byte W chunks per loading thread and stage (one where every thread loads)");
@@ -177,6 +190,7 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
     static_assert(kTokens <= kLoaders, "one activation scale per loading thread and stage");
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ int warp_counts[kCtaThreads / 32];
+    __shared__ __align__(8) uint64_t stage_full[kBulk ? kStages : 1];  // kBulk: a slot's bytes have landed
     int* active = reinterpret_cast<int*>(smem);
     uint8_t* stages = smem + list_bytes(p.experts);
     const unsigned stages_addr = smem_addr(stages);
@@ -193,9 +207,13 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
     const int row_group = warp % kRowGroups, k_part = warp / kRowGroups;
     const bool loads = !kLoader || warp == kThreads / 32, multiplies = !kLoader || warp < kThreads / 32;
     const int li = kLoader ? lane : tid;  // this thread's index among the loading threads
+    if constexpr (kBulk)
+        if (loads && li == 0) init_stage_barriers<kStages>(stage_full);  // ordered by the list's barriers
+    uint32_t full_parity = 0;  // kBulk: bit s, the phase slot s completes next
     const int count = list_active_experts<kCtaThreads>(p.offsets, p.experts, active, warp_counts);
 
     const int64_t k_half = p.k / 2, scale_cols = kNv ? p.k / 16 : p.k / 32, kb = (p.k + 127) / 128;
+    constexpr int w_stride = int(kTiled ? kExpertTileBlockBytes : kExpertBlockBytes);  // a row's block to the next
     const int kt_count = int(kb);
     const int64_t items = int64_t(count) * n_tiles * p.mat_count;
     for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
@@ -218,9 +236,12 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
 #pragma unroll
         for (int i = 0; i < kWPer; ++i) {
             const int r = li / 4 + kLoaders / 4 * i;
-            w_src[i] = m.w + row_of(r) * k_half + w_part * 16;
+            w_src[i] = m.w + expert_chunk_offset(kTiled, row_of(r), k_half, 0, w_part);
             w_dst[i] = L::w + r * kWRowBytes + w_part * 16;
         }
+        // kBulk: the item's rows of a block, back to back in the tiled layout (the row group's first row is even, so
+        // its chunk 0 is unswizzled: the block's bytes start there).
+        const uint8_t* bulk_src = kBulk ? m.w + expert_chunk_offset(true, row_of(0), k_half, 0, 0) : nullptr;
         const int64_t scale_total = p.experts * p.n * scale_cols;
         int64_t scale_first[kScalePer];  // row li + kLoaders j's first scale
 #pragma unroll
@@ -259,9 +280,15 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
 
             auto load = [&](int slot, int kt) {
                 const unsigned base = stages_addr + slot * L::bytes;
+                if constexpr (kBulk) {
+                    if (li == 0)
+                        bulk_copy_to_stage(base + L::w, bulk_src + kt * kExpertTileBlockBytes,
+                                           kRowsPerCta * int(kExpertBlockBytes), stage_full + slot);
+                }
                 if constexpr (kWholeStages) {
+                    if constexpr (!kBulk)
 #pragma unroll
-                    for (int i = 0; i < kWPer; ++i) cp_async16(base + w_dst[i], w_src[i] + kt * 64);
+                        for (int i = 0; i < kWPer; ++i) cp_async16(base + w_dst[i], w_src[i] + kt * w_stride);
 #pragma unroll
                     for (int i = 0; i < kAPerThread; ++i)
                         if (!kRowHeld && a_src[i]) cp_async16(base + a_dst[i], a_src[i] + kt * kStageCols);
@@ -276,7 +303,7 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                     }
                 } else {  // every thread loads (kWPer == kScalePer == 1, li == tid)
                     const bool w_ok = int64_t(kt) * 64 + w_part * 16 < k_half;
-                    cp_async16(base + w_dst[0], w_ok ? w_src[0] + int64_t(kt) * 64 : w_src[0], w_ok ? 16 : 0);
+                    cp_async16(base + w_dst[0], w_ok ? w_src[0] + int64_t(kt) * w_stride : w_src[0], w_ok ? 16 : 0);
 #pragma unroll
                     for (int i = 0; i < kAPerThread; ++i)
                         if (a_src[i]) {
@@ -380,6 +407,8 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
             }
             for (int kt = 0; kt < kt_count; ++kt) {
                 if (loads && !kFactors) cp_async_wait<kStages - 2>();
+                if constexpr (kBulk)
+                    if (loads) wait_stage_barrier(stage_full + kt % kStages, full_parity, kt % kStages);
                 __syncthreads();
                 if (loads) {
                     if (kt + kStages - 1 < kt_count) load((kt + kStages - 1) % kStages, kt + kStages - 1);
@@ -392,8 +421,9 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                 if (!multiplies) continue;
 
                 const uint8_t* st = stages + (kt % kStages) * L::bytes;
-                const uint8_t* w_g = st + L::w + row_g * kWRowBytes;
-                const uint8_t* w_g8 = w_g + 8 * kWRowBytes;
+                const uint8_t* w_g = st + L::w + row_g * L::w_pitch;
+                const uint8_t* w_g8 = w_g + 8 * L::w_pitch;
+                const int swizzle = kBulk ? (g >> 1) & 3 : 0;  // rows g and g + 8 alike (expert_layout.h)
                 const uint8_t* sc_g = st + L::w_scale + row_g * kScaleRowBytes + lead_g;
                 const uint8_t* sc_g8 = st + L::w_scale + (row_g + 8) * kScaleRowBytes + lead_g8;
                 float as[kTn][2];
@@ -418,7 +448,7 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                     const int b = k_part + kSplit * j;
                     if (!kWholeStages && b >= blocks) break;
                     uint32_t w0[4], w1[4];
-                    w_fragments<kNv>(w_g, w_g8, b, t, w0, w1);
+                    w_fragments<kNv>(w_g, w_g8, b ^ swizzle, t, w0, w1);
                     float ws_g[2], ws_g8[2];
                     if constexpr (!kFactors) w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
 #pragma unroll
@@ -486,11 +516,12 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
 }
 
 template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false,
-          bool kGated = false>
+          bool kGated = false, bool kTiled = false>
 cudaError_t launch(const Args& args, cudaStream_t stream) {
-    const auto kernel = moe_mma_kernel<kTokens, kRowGroups, kFormat, kWholeStages, kSingle, kGated>;
+    const auto kernel = moe_mma_kernel<kTokens, kRowGroups, kFormat, kWholeStages, kSingle, kGated, kTiled>;
     constexpr int kCtaThreads = cta_threads<kRowGroups, kSingle>();
-    const int smem = smem_bytes<kTokens, kRowGroups, kWholeStages, kSingle, kGated>(args.experts, args.k);
+    const int smem = smem_bytes < kTokens, kRowGroups, kWholeStages, kSingle, kGated,
+              kSingle && kTiled > (args.experts, args.k);
     const int64_t n_tiles = (args.n + 16 * kRowGroups - 1) / (16 * kRowGroups);
     const int64_t items = args.experts * n_tiles * args.mat_count,
                   resident = resident_ctas(reinterpret_cast<const void*>(kernel), kCtaThreads, smem);
@@ -500,16 +531,16 @@ cudaError_t launch(const Args& args, cudaStream_t stream) {
 }
 
 // Narrow row tiles only for the decode passes (8 and 16 slots); the wider passes keep 64 rows.
-template <int kTokens, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false, bool kGated = false>
+template <int kTokens, ExpertFormat kFormat, bool kWholeStages, bool kTiled, bool kSingle = false, bool kGated = false>
 cudaError_t launch(const Args& args, int row_groups, cudaStream_t stream) {
     if constexpr (kTokens <= 16) {
-        if (row_groups == 1) return launch<kTokens, 1, kFormat, kWholeStages, kSingle, kGated>(args, stream);
-        if (row_groups == 2) return launch<kTokens, 2, kFormat, kWholeStages, kSingle, kGated>(args, stream);
+        if (row_groups == 1) return launch<kTokens, 1, kFormat, kWholeStages, kSingle, kGated, kTiled>(args, stream);
+        if (row_groups == 2) return launch<kTokens, 2, kFormat, kWholeStages, kSingle, kGated, kTiled>(args, stream);
     }
-    return launch<kTokens, kMaxRowGroups, kFormat, kWholeStages, kSingle, kGated>(args, stream);
+    return launch<kTokens, kMaxRowGroups, kFormat, kWholeStages, kSingle, kGated, kTiled>(args, stream);
 }
 
-template <ExpertFormat kFormat, bool kWholeStages>
+template <ExpertFormat kFormat, bool kWholeStages, bool kTiled>
 cudaError_t launch(const Args& args, int tokens, int row_groups, bool single, cudaStream_t stream) {
     const bool gated = args.swiglu.gate != nullptr;
     if (gated && (tokens != 8 || !kWholeStages)) return cudaErrorInvalidValue;  // moe_gemm_computes_swiglu
@@ -517,17 +548,17 @@ cudaError_t launch(const Args& args, int tokens, int row_groups, bool single, cu
         case 8:
             if constexpr (kWholeStages) {
                 if (gated)
-                    return single ? launch<8, kFormat, true, true, true>(args, row_groups, stream)
+                    return single ? launch<8, kFormat, true, kTiled, true, true>(args, row_groups, stream)
                                   : cudaErrorInvalidValue;  // single-slot passes only
-                if (single) return launch<8, kFormat, true, true>(args, row_groups, stream);
+                if (single) return launch<8, kFormat, true, kTiled, true>(args, row_groups, stream);
             }
-            return launch<8, kFormat, kWholeStages>(args, row_groups, stream);
+            return launch<8, kFormat, kWholeStages, kTiled>(args, row_groups, stream);
         case 16:
-            return launch<16, kFormat, kWholeStages>(args, row_groups, stream);
+            return launch<16, kFormat, kWholeStages, kTiled>(args, row_groups, stream);
         case 32:
-            return launch<32, kFormat, kWholeStages>(args, row_groups, stream);
+            return launch<32, kFormat, kWholeStages, kTiled>(args, row_groups, stream);
         case 64:
-            return launch<64, kFormat, kWholeStages>(args, row_groups, stream);
+            return launch<64, kFormat, kWholeStages, kTiled>(args, row_groups, stream);
         default:
             return cudaErrorInvalidValue;
     }
@@ -535,8 +566,11 @@ cudaError_t launch(const Args& args, int tokens, int row_groups, bool single, cu
 
 template <ExpertFormat kFormat>
 cudaError_t launch(const Args& args, int tokens, int row_groups, bool whole_stages, bool single, cudaStream_t stream) {
-    return whole_stages ? launch<kFormat, true>(args, tokens, row_groups, single, stream)
-                        : launch<kFormat, false>(args, tokens, row_groups, single, stream);
+    if (args.tiled)
+        return whole_stages ? launch<kFormat, true, true>(args, tokens, row_groups, single, stream)
+                            : launch<kFormat, false, true>(args, tokens, row_groups, single, stream);
+    return whole_stages ? launch<kFormat, true, false>(args, tokens, row_groups, single, stream)
+                        : launch<kFormat, false, false>(args, tokens, row_groups, single, stream);
 }
 
 }  // namespace
@@ -592,6 +626,7 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaSt
     args.experts = p.experts;
     args.n = p.n;
     args.k = p.k;
+    args.tiled = p.tiled;
     args.swiglu = p.swiglu;
     const int tokens = moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert);
     if (variant == MoeMmaVariant::kChosen && moe_mma_takes_wgmma(p)) {

@@ -32,6 +32,7 @@ struct Args {
     Matrix mats[2];
     int mat_count;
     int64_t experts, n, k;
+    bool tiled;            // the weights in expert_layout.h's 64-row tiles
     MoeGemmSwiglu swiglu;  // gate != nullptr: the activations are computed from W1 x and W3 x (moe_mma.cu only)
 };
 

@@ -25,6 +25,7 @@
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/common/wgmma.cuh"
+#include "kernels/cuda/expert_layout/expert_layout.h"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
 #include "kernels/cuda/moe_gemm/moe_mma_common.cuh"
 
@@ -149,6 +150,7 @@ struct WeightLoads {
     static constexpr int kChunks = Shape<kTokens>::stage_cols / 32, kPerThread = kRows * kChunks / kThreads;
     const uint8_t* src[kPerThread];
     unsigned dst[kPerThread];  // offsets in a stage slot
+    int64_t stage_stride;      // bytes from a row's stage to the next (row order or tiled, expert_layout.h)
     const uint8_t* scale_src;  // row tid's scale codes (row 0's where tid >= kRows: not loaded)
     bool loads_scales;
 };
@@ -164,9 +166,11 @@ __device__ __forceinline__ WeightLoads<kTokens, kNv> weight_loads(const Args& p,
 #pragma unroll
     for (int j = 0; j < WL::kPerThread; ++j) {
         const int r = tid / WL::kChunks + j * (kThreads / WL::kChunks), part = tid % WL::kChunks;
-        wl.src[j] = m.w + row_of(r) * (p.k / 2) + part * 16;
+        // The stage's 256 columns are two 128-column blocks of the layout (expert_layout.h): chunks 0-3 and 4-7.
+        wl.src[j] = m.w + expert_chunk_offset(p.tiled, row_of(r), p.k / 2, part / 4, part % 4);
         wl.dst[j] = Shape<kTokens>::w + r * Shape<kTokens>::w_row_bytes + part * 16;
     }
+    wl.stage_stride = Shape<kTokens>::stage_cols / 128 * expert_block_stride(p.tiled);
     wl.loads_scales = tid < kRows;
     wl.scale_src = m.w_scale + row_of(wl.loads_scales ? tid : 0) * (kNv ? p.k / 16 : p.k / 32);
     return wl;
@@ -223,9 +227,9 @@ __device__ __forceinline__ void load_stage(const WeightLoads<kTokens, kNv>& wl, 
     using S = Shape<kTokens>;
     using G = ScaleGroup<kTokens, kNv>;
     const unsigned base = stages_addr + slot * S::bytes;
+    const int64_t w_offset = kt * wl.stage_stride;
 #pragma unroll
-    for (int j = 0; j < WeightLoads<kTokens, kNv>::kPerThread; ++j)
-        cp_async16(base + wl.dst[j], wl.src[j] + kt * (S::stage_cols / 2));
+    for (int j = 0; j < WeightLoads<kTokens, kNv>::kPerThread; ++j) cp_async16(base + wl.dst[j], wl.src[j] + w_offset);
 #pragma unroll
     for (int i = 0; i < ActivationLoads<kTokens>::kPerThread; ++i)
         if (al.src[i]) cp_async16(base + al.dst[i], al.src[i] + kt * S::stage_cols);

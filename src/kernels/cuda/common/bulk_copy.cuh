@@ -1,0 +1,51 @@
+// Hopper's bulk copy engine (cp.async.bulk, sm_90) into shared memory, completing on an mbarrier: one instruction
+// copies a contiguous run of bytes (a multiple of 16, both ends 16-byte aligned) and the barrier's phase completes
+// once the bytes announced with it have landed. For rings of stages: each slot has a barrier that one thread arms
+// (the bytes to expect) as it issues the slot's copy, and the threads that consume the slot wait on its parity.
+#pragma once
+
+#include <cstdint>
+
+namespace dsv4::cuda {
+
+// One thread: every barrier of a ring of kSlots, for one arrival (the arming thread's) a phase.
+template <int kSlots>
+__device__ __forceinline__ void init_stage_barriers(uint64_t* bars) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    for (int i = 0; i < kSlots; ++i)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(unsigned(__cvta_generic_to_shared(bars + i))));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+// One thread: arms `bar` for `bytes` and copies them from global `src` to shared `dst` (a shared-window address).
+// The slot was last read through ordinary loads, which a CTA barrier ordered before this call; the proxy fence
+// orders them before the copy engine's writes.
+__device__ __forceinline__ void bulk_copy_to_stage(unsigned dst, const void* src, int bytes, uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned b = unsigned(__cvta_generic_to_shared(bar));
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(b)
+                 : "memory");
+#endif
+}
+
+// Waits for slot `slot`'s next phase; `parity` holds each slot's next phase bit (bit slot), flipped here.
+__device__ __forceinline__ void wait_stage_barrier(uint64_t* bar, uint32_t& parity, int slot) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned b = unsigned(__cvta_generic_to_shared(bar));
+    const uint32_t phase = (parity >> slot) & 1u;
+    uint32_t done = 0;
+    while (!done)
+        asm volatile(
+            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+            : "=r"(done)
+            : "r"(b), "r"(phase)
+            : "memory");
+    parity ^= 1u << slot;
+#endif
+}
+
+}  // namespace dsv4::cuda

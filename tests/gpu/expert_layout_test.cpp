@@ -1,0 +1,235 @@
+// The routed experts' tiled layout (kernels/cuda/expert_layout): the repack kernel puts every byte where
+// expert_chunk_offset says, and every tensor-core expert kernel reading tiled weights gives the bits it gives on the
+// same weights row by row: the single-slot passes (bulk copies: 64-, 32- and 16-row tiles, the pair launch, the
+// SwiGLU input), the passes for any slots, the 8-slot passes of small batches, the warpgroup kernel's wide passes, the
+// general path, MXFP4 and NVFP4, checkpoint-like and every scale code.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "core/error.h"
+#include "gemm_test_common.h"
+#include "kernels/cuda/expert_layout/expert_layout.h"
+#include "kernels/cuda/moe_gemm/moe_gemm.h"
+#include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
+
+namespace dsv4::gpu_test {
+namespace {
+
+using cuda::detail::MoeMmaVariant;
+
+TEST(ExpertLayout, RepackPutsEveryChunkWhereItsOffsetSays) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    for (int64_t k_half : {64, 1024, 2048}) {  // K 128, 2048 (w2 of V4-Flash), 4096 (w1 / w3)
+        const int64_t rows = 3 * cuda::kExpertTileRows;
+        std::vector<uint8_t> bytes(size_t(rows * k_half));
+        for (uint8_t& b : bytes) b = uint8_t(rng.engine()());
+        auto d = to_device(bytes);
+        cuda::repack_expert_tiles(d.get(), rows, k_half, nullptr);
+        DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<uint8_t> tiled = to_host(d);
+        int64_t wrong = 0;
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < k_half; ++c) {
+                const int64_t at = cuda::expert_chunk_offset(true, r, k_half, c / 64, int(c % 64 / 16)) + c % 16;
+                wrong += tiled[size_t(at)] != bytes[size_t(r * k_half + c)];
+            }
+        EXPECT_EQ(wrong, 0) << "k_half " << k_half;
+    }
+    EXPECT_THROW(cuda::repack_expert_tiles(nullptr, 96, 64, nullptr), dsv4::Error);  // not whole tiles
+}
+
+TEST(ExpertLayout, LaunchesRefuseWhatTheLayoutCannotServe) {
+    cuda::MoeGemmParams p;
+    alignas(16) static uint8_t bytes[16];
+    alignas(16) static float f[4];
+    static int32_t offsets[2] = {0, 0};
+    p.a = p.w = p.w_scale = bytes;
+    p.a_scale = f;
+    p.expert_offsets = offsets;
+    p.y = reinterpret_cast<__nv_bfloat16*>(bytes);
+    p.experts = 1, p.n = 64, p.k = 128;
+    p.tiled = true;
+    EXPECT_EQ(cuda::moe_gemm_can_implement(p), "");
+    p.path = cuda::MoeGemmPath::kCudaCore;
+    EXPECT_NE(cuda::moe_gemm_can_implement(p).find("row by row"), std::string::npos);
+    p.path = cuda::MoeGemmPath::kMma;
+    p.n = 72;
+    EXPECT_NE(cuda::moe_gemm_can_implement(p).find("N % 64"), std::string::npos);
+    p.n = 64, p.k = 96;
+    EXPECT_NE(cuda::moe_gemm_can_implement(p).find("K % 128"), std::string::npos);
+}
+
+// One token per `tokens` routed to `topk` distinct experts of `experts`, as expert offsets and row indices.
+struct Routing {
+    std::vector<int32_t> offsets, row_index;
+    int max_slots = 1;
+};
+Routing route(Rng& rng, int64_t tokens, int64_t experts, int64_t topk) {
+    std::vector<std::vector<int32_t>> by_expert(static_cast<size_t>(experts));
+    for (int64_t t = 0; t < tokens; ++t) {
+        std::vector<int64_t> ids(static_cast<size_t>(experts));
+        std::iota(ids.begin(), ids.end(), 0);
+        std::shuffle(ids.begin(), ids.end(), rng.engine());
+        for (int64_t j = 0; j < topk; ++j) by_expert[size_t(ids[size_t(j)])].push_back(int32_t(t));
+    }
+    Routing r;
+    r.offsets.push_back(0);
+    for (const auto& rows : by_expert) {
+        r.row_index.insert(r.row_index.end(), rows.begin(), rows.end());
+        r.offsets.push_back(int32_t(r.row_index.size()));
+        r.max_slots = std::max(r.max_slots, int(rows.size()));
+    }
+    return r;
+}
+
+// Stacked experts in row order and a tiled copy of them on the device.
+struct TwoLayouts {
+    cuda::DeviceBuffer<uint8_t> rows, tiled, scale;
+    cuda::DeviceBuffer<float> global;
+};
+TwoLayouts two_layouts(Rng& rng, int64_t experts, int64_t n, int64_t k, bool nvfp4, bool every_scale) {
+    std::vector<uint8_t> data, scale;
+    std::vector<float> global;
+    for (int64_t e = 0; e < experts; ++e) {
+        HostWeight w = random_fp4_weight(rng, n, k, nvfp4);
+        if (every_scale)
+            for (size_t i = 0; i < w.scale.size(); ++i) {
+                const uint8_t code = uint8_t((i * 37 + size_t(e)) % 255);  // never 255 (E8M0 NaN)
+                w.scale[i] = nvfp4 && (code & 0x7F) == 0x7F ? 0 : code;    // nor e4m3 NaN
+            }
+        data.insert(data.end(), w.data.begin(), w.data.end());
+        scale.insert(scale.end(), w.scale.begin(), w.scale.end());
+        global.push_back(nvfp4 ? rng.uniform(0.001f, 3.0f) : 1.0f);
+    }
+    TwoLayouts t{to_device(data), to_device(data), to_device(scale), to_device(global)};
+    cuda::repack_expert_tiles(t.tiled.get(), experts * n, k / 2, nullptr);
+    return t;
+}
+
+struct Case {
+    int64_t tokens, experts, topk, n, k;
+    int slot_bound;          // the host's bound on an expert's slots (1: single-slot passes where they apply)
+    MoeMmaVariant variant;   // kChosen: through cuda::moe_gemm (the launcher's kernel, its checks)
+    int row_groups;          // the warp-MMA kernel's row tile (0: the launcher's)
+    bool pair, every_scale;  // a second matrix in the launch (w3 beside w1); every scale code
+    const char* what;
+};
+
+void expect_layouts_agree(Rng& rng, const Case& c, bool nvfp4) {
+    const Routing routing = route(rng, c.tokens, c.experts, c.topk);
+    const int64_t slots = int64_t(routing.row_index.size());
+    const TwoLayouts w1 = two_layouts(rng, c.experts, c.n, c.k, nvfp4, c.every_scale);
+    const TwoLayouts w3 = two_layouts(rng, c.experts, c.n, c.k, nvfp4, c.every_scale);
+    std::vector<float> x = random_activations(rng, c.tokens, c.k);
+    if (c.every_scale)
+        for (size_t i = 0; i < x.size(); ++i) x[i] = round_bf16(x[i] * std::ldexp(1.0f, int(i % 61) - 30));
+    DeviceFp8Act a = quantize_on_device(x, c.tokens, c.k);
+    auto od = to_device(routing.offsets);
+    auto rd = to_device(routing.row_index);
+    std::vector<uint16_t> out[2][2];  // [tiled][matrix]
+    for (bool tiled : {false, true}) {
+        auto y1 = poisoned<uint16_t>(size_t(slots * c.n), tiled ? 0x7F : 0xFF);
+        auto y3 = poisoned<uint16_t>(size_t(slots * c.n), tiled ? 0x7F : 0xFF);
+        cuda::MoeGemmParams p;
+        p.a = a.q.get();
+        p.a_scale = a.scale.get();
+        p.row_index = rd.get();
+        p.expert_offsets = od.get();
+        p.format = nvfp4 ? cuda::ExpertFormat::kNvfp4 : cuda::ExpertFormat::kMxfp4;
+        p.w = tiled ? w1.tiled.get() : w1.rows.get();
+        p.w_scale = w1.scale.get();
+        p.w_global = nvfp4 ? w1.global.get() : nullptr;
+        p.y = reinterpret_cast<__nv_bfloat16*>(y1.get());
+        if (c.pair)
+            p.second = {tiled ? w3.tiled.get() : w3.rows.get(), w3.scale.get(), nvfp4 ? w3.global.get() : nullptr,
+                        reinterpret_cast<__nv_bfloat16*>(y3.get())};
+        p.experts = c.experts, p.n = c.n, p.k = c.k;
+        p.max_slots_per_expert = std::max(routing.max_slots, c.slot_bound);
+        p.tiled = tiled;
+        if (c.variant == MoeMmaVariant::kChosen && c.row_groups == 0)
+            cuda::moe_gemm(p, nullptr);
+        else
+            DSV4_CUDA_CHECK(cuda::detail::launch_moe_mma(p, c.variant, nullptr, c.row_groups));
+        DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+        out[tiled][0] = to_host(y1);
+        if (c.pair) out[tiled][1] = to_host(y3);
+    }
+    const std::string what = std::string(c.what) + (nvfp4 ? " nvfp4" : " mxfp4") + " tiled vs rows";
+    expect_bitwise_bf16(what, out[1][0], out[0][0]);
+    if (c.pair) expect_bitwise_bf16(what + " (second matrix)", out[1][1], out[0][1]);
+}
+
+TEST(ExpertLayout, EveryKernelReadsTiledWeightsBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    constexpr MoeMmaVariant kChosen = MoeMmaVariant::kChosen, kWarp = MoeMmaVariant::kWarpMma,
+                            kAll = MoeMmaVariant::kAllSlots, kGeneral = MoeMmaVariant::kGeneral;
+    const Case cases[] = {
+        {1, 256, 6, 2048, 4096, 1, kChosen, 0, true, false, "w1 | w3 at batch 1 (single-slot, bulk)"},
+        {1, 256, 6, 4096, 2048, 1, kChosen, 0, false, false, "w2 at batch 1 (single-slot, bulk)"},
+        {1, 128, 3, 2048, 4096, 1, kWarp, 2, true, false, "batch 1, 32-row tiles"},
+        {1, 128, 3, 4096, 2048, 1, kWarp, 1, false, false, "batch 1, 16-row tiles"},
+        {1, 256, 6, 2048, 4096, 1, kAll, 0, true, false, "batch 1 through the passes for any slots"},
+        {4, 64, 6, 1024, 2048, 4, kChosen, 0, true, false, "batch 4 (8-slot passes)"},
+        {40, 16, 6, 256, 1024, 40, kChosen, 0, false, false, "40 tokens (warpgroup passes of 16)"},
+        {300, 8, 3, 128, 512, 300, kChosen, 0, true, false, "300 tokens (warpgroup passes of 64)"},
+        {40, 16, 6, 256, 1024, 40, kGeneral, 0, false, false, "40 tokens, general stages"},
+        {1, 32, 4, 320, 2048, 1, kChosen, 0, false, true, "batch 1, every scale code"},
+        {5, 32, 4, 320, 2048, 5, kChosen, 0, true, true, "5 tokens, every scale code"},
+    };
+    for (bool nvfp4 : {false, true})
+        for (const Case& c : cases) expect_layouts_agree(rng, c, nvfp4);
+}
+
+// w2 computing its input from W1 x and W3 x (the batch-1 step's single-slot passes with bulk copies) reads tiled
+// weights with the bits of row order.
+TEST(ExpertLayout, SwigluInputPassesReadTiledWeightsBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    for (bool nvfp4 : {false, true}) {
+        const int64_t experts = 256, topk = 6, n = 4096, k = 2048;
+        const Routing routing = route(rng, 1, experts, topk);
+        const int64_t slots = int64_t(routing.row_index.size());
+        const TwoLayouts w2 = two_layouts(rng, experts, n, k, nvfp4, false);
+        std::vector<float> gate(size_t(slots * k)), up(gate.size());
+        for (size_t i = 0; i < gate.size(); ++i) {
+            gate[i] = round_bf16(rng.uniform(-14.0f, 14.0f));
+            up[i] = round_bf16(rng.uniform(-14.0f, 14.0f));
+        }
+        auto gd = to_device(to_bf16(gate));
+        auto ud = to_device(to_bf16(up));
+        auto od = to_device(routing.offsets);
+        std::vector<uint16_t> out[2];
+        for (bool tiled : {false, true}) {
+            auto y = poisoned<uint16_t>(size_t(slots * n), tiled ? 0x7F : 0xFF);
+            cuda::MoeGemmParams p;
+            p.expert_offsets = od.get();
+            p.format = nvfp4 ? cuda::ExpertFormat::kNvfp4 : cuda::ExpertFormat::kMxfp4;
+            p.w = tiled ? w2.tiled.get() : w2.rows.get();
+            p.w_scale = w2.scale.get();
+            p.w_global = nvfp4 ? w2.global.get() : nullptr;
+            p.y = reinterpret_cast<__nv_bfloat16*>(y.get());
+            p.experts = experts, p.n = n, p.k = k;
+            p.max_slots_per_expert = 1;
+            p.swiglu = {reinterpret_cast<const __nv_bfloat16*>(gd.get()),
+                        reinterpret_cast<const __nv_bfloat16*>(ud.get()),
+                        0,
+                        nullptr,
+                        nullptr,
+                        10.0f};
+            p.tiled = tiled;
+            ASSERT_TRUE(cuda::moe_gemm_computes_swiglu(p));
+            cuda::moe_gemm(p, nullptr);
+            DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+            out[tiled] = to_host(y);
+        }
+        expect_bitwise_bf16(
+            std::string("w2 with its SwiGLU input at batch 1 ") + (nvfp4 ? "nvfp4" : "mxfp4") + " tiled vs rows",
+            out[1], out[0]);
+    }
+}
+
+}  // namespace
+}  // namespace dsv4::gpu_test
