@@ -167,11 +167,11 @@ TEST(ExpertLayout, EveryKernelReadsTiledWeightsBitwise) {
     constexpr MoeMmaVariant kChosen = MoeMmaVariant::kChosen, kWarp = MoeMmaVariant::kWarpMma,
                             kAll = MoeMmaVariant::kAllSlots, kGeneral = MoeMmaVariant::kGeneral;
     const Case cases[] = {
-        {1, 256, 6, 2048, 4096, 1, kChosen, 0, true, false, "w1 | w3 at batch 1 (single-slot, bulk)"},
-        {1, 256, 6, 4096, 2048, 1, kChosen, 0, false, false, "w2 at batch 1 (single-slot, bulk)"},
-        {1, 128, 3, 2048, 4096, 1, kWarp, 2, true, false, "batch 1, 32-row tiles"},
-        {1, 128, 3, 4096, 2048, 1, kWarp, 1, false, false, "batch 1, 16-row tiles"},
-        {1, 256, 6, 2048, 4096, 1, kAll, 0, true, false, "batch 1 through the passes for any slots"},
+        {1, 12, 6, 2048, 4096, 1, kChosen, 0, true, false, "w1 | w3 at batch 1 (single-slot, bulk)"},
+        {1, 12, 6, 4096, 2048, 1, kChosen, 0, false, false, "w2 at batch 1 (single-slot, bulk)"},
+        {1, 8, 3, 2048, 4096, 1, kWarp, 2, true, false, "batch 1, 32-row tiles"},
+        {1, 8, 3, 4096, 2048, 1, kWarp, 1, false, false, "batch 1, 16-row tiles"},
+        {1, 12, 6, 2048, 4096, 1, kAll, 0, true, false, "batch 1 through the passes for any slots"},
         {4, 64, 6, 1024, 2048, 4, kChosen, 0, true, false, "batch 4 (8-slot passes)"},
         {40, 16, 6, 256, 1024, 40, kChosen, 0, false, false, "40 tokens (warpgroup passes of 16)"},
         {300, 8, 3, 128, 512, 300, kChosen, 0, true, false, "300 tokens (warpgroup passes of 64)"},
@@ -189,7 +189,7 @@ TEST(ExpertLayout, SwigluInputPassesReadTiledWeightsBitwise) {
     DSV4_REQUIRE_GPU();
     Rng rng;
     for (bool nvfp4 : {false, true}) {
-        const int64_t experts = 256, topk = 6, n = 4096, k = 2048;
+        const int64_t experts = 12, topk = 6, n = 4096, k = 2048;
         const Routing routing = route(rng, 1, experts, topk);
         const int64_t slots = int64_t(routing.row_index.size());
         const TwoLayouts w2 = two_layouts(rng, experts, n, k, nvfp4, false);

@@ -171,7 +171,9 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
     constexpr int kStages = stage_count<kTokens, kWholeStages>();
     static_assert(!kGated || (kSingle && kWholeStages), "computed activations: single-slot passes, whole stages");
     static_assert(!kSingle || kWholeStages, "a held row: whole stages");
-    constexpr bool kBulk = kSingle && kTiled;
+    // 64-row tiles only: a narrower tile's 2 or 1 KiB copies streamed slower than its 16-byte copies (H100, 2026-12-05:
+    // w1 | w3 of 3 experts at 32-row tiles 19.4 -> 20.6 us), so those read the tiles as every other pass does.
+    constexpr bool kBulk = kSingle && kTiled && kRowGroups == kMaxRowGroups;
     constexpr bool kRowHeld = kSingle;
     // kFactors (single-slot MXFP4 passes): the loader also turns each stage's block scales into the promotions'
     // factors a_scale x w_scale (promote's FMUL, the same bits) in place of the row's staged codes, one stage ahead
@@ -520,8 +522,8 @@ template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, 
 cudaError_t launch(const Args& args, cudaStream_t stream) {
     const auto kernel = moe_mma_kernel<kTokens, kRowGroups, kFormat, kWholeStages, kSingle, kGated, kTiled>;
     constexpr int kCtaThreads = cta_threads<kRowGroups, kSingle>();
-    const int smem = smem_bytes < kTokens, kRowGroups, kWholeStages, kSingle, kGated,
-              kSingle && kTiled > (args.experts, args.k);
+    constexpr bool kBulk = kSingle && kTiled && kRowGroups == kMaxRowGroups;  // as the kernel's
+    const int smem = smem_bytes<kTokens, kRowGroups, kWholeStages, kSingle, kGated, kBulk>(args.experts, args.k);
     const int64_t n_tiles = (args.n + 16 * kRowGroups - 1) / (16 * kRowGroups);
     const int64_t items = args.experts * n_tiles * args.mat_count,
                   resident = resident_ctas(reinterpret_cast<const void*>(kernel), kCtaThreads, smem);

@@ -144,20 +144,22 @@ struct ActivationTasks {
 
 // An item's weight loads (matrix, expert, 128-row tile): each stage, thread tid copies 16-byte chunk tid % kChunks of
 // W rows tid / kChunks + j kThreads / kChunks; each scale group, row tid's codes where tid < kRows. Rows past N
-// repeat the last (their outputs are never stored).
-template <int kTokens, bool kNv>
+// repeat the last (their outputs are never stored). kTiled: the weights in expert_layout.h's tiles (Args::tiled).
+template <int kTokens, bool kNv, bool kTiled>
 struct WeightLoads {
     static constexpr int kChunks = Shape<kTokens>::stage_cols / 32, kPerThread = kRows * kChunks / kThreads;
     const uint8_t* src[kPerThread];
     unsigned dst[kPerThread];  // offsets in a stage slot
-    int64_t stage_stride;      // bytes from a row's stage to the next (row order or tiled, expert_layout.h)
+    // Bytes from a row's stage to the next: its two 128-column blocks, 64 bytes each in row order, 4 KiB apart tiled.
+    static constexpr int stage_stride =
+        Shape<kTokens>::stage_cols / 128 * int(kTiled ? kExpertTileBlockBytes : 128 / 2);
     const uint8_t* scale_src;  // row tid's scale codes (row 0's where tid >= kRows: not loaded)
     bool loads_scales;
 };
-template <int kTokens, bool kNv>
-__device__ __forceinline__ WeightLoads<kTokens, kNv> weight_loads(const Args& p, const Matrix& m, int64_t e, int64_t n0,
-                                                                  int tid) {
-    using WL = WeightLoads<kTokens, kNv>;
+template <int kTokens, bool kNv, bool kTiled>
+__device__ __forceinline__ WeightLoads<kTokens, kNv, kTiled> weight_loads(const Args& p, const Matrix& m, int64_t e,
+                                                                          int64_t n0, int tid) {
+    using WL = WeightLoads<kTokens, kNv, kTiled>;
     auto row_of = [&](int r) {
         const int64_t n = n0 + r;
         return e * p.n + (n < p.n ? n : p.n - 1);
@@ -165,12 +167,22 @@ __device__ __forceinline__ WeightLoads<kTokens, kNv> weight_loads(const Args& p,
     WL wl;
 #pragma unroll
     for (int j = 0; j < WL::kPerThread; ++j) {
-        const int r = tid / WL::kChunks + j * (kThreads / WL::kChunks), part = tid % WL::kChunks;
+        int r = tid / WL::kChunks + j * (kThreads / WL::kChunks), part = tid % WL::kChunks;
         // The stage's 256 columns are two 128-column blocks of the layout (expert_layout.h): chunks 0-3 and 4-7.
-        wl.src[j] = m.w + expert_chunk_offset(p.tiled, row_of(r), p.k / 2, part / 4, part % 4);
+        // Tiled, the threads take the stage's four 4-KiB runs (64-row group, block) in memory order, so a warp's
+        // copies read 512 contiguous bytes; rows and parts land where the row order puts them.
+        static_assert(WL::kChunks == 8 && kRows == 2 * kExpertTileRows, "two blocks and two row groups a stage");
+        if constexpr (kTiled) {
+            const int c = tid + kThreads * j, run = c / (kExpertTileRows * 4), in_run = c % (kExpertTileRows * 4);
+            const int rr = in_run / 4, q = in_run % 4;  // the run's row, the chunk's place in the row's 64 bytes
+            r = run / 2 * kExpertTileRows + rr;
+            part = run % 2 * 4 + (q ^ ((rr >> 1) & 3));  // the chunk stored at place q
+            wl.src[j] = m.w + expert_chunk_offset(true, row_of(r), p.k / 2, part / 4, part % 4);
+        } else {
+            wl.src[j] = m.w + row_of(r) * (p.k / 2) + part * 16;
+        }
         wl.dst[j] = Shape<kTokens>::w + r * Shape<kTokens>::w_row_bytes + part * 16;
     }
-    wl.stage_stride = Shape<kTokens>::stage_cols / 128 * expert_block_stride(p.tiled);
     wl.loads_scales = tid < kRows;
     wl.scale_src = m.w_scale + row_of(wl.loads_scales ? tid : 0) * (kNv ? p.k / 16 : p.k / 32);
     return wl;
@@ -178,8 +190,8 @@ __device__ __forceinline__ WeightLoads<kTokens, kNv> weight_loads(const Args& p,
 
 // Whether every scale code of the item's rows can be folded into its weights (mxfp4_fold_factors): one thread a row,
 // 16 codes a load; every thread of the CTA calls it.
-template <int kTokens>
-__device__ __forceinline__ bool item_codes_foldable(const WeightLoads<kTokens, false>& wl, int64_t scale_cols) {
+template <int kTokens, bool kTiled>
+__device__ __forceinline__ bool item_codes_foldable(const WeightLoads<kTokens, false, kTiled>& wl, int64_t scale_cols) {
     bool foldable = true;
     if (wl.loads_scales)
         for (int64_t i = 0; i < scale_cols; i += 16) {
@@ -221,15 +233,16 @@ __device__ __forceinline__ ActivationLoads<kTokens> activation_loads(const Args&
 }
 
 // Stage kt into stage slot `slot`, and at a group's first stage the group's scales into their slot.
-template <int kTokens, bool kNv>
-__device__ __forceinline__ void load_stage(const WeightLoads<kTokens, kNv>& wl, const ActivationLoads<kTokens>& al,
-                                           unsigned stages_addr, unsigned groups_addr, int slot, int kt, int tid) {
+template <int kTokens, bool kNv, bool kTiled>
+__device__ __forceinline__ void load_stage(const WeightLoads<kTokens, kNv, kTiled>& wl,
+                                           const ActivationLoads<kTokens>& al, unsigned stages_addr,
+                                           unsigned groups_addr, int slot, int kt, int tid) {
     using S = Shape<kTokens>;
     using G = ScaleGroup<kTokens, kNv>;
     const unsigned base = stages_addr + slot * S::bytes;
-    const int64_t w_offset = kt * wl.stage_stride;
 #pragma unroll
-    for (int j = 0; j < WeightLoads<kTokens, kNv>::kPerThread; ++j) cp_async16(base + wl.dst[j], wl.src[j] + w_offset);
+    for (int j = 0; j < WeightLoads<kTokens, kNv, kTiled>::kPerThread; ++j)
+        cp_async16(base + wl.dst[j], wl.src[j] + kt * wl.stage_stride);
 #pragma unroll
     for (int i = 0; i < ActivationLoads<kTokens>::kPerThread; ++i)
         if (al.src[i]) cp_async16(base + al.dst[i], al.src[i] + kt * S::stage_cols);
@@ -363,7 +376,7 @@ __device__ __forceinline__ void multiply_stage(const StageOperands& s,
     promote_unit(kUnits - 1);
 }
 
-template <ExpertFormat kFormat, int kTokens>
+template <ExpertFormat kFormat, int kTokens, bool kTiled>
 __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmma_kernel(Args p) {
 #if DSV4_WGMMA
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
@@ -401,7 +414,7 @@ __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmm
         const int64_t n0 = item % n_tiles * kRows;
         const float global = kNv ? __ldg(m.w_global + e) : 1.0f;
         const int64_t begin = p.offsets[e], end = p.offsets[e + 1];
-        const WeightLoads<kTokens, kNv> wl = weight_loads<kTokens, kNv>(p, m, e, n0, tid);
+        const WeightLoads<kTokens, kNv, kTiled> wl = weight_loads<kTokens, kNv, kTiled>(p, m, e, n0, tid);
         bool folded = false;
         if constexpr (kFold) folded = item_codes_foldable(wl, p.k / 32);
 
@@ -484,7 +497,8 @@ __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmm
 
 template <ExpertFormat kFormat, int kTokens>
 cudaError_t launch(const Args& args, cudaStream_t stream) {
-    const auto kernel = moe_wgmma_kernel<kFormat, kTokens>;
+    const auto kernel =
+        args.tiled ? moe_wgmma_kernel<kFormat, kTokens, true> : moe_wgmma_kernel<kFormat, kTokens, false>;
     const int smem = smem_bytes<kTokens, kFormat == ExpertFormat::kNvfp4>(args.experts);
     const int64_t n_tiles = (args.n + kRows - 1) / kRows;
     const int64_t items = args.experts * n_tiles * args.mat_count,
