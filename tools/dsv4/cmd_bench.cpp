@@ -80,7 +80,7 @@ struct BenchArgs {
     bool router_apart = false;              // CudaOptions::router_with_routing off (likewise)
     bool swiglu_apart = false;              // CudaOptions::swiglu_in_w2 off (likewise)
     bool post_mix_apart = false;            // CudaOptions::post_mix_in_wo_b off (likewise)
-    bool expert_rows = false;               // CudaOptions::tiled_experts off (likewise)
+    bool tiled_experts = false;             // CudaOptions::tiled_experts on
     bool profile_range = false;  // cudaProfilerStart / Stop around the timed single-sequence steps
     ParallelFlags parallel;  // --gpus ...: the model over several GPUs (ranks.h); rank 0 measures and prints
     std::string backend;     // --backend: only "cuda" (accepted for scripts that pass it to every model command)
@@ -327,7 +327,7 @@ BenchModel make_bench_model(const BenchArgs& a, int64_t layers) {
     options.router_with_routing = !a.router_apart;
     options.swiglu_in_w2 = !a.swiglu_apart;
     options.post_mix_in_wo_b = !a.post_mix_apart;
-    options.tiled_experts = !a.expert_rows;
+    options.tiled_experts = a.tiled_experts;
     auto make = [&](const ExpertParallel& ep) -> std::unique_ptr<Backend> {
         options.expert_parallel = ep;
         return std::make_unique<CudaModel>(config, std::move(weights), Numerics::kModel, options);
@@ -696,9 +696,9 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--post-mix-apart", a->post_mix_apart,
                   "Run the attention's mHC post-mix as its own launch (CudaOptions::post_mix_in_wo_b off; the same "
                   "bits, to measure what computing it in wo_b's epilogue buys)");
-    cmd->add_flag("--expert-rows", a->expert_rows,
-                  "Keep the routed experts' nibbles in the checkpoint's row order (CudaOptions::tiled_experts off; the "
-                  "same bits, to measure what the tiled layout and the batch-1 passes' bulk copies buy)");
+    cmd->add_flag("--tiled-experts", a->tiled_experts,
+                  "Repack the routed experts' nibbles into 64-row tiles, the batch-1 passes on bulk copies "
+                  "(CudaOptions::tiled_experts on; the same bits, to measure what the layout buys and costs)");
     cmd->add_flag("--swiglu-apart", a->swiglu_apart,
                   "Run the routed experts' SwiGLU as its own launch (CudaOptions::swiglu_in_w2 off; the same bits, to "
                   "measure what computing it in w2 buys)");

@@ -50,6 +50,10 @@ void add_model_options(CLI::App* command, ModelOptions& o) {
                      "take more memory). 0: on one GPU, generate, chat and logits take the largest of 2048, 1024, 512, "
                      "256 that the free memory allows; serve takes --step-tokens (a step is one piece); otherwise 256")
         ->check(CLI::NonNegativeNumber);
+    command->add_flag(
+        "--tiled-experts", o.tiled_experts,
+        "GPU: the routed experts repacked into 64-row tiles (the same results; single-sequence decode ~2 % "
+        "faster, batched decode and prefill 1-6 % slower: for one user's generate or chat)");
     add_parallel_options(command, o.parallel);
 }
 
@@ -143,6 +147,7 @@ std::unique_ptr<Backend> load_model(const ModelOptions& o) {
         if (o.max_sequences > 0) cuda_options.max_sequences = o.max_sequences;
         if (o.max_context > 0) cuda_options.max_context = o.max_context;
         if (o.max_chunk_tokens > 0) cuda_options.max_chunk_tokens = o.max_chunk_tokens;
+        cuda_options.tiled_experts = o.tiled_experts;
         if (random) cuda_options.random_experts_seed = o.random_seed;  // each GPU makes the experts it holds
         if (!o.rank) {
             if (o.max_chunk_tokens == 0 && o.auto_chunk) cuda_options.max_chunk_tokens = 0;

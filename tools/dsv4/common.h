@@ -43,6 +43,7 @@ struct ModelOptions {
     // the backend's default; the commands that prefill one user's long prompts set it (generate, chat, logits), the
     // server does not (its pieces are --step-tokens long, and its memory goes to the sequences).
     bool auto_chunk = false;
+    bool tiled_experts = false;  // CUDA: CudaOptions::tiled_experts
     // --gpus and the multi-node flags (ranks.h); set by start_ranks_or_exit: this process's rank (in a run over
     // several GPUs) and its GPU.
     ParallelFlags parallel;

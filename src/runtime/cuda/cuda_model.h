@@ -111,10 +111,10 @@ struct CudaOptions {
     // instead of hc_post's own launch after it: one launch fewer a layer. Off: hc_post's launch; the same bits.
     bool post_mix_in_wo_b = true;
     // The routed experts' packed nibbles repacked after the upload into 64-row tiles (kernels/cuda/expert_layout),
-    // where their shape tiles: the batch-1 passes copy each stage as one bulk copy (docs/perf.md, "The single-slot
-    // pass's loading scheme, and what a bulk copy of a repacked stage buys"). Off: the checkpoint's row order; the
-    // same bits.
-    bool tiled_experts = true;
+    // where their shape tiles: the batch-1 passes copy each stage as one bulk copy, -1.6 to -2.5 % a batch-1 step,
+    // but the batched and prefill passes read the tiles slower (+1.3 % at batch 4, +6.5 % at batch 64, -1.4 to -4.5 %
+    // prefill tokens/s; docs/perf.md, "The routed experts in 64-row tiles"), so off until they do not. The same bits.
+    bool tiled_experts = false;
     // The most pinned host memory the logits' copy to the host takes; a piece wanting more logits (every position of
     // a long prefill) goes through it in slices, the same values.
     size_t logit_staging_bytes = size_t(256) << 20;  // a decode step of 519 sequences at V4's vocabulary in one slice
