@@ -63,6 +63,19 @@ constexpr int kRowGroups = 4;
 template <int kTile>
 constexpr int kRowUnroll = kTile <= 2 ? 8 : 4;
 
+// Calls chain(whole, i0) for each round of kUnroll strided columns i0, i0 + 256, ... of a thread's share of a row of
+// `width` (i0 from threadIdx.x, in steps of 256 kUnroll), whole a std::true_type where every column of the round lies
+// inside the row, so that the round needs no bound checks, else std::false_type.
+template <int kUnroll, class Chain>
+__device__ __forceinline__ void for_each_round(int64_t width, Chain& chain) {
+    for (int64_t i0 = threadIdx.x; i0 < width; i0 += int64_t(kHcThreads) * kUnroll) {
+        if (i0 + int64_t(kUnroll - 1) * kHcThreads < width)
+            chain(std::true_type{}, i0);
+        else
+            chain(std::false_type{}, i0);
+    }
+}
+
 __device__ __forceinline__ float sigmoid(float z) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
 }
@@ -244,12 +257,7 @@ __global__ void __launch_bounds__(kHcThreads, 2) hc_mix_rows_kernel(HcMixParams 
             for (int tt = 0; tt < kTile; ++tt) acc[tt][kPer] = fmaf(x[s][tt], x[s][tt], acc[tt][kPer]);
         }
     };
-    for (int64_t i0 = threadIdx.x; i0 < width; i0 += int64_t(kHcThreads) * kUnroll) {
-        if (i0 + int64_t(kUnroll - 1) * kHcThreads < width)
-            chain_columns(std::true_type{}, i0);
-        else
-            chain_columns(std::false_type{}, i0);
-    }
+    for_each_round<kUnroll>(width, chain_columns);
     // 2. The same tree.
     reduce_over_cta(acc, partial);
 
@@ -444,12 +452,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
             square = fmaf(x[s], x[s], square);
         }
     };
-    for (int64_t i0 = threadIdx.x; i0 < width; i0 += int64_t(kHcThreads) * kUnroll) {
-        if (i0 + int64_t(kUnroll - 1) * kHcThreads < width)
-            chain_columns(std::true_type{}, i0);
-        else
-            chain_columns(std::false_type{}, i0);
-    }
+    for_each_round<kUnroll>(width, chain_columns);
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
         if (is_square[q]) acc[q] = square;
