@@ -1,8 +1,8 @@
 // The routed experts' tiled layout (kernels/cuda/expert_layout): the repack kernel puts every byte where
 // expert_chunk_offset says, and every tensor-core expert kernel reading tiled weights gives the bits it gives on the
-// same weights row by row: the single-slot passes (bulk copies: 64-, 32- and 16-row tiles, the pair launch, the
-// SwiGLU input), the passes for any slots, the 8-slot passes of small batches, the warpgroup kernel's wide passes, the
-// general path, MXFP4 and NVFP4, checkpoint-like and every scale code.
+// same weights row by row: the single-slot passes (bulk copies at 64-row tiles, the pair launch, the SwiGLU input;
+// 32- and 16-row tiles by 16-byte copies), the passes for any slots, the 8-slot passes of small batches, the warpgroup
+// kernel's wide passes, the general path, MXFP4 and NVFP4, checkpoint-like and every scale code.
 #include <gtest/gtest.h>
 
 #include <numeric>

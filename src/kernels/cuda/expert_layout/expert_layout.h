@@ -7,6 +7,7 @@
 // each tile. Why: a batch-1 pass copies a stage of a tile as one 4 KiB bulk copy, which streams as fast as plain
 // loads where sixteen-byte copies of 64-byte row pieces 2 KiB apart did not (docs/perf.md, "The single-slot pass's
 // loading scheme, and what a bulk copy of a repacked stage buys"). The block scales keep the checkpoint's row order.
+// An option (CudaOptions::tiled_experts, off): the batched and prefill passes read the tiles slower than rows.
 // Tested in tests/gpu/moe_gemm_test.cpp (the repack against expert_tile_offset, every kernel's bits in both layouts).
 #pragma once
 

@@ -152,9 +152,9 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
 // its first weight stages load, copied from the activations or, kGated (Args::swiglu), computed from W1 x and W3 x as
 // cuda::swiglu and act_quant would write it; the same MMA operands as a staged row's.
 // kTiled (Args::tiled): the weights in expert_layout.h's 64-row tiles; the copies read each chunk from its place there
-// (a compile-time stride, so the row-order kernels keep their registers). kBulk (single-slot passes over tiled
-// weights): the loader copies each stage's weights as one bulk copy of the tile's block (16 rows x 64 bytes a row
-// group) that completes on the stage slot's mbarrier, and waits for it before the stage's barrier; the reads undo the
+// (a compile-time stride, so the row-order kernels keep their registers). kBulk (single-slot passes of 64-row tiles
+// over tiled weights): the loader copies each stage's weights as one bulk copy of the tile's block (64 rows x 64
+// bytes) that completes on the stage slot's mbarrier, and waits for it before the stage's barrier; the reads undo the
 // layout's chunk swizzle. The same bytes meet the same MMAs either way.
 template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false,
           bool kGated = false, bool kTiled = false>
@@ -241,8 +241,8 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
             w_src[i] = m.w + expert_chunk_offset(kTiled, row_of(r), k_half, 0, w_part);
             w_dst[i] = L::w + r * kWRowBytes + w_part * 16;
         }
-        // kBulk: the item's rows of a block, back to back in the tiled layout (the row group's first row is even, so
-        // its chunk 0 is unswizzled: the block's bytes start there).
+        // kBulk: the item's rows of a block, back to back in the tiled layout (the item is a whole 64-row tile, whose
+        // first row's chunk 0 is unswizzled: the block's bytes start there).
         const uint8_t* bulk_src = kBulk ? m.w + expert_chunk_offset(true, row_of(0), k_half, 0, 0) : nullptr;
         const int64_t scale_total = p.experts * p.n * scale_cols;
         int64_t scale_first[kScalePer];  // row li + kLoaders j's first scale
