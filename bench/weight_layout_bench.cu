@@ -295,6 +295,83 @@ double run_bulk(const uint8_t* w, size_t bytes, int copies, int64_t row_bytes, i
     return best;
 }
 
+// The warpgroup expert kernel's loading scheme (moe_wgmma.cu) over the whole expert set: 128-row tiles, stages of
+// 256 columns (128 bytes a row), a ring of 4 slots filled by 16-byte cp.async from all 256 threads, a CTA barrier a
+// stage, then `spin` cycles standing for the stage's arithmetic. kLayout 0: rows in the checkpoint's order; 1: the
+// tiled layout (expert_layout.h) read in memory order, as moe_wgmma reads it; 2: tiled with each tile's blocks stored
+// rotated by the tile's index (block kt of tile t at place (kt + 2 t) mod blocks), so CTAs in step read different
+// offsets. Every layout reads every byte once, the stages in ascending K.
+constexpr int kWideRows = 128, kWideStageBytes = 128, kWideSlots = 4, kWidePitch = kWideStageBytes + 16;
+template <int kLayout>
+__global__ void __launch_bounds__(256)
+    wide_ring_kernel(const uint8_t* w, int64_t rows, int64_t row_bytes, int64_t spin, uint32_t* sink) {
+    __shared__ __align__(16) uint8_t ring[kWideSlots][kWideRows * kWidePitch];
+    const int tid = threadIdx.x;
+    const int stages = int(row_bytes / kWideStageBytes), blocks = int(row_bytes / 64);
+    uint32_t acc = 0;
+    for (int64_t item = blockIdx.x; item < rows / kWideRows; item += gridDim.x) {
+        const uint8_t* tile = w + item * kWideRows * row_bytes;
+        auto load = [&](int kt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int c = tid + 256 * i;
+                int row, part;
+                const uint8_t* src;
+                if (kLayout == 0) {
+                    row = c / 8, part = c % 8;
+                    src = tile + row * row_bytes + kt * kWideStageBytes + part * 16;
+                } else {
+                    const int run = c / 256, in_run = c % 256, rr = in_run / 4, q = in_run % 4, g = run / 2;
+                    row = g * 64 + rr, part = run % 2 * 4 + q;  // (the chunk swizzle left out: no reads check it)
+                    int block = 2 * kt + run % 2;
+                    if (kLayout == 2) block = int((block + 2 * ((item * 2 + g) % blocks)) % blocks);
+                    src = tile + g * 64 * row_bytes + block * 4096 + rr * 64 + q * 16;
+                }
+                dsv4::cuda::cp_async16(dsv4::cuda::smem_addr(&ring[kt % kWideSlots][row * kWidePitch + part * 16]),
+                                       src);
+            }
+        };
+        for (int s = 0; s < kWideSlots - 1; ++s) {
+            if (s < stages) load(s);
+            dsv4::cuda::cp_async_commit();
+        }
+        for (int kt = 0; kt < stages; ++kt) {
+            dsv4::cuda::cp_async_wait<kWideSlots - 2>();
+            __syncthreads();
+            if (kt + kWideSlots - 1 < stages) load(kt + kWideSlots - 1);
+            dsv4::cuda::cp_async_commit();
+            const uint4 v = *reinterpret_cast<const uint4*>(&ring[kt % kWideSlots][(tid / 2) * kWidePitch]);
+            acc ^= v.x ^ v.y ^ v.z ^ v.w;
+            for (const long long until = clock64() + spin; clock64() < until;) {
+            }
+        }
+        dsv4::cuda::cp_async_wait<0>();
+        __syncthreads();
+    }
+    if (acc == 0x12345678u) sink[0] = acc;
+}
+
+template <int kLayout>
+double run_wide(const uint8_t* w, size_t bytes, int64_t row_bytes, int grid, int64_t spin, uint32_t* sink) {
+    cudaEvent_t a, b;
+    DSV4_CUDA_CHECK(cudaEventCreate(&a));
+    DSV4_CUDA_CHECK(cudaEventCreate(&b));
+    float best = 1e30f;
+    for (int r = 0; r < 4; ++r) {
+        DSV4_CUDA_CHECK(cudaEventRecord(a));
+        wide_ring_kernel<kLayout><<<grid, 256>>>(w, int64_t(bytes) / row_bytes, row_bytes, spin, sink);
+        DSV4_CUDA_CHECK(cudaEventRecord(b));
+        DSV4_CUDA_CHECK(cudaEventSynchronize(b));
+        float ms = 0;
+        DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+        if (r > 0) best = ms < best ? ms : best;
+    }
+    DSV4_CUDA_CHECK(cudaGetLastError());
+    DSV4_CUDA_CHECK(cudaEventDestroy(a));
+    DSV4_CUDA_CHECK(cudaEventDestroy(b));
+    return best;
+}
+
 template <bool kTiled>
 double run(const uint8_t* w, int64_t items, int64_t row_bytes, int grid, uint32_t* sink) {
     cudaEvent_t a, b;
@@ -356,6 +433,25 @@ int main() {
                         double(bytes) / (tiled * 1e6));
         }
     }
+    // The warpgroup kernel's scheme over the whole 1 GiB: rows, tiled, tiled with rotated blocks; idle stages and
+    // stages that spend ~1 us (1,800 cycles) on arithmetic.
+    std::printf(
+        "\nwarpgroup-like passes over %.2f GB: 128-row tiles, 256-column stages, a ring of 4, a CTA barrier a "
+        "stage\n",
+        double(bytes) / 1e9);
+    std::printf("%-40s %6s %10s %10s\n", "layout, cycles a stage", "CTAs", "ms", "GB/s");
+    for (int64_t spin : {0, 1800})
+        for (int per_sm : {1, 2}) {
+            const int grid = sms * per_sm;
+            auto wide = [&](const char* layout, double ms) {
+                std::printf("%-24s %15lld %6d %10.3f %10.0f\n", layout, (long long)spin, grid, ms,
+                            double(bytes) / (ms * 1e6));
+            };
+            wide("rows", run_wide<0>(w, bytes, 2048, grid, spin, sink));
+            wide("tiled", run_wide<1>(w, bytes, 2048, grid, spin, sink));
+            wide("tiled, rotated blocks", run_wide<2>(w, bytes, 2048, grid, spin, sink));
+        }
+
     // A batch-1 step's w1 and w3: 12 matrices of 2048 rows x 2048 bytes (48 MiB), eight copies.
     const size_t b1_bytes = size_t(12) * 2048 * 2048;
     const int copies = 8;
