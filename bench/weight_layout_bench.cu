@@ -29,6 +29,30 @@ using dsv4::cuda::load_streaming;
 constexpr int kThreads = 256, kRows = 128, kStageBytes = 64;  // per row and stage: 128 e2m1 columns
 constexpr int kAhead = 8;                                     // stages a thread has in flight
 
+// The best of `timed` launches launch(1) .. launch(timed), in ms by CUDA events, after an untimed launch(0) that
+// warms the code (launch(r) may pick its copy of the weights by r, so that none is read from the L2 the previous left).
+template <typename Launch>
+double best_ms(int timed, Launch launch) {
+    cudaEvent_t a, b;
+    DSV4_CUDA_CHECK(cudaEventCreate(&a));
+    DSV4_CUDA_CHECK(cudaEventCreate(&b));
+    launch(0);
+    float best = 1e30f;
+    for (int r = 1; r <= timed; ++r) {
+        DSV4_CUDA_CHECK(cudaEventRecord(a));
+        launch(r);
+        DSV4_CUDA_CHECK(cudaEventRecord(b));
+        DSV4_CUDA_CHECK(cudaEventSynchronize(b));
+        float ms = 0;
+        DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+        best = ms < best ? ms : best;
+    }
+    DSV4_CUDA_CHECK(cudaGetLastError());
+    DSV4_CUDA_CHECK(cudaEventDestroy(a));
+    DSV4_CUDA_CHECK(cudaEventDestroy(b));
+    return best;
+}
+
 // Items (expert, tile) over a persistent grid; per stage a thread reads 16 bytes of rows tid / 4 and 64 + tid / 4.
 template <bool kTiled>
 __global__ void __launch_bounds__(kThreads)
@@ -85,28 +109,13 @@ __global__ void __launch_bounds__(kThreads)
     if (acc == 0x12345678u) sink[0] = acc;
 }
 
-// Best of 8 runs, each over the next of `copies` copies of `bytes` (so none is read from the L2 its predecessor left).
+// Best of 8 runs, each over the next of `copies` copies of `bytes`.
 template <int kTileRows, int kLoads, int kGroup>
 double run_grouped(const uint8_t* w, size_t bytes, int copies, int64_t row_bytes, int grid, uint32_t* sink) {
-    cudaEvent_t a, b;
-    DSV4_CUDA_CHECK(cudaEventCreate(&a));
-    DSV4_CUDA_CHECK(cudaEventCreate(&b));
-    const int64_t rows = int64_t(bytes) / row_bytes;
-    float best = 1e30f;
-    for (int r = 0; r < 9; ++r) {
-        const uint8_t* copy = w + size_t(r % copies) * bytes;
-        DSV4_CUDA_CHECK(cudaEventRecord(a));
-        grouped_stream_kernel<kTileRows, kLoads, kGroup><<<grid, kThreads>>>(copy, rows, row_bytes, sink);
-        DSV4_CUDA_CHECK(cudaEventRecord(b));
-        DSV4_CUDA_CHECK(cudaEventSynchronize(b));
-        float ms = 0;
-        DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-        if (r > 0) best = ms < best ? ms : best;  // the first run warms the code
-    }
-    DSV4_CUDA_CHECK(cudaGetLastError());
-    DSV4_CUDA_CHECK(cudaEventDestroy(a));
-    DSV4_CUDA_CHECK(cudaEventDestroy(b));
-    return best;
+    return best_ms(8, [&](int r) {
+        grouped_stream_kernel<kTileRows, kLoads, kGroup>
+            <<<grid, kThreads>>>(w + size_t(r % copies) * bytes, int64_t(bytes) / row_bytes, row_bytes, sink);
+    });
 }
 
 // The single-slot routed-expert pass's loading scheme without its arithmetic: 64-row tiles, rows 2 KiB apart, a
@@ -161,25 +170,10 @@ __global__ void __launch_bounds__(kLoaderWarp ? 288 : 256)
 
 template <bool kLoaderWarp>
 double run_ring(const uint8_t* w, size_t bytes, int copies, int64_t row_bytes, int grid, uint32_t* sink) {
-    cudaEvent_t a, b;
-    DSV4_CUDA_CHECK(cudaEventCreate(&a));
-    DSV4_CUDA_CHECK(cudaEventCreate(&b));
-    float best = 1e30f;
-    for (int r = 0; r < 9; ++r) {
-        const uint8_t* copy = w + size_t(r % copies) * bytes;
-        DSV4_CUDA_CHECK(cudaEventRecord(a));
-        ring_stream_kernel<kLoaderWarp>
-            <<<grid, kLoaderWarp ? 288 : 256>>>(copy, int64_t(bytes) / row_bytes, row_bytes, sink);
-        DSV4_CUDA_CHECK(cudaEventRecord(b));
-        DSV4_CUDA_CHECK(cudaEventSynchronize(b));
-        float ms = 0;
-        DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-        if (r > 0) best = ms < best ? ms : best;
-    }
-    DSV4_CUDA_CHECK(cudaGetLastError());
-    DSV4_CUDA_CHECK(cudaEventDestroy(a));
-    DSV4_CUDA_CHECK(cudaEventDestroy(b));
-    return best;
+    return best_ms(8, [&](int r) {
+        ring_stream_kernel<kLoaderWarp><<<grid, kLoaderWarp ? 288 : 256>>>(w + size_t(r % copies) * bytes,
+                                                                           int64_t(bytes) / row_bytes, row_bytes, sink);
+    });
 }
 
 // The same ring filled by the bulk copy engine (cp.async.bulk, sm_90) with a full and an empty mbarrier a stage instead
@@ -275,24 +269,10 @@ __global__ void __launch_bounds__(288)
 
 template <bool kContiguous, bool kCpAsync = false>
 double run_bulk(const uint8_t* w, size_t bytes, int copies, int64_t row_bytes, int grid, uint32_t* sink) {
-    cudaEvent_t a, b;
-    DSV4_CUDA_CHECK(cudaEventCreate(&a));
-    DSV4_CUDA_CHECK(cudaEventCreate(&b));
-    float best = 1e30f;
-    for (int r = 0; r < 9; ++r) {
-        const uint8_t* copy = w + size_t(r % copies) * bytes;
-        DSV4_CUDA_CHECK(cudaEventRecord(a));
-        bulk_ring_kernel<kContiguous, kCpAsync><<<grid, 288>>>(copy, int64_t(bytes) / row_bytes, row_bytes, sink);
-        DSV4_CUDA_CHECK(cudaEventRecord(b));
-        DSV4_CUDA_CHECK(cudaEventSynchronize(b));
-        float ms = 0;
-        DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-        if (r > 0) best = ms < best ? ms : best;
-    }
-    DSV4_CUDA_CHECK(cudaGetLastError());
-    DSV4_CUDA_CHECK(cudaEventDestroy(a));
-    DSV4_CUDA_CHECK(cudaEventDestroy(b));
-    return best;
+    return best_ms(8, [&](int r) {
+        bulk_ring_kernel<kContiguous, kCpAsync>
+            <<<grid, 288>>>(w + size_t(r % copies) * bytes, int64_t(bytes) / row_bytes, row_bytes, sink);
+    });
 }
 
 // The warpgroup expert kernel's loading scheme (moe_wgmma.cu) over the whole expert set: 128-row tiles, stages of
@@ -353,43 +333,14 @@ __global__ void __launch_bounds__(256)
 
 template <int kLayout>
 double run_wide(const uint8_t* w, size_t bytes, int64_t row_bytes, int grid, int64_t spin, uint32_t* sink) {
-    cudaEvent_t a, b;
-    DSV4_CUDA_CHECK(cudaEventCreate(&a));
-    DSV4_CUDA_CHECK(cudaEventCreate(&b));
-    float best = 1e30f;
-    for (int r = 0; r < 4; ++r) {
-        DSV4_CUDA_CHECK(cudaEventRecord(a));
+    return best_ms(3, [&](int) {
         wide_ring_kernel<kLayout><<<grid, 256>>>(w, int64_t(bytes) / row_bytes, row_bytes, spin, sink);
-        DSV4_CUDA_CHECK(cudaEventRecord(b));
-        DSV4_CUDA_CHECK(cudaEventSynchronize(b));
-        float ms = 0;
-        DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-        if (r > 0) best = ms < best ? ms : best;
-    }
-    DSV4_CUDA_CHECK(cudaGetLastError());
-    DSV4_CUDA_CHECK(cudaEventDestroy(a));
-    DSV4_CUDA_CHECK(cudaEventDestroy(b));
-    return best;
+    });
 }
 
 template <bool kTiled>
 double run(const uint8_t* w, int64_t items, int64_t row_bytes, int grid, uint32_t* sink) {
-    cudaEvent_t a, b;
-    DSV4_CUDA_CHECK(cudaEventCreate(&a));
-    DSV4_CUDA_CHECK(cudaEventCreate(&b));
-    stream_kernel<kTiled><<<grid, kThreads>>>(w, items, row_bytes, sink);  // warm-up
-    float best = 1e30f;
-    for (int r = 0; r < 5; ++r) {
-        DSV4_CUDA_CHECK(cudaEventRecord(a));
-        stream_kernel<kTiled><<<grid, kThreads>>>(w, items, row_bytes, sink);
-        DSV4_CUDA_CHECK(cudaEventRecord(b));
-        DSV4_CUDA_CHECK(cudaEventSynchronize(b));
-        float ms = 0;
-        DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-        best = ms < best ? ms : best;
-    }
-    DSV4_CUDA_CHECK(cudaGetLastError());
-    return best;
+    return best_ms(5, [&](int) { stream_kernel<kTiled><<<grid, kThreads>>>(w, items, row_bytes, sink); });
 }
 
 }  // namespace
@@ -408,16 +359,8 @@ int main() {
     DSV4_CUDA_CHECK(cudaMalloc(&copy, bytes));
     DSV4_CUDA_CHECK(cudaMalloc(&sink, 4));
     DSV4_CUDA_CHECK(cudaMemset(w, 1, bytes));
-    cudaEvent_t a, b;
-    DSV4_CUDA_CHECK(cudaEventCreate(&a));
-    DSV4_CUDA_CHECK(cudaEventCreate(&b));
-    DSV4_CUDA_CHECK(cudaMemcpy(copy, w, bytes, cudaMemcpyDeviceToDevice));
-    DSV4_CUDA_CHECK(cudaEventRecord(a));
-    DSV4_CUDA_CHECK(cudaMemcpy(copy, w, bytes, cudaMemcpyDeviceToDevice));
-    DSV4_CUDA_CHECK(cudaEventRecord(b));
-    DSV4_CUDA_CHECK(cudaEventSynchronize(b));
-    float copy_ms = 0;
-    DSV4_CUDA_CHECK(cudaEventElapsedTime(&copy_ms, a, b));
+    const double copy_ms =
+        best_ms(1, [&](int) { DSV4_CUDA_CHECK(cudaMemcpy(copy, w, bytes, cudaMemcpyDeviceToDevice)); });
     std::printf("device: %s, %d SMs; %.2f GB of weights; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
                 sms, double(bytes) / 1e9, 2.0 * double(bytes) / (copy_ms * 1e6));
     std::printf("%-34s %6s %10s %10s\n", "pattern", "CTAs", "ms", "GB/s");
