@@ -5,13 +5,12 @@
 // kernel's wide passes, the general path, MXFP4 and NVFP4, checkpoint-like and every scale code.
 #include <gtest/gtest.h>
 
-#include <numeric>
-
 #include "core/error.h"
 #include "gemm_test_common.h"
 #include "kernels/cuda/expert_layout/expert_layout.h"
 #include "kernels/cuda/moe_gemm/moe_gemm.h"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
+#include "moe_test_common.h"
 
 namespace dsv4::gpu_test {
 namespace {
@@ -61,51 +60,31 @@ TEST(ExpertLayout, LaunchesRefuseWhatTheLayoutCannotServe) {
     EXPECT_NE(cuda::moe_gemm_can_implement(p).find("K % 128"), std::string::npos);
 }
 
-// One token per `tokens` routed to `topk` distinct experts of `experts`, as expert offsets and row indices.
-struct Routing {
-    std::vector<int32_t> offsets, row_index;
-    int max_slots = 1;
-};
-Routing route(Rng& rng, int64_t tokens, int64_t experts, int64_t topk) {
-    std::vector<std::vector<int32_t>> by_expert(static_cast<size_t>(experts));
-    for (int64_t t = 0; t < tokens; ++t) {
-        std::vector<int64_t> ids(static_cast<size_t>(experts));
-        std::iota(ids.begin(), ids.end(), 0);
-        std::shuffle(ids.begin(), ids.end(), rng.engine());
-        for (int64_t j = 0; j < topk; ++j) by_expert[size_t(ids[size_t(j)])].push_back(int32_t(t));
-    }
-    Routing r;
-    r.offsets.push_back(0);
-    for (const auto& rows : by_expert) {
-        r.row_index.insert(r.row_index.end(), rows.begin(), rows.end());
-        r.offsets.push_back(int32_t(r.row_index.size()));
-        r.max_slots = std::max(r.max_slots, int(rows.size()));
-    }
-    return r;
-}
-
 // Stacked experts in row order and a tiled copy of them on the device.
 struct TwoLayouts {
     cuda::DeviceBuffer<uint8_t> rows, tiled, scale;
     cuda::DeviceBuffer<float> global;
 };
 TwoLayouts two_layouts(Rng& rng, int64_t experts, int64_t n, int64_t k, bool nvfp4, bool every_scale) {
-    std::vector<uint8_t> data, scale;
-    std::vector<float> global;
-    for (int64_t e = 0; e < experts; ++e) {
-        HostWeight w = random_fp4_weight(rng, n, k, nvfp4);
-        if (every_scale)
-            for (size_t i = 0; i < w.scale.size(); ++i) {
-                const uint8_t code = uint8_t((i * 37 + size_t(e)) % 255);  // never 255 (E8M0 NaN)
-                w.scale[i] = nvfp4 && (code & 0x7F) == 0x7F ? 0 : code;    // nor e4m3 NaN
-            }
-        data.insert(data.end(), w.data.begin(), w.data.end());
-        scale.insert(scale.end(), w.scale.begin(), w.scale.end());
-        global.push_back(nvfp4 ? rng.uniform(0.001f, 3.0f) : 1.0f);
-    }
-    TwoLayouts t{to_device(data), to_device(data), to_device(scale), to_device(global)};
+    const StackedExperts stacked = stacked_experts(rng, experts, n, k, nvfp4, every_scale ? kEvery : kCkpt);
+    TwoLayouts t{to_device(stacked.data), to_device(stacked.data), to_device(stacked.scale), to_device(stacked.global)};
     cuda::repack_expert_tiles(t.tiled.get(), experts * n, k / 2, nullptr);
     return t;
+}
+
+// A launch over `w` in one of its layouts (no activations yet), outputs into y.
+cuda::MoeGemmParams layout_params(const TwoLayouts& w, bool tiled, bool nvfp4, const int32_t* offsets, int64_t experts,
+                                  int64_t n, int64_t k, uint16_t* y) {
+    cuda::MoeGemmParams p;
+    p.expert_offsets = offsets;
+    p.format = nvfp4 ? cuda::ExpertFormat::kNvfp4 : cuda::ExpertFormat::kMxfp4;
+    p.w = tiled ? w.tiled.get() : w.rows.get();
+    p.w_scale = w.scale.get();
+    p.w_global = nvfp4 ? w.global.get() : nullptr;
+    p.y = reinterpret_cast<__nv_bfloat16*>(y);
+    p.experts = experts, p.n = n, p.k = k;
+    p.tiled = tiled;
+    return p;
 }
 
 struct Case {
@@ -118,7 +97,7 @@ struct Case {
 };
 
 void expect_layouts_agree(Rng& rng, const Case& c, bool nvfp4) {
-    const Routing routing = route(rng, c.tokens, c.experts, c.topk);
+    const Routing routing = route(rng, c.tokens, c.experts, c.topk, false);
     const int64_t slots = int64_t(routing.row_index.size());
     const TwoLayouts w1 = two_layouts(rng, c.experts, c.n, c.k, nvfp4, c.every_scale);
     const TwoLayouts w3 = two_layouts(rng, c.experts, c.n, c.k, nvfp4, c.every_scale);
@@ -132,22 +111,15 @@ void expect_layouts_agree(Rng& rng, const Case& c, bool nvfp4) {
     for (bool tiled : {false, true}) {
         auto y1 = poisoned<uint16_t>(size_t(slots * c.n), tiled ? 0x7F : 0xFF);
         auto y3 = poisoned<uint16_t>(size_t(slots * c.n), tiled ? 0x7F : 0xFF);
-        cuda::MoeGemmParams p;
+        cuda::MoeGemmParams p = layout_params(w1, tiled, nvfp4, od.get(), c.experts, c.n, c.k, y1.get());
         p.a = a.q.get();
         p.a_scale = a.scale.get();
         p.row_index = rd.get();
-        p.expert_offsets = od.get();
-        p.format = nvfp4 ? cuda::ExpertFormat::kNvfp4 : cuda::ExpertFormat::kMxfp4;
-        p.w = tiled ? w1.tiled.get() : w1.rows.get();
-        p.w_scale = w1.scale.get();
-        p.w_global = nvfp4 ? w1.global.get() : nullptr;
-        p.y = reinterpret_cast<__nv_bfloat16*>(y1.get());
-        if (c.pair)
-            p.second = {tiled ? w3.tiled.get() : w3.rows.get(), w3.scale.get(), nvfp4 ? w3.global.get() : nullptr,
-                        reinterpret_cast<__nv_bfloat16*>(y3.get())};
-        p.experts = c.experts, p.n = c.n, p.k = c.k;
+        if (c.pair) {
+            const cuda::MoeGemmParams q = layout_params(w3, tiled, nvfp4, od.get(), c.experts, c.n, c.k, y3.get());
+            p.second = {q.w, q.w_scale, q.w_global, q.y};
+        }
         p.max_slots_per_expert = std::max(routing.max_slots, c.slot_bound);
-        p.tiled = tiled;
         if (c.variant == MoeMmaVariant::kChosen && c.row_groups == 0)
             cuda::moe_gemm(p, nullptr);
         else
@@ -190,7 +162,7 @@ TEST(ExpertLayout, SwigluInputPassesReadTiledWeightsBitwise) {
     Rng rng;
     for (bool nvfp4 : {false, true}) {
         const int64_t experts = 12, topk = 6, n = 4096, k = 2048;
-        const Routing routing = route(rng, 1, experts, topk);
+        const Routing routing = route(rng, 1, experts, topk, false);
         const int64_t slots = int64_t(routing.row_index.size());
         const TwoLayouts w2 = two_layouts(rng, experts, n, k, nvfp4, false);
         std::vector<float> gate(size_t(slots * k)), up(gate.size());
@@ -204,14 +176,7 @@ TEST(ExpertLayout, SwigluInputPassesReadTiledWeightsBitwise) {
         std::vector<uint16_t> out[2];
         for (bool tiled : {false, true}) {
             auto y = poisoned<uint16_t>(size_t(slots * n), tiled ? 0x7F : 0xFF);
-            cuda::MoeGemmParams p;
-            p.expert_offsets = od.get();
-            p.format = nvfp4 ? cuda::ExpertFormat::kNvfp4 : cuda::ExpertFormat::kMxfp4;
-            p.w = tiled ? w2.tiled.get() : w2.rows.get();
-            p.w_scale = w2.scale.get();
-            p.w_global = nvfp4 ? w2.global.get() : nullptr;
-            p.y = reinterpret_cast<__nv_bfloat16*>(y.get());
-            p.experts = experts, p.n = n, p.k = k;
+            cuda::MoeGemmParams p = layout_params(w2, tiled, nvfp4, od.get(), experts, n, k, y.get());
             p.max_slots_per_expert = 1;
             p.swiglu = {reinterpret_cast<const __nv_bfloat16*>(gd.get()),
                         reinterpret_cast<const __nv_bfloat16*>(ud.get()),
@@ -219,7 +184,6 @@ TEST(ExpertLayout, SwigluInputPassesReadTiledWeightsBitwise) {
                         nullptr,
                         nullptr,
                         10.0f};
-            p.tiled = tiled;
             ASSERT_TRUE(cuda::moe_gemm_computes_swiglu(p));
             cuda::moe_gemm(p, nullptr);
             DSV4_CUDA_CHECK(cudaDeviceSynchronize());

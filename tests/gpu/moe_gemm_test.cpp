@@ -13,32 +13,10 @@
 #include "kernels/cuda/moe_expert/moe_expert.h"
 #include "kernels/cuda/moe_gemm/moe_gemm.h"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
+#include "moe_test_common.h"
 
 namespace dsv4::gpu_test {
 namespace {
-
-// Routing of `tokens` tokens to `topk` distinct experts each (skewed: expert 0 always, when it exists).
-struct Routing {
-    std::vector<int32_t> offsets, row_index;
-    int max_slots = 1;
-};
-Routing route(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, bool skewed) {
-    std::vector<std::vector<int32_t>> by_expert(static_cast<size_t>(experts));
-    for (int64_t t = 0; t < tokens; ++t) {
-        std::vector<int64_t> ids(static_cast<size_t>(experts));
-        std::iota(ids.begin(), ids.end(), 0);
-        std::shuffle(ids.begin() + (skewed ? 1 : 0), ids.end(), rng.engine());
-        for (int64_t j = 0; j < topk; ++j) by_expert[size_t(ids[size_t(j)])].push_back(int32_t(t));
-    }
-    Routing r;
-    r.offsets.push_back(0);
-    for (const auto& rows : by_expert) {
-        r.row_index.insert(r.row_index.end(), rows.begin(), rows.end());
-        r.offsets.push_back(int32_t(r.row_index.size()));
-        r.max_slots = std::max(r.max_slots, int(rows.size()));
-    }
-    return r;
-}
 
 // The launch parameters of routed activations `a` against stacked experts (w, w_scale, global: NVFP4 only).
 cuda::MoeGemmParams moe_params(const DeviceFp8Act& a, const int32_t* row_index, const int32_t* offsets,
@@ -114,38 +92,6 @@ void run_case(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n
 // against the warp-MMA kernel, the warp-MMA kernel's 32- and 16-row tiles against its 64-row tile, or its single-slot
 // passes (no expert holds two slots) against its passes for any slots.
 enum class Pair { kCompactVsStrided, kWholeVsGeneralStages, kChosenVsWarpMma, kRowTiles32, kRowTiles16, kSingleSlot };
-
-// The scale codes of a comparison: random_fp4_weight's checkpoint-like ones; every code but NaN (below); or (MXFP4)
-// the edges of the range the warpgroup kernel folds into the weights, 104 and 128 (f16 weights from the subnormal
-// 2^-24 up to 12), with one code just outside it (103 or 129) in every other expert, whose tiles with that row are
-// then promoted unfolded while the others fold in the same launch (NVFP4: checkpoint-like codes).
-enum class Scales { kCheckpoint, kEveryCode, kFoldEdges };
-constexpr Scales kCkpt = Scales::kCheckpoint, kEvery = Scales::kEveryCode, kEdges = Scales::kFoldEdges;
-
-// `experts` random FP4 experts stacked [experts, n, k/2] with their scales (`scales`) and NVFP4 global scales.
-struct StackedExperts {
-    std::vector<uint8_t> data, scale;
-    std::vector<float> global;
-};
-StackedExperts stacked_experts(Rng& rng, int64_t experts, int64_t n, int64_t k, bool nvfp4, Scales scales) {
-    StackedExperts s;
-    for (int64_t e = 0; e < experts; ++e) {
-        HostWeight we = random_fp4_weight(rng, n, k, nvfp4);
-        if (scales == Scales::kFoldEdges && !nvfp4) {
-            for (size_t i = 0; i < we.scale.size(); ++i) we.scale[i] = rng.engine()() % 2 ? 104 : 128;
-            if (e % 2) we.scale[size_t(rng.engine()() % we.scale.size())] = e % 4 == 1 ? 103 : 129;
-        }
-        if (scales == Scales::kEveryCode)
-            for (size_t i = 0; i < we.scale.size(); ++i) {
-                const uint8_t code = uint8_t((i * 37 + size_t(e)) % 255);  // never 255 (E8M0 NaN)
-                we.scale[i] = nvfp4 && (code & 0x7F) == 0x7F ? 0 : code;   // nor e4m3 NaN
-            }
-        s.data.insert(s.data.end(), we.data.begin(), we.data.end());
-        s.scale.insert(s.scale.end(), we.scale.begin(), we.scale.end());
-        s.global.push_back(nvfp4 ? rng.uniform(0.001f, 3.0f) : 1.0f);
-    }
-    return s;
-}
 
 // Scales::kEveryCode: scale codes cycle through every value (E8M0 0..254: subnormal 2^-127 up to 2^127, overflowing
 // products included; e4m3 codes 0..254 but NaN: subnormal and negative scales) and activations spread over 2^+-30.
