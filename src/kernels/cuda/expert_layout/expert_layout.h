@@ -34,9 +34,10 @@ __host__ __device__ inline int64_t expert_chunk_offset(bool tiled, int64_t row, 
     return row / kExpertTileRows * kExpertTileRows * k_half + block * kExpertTileBlockBytes +
            row % kExpertTileRows * kExpertBlockBytes + ((chunk ^ int((row >> 1) & 3)) * 16);
 }
-// Bytes from one block of a row to the next.
-__host__ __device__ inline int64_t expert_block_stride(bool tiled) {
-    return tiled ? kExpertTileBlockBytes : kExpertBlockBytes;
+// Bytes from one block of a row to the next (a compile-time constant in the kernels, which take the layout as a
+// template parameter).
+__host__ __device__ constexpr int expert_block_stride(bool tiled) {
+    return int(tiled ? kExpertTileBlockBytes : kExpertBlockBytes);
 }
 
 // Rewrites `rows` rows of k_half bytes (rows % 64 == 0, k_half % 64 == 0) from row order into the tiled layout, in

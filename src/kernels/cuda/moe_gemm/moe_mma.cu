@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
     const int count = list_active_experts<kCtaThreads>(p.offsets, p.experts, active, warp_counts);
 
     const int64_t k_half = p.k / 2, scale_cols = kNv ? p.k / 16 : p.k / 32, kb = (p.k + 127) / 128;
-    constexpr int w_stride = int(kTiled ? kExpertTileBlockBytes : kExpertBlockBytes);  // a row's block to the next
+    constexpr int w_stride = expert_block_stride(kTiled);  // a row's block to the next
     const int kt_count = int(kb);
     const int64_t items = int64_t(count) * n_tiles * p.mat_count;
     for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {

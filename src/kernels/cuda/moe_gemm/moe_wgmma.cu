@@ -151,8 +151,7 @@ struct WeightLoads {
     const uint8_t* src[kPerThread];
     unsigned dst[kPerThread];  // offsets in a stage slot
     // Bytes from a row's stage to the next: its two 128-column blocks, 64 bytes each in row order, 4 KiB apart tiled.
-    static constexpr int stage_stride =
-        Shape<kTokens>::stage_cols / 128 * int(kTiled ? kExpertTileBlockBytes : 128 / 2);
+    static constexpr int stage_stride = Shape<kTokens>::stage_cols / 128 * expert_block_stride(kTiled);
     const uint8_t* scale_src;  // row tid's scale codes (row 0's where tid >= kRows: not loaded)
     bool loads_scales;
 };
