@@ -39,6 +39,22 @@ TEST(ExpertLayout, RepackPutsEveryChunkWhereItsOffsetSays) {
     EXPECT_THROW(cuda::repack_expert_tiles(nullptr, 96, 64, nullptr), dsv4::Error);  // not whole tiles
 }
 
+// The kernels' addresses from a group's first row (expert_tile_place_offset, expert_tile_chunk_at) are
+// expert_chunk_offset's: every place of every row of two groups, blocks of V4's K and a small one. No GPU needed.
+TEST(ExpertLayout, GroupPlacesAreTheChunkOffsets) {
+    for (int64_t k_half : {64, 2048})
+        for (int64_t group_row : {int64_t(0), int64_t(64), int64_t(2048 * 255 + 64 * 7)})
+            for (int64_t block = 0; block < k_half / 64; ++block)
+                for (int rr = 0; rr < cuda::kExpertTileRows; ++rr)
+                    for (int place = 0; place < 4; ++place) {
+                        const int chunk = cuda::expert_tile_chunk_at(rr, place);
+                        ASSERT_EQ(cuda::expert_tile_place_offset(group_row, k_half, block, rr, place),
+                                  cuda::expert_chunk_offset(true, group_row + rr, k_half, block, chunk))
+                            << "group " << group_row << " block " << block << " row " << rr << " place " << place;
+                        ASSERT_EQ(cuda::expert_tile_chunk_at(rr, chunk), place);  // its own inverse
+                    }
+}
+
 TEST(ExpertLayout, LaunchesRefuseWhatTheLayoutCannotServe) {
     cuda::MoeGemmParams p;
     alignas(16) static uint8_t bytes[16];

@@ -34,6 +34,18 @@ __host__ __device__ inline int64_t expert_chunk_offset(bool tiled, int64_t row, 
     return row / kExpertTileRows * kExpertTileRows * k_half + block * kExpertTileBlockBytes +
            row % kExpertTileRows * kExpertBlockBytes + ((chunk ^ int((row >> 1) & 3)) * 16);
 }
+// The same place found from a 64-row group's first row (a multiple of 64) as a kernel's copies walk a tile: the byte
+// at `place` (0-3) of block `block` of the group's row `row_in_group`, which holds chunk
+// expert_tile_chunk_at(row_in_group, place) of that row (the swizzle is its own inverse: the chunk's place is the same
+// function of the chunk).
+__host__ __device__ inline int64_t expert_tile_place_offset(int64_t group_row, int64_t k_half, int64_t block,
+                                                            int row_in_group, int place) {
+    return group_row * k_half + block * kExpertTileBlockBytes + row_in_group * kExpertBlockBytes + place * 16;
+}
+__host__ __device__ inline int expert_tile_chunk_at(int row_in_group, int place) {
+    return place ^ ((row_in_group >> 1) & 3);
+}
+
 // Bytes from one block of a row to the next (a compile-time constant in the kernels, which take the layout as a
 // template parameter).
 __host__ __device__ constexpr int expert_block_stride(bool tiled) {

@@ -238,12 +238,18 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
 #pragma unroll
         for (int i = 0; i < kWPer; ++i) {
             const int r = li / 4 + kLoaders / 4 * i;
-            w_src[i] = m.w + expert_chunk_offset(kTiled, row_of(r), k_half, 0, w_part);
+            if constexpr (kTiled) {  // N % 64 == 0 and n0 % tile == 0: the tile's rows lie inside one 64-row group
+                const int rr = int(n0 & 63) + r;
+                w_src[i] = m.w + expert_tile_place_offset(e * p.n + (n0 & ~int64_t(63)), k_half, 0, rr,
+                                                          expert_tile_chunk_at(rr, w_part));
+            } else {
+                w_src[i] = m.w + row_of(r) * k_half + w_part * 16;
+            }
             w_dst[i] = L::w + r * kWRowBytes + w_part * 16;
         }
         // kBulk: the item's rows of a block, back to back in the tiled layout (the item is a whole 64-row tile, whose
         // first row's chunk 0 is unswizzled: the block's bytes start there).
-        const uint8_t* bulk_src = kBulk ? m.w + expert_chunk_offset(true, row_of(0), k_half, 0, 0) : nullptr;
+        const uint8_t* bulk_src = kBulk ? m.w + (e * p.n + n0) * k_half : nullptr;
         const int64_t scale_total = p.experts * p.n * scale_cols;
         int64_t scale_first[kScalePer];  // row li + kLoaders j's first scale
 #pragma unroll

@@ -169,14 +169,20 @@ __device__ __forceinline__ WeightLoads<kTokens, kNv, kTiled> weight_loads(const 
         int r = tid / WL::kChunks + j * (kThreads / WL::kChunks), part = tid % WL::kChunks;
         // The stage's 256 columns are two 128-column blocks of the layout (expert_layout.h): chunks 0-3 and 4-7.
         // Tiled, the threads take the stage's four 4-KiB runs (64-row group, block) in memory order, so a warp's
-        // copies read 512 contiguous bytes; rows and parts land where the row order puts them.
+        // copies read 512 contiguous bytes; rows and parts land where the row order puts them. The addresses are a
+        // group's base and constants (the per-row offsets of the first tiled build cost ~200 instructions an item).
         static_assert(WL::kChunks == 8 && kRows == 2 * kExpertTileRows, "two blocks and two row groups a stage");
         if constexpr (kTiled) {
-            const int c = tid + kThreads * j, run = c / (kExpertTileRows * 4), in_run = c % (kExpertTileRows * 4);
-            const int rr = in_run / 4, q = in_run % 4;  // the run's row, the chunk's place in the row's 64 bytes
-            r = run / 2 * kExpertTileRows + rr;
-            part = run % 2 * 4 + (q ^ ((rr >> 1) & 3));  // the chunk stored at place q
-            wl.src[j] = m.w + expert_chunk_offset(true, row_of(r), p.k / 2, part / 4, part % 4);
+            // Run j (row group j / 2, block j % 2): thread tid's 16 bytes at tid * 16, place tid % 4 of the group's
+            // row tid / 4. A group past N (N % 128 == 64) reads the matrix's last group instead: in bounds, and its
+            // rows' outputs are never stored.
+            static_assert(kThreads == kExpertTileRows * 4, "one 16-byte place a thread and run");
+            const int rr = tid / 4, g = j / 2;
+            r = g * kExpertTileRows + rr;
+            part = j % 2 * 4 + expert_tile_chunk_at(rr, tid % 4);
+            const int64_t n = n0 + g * kExpertTileRows;
+            const int64_t group_row = e * p.n + (n < p.n ? n : p.n - kExpertTileRows);
+            wl.src[j] = m.w + expert_tile_place_offset(group_row, p.k / 2, j % 2, rr, tid % 4);
         } else {
             wl.src[j] = m.w + row_of(r) * (p.k / 2) + part * 16;
         }
