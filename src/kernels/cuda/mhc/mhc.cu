@@ -5,7 +5,7 @@
 //   tiled      the same for kMixTile tokens per CTA, each mixer value loaded once for all of them. No longer
 //              chosen (the row groups are faster at every size since their loops lost the bound checks); the tests
 //              and the bench force it.
-//   row groups hc_pre only: 1, 2 or 4 tokens per CTA and the mixer rows dealt to kRowGroups CTAs, each of which also
+//   row groups hc_pre only: 1, 2, 4 or 8 tokens per CTA and the mixer rows dealt to kRowGroups CTAs, each of which also
 //              chains the sum of squares its rows' logits need; group 0 holds the pre rows and collapses its
 //              tokens. For batches and prefill pieces above 16 tokens, which the tiled path gives one CTA per 4
 //              tokens (64 CTAs at 256 tokens, each thread 100 chains at 8 warps per SM: bound by loads in flight).
@@ -62,6 +62,8 @@ constexpr int kSplitUnroll = kCluster == kHcWideCluster ? 32 : 16;
 constexpr int kRowGroups = 4;
 template <int kTile>
 constexpr int kRowUnroll = kTile <= 2 ? 8 : 4;
+// Tiles of 4 tokens up to this many (at 512 tokens 128 tiles x 4 groups: one wave of two CTAs per SM), then of 8.
+constexpr int64_t kRowTileFourTokens = 512;
 
 // Calls chain(whole, i0) for each round of kUnroll strided columns i0, i0 + 256, ... of a thread's share of a row of
 // `width` (i0 from threadIdx.x, in steps of 256 kUnroll), whole a std::true_type where every column of the round lies
@@ -626,7 +628,9 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
         if (p.n_hc == 4 && head) hc_mix_split_kernel<4, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm);
     } else if (path == HcMixPath::kRowGroups) {
         if (head) throw_cuda_error(cudaErrorInvalidValue, "hc_head has no row-group path", __FILE__, __LINE__);
-        // One token per tile up to 32 tokens, two up to 128 (more CTAs where the tiles are few), four above.
+        // One token per tile up to 32 tokens, two up to 128 (more CTAs where the tiles are few), four up to 512,
+        // eight above: there every CTA streams its 6 mixer rows (384 KB at V4's width) from L2 once per tile, and at
+        // four tokens a tile the 8k prefill piece's pre-mix read ~4.3 GB from L2 (843 us on an H100, ~5 TB/s).
         if (p.tokens <= 32) {
             const dim3 grid(unsigned(p.tokens), unsigned(kRowGroups));
             if (p.n_hc == 2) hc_mix_rows_kernel<2, 1><<<grid, kHcThreads, 0, stream>>>(p);
@@ -635,10 +639,14 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
             const dim3 grid(unsigned((p.tokens + 1) / 2), unsigned(kRowGroups));
             if (p.n_hc == 2) hc_mix_rows_kernel<2, 2><<<grid, kHcThreads, 0, stream>>>(p);
             if (p.n_hc == 4) hc_mix_rows_kernel<4, 2><<<grid, kHcThreads, 0, stream>>>(p);
-        } else {
+        } else if (p.tokens <= kRowTileFourTokens) {
             const dim3 grid(unsigned((p.tokens + 3) / 4), unsigned(kRowGroups));
             if (p.n_hc == 2) hc_mix_rows_kernel<2, 4><<<grid, kHcThreads, 0, stream>>>(p);
             if (p.n_hc == 4) hc_mix_rows_kernel<4, 4><<<grid, kHcThreads, 0, stream>>>(p);
+        } else {
+            const dim3 grid(unsigned((p.tokens + 7) / 8), unsigned(kRowGroups));
+            if (p.n_hc == 2) hc_mix_rows_kernel<2, 8><<<grid, kHcThreads, 0, stream>>>(p);
+            if (p.n_hc == 4) hc_mix_rows_kernel<4, 8><<<grid, kHcThreads, 0, stream>>>(p);
         }
     } else if (path == HcMixPath::kPerToken) {
         const dim3 grid(unsigned(p.tokens));
