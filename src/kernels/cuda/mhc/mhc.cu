@@ -5,7 +5,7 @@
 //   tiled      the same for kMixTile tokens per CTA, each mixer value loaded once for all of them. No longer
 //              chosen (the row groups are faster at every size since their loops lost the bound checks); the tests
 //              and the bench force it.
-//   row groups hc_pre only: 1, 2, 4 or 8 tokens per CTA and the mixer rows dealt to kRowGroups CTAs, each of which also
+//   row groups hc_pre only: 1, 2 or 4 tokens per CTA and the mixer rows dealt to kRowGroups CTAs, each of which also
 //              chains the sum of squares its rows' logits need; group 0 holds the pre rows and collapses its
 //              tokens. For batches and prefill pieces above 16 tokens, which the tiled path gives one CTA per 4
 //              tokens (64 CTAs at 256 tokens, each thread 100 chains at 8 warps per SM: bound by loads in flight).
@@ -62,8 +62,6 @@ constexpr int kSplitUnroll = kCluster == kHcWideCluster ? 32 : 16;
 constexpr int kRowGroups = 4;
 template <int kTile>
 constexpr int kRowUnroll = kTile <= 2 ? 8 : 4;
-// Tiles of 4 tokens up to this many (at 512 tokens 128 tiles x 4 groups: one wave of two CTAs per SM), then of 8.
-constexpr int64_t kRowTileFourTokens = 512;
 
 // Calls chain(whole, i0) for each round of kUnroll strided columns i0, i0 + 256, ... of a thread's share of a row of
 // `width` (i0 from threadIdx.x, in steps of 256 kUnroll), whole a std::true_type where every column of the round lies
@@ -113,7 +111,11 @@ __device__ __forceinline__ void reduce_over_cta(float (&acc)[kTile][kValues],
 }
 
 // x_out of the tile's `tokens` tokens: the un-normalized streams v[tt] collapsed with token tt's pre weights
-// (pre + tt * pre_stride, kN of them), streams in order, then bf16 (cpu::hc_pre's order).
+// (pre + tt * pre_stride, kN of them), streams in order, then bf16 (cpu::hc_pre's order). A thread's columns d, d +
+// kHcThreads, ... go kCollapseUnroll at a time, their stream values loaded before any is summed: one column at a time,
+// each waited for its loads, and the row-group kernel's group-0 CTAs (which alone collapse) were the last of the launch
+// (at 8,192 tokens on an H200, tiles of 8 tokens, half the mixer's L2 reads, were no faster than tiles of 4).
+constexpr int kCollapseUnroll = 4;
 template <int kN, int kTile>
 __device__ __forceinline__ void collapse_streams(const HcMixParams& p, const __nv_bfloat16* const (&v)[kTile],
                                                  int64_t t0, int tokens, const float* pre_all, int pre_stride) {
@@ -121,11 +123,32 @@ __device__ __forceinline__ void collapse_streams(const HcMixParams& p, const __n
         float pre[kN];
 #pragma unroll
         for (int j = 0; j < kN; ++j) pre[j] = pre_all[tt * pre_stride + j];
-        for (int64_t d = threadIdx.x; d < p.dim; d += kHcThreads) {
-            float out = 0.0f;
+        const __nv_bfloat16* vt = v[tt];
+        __nv_bfloat16* out_row = p.x_out + (t0 + tt) * p.dim;
+        auto collapse = [&](auto whole, int64_t d0) {
+            constexpr bool kWhole = decltype(whole)::value;
+            float x[kCollapseUnroll][kN];
 #pragma unroll
-            for (int j = 0; j < kN; ++j) out = __fadd_rn(out, __fmul_rn(pre[j], bf16_to_f32(v[tt][j * p.dim + d])));
-            p.x_out[(t0 + tt) * p.dim + d] = f32_to_bf16(out);
+            for (int u = 0; u < kCollapseUnroll; ++u) {
+                const int64_t d = d0 + int64_t(u) * kHcThreads;
+#pragma unroll
+                for (int j = 0; j < kN; ++j) x[u][j] = kWhole || d < p.dim ? bf16_to_f32(vt[j * p.dim + d]) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < kCollapseUnroll; ++u) {
+                const int64_t d = d0 + int64_t(u) * kHcThreads;
+                if (!kWhole && d >= p.dim) break;
+                float out = 0.0f;
+#pragma unroll
+                for (int j = 0; j < kN; ++j) out = __fadd_rn(out, __fmul_rn(pre[j], x[u][j]));
+                out_row[d] = f32_to_bf16(out);
+            }
+        };
+        for (int64_t d0 = threadIdx.x; d0 < p.dim; d0 += int64_t(kHcThreads) * kCollapseUnroll) {
+            if (d0 + int64_t(kCollapseUnroll - 1) * kHcThreads < p.dim)
+                collapse(std::true_type{}, d0);
+            else
+                collapse(std::false_type{}, d0);
         }
     }
 }
@@ -628,9 +651,7 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
         if (p.n_hc == 4 && head) hc_mix_split_kernel<4, true, kHcCluster><<<grid, kHcThreads, 0, stream>>>(p, no_norm);
     } else if (path == HcMixPath::kRowGroups) {
         if (head) throw_cuda_error(cudaErrorInvalidValue, "hc_head has no row-group path", __FILE__, __LINE__);
-        // One token per tile up to 32 tokens, two up to 128 (more CTAs where the tiles are few), four up to 512,
-        // eight above: there every CTA streams its 6 mixer rows (384 KB at V4's width) from L2 once per tile, and at
-        // four tokens a tile the 8k prefill piece's pre-mix read ~4.3 GB from L2 (843 us on an H100, ~5 TB/s).
+        // One token per tile up to 32 tokens, two up to 128 (more CTAs where the tiles are few), four above.
         if (p.tokens <= 32) {
             const dim3 grid(unsigned(p.tokens), unsigned(kRowGroups));
             if (p.n_hc == 2) hc_mix_rows_kernel<2, 1><<<grid, kHcThreads, 0, stream>>>(p);
@@ -639,14 +660,10 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
             const dim3 grid(unsigned((p.tokens + 1) / 2), unsigned(kRowGroups));
             if (p.n_hc == 2) hc_mix_rows_kernel<2, 2><<<grid, kHcThreads, 0, stream>>>(p);
             if (p.n_hc == 4) hc_mix_rows_kernel<4, 2><<<grid, kHcThreads, 0, stream>>>(p);
-        } else if (p.tokens <= kRowTileFourTokens) {
+        } else {
             const dim3 grid(unsigned((p.tokens + 3) / 4), unsigned(kRowGroups));
             if (p.n_hc == 2) hc_mix_rows_kernel<2, 4><<<grid, kHcThreads, 0, stream>>>(p);
             if (p.n_hc == 4) hc_mix_rows_kernel<4, 4><<<grid, kHcThreads, 0, stream>>>(p);
-        } else {
-            const dim3 grid(unsigned((p.tokens + 7) / 8), unsigned(kRowGroups));
-            if (p.n_hc == 2) hc_mix_rows_kernel<2, 8><<<grid, kHcThreads, 0, stream>>>(p);
-            if (p.n_hc == 4) hc_mix_rows_kernel<4, 8><<<grid, kHcThreads, 0, stream>>>(p);
         }
     } else if (path == HcMixPath::kPerToken) {
         const dim3 grid(unsigned(p.tokens));
