@@ -257,6 +257,53 @@ void bench_hc(bool head, int64_t tokens) {
 }
 
 // Routed experts at one token: 6 of 256 MXFP4 experts [n, k], 8 routings rotated (> L2), slot bound 1 or 6.
+// The MoE's mHC post-mix (hc_post_of_moe: the combine of 6 routed rows and the shared row, then the post-mix of 4
+// streams) at V4-Flash's width, us per launch and GB/s over the bytes it must move; the hash of the streams out and the
+// combined rows tells two builds' bits apart (bench only: tests/gpu/mhc_test.cpp checks them).
+void bench_hc_post(int64_t tokens) {
+    const int64_t n = 4, dim = 4096, k = 6, mix_size = hc_pre_mix_size(n), slots = tokens * k;
+    DeviceBuffer<__nv_bfloat16> streams{size_t(tokens * n * dim)}, out{size_t(tokens * n * dim)},
+        routed{size_t(slots * dim)}, shared{size_t(tokens * dim)}, combined{size_t(tokens * dim)};
+    fill_bf16<<<256, 256>>>(streams.get(), streams.size(), 11);
+    fill_bf16<<<256, 256>>>(routed.get(), routed.size(), 12);
+    fill_bf16<<<256, 256>>>(shared.get(), shared.size(), 13);
+    DeviceBuffer<float> mix{size_t(tokens * mix_size)};
+    fill_f32<<<64, 256>>>(mix.get(), mix.size(), 14, 1.0f);
+    std::vector<int32_t> experts(static_cast<size_t>(slots)), assigned(static_cast<size_t>(slots));
+    for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t j = 0; j < k; ++j) {  // distinct experts a token, not in ascending order; slot = t k + j
+            experts[size_t(t * k + j)] = int32_t((t * 7 + (k - j) * 37) % 256);
+            assigned[size_t(t * k + j)] = int32_t(t * k + j);
+        }
+    DeviceBuffer<int32_t> experts_d{experts.size()}, assigned_d{assigned.size()};
+    experts_d.upload(experts.data(), experts.size());
+    assigned_d.upload(assigned.data(), assigned.size());
+    check_launch(0);
+    const HcPostParams post{nullptr, streams.get(), mix.get(), out.get(), tokens, n, dim};
+    MoeCombineParams combine;
+    combine.routed = routed.get();
+    combine.experts = experts_d.get();
+    combine.assignment_slot = assigned_d.get();
+    combine.shared = shared.get();
+    combine.out = combined.get();
+    combine.tokens = tokens;
+    combine.dim = dim;
+    combine.k = int32_t(k);
+    const double us = graph_us([&](int, cudaStream_t s) { hc_post_of_moe(post, combine, s); });
+    hc_post_of_moe(post, combine, nullptr);
+    DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+    uint64_t hash = 1469598103934665603ull;
+    for (const DeviceBuffer<__nv_bfloat16>* b : {&out, &combined}) {
+        std::vector<uint8_t> host(b->size() * 2);
+        DSV4_CUDA_CHECK(cudaMemcpy(host.data(), b->get(), host.size(), cudaMemcpyDeviceToHost));
+        for (uint8_t byte : host) hash = (hash ^ byte) * 1099511628211ull;
+    }
+    // Streams in and out, the routed and shared rows in, the combined row out (bf16); mix and routing are small.
+    const double bytes = double(tokens) * double(dim) * 2.0 * double(2 * n + k + 2);
+    std::printf("%-8s %6lld %10.2f %9.0f   %016llx\n", "hc_post", (long long)tokens, us, bytes / (us * 1e-6) / 1e9,
+                (unsigned long long)hash);
+}
+
 void bench_moe(const char* name, int64_t n, int64_t k, int slot_bound) {
     const int64_t experts = 256, active = 6;
     constexpr int kRoutings = 8;
@@ -771,6 +818,8 @@ int main(int argc, char** argv) {
                     "split us", "tiled us", "rows us", "+norm us", "2 launch", "speedup", "GB/s", "auto", "bits");
         for (bool head : {false, true})
             for (int64_t tokens : {1, 2, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 8192}) bench_hc(head, tokens);
+        std::printf("\n%-8s %6s %10s %9s   %s\n", "post-mix", "tokens", "us", "GB/s", "hash of streams out, f");
+        for (int64_t tokens : {1, 16, 64, 256, 2048, 8192}) bench_hc_post(tokens);
     }
     if (run("moe")) {
         std::printf("\n%-8s %6s %6s %5s %12s %12s %9s %9s   %s\n", "moe", "N", "K", "tile", "strided us", "compact us",
