@@ -108,6 +108,34 @@ void check_launch(T) {
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
+// FNV-1a over the bytes of bf16 device buffers, in order, after the device is idle: two builds' outputs compared.
+uint64_t device_bytes_hash(const std::vector<const DeviceBuffer<__nv_bfloat16>*>& buffers) {
+    DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+    uint64_t hash = 1469598103934665603ull;
+    for (const DeviceBuffer<__nv_bfloat16>* b : buffers) {
+        std::vector<uint8_t> host(b->size() * 2);
+        DSV4_CUDA_CHECK(cudaMemcpy(host.data(), b->get(), host.size(), cudaMemcpyDeviceToHost));
+        for (uint8_t byte : host) hash = (hash ^ byte) * 1099511628211ull;
+    }
+    return hash;
+}
+
+// moe_combine's parameters over device buffers (routed rows [tokens k, dim], shared and out [tokens, dim]).
+MoeCombineParams combine_params(const DeviceBuffer<__nv_bfloat16>& routed, const DeviceBuffer<int32_t>& experts,
+                                const DeviceBuffer<int32_t>& slots, const DeviceBuffer<__nv_bfloat16>& shared,
+                                DeviceBuffer<__nv_bfloat16>& out, int64_t tokens, int64_t dim, int64_t k) {
+    MoeCombineParams p;
+    p.routed = routed.get();
+    p.experts = experts.get();
+    p.assignment_slot = slots.get();
+    p.shared = shared.get();
+    p.out = out.get();
+    p.tokens = tokens;
+    p.dim = dim;
+    p.k = int32_t(k);
+    return p;
+}
+
 // Median per-launch time in microseconds of `launch(i, stream)` for i = 0..kLaunches-1, captured as one graph.
 double graph_us(const std::function<void(int, cudaStream_t)>& launch) {
     // The cases fill and upload their inputs on the legacy stream, which does not order work on a non-blocking one.
@@ -280,24 +308,10 @@ void bench_hc_post(int64_t tokens) {
     assigned_d.upload(assigned.data(), assigned.size());
     check_launch(0);
     const HcPostParams post{nullptr, streams.get(), mix.get(), out.get(), tokens, n, dim};
-    MoeCombineParams combine;
-    combine.routed = routed.get();
-    combine.experts = experts_d.get();
-    combine.assignment_slot = assigned_d.get();
-    combine.shared = shared.get();
-    combine.out = combined.get();
-    combine.tokens = tokens;
-    combine.dim = dim;
-    combine.k = int32_t(k);
+    const MoeCombineParams combine = combine_params(routed, experts_d, assigned_d, shared, combined, tokens, dim, k);
     const double us = graph_us([&](int, cudaStream_t s) { hc_post_of_moe(post, combine, s); });
     hc_post_of_moe(post, combine, nullptr);
-    DSV4_CUDA_CHECK(cudaDeviceSynchronize());
-    uint64_t hash = 1469598103934665603ull;
-    for (const DeviceBuffer<__nv_bfloat16>* b : {&out, &combined}) {
-        std::vector<uint8_t> host(b->size() * 2);
-        DSV4_CUDA_CHECK(cudaMemcpy(host.data(), b->get(), host.size(), cudaMemcpyDeviceToHost));
-        for (uint8_t byte : host) hash = (hash ^ byte) * 1099511628211ull;
-    }
+    const uint64_t hash = device_bytes_hash({&out, &combined});
     // Streams in and out, the routed and shared rows in, the combined row out (bf16); mix and routing are small.
     const double bytes = double(tokens) * double(dim) * 2.0 * double(2 * n + k + 2);
     std::printf("%-8s %6lld %10.2f %9.0f   %016llx\n", "hc_post", (long long)tokens, us, bytes / (us * 1e-6) / 1e9,
@@ -447,16 +461,7 @@ void bench_moe_mma(int64_t tokens, bool variants = false, bool row_tiles = false
         return p;
     };
     const double matrix_bytes = double(inter * dim / 2 + inter * dim / 32);
-    auto outputs_hash = [&](bool down) {
-        DSV4_CUDA_CHECK(cudaDeviceSynchronize());
-        uint64_t hash = 1469598103934665603ull;
-        for (const DeviceBuffer<__nv_bfloat16>* y : down ? std::vector{&y2} : std::vector{&y1, &y3}) {
-            std::vector<uint8_t> host(y->size() * 2);
-            DSV4_CUDA_CHECK(cudaMemcpy(host.data(), y->get(), host.size(), cudaMemcpyDeviceToHost));
-            for (uint8_t b : host) hash = (hash ^ b) * 1099511628211ull;
-        }
-        return hash;
-    };
+    auto outputs_hash = [&](bool down) { return down ? device_bytes_hash({&y2}) : device_bytes_hash({&y1, &y3}); };
     for (bool down : {false, true}) {
         const double bytes = mean_active * matrix_bytes * (down ? 1 : 2) +
                              double(slots) * double(down ? inter + dim * 2 : dim + 2 * inter * 2);
@@ -529,15 +534,7 @@ void bench_combine() {
     d_experts.upload(experts.data(), experts.size());
     d_slots.upload(slots.data(), slots.size());
     check_launch(0);
-    MoeCombineParams p;
-    p.routed = routed.get();
-    p.experts = d_experts.get();
-    p.assignment_slot = d_slots.get();
-    p.shared = shared.get();
-    p.out = out.get();
-    p.tokens = 1;
-    p.dim = dim;
-    p.k = int32_t(k);
+    const MoeCombineParams p = combine_params(routed, d_experts, d_slots, shared, out, 1, dim, k);
     const double us = graph_us([&](int, cudaStream_t s) { moe_combine(p, s); });
     std::printf("moe_combine, 1 token, dim 4096, k 6: %.2f us (CPU-reference check: tests/gpu/moe_expert_test)\n", us);
 }
