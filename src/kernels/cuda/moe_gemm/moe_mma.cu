@@ -97,6 +97,13 @@ template <int kTokens, bool kWholeStages>
 __host__ __device__ constexpr int stage_count() {
     return kTokens <= 16 && kWholeStages ? 8 : 4;
 }
+// Whether a kernel's weight stages arrive as bulk copies (kBulk below): single-slot passes of 64-row tiles over tiled
+// weights. A narrower tile's 2 or 1 KiB copies streamed slower than its 16-byte copies (H100, 2026-12-05: w1 | w3 of 3
+// experts at 32-row tiles 19.4 -> 20.6 us), so those read the tiles as every other pass does.
+template <bool kSingle, bool kTiled, int kRowGroups>
+__host__ __device__ constexpr bool bulk_stages() {
+    return kSingle && kTiled && kRowGroups == kMaxRowGroups;
+}
 template <int kTokens, int kRowGroups, bool kWholeStages, bool kRowHeld = false, bool kGated = false,
           bool kBulk = false>
 __host__ __device__ constexpr int smem_bytes(int64_t experts, int64_t k) {
@@ -171,9 +178,7 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
     constexpr int kStages = stage_count<kTokens, kWholeStages>();
     static_assert(!kGated || (kSingle && kWholeStages), "computed activations: single-slot passes, whole stages");
     static_assert(!kSingle || kWholeStages, "a held row: whole stages");
-    // 64-row tiles only: a narrower tile's 2 or 1 KiB copies streamed slower than its 16-byte copies (H100, 2026-12-05:
-    // w1 | w3 of 3 experts at 32-row tiles 19.4 -> 20.6 us), so those read the tiles as every other pass does.
-    constexpr bool kBulk = kSingle && kTiled && kRowGroups == kMaxRowGroups;
+    constexpr bool kBulk = bulk_stages<kSingle, kTiled, kRowGroups>();
     constexpr bool kRowHeld = kSingle;
     // kFactors (single-slot MXFP4 passes): the loader also turns each stage's block scales into the promotions'
     // factors a_scale x w_scale (promote's FMUL, the same bits) in place of the row's staged codes, one stage ahead
@@ -528,7 +533,7 @@ template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, 
 cudaError_t launch(const Args& args, cudaStream_t stream) {
     const auto kernel = moe_mma_kernel<kTokens, kRowGroups, kFormat, kWholeStages, kSingle, kGated, kTiled>;
     constexpr int kCtaThreads = cta_threads<kRowGroups, kSingle>();
-    constexpr bool kBulk = kSingle && kTiled && kRowGroups == kMaxRowGroups;  // as the kernel's
+    constexpr bool kBulk = bulk_stages<kSingle, kTiled, kRowGroups>();
     const int smem = smem_bytes<kTokens, kRowGroups, kWholeStages, kSingle, kGated, kBulk>(args.experts, args.k);
     const int64_t n_tiles = (args.n + 16 * kRowGroups - 1) / (16 * kRowGroups);
     const int64_t items = args.experts * n_tiles * args.mat_count,
