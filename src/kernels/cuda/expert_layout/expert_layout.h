@@ -1,5 +1,5 @@
-// The routed experts' packed e2m1 nibbles in 64-row tiles (ExpertLayout::kTiles), the order the decode kernels read
-// them: for each tile of 64 weight rows (tiles never straddle two experts: N % 64 == 0), its 128-column blocks one
+// The routed experts' packed e2m1 nibbles in 64-row tiles (CudaOptions::tiled_experts), the order the decode kernels
+// read them: for each tile of 64 weight rows (tiles never straddle two experts: N % 64 == 0), its 128-column blocks one
 // after the other, each block the tile's 64 rows x 64 bytes back to back (4 KiB). Within a row's 64 bytes the four
 // 16-byte chunks (32 columns each, one MXFP4 scale block) sit at chunk ^ ((row >> 1) & 3), so that the rows a warp's
 // fragment reads take (rows g and g + 2 share banks at a 64-byte pitch) land on distinct banks when a stage is copied
@@ -8,7 +8,8 @@
 // loads where sixteen-byte copies of 64-byte row pieces 2 KiB apart did not (docs/perf.md, "The single-slot pass's
 // loading scheme, and what a bulk copy of a repacked stage buys"). The block scales keep the checkpoint's row order.
 // An option (CudaOptions::tiled_experts, off): the batched and prefill passes read the tiles slower than rows.
-// Tested in tests/gpu/moe_gemm_test.cpp (the repack against expert_tile_offset, every kernel's bits in both layouts).
+// Tested in tests/gpu/expert_layout_test.cpp (the repack against expert_chunk_offset, every kernel's bits in both
+// layouts).
 #pragma once
 
 #include <cuda_runtime.h>
