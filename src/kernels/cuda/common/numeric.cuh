@@ -32,6 +32,11 @@ __device__ __forceinline__ __nv_bfloat16 f32_to_bf16(float x) {
 __device__ __forceinline__ float round_bf16(float x) {
     return bf16_to_f32(f32_to_bf16(x));
 }
+// Element c (0-7, in memory order) of eight bf16 loaded as one uint4, as f32 (exact).
+__device__ __forceinline__ float bf16x8_at(const uint4& v, int c) {
+    const uint32_t w = c < 2 ? v.x : c < 4 ? v.y : c < 6 ? v.z : v.w;
+    return __uint_as_float(c % 2 ? w & 0xFFFF0000u : w << 16);
+}
 
 // ---- FP8 E4M3FN codes. Encoding: round to nearest even, finite values saturate to +-448 (the hardware
 // cvt.rn.satfinite on sm_89 and later); decoding is exact.

@@ -111,7 +111,11 @@ __device__ __forceinline__ void reduce_over_cta(float (&acc)[kTile][kValues],
 }
 
 // x_out of the tile's `tokens` tokens: the un-normalized streams v[tt] collapsed with token tt's pre weights
-// (pre + tt * pre_stride, kN of them), streams in order, then bf16 (cpu::hc_pre's order).
+// (pre + tt * pre_stride, kN of them), streams in order, then bf16 (cpu::hc_pre's order). A thread's columns d, d +
+// kHcThreads, ... go kCollapseUnroll at a time, their stream values loaded before any is summed: one column at a time,
+// each waited for its loads, and the row-group kernel's group-0 CTAs (which alone collapse) were the last of the launch
+// (at 8,192 tokens on an H200, tiles of 8 tokens, half the mixer's L2 reads, were no faster than tiles of 4).
+constexpr int kCollapseUnroll = 4;
 template <int kN, int kTile>
 __device__ __forceinline__ void collapse_streams(const HcMixParams& p, const __nv_bfloat16* const (&v)[kTile],
                                                  int64_t t0, int tokens, const float* pre_all, int pre_stride) {
@@ -119,11 +123,32 @@ __device__ __forceinline__ void collapse_streams(const HcMixParams& p, const __n
         float pre[kN];
 #pragma unroll
         for (int j = 0; j < kN; ++j) pre[j] = pre_all[tt * pre_stride + j];
-        for (int64_t d = threadIdx.x; d < p.dim; d += kHcThreads) {
-            float out = 0.0f;
+        const __nv_bfloat16* vt = v[tt];
+        __nv_bfloat16* out_row = p.x_out + (t0 + tt) * p.dim;
+        auto collapse = [&](auto whole, int64_t d0) {
+            constexpr bool kWhole = decltype(whole)::value;
+            float x[kCollapseUnroll][kN];
 #pragma unroll
-            for (int j = 0; j < kN; ++j) out = __fadd_rn(out, __fmul_rn(pre[j], bf16_to_f32(v[tt][j * p.dim + d])));
-            p.x_out[(t0 + tt) * p.dim + d] = f32_to_bf16(out);
+            for (int u = 0; u < kCollapseUnroll; ++u) {
+                const int64_t d = d0 + int64_t(u) * kHcThreads;
+#pragma unroll
+                for (int j = 0; j < kN; ++j) x[u][j] = kWhole || d < p.dim ? bf16_to_f32(vt[j * p.dim + d]) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < kCollapseUnroll; ++u) {
+                const int64_t d = d0 + int64_t(u) * kHcThreads;
+                if (!kWhole && d >= p.dim) break;
+                float out = 0.0f;
+#pragma unroll
+                for (int j = 0; j < kN; ++j) out = __fadd_rn(out, __fmul_rn(pre[j], x[u][j]));
+                out_row[d] = f32_to_bf16(out);
+            }
+        };
+        for (int64_t d0 = threadIdx.x; d0 < p.dim; d0 += int64_t(kHcThreads) * kCollapseUnroll) {
+            if (d0 + int64_t(kCollapseUnroll - 1) * kHcThreads < p.dim)
+                collapse(std::true_type{}, d0);
+            else
+                collapse(std::false_type{}, d0);
         }
     }
 }
@@ -575,6 +600,57 @@ __global__ void __launch_bounds__(kPostThreads) hc_post_kernel(HcPostParams p, M
     for (int k = 0; k < kN; ++k) p.out[(t * kN + k) * p.dim + d] = f32_to_bf16(hc_post_value<kN>(mix, xj, f, k));
 }
 
+// hc_post_kernel's arithmetic on kPostColumns consecutive columns a thread, each row's values one 16-byte load and
+// each output row one 16-byte store: for dims that are whole multiples of 8 with 16-byte aligned rows (V4's), where the
+// kernel of one column a thread issued eleven 2-byte loads and five 2-byte stores a column and, with the MoE's combine,
+// sorted the token's assignments once per 256 columns (hc_post_vector_fits chooses it).
+constexpr int kPostColumns = 8;
+template <int kN, bool kCombine>
+__global__ void __launch_bounds__(kPostThreads) hc_post_vector_kernel(HcPostParams p, MoeCombineParams m) {
+    constexpr int kMix = (2 + kN) * kN;
+    const int64_t t = blockIdx.y;
+    const int64_t d0 = (int64_t(blockIdx.x) * kPostThreads + threadIdx.x) * kPostColumns;
+    __shared__ MoeCombineOrder order;
+    if constexpr (kCombine) moe_combine_order(m, t, order);  // every thread, before any leaves
+    if (d0 >= p.dim) return;
+    const float* mix = p.mix + t * kMix;
+    uint4 x_raw[kN];
+#pragma unroll
+    for (int j = 0; j < kN; ++j) x_raw[j] = *reinterpret_cast<const uint4*>(p.streams + (t * kN + j) * p.dim + d0);
+    float f[kPostColumns];
+    if constexpr (kCombine) {
+        uint4 combined;
+        moe_combine_values<kPostColumns>(m, order, t, d0, f, combined);
+        *reinterpret_cast<uint4*>(m.out + t * p.dim + d0) = combined;
+    } else {
+        const uint4 f_raw = *reinterpret_cast<const uint4*>(p.f + t * p.dim + d0);
+#pragma unroll
+        for (int c = 0; c < kPostColumns; ++c) f[c] = bf16x8_at(f_raw, c);
+    }
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+        uint32_t out[kPostColumns / 2];
+#pragma unroll
+        for (int c = 0; c < kPostColumns; ++c) {
+            float xc[kN];
+#pragma unroll
+            for (int j = 0; j < kN; ++j) xc[j] = bf16x8_at(x_raw[j], c);
+            const uint32_t bits = __bfloat16_as_ushort(f32_to_bf16(hc_post_value<kN>(mix, xc, f[c], k)));
+            out[c / 2] = c % 2 ? out[c / 2] | (bits << 16) : bits;
+        }
+        *reinterpret_cast<uint4*>(p.out + (t * kN + k) * p.dim + d0) = make_uint4(out[0], out[1], out[2], out[3]);
+    }
+}
+
+bool aligned16(const void* ptr) {
+    return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
+}
+// Whether hc_post_vector_kernel can run p (with the combine's buffers where there is one).
+bool hc_post_vector_fits(const HcPostParams& p, const MoeCombineParams* m) {
+    const bool rows = p.dim % kPostColumns == 0 && aligned16(p.streams) && aligned16(p.out);
+    return m ? rows && aligned16(m->routed) && aligned16(m->shared) && aligned16(m->out) : rows && aligned16(p.f);
+}
+
 }  // namespace
 
 namespace detail {
@@ -670,16 +746,28 @@ void launch_hc_sinkhorn(const HcMixParams& p, cudaStream_t stream) {
 
 void launch_hc_post(const HcPostParams& p, cudaStream_t stream, bool generic) {
     if (generic || !hc_specialised(p.n_hc)) return launch_hc_post_generic(p, stream);
-    const dim3 grid(unsigned((p.dim + kPostThreads - 1) / kPostThreads), unsigned(p.tokens));
-    if (p.n_hc == 2) hc_post_kernel<2, false><<<grid, kPostThreads, 0, stream>>>(p, {});
-    if (p.n_hc == 4) hc_post_kernel<4, false><<<grid, kPostThreads, 0, stream>>>(p, {});
+    if (hc_post_vector_fits(p, nullptr)) {
+        const dim3 grid(unsigned((p.dim / kPostColumns + kPostThreads - 1) / kPostThreads), unsigned(p.tokens));
+        if (p.n_hc == 2) hc_post_vector_kernel<2, false><<<grid, kPostThreads, 0, stream>>>(p, {});
+        if (p.n_hc == 4) hc_post_vector_kernel<4, false><<<grid, kPostThreads, 0, stream>>>(p, {});
+    } else {
+        const dim3 grid(unsigned((p.dim + kPostThreads - 1) / kPostThreads), unsigned(p.tokens));
+        if (p.n_hc == 2) hc_post_kernel<2, false><<<grid, kPostThreads, 0, stream>>>(p, {});
+        if (p.n_hc == 4) hc_post_kernel<4, false><<<grid, kPostThreads, 0, stream>>>(p, {});
+    }
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_hc_post_of_moe(const HcPostParams& p, const MoeCombineParams& combine, cudaStream_t stream) {
-    const dim3 grid(unsigned((p.dim + kPostThreads - 1) / kPostThreads), unsigned(p.tokens));
-    if (p.n_hc == 2) hc_post_kernel<2, true><<<grid, kPostThreads, 0, stream>>>(p, combine);
-    if (p.n_hc == 4) hc_post_kernel<4, true><<<grid, kPostThreads, 0, stream>>>(p, combine);
+    if (hc_post_vector_fits(p, &combine)) {
+        const dim3 grid(unsigned((p.dim / kPostColumns + kPostThreads - 1) / kPostThreads), unsigned(p.tokens));
+        if (p.n_hc == 2) hc_post_vector_kernel<2, true><<<grid, kPostThreads, 0, stream>>>(p, combine);
+        if (p.n_hc == 4) hc_post_vector_kernel<4, true><<<grid, kPostThreads, 0, stream>>>(p, combine);
+    } else {
+        const dim3 grid(unsigned((p.dim + kPostThreads - 1) / kPostThreads), unsigned(p.tokens));
+        if (p.n_hc == 2) hc_post_kernel<2, true><<<grid, kPostThreads, 0, stream>>>(p, combine);
+        if (p.n_hc == 4) hc_post_kernel<4, true><<<grid, kPostThreads, 0, stream>>>(p, combine);
+    }
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

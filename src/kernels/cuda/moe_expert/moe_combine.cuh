@@ -63,4 +63,31 @@ __device__ __forceinline__ __nv_bfloat16 moe_combine_value(const MoeCombineParam
     return f32_to_bf16(acc + shared);
 }
 
+// kColumns consecutive columns c0.. of token t (moe_combine_value's arithmetic on each, the same bits), each row's
+// values one 16-byte load (kColumns == 8; the caller checks c0 % 8 == 0 and 16-byte aligned rows).
+template <int kColumns>
+__device__ __forceinline__ void moe_combine_values(const MoeCombineParams& p, const MoeCombineOrder& o, int64_t t,
+                                                   int64_t c0, float (&f)[kColumns], uint4& packed) {
+    static_assert(kColumns == 8, "one 16-byte load a row");
+    const int n = o.count;
+    uint4 routed[kMaxCombineK];
+#pragma unroll
+    for (int i = 0; i < kMaxCombineK; ++i)
+        routed[i] = i < n ? *reinterpret_cast<const uint4*>(p.routed + o.slot[i] * p.dim + c0) : make_uint4(0, 0, 0, 0);
+    const uint4 shared = *reinterpret_cast<const uint4*>(p.shared + t * p.dim + c0);
+    uint32_t out[kColumns / 2];
+#pragma unroll
+    for (int c = 0; c < kColumns; ++c) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kMaxCombineK; ++i)
+            if (i < n) acc += bf16x8_at(routed[i], c);
+        const __nv_bfloat16 v = f32_to_bf16(acc + bf16x8_at(shared, c));
+        f[c] = bf16_to_f32(v);
+        const uint32_t bits = __bfloat16_as_ushort(v);
+        out[c / 2] = c % 2 ? out[c / 2] | (bits << 16) : bits;
+    }
+    packed = make_uint4(out[0], out[1], out[2], out[3]);
+}
+
 }  // namespace dsv4::cuda
