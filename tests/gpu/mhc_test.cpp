@@ -383,7 +383,7 @@ TEST(GpuMhc, HcPreNormEqualsHcPreThenRmsNormBitwise) {
 TEST(GpuMhc, HcPostMatchesCpuBitwise) {
     DSV4_REQUIRE_GPU();
     Rng rng;
-    for (int64_t tokens : {1, 7, 33})
+    for (int64_t tokens : {1, 7, 33, 65})  // 65: the vector kernel where dim % 8 == 0
         for (int64_t n : {2, 4, 1, 3, 8})
             for (int64_t dim : {64, 320, 7168, 1000 + 3}) {
                 const int64_t mix_size = cuda::hc_pre_mix_size(n);
@@ -432,8 +432,8 @@ TEST(GpuMhc, HcPostMatchesCpuBitwise) {
 
 // hc_post_of_moe (f computed from the MoE's parts in hc_post's kernel) against moe_combine then hc_post, bit for bit:
 // the streams out and f itself, with dropped assignments (expert or slot -1) and unsorted experts
-// (moe_combine_inputs.h); n_hc 3 takes the two launches. Dims that are multiples of 8 take the kernel of 8 columns a
-// thread, 1003 the kernel of one (hc_post's own test above covers both against the CPU likewise).
+// (moe_combine_inputs.h); n_hc 3 takes the two launches. From 64 tokens on, dims that are multiples of 8 take the
+// kernel of 8 columns a thread; the rest take the kernel of one (hc_post's own test above covers both against the CPU).
 TEST(GpuMhc, HcPostOfMoeEqualsCombineThenPostBitwise) {
     DSV4_REQUIRE_GPU();
     Rng rng;
@@ -441,8 +441,8 @@ TEST(GpuMhc, HcPostOfMoeEqualsCombineThenPostBitwise) {
         int64_t tokens, n, dim;
         int32_t k;
     };
-    for (Case c : {Case{1, 4, 4096, 6}, Case{40, 4, 4096, 6}, Case{7, 4, 1003, 6}, Case{33, 2, 320, 2},
-                   Case{3, 4, 64, 16}, Case{5, 3, 96, 6}}) {
+    for (Case c : {Case{1, 4, 4096, 6}, Case{40, 4, 4096, 6}, Case{70, 4, 4096, 6}, Case{7, 4, 1003, 6},
+                   Case{33, 2, 320, 2}, Case{3, 4, 64, 16}, Case{5, 3, 96, 6}}) {
         const int64_t mix_size = cuda::hc_pre_mix_size(c.n);
         const MoeCombineInputs moe = random_moe_combine_inputs(rng, c.tokens, c.dim, c.k, 64);
         const std::vector<float> X = rng.normal_bf16(c.tokens * c.n * c.dim, 3.0f);

@@ -603,7 +603,7 @@ __global__ void __launch_bounds__(kPostThreads) hc_post_kernel(HcPostParams p, M
 // hc_post_kernel's arithmetic on kPostColumns consecutive columns a thread, each row's values one 16-byte load and
 // each output row one 16-byte store: for dims that are whole multiples of 8 with 16-byte aligned rows (V4's), where the
 // kernel of one column a thread issued eleven 2-byte loads and five 2-byte stores a column and, with the MoE's combine,
-// sorted the token's assignments once per 256 columns (hc_post_vector_fits chooses it).
+// sorted the token's assignments once per 256 columns (hc_post_vector_fits chooses it, from 64 tokens on).
 constexpr int kPostColumns = 8;
 template <int kN, bool kCombine>
 __global__ void __launch_bounds__(kPostThreads) hc_post_vector_kernel(HcPostParams p, MoeCombineParams m) {
@@ -645,9 +645,14 @@ __global__ void __launch_bounds__(kPostThreads) hc_post_vector_kernel(HcPostPara
 bool aligned16(const void* ptr) {
     return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
 }
-// Whether hc_post_vector_kernel can run p (with the combine's buffers where there is one).
+// From this many tokens on the vector kernel is faster; below, its grid (V4: two CTAs a token) leaves most SMs idle
+// and each thread's eight columns lengthen the chain that the kernel of one column a thread spreads over 16 CTAs a
+// token (H100, hc_post_of_moe at V4's shapes: 16 tokens 4.4 against 5.4 us, 64 tokens 7.0 against 5.6 us).
+constexpr int64_t kPostVectorMinTokens = 64;
+// Whether hc_post_vector_kernel runs p (with the combine's buffers where there is one).
 bool hc_post_vector_fits(const HcPostParams& p, const MoeCombineParams* m) {
-    const bool rows = p.dim % kPostColumns == 0 && aligned16(p.streams) && aligned16(p.out);
+    const bool rows =
+        p.tokens >= kPostVectorMinTokens && p.dim % kPostColumns == 0 && aligned16(p.streams) && aligned16(p.out);
     return m ? rows && aligned16(m->routed) && aligned16(m->shared) && aligned16(m->out) : rows && aligned16(p.f);
 }
 
