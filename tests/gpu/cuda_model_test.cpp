@@ -465,6 +465,9 @@ TEST(CudaModel, RefusesReferenceNumericsAndForeignSequences) {
     options.max_context = 256;
     options.print_plan = false;
     EXPECT_THROW(CudaModel(config, load_model_weights(checkpoint, config), Numerics::kReference, options), Error);
+    CudaOptions huge_piece = options;
+    huge_piece.max_chunk_tokens = 65536;  // past CUDA's grid rows: refused before any allocation
+    EXPECT_THROW(CudaModel(config, load_model_weights(checkpoint, config), Numerics::kModel, huge_piece), Error);
     CudaModel gpu(config, load_model_weights(checkpoint, config), Numerics::kModel, options);
     CpuModel cpu(config, load_model_weights(checkpoint, config), Numerics::kModel);
     SequenceState cpu_state = cpu.new_sequence();
