@@ -139,6 +139,10 @@ TEST(Cli, BadInputGivesOneClearError) {
     Result r = run("logits -m " + kFixture + " --ids-file " + good_ids + " --numerics fast --out x");
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.output.find("--numerics"), std::string::npos) << r.output;
+    // A GPU piece holds at most 65,535 tokens (CudaOptions): refused when parsed, before any model is loaded.
+    r = run("generate -m " + kFixture + " --ids-file " + good_ids + " -n 1 --max-chunk-tokens 65536");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("--max-chunk-tokens"), std::string::npos) << r.output;
 }
 
 // On a machine without a GPU (or a build without CUDA) `--backend cuda` is one clear error; with a GPU it runs (GPU

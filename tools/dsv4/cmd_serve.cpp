@@ -129,8 +129,9 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--served-model-name", a->server.model_name, "The model's name in the API (default: DIR's name, or random-PRESET-...)");
     cmd->add_option("--max-running", a->max_running, "Requests computed at once (continuous batching)")
         ->check(CLI::PositiveNumber);
-    cmd->add_option("--step-tokens", a->step_tokens, "Tokens per engine step: decodes, then prompt chunks")
-        ->check(CLI::PositiveNumber);
+    cmd->add_option("--step-tokens", a->step_tokens,
+                    "Tokens per engine step: decodes, then prompt chunks (at most 65535: a step is one GPU piece)")
+        ->check(CLI::Range(1, 65535));
     cmd->add_option("--prefix-cache", a->prefix_cache, "Computed prefixes kept for reuse (0: no prefix cache)")
         ->check(CLI::NonNegativeNumber);
     cmd->add_option("--prefix-snapshot", a->snapshot_interval,

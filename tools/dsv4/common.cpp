@@ -48,8 +48,9 @@ void add_model_options(CLI::App* command, ModelOptions& o) {
         ->add_option("--max-chunk-tokens", o.max_chunk_tokens,
                      "GPU: tokens per forward piece (the same results at any size; larger pieces prefill faster and "
                      "take more memory). 0: on one GPU, generate, chat and logits take the largest of 2048, 1024, 512, "
-                     "256 that the free memory allows; serve takes --step-tokens (a step is one piece); otherwise 256")
-        ->check(CLI::NonNegativeNumber);
+                     "256 that the free memory allows; serve takes --step-tokens (a step is one piece); otherwise 256; "
+                     "at most 65535")
+        ->check(CLI::Range(0, 65535));
     command->add_flag(
         "--tiled-experts", o.tiled_experts,
         "GPU: the routed experts repacked into 64-row tiles (the same results; single-sequence decode ~2 % "
