@@ -284,7 +284,6 @@ void bench_hc(bool head, int64_t tokens) {
                 path_name(detail::hc_mix_auto_path(tokens, head)), verdict(same));
 }
 
-// Routed experts at one token: 6 of 256 MXFP4 experts [n, k], 8 routings rotated (> L2), slot bound 1 or 6.
 // The MoE's mHC post-mix (hc_post_of_moe: the combine of 6 routed rows and the shared row, then the post-mix of 4
 // streams) at V4-Flash's width, us per launch and GB/s over the bytes it must move; the hash of the streams out and the
 // combined rows tells two builds' bits apart (bench only: tests/gpu/mhc_test.cpp checks them).
@@ -318,6 +317,7 @@ void bench_hc_post(int64_t tokens) {
                 (unsigned long long)hash);
 }
 
+// Routed experts at one token: 6 of 256 MXFP4 experts [n, k], 8 routings rotated (> L2), slot bound 1 or 6.
 void bench_moe(const char* name, int64_t n, int64_t k, int slot_bound) {
     const int64_t experts = 256, active = 6;
     constexpr int kRoutings = 8;

@@ -666,7 +666,7 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--steps", a->steps, "Timed decode steps (median reported)")->check(CLI::PositiveNumber);
     cmd->add_option("--warmup", a->warmup, "Untimed decode steps before them")->check(CLI::NonNegativeNumber);
     cmd->add_option("--chunk", a->chunk, "Prefill piece length (CudaOptions::max_chunk_tokens, at most 65535)")
-        ->check(CLI::Range(1, 65535));
+        ->check(CLI::Range(int64_t{1}, kMaxChunkTokens));
     cmd->add_option("--batch", a->batches, "Also time batched decode steps at these batch sizes (e.g. 1,8,32)")
         ->delimiter(',')
         ->check(CLI::PositiveNumber);

@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "common.h"
 #include "core/error.h"
+#include "runtime/cuda/cuda_model.h"
 #include "runtime/engine.h"
 #include "server/http_server.h"
 #include "tokenizer/prompt.h"
@@ -131,7 +132,7 @@ void add_serve_command(CLI::App& app) {
         ->check(CLI::PositiveNumber);
     cmd->add_option("--step-tokens", a->step_tokens,
                     "Tokens per engine step: decodes, then prompt chunks (at most 65535: a step is one GPU piece)")
-        ->check(CLI::Range(1, 65535));
+        ->check(CLI::Range(int64_t{1}, kMaxChunkTokens));
     cmd->add_option("--prefix-cache", a->prefix_cache, "Computed prefixes kept for reuse (0: no prefix cache)")
         ->check(CLI::NonNegativeNumber);
     cmd->add_option("--prefix-snapshot", a->snapshot_interval,

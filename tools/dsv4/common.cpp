@@ -50,7 +50,7 @@ void add_model_options(CLI::App* command, ModelOptions& o) {
                      "take more memory). 0: on one GPU, generate, chat and logits take the largest of 2048, 1024, 512, "
                      "256 that the free memory allows; serve takes --step-tokens (a step is one piece); otherwise 256; "
                      "at most 65535")
-        ->check(CLI::Range(0, 65535));
+        ->check(CLI::Range(int64_t{0}, kMaxChunkTokens));
     command->add_flag(
         "--tiled-experts", o.tiled_experts,
         "GPU: the routed experts repacked into 64-row tiles (the same results; single-sequence decode ~2 % "

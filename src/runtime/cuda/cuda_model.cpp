@@ -256,8 +256,7 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
                options.max_sequences, options.max_chunk_tokens, options.max_context, options.pool_positions);
     DSV4_CHECK(options.max_decode_graphs >= 1, "CudaOptions: max_decode_graphs {} must be at least 1",
                options.max_decode_graphs);
-    // Kernels of a piece launch a grid row per token (hc_post and others: gridDim.y), which CUDA caps at 65,535.
-    DSV4_CHECK(options.max_chunk_tokens <= 65535,
+    DSV4_CHECK(options.max_chunk_tokens <= kMaxChunkTokens,
                "CudaOptions: max_chunk_tokens {} is more than a piece can hold (65,535 tokens: its kernels launch a "
                "grid row per token); pass --max-chunk-tokens 65535 or less (longer prompts run as several pieces)",
                options.max_chunk_tokens);

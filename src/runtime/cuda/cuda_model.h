@@ -71,6 +71,10 @@ struct ExpertParallel {
 // The most tokens a step may hold for CudaOptions::shared_expert_on_one_rank (the FP8 GEMMs' decode tiles).
 inline constexpr int64_t kSharedExpertOnOneRankTokens = 16;
 
+// The most tokens a forward piece holds: a piece's kernels launch a grid row per token (hc_post and others:
+// gridDim.y), which CUDA caps at 65,535.
+inline constexpr int64_t kMaxChunkTokens = 65535;
+
 // Runtime knobs of the GPU executor (not model hyperparameters).
 struct CudaOptions {
     int device = 0;
@@ -79,8 +83,8 @@ struct CudaOptions {
     int64_t max_context = 0;         // positions per sequence; 0: min(max_position_embeddings, 16384)
     int64_t pool_positions = 0;      // compressed-cache positions all sequences share (whole pages of 256 positions
                                      // for V4); 0: room for every sequence at max_context
-    // Tokens per forward piece (sizes the workspace; bounds a decode batch); 0: the largest of 2048 .. 256 the free
-    // memory allows (runtime/auto_chunk.h; one rank only).
+    // Tokens per forward piece (sizes the workspace; bounds a decode batch), at most kMaxChunkTokens; 0: the largest
+    // of 2048 .. 256 the free memory allows (runtime/auto_chunk.h; one rank only).
     int64_t max_chunk_tokens = 256;
     bool decode_graphs = true;       // replay decode steps from CUDA graphs (one per batch size, captured on first use)
     // The most decode graphs held at once; capturing one more first destroys the least recently replayed. Under

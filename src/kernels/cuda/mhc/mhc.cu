@@ -114,7 +114,7 @@ __device__ __forceinline__ void reduce_over_cta(float (&acc)[kTile][kValues],
 // (pre + tt * pre_stride, kN of them), streams in order, then bf16 (cpu::hc_pre's order). A thread's columns d, d +
 // kHcThreads, ... go kCollapseUnroll at a time, their stream values loaded before any is summed: one column at a time,
 // each waited for its loads, and the row-group kernel's group-0 CTAs (which alone collapse) were the last of the launch
-// (so that at first, on an H200 at 8,192 tokens, tiles of 8 tokens, half the mixer's L2 reads, were no faster).
+// (at 8,192 tokens on an H200, tiles of 8 tokens, half the mixer's L2 reads, were no faster than tiles of 4).
 constexpr int kCollapseUnroll = 4;
 template <int kN, int kTile>
 __device__ __forceinline__ void collapse_streams(const HcMixParams& p, const __nv_bfloat16* const (&v)[kTile],
