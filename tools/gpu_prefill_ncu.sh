@@ -22,7 +22,7 @@ for kernel in "$@"; do
     ncu --import "$out/$name.ncu-rep" --page details >"$out/ncu_${name}_details.txt" 2>&1
     ncu --import "$out/$name.ncu-rep" --page source --csv --print-source sass >"$out/ncu_${name}_sass.csv" 2>&1
     rm -f "$out/$name.ncu-rep"
-    grep -E "Duration|Stall|Warp Cycles Per Issued|Issued Ipc|Registers Per|Achieved Occ|Compute \(SM\) Thr|Memory Thr|L2 Cache Thr|DRAM Thr" \
-        "$out/ncu_${name}_details.txt" | head -"${LINES_PER_RUN:-24}"
+    summary="Duration|Stall|Warp Cycles Per Issued|Issued Ipc|Registers Per|Achieved Occ|Compute \(SM\) Thr"
+    grep -E "$summary|Memory Thr|L2 Cache Thr|DRAM Thr" "$out/ncu_${name}_details.txt" | head -"${LINES_PER_RUN:-24}"
 done
 (cd "$out" && tar -czf ncu.tgz ncu_* && rm -f ncu_*)
