@@ -227,10 +227,10 @@ __global__ void __launch_bounds__(kHcThreads) hc_mix_kernel(HcMixParams p) {
 
 // The row-group path (hc_pre): a grid of kRowGroups CTAs per token tile of kTile, CTA b kRowGroups + g for group g of
 // tile b, so that a tile's groups run side by side and its streams cross from DRAM once (in group-major order each
-// group's tiles ran a wave apart and every group read the streams from DRAM again). CTA (b, g) chains rows
-// [g kPer, g kPer + kPer) and the sum of squares for each of its tokens with hc_mix_kernel's strided columns, fmaf order and trees, so
-// every value has the per-token kernel's bits; it derives its rows' mix (the operations of hc_mix_kernel's lane 0 on
-// each element) and group 0, which holds the pre rows, collapses the streams.
+// group's tiles ran a wave apart and every group read the streams from DRAM again). CTA (b, g) chains rows [g kPer, g
+// kPer + kPer) and the sum of squares for each of its tokens with hc_mix_kernel's strided columns, fmaf order and
+// trees, so every value has the per-token kernel's bits; it derives its rows' mix (the operations of hc_mix_kernel's
+// lane 0 on each element) and group 0, which holds the pre rows, collapses the streams.
 template <int kN, int kTile>
 __global__ void __launch_bounds__(kHcThreads, 2) hc_mix_rows_kernel(HcMixParams p) {
     constexpr int kRows = (2 + kN) * kN;
