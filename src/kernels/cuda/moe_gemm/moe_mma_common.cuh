@@ -132,18 +132,29 @@ __device__ __forceinline__ void w_fragments(const uint8_t* w_g, const uint8_t* w
 
 // The activation bytes of one token's 32-column block that the two MMAs take, as e4m3 pairs: x0 for the first MMA,
 // x1 for the second; the low 16 bits of each feed b0 (k 2t, 2t + 1), the high 16 bits b1 (k 2t + 8, 2t + 9).
+// x_pair_words loads the two words they come from, x_pairs_of permutes them: apart, a load can run well ahead of its
+// use (the warpgroup kernel loads a unit ahead; a permute right after its load waited for it).
 template <bool kNv>
-__device__ __forceinline__ void x_pairs(const uint8_t* x, int t, uint32_t& x0, uint32_t& x1) {
+__device__ __forceinline__ uint2 x_pair_words(const uint8_t* x, int t) {
+    if constexpr (kNv)
+        return make_uint2(*reinterpret_cast<const uint32_t*>(x + 4 * t),
+                          *reinterpret_cast<const uint32_t*>(x + 16 + 4 * t));
+    else
+        return *reinterpret_cast<const uint2*>(x + 8 * t);
+}
+template <bool kNv>
+__device__ __forceinline__ void x_pairs_of(uint2 u, uint32_t& x0, uint32_t& x1) {
     if constexpr (kNv) {
-        const uint32_t v0 = *reinterpret_cast<const uint32_t*>(x + 4 * t);
-        const uint32_t v1 = *reinterpret_cast<const uint32_t*>(x + 16 + 4 * t);
-        x0 = prmt(v0, v0, 0x3120);
-        x1 = prmt(v1, v1, 0x3120);
+        x0 = prmt(u.x, u.x, 0x3120);
+        x1 = prmt(u.y, u.y, 0x3120);
     } else {
-        const uint2 u = *reinterpret_cast<const uint2*>(x + 8 * t);
         x0 = prmt(u.x, u.y, 0x5140);
         x1 = prmt(u.x, u.y, 0x7362);
     }
+}
+template <bool kNv>
+__device__ __forceinline__ void x_pairs(const uint8_t* x, int t, uint32_t& x0, uint32_t& x1) {
+    x_pairs_of<kNv>(x_pair_words<kNv>(x, t), x0, x1);
 }
 
 // x_pairs' pairs as the f16 operands: x, y the first MMA's b0, b1; z, w the second's (held rows store them so).

@@ -107,38 +107,58 @@ __device__ __forceinline__ void wgmma_f16(float (&d)[kTokens / 2], const uint32_
         wgmma_m64n8k16_f16(d, a, b_desc, accumulate);
 }
 
-// Writes the f16 pair of e4m3 bytes 0, 1 of `x` at k slot 2t (half 0) of token n in k16 step `step`, and bytes 2, 3
-// at the same slot of half 1 (k 2t + 8): where mma.sync's b0 and b1 take them.
+// The descriptor `bytes` into the B tile of `base`. The wide passes hold descriptors in vector registers, where a
+// 64-bit add and the moves around it were ~6 instructions a wgmma (a tenth of the 64-slot pass's stage): every tile
+// has the same high word (the N stride), so they add to the low word alone. The narrow passes hold them in uniform
+// registers, where the 64-bit add is one instruction and the split form took two.
 template <int kTokens>
-__device__ __forceinline__ void put_pairs(uint8_t* b16, int step, int n, int t, uint32_t x) {
-    uint8_t* at = b16 + step * Shape<kTokens>::step_bytes + (n / 8) * kCoreN + (n % 8) * 16 + 4 * t;
-    *reinterpret_cast<uint32_t*>(at) = e4m3x2_to_f16x2(x);
-    *reinterpret_cast<uint32_t*>(at + kCoreK) = e4m3x2_to_f16x2(x >> 16);
+__device__ __forceinline__ uint64_t b_desc_at(uint64_t base, uint32_t bytes) {
+    constexpr uint64_t kHigh = uint64_t((kCoreN >> 4) & 0x3FFF) << 32;  // wgmma_desc's N stride field of every tile
+    if constexpr (kTokens >= 32)
+        return kHigh | (uint32_t(base) + (bytes >> 4));
+    else
+        return base + (bytes >> 4);
 }
 
 // A stage's activations as f16 k16 tiles: task (block b, token n, lane quarter tq) converts the bytes x_pairs gives
 // lane t = tq of token n's block b; a warp covers 8 tokens x 4 quarters, 32 distinct words of each core matrix it
-// writes. With fewer tasks than threads the rest idle (live). A thread's tasks share its lane quarter.
+// writes. A thread's tasks share its token and lane quarter, kBlockStride blocks apart, so each task's bytes are the
+// thread's first task's plus a constant: one offset a thread for the raw stage and one for the tile (the per-task
+// rows and blocks took three multiply-adds a task and a register each).
 template <int kTokens, bool kNv>
 struct ActivationTasks {
-    static constexpr int kCount = Shape<kTokens>::blocks * kTokens * 4, kPerThread = (kCount + kThreads - 1) / kThreads;
-    int tid, tokens;  // tokens: the pass's own rows (the rest of its width reads the last)
+    using S = Shape<kTokens>;
+    static constexpr int kCount = S::blocks * kTokens * 4, kPerThread = kCount / kThreads;
+    static constexpr int kBlockStride = kThreads / (4 * kTokens);
+    static_assert(kCount % kThreads == 0 && kThreads % (4 * kTokens) == 0, "whole tasks a thread, one token each");
+    unsigned raw_at, tile_at;  // task 0's bytes in a raw stage and in an f16 tile
 
-    __device__ __forceinline__ bool live(int i) const { return kCount % kThreads == 0 || tid + kThreads * i < kCount; }
-    __device__ __forceinline__ int block(int i) const { return (tid + kThreads * i) / (4 * kTokens); }
-    __device__ __forceinline__ int token(int i) const { return (tid + kThreads * i) / 4 % kTokens; }
-    __device__ __forceinline__ void load(const uint8_t* raw, int i, uint32_t& x0, uint32_t& x1) const {
-        const int row = token(i) < tokens ? token(i) : tokens - 1;
-        x_pairs<kNv>(raw + Shape<kTokens>::a + row * Shape<kTokens>::a_row_bytes + 32 * block(i), tid % 4, x0, x1);
+    // tokens: the pass's own rows (the rest of its width reads the last).
+    __device__ __forceinline__ ActivationTasks(int tid, int tokens) {
+        const int token = tid / 4 % kTokens, block = tid / (4 * kTokens), t = tid % 4;
+        const int row = token < tokens ? token : tokens - 1;
+        raw_at = S::a + row * S::a_row_bytes + 32 * block + (kNv ? 4 : 8) * t;
+        // Step 2 b of the tile, core matrix (token / 8, k half 0), row token % 8, k slot 2 t: where mma.sync's b0
+        // takes the pair; b1 (k 2 t + 8) is the same slot of half 1, kCoreK further.
+        tile_at = 2 * block * S::step_bytes + token / 8 * kCoreN + token % 8 * 16 + 4 * t;
     }
-    __device__ __forceinline__ void store(uint8_t* tile, int i, uint32_t x0, uint32_t x1) const {
-        put_pairs<kTokens>(tile, 2 * block(i), token(i), tid % 4, x0);
-        put_pairs<kTokens>(tile, 2 * block(i) + 1, token(i), tid % 4, x1);
+    // Task i's two words of the raw stage (x_pair_words), loaded ahead of their conversion.
+    __device__ __forceinline__ uint2 load(const uint8_t* raw, int i) const {
+        return x_pair_words<kNv>(raw + raw_at + 32 * kBlockStride * i, 0);
+    }
+    // Their f16 pairs into the tile: x0 at step 2 b, x1 at step 2 b + 1 (the block's two MMAs), each pair's low 16
+    // bits in half 0 and high 16 bits in half 1.
+    __device__ __forceinline__ void store(uint8_t* tile, int i, uint2 words) const {
+        uint32_t x0, x1;
+        x_pairs_of<kNv>(words, x0, x1);
+        uint8_t* at = tile + tile_at + 2 * kBlockStride * i * S::step_bytes;
+        *reinterpret_cast<uint32_t*>(at) = e4m3x2_to_f16x2(x0);
+        *reinterpret_cast<uint32_t*>(at + kCoreK) = e4m3x2_to_f16x2(x0 >> 16);
+        *reinterpret_cast<uint32_t*>(at + S::step_bytes) = e4m3x2_to_f16x2(x1);
+        *reinterpret_cast<uint32_t*>(at + S::step_bytes + kCoreK) = e4m3x2_to_f16x2(x1 >> 16);
     }
     __device__ __forceinline__ void convert(const uint8_t* raw, uint8_t* tile, int i) const {
-        uint32_t x0, x1;
-        load(raw, i, x0, x1);
-        store(tile, i, x0, x1);
+        store(tile, i, load(raw, i));
     }
 };
 
@@ -309,14 +329,15 @@ __device__ __forceinline__ void multiply_stage(const StageOperands& s,
     constexpr int kUnits = kNv ? 2 * kBlocks : kBlocks;
     constexpr int kPerUnit = (kTasks + kUnits - 1) / kUnits;  // conversion tasks per unit
     float acc[2][kTokens / 2];
-    uint32_t w0[4], w1[4], qa, qb, cx[kPerUnit][2];
+    uint32_t w0[4], w1[4], qa, qb;
+    uint2 cx[kPerUnit];  // conversion tasks' words, loaded a unit ahead
     float ws[2][2][2];                     // [block parity][half][row g, g + 8]
     [[maybe_unused]] float mx_ws[4][2];    // MXFP4: the scales of blocks 4 q .. 4 q + 3, [block % 4][row g, g + 8]
     [[maybe_unused]] uint32_t fold[4][2];  // kFolded: their f16-pair factors
     w_words<kNv>(s.w_g, s.w_g8, 0, t, qa, qb);
 #pragma unroll
     for (int i = 0; i < kPerUnit && i < kTasks; ++i)
-        if (s.convert_next && tasks.live(i)) tasks.load(s.next_raw, i, cx[i][0], cx[i][1]);
+        if (s.convert_next) cx[i] = tasks.load(s.next_raw, i);
     auto promote_unit = [&](int u) {
         const int b = kNv ? u / 2 : u, h = kNv ? u % 2 : 1;
         wgmma_fence_operand(acc[u % 2]);
@@ -352,7 +373,7 @@ __device__ __forceinline__ void multiply_stage(const StageOperands& s,
                 ws[b % 2][1][0] = mx_ws[b % 4][0], ws[b % 2][1][1] = mx_ws[b % 4][1];  // promoted as h = 1
             }
         }
-        const uint64_t d0 = s.b_desc + ((2 * b * kStep) >> 4), d1 = d0 + (kStep >> 4);
+        const uint64_t d0 = b_desc_at<kTokens>(s.b_desc, 2 * b * kStep), d1 = b_desc_at<kTokens>(d0, kStep);
         wgmma_fence_operand(acc[u % 2]);
         wgmma_fence();
         if constexpr (kNv) {
@@ -367,9 +388,8 @@ __device__ __forceinline__ void multiply_stage(const StageOperands& s,
 #pragma unroll
         for (int i = 0; i < kPerUnit; ++i) {
             const int task = u * kPerUnit + i, ahead = task + kPerUnit;
-            if (s.convert_next && task < kTasks && tasks.live(task)) tasks.store(s.next_tile, task, cx[i][0], cx[i][1]);
-            if (s.convert_next && ahead < kTasks && tasks.live(ahead))
-                tasks.load(s.next_raw, ahead, cx[i][0], cx[i][1]);
+            if (s.convert_next && task < kTasks) tasks.store(s.next_tile, task, cx[i]);
+            if (s.convert_next && ahead < kTasks) cx[i] = tasks.load(s.next_raw, ahead);
         }
         if (u > 0) {
             wgmma_wait<1>();
@@ -400,7 +420,10 @@ __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmm
     uint8_t* stages = smem + 2 * kTile + list_bytes(p.experts);
     uint8_t* groups = stages + kStageCount * L::bytes;
     const unsigned stages_addr = smem_addr(stages), groups_addr = smem_addr(groups);
-    const uint64_t b_desc0 = wgmma_desc(smem_addr(b16), kCoreK, kCoreN);
+    // The tiles' descriptor, opaque to the compiler: seeing wgmma_desc's masks, it re-masked each of b_desc_at's sums
+    // (one more instruction a wgmma).
+    uint64_t b_desc0 = wgmma_desc(smem_addr(b16), kCoreK, kCoreN);
+    asm("" : "+l"(b_desc0));
 
     const int64_t total = p.offsets[p.experts];
     const int64_t n_tiles = (p.n + kRows - 1) / kRows;
@@ -426,7 +449,7 @@ __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmm
         for (int64_t s0 = begin; s0 < end; s0 += kTokens) {
             const int tokens = end - s0 < kTokens ? int(end - s0) : kTokens;
             const ActivationLoads<kTokens> al = activation_loads<kTokens>(p, s0, tokens, tid);
-            const Tasks tasks{tid, tokens};
+            const Tasks tasks(tid, tokens);
             float sum[2][kTn][4];  // [K part: the block's parity][n8 tile][fragment]
 #pragma unroll
             for (int part = 0; part < 2; ++part)
@@ -444,8 +467,7 @@ __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmm
             cp_async_wait<kStageCount - 2>();
             __syncthreads();
 #pragma unroll
-            for (int i = 0; i < Tasks::kPerThread; ++i)
-                if (tasks.live(i)) tasks.convert(stages, b16, i);
+            for (int i = 0; i < Tasks::kPerThread; ++i) tasks.convert(stages, b16, i);
             fence_proxy_async_shared();
             // Stage kt's slot, the slot stage kt + kStageCount - 1 loads into, and stage kt's scale group's slot:
             // counters, where the slots' modulo (by 6 and by 3) cost a stage several instructions.
