@@ -222,8 +222,8 @@ TEST(GpuMhc, SplitTiledAndRowGroupPathsMatchPerTokenBitwise) {
     using cuda::detail::HcMixPath;
     for (bool head : {false, true})
         // The row groups' tiles: 1 token up to 32, 2 up to 128, 4 up to 1,024, then 8 (517 and 1,030: prefill-sized
-        // pieces, last tiles of 1 and 6).
-        for (int64_t tokens : {1, 3, 19, 8, 47, 130, 517, 1030})
+        // pieces, last tiles of 1 and 6); group-major below 2,048 tokens, tile-major from there (2,051: last tile 3).
+        for (int64_t tokens : {1, 3, 19, 8, 47, 130, 517, 1030, 2051})
             for (Shape sh : {Shape{4, 4096}, Shape{4, 7168}, Shape{2, 320}, Shape{4, 64}, Shape{2, 4096 + 40},
                              Shape{4, 1000 + 3}}) {
                 const int64_t n = sh.n, dim = sh.dim, rows = head ? n : cuda::hc_pre_mix_size(n);

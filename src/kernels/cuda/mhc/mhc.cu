@@ -62,6 +62,7 @@ constexpr int kSplitUnroll = kCluster == kHcWideCluster ? 32 : 16;
 // the two CTAs' 128 registers).
 constexpr int kRowGroups = 4;
 constexpr int64_t kRowTile8Tokens = 1024;  // tiles of 8 above (at 1,024 tokens they would leave a wave part-empty)
+constexpr int64_t kRowTileMajorTokens = 2048;  // the row-group grid tile-major from here (hc_mix_rows_kernel)
 template <int kTile>
 constexpr int kRowUnroll = kTile <= 2   ? 8
                            : kTile == 4 ? 4
@@ -225,21 +226,24 @@ __global__ void __launch_bounds__(kHcThreads) hc_mix_kernel(HcMixParams p) {
     collapse_streams<kN>(p, v, t0, tokens, &mix_s[0][0], kRows);
 }
 
-// The row-group path (hc_pre): a grid of kRowGroups CTAs per token tile of kTile, CTA b kRowGroups + g for group g of
-// tile b, so that a tile's groups run side by side and its streams cross from DRAM once (in group-major order each
-// group's tiles ran a wave apart and every group read the streams from DRAM again). CTA (b, g) chains rows [g kPer, g
-// kPer + kPer) and the sum of squares for each of its tokens with hc_mix_kernel's strided columns, fmaf order and
-// trees, so every value has the per-token kernel's bits; it derives its rows' mix (the operations of hc_mix_kernel's
-// lane 0 on each element) and group 0, which holds the pre rows, collapses the streams.
-template <int kN, int kTile>
+// The row-group path (hc_pre): a grid of kRowGroups CTAs per token tile of kTile. kTileMajor: CTA b kRowGroups + g for
+// group g of tile b, so that a tile's groups run side by side and its streams cross from DRAM once (in group-major
+// order each group's tiles ran a wave apart and every group read the streams from DRAM again: 761 against 603 us at
+// 8,192 tokens on an H100); else CTA g tiles + b, group-major, which measured 4-19 % faster from 128 to 1,024 tokens
+// (2026-12-06; why, not measured). The order never changes bits. CTA (b, g) chains rows [g kPer, g kPer + kPer) and
+// the sum of squares for each of its tokens with hc_mix_kernel's strided columns, fmaf order and trees, so
+// every value has the per-token kernel's bits; it derives its rows' mix (the operations of hc_mix_kernel's lane 0 on
+// each element) and group 0, which holds the pre rows, collapses the streams.
+template <int kN, int kTile, bool kTileMajor>
 __global__ void __launch_bounds__(kHcThreads, 2) hc_mix_rows_kernel(HcMixParams p) {
     constexpr int kRows = (2 + kN) * kN;
     constexpr int kPer = (kRows + kRowGroups - 1) / kRowGroups;
     static_assert(kPer >= kN, "group 0 holds every pre row");
     __shared__ float partial[kTile][kWarps][kPer + 1];
     __shared__ float pre_s[kTile][kN];
-    const int group = int(blockIdx.x % kRowGroups), row0 = group * kPer;
-    const int64_t t0 = int64_t(blockIdx.x / kRowGroups) * kTile, width = kN * p.dim;
+    const int64_t tiles = (p.tokens + kTile - 1) / kTile;
+    const int group = int(kTileMajor ? blockIdx.x % kRowGroups : blockIdx.x / tiles), row0 = group * kPer;
+    const int64_t t0 = int64_t(kTileMajor ? blockIdx.x / kRowGroups : blockIdx.x % tiles) * kTile, width = kN * p.dim;
     const int tokens = int(p.tokens - t0 < kTile ? p.tokens - t0 : kTile);
     const __nv_bfloat16* v[kTile];
 #pragma unroll
@@ -716,11 +720,15 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
         // One token per tile up to 32 tokens, two up to 128 (more CTAs where the tiles are few), four up to
         // kRowTile8Tokens, eight above: each CTA reads its mixer rows once per tile from L2, 393 KB at V4's width,
         // 4.3 GB at 8,192 tokens in tiles of 4 (~5.7 TB/s at the kernel's 758 us on an H100), 2.6 GB in tiles of 8.
+        // Tile-major from kRowTileMajorTokens on (the kernel's comment says why).
         auto launch = [&](auto tile) {
             constexpr int kTile = decltype(tile)::value;
             const unsigned grid = unsigned((p.tokens + kTile - 1) / kTile * kRowGroups);
-            if (p.n_hc == 2) hc_mix_rows_kernel<2, kTile><<<grid, kHcThreads, 0, stream>>>(p);
-            if (p.n_hc == 4) hc_mix_rows_kernel<4, kTile><<<grid, kHcThreads, 0, stream>>>(p);
+            const bool tile_major = p.tokens >= kRowTileMajorTokens;
+            if (p.n_hc == 2 && tile_major) hc_mix_rows_kernel<2, kTile, true><<<grid, kHcThreads, 0, stream>>>(p);
+            if (p.n_hc == 2 && !tile_major) hc_mix_rows_kernel<2, kTile, false><<<grid, kHcThreads, 0, stream>>>(p);
+            if (p.n_hc == 4 && tile_major) hc_mix_rows_kernel<4, kTile, true><<<grid, kHcThreads, 0, stream>>>(p);
+            if (p.n_hc == 4 && !tile_major) hc_mix_rows_kernel<4, kTile, false><<<grid, kHcThreads, 0, stream>>>(p);
         };
         if (p.tokens <= 32)
             launch(std::integral_constant<int, 1>{});
