@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/common/e4m3_pairs.cuh"
 #include "kernels/cuda/gemm_fp8/skinny_operands.cuh"
 #include "kernels/cuda/moe_gemm/moe_gemm.h"
 
@@ -74,13 +75,6 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t select
 __device__ __forceinline__ uint32_t e2m1_pair_scaled(uint32_t q, int i) {
     const uint32_t t = q >> (4 * i);
     return ((t << 9) & 0x0E000E00u) | ((t << 12) & 0x80008000u);
-}
-
-// The e4m3 bytes 0, 1 of `w` as an f16 pair (exact; byte 0 in the low half).
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t w) {
-    uint32_t r;
-    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.rn.f16x2.e4m3x2 %0, l;\n}" : "=r"(r) : "r"(w));
-    return r;
 }
 
 // The W fragments of one 32-column block for the two MMAs of its k16 halves (rows g and g + 8 of a 16-row group;
@@ -162,7 +156,10 @@ template <bool kNv>
 __device__ __forceinline__ uint4 x_f16_pairs(const uint8_t* x, int t) {
     uint32_t x0, x1;
     x_pairs<kNv>(x, t, x0, x1);
-    return make_uint4(e4m3x2_to_f16x2(x0), e4m3x2_to_f16x2(x0 >> 16), e4m3x2_to_f16x2(x1), e4m3x2_to_f16x2(x1 >> 16));
+    uint4 f;
+    f16x2_pairs(x0, f.x, f.y);
+    f16x2_pairs(x1, f.z, f.w);
+    return f;
 }
 
 // sum = fma(acc, a_s * w_s, sum) for the four outputs of a lane (w_s already carries the 2^14); kEvenOnly: the even

@@ -149,13 +149,15 @@ struct ActivationTasks {
     // Their f16 pairs into the tile: x0 at step 2 b, x1 at step 2 b + 1 (the block's two MMAs), each pair's low 16
     // bits in half 0 and high 16 bits in half 1.
     __device__ __forceinline__ void store(uint8_t* tile, int i, uint2 words) const {
-        uint32_t x0, x1;
+        uint32_t x0, x1, f[4];
         x_pairs_of<kNv>(words, x0, x1);
+        f16x2_pairs(x0, f[0], f[1]);  // each half of a pair converted in place (no shift for the high one)
+        f16x2_pairs(x1, f[2], f[3]);
         uint8_t* at = tile + tile_at + 2 * kBlockStride * i * S::step_bytes;
-        *reinterpret_cast<uint32_t*>(at) = e4m3x2_to_f16x2(x0);
-        *reinterpret_cast<uint32_t*>(at + kCoreK) = e4m3x2_to_f16x2(x0 >> 16);
-        *reinterpret_cast<uint32_t*>(at + S::step_bytes) = e4m3x2_to_f16x2(x1);
-        *reinterpret_cast<uint32_t*>(at + S::step_bytes + kCoreK) = e4m3x2_to_f16x2(x1 >> 16);
+        *reinterpret_cast<uint32_t*>(at) = f[0];
+        *reinterpret_cast<uint32_t*>(at + kCoreK) = f[1];
+        *reinterpret_cast<uint32_t*>(at + S::step_bytes) = f[2];
+        *reinterpret_cast<uint32_t*>(at + S::step_bytes + kCoreK) = f[3];
     }
     __device__ __forceinline__ void convert(const uint8_t* raw, uint8_t* tile, int i) const {
         store(tile, i, load(raw, i));
