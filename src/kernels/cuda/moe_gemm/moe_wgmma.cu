@@ -259,15 +259,20 @@ __device__ __forceinline__ ActivationLoads<kTokens> activation_loads(const Args&
     return al;
 }
 
-// Stage kt into stage slot `slot`, and at a group's first stage the group's scales into their slot. The scales go
-// first: after the stage's copies, the group test's registers reused a copy's address registers and waited for the
-// copy to read them (long scoreboard: 7 % of the 64-slot kernel's stall samples, on that test and its branch).
+// Stage kt into stage slot `slot`, and at a group's first stage the group's scales into their slot.
 template <int kTokens, bool kNv, bool kTiled>
 __device__ __forceinline__ void load_stage(const WeightLoads<kTokens, kNv, kTiled>& wl,
                                            const ActivationLoads<kTokens>& al, unsigned stages_addr,
                                            unsigned groups_addr, int slot, int kt, int tid) {
     using S = Shape<kTokens>;
     using G = ScaleGroup<kTokens, kNv>;
+    const unsigned base = stages_addr + slot * S::bytes;
+#pragma unroll
+    for (int j = 0; j < WeightLoads<kTokens, kNv, kTiled>::kPerThread; ++j)
+        cp_async16(base + wl.dst[j], wl.src[j] + kt * wl.stage_stride);
+#pragma unroll
+    for (int i = 0; i < ActivationLoads<kTokens>::kPerThread; ++i)
+        if (al.src[i]) cp_async16(base + al.dst[i], al.src[i] + kt * S::stage_cols);
     if (kt % S::group_stages == 0) {
         const unsigned group = groups_addr + (kt / S::group_stages) % kScaleGroups * G::bytes;
         if (wl.loads_scales)
@@ -277,13 +282,6 @@ __device__ __forceinline__ void load_stage(const WeightLoads<kTokens, kNv, kTile
                            wl.scale_src + kt * kScaleBytesPerStage<kTokens, kNv> + 16 * j);
         if (al.loads_scales) cp_async16(group + G::a + tid * 16, al.scale_src + kt * S::act_blocks);
     }
-    const unsigned base = stages_addr + slot * S::bytes;
-#pragma unroll
-    for (int j = 0; j < WeightLoads<kTokens, kNv, kTiled>::kPerThread; ++j)
-        cp_async16(base + wl.dst[j], wl.src[j] + kt * wl.stage_stride);
-#pragma unroll
-    for (int i = 0; i < ActivationLoads<kTokens>::kPerThread; ++i)
-        if (al.src[i]) cp_async16(base + al.dst[i], al.src[i] + kt * S::stage_cols);
 }
 
 // What one stage's MMA units read: rows g and g + 8 of the warp's staged nibbles and their codes in the stage's scale
