@@ -60,9 +60,7 @@ struct Shape {
     static constexpr int blocks = stage_cols / 32;           // 32-column blocks (MXFP4 scale blocks) a stage
     static constexpr int act_blocks = stage_cols / 128;      // activation-scale blocks a stage
     static constexpr int w_row_bytes = stage_cols / 2 + 16;  // as moe_mma.cu: fragment reads conflict-free
-    // Activation rows: +32 for the narrow passes' 8-byte reads (ActivationTasks), +16 for the wide passes' 16-byte
-    // reads of consecutive rows (WideActivationTasks): either way a read's lanes meet distinct banks.
-    static constexpr int a_row_bytes = stage_cols + (kTokens >= 32 ? 16 : 32);
+    static constexpr int a_row_bytes = stage_cols + 32;
     static constexpr int group_stages = kGroupCols / stage_cols;
     static constexpr int stages = kTokens >= 16 ? 3 : 4;
     static constexpr int min_blocks = kTokens >= 32 ? 1 : 2;
@@ -130,7 +128,6 @@ __device__ __forceinline__ uint64_t b_desc_at(uint64_t base, uint32_t bytes) {
 template <int kTokens, bool kNv>
 struct ActivationTasks {
     using S = Shape<kTokens>;
-    using Words = uint2;
     static constexpr int kCount = S::blocks * kTokens * 4, kPerThread = kCount / kThreads;
     static constexpr int kBlockStride = kThreads / (4 * kTokens);
     static_assert(kCount % kThreads == 0 && kThreads % (4 * kTokens) == 0, "whole tasks a thread, one token each");
@@ -166,61 +163,6 @@ struct ActivationTasks {
         store(tile, i, load(raw, i));
     }
 };
-
-// The wide passes' (32 and 64 slots) tasks: one task a token's whole 32-column block, read in two 16-byte loads, its
-// 16 f16 pairs written as the four 16-byte rows of core matrices they fill (steps 2 b and 2 b + 1, halves 0 and 1),
-// one store each: the narrow tasks' four 4-byte stores a quarter of a block became one 16-byte store a row (a stage
-// of the 64-slot pass: 88 -> ~60 conversion instructions a thread). A warp's tasks are 32 consecutive tokens of one
-// block, so each quarter-warp's stores fill one 128-byte core matrix.
-template <int kTokens, bool kNv>
-struct WideActivationTasks {
-    using S = Shape<kTokens>;
-    struct Words {
-        uint4 lo, hi;  // the block's bytes 0-15 and 16-31
-    };
-    static constexpr int kCount = S::blocks * kTokens, kPerThread = kCount / kThreads;
-    static constexpr int kBlockStride = kThreads / kTokens;  // blocks between a thread's tasks
-    static_assert(kCount % kThreads == 0 && kThreads % kTokens == 0, "whole tasks a thread, one token each");
-    unsigned raw_at, tile_at;  // task 0's bytes in a raw stage and in an f16 tile
-
-    __device__ __forceinline__ WideActivationTasks(int tid, int tokens) {
-        const int token = tid % kTokens, block = tid / kTokens;
-        const int row = token < tokens ? token : tokens - 1;  // the pass's own rows; the rest reads the last
-        raw_at = S::a + row * S::a_row_bytes + 32 * block;
-        tile_at = 2 * block * S::step_bytes + token / 8 * kCoreN + token % 8 * 16;
-    }
-    __device__ __forceinline__ Words load(const uint8_t* raw, int i) const {
-        const uint4* at = reinterpret_cast<const uint4*>(raw + raw_at + 32 * kBlockStride * i);
-        return Words{at[0], at[1]};
-    }
-    // Lane quarter t's words (x_pair_words of the 32 bytes): MXFP4 bytes 8 t .. 8 t + 7, NVFP4 bytes 4 t .. and 16 +
-    // 4 t ..; their pairs go to k slot t of each row.
-    __device__ __forceinline__ void store(uint8_t* tile, int i, const Words& w) const {
-        const uint32_t lo[4] = {w.lo.x, w.lo.y, w.lo.z, w.lo.w}, hi[4] = {w.hi.x, w.hi.y, w.hi.z, w.hi.w};
-        uint32_t f[4][4];  // [step 2 b half 0, half 1, step 2 b + 1 half 0, half 1][slot t]
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-            const uint2 u = kNv ? make_uint2(lo[t], hi[t]) : t < 2 ? make_uint2(lo[2 * t], lo[2 * t + 1])
-                                                                   : make_uint2(hi[2 * t - 4], hi[2 * t - 3]);
-            uint32_t x0, x1;
-            x_pairs_of<kNv>(u, x0, x1);
-            f16x2_pairs(x0, f[0][t], f[1][t]);
-            f16x2_pairs(x1, f[2][t], f[3][t]);
-        }
-        uint8_t* at = tile + tile_at + 2 * kBlockStride * i * S::step_bytes;
-        *reinterpret_cast<uint4*>(at) = make_uint4(f[0][0], f[0][1], f[0][2], f[0][3]);
-        *reinterpret_cast<uint4*>(at + kCoreK) = make_uint4(f[1][0], f[1][1], f[1][2], f[1][3]);
-        *reinterpret_cast<uint4*>(at + S::step_bytes) = make_uint4(f[2][0], f[2][1], f[2][2], f[2][3]);
-        *reinterpret_cast<uint4*>(at + S::step_bytes + kCoreK) = make_uint4(f[3][0], f[3][1], f[3][2], f[3][3]);
-    }
-    __device__ __forceinline__ void convert(const uint8_t* raw, uint8_t* tile, int i) const {
-        store(tile, i, load(raw, i));
-    }
-};
-// The conversion tasks of a pass width.
-template <int kTokens, bool kNv>
-using PassTasks =
-    std::conditional_t<kTokens >= 32, WideActivationTasks<kTokens, kNv>, ActivationTasks<kTokens, kNv>>;
 
 // An item's weight loads (matrix, expert, 128-row tile): each stage, thread tid copies 16-byte chunk tid % kChunks of
 // W rows tid / kChunks + j kThreads / kChunks; each scale group, row tid's codes where tid < kRows. Rows past N
@@ -361,12 +303,12 @@ struct StageOperands {
 // scales folded into the weights (kFolded) or promoted.
 template <ExpertFormat kFormat, int kTokens, bool kFolded>
 __device__ __forceinline__ void multiply_stage(const StageOperands& s,
-                                               const PassTasks<kTokens, kFormat == ExpertFormat::kNvfp4>& tasks,
+                                               const ActivationTasks<kTokens, kFormat == ExpertFormat::kNvfp4>& tasks,
                                                int t, float (&sum)[2][kTokens / 8][4]) {
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
     using S = Shape<kTokens>;
     constexpr int kTn = kTokens / 8, kStep = S::step_bytes, kBlocks = S::blocks,
-                  kTasks = PassTasks<kTokens, kNv>::kPerThread;
+                  kTasks = ActivationTasks<kTokens, kNv>::kPerThread;
     using G = ScaleGroup<kTokens, kNv>;
     // The activation scales of tokens 8 j + 2 t and + 1 for one 128-column block of the stage (the block of the units
     // being promoted: loaded again when the promotions reach the next block).
@@ -390,7 +332,7 @@ __device__ __forceinline__ void multiply_stage(const StageOperands& s,
     constexpr int kPerUnit = (kTasks + kUnits - 1) / kUnits;  // conversion tasks per unit
     float acc[2][kTokens / 2];
     uint32_t w0[4], w1[4], qa, qb;
-    typename PassTasks<kTokens, kNv>::Words cx[kPerUnit];  // conversion tasks' words, loaded a unit ahead
+    uint2 cx[kPerUnit];  // conversion tasks' words, loaded a unit ahead
     float ws[2][2][2];                     // [block parity][half][row g, g + 8]
     [[maybe_unused]] float mx_ws[4][2];    // MXFP4: the scales of blocks 4 q .. 4 q + 3, [block % 4][row g, g + 8]
     [[maybe_unused]] uint32_t fold[4][2];  // kFolded: their f16-pair factors
@@ -472,7 +414,7 @@ __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmm
     using L = Shape<kTokens>;
     constexpr int kStageCount = L::stages, kTile = L::b16_bytes;
     using G = ScaleGroup<kTokens, kNv>;
-    using Tasks = PassTasks<kTokens, kNv>;
+    using Tasks = ActivationTasks<kTokens, kNv>;
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ int warp_counts[kThreads / 32];
     uint8_t* b16 = smem;
