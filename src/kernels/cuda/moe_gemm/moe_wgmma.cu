@@ -142,7 +142,8 @@ struct ActivationTasks {
         // takes the pair; b1 (k 2 t + 8) is the same slot of half 1, kCoreK further.
         tile_at = 2 * block * S::step_bytes + token / 8 * kCoreN + token % 8 * 16 + 4 * t;
     }
-    // Task i's two words of the raw stage (x_pair_words), loaded ahead of their conversion.
+    // Task i's two words of the raw stage (x_pair_words; raw_at holds the lane quarter's offset, hence t = 0), loaded
+    // ahead of their conversion.
     __device__ __forceinline__ uint2 load(const uint8_t* raw, int i) const {
         return x_pair_words<kNv>(raw + raw_at + 32 * kBlockStride * i, 0);
     }
