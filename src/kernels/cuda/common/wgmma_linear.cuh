@@ -160,17 +160,6 @@ __global__ void __launch_bounds__(kThreads, 1) kernel(Args p) {
     float sum[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) sum[i] = 0.0f;
-    // kFp8Act: a block's activation words (the lane's chunks t and 4 + t of rows g and g + 8), loaded during the
-    // previous block's promotions, so the block's first conversions no longer wait for their loads at its start
-    // (their F2FPs' short-scoreboard stalls were ~8 % of the tile's samples: docs/perf.md).
-    uint4 x_words[4];
-    auto load_x_words = [&](const uint8_t* st) {
-        const uint8_t* x_st = st + L::x;
-        x_words[0] = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g, t));
-        x_words[1] = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g, 4 + t));
-        x_words[2] = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g + 8, t));
-        x_words[3] = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g + 8, 4 + t));
-    };
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
@@ -182,7 +171,6 @@ __global__ void __launch_bounds__(kThreads, 1) kernel(Args p) {
 #pragma unroll
     for (int i = 0; i < kTasks; ++i) store_task(tiles, i, load_task(stages, i));
     fence_proxy_async_shared();
-    if constexpr (kFp8Act) load_x_words(stages);
 
     for (int kb = 0; kb < p.kb; ++kb) {
         // Blocks kb and kb + 1 landed (later ones may be in flight), tile kb is converted and published, every warp
@@ -200,16 +188,19 @@ __global__ void __launch_bounds__(kThreads, 1) kernel(Args p) {
 
         // The activation fragments of the eight steps, rows g and g + 8.
         uint32_t a[8][4];
+        const uint8_t* x_st = st + L::x;
         if constexpr (kFp8Act) {
             // e4m3: the lane's chunks t and 4 + t of each row; step j takes word j, its pairs as f16.
-            const uint4 g_lo = x_words[0], g_hi = x_words[1], g8_lo = x_words[2], g8_hi = x_words[3];
+            const uint4 g_lo = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g, t));
+            const uint4 g_hi = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g, 4 + t));
+            const uint4 g8_lo = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g + 8, t));
+            const uint4 g8_hi = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g + 8, 4 + t));
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
                 f16x2_pairs(word_of(j < 4 ? g_lo : g_hi, j % 4), a[j][0], a[j][2]);
                 f16x2_pairs(word_of(j < 4 ? g8_lo : g8_hi, j % 4), a[j][1], a[j][3]);
             }
         } else {
-            const uint8_t* x_st = st + L::x;
             // bf16: in half h the lane holds columns 64 h + 16 t .. + 15 (chunks 8 h + 2 t, + 1) of each row; step
             // 4 h + j takes columns + 4 j, + 1 (a0 / a1) and + 2, + 3 (a2 / a3).
 #pragma unroll
@@ -249,7 +240,6 @@ __global__ void __launch_bounds__(kThreads, 1) kernel(Args p) {
         for (int i = 0; i < kTasks; ++i)
             if (convert_next) store_task(next_tile, i, next[i]);
         fence_proxy_async_shared();
-        if (kFp8Act && convert_next) load_x_words(next_raw);  // block kb + 1 landed before this block's barrier
 
         const float ws = __ldg(ws_row + kb);
         float scale_g = ws, scale_g8 = ws;
