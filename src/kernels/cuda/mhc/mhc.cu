@@ -724,11 +724,15 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
         auto launch = [&](auto tile) {
             constexpr int kTile = decltype(tile)::value;
             const unsigned grid = unsigned((p.tokens + kTile - 1) / kTile * kRowGroups);
-            const bool tile_major = p.tokens >= kRowTileMajorTokens;
-            if (p.n_hc == 2 && tile_major) hc_mix_rows_kernel<2, kTile, true><<<grid, kHcThreads, 0, stream>>>(p);
-            if (p.n_hc == 2 && !tile_major) hc_mix_rows_kernel<2, kTile, false><<<grid, kHcThreads, 0, stream>>>(p);
-            if (p.n_hc == 4 && tile_major) hc_mix_rows_kernel<4, kTile, true><<<grid, kHcThreads, 0, stream>>>(p);
-            if (p.n_hc == 4 && !tile_major) hc_mix_rows_kernel<4, kTile, false><<<grid, kHcThreads, 0, stream>>>(p);
+            auto in_order = [&](auto tile_major) {
+                constexpr bool kTileMajor = decltype(tile_major)::value;
+                if (p.n_hc == 2) hc_mix_rows_kernel<2, kTile, kTileMajor><<<grid, kHcThreads, 0, stream>>>(p);
+                if (p.n_hc == 4) hc_mix_rows_kernel<4, kTile, kTileMajor><<<grid, kHcThreads, 0, stream>>>(p);
+            };
+            if (p.tokens >= kRowTileMajorTokens)
+                in_order(std::true_type{});
+            else
+                in_order(std::false_type{});
         };
         if (p.tokens <= 32)
             launch(std::integral_constant<int, 1>{});
