@@ -110,8 +110,8 @@ __device__ __forceinline__ void wgmma_f16(float (&d)[kTokens / 2], const uint32_
 // The descriptor `bytes` into the B tile of `base`. The wide MXFP4 passes hold descriptors in vector registers (ptxas'
 // choice, SASS: tools/sass_loops.py), where a 64-bit add and the moves around it were ~6 instructions a wgmma (a
 // tenth of the 64-slot pass's stage): every tile has the same high word (the N stride), so they add to the low word
-// alone and keep base's high word. The narrow and the NVFP4 passes hold them in uniform registers, where the 64-bit add is one instruction and
-// the split form took two.
+// alone and keep base's high word. The narrow and the NVFP4 passes hold them in uniform registers, where the 64-bit
+// add is one instruction and the split form took two.
 template <int kTokens, bool kNv>
 __device__ __forceinline__ uint64_t b_desc_at(uint64_t base, uint32_t bytes) {
     if constexpr (kTokens >= 32 && !kNv)
