@@ -11,9 +11,10 @@
 // at V4's vocabulary, 1-256 rows) are timed launch by launch (they overwrite their input; tests/gpu/sampling_test.cpp
 // checks their ids).
 // The attention's inputs (inputs): attention_inputs against the launches it replaces, bitwise.
-// Usage: dsv4_bench_decode_kernels [hc|moe|mma|mma1|mma=N|rows|prefill|draw|combine|dense|attn|inputs]   (default:
-// all; numbers recorded in docs/perf.md; mma1, mma=N: the routed experts at batch 1 or N alone, for a profiler; rows:
-// the decode passes' row tiles side by side, bitwise)
+// Usage: dsv4_bench_decode_kernels [hc|moe|mma|mma1|mma=N|rows|prefill|draw|combine|dense|attn|attn_prefill|inputs]
+// (default: all; numbers recorded in docs/perf.md; mma1, mma=N: the routed experts at batch 1 or N alone, for a
+// profiler; rows: the decode passes' row tiles side by side, bitwise; attn_prefill: the sequential sparse attention
+// of an 8k prefill piece at V4-Flash's three slot counts, with a hash of its output to compare builds)
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -108,15 +109,19 @@ void check_launch(T) {
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
-// FNV-1a over the bytes of bf16 device buffers, in order, after the device is idle: two builds' outputs compared.
-uint64_t device_bytes_hash(const std::vector<const DeviceBuffer<__nv_bfloat16>*>& buffers) {
+// FNV-1a over the bytes of 16-bit device buffers, in order, after the device is idle: two builds' outputs compared.
+template <typename T>
+uint64_t device_bytes_hash(const DeviceBuffer<T>& b, uint64_t hash = 1469598103934665603ull) {
+    static_assert(sizeof(T) == 2);
     DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint8_t> host(b.size() * 2);
+    DSV4_CUDA_CHECK(cudaMemcpy(host.data(), b.get(), host.size(), cudaMemcpyDeviceToHost));
+    for (uint8_t byte : host) hash = (hash ^ byte) * 1099511628211ull;
+    return hash;
+}
+uint64_t device_bytes_hash(const std::vector<const DeviceBuffer<__nv_bfloat16>*>& buffers) {
     uint64_t hash = 1469598103934665603ull;
-    for (const DeviceBuffer<__nv_bfloat16>* b : buffers) {
-        std::vector<uint8_t> host(b->size() * 2);
-        DSV4_CUDA_CHECK(cudaMemcpy(host.data(), b->get(), host.size(), cudaMemcpyDeviceToHost));
-        for (uint8_t byte : host) hash = (hash ^ byte) * 1099511628211ull;
-    }
+    for (const DeviceBuffer<__nv_bfloat16>* b : buffers) hash = device_bytes_hash(*b, hash);
     return hash;
 }
 
@@ -689,9 +694,10 @@ void bench_attention(int32_t tokens, int32_t slots, bool prefill = false) {
         DSV4_CUDA_CHECK(cudaDeviceSynchronize());
         const bool auto_sequential =
             detail::sparse_attention_takes_sequential(params(0, SparseAttentionCombine::kAuto, out_cluster.get()));
-        std::printf("%-6d %6d %6d %11s %12.2f %12.2f %12s   %-9s %s\n", tokens, slots, plan.splits, "-", kernels_us,
-                    sequential_us, "(sequential)", auto_sequential ? "sequential" : "kernels",
-                    verdict(same_bits(out_cluster, out_kernels)));
+        std::printf("%-6d %6d %6d %11s %12.2f %12.2f %12s   %-9s %s %016llx\n", tokens, slots, plan.splits, "-",
+                    kernels_us, sequential_us, "(sequential)", auto_sequential ? "sequential" : "kernels",
+                    verdict(same_bits(out_cluster, out_kernels)),
+                    (unsigned long long)device_bytes_hash(out_cluster));
         return;
     }
     double cluster_us[2] = {0.0, 0.0};
@@ -876,6 +882,11 @@ int main(int argc, char** argv) {
             for (int32_t slots : {160, 640}) bench_attention(tokens, slots);
         for (int32_t tokens : {64, 128, 256, 1024, 8192})
             for (int32_t slots : {160, 640}) bench_attention(tokens, slots, true);
+    }
+    if (only == "attn_prefill") {  // SWA (the window), HCA at 8k (window + 64 entries), CSA (window + top-512)
+        std::printf("\n%-6s %6s %6s %11s %12s %12s %12s   %-9s %s\n", "attn", "slots", "splits", "resident",
+                    "kernels us", "sequent. us", "", "auto", "bits, hash of the sequential's output");
+        for (int32_t slots : {128, 192, 640}) bench_attention(8192, slots, true);
     }
     std::printf("\n%s\n", failures ? "BITWISE CHECK FAILED" : "all bitwise checks passed");
     return failures ? 1 : 0;
