@@ -99,27 +99,30 @@ __device__ void load_q(Smem<kHeadDim, kHeads>& s, const SparseAttentionParams& p
 }
 
 // The landed raw entries of a tile ([64, entry bytes] at `raw`) as bf16 keys in s.k, zeros where valid[r] < 0. The
-// caller has waited for the copies and passed a barrier.
+// caller has waited for the copies and passed a barrier. A warp takes rows warp, warp + 8, ... (so a row's validity
+// is uniform in it), its lanes 8-dim chunks of the row: the nope part's 8 codes and their block's scale, or the rope
+// part's 8 bf16 values (the tensor-core path's rope_dim is a multiple of 8: head_dim % 16 == 0, nope % 8 == 0).
 template <int kHeadDim, int kHeads>
 __device__ void dequant_k_tile(Smem<kHeadDim, kHeads>& s, const uint8_t* raw, const int* valid,
                                const SparseAttentionParams& p) {
+    constexpr int kChunks = kHeadDim / 8, kRounds = (kChunks + 31) / 32;
     const MainEntryLayout layout = main_entry_layout(kHeadDim, p.rope_dim);
-    const int nope_chunks = int(layout.nope) / 8, chunks = nope_chunks + int(layout.rope) / 4;
-    const int entry_bytes = int(layout.bytes());
+    const int nope_chunks = int(layout.nope) / 8, entry_bytes = int(layout.bytes());
+    const uint8_t* scales = raw + layout.scale_offset();
+    const uint8_t* rope = raw + layout.rope_offset() - nope_chunks * 16;  // + 16 c: chunk c of the rope part
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int r = warp; r < kTile; r += kThreads / 32) {
         __nv_bfloat16* dst = &s.k[r * Smem<kHeadDim, kHeads>::kStride];
-        const uint8_t* entry = raw + r * entry_bytes;
+        const int at = r * entry_bytes;
         const bool live = valid[r] >= 0;
-        for (int c = lane; c < chunks; c += 32) {
-            if (!live) {
-                if (c < nope_chunks)
-                    *reinterpret_cast<uint4*>(dst + c * 8) = make_uint4(0, 0, 0, 0);
-                else
-                    *reinterpret_cast<uint2*>(dst + layout.nope + (c - nope_chunks) * 4) = make_uint2(0, 0);
-            } else if (c < nope_chunks) {
-                const uint2 codes = *reinterpret_cast<const uint2*>(entry + c * 8);
-                const float scale = entry::e8m0_to_f32(entry[layout.scale_offset() + (c * 8) / kKvScaleBlock]);
+#pragma unroll
+        for (int round = 0; round < kRounds; ++round) {
+            const int c = lane + 32 * round;
+            if (kChunks % 32 != 0 && c >= kChunks) break;
+            uint4 out = make_uint4(0, 0, 0, 0);
+            if (live && c < nope_chunks) {
+                const uint2 codes = *reinterpret_cast<const uint2*>(raw + at + c * 8);
+                const float scale = entry::e8m0_to_f32(scales[at + (c * 8) / kKvScaleBlock]);
                 uint32_t packed[4];
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
@@ -127,12 +130,13 @@ __device__ void dequant_k_tile(Smem<kHeadDim, kHeads>& s, const uint8_t* raw, co
                     const float2 v = entry::e4m3x2_to_f32x2(uint16_t(word));
                     packed[j] = pack_bf16(v.x * scale, v.y * scale);
                 }
-                *reinterpret_cast<uint4*>(dst + c * 8) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-            } else {
-                const int k = c - nope_chunks;
-                *reinterpret_cast<uint2*>(dst + layout.nope + k * 4) =
-                    *reinterpret_cast<const uint2*>(entry + layout.rope_offset() + k * 8);
+                out = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+            } else if (live) {
+                const uint2 lo = *reinterpret_cast<const uint2*>(rope + at + c * 16);
+                const uint2 hi = *reinterpret_cast<const uint2*>(rope + at + c * 16 + 8);
+                out = make_uint4(lo.x, lo.y, hi.x, hi.y);
             }
+            *reinterpret_cast<uint4*>(dst + c * 8) = out;
         }
     }
 }
@@ -172,19 +176,24 @@ __device__ void load_k_tile(Smem<kHeadDim, kHeads>& s, uint8_t* staged, const Sp
 template <int kHeadDim, int kHeads>
 __device__ void tile_logits(const Smem<kHeadDim, kHeads>& s, float scale, int mt, int nh, float (&l)[4][4]) {
     constexpr int kS = Smem<kHeadDim, kHeads>::kStride;
-    const int lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+    const int lane = threadIdx.x % 32, tig = lane % 4;
     for (int nt = 0; nt < 4; ++nt)
         for (int i = 0; i < 4; ++i) l[nt][i] = 0.0f;
-    const __nv_bfloat16* qa = &s.q[(mt * 16 + g) * kS + 2 * tig];
-    const __nv_bfloat16* kb = &s.k[(nh * 32 + g) * kS + 2 * tig];
+    // ldmatrix rows: A's matrices are heads 0-7 | 8-15 x dims 0-7 | 8-15 of the k-step (lanes 8-15: heads 8..,
+    // lanes 16-31: dims 8..); each of B's two loads is n-tiles 2j, 2j + 1 x dims 0-7 | 8-15 (lanes 8-15: dims 8..,
+    // lanes 16-31: the second n-tile's keys). The same fragments as 32-bit loads, in a third of the instructions.
+    const __nv_bfloat16* qa = &s.q[(mt * 16 + lane % 8 + (lane / 8 % 2) * 8) * kS + (lane / 16) * 8];
+    const __nv_bfloat16* kb = &s.k[(nh * 32 + lane % 8 + (lane / 16) * 8) * kS + (lane / 8 % 2) * 8];
 #pragma unroll 4
     for (int k0 = 0; k0 < kHeadDim; k0 += 16) {
-        const uint32_t a[4] = {ld32(qa + k0), ld32(qa + 8 * kS + k0), ld32(qa + k0 + 8), ld32(qa + 8 * kS + k0 + 8)};
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-            const __nv_bfloat16* b = kb + nt * 8 * kS + k0;
-            mma_16816(l[nt], a, ld32(b), ld32(b + 8));
-        }
+        uint32_t a[4], b01[4], b23[4];
+        ldmatrix_x4(a, qa + k0);
+        ldmatrix_x4(b01, kb + k0);
+        ldmatrix_x4(b23, kb + 16 * kS + k0);
+        mma_16816(l[0], a, b01[0], b01[1]);
+        mma_16816(l[1], a, b01[2], b01[3]);
+        mma_16816(l[2], a, b23[0], b23[1]);
+        mma_16816(l[3], a, b23[2], b23[3]);
     }
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
@@ -314,11 +323,12 @@ __device__ __forceinline__ void tile_probabilities(Smem<kHeadDim, kHeads>& s, co
 template <int kCount, int kHeadDim, int kHeads>
 __device__ __forceinline__ void tile_pv(const Smem<kHeadDim, kHeads>& s, int mt, int col0, float (&o)[kCount][4]) {
     constexpr int kS = Smem<kHeadDim, kHeads>::kStride;
-    const int lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+    const int lane = threadIdx.x % 32;
+    const __nv_bfloat16* pa = &s.p[(mt * 16 + lane % 8 + (lane / 8 % 2) * 8) * kPStride + (lane / 16) * 8];
 #pragma unroll
     for (int k0 = 0; k0 < kTile; k0 += 16) {
-        const __nv_bfloat16* pa = &s.p[(mt * 16 + g) * kPStride + k0 + 2 * tig];
-        const uint32_t a[4] = {ld32(pa), ld32(pa + 8 * kPStride), ld32(pa + 8), ld32(pa + 8 * kPStride + 8)};
+        uint32_t a[4];
+        ldmatrix_x4(a, pa + k0);  // tile_logits' A rows
         const __nv_bfloat16* vrow = &s.k[(k0 + lane % 16) * kS + col0];
 #pragma unroll
         for (int nt = 0; nt < kCount; ++nt) {
@@ -669,9 +679,13 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sequential_kerne
     using L = SequentialSmem<kHeadDim>;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     Smem<kHeadDim>& s = *reinterpret_cast<Smem<kHeadDim>*>(smem_raw);
-    uint8_t* raw[2] = {smem_raw + L::raw_offset(0, p.rope_dim), smem_raw + L::raw_offset(1, p.rope_dim)};
-    int* valid[2] = {reinterpret_cast<int*>(smem_raw + L::valid_offset(p.rope_dim)),
-                     reinterpret_cast<int*>(smem_raw + L::valid_offset(p.rope_dim)) + kTile};
+    // Step i's raw entries and indices: buffer i % 2 (offsets, not arrays of pointers, which would live in local
+    // memory and turn every read of the tiles into a generic load).
+    uint8_t* const raw0 = smem_raw + L::raw_offset(0, p.rope_dim);
+    const int raw_bytes = L::raw_offset(1, p.rope_dim) - L::raw_offset(0, p.rope_dim);
+    int* const valid0 = reinterpret_cast<int*>(smem_raw + L::valid_offset(p.rope_dim));
+    auto raw = [&](int step) { return raw0 + (step % 2) * raw_bytes; };
+    auto valid = [&](int step) { return valid0 + (step % 2) * kTile; };
 
     const int token = blockIdx.x, head0 = blockIdx.y * kHeadsPerCta;
     const int heads_here = min(kHeadsPerCta, p.heads - head0), m_tiles = (heads_here + 15) / 16;
@@ -682,7 +696,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sequential_kerne
     const int tiles = (p.slots + kTile - 1) / kTile, steps = 2 * tiles;
     auto issue = [&](int step) {
         const int slot0 = (step % tiles) * kTile;
-        issue_k_tile<kHeadDim>(raw[step % 2], valid[step % 2], p, token, slot0, p.slots);
+        issue_k_tile<kHeadDim>(raw(step), valid(step), p, token, slot0, p.slots);
     };
     load_q(s, p, token, head0, heads_here);  // lands with step 0's group
     if (steps > 0)
@@ -732,11 +746,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sequential_kerne
         } else {
             cp_async_wait<0>();
         }
-        const int* v = valid[step % 2];
+        const int* v = valid(step);
         const bool tile_live = __syncthreads_or(threadIdx.x < kTile && v[threadIdx.x] >= 0) != 0;
         if (tile_live) {
             if (threadIdx.x < kTile) s.valid[threadIdx.x] = v[threadIdx.x];  // tile_logits' mask
-            dequant_k_tile(s, raw[step % 2], v, p);
+            dequant_k_tile(s, raw(step), v, p);
             __syncthreads();
             if (!pass2) {
                 if (mt < m_tiles) {
