@@ -85,7 +85,7 @@ for ((r = 1; r <= ${REPEAT:-1}; ++r)); do
             # shellcheck disable=SC2086
             "$b" bench ${benches[$i]} >"$log" 2>&1
             echo "== run $r, $name: dsv4 bench ${benches[$i]} (rc $?)"
-            grep -E "^prefill|routed_experts|q_proj|o_proj|^decode step \(|x floor|^  +[0-9]+ +[0-9.]+ +[0-9]+ |rror" \
+            grep -E "^prefill|routed_experts|q_proj|o_proj|sparse_attn|^decode step \(|x floor|^  +[0-9]+ +[0-9.]+ +[0-9]+ |rror" \
                 "$log" | head -"${LINES_PER_RUN:-12}"
         done
     done
