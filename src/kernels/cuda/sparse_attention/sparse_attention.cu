@@ -661,12 +661,20 @@ __device__ void issue_k_tile(uint8_t* raw, int* valid, const SparseAttentionPara
         mine = slot < slot_end ? idx[slot] : -1;
         valid[r] = mine;
     }
-#pragma unroll
+    // A row's words in rounds of 32 lanes, as many rounds as the largest entry of this head_dim needs (all rope:
+    // 2 head_dim bytes), the rounds past this entry's words predicated off: no loop over a runtime count.
+    constexpr int kMaxRounds = (2 * kHeadDim / 8 + 31) / 32;
+#pragma unroll 1
     for (int i = 0; i < kRowsPerWarp; ++i) {
         const int r = warp + (kThreads / 32) * i, row = __shfl_sync(0xffffffffu, mine, i);
         if (row < 0) continue;
-        for (int w = lane; w < words; w += 32)
-            cp_async8(smem_addr(raw + r * entry_bytes + w * 8), p.kv + int64_t(row) * entry_bytes + w * 8);
+        const unsigned dst = smem_addr(raw + r * entry_bytes);
+        const uint8_t* src = p.kv + int64_t(row) * entry_bytes;
+#pragma unroll
+        for (int round = 0; round < kMaxRounds; ++round) {
+            const int w = lane + 32 * round;
+            if (w < words) cp_async8(dst + w * 8, src + w * 8);
+        }
     }
     cp_async_commit();
 }
