@@ -56,16 +56,6 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 #endif
 }
 
-// Named barrier `id` (1-15; 0 is __syncthreads') of `threads` threads (a multiple of 32): sync waits there until that
-// many have arrived, arrive counts this warp without waiting; e.g. one warpgroup waits until the other has done
-// something (it arrives after it).
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
 // d (m64n64, 32 floats per thread: n8 tile j holds rows g, g + 8 x columns 8j + 2t, 8j + 2t + 1 as d[4j..4j+3], the
 // mma.sync C layout) = a x b + (accumulate ? d : 0).
 __device__ __forceinline__ void wgmma_m64n64k16_f16(float (&d)[32], const uint32_t (&a)[4], uint64_t b_desc,

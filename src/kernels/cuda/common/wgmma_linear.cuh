@@ -13,12 +13,7 @@
 // from shared memory as 16-bit k16 tiles (K-major core matrices) converted from the staged e4m3 bytes one block
 // ahead, while the current block's wgmmas run. Raw activation and W blocks stream through cp.async stages. CTA: two
 // warpgroups, 128 x 128 outputs, one per SM; each block's wgmmas run as two 64-column halves so the first half is
-// promoted while the second runs. kFp8Act (Layout::kPingPong): a block's wgmmas stay in flight across the next
-// block's CTA barrier and are promoted after it, and the two warpgroups issue in turn (the second after the first,
-// through a named barrier), so each one's promotion runs beside the other's wgmmas instead of both leaving the tensor
-// cores idle at once; the wgmmas in flight across the barrier need a third W tile. The promotions keep their order
-// (ascending blocks), so the bits do not change. Tested bitwise against the warp-MMA tiles (gemm_fp8_test,
-// grouped_linear_test).
+// promoted while the second runs. Tested bitwise against the warp-MMA tiles (gemm_fp8_test, grouped_linear_test).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -55,13 +50,11 @@ struct Layout {
     static constexpr int kXRowBytes = kFp8Act ? 128 : 256;  // one K block of one activation row
     static constexpr int kXChunks = kXRowBytes / 16;
     static constexpr int kStages = kFp8Act ? 4 : 3;
-    static constexpr bool kPingPong = kFp8Act;        // see the top: wgmmas promoted after the next block's barrier
-    static constexpr int kTiles = kPingPong ? 3 : 2;  // 16-bit W tiles: converting, read by the wgmmas in flight
     static constexpr int x = 0;
     static constexpr int w = x + kBM * kXRowBytes;
     static constexpr int x_scale = w + kBN * kWRowBytes;
     static constexpr int bytes = x_scale + (kFp8Act ? kBM * 4 : 0);
-    static constexpr int smem = kTiles * kTileBytes + kStages * bytes;
+    static constexpr int smem = 2 * kTileBytes + kStages * bytes;
     static_assert(bytes % 16 == 0 && smem <= 227 * 1024);
 };
 
@@ -94,14 +87,12 @@ __global__ void __launch_bounds__(kThreads, 1) kernel(Args p) {
     using L = Layout<kFp8Act>;
     constexpr int kStages = L::kStages;
     extern __shared__ __align__(128) uint8_t smem[];
-    constexpr int kTiles = L::kTiles;
     uint8_t* tiles = smem;
-    uint8_t* stages = smem + kTiles * kTileBytes;
+    uint8_t* stages = smem + 2 * kTileBytes;
     const unsigned stages_addr = smem_addr(stages);
     const uint64_t desc0 = wgmma_desc(smem_addr(tiles), kCoreK, kCoreN);
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    const bool second = warp >= 4;  // the second warpgroup (ping-pong: issues after the first)
     const int64_t m_cta = int64_t(blockIdx.x) * kBM, n_cta = int64_t(blockIdx.y) * kBN;
     const int row_g = 16 * warp + g;  // the thread's activation rows in the CTA: row_g and row_g + 8
     // The CTA's columns lie in one group (group_n % 128 == 0): its slice of x starts at group * k.
@@ -181,25 +172,9 @@ __global__ void __launch_bounds__(kThreads, 1) kernel(Args p) {
     for (int i = 0; i < kTasks; ++i) store_task(tiles, i, load_task(stages, i));
     fence_proxy_async_shared();
 
-    float acc[2][32];
-    float held_g = 0.0f, held_g8 = 0.0f;  // ping-pong: the scales of the block whose wgmmas are in flight
-    // sum += acc * scale of one 64-column half, rows g (scale_g) and g + 8 (scale_g8).
-    auto promote_half = [&](int half, float scale_g, float scale_g8) {
-        wgmma_fence_operand(acc[half]);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            float* s4 = sum + 4 * (8 * half + j);
-            const float* a4 = acc[half] + 4 * j;
-            s4[0] = __fadd_rn(s4[0], __fmul_rn(a4[0], scale_g));
-            s4[1] = __fadd_rn(s4[1], __fmul_rn(a4[1], scale_g));
-            s4[2] = __fadd_rn(s4[2], __fmul_rn(a4[2], scale_g8));
-            s4[3] = __fadd_rn(s4[3], __fmul_rn(a4[3], scale_g8));
-        }
-    };
     for (int kb = 0; kb < p.kb; ++kb) {
         // Blocks kb and kb + 1 landed (later ones may be in flight), tile kb is converted and published, every warp
-        // is past block kb - 1's fragments and conversion: its stage slot is free, and so is tile kb + 1 (ping-pong:
-        // block kb - 1's wgmmas may still read tile kb - 1; those of kb - 2 were waited for before this barrier).
+        // is past block kb - 1: its stage slot and tile kb + 1 are free.
         cp_async_wait<kStages - 3>();
         __syncthreads();
         if (kb + kStages - 1 < p.kb) load((kb + kStages - 1) % kStages, kb + kStages - 1);
@@ -207,9 +182,9 @@ __global__ void __launch_bounds__(kThreads, 1) kernel(Args p) {
 
         const uint8_t* st = stages + (kb % kStages) * L::bytes;
         const uint8_t* next_raw = stages + ((kb + 1) % kStages) * L::bytes;
-        uint8_t* next_tile = tiles + ((kb + 1) % kTiles) * kTileBytes;
+        uint8_t* next_tile = tiles + ((kb + 1) % 2) * kTileBytes;
         const bool convert_next = kb + 1 < p.kb;
-        const uint64_t desc = desc0 + (((kb % kTiles) * kTileBytes) >> 4);
+        const uint64_t desc = desc0 + (((kb % 2) * kTileBytes) >> 4);
 
         // The activation fragments of the eight steps, rows g and g + 8.
         uint32_t a[8][4];
@@ -249,19 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1) kernel(Args p) {
         for (int i = 0; i < kTasks; ++i)
             if (convert_next) next[i] = load_task(next_raw, i);
 
-        // This block's scales, read while its stage slot is still this block's.
-        const float ws = __ldg(ws_row + kb);
-        float scale_g = ws, scale_g8 = ws;
-        if constexpr (kFp8Act) {
-            const float* xs = reinterpret_cast<const float*>(st + L::x_scale);
-            scale_g = __fmul_rn(xs[row_g], ws), scale_g8 = __fmul_rn(xs[row_g + 8], ws);
-        }
-        if (L::kPingPong && kb > 0) {  // block kb - 1 (the first warpgroup's beside the second's wgmmas, and back)
-            wgmma_wait<0>();
-            promote_half(0, held_g, held_g8);
-            promote_half(1, held_g, held_g8);
-        }
-        if (L::kPingPong && second) named_barrier_sync(1, kThreads);  // after the first warpgroup's issue
+        float acc[2][32];
         wgmma_fence_operand(acc[0]);
         wgmma_fence_operand(acc[1]);
         wgmma_fence();
@@ -272,26 +235,34 @@ __global__ void __launch_bounds__(kThreads, 1) kernel(Args p) {
                 wgmma_half<!kFp8Act>(acc[half], a[j], desc + ((j * kStepBytes + half * 8 * kCoreN) >> 4), j > 0);
             wgmma_commit();
         }
-        if (L::kPingPong && !second) named_barrier_arrive(1, kThreads);
         // The next block's W tile while this block's wgmmas run.
 #pragma unroll
         for (int i = 0; i < kTasks; ++i)
             if (convert_next) store_task(next_tile, i, next[i]);
         fence_proxy_async_shared();
 
-        if constexpr (L::kPingPong) {
-            held_g = scale_g, held_g8 = scale_g8;
-        } else {
-            wgmma_wait<1>();
-            promote_half(0, scale_g, scale_g8);
-            wgmma_wait<0>();
-            promote_half(1, scale_g, scale_g8);
+        const float ws = __ldg(ws_row + kb);
+        float scale_g = ws, scale_g8 = ws;
+        if constexpr (kFp8Act) {
+            const float* xs = reinterpret_cast<const float*>(st + L::x_scale);
+            scale_g = __fmul_rn(xs[row_g], ws), scale_g8 = __fmul_rn(xs[row_g + 8], ws);
         }
-    }
-    if constexpr (L::kPingPong) wgmma_wait<0>();  // on every path (none in flight when p.kb == 0)
-    if (L::kPingPong && p.kb > 0) {
-        promote_half(0, held_g, held_g8);
-        promote_half(1, held_g, held_g8);
+        auto promote_half = [&](int half) {
+            wgmma_fence_operand(acc[half]);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                float* s4 = sum + 4 * (8 * half + j);
+                const float* a4 = acc[half] + 4 * j;
+                s4[0] = __fadd_rn(s4[0], __fmul_rn(a4[0], scale_g));
+                s4[1] = __fadd_rn(s4[1], __fmul_rn(a4[1], scale_g));
+                s4[2] = __fadd_rn(s4[2], __fmul_rn(a4[2], scale_g8));
+                s4[3] = __fadd_rn(s4[3], __fmul_rn(a4[3], scale_g8));
+            }
+        };
+        wgmma_wait<1>();
+        promote_half(0);
+        wgmma_wait<0>();
+        promote_half(1);
     }
 
 #pragma unroll
