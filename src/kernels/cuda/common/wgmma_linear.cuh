@@ -420,6 +420,10 @@ __global__ void __launch_bounds__(kThreads, 1) pingpong_kernel(Args p) {
 #pragma unroll
         for (int i = 0; i < kTasks; ++i)
             if (convert_next) next[i] = load_task(next_raw, i);
+        const float ws = __ldg(ws_row + kb);
+        const float* xs = reinterpret_cast<const float*>(st + L::x_scale);
+        const float scale_g = __fmul_rn(xs[row_g], ws), scale_g8 = __fmul_rn(xs[row_g + 8], ws);
+
         mbarrier_wait(full + kb % 2, uint32_t(kb / 2) & 1u);  // both halves of tile kb
         if (wg == 1)
             named_barrier_sync(3, kThreads);  // warpgroup 0 has issued block kb
@@ -453,10 +457,6 @@ __global__ void __launch_bounds__(kThreads, 1) pingpong_kernel(Args p) {
             mbarrier_arrive(full + (kb + 1) % 2);
         }
 
-        // The block's scales, loaded while its wgmmas run (before them, the global load's latency delayed the issue).
-        const float ws = __ldg(ws_row + kb);
-        const float* xs = reinterpret_cast<const float*>(st + L::x_scale);
-        const float scale_g = __fmul_rn(xs[row_g], ws), scale_g8 = __fmul_rn(xs[row_g + 8], ws);
         auto promote_half = [&](int half) {
             wgmma_fence_operand(acc[half]);
 #pragma unroll
