@@ -21,7 +21,6 @@
 #include <cstdint>
 
 #include "kernels/cuda/common/cp_async.cuh"
-#include "kernels/cuda/common/cta_sync.cuh"
 #include "kernels/cuda/common/e4m3_pairs.cuh"
 #include "kernels/cuda/common/wgmma.cuh"
 
@@ -289,230 +288,17 @@ __global__ void __launch_bounds__(kThreads, 1) kernel(Args p) {
 #endif
 }
 
-// kFp8Act's tile with its warpgroups decoupled (ping-pong). The kernel above ends every K block with a CTA barrier,
-// so both warpgroups issue their wgmmas at once and then both wait for them and promote at once, and the tensor cores
-// idle through every promotion. Here warpgroup h copies and stages its own 64 activation rows and W rows 64 h .. 64 h
-// + 63 (a named barrier of its 128 threads publishes them within it), converts those W rows into the shared 16-bit
-// tile, and the halves meet through mbarriers: full[t] (both halves of tile t converted: 256 arrivals) before a
-// block's wgmmas, empty[t] (both warpgroups' wgmmas on tile t waited for: 256 arrivals) before tile t is converted
-// again. The warpgroups issue their blocks in turn (warpgroup 1's block kb after warpgroup 0's, warpgroup 0's block
-// kb + 1 after warpgroup 1's block kb: named barriers 3 and 4), so one promotes while the other's wgmmas run. Each
-// output's arithmetic is the kernel above's (the same k-slot order, wgmmas and promotions in ascending blocks): the
-// same bits.
-struct PingPongLayout {
-    static constexpr int kStages = Layout<true>::kStages;
-    static constexpr int full = Layout<true>::smem;  // uint64_t full[2], empty[2]
-    static constexpr int smem = full + 4 * 8;
-    static_assert(smem <= 227 * 1024);
-};
-
-template <int kStages>  // Layout<true>'s (a template, so that each translation unit may instantiate it)
-__global__ void __launch_bounds__(kThreads, 1) pingpong_kernel(Args p) {
-#if DSV4_WGMMA
-    using L = Layout<true>;
-    static_assert(kStages == L::kStages);
-    constexpr int kWgThreads = kThreads / 2;
-    extern __shared__ __align__(128) uint8_t smem[];
-    uint8_t* tiles = smem;
-    uint8_t* stages = smem + 2 * kTileBytes;
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem + PingPongLayout::full);
-    uint64_t* empty = full + 2;
-    const unsigned stages_addr = smem_addr(stages);
-    const uint64_t desc0 = wgmma_desc(smem_addr(tiles), kCoreK, kCoreN);
-
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    const int wg = warp / 4, wt = tid % kWgThreads;  // warpgroup, thread within it
-    const int64_t m_cta = int64_t(blockIdx.x) * kBM, n_cta = int64_t(blockIdx.y) * kBN;
-    const int row_g = 16 * warp + g;  // the thread's activation rows in the CTA: row_g and row_g + 8
-    auto wg_sync = [&] { named_barrier_sync(1 + wg, kWgThreads); };
-    if (tid == 0)
-        for (int i = 0; i < 4; ++i) mbarrier_init(full + i, kThreads);
-    __syncthreads();
-
-    // Loader roles in warpgroup wg: thread wt copies chunk wt % 8 of activation rows and of W rows 64 wg + wt / 8 +
-    // 16 i (rows past M or N repeat the last one and are never stored), and the activation scale of row 64 wg + wt
-    // (wt < 64).
-    const int chunk = wt % 8;
-    const uint8_t* x_src[4];
-    const uint8_t* w_src[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int64_t r = m_cta + 64 * wg + wt / 8 + 16 * i, n = n_cta + 64 * wg + wt / 8 + 16 * i;
-        x_src[i] = static_cast<const uint8_t*>(p.x) + (r < p.m ? r : p.m - 1) * p.ldx + 16 * chunk;
-        w_src[i] = p.w + (n < p.n ? n : p.n - 1) * p.k + 16 * chunk;
-    }
-    const int64_t scale_row = m_cta + 64 * wg + wt < p.m ? m_cta + 64 * wg + wt : p.m - 1;
-    const float* xs_src = wt < 64 ? p.x_scale + scale_row * p.kb : nullptr;
-    const float* ws_row = p.w_scale + (n_cta / kBlockK) * p.kb;
-
-    auto load = [&](int slot, int kb) {
-        const unsigned base = stages_addr + slot * L::bytes;
-        const int64_t offset = int64_t(kb) * kBlockK;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int r = 64 * wg + wt / 8 + 16 * i;
-            cp_async16(base + L::x + x_chunk_at<true>(r, chunk), x_src[i] + offset);
-            cp_async16(base + L::w + w_chunk_at(r, chunk), w_src[i] + offset);
-        }
-        if (xs_src) cp_async4(base + L::x_scale + (64 * wg + wt) * 4, xs_src + kb, 4);
-    };
-    // The warpgroup's W rows of a stage into the 16-bit tile: the kernel above's tasks restricted to rows 64 wg ..
-    // (task: row, lane quarter tq, half).
-    constexpr int kTasks = 64 * 4 * 2 / kWgThreads;
-    auto load_task = [&](const uint8_t* raw, int i) {
-        const int task = wt + kWgThreads * i, tq = task % 4, n = 64 * wg + task / 4 % 64, half = task / (4 * 64);
-        return *reinterpret_cast<const uint4*>(raw + L::w + w_chunk_at(n, 4 * half + tq));
-    };
-    auto store_task = [&](uint8_t* tile, int i, const uint4& v) {
-        const int task = wt + kWgThreads * i, tq = task % 4, n = 64 * wg + task / 4 % 64, half = task / (4 * 64);
-        uint8_t* at = tile + (n / 8) * kCoreN + (n % 8) * 16 + 4 * tq;
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            uint32_t lo, hi;
-            f16x2_pairs(word_of(v, q), lo, hi);
-            const int j = 4 * half + q;
-            *reinterpret_cast<uint32_t*>(at + j * kStepBytes) = lo;
-            *reinterpret_cast<uint32_t*>(at + j * kStepBytes + kCoreK) = hi;
-        }
-    };
-
-    float sum[64];
-#pragma unroll
-    for (int i = 0; i < 64; ++i) sum[i] = 0.0f;
-
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-        if (s < p.kb) load(s, s);
-        cp_async_commit();
-    }
-    cp_async_wait<kStages - 2>();
-    wg_sync();
-#pragma unroll
-    for (int i = 0; i < kTasks; ++i) store_task(tiles, i, load_task(stages, i));
-    fence_proxy_async_shared();
-    mbarrier_arrive(full);
-
-    for (int kb = 0; kb < p.kb; ++kb) {
-        // This warpgroup's rows of blocks kb and kb + 1 landed and are visible to all of it, and all of it is past
-        // block kb - 1: its stage slot is free.
-        cp_async_wait<kStages - 3>();
-        wg_sync();
-        if (kb + kStages - 1 < p.kb) load((kb + kStages - 1) % kStages, kb + kStages - 1);
-        cp_async_commit();
-
-        const uint8_t* st = stages + (kb % kStages) * L::bytes;
-        const uint8_t* next_raw = stages + ((kb + 1) % kStages) * L::bytes;
-        const bool convert_next = kb + 1 < p.kb;
-        uint32_t a[8][4];
-        {
-            const uint8_t* x_st = st + L::x;
-            const uint4 g_lo = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g, t));
-            const uint4 g_hi = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g, 4 + t));
-            const uint4 g8_lo = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g + 8, t));
-            const uint4 g8_hi = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g + 8, 4 + t));
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                f16x2_pairs(word_of(j < 4 ? g_lo : g_hi, j % 4), a[j][0], a[j][2]);
-                f16x2_pairs(word_of(j < 4 ? g8_lo : g8_hi, j % 4), a[j][1], a[j][3]);
-            }
-        }
-        uint4 next[kTasks];
-#pragma unroll
-        for (int i = 0; i < kTasks; ++i)
-            if (convert_next) next[i] = load_task(next_raw, i);
-        const float ws = __ldg(ws_row + kb);
-        const float* xs = reinterpret_cast<const float*>(st + L::x_scale);
-        const float scale_g = __fmul_rn(xs[row_g], ws), scale_g8 = __fmul_rn(xs[row_g + 8], ws);
-
-        mbarrier_wait(full + kb % 2, uint32_t(kb / 2) & 1u);  // both halves of tile kb
-        if (wg == 1)
-            named_barrier_sync(3, kThreads);  // warpgroup 0 has issued block kb
-        else if (kb > 0)
-            named_barrier_sync(4, kThreads);  // warpgroup 1 has issued block kb - 1
-        float acc[2][32];
-        wgmma_fence_operand(acc[0]);
-        wgmma_fence_operand(acc[1]);
-        wgmma_fence();
-        const uint64_t desc = desc0 + (((kb % 2) * kTileBytes) >> 4);
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-                wgmma_half<false>(acc[half], a[j], desc + ((j * kStepBytes + half * 8 * kCoreN) >> 4), j > 0);
-            wgmma_commit();
-        }
-        if (wg == 0)
-            named_barrier_arrive(3, kThreads);
-        else if (kb + 1 < p.kb)
-            named_barrier_arrive(4, kThreads);
-
-        // The next block's W rows of this warpgroup while this block's wgmmas run, once both warpgroups' wgmmas of
-        // block kb - 1 (the tile's last use) are done.
-        if (convert_next) {
-            if (kb >= 1) mbarrier_wait(empty + (kb + 1) % 2, uint32_t((kb - 1) / 2) & 1u);
-            uint8_t* next_tile = tiles + ((kb + 1) % 2) * kTileBytes;
-#pragma unroll
-            for (int i = 0; i < kTasks; ++i) store_task(next_tile, i, next[i]);
-            fence_proxy_async_shared();
-            mbarrier_arrive(full + (kb + 1) % 2);
-        }
-
-        auto promote_half = [&](int half) {
-            wgmma_fence_operand(acc[half]);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                float* s4 = sum + 4 * (8 * half + j);
-                const float* a4 = acc[half] + 4 * j;
-                s4[0] = __fadd_rn(s4[0], __fmul_rn(a4[0], scale_g));
-                s4[1] = __fadd_rn(s4[1], __fmul_rn(a4[1], scale_g));
-                s4[2] = __fadd_rn(s4[2], __fmul_rn(a4[2], scale_g8));
-                s4[3] = __fadd_rn(s4[3], __fmul_rn(a4[3], scale_g8));
-            }
-        };
-        wgmma_wait<1>();
-        promote_half(0);
-        wgmma_wait<0>();
-        promote_half(1);
-        mbarrier_arrive(empty + kb % 2);
-    }
-
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int64_t r = m_cta + row_g + 8 * h;
-        if (r >= p.m) continue;
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            const int64_t n = n_cta + 8 * j + 2 * t;
-            __nv_bfloat16* out = p.y + r * p.ldy + n;
-            const __nv_bfloat16 lo = __float2bfloat16_rn(sum[4 * j + 2 * h]);
-            const __nv_bfloat16 hi = __float2bfloat16_rn(sum[4 * j + 2 * h + 1]);
-            if (p.pair_stores && n + 1 < p.n) {
-                *reinterpret_cast<__nv_bfloat162*>(out) = __halves2bfloat162(lo, hi);
-            } else {
-                if (n < p.n) out[0] = lo;
-                if (n + 1 < p.n) out[1] = hi;
-            }
-        }
-    }
-#else
-    __trap();
-#endif
-}
-
 // Runs `p` (K % 128 == 0, group_n % 128 == 0 or group_n == n; the caller checks) on the current stream.
 template <bool kFp8Act>
 cudaError_t launch(Args p, cudaStream_t stream) {
     if (p.k % kBlockK) return cudaErrorInvalidValue;
     p.kb = int(p.k / kBlockK);
-    // kFp8Act (gemm_fp8, whose x has one group: group_n == n) runs the ping-pong kernel; the bf16 tile (wo_a's
-    // groups) the one above.
-    constexpr int smem = kFp8Act ? PingPongLayout::smem : Layout<kFp8Act>::smem;
-    const auto entry = kFp8Act ? pingpong_kernel<PingPongLayout::kStages> : kernel<kFp8Act>;
-    if (cudaError_t e = cudaFuncSetAttribute(entry, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    constexpr int smem = Layout<kFp8Act>::smem;
+    if (cudaError_t e = cudaFuncSetAttribute(kernel<kFp8Act>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         e != cudaSuccess)
         return e;
     const dim3 grid(unsigned((p.m + kBM - 1) / kBM), unsigned((p.n + kBN - 1) / kBN));
-    entry<<<grid, kThreads, smem, stream>>>(p);
+    kernel<kFp8Act><<<grid, kThreads, smem, stream>>>(p);
     return cudaGetLastError();
 }
 
