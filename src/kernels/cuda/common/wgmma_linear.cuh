@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common/cp_async.cuh"
+#include "kernels/cuda/common/cta_sync.cuh"
 #include "kernels/cuda/common/e4m3_pairs.cuh"
 #include "kernels/cuda/common/wgmma.cuh"
 
@@ -288,17 +289,207 @@ __global__ void __launch_bounds__(kThreads, 1) kernel(Args p) {
 #endif
 }
 
+// kFp8Act's tile on three warpgroups (warp specialization). In the kernel above each warp's own chain of ~390
+// instructions a block (the fragments, 16 wgmmas and their wait, 128 promotion operations, its share of W's
+// conversion and of the copies) at two warps a scheduler is the bound, ~2.4x the block's tensor work. Here a producer
+// warpgroup issues the copies and converts W into the 16-bit tile, and two consumer warpgroups (64 rows each) only
+// build their fragments, run the wgmmas and promote; the producer gives registers back (setmaxnreg) so that the
+// consumers keep the accumulators. They meet through counted mbarriers: full[s] (stage s's activations and scales
+// landed, W's tile of that block converted: the producer's 128 threads), x_free[s] (both consumers have read stage
+// s's activations and scales: 256), tile_free[t] (both consumers' wgmmas on tile t are done: 256). Each output's
+// arithmetic is the kernel above's (the same fragments, k-slot order, wgmmas and promotions in ascending blocks): the
+// same bits.
+struct SpecializedLayout {
+    static constexpr int kStages = Layout<true>::kStages, kTiles = 2;
+    static constexpr int stages = kTiles * kTileBytes;  // Layout<true>'s stage slots after the tiles
+    static constexpr int barriers = stages + kStages * Layout<true>::bytes;
+    static constexpr int smem = barriers + (2 * kStages + kTiles) * 8;  // full[S], x_free[S], tile_free[T]
+    static_assert(smem <= 227 * 1024);
+};
+constexpr int kSpecializedThreads = 3 * 128;
+// The launch's 168 registers a thread (65,536 / 384, rounded down to 8) redistributed: 128 x 56 + 256 x 224 = 384 x 168.
+constexpr int kProducerRegisters = 56, kConsumerRegisters = 224;
+static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= kSpecializedThreads * 168);
+
+template <int kStages>  // SpecializedLayout's (a template, so that each translation unit may instantiate it)
+__global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Args p) {
+#if DSV4_WGMMA
+    using L = Layout<true>;
+    using S = SpecializedLayout;
+    static_assert(kStages == S::kStages);
+    constexpr int kTiles = S::kTiles;
+    extern __shared__ __align__(128) uint8_t smem[];
+    uint8_t* tiles = smem;
+    uint8_t* stages = smem + S::stages;
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::barriers);
+    uint64_t* x_free = full + kStages;
+    uint64_t* tile_free = x_free + kStages;
+    const int tid = threadIdx.x, wg = tid / 128, wt = tid % 128;
+    const int64_t m_cta = int64_t(blockIdx.x) * kBM, n_cta = int64_t(blockIdx.y) * kBN;
+    if (tid == 0) {
+        for (int i = 0; i < kStages; ++i) mbarrier_init(full + i, 128);
+        for (int i = 0; i < kStages; ++i) mbarrier_init(x_free + i, 256);
+        for (int i = 0; i < kTiles; ++i) mbarrier_init(tile_free + i, 256);
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        // The producer. Thread wt copies chunk wt % 8 of activation and W rows wt / 8 + 16 i (rows past M or N repeat
+        // the last one and are never stored) and the activation scale of row wt, and converts W's tasks wt + 128 i.
+        warpgroup_registers_decrease<kProducerRegisters>();
+        const int chunk = wt % 8;
+        const uint8_t* x_chunk = static_cast<const uint8_t*>(p.x) + 16 * chunk;
+        const uint8_t* w_chunk = p.w + 16 * chunk;
+        const int64_t scale_row = m_cta + wt < p.m ? m_cta + wt : p.m - 1;
+        const float* xs_src = p.x_scale + scale_row * p.kb;
+        const unsigned stages_addr = smem_addr(stages);
+        auto load = [&](int kb) {  // the rows' addresses made again each time: the producer has few registers
+            const unsigned base = stages_addr + (kb % kStages) * L::bytes;
+            const int64_t offset = int64_t(kb) * kBlockK;
+#pragma unroll 2
+            for (int i = 0; i < 8; ++i) {
+                const int r = wt / 8 + 16 * i;
+                const int64_t xr = m_cta + r < p.m ? m_cta + r : p.m - 1, wn = n_cta + r < p.n ? n_cta + r : p.n - 1;
+                cp_async16(base + L::x + x_chunk_at<true>(r, chunk), x_chunk + xr * p.ldx + offset);
+                cp_async16(base + L::w + w_chunk_at(r, chunk), w_chunk + wn * p.k + offset);
+            }
+            cp_async4(base + L::x_scale + wt * 4, xs_src + kb, 4);
+        };
+        for (int kb = 0; kb < kStages - 1; ++kb) {
+            if (kb < p.kb) load(kb);
+            cp_async_commit();
+        }
+        for (int kb = 0; kb < p.kb; ++kb) {
+            // Block kb + S - 1 into the slot of block kb - 1, once both consumers have read its activations.
+            if (kb + kStages - 1 < p.kb) {
+                if (kb >= 1) mbarrier_wait(x_free + (kb - 1) % kStages, uint32_t((kb - 1) / kStages) & 1u);
+                load(kb + kStages - 1);
+            }
+            cp_async_commit();
+            // Block kb landed (the group of block b is the b-th committed) and every producer thread's copies of it
+            // are visible to the others; tile kb % 2 is free once the consumers are done with block kb - 2.
+            cp_async_wait<kStages - 1>();
+            named_barrier_sync(1, 128);
+            if (kb >= kTiles) mbarrier_wait(tile_free + kb % kTiles, uint32_t(kb / kTiles - 1) & 1u);
+            const uint8_t* raw = stages + (kb % kStages) * L::bytes;
+            uint8_t* tile = tiles + (kb % kTiles) * kTileBytes;
+#pragma unroll 2
+            for (int i = 0; i < 8; ++i) {  // the kernel above's tasks (row n, lane quarter tq, half)
+                const int task = wt + 128 * i, tq = task % 4, n = task / 4 % kBN, half = task / (4 * kBN);
+                const uint4 v = *reinterpret_cast<const uint4*>(raw + L::w + w_chunk_at(n, 4 * half + tq));
+                uint8_t* at = tile + (n / 8) * kCoreN + (n % 8) * 16 + 4 * tq;
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    uint32_t lo, hi;
+                    f16x2_pairs(word_of(v, q), lo, hi);
+                    const int j = 4 * half + q;
+                    *reinterpret_cast<uint32_t*>(at + j * kStepBytes) = lo;
+                    *reinterpret_cast<uint32_t*>(at + j * kStepBytes + kCoreK) = hi;
+                }
+            }
+            fence_proxy_async_shared();
+            mbarrier_arrive(full + kb % kStages);
+        }
+        return;
+    }
+
+    // A consumer: rows 64 (wg - 1) .. of the CTA.
+    warpgroup_registers_increase<kConsumerRegisters>();
+    const int warp = tid / 32 - 4, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const int row_g = 16 * warp + g;  // the thread's activation rows in the CTA: row_g and row_g + 8
+    const uint64_t desc0 = wgmma_desc(smem_addr(tiles), kCoreK, kCoreN);
+    const float* ws_row = p.w_scale + (n_cta / kBlockK) * p.kb;
+    float sum[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) sum[i] = 0.0f;
+    for (int kb = 0; kb < p.kb; ++kb) {
+        mbarrier_wait(full + kb % kStages, uint32_t(kb / kStages) & 1u);
+        const uint8_t* st = stages + (kb % kStages) * L::bytes;
+        uint32_t a[8][4];
+        const uint8_t* x_st = st + L::x;
+        const uint4 g_lo = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g, t));
+        const uint4 g_hi = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g, 4 + t));
+        const uint4 g8_lo = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g + 8, t));
+        const uint4 g8_hi = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g + 8, 4 + t));
+        const float* xs = reinterpret_cast<const float*>(st + L::x_scale);
+        const float xs_g = xs[row_g], xs_g8 = xs[row_g + 8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            f16x2_pairs(word_of(j < 4 ? g_lo : g_hi, j % 4), a[j][0], a[j][2]);
+            f16x2_pairs(word_of(j < 4 ? g8_lo : g8_hi, j % 4), a[j][1], a[j][3]);
+        }
+        mbarrier_arrive(x_free + kb % kStages);  // the stage's activations and scales are in registers
+
+        float acc[2][32];
+        wgmma_fence_operand(acc[0]);
+        wgmma_fence_operand(acc[1]);
+        wgmma_fence();
+        const uint64_t desc = desc0 + (((kb % kTiles) * kTileBytes) >> 4);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                wgmma_half<false>(acc[half], a[j], desc + ((j * kStepBytes + half * 8 * kCoreN) >> 4), j > 0);
+            wgmma_commit();
+        }
+        const float ws = __ldg(ws_row + kb);
+        const float scale_g = __fmul_rn(xs_g, ws), scale_g8 = __fmul_rn(xs_g8, ws);
+        auto promote_half = [&](int half) {
+            wgmma_fence_operand(acc[half]);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                float* s4 = sum + 4 * (8 * half + j);
+                const float* a4 = acc[half] + 4 * j;
+                s4[0] = __fadd_rn(s4[0], __fmul_rn(a4[0], scale_g));
+                s4[1] = __fadd_rn(s4[1], __fmul_rn(a4[1], scale_g));
+                s4[2] = __fadd_rn(s4[2], __fmul_rn(a4[2], scale_g8));
+                s4[3] = __fadd_rn(s4[3], __fmul_rn(a4[3], scale_g8));
+            }
+        };
+        wgmma_wait<1>();
+        promote_half(0);
+        wgmma_wait<0>();
+        mbarrier_arrive(tile_free + kb % kTiles);
+        promote_half(1);
+    }
+
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int64_t r = m_cta + row_g + 8 * h;
+        if (r >= p.m) continue;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            const int64_t n = n_cta + 8 * j + 2 * t;
+            __nv_bfloat16* out = p.y + r * p.ldy + n;
+            const __nv_bfloat16 lo = __float2bfloat16_rn(sum[4 * j + 2 * h]);
+            const __nv_bfloat16 hi = __float2bfloat16_rn(sum[4 * j + 2 * h + 1]);
+            if (p.pair_stores && n + 1 < p.n) {
+                *reinterpret_cast<__nv_bfloat162*>(out) = __halves2bfloat162(lo, hi);
+            } else {
+                if (n < p.n) out[0] = lo;
+                if (n + 1 < p.n) out[1] = hi;
+            }
+        }
+    }
+#else
+    __trap();
+#endif
+}
+
 // Runs `p` (K % 128 == 0, group_n % 128 == 0 or group_n == n; the caller checks) on the current stream.
 template <bool kFp8Act>
 cudaError_t launch(Args p, cudaStream_t stream) {
     if (p.k % kBlockK) return cudaErrorInvalidValue;
     p.kb = int(p.k / kBlockK);
-    constexpr int smem = Layout<kFp8Act>::smem;
-    if (cudaError_t e = cudaFuncSetAttribute(kernel<kFp8Act>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    // kFp8Act (gemm_fp8, whose x has one group: group_n == n) runs the warp-specialized kernel; the bf16 tile (wo_a's
+    // groups) the one above.
+    constexpr int smem = kFp8Act ? SpecializedLayout::smem : Layout<kFp8Act>::smem;
+    const auto entry = kFp8Act ? specialized_kernel<SpecializedLayout::kStages> : kernel<kFp8Act>;
+    if (cudaError_t e = cudaFuncSetAttribute(entry, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         e != cudaSuccess)
         return e;
     const dim3 grid(unsigned((p.m + kBM - 1) / kBM), unsigned((p.n + kBN - 1) / kBN));
-    kernel<kFp8Act><<<grid, kThreads, smem, stream>>>(p);
+    entry<<<grid, kFp8Act ? kSpecializedThreads : kThreads, smem, stream>>>(p);
     return cudaGetLastError();
 }
 
