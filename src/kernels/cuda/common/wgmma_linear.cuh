@@ -70,6 +70,12 @@ __host__ __device__ constexpr int x_chunk_at(int r, int c) {
     return kFp8Act ? w_chunk_at(r, c) : r * 256 + 16 * (c ^ (r & 1));
 }
 
+// The specialized kernel's staged W rows: chunk c of row r at chunk c ^ (r % 8), so that its conversion's reads of one
+// chunk from eight consecutive rows (a shared-memory phase) hit eight distinct bank groups.
+__host__ __device__ constexpr int w_chunk_at8(int r, int c) {
+    return r * kWRowBytes + 16 * (c ^ (r & 7));
+}
+
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int q) {
     return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
 }
@@ -337,21 +343,41 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
         // The producer. Thread wt copies chunk wt % 8 of activation and W rows wt / 8 + 16 i (rows past M or N repeat
         // the last one and are never stored) and the activation scale of row wt, and converts W's tasks wt + 128 i.
         warpgroup_registers_decrease<kProducerRegisters>();
-        const int chunk = wt % 8;
+        const int chunk = wt % 8, r0 = wt / 8;
         const uint8_t* x_chunk = static_cast<const uint8_t*>(p.x) + 16 * chunk;
         const uint8_t* w_chunk = p.w + 16 * chunk;
+        // Rows r0 + 16 i: one pointer stepped by 16 rows where the tile lies inside M (N), else each row clamped.
+        const bool x_inside = m_cta + kBM <= p.m, w_inside = n_cta + kBN <= p.n;
+        const int64_t x_step = 16 * p.ldx, w_step = 16 * p.k;
+        const uint8_t* x_row0 = x_chunk + (m_cta + r0 < p.m ? m_cta + r0 : p.m - 1) * p.ldx;
+        const uint8_t* w_row0 = w_chunk + (n_cta + r0 < p.n ? n_cta + r0 : p.n - 1) * p.k;
         const int64_t scale_row = m_cta + wt < p.m ? m_cta + wt : p.m - 1;
         const float* xs_src = p.x_scale + scale_row * p.kb;
         const unsigned stages_addr = smem_addr(stages);
-        auto load = [&](int kb) {  // the rows' addresses made again each time: the producer has few registers
+        const bool inside = x_inside && w_inside;  // CTA-uniform: the tile's rows need no clamping
+        auto load = [&](int kb) {
             const unsigned base = stages_addr + (kb % kStages) * L::bytes;
             const int64_t offset = int64_t(kb) * kBlockK;
+            if (inside) {
+                const uint8_t* xp = x_row0 + offset;
+                const uint8_t* wp = w_row0 + offset;
+#pragma unroll 4
+                for (int i = 0; i < 8; ++i) {
+                    const int r = r0 + 16 * i;
+                    cp_async16(base + L::x + x_chunk_at<true>(r, chunk), xp);
+                    cp_async16(base + L::w + w_chunk_at8(r, chunk), wp);
+                    xp += x_step;
+                    wp += w_step;
+                }
+            } else {
 #pragma unroll 2
-            for (int i = 0; i < 8; ++i) {
-                const int r = wt / 8 + 16 * i;
-                const int64_t xr = m_cta + r < p.m ? m_cta + r : p.m - 1, wn = n_cta + r < p.n ? n_cta + r : p.n - 1;
-                cp_async16(base + L::x + x_chunk_at<true>(r, chunk), x_chunk + xr * p.ldx + offset);
-                cp_async16(base + L::w + w_chunk_at(r, chunk), w_chunk + wn * p.k + offset);
+                for (int i = 0; i < 8; ++i) {
+                    const int r = r0 + 16 * i;
+                    const int64_t xr = m_cta + r < p.m ? m_cta + r : p.m - 1;
+                    const int64_t wn = n_cta + r < p.n ? n_cta + r : p.n - 1;
+                    cp_async16(base + L::x + x_chunk_at<true>(r, chunk), x_chunk + xr * p.ldx + offset);
+                    cp_async16(base + L::w + w_chunk_at8(r, chunk), w_chunk + wn * p.k + offset);
+                }
             }
             cp_async4(base + L::x_scale + wt * 4, xs_src + kb, 4);
         };
@@ -373,18 +399,25 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
             if (kb >= kTiles) mbarrier_wait(tile_free + kb % kTiles, uint32_t(kb / kTiles - 1) & 1u);
             const uint8_t* raw = stages + (kb % kStages) * L::bytes;
             uint8_t* tile = tiles + (kb % kTiles) * kTileBytes;
-#pragma unroll 2
-            for (int i = 0; i < 8; ++i) {  // the kernel above's tasks (row n, lane quarter tq, half)
-                const int task = wt + 128 * i, tq = task % 4, n = task / 4 % kBN, half = task / (4 * kBN);
-                const uint4 v = *reinterpret_cast<const uint4*>(raw + L::w + w_chunk_at(n, 4 * half + tq));
-                uint8_t* at = tile + (n / 8) * kCoreN + (n % 8) * 16 + 4 * tq;
+            // Task (W row n, step group h): its lanes' chunks 4 h .. 4 h + 3 hold steps 4 h .. 4 h + 3 (word q of
+            // chunk 4 h + tq is lane tq's word of step 4 h + q), so the task owns whole 16-byte core-matrix rows:
+            // for each step, the low pairs of the four lanes' words (k 0-7) and their high pairs (k 8-15).
+#pragma unroll 1
+            for (int i = 0; i < 2; ++i) {
+                const int task = wt + 128 * i, n = task % kBN, h = task / kBN;
+                uint4 v[4];
+#pragma unroll
+                for (int tq = 0; tq < 4; ++tq)
+                    v[tq] = *reinterpret_cast<const uint4*>(raw + L::w + w_chunk_at8(n, 4 * h + tq));
+                uint8_t* at = tile + (n / 8) * kCoreN + (n % 8) * 16;
 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
-                    uint32_t lo, hi;
-                    f16x2_pairs(word_of(v, q), lo, hi);
-                    const int j = 4 * half + q;
-                    *reinterpret_cast<uint32_t*>(at + j * kStepBytes) = lo;
-                    *reinterpret_cast<uint32_t*>(at + j * kStepBytes + kCoreK) = hi;
+                    uint32_t lo[4], hi[4];
+#pragma unroll
+                    for (int tq = 0; tq < 4; ++tq) f16x2_pairs(word_of(v[tq], q), lo[tq], hi[tq]);
+                    const int j = 4 * h + q;
+                    *reinterpret_cast<uint4*>(at + j * kStepBytes) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+                    *reinterpret_cast<uint4*>(at + j * kStepBytes + kCoreK) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
                 }
             }
             fence_proxy_async_shared();
