@@ -295,16 +295,16 @@ __global__ void __launch_bounds__(kThreads, 1) kernel(Args p) {
 #endif
 }
 
-// kFp8Act's tile on three warpgroups (warp specialization). In the kernel above each warp's own chain of ~390
+// kFp8Act's tile on four warpgroups (warp specialization). In the kernel above each warp's own chain of ~390
 // instructions a block (the fragments, 16 wgmmas and their wait, 128 promotion operations, its share of W's
-// conversion and of the copies) at two warps a scheduler is the bound, ~2.4x the block's tensor work. Here a producer
-// warpgroup issues the copies and converts W into the 16-bit tile, and two consumer warpgroups (64 rows each) only
-// build their fragments, run the wgmmas and promote; the producer gives registers back (setmaxnreg) so that the
-// consumers keep the accumulators. They meet through counted mbarriers: full[s] (stage s's activations and scales
-// landed, W's tile of that block converted: the producer's 128 threads), x_free[s] (both consumers have read stage
-// s's activations and scales: 256), tile_free[t] (both consumers' wgmmas on tile t are done: 256). Each output's
-// arithmetic is the kernel above's (the same fragments, k-slot order, wgmmas and promotions in ascending blocks): the
-// same bits.
+// conversion and of the copies) at two warps a scheduler is the bound, ~2.4x the block's tensor work. Here two
+// producer warpgroups (64 rows each) issue the copies and convert W into the 16-bit tile, and two consumer warpgroups
+// (64 rows each) only build their fragments, run the wgmmas and promote; the producers give registers back
+// (setmaxnreg) so that the consumers keep the accumulators (one producer measured slower than the consumers). They
+// meet through counted mbarriers: full[s] (stage s's activations and scales landed, W's tile of that block
+// converted: both producers' 256 threads), x_free[s] (both consumers have read stage s's activations and scales: 256),
+// tile_free[t] (both consumers' wgmmas on tile t are done: 256). Each output's arithmetic is the kernel above's (the
+// same fragments, k-slot order, wgmmas and promotions in ascending blocks): the same bits.
 struct SpecializedLayout {
     static constexpr int kStages = Layout<true>::kStages, kTiles = 2;
     static constexpr int stages = kTiles * kTileBytes;  // Layout<true>'s stage slots after the tiles
@@ -312,10 +312,10 @@ struct SpecializedLayout {
     static constexpr int smem = barriers + (2 * kStages + kTiles) * 8;  // full[S], x_free[S], tile_free[T]
     static_assert(smem <= 227 * 1024);
 };
-constexpr int kSpecializedThreads = 3 * 128;
-// The launch's 168 registers a thread (65,536 / 384, rounded down to 8) redistributed: 128 x 56 + 256 x 224 = 384 x 168.
-constexpr int kProducerRegisters = 56, kConsumerRegisters = 224;
-static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= kSpecializedThreads * 168);
+constexpr int kProducers = 2, kSpecializedThreads = (kProducers + 2) * 128;
+// The launch's registers (65,536 / 512 = 128 a thread) redistributed: 256 x 64 + 256 x 192 = 512 x 128.
+constexpr int kProducerRegisters = 64, kConsumerRegisters = 192;
+static_assert(kProducers * 128 * kProducerRegisters + 256 * kConsumerRegisters <= 65536);
 
 template <int kStages>  // SpecializedLayout's (a template, so that each translation unit may instantiate it)
 __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Args p) {
@@ -333,17 +333,18 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
     const int tid = threadIdx.x, wg = tid / 128, wt = tid % 128;
     const int64_t m_cta = int64_t(blockIdx.x) * kBM, n_cta = int64_t(blockIdx.y) * kBN;
     if (tid == 0) {
-        for (int i = 0; i < kStages; ++i) mbarrier_init(full + i, 128);
+        for (int i = 0; i < kStages; ++i) mbarrier_init(full + i, kProducers * 128);
         for (int i = 0; i < kStages; ++i) mbarrier_init(x_free + i, 256);
         for (int i = 0; i < kTiles; ++i) mbarrier_init(tile_free + i, 256);
     }
     __syncthreads();
 
-    if (wg == 0) {
-        // The producer. Thread wt copies chunk wt % 8 of activation and W rows wt / 8 + 16 i (rows past M or N repeat
-        // the last one and are never stored) and the activation scale of row wt, and converts W's tasks wt + 128 i.
+    if (wg < kProducers) {
+        // Producer wg: thread wt copies chunk wt % 8 of activation and W rows 64 wg + wt / 8 + 16 i (rows past M or N
+        // repeat the last one and are never stored) and the activation scale of row 64 wg + wt (wt < 64), and converts
+        // W row 64 wg + wt % 64's step group wt / 64.
         warpgroup_registers_decrease<kProducerRegisters>();
-        const int chunk = wt % 8, r0 = wt / 8;
+        const int chunk = wt % 8, r0 = 64 * wg + wt / 8, own = 64 * wg;  // this producer's rows: own .. own + 63
         const uint8_t* x_chunk = static_cast<const uint8_t*>(p.x) + 16 * chunk;
         const uint8_t* w_chunk = p.w + 16 * chunk;
         // Rows r0 + 16 i: one pointer stepped by 16 rows where the tile lies inside M (N), else each row clamped.
@@ -351,7 +352,7 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
         const int64_t x_step = 16 * p.ldx, w_step = 16 * p.k;
         const uint8_t* x_row0 = x_chunk + (m_cta + r0 < p.m ? m_cta + r0 : p.m - 1) * p.ldx;
         const uint8_t* w_row0 = w_chunk + (n_cta + r0 < p.n ? n_cta + r0 : p.n - 1) * p.k;
-        const int64_t scale_row = m_cta + wt < p.m ? m_cta + wt : p.m - 1;
+        const int64_t scale_row = m_cta + own + wt % 64 < p.m ? m_cta + own + wt % 64 : p.m - 1;
         const float* xs_src = p.x_scale + scale_row * p.kb;
         const unsigned stages_addr = smem_addr(stages);
         const bool inside = x_inside && w_inside;  // CTA-uniform: the tile's rows need no clamping
@@ -362,7 +363,7 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
                 const uint8_t* xp = x_row0 + offset;
                 const uint8_t* wp = w_row0 + offset;
 #pragma unroll 4
-                for (int i = 0; i < 8; ++i) {
+                for (int i = 0; i < 4; ++i) {
                     const int r = r0 + 16 * i;
                     cp_async16(base + L::x + x_chunk_at<true>(r, chunk), xp);
                     cp_async16(base + L::w + w_chunk_at8(r, chunk), wp);
@@ -371,7 +372,7 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
                 }
             } else {
 #pragma unroll 2
-                for (int i = 0; i < 8; ++i) {
+                for (int i = 0; i < 4; ++i) {
                     const int r = r0 + 16 * i;
                     const int64_t xr = m_cta + r < p.m ? m_cta + r : p.m - 1;
                     const int64_t wn = n_cta + r < p.n ? n_cta + r : p.n - 1;
@@ -379,7 +380,7 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
                     cp_async16(base + L::w + w_chunk_at8(r, chunk), w_chunk + wn * p.k + offset);
                 }
             }
-            cp_async4(base + L::x_scale + wt * 4, xs_src + kb, 4);
+            if (wt < 64) cp_async4(base + L::x_scale + (own + wt) * 4, xs_src + kb, 4);
         };
         for (int kb = 0; kb < kStages - 1; ++kb) {
             if (kb < p.kb) load(kb);
@@ -395,16 +396,15 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
             // Block kb landed (the group of block b is the b-th committed) and every producer thread's copies of it
             // are visible to the others; tile kb % 2 is free once the consumers are done with block kb - 2.
             cp_async_wait<kStages - 1>();
-            named_barrier_sync(1, 128);
+            named_barrier_sync(1 + wg, 128);
             if (kb >= kTiles) mbarrier_wait(tile_free + kb % kTiles, uint32_t(kb / kTiles - 1) & 1u);
             const uint8_t* raw = stages + (kb % kStages) * L::bytes;
             uint8_t* tile = tiles + (kb % kTiles) * kTileBytes;
             // Task (W row n, step group h): its lanes' chunks 4 h .. 4 h + 3 hold steps 4 h .. 4 h + 3 (word q of
             // chunk 4 h + tq is lane tq's word of step 4 h + q), so the task owns whole 16-byte core-matrix rows:
             // for each step, the low pairs of the four lanes' words (k 0-7) and their high pairs (k 8-15).
-#pragma unroll 1
-            for (int i = 0; i < 2; ++i) {
-                const int task = wt + 128 * i, n = task % kBN, h = task / kBN;
+            {
+                const int n = own + wt % 64, h = wt / 64;
                 uint4 v[4];
 #pragma unroll
                 for (int tq = 0; tq < 4; ++tq)
@@ -426,9 +426,9 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
         return;
     }
 
-    // A consumer: rows 64 (wg - 1) .. of the CTA.
+    // A consumer: rows 64 (wg - kProducers) .. of the CTA.
     warpgroup_registers_increase<kConsumerRegisters>();
-    const int warp = tid / 32 - 4, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const int warp = tid / 32 - 4 * kProducers, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int row_g = 16 * warp + g;  // the thread's activation rows in the CTA: row_g and row_g + 8
     const uint64_t desc0 = wgmma_desc(smem_addr(tiles), kCoreK, kCoreN);
     const float* ws_row = p.w_scale + (n_cta / kBlockK) * p.kb;
