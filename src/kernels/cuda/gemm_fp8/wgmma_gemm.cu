@@ -1,7 +1,7 @@
 // gemm_fp8's 128 x 128 tile on Hopper's warpgroup MMA (Fp8GemmPath::kMma, block_m 128: prefill pieces and large
-// batches, sm_90, K % 128 == 0): common/wgmma_linear.cuh with e4m3 activations. mma_gemm.cu's arithmetic (its
+// batches, sm_90, K % 128 == 0): common/wgmma_linear_fp8.cuh (warp-specialized). mma_gemm.cu's arithmetic (its
 // header), so the same bits as the warp-MMA tiles; tested bitwise against them in tests/gpu/gemm_fp8_test.cpp.
-#include "kernels/cuda/common/wgmma_linear.cuh"
+#include "kernels/cuda/common/wgmma_linear_fp8.cuh"
 #include "kernels/cuda/gemm_fp8/gemm_fp8_kernels.h"
 
 namespace dsv4::cuda {
@@ -20,7 +20,7 @@ cudaError_t launch_fp8_wgmma(const Fp8GemmParams& p, cudaStream_t stream) {
     args.k = p.k;
     args.group_n = p.n;
     args.pair_stores = p.n % 2 == 0 && reinterpret_cast<uintptr_t>(p.y) % 4 == 0;
-    return wgmma_linear::launch<true>(args, stream);
+    return wgmma_linear::launch_fp8(args, stream);
 }
 
 }  // namespace dsv4::cuda

@@ -40,7 +40,7 @@ cudaError_t launch_grouped_linear_mma(const GroupedLinearParams& p, const bf16_a
         args.k = p.in;
         args.group_n = p.out;
         args.pair_stores = reinterpret_cast<uintptr_t>(p.y) % 4 == 0;
-        return wgmma_linear::launch<false>(args, stream);
+        return wgmma_linear::launch_bf16(args, stream);
     }
     bf16_act_mma::Args args{};
     args.x = p.x;
