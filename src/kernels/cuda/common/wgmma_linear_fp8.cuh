@@ -18,7 +18,7 @@
 namespace dsv4::cuda::wgmma_linear {
 
 struct SpecializedLayout {
-    static constexpr int kStages = Layout<true>::kStages, kTiles = 3;  // the producers up to two blocks ahead
+    static constexpr int kStages = Layout<true>::kStages, kTiles = 2;
     static constexpr int stages = kTiles * kTileBytes;  // Layout<true>'s stage slots after the tiles
     static constexpr int barriers = stages + kStages * Layout<true>::bytes;
     static constexpr int smem = barriers + (2 * kStages + kTiles) * 8;  // full[S], x_free[S], tile_free[T]
