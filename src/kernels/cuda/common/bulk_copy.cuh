@@ -6,16 +6,15 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/common/cta_sync.cuh"
+
 namespace dsv4::cuda {
 
 // One thread: every barrier of a ring of kSlots, for one arrival (the arming thread's) a phase.
 template <int kSlots>
 __device__ __forceinline__ void init_stage_barriers(uint64_t* bars) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    for (int i = 0; i < kSlots; ++i)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(unsigned(__cvta_generic_to_shared(bars + i))));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
+    for (int i = 0; i < kSlots; ++i) mbarrier_init(bars + i, 1);
+    mbarrier_inits_visible();
 }
 
 // One thread: arms `bar` for `bytes` and copies them from global `src` to shared `dst` (a shared-window address).
@@ -34,18 +33,8 @@ __device__ __forceinline__ void bulk_copy_to_stage(unsigned dst, const void* src
 
 // Waits for slot `slot`'s next phase; `parity` holds each slot's next phase bit (bit slot), flipped here.
 __device__ __forceinline__ void wait_stage_barrier(uint64_t* bar, uint32_t& parity, int slot) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const unsigned b = unsigned(__cvta_generic_to_shared(bar));
-    const uint32_t phase = (parity >> slot) & 1u;
-    uint32_t done = 0;
-    while (!done)
-        asm volatile(
-            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-            : "=r"(done)
-            : "r"(b), "r"(phase)
-            : "memory");
+    mbarrier_wait(bar, (parity >> slot) & 1u);
     parity ^= 1u << slot;
-#endif
 }
 
 }  // namespace dsv4::cuda

@@ -18,11 +18,16 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-// One thread initializes; a CTA barrier must follow before any other thread uses the barrier.
+// One thread initializes (then mbarrier_inits_visible once, after the last); a CTA barrier must follow before any
+// other thread uses the barriers.
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, int threads) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(unsigned(__cvta_generic_to_shared(bar))),
                  "r"(threads));
+#endif
+}
+__device__ __forceinline__ void mbarrier_inits_visible() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 #endif
 }

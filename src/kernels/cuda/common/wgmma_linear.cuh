@@ -89,6 +89,46 @@ __device__ __forceinline__ void wgmma_half(float (&d)[32], const uint32_t (&a)[4
         wgmma_m64n64k16_f16(d, a, desc, accumulate);
 }
 
+// sum += acc * scale for one 64-column half (n8 tile j: rows g with scale_g, g + 8 with scale_g8), after the wgmmas
+// that wrote acc were waited for: the warp-MMA tiles' promotion, product and sum each rounded.
+__device__ __forceinline__ void promote_half(float (&sum)[64], float (&acc)[32], int half, float scale_g,
+                                             float scale_g8) {
+    wgmma_fence_operand(acc);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        float* s4 = sum + 4 * (8 * half + j);
+        const float* a4 = acc + 4 * j;
+        s4[0] = __fadd_rn(s4[0], __fmul_rn(a4[0], scale_g));
+        s4[1] = __fadd_rn(s4[1], __fmul_rn(a4[1], scale_g));
+        s4[2] = __fadd_rn(s4[2], __fmul_rn(a4[2], scale_g8));
+        s4[3] = __fadd_rn(s4[3], __fmul_rn(a4[3], scale_g8));
+    }
+}
+
+// The thread's outputs as bf16: CTA rows row_g and row_g + 8 x columns 8 j + 2 t, + 1 (rows past M, columns past N
+// skipped).
+__device__ __forceinline__ void store_outputs(const Args& p, const float (&sum)[64], int64_t m_cta, int64_t n_cta,
+                                              int row_g, int t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int64_t r = m_cta + row_g + 8 * h;
+        if (r >= p.m) continue;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            const int64_t n = n_cta + 8 * j + 2 * t;
+            __nv_bfloat16* out = p.y + r * p.ldy + n;
+            const __nv_bfloat16 lo = __float2bfloat16_rn(sum[4 * j + 2 * h]);
+            const __nv_bfloat16 hi = __float2bfloat16_rn(sum[4 * j + 2 * h + 1]);
+            if (p.pair_stores && n + 1 < p.n) {
+                *reinterpret_cast<__nv_bfloat162*>(out) = __halves2bfloat162(lo, hi);
+            } else {
+                if (n < p.n) out[0] = lo;
+                if (n + 1 < p.n) out[1] = hi;
+            }
+        }
+    }
+}
+
 template <int kStages>  // Layout<false>'s (a template, so that each translation unit may instantiate it)
 __global__ void __launch_bounds__(kThreads, 1) bf16_kernel(Args p) {
 #if DSV4_WGMMA
@@ -231,42 +271,13 @@ __global__ void __launch_bounds__(kThreads, 1) bf16_kernel(Args p) {
 
         const float ws = __ldg(ws_row + kb);
         const float scale_g = ws, scale_g8 = ws;  // bf16 activations carry no scale
-        auto promote_half = [&](int half) {
-            wgmma_fence_operand(acc[half]);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                float* s4 = sum + 4 * (8 * half + j);
-                const float* a4 = acc[half] + 4 * j;
-                s4[0] = __fadd_rn(s4[0], __fmul_rn(a4[0], scale_g));
-                s4[1] = __fadd_rn(s4[1], __fmul_rn(a4[1], scale_g));
-                s4[2] = __fadd_rn(s4[2], __fmul_rn(a4[2], scale_g8));
-                s4[3] = __fadd_rn(s4[3], __fmul_rn(a4[3], scale_g8));
-            }
-        };
         wgmma_wait<1>();
-        promote_half(0);
+        promote_half(sum, acc[0], 0, scale_g, scale_g8);
         wgmma_wait<0>();
-        promote_half(1);
+        promote_half(sum, acc[1], 1, scale_g, scale_g8);
     }
 
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int64_t r = m_cta + row_g + 8 * h;
-        if (r >= p.m) continue;
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            const int64_t n = n_cta + 8 * j + 2 * t;
-            __nv_bfloat16* out = p.y + r * p.ldy + n;
-            const __nv_bfloat16 lo = __float2bfloat16_rn(sum[4 * j + 2 * h]);
-            const __nv_bfloat16 hi = __float2bfloat16_rn(sum[4 * j + 2 * h + 1]);
-            if (p.pair_stores && n + 1 < p.n) {
-                *reinterpret_cast<__nv_bfloat162*>(out) = __halves2bfloat162(lo, hi);
-            } else {
-                if (n < p.n) out[0] = lo;
-                if (n + 1 < p.n) out[1] = hi;
-            }
-        }
-    }
+    store_outputs(p, sum, m_cta, n_cta, row_g, t);
 #else
     __trap();
 #endif

@@ -48,6 +48,7 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
         for (int i = 0; i < kStages; ++i) mbarrier_init(full + i, kProducers * 128);
         for (int i = 0; i < kStages; ++i) mbarrier_init(x_free + i, 256);
         for (int i = 0; i < kTiles; ++i) mbarrier_init(tile_free + i, 256);
+        mbarrier_inits_visible();
     }
     __syncthreads();
 
@@ -179,43 +180,14 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
         }
         const float ws = __ldg(ws_row + kb);
         const float scale_g = __fmul_rn(xs_g, ws), scale_g8 = __fmul_rn(xs_g8, ws);
-        auto promote_half = [&](int half) {
-            wgmma_fence_operand(acc[half]);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                float* s4 = sum + 4 * (8 * half + j);
-                const float* a4 = acc[half] + 4 * j;
-                s4[0] = __fadd_rn(s4[0], __fmul_rn(a4[0], scale_g));
-                s4[1] = __fadd_rn(s4[1], __fmul_rn(a4[1], scale_g));
-                s4[2] = __fadd_rn(s4[2], __fmul_rn(a4[2], scale_g8));
-                s4[3] = __fadd_rn(s4[3], __fmul_rn(a4[3], scale_g8));
-            }
-        };
         wgmma_wait<1>();
-        promote_half(0);
+        promote_half(sum, acc[0], 0, scale_g, scale_g8);
         wgmma_wait<0>();
         mbarrier_arrive(tile_free + kb % kTiles);
-        promote_half(1);
+        promote_half(sum, acc[1], 1, scale_g, scale_g8);
     }
 
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int64_t r = m_cta + row_g + 8 * h;
-        if (r >= p.m) continue;
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            const int64_t n = n_cta + 8 * j + 2 * t;
-            __nv_bfloat16* out = p.y + r * p.ldy + n;
-            const __nv_bfloat16 lo = __float2bfloat16_rn(sum[4 * j + 2 * h]);
-            const __nv_bfloat16 hi = __float2bfloat16_rn(sum[4 * j + 2 * h + 1]);
-            if (p.pair_stores && n + 1 < p.n) {
-                *reinterpret_cast<__nv_bfloat162*>(out) = __halves2bfloat162(lo, hi);
-            } else {
-                if (n < p.n) out[0] = lo;
-                if (n + 1 < p.n) out[1] = hi;
-            }
-        }
-    }
+    store_outputs(p, sum, m_cta, n_cta, row_g, t);
 #else
     __trap();
 #endif
