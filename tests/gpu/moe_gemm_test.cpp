@@ -311,29 +311,9 @@ TEST(MoeGemm, RowTileFillsTheSms) {
     EXPECT_EQ(cuda::moe_mma_row_groups(9, 1024, 1, 132), 2);  // 128 / 96 / 80 rows: 16 rows cut 32's by a sixth only
 }
 
-// The pass width: wide enough for the expected busy expert, 64 slots at most for the warp-MMA kernel and NVFP4, 128 for
-// the warpgroup kernel's MXFP4 passes (the 8k prefill piece expects ~384 slots: 128; 2,048 tokens ~96: 128).
-TEST(MoeGemm, PassWidthFollowsTheExpectedSlots) {
-    EXPECT_EQ(cuda::moe_mma_pass_tokens(8192, 384), 64);
-    EXPECT_EQ(cuda::moe_mma_pass_tokens(8192, 384, 128), 128);
-    EXPECT_EQ(cuda::moe_mma_pass_tokens(2048, 96, 128), 128);
-    EXPECT_EQ(cuda::moe_mma_pass_tokens(2048, 48, 128), 64);
-    EXPECT_EQ(cuda::moe_mma_pass_tokens(16, 12, 128), 16);
-    EXPECT_EQ(cuda::moe_mma_pass_tokens(1, 1, 128), 8);
-    EXPECT_EQ(cuda::moe_mma_pass_tokens(512, 0, 128), 128);  // no expectation: a quarter of the bound
-    cuda::MoeGemmParams p;
-    p.max_slots_per_expert = 8192;
-    p.expected_slots_per_expert = 384;
-    p.format = cuda::ExpertFormat::kMxfp4;
-    EXPECT_EQ(cuda::moe_wgmma_pass_tokens(p), 128);
-    p.format = cuda::ExpertFormat::kNvfp4;
-    EXPECT_EQ(cuda::moe_wgmma_pass_tokens(p), 64);
-}
-
-// The warpgroup kernel (passes of 8 to 64 slots on sm_90, and 128 for MXFP4; K % 512 == 0) gives the warp-MMA
-// kernel's bits: the batched-decode and prefill shapes of V4-Flash, experts with one pass, several passes and a partial
-// last pass, odd N (rows past N repeated), and every scale code (subnormal, overflowing and negative scales). A slot
-// bound of 512 makes MXFP4's passes 128 wide and NVFP4's 64; 256 makes both 64. One matrix a launch: a
+// The warpgroup kernel (passes of 8 to 64 slots on sm_90, K % 128 == 0) gives the warp-MMA kernel's bits: the
+// batched-decode and prefill shapes of V4-Flash, experts with one pass, several passes and a partial last pass, odd N
+// (rows past N repeated), and every scale code (subnormal, overflowing and negative scales). One matrix a launch: a
 // pair launch on the warpgroup kernel is compared with two single launches in PairLaunchEqualsTwoLaunches.
 TEST(MoeGemm, WarpgroupKernelEqualsWarpMmaBitwise) {
     DSV4_REQUIRE_GPU();
@@ -342,11 +322,8 @@ TEST(MoeGemm, WarpgroupKernelEqualsWarpMmaBitwise) {
     constexpr Pair kPair = Pair::kChosenVsWarpMma;
     for (bool nvfp4 : {false, true}) {
         compare_grids(rng, 512, 256, 6, 2048, 4096, nvfp4, false, 512, kCkpt, kPair);   // w1/w3, ~12 slots each
-        compare_grids(rng, 512, 256, 6, 2048, 4096, nvfp4, false, 256, kCkpt, kPair);   // the same, passes of 64
-        compare_grids(rng, 300, 16, 6, 4096, 2048, nvfp4, false, 300, kCkpt, kPair);    // w2, ~112: 1 or 2 passes
-        compare_grids(rng, 300, 8, 3, 72, 512, nvfp4, true, 300, kCkpt, kPair);         // expert 0: 3-5 passes, odd N
-        compare_grids(rng, 300, 8, 3, 72, 512, nvfp4, true, 256, kCkpt, kPair);         // 64: 5 passes, odd N
-        compare_grids(rng, 1000, 16, 4, 264, 2048, nvfp4, false, 512, kEvery, kPair);   // 128: 2 passes, scales
+        compare_grids(rng, 300, 16, 6, 4096, 2048, nvfp4, false, 300, kCkpt, kPair);    // w2, ~112: two passes
+        compare_grids(rng, 300, 8, 3, 72, 512, nvfp4, true, 300, kCkpt, kPair);         // expert 0: 5 passes, odd N
         compare_grids(rng, 200, 32, 4, 264, 2048, nvfp4, false, 256, kEvery, kPair);    // every scale code
         compare_grids(rng, 256, 256, 6, 2048, 4096, nvfp4, false, 64, kCkpt, kPair);    // passes of 16: batch 256
         compare_grids(rng, 256, 256, 6, 4096, 2048, nvfp4, false, 128, kCkpt, kPair);   // passes of 32
@@ -356,22 +333,20 @@ TEST(MoeGemm, WarpgroupKernelEqualsWarpMmaBitwise) {
         compare_grids(rng, 64, 256, 6, 2048, 4096, nvfp4, false, 16, kCkpt, kPair);     // passes of 8: batch 64
         compare_grids(rng, 20, 16, 6, 200, 1024, nvfp4, true, 16, kEvery, kPair);       // 8: several, odd N, scales
         compare_grids(rng, 256, 256, 6, 4096, 2048, nvfp4, false, 128, kEdges, kPair);  // 32: the fold's edges
-        compare_grids(rng, 512, 256, 6, 2048, 4096, nvfp4, false, 512, kEdges, kPair);  // 128: the fold's edges
-        compare_grids(rng, 512, 256, 6, 2048, 4096, nvfp4, false, 256, kEdges, kPair);  // 64: the fold's edges
+        compare_grids(rng, 512, 256, 6, 2048, 4096, nvfp4, false, 512, kEdges, kPair);  // 64: the fold's edges
     }
 }
 
 // A token's expert outputs must not depend on the batch: 16 tokens in one launch against each token alone (one
 // slot per expert it selected), bitwise, at V4-Flash shapes where K spans several ranges; on both paths, the
-// tensor-core one also with bounds that make the warpgroup kernel's passes of 8, 16, 64 and 128 slots on sm_90.
+// tensor-core one also with bounds that make the warpgroup kernel's passes of 8, 16 and 64 slots on sm_90.
 TEST(MoeGemm, RowsIndependentOfBatch) {
     DSV4_REQUIRE_GPU();
     Rng rng;
     for (auto [path, batch_bound] : {std::pair{cuda::MoeGemmPath::kCudaCore, 16},
                                      {cuda::MoeGemmPath::kMma, 16},
                                      {cuda::MoeGemmPath::kMma, 64},
-                                     {cuda::MoeGemmPath::kMma, 256},
-                                     {cuda::MoeGemmPath::kMma, 512}})
+                                     {cuda::MoeGemmPath::kMma, 256}})
         for (bool nvfp4 : {false, true})
             for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
                 const int64_t tokens = 16, experts = 64, topk = 6;
@@ -425,7 +400,6 @@ TEST(MoeGemm, Mxfp4MatchesCpuLinear) {
         run_case(rng, 3, 8, 2, 4096, 2048, false, false, path);   // V4-Flash w2 (stored [4096, 1024] packed)
         run_case(rng, 17, 4, 2, 200, 352, false, true, path);     // expert 0 holds 17 slots, partial K stage
         run_case(rng, 200, 8, 3, 96, 2080, false, true, path);    // passes of 64 slots (tensor cores), odd scale rows
-        run_case(rng, 400, 4, 2, 136, 1024, false, true, path);   // passes of 128 (warpgroup kernel), N past a tile
         run_case(rng, 5, 3, 2, 40, 32, false, false, path);       // K = one block, N under one tile
     }
 }
@@ -448,11 +422,9 @@ TEST(MoeGemm, PairLaunchEqualsTwoLaunches) {
     struct Case {
         cuda::MoeGemmPath path;
         int64_t tokens, k;
-        int slot_bound;  // 0: the routing's largest expert; 300 makes the warpgroup kernel's passes of 128 (MXFP4)
-                         // or 64 (NVFP4) on sm_90, 256 passes of 64
+        int slot_bound;  // 0: the routing's largest expert; 300 makes passes of 64 (the warpgroup kernel on sm_90)
     };
     for (const Case c : {Case{cuda::MoeGemmPath::kMma, 9, 1056, 0}, Case{cuda::MoeGemmPath::kMma, 300, 1024, 300},
-                         Case{cuda::MoeGemmPath::kMma, 300, 1024, 256},
                          Case{cuda::MoeGemmPath::kMma, 100, 1024, 64}, Case{cuda::MoeGemmPath::kCudaCore, 9, 1056, 0}})
         for (bool nvfp4 : {false, true}) {
             const cuda::MoeGemmPath path = c.path;

@@ -7,11 +7,9 @@ namespace dsv4::cuda {
 
 // The tensor-core path (moe_mma.cu), both matrices when p.second is set.
 cudaError_t launch_moe_mma(const MoeGemmParams& p, cudaStream_t stream);
-// Slots per pass of the tensor-core kernels (8 up to `widest`, a power of two) from the host's bound on any expert's
-// slot count and its expectation for an active expert (0: none).
-int moe_mma_pass_tokens(int max_slots_per_expert, int expected_slots_per_expert, int widest = 64);
-// The warpgroup kernel's pass width for p: up to 128 slots for MXFP4, 64 for NVFP4.
-int moe_wgmma_pass_tokens(const MoeGemmParams& p);
+// Slots per pass of the tensor-core kernel (8 to 64) from the host's bound on any expert's slot count and its
+// expectation for an active expert (0: none).
+int moe_mma_pass_tokens(int max_slots_per_expert, int expected_slots_per_expert);
 // The warp-MMA kernel's row tile for decode passes (8 and 16 slots), in 16-row warp groups (4, 2 or 1), from the
 // expected non-empty experts (0: unknown, 64 rows), the rows of a matrix, the matrices and the SM count.
 int moe_mma_row_groups(int64_t active_experts, int64_t n, int mat_count, int sms);

@@ -588,13 +588,13 @@ cudaError_t launch(const Args& args, int tokens, int row_groups, bool whole_stag
 
 }  // namespace
 
-int moe_mma_pass_tokens(int max_slots_per_expert, int expected_slots_per_expert, int widest) {
+int moe_mma_pass_tokens(int max_slots_per_expert, int expected_slots_per_expert) {
     // Wide enough for a typical active expert in one pass (a wider pass stages and multiplies duplicated rows), at
     // least 8 (one MMA tile); an expert above it takes further passes, each streaming its weights again.
     const int target = expected_slots_per_expert > 0 ? std::min(max_slots_per_expert, expected_slots_per_expert)
                                                      : (max_slots_per_expert + 3) / 4;
     int tokens = 8;
-    while (tokens < widest && tokens < target) tokens *= 2;
+    while (tokens < 64 && tokens < target) tokens *= 2;
     return tokens;
 }
 
@@ -614,13 +614,6 @@ int moe_mma_row_groups(int64_t active_experts, int64_t n, int mat_count, int sms
         if (groups == kMaxRowGroups || cuts_enough) best = groups, best_rows = busiest;
     }
     return best;
-}
-
-int moe_wgmma_pass_tokens(const MoeGemmParams& p) {
-    // A 128-slot pass decodes each weight once for twice the tokens of a 64-slot one (MXFP4; NVFP4's promotion every
-    // 16 columns would double its promotions' share instead).
-    const int widest = p.format == ExpertFormat::kMxfp4 ? 128 : 64;
-    return moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert, widest);
 }
 
 namespace detail {
@@ -651,7 +644,7 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaSt
     const int tokens = moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert);
     if (variant == MoeMmaVariant::kChosen && moe_mma_takes_wgmma(p)) {
         if (p.swiglu.gate) return cudaErrorInvalidValue;  // moe_gemm_computes_swiglu
-        return launch_moe_wgmma(args, p.format, moe_wgmma_pass_tokens(p), stream);
+        return launch_moe_wgmma(args, p.format, tokens, stream);
     }
     const bool whole = variant != MoeMmaVariant::kGeneral && p.k % kStageCols == 0;
     // No expert holds two slots (a batch-1 decode step): the passes' single-slot kernel (same bits).

@@ -267,6 +267,6 @@ __device__ __forceinline__ void w_scales(const uint8_t* sc_g, const uint8_t* sc_
 }  // namespace dsv4::cuda::moe_mma
 
 namespace dsv4::cuda::detail {
-// The warpgroup kernel (moe_wgmma.cu; sm_90a, K % 512 == 0, passes of 8, 16, 32 or 64 slots, and 128 for MXFP4).
+// The warpgroup kernel (moe_wgmma.cu; sm_90a, K % 128 == 0, passes of 8, 16, 32 or 64 slots).
 cudaError_t launch_moe_wgmma(const moe_mma::Args& args, ExpertFormat format, int tokens, cudaStream_t stream);
 }  // namespace dsv4::cuda::detail

@@ -1,27 +1,25 @@
-// moe_gemm's passes of 8 (from batches of 16 tokens), 16, 32, 64 and (MXFP4) 128 slots (batched decode and prefill)
-// on Hopper's warpgroup MMA: the same products, accumulators and promotions as moe_mma.cu's warp-MMA kernel (its
-// header has the arithmetic), so the same bits, at a fraction of the instructions: one wgmma multiplies a warpgroup's
-// 64 weight rows by the pass's kTokens tokens over 16 K, where mma.sync took kTokens / 2 warp instructions, and the CTA
-// converts the pass's activations once, where each warp of the warp-MMA kernel converted its own (four times the same
-// tokens).
+// moe_gemm's passes of 8 (from batches of 16 tokens), 16, 32 and 64 slots (batched decode and prefill) on Hopper's
+// warpgroup MMA: the same products, accumulators and promotions as moe_mma.cu's warp-MMA kernel (its header has the
+// arithmetic), so the same bits, at a fraction of the instructions: one wgmma multiplies a warpgroup's 64 weight rows
+// by the pass's kTokens tokens over 16 K, where mma.sync took kTokens / 2 warp instructions, and the CTA converts the
+// pass's activations once, where each warp of the warp-MMA kernel converted its own (four times the same tokens).
 //
 // Roles: each warpgroup's A operand is W (its 64 rows, 16 per warp, in moe_mma.cu's fragments, decoded from the
 // staged nibbles in registers), its B operand the pass's activations as f16 in shared memory (N = kTokens). The CTA
-// converts the staged e4m3 activations of each stage once into k16 tiles, each k16 slot holding the column mma.sync's
-// B fragment puts there (x_pairs: the two MMAs of a 32-column block see the same physical columns at the same k as
-// before); W's two fragments of a block meet them in two wgmmas from a zero accumulator (MXFP4: one promotion per
-// block; NVFP4: one per 16 columns), and the promotions go to the sum of the block's parity (the two K parts of
-// moe_mma.cu), added part 0 + part 1 at the end and rounded to bf16. The wide MXFP4 passes fold the block scales into
-// the decoded weights where an item's codes allow it (moe_mma_common.cuh, mxfp4_fold_factors): the same bits, one
-// f16-pair multiply a weight register instead of an FMUL an output.
+// converts the staged e4m3 activations of each 256-column stage once into sixteen k16 tiles, each k16 slot holding
+// the column mma.sync's B fragment puts there (x_pairs: the two MMAs of a 32-column block see the same physical
+// columns at the same k as before); W's two fragments of a block meet them in two wgmmas from a zero accumulator
+// (MXFP4: one promotion per block; NVFP4: one per 16 columns), and the promotions go to the sum of the block's parity
+// (the two K parts of moe_mma.cu), added part 0 + part 1 at the end and rounded to bf16. The wide MXFP4 passes fold
+// the block scales into the decoded weights where an item's codes allow it (moe_mma_common.cuh, mxfp4_fold_factors):
+// the same bits, one f16-pair multiply a weight register instead of an FMUL an output.
 //
-// Overlap: two accumulators, so a unit's wgmmas run while the previous unit is promoted (the 128-slot passes have one:
-// their sums take the registers; multiply_stage_serial); two f16 tiles, so stage kt + 1 is converted between stage
-// kt's wgmmas (one barrier per stage). Grid: persistent over items (matrix, active expert, 128-row tile), as
-// moe_mma.cu; CTA: two warpgroups (128 weight rows, kTokens tokens), K streaming through stages of 256 columns (128 at
-// 128 slots; 16-byte cp.async; Shape below), the scales in groups of 512 columns. Needs K % 512 == 0 and 16-byte
-// aligned scales (every V4 shape; the launcher takes the warp-MMA kernel otherwise). Tested bitwise against the
-// warp-MMA kernel in tests/gpu/moe_gemm_test.cpp.
+// Overlap: two accumulators, so a unit's wgmmas run while the previous unit is promoted; two f16 tiles, so stage
+// kt + 1 is converted between stage kt's wgmmas (one barrier per stage). Grid: persistent over items (matrix, active
+// expert, 128-row tile), as moe_mma.cu; CTA: two warpgroups (128 weight rows, kTokens tokens), K streaming through
+// stages of 256 columns (16-byte cp.async; Shape below), the scales in groups of 512 columns. Needs K % 512 == 0 and
+// 16-byte aligned scales (every V4 shape; the launcher takes the warp-MMA kernel otherwise). Tested bitwise against
+// the warp-MMA kernel in tests/gpu/moe_gemm_test.cpp.
 #include <type_traits>
 
 #include "kernels/cuda/common/cp_async.cuh"
@@ -49,17 +47,16 @@ constexpr int kGroupCols = 512, kScaleGroups = 3;
 // (token / 8) * 256 + half * 128, row token % 8 at 16 bytes each; the next step kTokens * 32 bytes further.
 [[maybe_unused]] constexpr int kCoreK = 128, kCoreN = 256;  // unused where the kernel is compiled out (not sm_90a)
 
-// A pass width's stage: 256 columns of K (eight 32-column blocks, two activation-scale blocks) up to 64 slots. A
+// A pass width's stage: 256 columns of K (eight 32-column blocks, two activation-scale blocks) at every width. A
 // stage's fixed work (its barrier, its loads' addresses and predicates, the loop, the fences) was ~110 of the ~290
-// instructions a warp issued for a 128-column stage at 8 slots; wider stages spread it over twice the weights. The
-// 128-slot passes take 128 columns: two f16 tiles of 256 columns would take 128 KiB of shared memory there.
+// instructions a warp issued for a 128-column stage at 8 slots; wider stages spread it over twice the weights.
 // Raw stages in flight (kt + 1 is converted while kt is multiplied, so at least 3): 4 for the 8-slot passes of batched
 // decode, whose time is the weights' loads; 3 for the rest (16 slots: four stages left room for one CTA a SM, not two,
-// and the pass ran 16-26 % slower; 32 to 128: their accumulators take one CTA's registers a SM anyway). In bytes as
+// and the pass ran 16-26 % slower; 32 and 64: their accumulators take one CTA's registers a SM anyway). In bytes as
 // many as or more than the 128-column stages' 6 and 4.
 template <int kTokens>
 struct Shape {
-    static constexpr int stage_cols = kTokens >= 128 ? 128 : 256;
+    static constexpr int stage_cols = 256;
     static constexpr int blocks = stage_cols / 32;           // 32-column blocks (MXFP4 scale blocks) a stage
     static constexpr int act_blocks = stage_cols / 128;      // activation-scale blocks a stage
     static constexpr int w_row_bytes = stage_cols / 2 + 16;  // as moe_mma.cu: fragment reads conflict-free
@@ -80,17 +77,13 @@ struct Shape {
 template <int kTokens, bool kNv>
 constexpr int kScaleBytesPerStage = kNv ? 2 * Shape<kTokens>::blocks : Shape<kTokens>::blocks;
 
-// One group's scales: each weight row's codes of its 512 columns, then the tokens' four activation scales each: token
-// by token (16 bytes a token, one copy), or at 128 slots block by block (kTokens floats a block, four 4-byte copies a
-// token), where a lane's two tokens' scales of a block are one 8-byte load at its promotion: the 128-slot pass has
-// no registers to hold them through the stage.
+// One group's scales: each weight row's codes of its 512 columns, then each token's four activation scales.
 template <int kTokens, bool kNv>
 struct ScaleGroup {
-    static constexpr bool by_block = kTokens >= 128;
     static constexpr int w_row = kNv ? 32 : 16;
     static constexpr int w = 0;
     static constexpr int a = w + kRows * w_row;
-    static constexpr int bytes = a + (by_block ? 4 * kTokens * 4 : kTokens * 16);  // the same bytes either way
+    static constexpr int bytes = a + kTokens * 16;
 };
 
 template <int kTokens, bool kNv>
@@ -104,9 +97,7 @@ __host__ __device__ constexpr int smem_bytes(int64_t experts) {
 template <int kTokens>
 __device__ __forceinline__ void wgmma_f16(float (&d)[kTokens / 2], const uint32_t (&a)[4], uint64_t b_desc,
                                           bool accumulate) {
-    if constexpr (kTokens == 128)
-        wgmma_m64n128k16_f16(d, a, b_desc, accumulate);
-    else if constexpr (kTokens == 64)
+    if constexpr (kTokens == 64)
         wgmma_m64n64k16_f16(d, a, b_desc, accumulate);
     else if constexpr (kTokens == 32)
         wgmma_m64n32k16_f16(d, a, b_desc, accumulate);
@@ -131,30 +122,22 @@ __device__ __forceinline__ uint64_t b_desc_at(uint64_t base, uint32_t bytes) {
 
 // A stage's activations as f16 k16 tiles: task (block b, token n, lane quarter tq) converts the bytes x_pairs gives
 // lane t = tq of token n's block b; a warp covers 8 tokens x 4 quarters, 32 distinct words of each core matrix it
-// writes. A thread's tasks share its lane quarter and, up to 64 slots, its token, kBlockStride blocks apart; at 128
-// slots its tasks alternate between two tokens 64 apart (kSweeps) in each block. So each task's bytes are the
-// thread's first task of its token plus a constant: one offset a token for the raw stage and one for the tile (the
-// per-task rows and blocks took three multiply-adds a task and a register each).
+// writes. A thread's tasks share its token and lane quarter, kBlockStride blocks apart, so each task's bytes are the
+// thread's first task's plus a constant: one offset a thread for the raw stage and one for the tile (the per-task
+// rows and blocks took three multiply-adds a task and a register each).
 template <int kTokens, bool kNv>
 struct ActivationTasks {
     using S = Shape<kTokens>;
     static constexpr int kCount = S::blocks * kTokens * 4, kPerThread = kCount / kThreads;
-    static constexpr int kSweeps = 4 * kTokens > kThreads ? 4 * kTokens / kThreads : 1;  // tokens a thread converts
-    static constexpr int kBlockStride = kSweeps > 1 ? 1 : kThreads / (4 * kTokens);
-    static constexpr int kSweepTokens = kThreads / 4;  // the tokens a sweep covers (kSweeps > 1)
-    static_assert(kCount % kThreads == 0 && (kThreads % (4 * kTokens) == 0 || (4 * kTokens) % kThreads == 0),
-                  "whole tasks a thread, whole sweeps of the tokens");
-    static_assert(kPerThread % kSweeps == 0 && kSweepTokens % 8 == 0);
-    unsigned raw_at[kSweeps], tile_at;  // task 0's (and at 128 slots task 1's) bytes in a raw stage; in an f16 tile
+    static constexpr int kBlockStride = kThreads / (4 * kTokens);
+    static_assert(kCount % kThreads == 0 && kThreads % (4 * kTokens) == 0, "whole tasks a thread, one token each");
+    unsigned raw_at, tile_at;  // task 0's bytes in a raw stage and in an f16 tile
 
     // tokens: the pass's own rows (the rest of its width reads the last).
     __device__ __forceinline__ ActivationTasks(int tid, int tokens) {
         const int token = tid / 4 % kTokens, block = tid / (4 * kTokens), t = tid % 4;
-#pragma unroll
-        for (int sweep = 0; sweep < kSweeps; ++sweep) {
-            const int own = token + sweep * kSweepTokens, row = own < tokens ? own : tokens - 1;
-            raw_at[sweep] = S::a + row * S::a_row_bytes + 32 * block + (kNv ? 4 : 8) * t;
-        }
+        const int row = token < tokens ? token : tokens - 1;
+        raw_at = S::a + row * S::a_row_bytes + 32 * block + (kNv ? 4 : 8) * t;
         // Step 2 b of the tile, core matrix (token / 8, k half 0), row token % 8, k slot 2 t: where mma.sync's b0
         // takes the pair; b1 (k 2 t + 8) is the same slot of half 1, kCoreK further.
         tile_at = 2 * block * S::step_bytes + token / 8 * kCoreN + token % 8 * 16 + 4 * t;
@@ -162,7 +145,7 @@ struct ActivationTasks {
     // Task i's two words of the raw stage (x_pair_words; raw_at holds the lane quarter's offset, hence t = 0), loaded
     // ahead of their conversion.
     __device__ __forceinline__ uint2 load(const uint8_t* raw, int i) const {
-        return x_pair_words<kNv>(raw + raw_at[i % kSweeps] + 32 * kBlockStride * (i / kSweeps), 0);
+        return x_pair_words<kNv>(raw + raw_at + 32 * kBlockStride * i, 0);
     }
     // Their f16 pairs into the tile: x0 at step 2 b, x1 at step 2 b + 1 (the block's two MMAs), each pair's low 16
     // bits in half 0 and high 16 bits in half 1.
@@ -171,8 +154,7 @@ struct ActivationTasks {
         x_pairs_of<kNv>(words, x0, x1);
         f16x2_pairs(x0, f[0], f[1]);  // each half of a pair converted in place (no shift for the high one)
         f16x2_pairs(x1, f[2], f[3]);
-        uint8_t* at = tile + tile_at + i % kSweeps * (kSweepTokens / 8 * kCoreN) +
-                      2 * kBlockStride * (i / kSweeps) * S::step_bytes;
+        uint8_t* at = tile + tile_at + 2 * kBlockStride * i * S::step_bytes;
         *reinterpret_cast<uint32_t*>(at) = f[0];
         *reinterpret_cast<uint32_t*>(at + kCoreK) = f[1];
         *reinterpret_cast<uint32_t*>(at + S::step_bytes) = f[2];
@@ -208,25 +190,22 @@ __device__ __forceinline__ WeightLoads<kTokens, kNv, kTiled> weight_loads(const 
 #pragma unroll
     for (int j = 0; j < WL::kPerThread; ++j) {
         int r = tid / WL::kChunks + j * (kThreads / WL::kChunks), part = tid % WL::kChunks;
-        // The stage's 256 (128) columns are two blocks (one block) of the layout (expert_layout.h): chunks 0-3 and
-        // 4-7. Tiled, the threads take the stage's four (two) 4-KiB runs (64-row group, block) in memory order, so a
-        // warp's copies read 512 contiguous bytes; rows and parts land where the row order puts them. The addresses
-        // are a group's base and constants (the per-row offsets of the first tiled build cost ~200 instructions an
-        // item).
-        constexpr int kBlocks = WL::kChunks / 4;  // 128-column layout blocks a stage
-        static_assert(WL::kChunks % 4 == 0 && kRows == 2 * kExpertTileRows, "whole blocks and two row groups a stage");
+        // The stage's 256 columns are two 128-column blocks of the layout (expert_layout.h): chunks 0-3 and 4-7.
+        // Tiled, the threads take the stage's four 4-KiB runs (64-row group, block) in memory order, so a warp's
+        // copies read 512 contiguous bytes; rows and parts land where the row order puts them. The addresses are a
+        // group's base and constants (the per-row offsets of the first tiled build cost ~200 instructions an item).
+        static_assert(WL::kChunks == 8 && kRows == 2 * kExpertTileRows, "two blocks and two row groups a stage");
         if constexpr (kTiled) {
-            // Run j (row group j / kBlocks, block j % kBlocks): thread tid's 16 bytes at tid * 16, place tid % 4 of
-            // the group's row tid / 4. A group past N (N % 128 == 64) reads the matrix's last group instead: in
-            // bounds, and its rows' outputs are never stored.
-            static_assert(kThreads == kExpertTileRows * 4 && WL::kPerThread == 2 * kBlocks,
-                          "one 16-byte place a thread and run");
-            const int rr = tid / 4, g = j / kBlocks, block = j % kBlocks;
+            // Run j (row group j / 2, block j % 2): thread tid's 16 bytes at tid * 16, place tid % 4 of the group's
+            // row tid / 4. A group past N (N % 128 == 64) reads the matrix's last group instead: in bounds, and its
+            // rows' outputs are never stored.
+            static_assert(kThreads == kExpertTileRows * 4, "one 16-byte place a thread and run");
+            const int rr = tid / 4, g = j / 2;
             r = g * kExpertTileRows + rr;
-            part = block * 4 + expert_tile_chunk_at(rr, tid % 4);
+            part = j % 2 * 4 + expert_tile_chunk_at(rr, tid % 4);
             const int64_t n = n0 + g * kExpertTileRows;
             const int64_t group_row = e * p.n + (n < p.n ? n : p.n - kExpertTileRows);
-            wl.src[j] = m.w + expert_tile_place_offset(group_row, p.k / 2, block, rr, tid % 4);
+            wl.src[j] = m.w + expert_tile_place_offset(group_row, p.k / 2, j % 2, rr, tid % 4);
         } else {
             wl.src[j] = m.w + row_of(r) * (p.k / 2) + part * 16;
         }
@@ -251,18 +230,13 @@ __device__ __forceinline__ bool item_codes_foldable(const WeightLoads<kTokens, f
     return __syncthreads_and(foldable) != 0;
 }
 
-// A pass's activation loads: only its own `tokens` rows are staged (chunks past them: nullptr, or row -1); each scale
-// group, token tid's four activation scales where tid < kTokens (at 128 slots: ScaleGroup::by_block's share). Up to
-// 64 slots each copy's source is a pointer; at 128 slots, whose sums leave no registers for four more pointers (ptxas
-// spilled them), a row index under one pointer.
+// A pass's activation loads: only its own `tokens` rows are staged (chunks past them: nullptr); each scale group,
+// token tid's four activation scales where tid < kTokens.
 template <int kTokens>
 struct ActivationLoads {
     static constexpr int kRowChunks = Shape<kTokens>::stage_cols / 16, kChunks = kTokens * kRowChunks;
     static constexpr int kPerThread = (kChunks + kThreads - 1) / kThreads;
-    static constexpr bool kIndexed = kTokens >= 128;
-    static_assert(kThreads % kRowChunks == 0, "a thread's copies share their chunk of the row");
-    const uint8_t* src[kIndexed ? 1 : kPerThread];  // kIndexed: the thread's chunk of row 0
-    int32_t row[kIndexed ? kPerThread : 1];
+    const uint8_t* src[kPerThread];
     unsigned dst[kPerThread];
     const float* scale_src;
     bool loads_scales;
@@ -278,29 +252,18 @@ __device__ __forceinline__ ActivationLoads<kTokens> activation_loads(const Args&
 #pragma unroll
     for (int i = 0; i < AL::kPerThread; ++i) {
         const int c = tid + kThreads * i, r = c / AL::kRowChunks, part = c % AL::kRowChunks;
-        if constexpr (AL::kIndexed) {
-            al.src[0] = p.a + part * 16;
-            al.row[i] = c < tokens * AL::kRowChunks ? int32_t(act_row(r)) : -1;
-        } else {
-            al.src[i] = c < tokens * AL::kRowChunks ? p.a + act_row(r) * p.k + part * 16 : nullptr;
-        }
+        al.src[i] = c < tokens * AL::kRowChunks ? p.a + act_row(r) * p.k + part * 16 : nullptr;
         al.dst[i] = Shape<kTokens>::a + r * Shape<kTokens>::a_row_bytes + part * 16;
     }
-    if constexpr (kTokens >= 128) {  // ScaleGroup::by_block: thread tid copies blocks 2 (tid / kTokens) and + 1
-        static_assert(2 * kTokens == kThreads);
-        al.loads_scales = true;
-        al.scale_src = p.a_scale + act_row(tid % kTokens) * (p.k / 128) + 2 * (tid / kTokens);
-    } else {
-        al.loads_scales = tid < kTokens;
-        al.scale_src = p.a_scale + act_row(al.loads_scales ? tid : 0) * (p.k / 128);
-    }
+    al.loads_scales = tid < kTokens;
+    al.scale_src = p.a_scale + act_row(al.loads_scales ? tid : 0) * (p.k / 128);
     return al;
 }
 
 // Stage kt into stage slot `slot`, and at a group's first stage the group's scales into their slot.
 template <int kTokens, bool kNv, bool kTiled>
 __device__ __forceinline__ void load_stage(const WeightLoads<kTokens, kNv, kTiled>& wl,
-                                           const ActivationLoads<kTokens>& al, int64_t k, unsigned stages_addr,
+                                           const ActivationLoads<kTokens>& al, unsigned stages_addr,
                                            unsigned groups_addr, int slot, int kt, int tid) {
     using S = Shape<kTokens>;
     using G = ScaleGroup<kTokens, kNv>;
@@ -309,13 +272,8 @@ __device__ __forceinline__ void load_stage(const WeightLoads<kTokens, kNv, kTile
     for (int j = 0; j < WeightLoads<kTokens, kNv, kTiled>::kPerThread; ++j)
         cp_async16(base + wl.dst[j], wl.src[j] + kt * wl.stage_stride);
 #pragma unroll
-    for (int i = 0; i < ActivationLoads<kTokens>::kPerThread; ++i) {
-        if constexpr (ActivationLoads<kTokens>::kIndexed) {
-            if (al.row[i] >= 0) cp_async16(base + al.dst[i], al.src[0] + al.row[i] * k + kt * S::stage_cols);
-        } else if (al.src[i]) {
-            cp_async16(base + al.dst[i], al.src[i] + kt * S::stage_cols);
-        }
-    }
+    for (int i = 0; i < ActivationLoads<kTokens>::kPerThread; ++i)
+        if (al.src[i]) cp_async16(base + al.dst[i], al.src[i] + kt * S::stage_cols);
     if (kt % S::group_stages == 0) {
         const unsigned group = groups_addr + (kt / S::group_stages) % kScaleGroups * G::bytes;
         if (wl.loads_scales)
@@ -323,13 +281,7 @@ __device__ __forceinline__ void load_stage(const WeightLoads<kTokens, kNv, kTile
             for (int j = 0; j < G::w_row / 16; ++j)
                 cp_async16(group + G::w + tid * G::w_row + 16 * j,
                            wl.scale_src + kt * kScaleBytesPerStage<kTokens, kNv> + 16 * j);
-        if constexpr (G::by_block) {
-            const unsigned at = group + G::a + (2 * (tid / kTokens) * kTokens + tid % kTokens) * 4;
-            cp_async4(at, al.scale_src + kt * S::act_blocks, 4);
-            cp_async4(at + kTokens * 4, al.scale_src + kt * S::act_blocks + 1, 4);
-        } else if (al.loads_scales) {
-            cp_async16(group + G::a + tid * 16, al.scale_src + kt * S::act_blocks);
-        }
+        if (al.loads_scales) cp_async16(group + G::a + tid * 16, al.scale_src + kt * S::act_blocks);
     }
 }
 
@@ -452,75 +404,6 @@ __device__ __forceinline__ void multiply_stage(const StageOperands& s,
     promote_unit(kUnits - 1);
 }
 
-// The 128-slot passes' stage (MXFP4): the same units and promotions as multiply_stage's in the same order, on one
-// accumulator (64 floats a thread: a second would not fit beside the two K parts' 128 sums), so each unit's promotion
-// follows its own wgmmas, and the other warpgroup's wgmmas keep the tensor cores busy meanwhile. What a unit issues
-// in its wgmmas' shadow: its share of the next stage's conversion and the next unit's weight words. Per token, a unit
-// decodes half the weights the 64-slot passes decode (the same rows for twice the tokens).
-template <int kTokens, bool kFolded>
-__device__ __forceinline__ void multiply_stage_serial(const StageOperands& s,
-                                                      const ActivationTasks<kTokens, false>& tasks, int t,
-                                                      float (&sum)[2][kTokens / 8][4]) {
-    using S = Shape<kTokens>;
-    using G = ScaleGroup<kTokens, false>;
-    constexpr int kTn = kTokens / 8, kStep = S::step_bytes, kUnits = S::blocks,
-                  kTasks = ActivationTasks<kTokens, false>::kPerThread;
-    static_assert(S::act_blocks == 1 && kUnits == 4 && G::by_block,
-                  "one activation-scale block and one word of codes a stage, the scales block by block");
-    // The activation scales of tokens 8 j + 2 t and + 1 (the stage's one 128-column block), loaded at each promotion.
-    const float* a_s = reinterpret_cast<const float*>(s.group + G::a) + s.group_stage * kTokens + 2 * t;
-    constexpr int kPerUnit = (kTasks + kUnits - 1) / kUnits;  // conversion tasks per unit
-    float acc[kTokens / 2];
-    uint32_t w0[4], w1[4], qa, qb;
-    uint2 cx[kPerUnit];                    // conversion tasks' words, loaded a unit ahead
-    [[maybe_unused]] float mx_ws[4][2];    // the stage's block scales, [block][row g, g + 8]
-    [[maybe_unused]] uint32_t fold[4][2];  // kFolded: their f16-pair factors
-    if constexpr (kFolded)
-        mxfp4_fold_factors(s.sc_g, s.sc_g8, fold);
-    else
-        mxfp4_block_scales(s.sc_g, s.sc_g8, mx_ws);
-    w_words<false>(s.w_g, s.w_g8, 0, t, qa, qb);
-#pragma unroll
-    for (int i = 0; i < kPerUnit && i < kTasks; ++i)
-        if (s.convert_next) cx[i] = tasks.load(s.next_raw, i);
-#pragma unroll
-    for (int b = 0; b < kUnits; ++b) {
-        w_decode(qa, qb, w0, w1);
-        if (b + 1 < kUnits) w_words<false>(s.w_g, s.w_g8, b + 1, t, qa, qb);
-        if constexpr (kFolded) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {  // registers 0, 2: row g; 1, 3: row g + 8
-                w0[i] = mul_f16x2(w0[i], fold[b][i % 2]);
-                w1[i] = mul_f16x2(w1[i], fold[b][i % 2]);
-            }
-        }
-        const uint64_t d0 = b_desc_at<kTokens, false>(s.b_desc, 2 * b * kStep),
-                       d1 = b_desc_at<kTokens, false>(d0, kStep);
-        wgmma_fence_operand(acc);
-        wgmma_fence();
-        wgmma_f16<kTokens>(acc, w0, d0, false);
-        wgmma_f16<kTokens>(acc, w1, d1, true);
-        wgmma_commit();
-#pragma unroll
-        for (int i = 0; i < kPerUnit; ++i) {
-            const int task = b * kPerUnit + i, ahead = task + kPerUnit;
-            if (s.convert_next && task < kTasks) tasks.store(s.next_tile, task, cx[i]);
-            if (s.convert_next && ahead < kTasks) cx[i] = tasks.load(s.next_raw, ahead);
-        }
-        wgmma_wait<0>();
-        wgmma_fence_operand(acc);
-#pragma unroll
-        for (int j = 0; j < kTn; ++j) {
-            float(&a4)[4] = *reinterpret_cast<float(*)[4]>(acc + 4 * j);
-            const float2 as = *reinterpret_cast<const float2*>(a_s + 8 * j);
-            if constexpr (kFolded)
-                promote_folded(sum[b % 2][j], a4, as.x, as.y);
-            else
-                promote(sum[b % 2][j], a4, mx_ws[b][0], mx_ws[b][1], as.x, as.y);
-        }
-    }
-}
-
 template <ExpertFormat kFormat, int kTokens, bool kTiled>
 __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmma_kernel(Args p) {
 #if DSV4_WGMMA
@@ -580,7 +463,7 @@ __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmm
 
 #pragma unroll
             for (int s = 0; s < kStageCount - 1; ++s) {
-                if (s < kt_count) load_stage(wl, al, p.k, stages_addr, groups_addr, s, s, tid);
+                if (s < kt_count) load_stage(wl, al, stages_addr, groups_addr, s, s, tid);
                 cp_async_commit();
             }
             // Stage 0's tile before the loop; in the loop, stage kt + 1's conversion runs between stage kt's MMAs.
@@ -599,7 +482,7 @@ __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmm
                 cp_async_wait<kStageCount - 3>();
                 __syncthreads();
                 if (kt + kStageCount - 1 < kt_count)
-                    load_stage(wl, al, p.k, stages_addr, groups_addr, load_slot, kt + kStageCount - 1, tid);
+                    load_stage(wl, al, stages_addr, groups_addr, load_slot, kt + kStageCount - 1, tid);
                 cp_async_commit();
 
                 const int next_slot = next(slot, kStageCount);
@@ -615,17 +498,10 @@ __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmm
                 s.next_raw = stages + next_slot * L::bytes;
                 s.next_tile = b16 + ((kt + 1) % 2) * kTile;
                 s.convert_next = kt + 1 < kt_count;
-                if constexpr (kTokens >= 128) {
-                    static_assert(!kNv, "128-slot passes are MXFP4's");
-                    if (folded)
-                        multiply_stage_serial<kTokens, true>(s, tasks, t, sum);
-                    else
-                        multiply_stage_serial<kTokens, false>(s, tasks, t, sum);
-                } else if (folded) {
+                if (folded)
                     multiply_stage<kFormat, kTokens, kFold>(s, tasks, t, sum);
-                } else {
+                else
                     multiply_stage<kFormat, kTokens, false>(s, tasks, t, sum);
-                }
                 fence_proxy_async_shared();  // the next stage's tile, for the async proxy after the barrier
                 slot = next_slot, load_slot = next(load_slot, kStageCount);
                 if (kt % L::group_stages == L::group_stages - 1) group_slot = next(group_slot, kScaleGroups);
@@ -673,9 +549,6 @@ cudaError_t launch(const Args& args, int tokens, cudaStream_t stream) {
             return launch<kFormat, 32>(args, stream);
         case 64:
             return launch<kFormat, 64>(args, stream);
-        case 128:
-            if constexpr (kFormat == ExpertFormat::kMxfp4) return launch<kFormat, 128>(args, stream);
-            return cudaErrorInvalidValue;
         default:
             return cudaErrorInvalidValue;
     }
