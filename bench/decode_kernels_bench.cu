@@ -503,28 +503,20 @@ void bench_moe_mma(int64_t tokens, bool variants = false, bool row_tiles = false
         const double flops = 2.0 * double(slots) * double(inter) * double(dim) * (down ? 1 : 2);
         uint64_t reference = 0;
         using V = detail::MoeMmaVariant;
-        std::vector<std::pair<V, bool>> runs =  // (variant, tiled weights); the first is the reference
+        const std::vector<std::pair<V, bool>> runs =  // (variant, tiled weights); the first is the reference
             single_slot
                 ? std::vector<std::pair<V, bool>>{{V::kAllSlots, false}, {V::kWarpMma, false}, {V::kWarpMma, true}}
                 : std::vector<std::pair<V, bool>>{{V::kWarpMma, false}, {V::kChosen, false}};
-        // The 128-column promotion prototype beside them where the warpgroup kernel's wide passes run (other bits:
-        // what the numerics option in docs/perf.md's levers would buy, not a kernel the engine takes).
-        const MoeGemmParams p0 = params(0, down);
-        if (!single_slot && detail::moe_mma_takes_wgmma(p0) &&
-            moe_mma_pass_tokens(p0.max_slots_per_expert, p0.expected_slots_per_expert) >= 32)
-            runs.push_back({V::kBlockSumsPrototype, false});
         for (auto [v, tiled] : runs) {
             const double us = graph_us(
                 [&](int i, cudaStream_t s) { DSV4_CUDA_CHECK(detail::launch_moe_mma(params(i, down, tiled), v, s)); });
             DSV4_CUDA_CHECK(detail::launch_moe_mma(params(0, down, tiled), v, nullptr));
             const uint64_t hash = outputs_hash(down);
-            const bool prototype = v == V::kBlockSumsPrototype;
             if (v == runs.front().first && !tiled)
                 reference = hash;
-            else if (hash != reference && !prototype)
+            else if (hash != reference)
                 ++failures;
-            const char* name = prototype                                      ? "wgmma, 128-column promotion prototype"
-                               : v == V::kAllSlots                            ? "any-slot passes"
+            const char* name = v == V::kAllSlots                              ? "any-slot passes"
                                : single_slot && tiled                         ? "single-slot passes, tiled (bulk)"
                                : single_slot                                  ? "single-slot passes"
                                : v == V::kWarpMma                             ? "warp mma"
@@ -532,10 +524,7 @@ void bench_moe_mma(int64_t tokens, bool variants = false, bool row_tiles = false
                                                                               : "chosen (warp mma)";
             std::printf("%-8s %6lld %8.1f %8d %10.2f %9.0f %9.1f   %016llx %s %s\n", down ? "w2" : "w1+w3",
                         (long long)tokens, mean_active, max_slots, us, bytes / (us * 1e-6) / 1e9,
-                        flops / (us * 1e-6) / 1e12, (unsigned long long)hash, name,
-                        hash == reference ? ""
-                        : prototype       ? "(other bits)"
-                                          : "DIFFERS");
+                        flops / (us * 1e-6) / 1e12, (unsigned long long)hash, name, hash == reference ? "" : "DIFFERS");
         }
     }
 }

@@ -23,9 +23,7 @@ namespace detail {
 // else the warp-MMA kernel with whole-stage loads where K % 128 == 0); kWarpMma, the warp-MMA kernel with the loads
 // the launcher would pick; kGeneral, the warp-MMA kernel with the bounded loads any K takes; kAllSlots, kWarpMma
 // without the single-slot passes it takes where no expert holds two slots.
-// kBlockSumsPrototype: the warpgroup kernel's wide MXFP4 passes with the 128-column promotion (docs/perf.md's levers),
-// a measurement prototype with other bits, for dsv4_bench_decode_kernels only (untiled weights, folded items).
-enum class MoeMmaVariant { kChosen, kWarpMma, kGeneral, kAllSlots, kBlockSumsPrototype };
+enum class MoeMmaVariant { kChosen, kWarpMma, kGeneral, kAllSlots };
 // row_groups: the warp-MMA kernel's row tile in 16-row warp groups (1, 2 or 4; 0: the launcher's); passes wider
 // than 16 slots always take 4.
 cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaStream_t stream, int row_groups = 0);

@@ -642,12 +642,6 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaSt
     args.tiled = p.tiled;
     args.swiglu = p.swiglu;
     const int tokens = moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert);
-    if (variant == MoeMmaVariant::kBlockSumsPrototype) {  // the wide MXFP4 passes only, untiled
-        if (!moe_mma_takes_wgmma(p) || p.format != ExpertFormat::kMxfp4 || p.tiled || tokens < 32 || p.swiglu.gate)
-            return cudaErrorInvalidValue;
-        args.block_sums = true;
-        return launch_moe_wgmma(args, p.format, tokens, stream);
-    }
     if (variant == MoeMmaVariant::kChosen && moe_mma_takes_wgmma(p)) {
         if (p.swiglu.gate) return cudaErrorInvalidValue;  // moe_gemm_computes_swiglu
         return launch_moe_wgmma(args, p.format, tokens, stream);

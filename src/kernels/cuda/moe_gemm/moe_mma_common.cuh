@@ -34,7 +34,6 @@ struct Args {
     int mat_count;
     int64_t experts, n, k;
     bool tiled;            // the weights in expert_layout.h's 64-row tiles
-    bool block_sums = false;  // moe_wgmma's 128-column promotion prototype (MoeMmaVariant::kBlockSumsPrototype)
     MoeGemmSwiglu swiglu;  // gate != nullptr: the activations are computed from W1 x and W3 x (moe_mma.cu only)
 };
 

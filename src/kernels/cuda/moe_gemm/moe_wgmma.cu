@@ -302,10 +302,7 @@ struct StageOperands {
 
 // One stage's MMA units and promotions into `sum` ([K part: the block's parity][n8 tile][fragment]), with the block
 // scales folded into the weights (kFolded) or promoted.
-// kBlockSums (a measurement prototype of the 128-column promotion option in docs/perf.md's levers, other bits; folded
-// MXFP4 only): a 128-column block's four units chained on one accumulator (acc[block]), promoted once, block 0 while
-// block 1's wgmmas run.
-template <ExpertFormat kFormat, int kTokens, bool kFolded, bool kBlockSums = false>
+template <ExpertFormat kFormat, int kTokens, bool kFolded>
 __device__ __forceinline__ void multiply_stage(const StageOperands& s,
                                                const ActivationTasks<kTokens, kFormat == ExpertFormat::kNvfp4>& tasks,
                                                int t, float (&sum)[2][kTokens / 8][4]) {
@@ -356,101 +353,58 @@ __device__ __forceinline__ void multiply_stage(const StageOperands& s,
                 promote(sum[b % 2][j], a4, ws[b % 2][h][0], ws[b % 2][h][1], as[j][0], as[j][1]);
         }
     };
-    if constexpr (kBlockSums) {
-        static_assert(!kNv && kFolded && kUnits == 8 && S::act_blocks == 2, "folded MXFP4 256-column stages");
 #pragma unroll
-        for (int u = 0; u < kUnits; ++u) {
-            const int b = u, block = u / 4;
+    for (int u = 0; u < kUnits; ++u) {
+        const int b = kNv ? u / 2 : u, h = kNv ? u % 2 : 0;
+        if (h == 0) {
             w_decode(qa, qb, w0, w1);
             if (b + 1 < kBlocks) w_words<kNv>(s.w_g, s.w_g8, b + 1, t, qa, qb);
-            if (b % 4 == 0) mxfp4_fold_factors(s.sc_g + b, s.sc_g8 + b, fold);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                w0[i] = mul_f16x2(w0[i], fold[b % 4][i % 2]);
-                w1[i] = mul_f16x2(w1[i], fold[b % 4][i % 2]);
-            }
-            const uint64_t d0 = b_desc_at<kTokens, kNv>(s.b_desc, 2 * b * kStep),
-                           d1 = b_desc_at<kTokens, kNv>(d0, kStep);
-            if (u % 4 == 0) wgmma_fence_operand(acc[block]);
-            wgmma_fence();
-            wgmma_f16<kTokens>(acc[block], w0, d0, u % 4 != 0);
-            wgmma_f16<kTokens>(acc[block], w1, d1, true);
-            wgmma_commit();
-#pragma unroll
-            for (int i = 0; i < kPerUnit; ++i) {
-                const int task = u * kPerUnit + i, ahead = task + kPerUnit;
-                if (s.convert_next && task < kTasks) tasks.store(s.next_tile, task, cx[i]);
-                if (s.convert_next && ahead < kTasks) cx[i] = tasks.load(s.next_raw, ahead);
-            }
-            if (u == 4) {  // block 0's four units are done once at most unit 4's group is in flight
-                wgmma_wait<1>();
-                wgmma_fence_operand(acc[0]);
-#pragma unroll
-                for (int j = 0; j < kTn; ++j)
-                    promote_folded(sum[0][j], *reinterpret_cast<float(*)[4]>(acc[0] + 4 * j), as[j][0], as[j][1]);
-                load_act_scales(1);
-            }
-        }
-        wgmma_wait<0>();
-        wgmma_fence_operand(acc[1]);
-#pragma unroll
-        for (int j = 0; j < kTn; ++j)
-            promote_folded(sum[1][j], *reinterpret_cast<float(*)[4]>(acc[1] + 4 * j), as[j][0], as[j][1]);
-    } else {
-#pragma unroll
-        for (int u = 0; u < kUnits; ++u) {
-            const int b = kNv ? u / 2 : u, h = kNv ? u % 2 : 0;
-            if (h == 0) {
-                w_decode(qa, qb, w0, w1);
-                if (b + 1 < kBlocks) w_words<kNv>(s.w_g, s.w_g8, b + 1, t, qa, qb);
-                if constexpr (kNv) {
-                    float ws_g[2], ws_g8[2];
-                    w_scales<kNv>(s.sc_g, s.sc_g8, b, s.global, ws_g, ws_g8);
-                    ws[b % 2][0][0] = ws_g[0], ws[b % 2][0][1] = ws_g8[0];
-                    ws[b % 2][1][0] = ws_g[1], ws[b % 2][1][1] = ws_g8[1];
-                } else if constexpr (kFolded) {
-                    if (b % 4 == 0) mxfp4_fold_factors(s.sc_g + b, s.sc_g8 + b, fold);  // one word: 4 codes
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {  // registers 0, 2: row g; 1, 3: row g + 8
-                        w0[i] = mul_f16x2(w0[i], fold[b % 4][i % 2]);
-                        w1[i] = mul_f16x2(w1[i], fold[b % 4][i % 2]);
-                    }
-                } else {
-                    if (b % 4 == 0) mxfp4_block_scales(s.sc_g + b, s.sc_g8 + b, mx_ws);    // one word: 4 codes
-                    ws[b % 2][1][0] = mx_ws[b % 4][0], ws[b % 2][1][1] = mx_ws[b % 4][1];  // promoted as h = 1
-                }
-            }
-            const uint64_t d0 = b_desc_at<kTokens, kNv>(s.b_desc, 2 * b * kStep),
-                           d1 = b_desc_at<kTokens, kNv>(d0, kStep);
-            wgmma_fence_operand(acc[u % 2]);
-            wgmma_fence();
             if constexpr (kNv) {
-                wgmma_f16<kTokens>(acc[u % 2], h ? w1 : w0, h ? d1 : d0, false);
-            } else {
-                wgmma_f16<kTokens>(acc[u % 2], w0, d0, false);
-                wgmma_f16<kTokens>(acc[u % 2], w1, d1, true);
-            }
-            wgmma_commit();
-            // This unit's share of the next stage's conversion (pairs loaded a unit ago), and the loads of the next
-            // unit's share.
+                float ws_g[2], ws_g8[2];
+                w_scales<kNv>(s.sc_g, s.sc_g8, b, s.global, ws_g, ws_g8);
+                ws[b % 2][0][0] = ws_g[0], ws[b % 2][0][1] = ws_g8[0];
+                ws[b % 2][1][0] = ws_g[1], ws[b % 2][1][1] = ws_g8[1];
+            } else if constexpr (kFolded) {
+                if (b % 4 == 0) mxfp4_fold_factors(s.sc_g + b, s.sc_g8 + b, fold);  // one word: 4 codes
 #pragma unroll
-            for (int i = 0; i < kPerUnit; ++i) {
-                const int task = u * kPerUnit + i, ahead = task + kPerUnit;
-                if (s.convert_next && task < kTasks) tasks.store(s.next_tile, task, cx[i]);
-                if (s.convert_next && ahead < kTasks) cx[i] = tasks.load(s.next_raw, ahead);
-            }
-            if (u > 0) {
-                wgmma_wait<1>();
-                promote_unit(u - 1);
-                if (h == 0 && b % 4 == 0) load_act_scales(b / 4);  // unit u begins a 128-column block
+                for (int i = 0; i < 4; ++i) {  // registers 0, 2: row g; 1, 3: row g + 8
+                    w0[i] = mul_f16x2(w0[i], fold[b % 4][i % 2]);
+                    w1[i] = mul_f16x2(w1[i], fold[b % 4][i % 2]);
+                }
+            } else {
+                if (b % 4 == 0) mxfp4_block_scales(s.sc_g + b, s.sc_g8 + b, mx_ws);    // one word: 4 codes
+                ws[b % 2][1][0] = mx_ws[b % 4][0], ws[b % 2][1][1] = mx_ws[b % 4][1];  // promoted as h = 1
             }
         }
-        wgmma_wait<0>();
-        promote_unit(kUnits - 1);
+        const uint64_t d0 = b_desc_at<kTokens, kNv>(s.b_desc, 2 * b * kStep), d1 = b_desc_at<kTokens, kNv>(d0, kStep);
+        wgmma_fence_operand(acc[u % 2]);
+        wgmma_fence();
+        if constexpr (kNv) {
+            wgmma_f16<kTokens>(acc[u % 2], h ? w1 : w0, h ? d1 : d0, false);
+        } else {
+            wgmma_f16<kTokens>(acc[u % 2], w0, d0, false);
+            wgmma_f16<kTokens>(acc[u % 2], w1, d1, true);
+        }
+        wgmma_commit();
+        // This unit's share of the next stage's conversion (pairs loaded a unit ago), and the loads of the next unit's
+        // share.
+#pragma unroll
+        for (int i = 0; i < kPerUnit; ++i) {
+            const int task = u * kPerUnit + i, ahead = task + kPerUnit;
+            if (s.convert_next && task < kTasks) tasks.store(s.next_tile, task, cx[i]);
+            if (s.convert_next && ahead < kTasks) cx[i] = tasks.load(s.next_raw, ahead);
+        }
+        if (u > 0) {
+            wgmma_wait<1>();
+            promote_unit(u - 1);
+            if (h == 0 && b % 4 == 0) load_act_scales(b / 4);  // unit u begins a 128-column block
+        }
     }
+    wgmma_wait<0>();
+    promote_unit(kUnits - 1);
 }
 
-template <ExpertFormat kFormat, int kTokens, bool kTiled, bool kBlockSums = false>
+template <ExpertFormat kFormat, int kTokens, bool kTiled>
 __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmma_kernel(Args p) {
 #if DSV4_WGMMA
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
@@ -545,7 +499,7 @@ __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmm
                 s.next_tile = b16 + ((kt + 1) % 2) * kTile;
                 s.convert_next = kt + 1 < kt_count;
                 if (folded)
-                    multiply_stage<kFormat, kTokens, kFold, kBlockSums>(s, tasks, t, sum);
+                    multiply_stage<kFormat, kTokens, kFold>(s, tasks, t, sum);
                 else
                     multiply_stage<kFormat, kTokens, false>(s, tasks, t, sum);
                 fence_proxy_async_shared();  // the next stage's tile, for the async proxy after the barrier
@@ -573,9 +527,8 @@ __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmm
 
 template <ExpertFormat kFormat, int kTokens>
 cudaError_t launch(const Args& args, cudaStream_t stream) {
-    auto kernel = args.tiled ? moe_wgmma_kernel<kFormat, kTokens, true> : moe_wgmma_kernel<kFormat, kTokens, false>;
-    if constexpr (kFormat == ExpertFormat::kMxfp4 && (kTokens == 32 || kTokens == 64))
-        if (args.block_sums) kernel = moe_wgmma_kernel<kFormat, kTokens, false, true>;
+    const auto kernel =
+        args.tiled ? moe_wgmma_kernel<kFormat, kTokens, true> : moe_wgmma_kernel<kFormat, kTokens, false>;
     const int smem = smem_bytes<kTokens, kFormat == ExpertFormat::kNvfp4>(args.experts);
     const int64_t n_tiles = (args.n + kRows - 1) / kRows;
     const int64_t items = args.experts * n_tiles * args.mat_count,
