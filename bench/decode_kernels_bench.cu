@@ -11,7 +11,8 @@
 // at V4's vocabulary, 1-256 rows) are timed launch by launch (they overwrite their input; tests/gpu/sampling_test.cpp
 // checks their ids).
 // The attention's inputs (inputs): attention_inputs against the launches it replaces, bitwise.
-// Usage: dsv4_bench_decode_kernels [hc|moe|mma|mma1|mma=N|rows|prefill|draw|combine|dense|attn|attn_prefill|inputs]
+// Usage: dsv4_bench_decode_kernels [hc|moe|mma|mma1|mma=N|rows|prefill|prefill_nvfp4|draw|combine|dense|attn|
+//                                   attn_prefill|inputs]
 // (default: all; numbers recorded in docs/perf.md; mma1, mma=N: the routed experts at batch 1 or N alone, for a
 // profiler; rows: the decode passes' row tiles side by side, bitwise; attn_prefill: the sequential sparse attention
 // of an 8k prefill piece at V4-Flash's three slot counts, with a hash of its output to compare builds)
@@ -62,9 +63,9 @@ __global__ void fill_bytes(uint8_t* p, size_t n, uint32_t seed, uint8_t avoid_ma
     }
 }
 // E8M0 codes lo .. lo + span - 1, hashed from the index (span <= 256).
-__global__ void fill_codes(uint8_t* p, size_t n, uint32_t seed, uint32_t lo, uint32_t span) {
+__global__ void fill_codes(uint8_t* p, size_t n, uint32_t seed, uint32_t lo, uint32_t span, int shift = 0) {
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-        p[i] = uint8_t(lo + index_hash(i, seed) % span);
+        p[i] = uint8_t((lo + index_hash(i, seed) % span) << shift);
 }
 // Normal-ish f32 values (sum of four uniforms) times `scale`.
 __global__ void fill_f32(float* p, size_t n, uint32_t seed, float scale) {
@@ -389,19 +390,29 @@ void bench_moe(const char* name, int64_t n, int64_t k, int slot_bound) {
 // variants: the prefill kernels side by side; row_tiles: the warp-MMA kernel's row tiles side by side (decode
 // passes); topk: experts per token (3 of 256: one of two expert-parallel GPUs' share of a V4-Flash token's 6 of 256).
 // variants: the warp-MMA kernel against the launcher's choice; single_slot: the kernel's passes for any slots against
-// its single-slot passes (batch 1); row_tiles: its row tiles.
+// its single-slot passes (batch 1); row_tiles: its row tiles. nvfp4: the experts as NVIDIA's NVFP4 release holds them
+// (e4m3 scales a 16 columns, powers of two as its lossless cast from MXFP4 gives, and a power-of-two global).
 void bench_moe_mma(int64_t tokens, bool variants = false, bool row_tiles = false, int64_t topk = 6,
-                   bool single_slot = false) {
-    const int64_t experts = 256, dim = 4096, inter = 2048;
+                   bool single_slot = false, bool nvfp4 = false) {
+    const int64_t experts = 256, dim = 4096, inter = 2048, block = nvfp4 ? 16 : 32;
     constexpr int kRoutings = 8;
     DeviceBuffer<uint8_t> w1{size_t(experts * inter * dim / 2)}, w3{w1.size()}, w2{w1.size()};
-    DeviceBuffer<uint8_t> s1{size_t(experts * inter * dim / 32)}, s3{s1.size()}, s2{s1.size()};
+    DeviceBuffer<uint8_t> s1{size_t(experts * inter * dim / block)}, s3{s1.size()}, s2{s1.size()};
     uint32_t seed = 20;
     for (DeviceBuffer<uint8_t>* b : {&w1, &w3, &w2}) fill_bytes<<<1024, 256>>>(b->get(), b->size(), seed++, 0, 1);
     // Checkpoint-like block scales, 2^-9 .. 2^-3 (codes 118-124, as tests/gpu's random_fp4_weight draws them; dsv4
     // bench's experts have one code a matrix, ~120): until 2026-12-04 these were random bytes, whose codes above 240
     // sent ~38 % of the warpgroup kernel's scale words down its slow path and kept its wide passes from ever folding.
-    for (DeviceBuffer<uint8_t>* b : {&s1, &s3, &s2}) fill_codes<<<1024, 256>>>(b->get(), b->size(), seed++, 118, 7);
+    // NVFP4: e4m3 2^-3 .. 2^3 (exponent fields 4-10) under a global of 2^-6, the same products.
+    for (DeviceBuffer<uint8_t>* b : {&s1, &s3, &s2}) {
+        if (nvfp4)
+            fill_codes<<<1024, 256>>>(b->get(), b->size(), seed++, 4, 7, 3);
+        else
+            fill_codes<<<1024, 256>>>(b->get(), b->size(), seed++, 118, 7);
+    }
+    std::vector<float> globals(size_t(experts), 0x1p-6f);
+    DeviceBuffer<float> global{globals.size()};
+    global.upload(globals.data(), globals.size());
     DeviceBuffer<uint8_t> x{size_t(tokens * dim)}, h{size_t(tokens * topk * inter)};
     fill_bytes<<<256, 256>>>(x.get(), x.size(), seed++, 0x7F, 0x7F);
     fill_bytes<<<256, 256>>>(h.get(), h.size(), seed++, 0x7F, 0x7F);
@@ -455,7 +466,9 @@ void bench_moe_mma(int64_t tokens, bool variants = false, bool row_tiles = false
         p.w = down ? (tiled ? w2t : w2).get() : (tiled ? w1t : w1).get();
         p.w_scale = down ? s2.get() : s1.get();
         p.y = down ? y2.get() : y1.get();
-        if (!down) p.second = {(tiled ? w3t : w3).get(), s3.get(), nullptr, y3.get()};
+        p.format = nvfp4 ? ExpertFormat::kNvfp4 : ExpertFormat::kMxfp4;
+        p.w_global = nvfp4 ? global.get() : nullptr;
+        if (!down) p.second = {(tiled ? w3t : w3).get(), s3.get(), nvfp4 ? global.get() : nullptr, y3.get()};
         p.tiled = tiled;
         p.experts = experts;
         p.n = down ? dim : inter;
@@ -465,7 +478,7 @@ void bench_moe_mma(int64_t tokens, bool variants = false, bool row_tiles = false
         p.expected_active_experts = int(std::lround(mean_active));
         return p;
     };
-    const double matrix_bytes = double(inter * dim / 2 + inter * dim / 32);
+    const double matrix_bytes = double(inter * dim / 2 + inter * dim / block);
     auto outputs_hash = [&](bool down) { return down ? device_bytes_hash({&y2}) : device_bytes_hash({&y1, &y3}); };
     for (bool down : {false, true}) {
         const double bytes = mean_active * matrix_bytes * (down ? 1 : 2) +
@@ -854,6 +867,11 @@ int main(int argc, char** argv) {
         std::printf("\n%-8s %6s %8s %8s %10s %9s %9s   %s\n", "routed", "tokens", "experts", "max", "us", "GB/s",
                     "TFLOP/s", "hash of routing 0's outputs, kernel");
         for (int64_t tokens : {16, 64, 256, 512, 2048, 8192}) bench_moe_mma(tokens, true);
+    }
+    if (run("prefill_nvfp4")) {
+        std::printf("\n%-8s %6s %8s %8s %10s %9s %9s   %s (NVFP4 experts)\n", "routed", "tokens", "experts", "max", "us",
+                    "GB/s", "TFLOP/s", "hash of routing 0's outputs, kernel");
+        for (int64_t tokens : {256, 2048, 8192}) bench_moe_mma(tokens, true, false, 6, false, true);
     }
     if (run("draw")) {
         std::printf("\n%-6s %6s %-12s %10s\n", "draw", "rows", "mode", "us");
