@@ -9,11 +9,18 @@ before any device run (docs/perf.md predicts from it).
   tools/sass_loops.py build/src/.../moe_wgmma.cu.o --kernel 'ELi64' --opcodes
 
 Objects compiled for one architecture only are the simplest to read (nvcc -c ... --generate-code=arch=compute_90a,
-code=sm_90a); with several, cuobjdump lists each architecture's copy and the last one read wins.
+code=sm_90a); with several, cuobjdump lists each architecture's copy and the last one read wins. Functions in an
+anonymous namespace are matched across files by name whatever their namespace's per-path hash, so a file compiled
+from a copy elsewhere (a commit's version in /tmp) compares with the tree's. cuobjdump and its nvdisasm come with
+the CUDA toolkit, or from PyPI where the toolkit lacks them: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm.
 """
 import argparse
 import collections
+import glob
+import importlib.util
+import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,17 +30,37 @@ FUNCTION = re.compile(r"^\s+Function : (\S+)")
 BRANCH = re.compile(r"\bBRA(?:\.\S+)? (0x[0-9a-f]+)")
 
 
+ANONYMOUS = re.compile(r"_GLOBAL__N__([0-9a-f]+)_")
+
+
+def cuobjdump():
+    """The cuobjdump command, and an environment whose PATH reaches its nvdisasm: the toolkit's, else PyPI's wheels."""
+    env = dict(os.environ)
+    found = shutil.which("cuobjdump")
+    if not found and importlib.util.find_spec("nvidia") is not None:
+        for root in importlib.util.find_spec("nvidia").submodule_search_locations:
+            for candidate in sorted(glob.glob(os.path.join(root, "*", "bin", "cuobjdump"))):
+                found = candidate
+                env["PATH"] = os.path.dirname(candidate) + os.pathsep + env.get("PATH", "")
+    if not found:
+        sys.exit("cuobjdump not found: install the CUDA toolkit's, or pip install nvidia-cuda-cuobjdump "
+                 "nvidia-cuda-nvdisasm")
+    return found, env
+
+
 def functions(path):
-    """{mangled name: [(address, instruction text)]} from cuobjdump -sass."""
+    """{mangled name (anonymous namespaces' hash zeroed): [(address, instruction text)]} from cuobjdump -sass."""
+    command, env = cuobjdump()
     try:
-        text = subprocess.run(["cuobjdump", "-sass", path], capture_output=True, text=True, check=True).stdout
+        text = subprocess.run([command, "-sass", path], capture_output=True, text=True, check=True, env=env).stdout
     except (OSError, subprocess.CalledProcessError) as e:
         sys.exit(f"{path}: cuobjdump -sass failed ({e})")
     result, current = {}, None
     for line in text.splitlines():
         m = FUNCTION.match(line)
         if m:
-            current = m.group(1)
+            # the per-path hash zeroed, its length kept (the mangled name's length prefix stays right for c++filt)
+            current = ANONYMOUS.sub(lambda h: "_GLOBAL__N__" + "0" * len(h.group(1)) + "_", m.group(1))
             result[current] = []
             continue
         m = INSTRUCTION.match(line)
