@@ -62,7 +62,8 @@ __global__ void fill_bytes(uint8_t* p, size_t n, uint32_t seed, uint8_t avoid_ma
         p[i] = b;
     }
 }
-// E8M0 codes lo .. lo + span - 1, hashed from the index (span <= 256).
+// Scale codes lo .. lo + span - 1, hashed from the index (span <= 256), shifted left by `shift`: E8M0 codes as they
+// are, or (shift 3) e4m3 powers of two from their exponent fields.
 __global__ void fill_codes(uint8_t* p, size_t n, uint32_t seed, uint32_t lo, uint32_t span, int shift = 0) {
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
         p[i] = uint8_t((lo + index_hash(i, seed) % span) << shift);
