@@ -89,6 +89,22 @@ __device__ __forceinline__ void wgmma_half(float (&d)[32], const uint32_t (&a)[4
         wgmma_m64n64k16_f16(d, a, desc, accumulate);
 }
 
+// A K block's 16 wgmmas (fragments a against the block's tile at desc): each 64-column half of the tile into its own
+// accumulator from zero, one commit group a half, so that half 0 can be promoted while half 1's wgmmas run.
+template <bool kBf16>
+__device__ __forceinline__ void issue_block(float (&acc)[2][32], const uint32_t (&a)[8][4], uint64_t desc) {
+    wgmma_fence_operand(acc[0]);
+    wgmma_fence_operand(acc[1]);
+    wgmma_fence();
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+            wgmma_half<kBf16>(acc[half], a[j], desc + ((j * kStepBytes + half * 8 * kCoreN) >> 4), j > 0);
+        wgmma_commit();
+    }
+}
+
 // sum += acc * scale for one 64-column half (n8 tile j: rows g with scale_g, g + 8 with scale_g8), after the wgmmas
 // that wrote acc were waited for: the warp-MMA tiles' promotion, product and sum each rounded.
 __device__ __forceinline__ void promote_half(float (&sum)[64], float (&acc)[32], int half, float scale_g,
@@ -253,16 +269,7 @@ __global__ void __launch_bounds__(kThreads, 1) bf16_kernel(Args p) {
             if (convert_next) next[i] = load_task(next_raw, i);
 
         float acc[2][32];
-        wgmma_fence_operand(acc[0]);
-        wgmma_fence_operand(acc[1]);
-        wgmma_fence();
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-                wgmma_half<true>(acc[half], a[j], desc + ((j * kStepBytes + half * 8 * kCoreN) >> 4), j > 0);
-            wgmma_commit();
-        }
+        issue_block<true>(acc, a, desc);
         // The next block's W tile while this block's wgmmas run.
 #pragma unroll
         for (int i = 0; i < kTasks; ++i)

@@ -167,17 +167,7 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
         mbarrier_arrive(x_free + kb % kStages);  // the stage's activations and scales are in registers
 
         float acc[2][32];
-        wgmma_fence_operand(acc[0]);
-        wgmma_fence_operand(acc[1]);
-        wgmma_fence();
-        const uint64_t desc = desc0 + (((kb % kTiles) * kTileBytes) >> 4);
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-                wgmma_half<false>(acc[half], a[j], desc + ((j * kStepBytes + half * 8 * kCoreN) >> 4), j > 0);
-            wgmma_commit();
-        }
+        issue_block<false>(acc, a, desc0 + (((kb % kTiles) * kTileBytes) >> 4));
         const float ws = __ldg(ws_row + kb);
         const float scale_g = __fmul_rn(xs_g, ws), scale_g8 = __fmul_rn(xs_g8, ws);
         wgmma_wait<1>();
