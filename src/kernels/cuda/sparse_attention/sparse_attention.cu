@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/ieee_quotient.h"
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma.cuh"
@@ -79,6 +80,42 @@ __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& r0, uint32_t& r1, co
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// A thread's outputs of one head (o[nt][2 r] and o[nt][2 r + 1] of every n-tile: its two columns of each) over the
+// head's denominator, as bf16 pairs at out + nt * 8 + 2 * tig; zeros for a head without keys (`empty`). The
+// numerators' range is checked once (quotients_exact: the denominator is at least 1, the max key's own term), so that
+// every quotient is quotient_corrected's, three instructions with the division's bits where a division took ~15 with
+// its branches; a row holding a zero, tiny, huge or infinite numerator divides. kRangeOnce false: every output
+// divided (the sequential kernel's general splits, whose spilled sums the range check would read once more).
+template <int kNTiles, bool kRangeOnce = true>
+__device__ __forceinline__ void store_head_row(uint16_t* out, const float (&o)[kNTiles][4], int r, float denom,
+                                               bool empty, int tig) {
+    if constexpr (!kRangeOnce) {
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+            *reinterpret_cast<uint32_t*>(out + nt * 8 + 2 * tig) =
+                empty ? 0u : pack_bf16(o[nt][2 * r] / denom, o[nt][2 * r + 1] / denom);
+        return;
+    }
+    float lo = INFINITY, hi = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+        lo = fminf(lo, fminf(fabsf(o[nt][2 * r]), fabsf(o[nt][2 * r + 1])));
+        hi = fmaxf(hi, fmaxf(fabsf(o[nt][2 * r]), fabsf(o[nt][2 * r + 1])));
+    }
+    const float inv = 1.0f / denom;
+    if (!empty && quotients_exact(lo, hi, denom)) {
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+            *reinterpret_cast<uint32_t*>(out + nt * 8 + 2 * tig) = pack_bf16(
+                quotient_corrected(o[nt][2 * r], denom, inv), quotient_corrected(o[nt][2 * r + 1], denom, inv));
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+            *reinterpret_cast<uint32_t*>(out + nt * 8 + 2 * tig) =
+                empty ? 0u : pack_bf16(o[nt][2 * r] / denom, o[nt][2 * r + 1] / denom);
+    }
 }
 
 // Issues the copies of the CTA's q rows into s.q (heads past heads_here are zeros); they land with the first key
@@ -445,14 +482,13 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
         // keys give zeros.
         const int hs[2] = {h0, h1};
         const float sums[2] = {sum0, sum1}, maxes[2] = {s.row_max[h0], s.row_max[h1]};
+#pragma unroll
         for (int r = 0; r < 2; ++r) {
             if (hs[r] >= heads_here) continue;
             const bool empty = maxes[r] == -INFINITY;
             const float denom = empty ? 1.0f : sums[r] + expf(p.sink[head0 + hs[r]] - maxes[r]);
-            uint16_t* out = p.out + (int64_t(token) * p.heads + head0 + hs[r]) * kHeadDim + half * (kHeadDim / 2);
-            for (int nt = 0; nt < kNTiles; ++nt)
-                *reinterpret_cast<uint32_t*>(out + nt * 8 + 2 * tig) =
-                    empty ? 0u : pack_bf16(o[nt][2 * r] / denom, o[nt][2 * r + 1] / denom);
+            store_head_row(p.out + (int64_t(token) * p.heads + head0 + hs[r]) * kHeadDim + half * (kHeadDim / 2), o, r,
+                           denom, empty, tig);
         }
         return;
     }
@@ -469,13 +505,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
     }
 }
 
-// The combined output of one dim: the splits' P V sum over their denominators and the sink, as bf16 (zeros for a
-// head without keys).
+// The combined output of one dim: the splits' P V sum over their denominators and the sink, as bf16; inv: 1 / denom,
+// once a head, so that each dim's division is quotient_rn's multiply and correction (the division's bits). A head
+// without keys (max -inf) gives zeros: its callers test that once a head.
 __device__ __forceinline__ __nv_bfloat16 bf16_bits(uint16_t bits) {
     return __ushort_as_bfloat16(bits);
 }
-__device__ __forceinline__ uint16_t combined(float acc, float denom, float mx) {
-    const __nv_bfloat16 v = __float2bfloat16_rn(mx == -INFINITY ? 0.0f : acc / denom);
+__device__ __forceinline__ uint16_t combined(float acc, float denom, float inv) {
+    const __nv_bfloat16 v = __float2bfloat16_rn(quotient_rn(acc, denom, inv));
     return *reinterpret_cast<const uint16_t*>(&v);
 }
 
@@ -490,13 +527,14 @@ __global__ void sparse_attention_combine_kernel(const SparseAttentionParams p) {
     for (int sp = 0; sp < p.splits; ++sp) mx = fmaxf(mx, ws.max[row0 + int64_t(sp) * p.heads]);
 #pragma unroll 16
     for (int sp = 0; sp < p.splits; ++sp) sum += ws.denom[row0 + int64_t(sp) * p.heads];
-    const float denom = sum + expf(p.sink[head] - mx);
+    const float denom = sum + expf(p.sink[head] - mx), inv = 1.0f / denom;
+    const bool empty = mx == -INFINITY;
     uint16_t* out = p.out + (int64_t(token) * p.heads + head) * p.head_dim;
     for (int i = threadIdx.x; i < p.head_dim; i += blockDim.x) {
         float acc = 0.0f;
 #pragma unroll 16
         for (int sp = 0; sp < p.splits; ++sp) acc += ws.o[(row0 + int64_t(sp) * p.heads) * p.head_dim + i];
-        out[i] = combined(acc, denom, mx);
+        out[i] = empty ? uint16_t(0) : combined(acc, denom, inv);
     }
 }
 
@@ -598,11 +636,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
             acc.z += v.z;
             acc.w += v.w;
         }
-        const float denom = s.partial[0][h], mx = s.row_max[h];
-        __nv_bfloat162 lo =
-            __halves2bfloat162(bf16_bits(combined(acc.x, denom, mx)), bf16_bits(combined(acc.y, denom, mx)));
-        __nv_bfloat162 hi =
-            __halves2bfloat162(bf16_bits(combined(acc.z, denom, mx)), bf16_bits(combined(acc.w, denom, mx)));
+        const float denom = s.partial[0][h], inv = 1.0f / denom;
+        const bool empty = s.row_max[h] == -INFINITY;
+        auto dim = [&](float v) { return bf16_bits(empty ? uint16_t(0) : combined(v, denom, inv)); };
+        __nv_bfloat162 lo = __halves2bfloat162(dim(acc.x), dim(acc.y));
+        __nv_bfloat162 hi = __halves2bfloat162(dim(acc.z), dim(acc.w));
         if (p.inverse_rope_inv_freq && i >= nope) {  // a quad is all nope or all rope
             const bool first_quad = j == first + int(threadIdx.x);
             float c, sn;
@@ -824,15 +862,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sequential_kerne
     // The combine's last step: o / (sum + exp(sink - M)) as bf16, zeros for a head without keys.
     const int hs[2] = {mt * 16 + g, mt * 16 + g + 8};
     const float sums[2] = {sum0, sum1};
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
         if (hs[r] >= heads_here) continue;
         const float mx = steps > 0 ? s.row_max[hs[r]] : -INFINITY;
         const float denom = sums[r] + expf(p.sink[head0 + hs[r]] - mx);
-        uint16_t* out = p.out + (int64_t(token) * p.heads + head0 + hs[r]) * kHeadDim + half * (kHeadDim / 2);
-        for (int nt = 0; nt < kNTiles; ++nt) {
-            const uint16_t lo = combined(acc[nt][2 * r], denom, mx), hi = combined(acc[nt][2 * r + 1], denom, mx);
-            *reinterpret_cast<uint32_t*>(out + nt * 8 + 2 * tig) = uint32_t(lo) | uint32_t(hi) << 16;
-        }
+        store_head_row<kNTiles, kOneTileSplits>(
+            p.out + (int64_t(token) * p.heads + head0 + hs[r]) * kHeadDim + half * (kHeadDim / 2), acc, r, denom,
+            mx == -INFINITY, tig);
     }
 }
 
