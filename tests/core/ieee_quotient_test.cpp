@@ -1,7 +1,8 @@
 // quotient_rn (core/ieee_quotient.h) against IEEE division, bit for bit: every denominator significand in [1, 2) and
 // in [2^37, 2^38), each with numerators of either sign and of magnitudes 2^-110 .. 2^110 (their significands hashed);
 // denominators of either sign and every exponent, subnormals included; and the values it hands to the division (zeros,
-// tiny numerators and quotients, infinities, NaN). The device compiles the same header with the _rn intrinsics, which round as the host's float operations do.
+// tiny numerators and quotients, infinities, NaN). The device compiles the same header with the _rn intrinsics, which
+// round as the host's float operations do.
 #include <gtest/gtest.h>
 
 #include <atomic>
