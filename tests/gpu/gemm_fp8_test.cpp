@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -429,10 +430,17 @@ struct Fp8Operands {
     int64_t n, k;
 };
 
-Fp8Operands make_operands(Rng& rng, int64_t rows, int64_t n, int64_t k) {
+// spread_rows: row r's activations scaled by 2^((37 r) % 241 - 120), so that their UE8M0 scales times the weights'
+// run from subnormal past 2^100: the warpgroup tile's promotion is one FFMA only where a scale lies in [2^-100,
+// 2^100] (wgmma_linear.cuh, scale_exact), and its rows must keep the bits of the tiles that round the product first.
+Fp8Operands make_operands(Rng& rng, int64_t rows, int64_t n, int64_t k, bool spread_rows = false) {
     const HostWeight w = random_fp8_weight(rng, n, k, true);
-    return {quantize_on_device(random_activations(rng, rows, k), rows, k), to_device(w.data),
-            weight_scales_on_device(w), n, k};
+    std::vector<float> x = random_activations(rng, rows, k);
+    if (spread_rows)
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t i = 0; i < k; ++i)
+                x[size_t(r * k + i)] = round_bf16(x[size_t(r * k + i)] * std::ldexp(1.0f, int(r * 37 % 241) - 120));
+    return {quantize_on_device(x, rows, k), to_device(w.data), weight_scales_on_device(w), n, k};
 }
 
 // fp8_gemm's parameters for rows [row0, row0 + rows) of `o` into y, with workspace `ws`, on `path`.
@@ -532,9 +540,14 @@ TEST(GemmFp8, MmaRowsBitwiseIndependentOfBatchAndTile) {
         int64_t row0, rows;
         int block_m, block_n;  // 0: fp8_gemm's choice
     };
-    for (const auto& [n, k] :
-         {std::pair<int64_t, int64_t>{4096, 8192}, {2048, 4096}, {32768, 1024}, {96, 528}, {130, 272}}) {
-        const Fp8Operands o = make_operands(rng, total, n, k);
+    struct Shape {
+        int64_t n, k;
+        bool spread_rows;  // make_operands': activation scales from subnormal past 2^100
+    };
+    for (const auto& [n, k, spread_rows] : {Shape{4096, 8192, false}, Shape{2048, 4096, false},
+                                            Shape{32768, 1024, false}, Shape{96, 528, false}, Shape{130, 272, false},
+                                            Shape{2048, 1024, true}}) {
+        const Fp8Operands o = make_operands(rng, total, n, k, spread_rows);
         std::map<int64_t, std::vector<uint16_t>> alone;
         for (int64_t r : probes) alone[r] = run_rows(lt, o, r, 1);
         for (const Call& c :
@@ -553,9 +566,10 @@ TEST(GemmFp8, MmaRowsBitwiseIndependentOfBatchAndTile) {
             const cuda::Fp8GemmConfig chosen =
                 cuda::fp8_gemm_config(c.rows, n, k, device_sms(), cuda::Fp8GemmPath::kMma, cuda::device_has_wgmma());
             char what[160];
-            std::snprintf(what, sizeof what, "mma %lldx%lld, rows %lld..%lld, tile %dx%d vs rows alone", (long long)n,
-                          (long long)k, (long long)c.row0, (long long)(c.row0 + c.rows - 1),
-                          c.block_m ? c.block_m : chosen.block_m, c.block_m ? c.block_n : chosen.block_n);
+            std::snprintf(what, sizeof what, "mma %lldx%lld%s, rows %lld..%lld, tile %dx%d vs rows alone",
+                          (long long)n, (long long)k, spread_rows ? " (spread rows)" : "", (long long)c.row0,
+                          (long long)(c.row0 + c.rows - 1), c.block_m ? c.block_m : chosen.block_m,
+                          c.block_m ? c.block_n : chosen.block_n);
             expect_rows_bitwise(what, got, c.row0, c.rows, alone, n);
         }
     }
