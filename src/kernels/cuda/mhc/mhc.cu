@@ -5,10 +5,12 @@
 //   tiled      the same for kMixTile tokens per CTA, each mixer value loaded once for all of them. No longer
 //              chosen (the row groups are faster at every size since their loops lost the bound checks); the tests
 //              and the bench force it.
-//   row groups hc_pre only: 1, 2 or 4 tokens per CTA and the mixer rows dealt to kRowGroups CTAs, each of which also
-//              chains the sum of squares its rows' logits need; group 0 holds the pre rows and collapses its
+//   row groups hc_pre only: 1, 2, 4 or 8 tokens per CTA and the mixer rows dealt to kRowGroups CTAs, each of which
+//              also chains the sum of squares its rows' logits need; group 0 holds the pre rows and collapses its
 //              tokens. For batches and prefill pieces above 16 tokens, which the tiled path gives one CTA per 4
 //              tokens (64 CTAs at 256 tokens, each thread 100 chains at 8 warps per SM: bound by loads in flight).
+//              Where the rows are whole 512-column chunks, their columns cross into shared memory by cp.async first
+//              (kStaged) and the chains read them there.
 //   split      a cluster of kCluster CTAs per token (few tokens, e.g. decode: one CTA cannot pull the 1.5 MB
 //              f32 mixer of V4 fast; 16 for hc_pre of up to kWideTokens tokens where the GPU can co-schedule
 //              them, else 8). The kRows + 1 reduced values are dealt round-robin to the CTAs; each CTA
@@ -24,6 +26,7 @@
 #include <cooperative_groups.h>
 #include <type_traits>
 
+#include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/numeric.cuh"
 #include "kernels/cuda/common/resident_ctas.h"
@@ -67,6 +70,21 @@ template <int kTile>
 constexpr int kRowUnroll = kTile <= 2   ? 8
                            : kTile == 4 ? 4
                                         : 2;
+// The row groups' staged chains (hc_mix_rows_kernel's kStaged, where the row's width is whole chunks and the rows are
+// 16-byte aligned: every V4 shape): the tile's streams and the CTA's mixer rows cross into shared memory in chunks of
+// kStagedCols columns by 16-byte cp.async, kStagedChunks in flight, and each thread chains its strided columns from
+// there. Each column was a 4-byte mixer load and a 2-byte stream load per row and token from L2, 14 a column at tiles
+// of 8 tokens, with few in flight: the kernel ran at ~6x the time its L2 traffic and FMAs take (0.93 ms a pre-mix of
+// 8,192 tokens on an H100, 2026-12-05).
+constexpr int kStagedCols = 2 * kHcThreads, kStagedChunks = 3;
+template <int kTile, int kPer>
+struct StagedChunk {
+    static constexpr int x = 0;                            // kTile stream rows of kStagedCols bf16
+    static constexpr int f = x + kTile * kStagedCols * 2;  // kPer mixer rows of kStagedCols f32
+    static constexpr int bytes = f + kPer * kStagedCols * 4;
+    static constexpr int smem = kStagedChunks * bytes;
+    static_assert(x % 16 == 0 && f % 16 == 0 && bytes % 16 == 0);
+};
 
 // Calls chain(whole, i0) for each round of kUnroll strided columns i0, i0 + 256, ... of a thread's share of a row of
 // `width` (i0 from threadIdx.x, in steps of 256 kUnroll), whole a std::true_type where every column of the round lies
@@ -234,11 +252,12 @@ __global__ void __launch_bounds__(kHcThreads) hc_mix_kernel(HcMixParams p) {
 // the sum of squares for each of its tokens with hc_mix_kernel's strided columns, fmaf order and trees, so
 // every value has the per-token kernel's bits; it derives its rows' mix (the operations of hc_mix_kernel's lane 0 on
 // each element) and group 0, which holds the pre rows, collapses the streams.
-template <int kN, int kTile, bool kTileMajor>
+template <int kN, int kTile, bool kTileMajor, bool kStaged>
 __global__ void __launch_bounds__(kHcThreads, 2) hc_mix_rows_kernel(HcMixParams p) {
     constexpr int kRows = (2 + kN) * kN;
     constexpr int kPer = (kRows + kRowGroups - 1) / kRowGroups;
     static_assert(kPer >= kN, "group 0 holds every pre row");
+    extern __shared__ __align__(16) uint8_t staged[];  // kStaged: StagedChunk's ring
     __shared__ float partial[kTile][kWarps][kPer + 1];
     __shared__ float pre_s[kTile][kN];
     const int64_t tiles = (p.tokens + kTile - 1) / kTile;
@@ -292,7 +311,78 @@ __global__ void __launch_bounds__(kHcThreads, 2) hc_mix_rows_kernel(HcMixParams 
             for (int tt = 0; tt < kTile; ++tt) acc[tt][kPer] = fmaf(x[s][tt], x[s][tt], acc[tt][kPer]);
         }
     };
-    for_each_round<kUnroll>(width, chain_columns);
+    if constexpr (kStaged) {
+        // The same chains from shared memory: chunk c holds columns c kStagedCols .. + kStagedCols - 1, so a thread's
+        // columns come in the same ascending order (tid, tid + 256, ...), each with the same fmafs.
+        using C = StagedChunk<kTile, kPer>;
+        const int chunks = int(width / kStagedCols);
+        const unsigned ring = smem_addr(staged);
+        // The thread's copies of a chunk, as chunk 0's sources and their places in a slot (later chunks: the sources
+        // kStagedCols columns further). Copy i = tid + 256 j: stream row i / (kStagedCols / 8), mixer row i /
+        // (kStagedCols / 4), 16 bytes each; a mixer row past kRows is not copied (its chains read zeros).
+        constexpr int kXCopies = kTile * kStagedCols / 8, kFCopies = kPer * kStagedCols / 4;
+        constexpr int kXPer = (kXCopies + kHcThreads - 1) / kHcThreads,
+                      kFPer = (kFCopies + kHcThreads - 1) / kHcThreads;
+        const __nv_bfloat16* x_src[kXPer];
+        const float* f_src[kFPer];
+        unsigned x_dst[kXPer], f_dst[kFPer];
+        bool x_copies[kXPer], f_copies[kFPer];
+#pragma unroll
+        for (int j = 0; j < kXPer; ++j) {
+            const int i = int(threadIdx.x) + kHcThreads * j, tt = i / (kStagedCols / 8), at = i % (kStagedCols / 8) * 8;
+            x_copies[j] = i < kXCopies;
+            x_src[j] = p.streams + (t0 + (tt < tokens ? tt : tokens - 1)) * width + at;
+            x_dst[j] = C::x + (tt * kStagedCols + at) * 2;
+        }
+#pragma unroll
+        for (int j = 0; j < kFPer; ++j) {
+            const int i = int(threadIdx.x) + kHcThreads * j, q = i / (kStagedCols / 4), at = i % (kStagedCols / 4) * 4;
+            f_copies[j] = i < kFCopies && row0 + q < kRows;
+            f_src[j] = p.fn + int64_t(f_copies[j] ? row0 + q : 0) * width + at;
+            f_dst[j] = C::f + (q * kStagedCols + at) * 4;
+        }
+        auto load = [&](int c) {
+            const unsigned base = ring + (c % kStagedChunks) * C::bytes;
+            const int64_t col0 = int64_t(c) * kStagedCols;
+#pragma unroll
+            for (int j = 0; j < kXPer; ++j)
+                if (x_copies[j]) cp_async16(base + x_dst[j], x_src[j] + col0);
+#pragma unroll
+            for (int j = 0; j < kFPer; ++j)
+                if (f_copies[j]) cp_async16(base + f_dst[j], f_src[j] + col0);
+        };
+#pragma unroll
+        for (int c = 0; c < kStagedChunks - 1; ++c) {
+            if (c < chunks) load(c);
+            cp_async_commit();
+        }
+        for (int c = 0; c < chunks; ++c) {
+            cp_async_wait<kStagedChunks - 2>();
+            __syncthreads();  // chunk c landed for every thread; every thread is past chunk c - 1, whose slot refills
+            if (c + kStagedChunks - 1 < chunks) load(c + kStagedChunks - 1);
+            cp_async_commit();
+            const uint8_t* chunk = staged + (c % kStagedChunks) * C::bytes;
+            const __nv_bfloat16* xs = reinterpret_cast<const __nv_bfloat16*>(chunk + C::x) + threadIdx.x;
+            const float* fs = reinterpret_cast<const float*>(chunk + C::f) + threadIdx.x;
+#pragma unroll
+            for (int s = 0; s < kStagedCols / kHcThreads; ++s) {
+                float x[kTile], f[kPer];
+#pragma unroll
+                for (int tt = 0; tt < kTile; ++tt) x[tt] = bf16_to_f32(xs[tt * kStagedCols + s * kHcThreads]);
+#pragma unroll
+                for (int q = 0; q < kPer; ++q) f[q] = is_row[q] ? fs[q * kStagedCols + s * kHcThreads] : 0.0f;
+#pragma unroll
+                for (int q = 0; q < kPer; ++q)
+#pragma unroll
+                    for (int tt = 0; tt < kTile; ++tt) acc[tt][q] = fmaf(f[q], x[tt], acc[tt][q]);
+#pragma unroll
+                for (int tt = 0; tt < kTile; ++tt) acc[tt][kPer] = fmaf(x[tt], x[tt], acc[tt][kPer]);
+            }
+        }
+        cp_async_wait<0>();
+    } else {
+        for_each_round<kUnroll>(width, chain_columns);
+    }
     // 2. The same tree.
     reduce_over_cta(acc, partial);
 
@@ -721,13 +811,31 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
         // kRowTile8Tokens, eight above: each CTA reads its mixer rows once per tile from L2, 393 KB at V4's width,
         // 4.3 GB at 8,192 tokens in tiles of 4 (~5.7 TB/s at the kernel's 758 us on an H100), 2.6 GB in tiles of 8.
         // Tile-major from kRowTileMajorTokens on (the kernel's comment says why).
+        // Staged chains where the row is whole chunks and its rows are 16-byte aligned (kStagedCols; every V4 shape).
+        auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+        const bool staged = (p.n_hc * p.dim) % kStagedCols == 0 && aligned(p.streams) && aligned(p.fn);
         auto launch = [&](auto tile) {
             constexpr int kTile = decltype(tile)::value;
             const unsigned grid = unsigned((p.tokens + kTile - 1) / kTile * kRowGroups);
+            auto run = [&](auto n, auto tile_major, auto stage) {
+                constexpr int kN = decltype(n)::value;
+                constexpr bool kStaged = decltype(stage)::value;
+                const auto kernel = hc_mix_rows_kernel<kN, kTile, decltype(tile_major)::value, kStaged>;
+                constexpr int kPer = ((2 + kN) * kN + kRowGroups - 1) / kRowGroups;
+                constexpr int smem = kStaged ? StagedChunk<kTile, kPer>::smem : 0;
+                if (smem > (48 << 10))
+                    DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+                kernel<<<grid, kHcThreads, smem, stream>>>(p);
+            };
             auto in_order = [&](auto tile_major) {
-                constexpr bool kTileMajor = decltype(tile_major)::value;
-                if (p.n_hc == 2) hc_mix_rows_kernel<2, kTile, kTileMajor><<<grid, kHcThreads, 0, stream>>>(p);
-                if (p.n_hc == 4) hc_mix_rows_kernel<4, kTile, kTileMajor><<<grid, kHcThreads, 0, stream>>>(p);
+                auto with = [&](auto n) {
+                    if (staged)
+                        run(n, tile_major, std::true_type{});
+                    else
+                        run(n, tile_major, std::false_type{});
+                };
+                if (p.n_hc == 2) with(std::integral_constant<int, 2>{});
+                if (p.n_hc == 4) with(std::integral_constant<int, 4>{});
             };
             if (p.tokens >= kRowTileMajorTokens)
                 in_order(std::true_type{});
