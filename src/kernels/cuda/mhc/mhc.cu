@@ -9,8 +9,8 @@
 //              also chains the sum of squares its rows' logits need; group 0 holds the pre rows and collapses its
 //              tokens. For batches and prefill pieces above 16 tokens, which the tiled path gives one CTA per 4
 //              tokens (64 CTAs at 256 tokens, each thread 100 chains at 8 warps per SM: bound by loads in flight).
-//              Where the rows are whole 512-column chunks, their columns cross into shared memory by cp.async first
-//              (kStaged) and the chains read them there.
+//              At tiles of 8 tokens, where the rows are whole 512-column chunks, their columns cross into shared
+//              memory by cp.async first (kStaged) and the chains read them there.
 //   split      a cluster of kCluster CTAs per token (few tokens, e.g. decode: one CTA cannot pull the 1.5 MB
 //              f32 mixer of V4 fast; 16 for hc_pre of up to kWideTokens tokens where the GPU can co-schedule
 //              them, else 8). The kRows + 1 reduced values are dealt round-robin to the CTAs; each CTA
@@ -70,12 +70,13 @@ template <int kTile>
 constexpr int kRowUnroll = kTile <= 2   ? 8
                            : kTile == 4 ? 4
                                         : 2;
-// The row groups' staged chains (hc_mix_rows_kernel's kStaged, where the row's width is whole chunks and the rows are
-// 16-byte aligned: every V4 shape): the tile's streams and the CTA's mixer rows cross into shared memory in chunks of
-// kStagedCols columns by 16-byte cp.async, kStagedChunks in flight, and each thread chains its strided columns from
-// there. Each column was a 4-byte mixer load and a 2-byte stream load per row and token from L2, 14 a column at tiles
-// of 8 tokens, with few in flight: the kernel ran at ~6x the time its L2 traffic and FMAs take (0.93 ms a pre-mix of
-// 8,192 tokens on an H100, 2026-12-05).
+// The row groups' staged chains (hc_mix_rows_kernel's kStaged, at tiles of 8 where the row's width is whole chunks and
+// the rows are 16-byte aligned: every V4 shape): the tile's streams and the CTA's mixer rows cross into shared memory
+// in chunks of kStagedCols columns by 16-byte cp.async, kStagedChunks in flight, and each thread chains its strided
+// columns from there. Each column was a 4-byte mixer load and a 2-byte stream load per row and token from L2, 14 a
+// column at tiles of 8 tokens, with few in flight: the kernel ran at ~6x the time its L2 traffic and FMAs take (0.93 ms
+// a pre-mix of 8,192 tokens on an H100, 2026-12-05); staged, the row-group kernel took 463 us at 8,192 tokens against
+// 604 and 135 against 170 at 2,048 (H100, 2026-12-06).
 constexpr int kStagedCols = 2 * kHcThreads, kStagedChunks = 3;
 template <int kTile, int kPer>
 struct StagedChunk {
@@ -811,7 +812,9 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
         // kRowTile8Tokens, eight above: each CTA reads its mixer rows once per tile from L2, 393 KB at V4's width,
         // 4.3 GB at 8,192 tokens in tiles of 4 (~5.7 TB/s at the kernel's 758 us on an H100), 2.6 GB in tiles of 8.
         // Tile-major from kRowTileMajorTokens on (the kernel's comment says why).
-        // Staged chains where the row is whole chunks and its rows are 16-byte aligned (kStagedCols; every V4 shape).
+        // Staged chains at tiles of 8 where the row is whole chunks and its rows are 16-byte aligned (kStagedCols;
+        // every V4 shape). At tiles of 1 to 4 staging measured slower (+15 % at 1,024 tokens to +90 % at 32, H100,
+        // 2026-12-06): each chunk's mixer rows cross for fewer tokens, and those tiles' chains were not the bound.
         auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
         const bool staged = (p.n_hc * p.dim) % kStagedCols == 0 && aligned(p.streams) && aligned(p.fn);
         auto launch = [&](auto tile) {
@@ -823,14 +826,16 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
                 const auto kernel = hc_mix_rows_kernel<kN, kTile, decltype(tile_major)::value, kStaged>;
                 constexpr int kPer = ((2 + kN) * kN + kRowGroups - 1) / kRowGroups;
                 constexpr int smem = kStaged ? StagedChunk<kTile, kPer>::smem : 0;
-                if (smem > (48 << 10))
+                // The kernel's static shared memory counts against the 48 KiB a launch may take unasked: every staged
+                // launch asks.
+                if constexpr (kStaged)
                     DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
                 kernel<<<grid, kHcThreads, smem, stream>>>(p);
             };
             auto in_order = [&](auto tile_major) {
                 auto with = [&](auto n) {
-                    if (staged)
-                        run(n, tile_major, std::true_type{});
+                    if (kTile == 8 && staged)
+                        run(n, tile_major, std::bool_constant<kTile == 8>{});
                     else
                         run(n, tile_major, std::false_type{});
                 };
