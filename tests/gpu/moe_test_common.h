@@ -35,9 +35,12 @@ inline Routing route(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, bo
 }
 
 // The scale codes of a comparison: random_fp4_weight's checkpoint-like ones; every code but NaN (stacked_experts); or
-// (MXFP4) the edges of the range the warpgroup kernel folds into the weights, 104 and 128 (f16 weights from the
-// subnormal 2^-24 up to 12), with one code just outside it (103 or 129) in every other expert, whose tiles with that
-// row are then promoted unfolded while the others fold in the same launch (NVFP4: checkpoint-like codes).
+// the edges of the range the warpgroup kernel folds into the weights (f16 weights from the subnormal 2^-24 up to 12)
+// with codes just outside it in some experts, whose tiles with that row are then promoted unfolded while the others
+// fold in the same launch. MXFP4: codes 104 and 128, one 103 or 129 in every other expert. NVFP4 (powers of two, as
+// NVIDIA's lossless cast gives): even experts a global of 2^-17 and codes 2^-6 and 2^8 (factors 2^-9 and 2^5), odd
+// ones a global of 1 and codes 2^-6 and 2^1 (factors 2^8 and 2^15), with one code 2^2 (factor 2^16) or 2.25 (not a
+// power of two) in every other odd expert; every eighth expert a global of 0.75 (nothing folds).
 enum class Scales { kCheckpoint, kEveryCode, kFoldEdges };
 constexpr Scales kCkpt = Scales::kCheckpoint, kEvery = Scales::kEveryCode, kEdges = Scales::kFoldEdges;
 
@@ -54,6 +57,13 @@ inline StackedExperts stacked_experts(Rng& rng, int64_t experts, int64_t n, int6
             for (size_t i = 0; i < we.scale.size(); ++i) we.scale[i] = rng.engine()() % 2 ? 104 : 128;
             if (e % 2) we.scale[size_t(rng.engine()() % we.scale.size())] = e % 4 == 1 ? 103 : 129;
         }
+        float global = nvfp4 ? rng.uniform(0.001f, 3.0f) : 1.0f;
+        if (scales == Scales::kFoldEdges && nvfp4) {  // e4m3 codes 0 EEEE 000: 2^(E - 7)
+            const uint8_t high = e % 2 ? 0x40 : 0x78;  // 2^1 with global 1, 2^8 with global 2^-17
+            for (size_t i = 0; i < we.scale.size(); ++i) we.scale[i] = rng.engine()() % 2 ? 0x08 : high;
+            if (e % 2) we.scale[size_t(rng.engine()() % we.scale.size())] = e % 4 == 1 ? 0x48 : 0x41;
+            global = e % 8 == 6 ? 0.75f : e % 2 ? 1.0f : 0x1p-17f;
+        }
         if (scales == Scales::kEveryCode)
             for (size_t i = 0; i < we.scale.size(); ++i) {
                 const uint8_t code = uint8_t((i * 37 + size_t(e)) % 255);  // never 255 (E8M0 NaN)
@@ -61,7 +71,7 @@ inline StackedExperts stacked_experts(Rng& rng, int64_t experts, int64_t n, int6
             }
         s.data.insert(s.data.end(), we.data.begin(), we.data.end());
         s.scale.insert(s.scale.end(), we.scale.begin(), we.scale.end());
-        s.global.push_back(nvfp4 ? rng.uniform(0.001f, 3.0f) : 1.0f);
+        s.global.push_back(global);
     }
     return s;
 }

@@ -231,6 +231,28 @@ __device__ __forceinline__ bool e8m0_codes_foldable(uint32_t codes) {
 __device__ __forceinline__ uint32_t e8m0_fold_factor(uint32_t e) {
     return (e - 98u) * 0x04000400u;
 }
+// NVFP4 scales folded the same way where they are powers of two (NVIDIA's releases are a lossless cast of the MXFP4
+// experts: e4m3 scale x global = the E8M0 scale): code c = 0 EEEE 000 (a normal power of two 2^(E - 7)) and global 2^G
+// give the factor 2^(E - 7) x 2^G x 2^14 = 2^(E + G + 7), folded where it lies in [2^-9, 2^15] as MXFP4's: f16
+// exponent field E + bias with bias = G + 22, in [6, 30]. nvfp4_fold_bias: the bias, or -1 where the global is not a
+// positive normal power of two (nothing folds).
+__device__ __forceinline__ int nvfp4_fold_bias(float global) {
+    const uint32_t bits = __float_as_uint(global), e = bits >> 23;
+    return (bits & 0x7FFFFFu) == 0 && e >= 1 && e <= 254 ? int(e) - 127 + 22 : -1;
+}
+// Whether four e4m3 codes are powers of two whose factors fold under `bias` (>= 0): mantissa and sign 0, exponent
+// field E in [1, 15] with E + bias in [6, 30].
+__device__ __forceinline__ bool e4m3_codes_foldable(uint32_t codes, int bias) {
+    const int lo = max(1, 6 - bias), hi = min(15, 30 - bias);
+    if (lo > hi) return false;
+    const uint32_t e = (codes >> 3) & 0x0F0F0F0Fu;
+    return (codes & 0x87878787u) == 0 &&
+           (__vcmpgeu4(e, uint32_t(lo) * 0x01010101u) & __vcmpleu4(e, uint32_t(hi) * 0x01010101u)) == 0xFFFFFFFFu;
+}
+// Code c's factor 2^(E + G + 7) as an f16 pair (exponent field E + bias).
+__device__ __forceinline__ uint32_t e4m3_fold_factor(uint32_t c, int bias) {
+    return ((c >> 3) + uint32_t(bias)) * 0x04000400u;
+}
 __device__ __forceinline__ uint32_t mul_f16x2(uint32_t a, uint32_t b) {
     uint32_t r;
     asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));

@@ -10,9 +10,10 @@
 // the column mma.sync's B fragment puts there (x_pairs: the two MMAs of a 32-column block see the same physical
 // columns at the same k as before); W's two fragments of a block meet them in two wgmmas from a zero accumulator
 // (MXFP4: one promotion per block; NVFP4: one per 16 columns), and the promotions go to the sum of the block's parity
-// (the two K parts of moe_mma.cu), added part 0 + part 1 at the end and rounded to bf16. The wide MXFP4 passes fold
-// the block scales into the decoded weights where an item's codes allow it (moe_mma_common.cuh, mxfp4_fold_factors):
-// the same bits, one f16-pair multiply a weight register instead of an FMUL an output.
+// (the two K parts of moe_mma.cu), added part 0 + part 1 at the end and rounded to bf16. The wide passes fold the
+// block scales into the decoded weights where an item's codes allow it (moe_mma_common.cuh: mxfp4_fold_factors, and
+// for NVFP4 power-of-two scales and global e4m3_fold_factor): the same bits, one f16-pair multiply a weight register
+// instead of an FMUL an output.
 //
 // Overlap: two accumulators, so a unit's wgmmas run while the previous unit is promoted; two f16 tiles, so stage
 // kt + 1 is converted between stage kt's wgmmas (one barrier per stage). Grid: persistent over items (matrix, active
@@ -216,16 +217,18 @@ __device__ __forceinline__ WeightLoads<kTokens, kNv, kTiled> weight_loads(const 
     return wl;
 }
 
-// Whether every scale code of the item's rows can be folded into its weights (mxfp4_fold_factors): one thread a row,
-// 16 codes a load; every thread of the CTA calls it.
-template <int kTokens, bool kTiled>
-__device__ __forceinline__ bool item_codes_foldable(const WeightLoads<kTokens, false, kTiled>& wl, int64_t scale_cols) {
-    bool foldable = true;
-    if (wl.loads_scales)
+// Whether every scale code of the item's rows can be folded into its weights (mxfp4_fold_factors; NVFP4: the
+// expert's global is a power of two and every code one, e4m3_codes_foldable under nv_bias): one thread a row, 16 codes
+// a load; every thread of the CTA calls it.
+template <int kTokens, bool kNv, bool kTiled>
+__device__ __forceinline__ bool item_codes_foldable(const WeightLoads<kTokens, kNv, kTiled>& wl, int64_t scale_cols,
+                                                    int nv_bias) {
+    auto fold = [&](uint32_t codes) { return kNv ? e4m3_codes_foldable(codes, nv_bias) : e8m0_codes_foldable(codes); };
+    bool foldable = !kNv || nv_bias >= 0;
+    if (wl.loads_scales && foldable)
         for (int64_t i = 0; i < scale_cols; i += 16) {
             const uint4 v = __ldg(reinterpret_cast<const uint4*>(wl.scale_src + i));
-            foldable = foldable && e8m0_codes_foldable(v.x) && e8m0_codes_foldable(v.y) && e8m0_codes_foldable(v.z) &&
-                       e8m0_codes_foldable(v.w);
+            foldable = foldable && fold(v.x) && fold(v.y) && fold(v.z) && fold(v.w);
         }
     return __syncthreads_and(foldable) != 0;
 }
@@ -359,7 +362,15 @@ __device__ __forceinline__ void multiply_stage(const StageOperands& s,
         if (h == 0) {
             w_decode(qa, qb, w0, w1);
             if (b + 1 < kBlocks) w_words<kNv>(s.w_g, s.w_g8, b + 1, t, qa, qb);
-            if constexpr (kNv) {
+            if constexpr (kNv && kFolded) {  // each half's factor into its MMA's fragment
+                const int bias = nvfp4_fold_bias(s.global);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {  // registers 0, 2: row g; 1, 3: row g + 8
+                    const uint8_t* sc = i % 2 ? s.sc_g8 : s.sc_g;
+                    w0[i] = mul_f16x2(w0[i], e4m3_fold_factor(sc[2 * b], bias));
+                    w1[i] = mul_f16x2(w1[i], e4m3_fold_factor(sc[2 * b + 1], bias));
+                }
+            } else if constexpr (kNv) {
                 float ws_g[2], ws_g8[2];
                 w_scales<kNv>(s.sc_g, s.sc_g8, b, s.global, ws_g, ws_g8);
                 ws[b % 2][0][0] = ws_g[0], ws[b % 2][0][1] = ws_g8[0];
@@ -408,9 +419,10 @@ template <ExpertFormat kFormat, int kTokens, bool kTiled>
 __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmma_kernel(Args p) {
 #if DSV4_WGMMA
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
-    // MXFP4 passes of 32 and 64 slots fold the block scales into the weights where an item's codes allow it
-    // (mxfp4_fold_factors): one f16-pair multiply per weight register instead of an FMUL per output.
-    constexpr bool kFold = !kNv && kTokens >= 32;
+    // Passes of 32 and 64 slots fold the block scales into the weights where an item's codes allow it (MXFP4:
+    // mxfp4_fold_factors; NVFP4: powers of two, e4m3_fold_factor): one f16-pair multiply per weight register instead
+    // of an FMUL per output.
+    constexpr bool kFold = kTokens >= 32;
     constexpr int kTn = kTokens / 8;  // n8 tiles of the pass
     using L = Shape<kTokens>;
     constexpr int kStageCount = L::stages, kTile = L::b16_bytes;
@@ -447,7 +459,8 @@ __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmm
         const int64_t begin = p.offsets[e], end = p.offsets[e + 1];
         const WeightLoads<kTokens, kNv, kTiled> wl = weight_loads<kTokens, kNv, kTiled>(p, m, e, n0, tid);
         bool folded = false;
-        if constexpr (kFold) folded = item_codes_foldable(wl, p.k / 32);
+        if constexpr (kFold)
+            folded = item_codes_foldable(wl, kNv ? p.k / 16 : p.k / 32, kNv ? nvfp4_fold_bias(global) : 0);
 
         for (int64_t s0 = begin; s0 < end; s0 += kTokens) {
             const int tokens = end - s0 < kTokens ? int(end - s0) : kTokens;
