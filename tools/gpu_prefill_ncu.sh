@@ -3,6 +3,7 @@
 # unpacked in /tmp/dsv4_prebuilt (or out/prebuilt.tar.xz, unpacked here when it did not run): the first launch of each
 # kernel named (regexes as arguments, e.g. moe_wgmma_kernel '^kernel$'), one at a time, each under PROFILE_TIMEOUT
 # seconds (default 120). `dsv4 bench --profile-range` wraps only decode steps, so these profile from the start.
+# LAYERS (default 1: an SWA layer) reaches the other layer kinds: 3 takes the first CSA layer (the indexer's kernels).
 # Per kernel, in $OUT: the details page (stall reasons, occupancy, throughputs) and the per-instruction SASS page as
 # CSV (samples by stall reason), both folded into ncu.tgz at the end; the report itself is too large to bring back.
 set -uo pipefail
@@ -17,7 +18,7 @@ for kernel in "$@"; do
     timeout "${PROFILE_TIMEOUT:-120}" ncu --clock-control none -k "regex:$kernel" -c 1 --section WarpStateStats \
         --section SourceCounters --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats \
         --section Occupancy --section LaunchStats -o "$out/$name" \
-        "$bin/dsv4" bench --layers 1 --context 8192 --chunk 8192 --steps 1 --warmup 0 >"$out/ncu_$name.log" 2>&1
+        "$bin/dsv4" bench --layers "${LAYERS:-1}" --context 8192 --chunk 8192 --steps 1 --warmup 0 >"$out/ncu_$name.log" 2>&1
     echo "== ncu $kernel: rc $?"
     ncu --import "$out/$name.ncu-rep" --page details >"$out/ncu_${name}_details.txt" 2>&1
     ncu --import "$out/$name.ncu-rep" --page source --csv --print-source sass >"$out/ncu_${name}_sass.csv" 2>&1
