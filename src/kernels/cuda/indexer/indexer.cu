@@ -43,7 +43,8 @@ __device__ __forceinline__ int visible_entries(int position, int ratio, int max_
 // `Unit` (32-bit words where the entries are whole words: one round trip for V4's 4,352 bytes, where bytes took
 // three), kUnroll units per thread in flight at once.
 template <typename Unit>
-__device__ void gather_entries(const uint8_t* keys, const int64_t* key_rows, int entry_bytes, uint8_t* raw) {
+__device__ __forceinline__ void gather_entries(const uint8_t* keys, const int64_t* key_rows, int entry_bytes,
+                                               uint8_t* raw) {
     constexpr int kUnroll = 16;
     const int units = kKeys * entry_bytes / int(sizeof(Unit)), row_units = entry_bytes / int(sizeof(Unit));
     const Unit* src = reinterpret_cast<const Unit*>(keys);
@@ -65,7 +66,10 @@ __device__ void gather_entries(const uint8_t* keys, const int64_t* key_rows, int
 // one sequence): the CTA gathers and dequantizes its 64 keys once for every token of the group of the same sequence
 // as the group's first, up to the most keys any of them sees, then runs each token's queries against them in turn (a
 // token of another sequence gathers its own). Each token's scores are the same computation as with kGroup 1.
-template <int kGroup>
+// kDim: V4's index_head_dim 128 as a constant, so that the loops' divisions by the dimension and the entry size are
+// shifts and multiplies (by p.dim they were integer divisions: a third of the kernel's issued instructions went to
+// address arithmetic, ncu 2026-12-06); 0: p.dim.
+template <int kGroup, int kDim>
 __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const IndexerScoresParams p) {
     __shared__ __align__(16) __nv_bfloat16 qs[kMaxHeads * kRowStride];
     __shared__ __align__(16) __nv_bfloat16 ks[kKeys * kRowStride];
@@ -77,7 +81,7 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const Ind
 
     __shared__ int gathered_state, gathered_visible;  // whose keys ks holds, and how many of the tile's are real
     const int w0 = blockIdx.y * kKeys;
-    const int dim = p.dim, m_tiles = (p.heads + 15) / 16;
+    const int dim = kDim ? kDim : p.dim, m_tiles = (p.heads + 15) / 16;
     const IndexEntryLayout layout{dim};
     const int entry_bytes = int(layout.bytes());
     if (threadIdx.x == 0) gathered_state = -1;
@@ -125,19 +129,29 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const Ind
         cp_async_wait_all();
         __syncthreads();
 
-        // Keys: one packed byte (two e2m1 values) per step; keys past `need` are zeros (their scores are not written).
-        for (int i = threadIdx.x; gather && i < kKeys * (dim / 2); i += kScoreThreads) {
-            const int r = i / (dim / 2), c = i % (dim / 2);
-            uint32_t v = 0u;
+        // Keys: four packed bytes (eight e2m1 values of one scale block: the dimension is whole blocks on this path)
+        // per step, stored as 16 bytes of bf16 pairs; keys past `need` are zeros (their scores are not written).
+        for (int i = threadIdx.x; gather && i < kKeys * (dim / 8); i += kScoreThreads) {
+            const int r = i / (dim / 8), c = i % (dim / 8);
+            uint4 v = make_uint4(0u, 0u, 0u, 0u);
             if (key_rows[r] >= 0) {
                 const uint8_t* entry = raw + r * entry_bytes;
-                const uint8_t byte = entry[c];
-                const float scale = entry::e8m0_to_f32(entry[layout.scale_offset() + (2 * c) / kIndexScaleBlock]);
-                const __nv_bfloat162 pair =
-                    __floats2bfloat162_rn(e2m1_values[byte & 0xFu] * scale, e2m1_values[byte >> 4] * scale);
-                v = *reinterpret_cast<const uint32_t*>(&pair);
+                const uint32_t packed = entry_bytes % 4 == 0
+                                            ? *reinterpret_cast<const uint32_t*>(entry + 4 * c)
+                                            : uint32_t(entry[4 * c]) | uint32_t(entry[4 * c + 1]) << 8 |
+                                                  uint32_t(entry[4 * c + 2]) << 16 | uint32_t(entry[4 * c + 3]) << 24;
+                const float scale = entry::e8m0_to_f32(entry[layout.scale_offset() + (8 * c) / kIndexScaleBlock]);
+                uint32_t pairs[4];
+#pragma unroll
+                for (int b = 0; b < 4; ++b) {
+                    const uint32_t byte = packed >> (8 * b) & 0xFFu;
+                    const __nv_bfloat162 pair =
+                        __floats2bfloat162_rn(e2m1_values[byte & 0xFu] * scale, e2m1_values[byte >> 4] * scale);
+                    pairs[b] = *reinterpret_cast<const uint32_t*>(&pair);
+                }
+                v = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
             }
-            *reinterpret_cast<uint32_t*>(&ks[r * kRowStride + 2 * c]) = v;
+            *reinterpret_cast<uint4*>(&ks[r * kRowStride + 8 * c]) = v;
         }
         if (gather && threadIdx.x == 0) gathered_state = p.token_state[token], gathered_visible = min(need, w0 + kKeys);
         __syncthreads();
@@ -319,12 +333,19 @@ namespace detail {
 void indexer_scores_launch(const IndexerScoresParams& p, cudaStream_t stream) {
     if (p.tokens == 0 || p.max_visible == 0) return;
     constexpr int kRunGroup = 4;  // tokens per CTA where neighbouring tokens share a sequence
+    constexpr int kV4Dim = 128;   // the kernel's constant-dimension instance (kDim)
     if (p.sequence_runs) {
         const dim3 grid((p.tokens + kRunGroup - 1) / kRunGroup, (p.max_visible + kKeys - 1) / kKeys);
-        indexer_scores_kernel<kRunGroup><<<grid, kScoreThreads, 0, stream>>>(p);
+        if (p.dim == kV4Dim)
+            indexer_scores_kernel<kRunGroup, kV4Dim><<<grid, kScoreThreads, 0, stream>>>(p);
+        else
+            indexer_scores_kernel<kRunGroup, 0><<<grid, kScoreThreads, 0, stream>>>(p);
     } else {
         const dim3 grid(p.tokens, (p.max_visible + kKeys - 1) / kKeys);
-        indexer_scores_kernel<1><<<grid, kScoreThreads, 0, stream>>>(p);
+        if (p.dim == kV4Dim)
+            indexer_scores_kernel<1, kV4Dim><<<grid, kScoreThreads, 0, stream>>>(p);
+        else
+            indexer_scores_kernel<1, 0><<<grid, kScoreThreads, 0, stream>>>(p);
     }
     DSV4_CUDA_CHECK(cudaGetLastError());
 }
