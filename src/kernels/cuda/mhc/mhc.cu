@@ -139,7 +139,46 @@ __device__ __forceinline__ void reduce_over_cta(float (&acc)[kTile][kValues],
 // kHcThreads, ... go kCollapseUnroll at a time, their stream values loaded before any is summed: one column at a time,
 // each waited for its loads, and the row-group kernel's group-0 CTAs (which alone collapse) were the last of the launch
 // (at 8,192 tokens on an H200, tiles of 8 tokens, half the mixer's L2 reads, were no faster than tiles of 4).
-constexpr int kCollapseUnroll = 4;
+// Where the rows are whole 16-byte vectors (every V4 shape), a thread takes eight adjacent columns at a time instead,
+// kCollapseVectors vectors of each stream in flight: the 2-byte loads held the staged row-group kernel's group 0 for
+// 23 % of its stall samples (ncu, 8,192 tokens, H100, 2026-12-06). The same sums, column by column.
+constexpr int kCollapseUnroll = 4, kCollapseVectors = 2;
+template <int kN>
+__device__ __forceinline__ void collapse_row_vectors(const __nv_bfloat16* vt, __nv_bfloat16* out_row, int64_t dim,
+                                                     const float (&pre)[kN]) {
+    const int64_t vectors = dim / 8;
+    for (int64_t c0 = threadIdx.x; c0 < vectors; c0 += int64_t(kHcThreads) * kCollapseVectors) {
+        uint4 x[kCollapseVectors][kN];
+#pragma unroll
+        for (int u = 0; u < kCollapseVectors; ++u) {
+            const int64_t c = c0 + int64_t(u) * kHcThreads;
+#pragma unroll
+            for (int j = 0; j < kN; ++j)
+                x[u][j] =
+                    c < vectors ? __ldg(reinterpret_cast<const uint4*>(vt + j * dim) + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < kCollapseVectors; ++u) {
+            const int64_t c = c0 + int64_t(u) * kHcThreads;
+            if (c >= vectors) break;
+            uint32_t packed[4];
+#pragma unroll
+            for (int e = 0; e < 8; e += 2) {
+                float out[2];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    out[h] = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < kN; ++j)
+                        out[h] = __fadd_rn(out[h], __fmul_rn(pre[j], bf16x8_at(x[u][j], e + h)));
+                }
+                packed[e / 2] = uint32_t(__bfloat16_as_ushort(f32_to_bf16(out[0]))) |
+                                uint32_t(__bfloat16_as_ushort(f32_to_bf16(out[1]))) << 16;
+            }
+            reinterpret_cast<uint4*>(out_row)[c] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+        }
+    }
+}
 template <int kN, int kTile>
 __device__ __forceinline__ void collapse_streams(const HcMixParams& p, const __nv_bfloat16* const (&v)[kTile],
                                                  int64_t t0, int tokens, const float* pre_all, int pre_stride) {
@@ -149,6 +188,10 @@ __device__ __forceinline__ void collapse_streams(const HcMixParams& p, const __n
         for (int j = 0; j < kN; ++j) pre[j] = pre_all[tt * pre_stride + j];
         const __nv_bfloat16* vt = v[tt];
         __nv_bfloat16* out_row = p.x_out + (t0 + tt) * p.dim;
+        if (p.dim % 8 == 0 && (reinterpret_cast<uintptr_t>(vt) | reinterpret_cast<uintptr_t>(out_row)) % 16 == 0) {
+            collapse_row_vectors<kN>(vt, out_row, p.dim, pre);
+            continue;
+        }
         auto collapse = [&](auto whole, int64_t d0) {
             constexpr bool kWhole = decltype(whole)::value;
             float x[kCollapseUnroll][kN];
