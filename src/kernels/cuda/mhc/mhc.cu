@@ -877,10 +877,10 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
             };
             auto in_order = [&](auto tile_major) {
                 auto with = [&](auto n) {
-                    if (kTile == 8 && staged)
-                        run(n, tile_major, std::bool_constant<kTile == 8>{});
-                    else
-                        run(n, tile_major, std::false_type{});
+                    if constexpr (kTile == 8) {  // no staged kernel is instantiated for the other tiles
+                        if (staged) return run(n, tile_major, std::true_type{});
+                    }
+                    run(n, tile_major, std::false_type{});
                 };
                 if (p.n_hc == 2) with(std::integral_constant<int, 2>{});
                 if (p.n_hc == 4) with(std::integral_constant<int, 4>{});
