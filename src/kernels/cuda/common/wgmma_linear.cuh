@@ -105,23 +105,7 @@ __device__ __forceinline__ void issue_block(float (&acc)[2][32], const uint32_t 
     }
 }
 
-// sum += acc * scale for one 64-column half (n8 tile j: rows g with scale_g, g + 8 with scale_g8), after the wgmmas
-// that wrote acc were waited for: the warp-MMA tiles' promotion, product and sum each rounded.
-__device__ __forceinline__ void promote_half(float (&sum)[64], float (&acc)[32], int half, float scale_g,
-                                             float scale_g8) {
-    wgmma_fence_operand(acc);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        float* s4 = sum + 4 * (8 * half + j);
-        const float* a4 = acc + 4 * j;
-        s4[0] = __fadd_rn(s4[0], __fmul_rn(a4[0], scale_g));
-        s4[1] = __fadd_rn(s4[1], __fmul_rn(a4[1], scale_g));
-        s4[2] = __fadd_rn(s4[2], __fmul_rn(a4[2], scale_g8));
-        s4[3] = __fadd_rn(s4[3], __fmul_rn(a4[3], scale_g8));
-    }
-}
-
-// Whether promote_half_fused gives promote_half's bits with this scale: a power of two in [2^-100, 2^100]. With e4m3
+// Whether promote_half<true> gives promote_half's bits with this scale: a power of two in [2^-100, 2^100]. With e4m3
 // operands every non-zero block sum |acc| lies in [2^-18, 2^25] (products of e4m3 values are multiples of 2^-18; 128 of
 // them at most 448^2 each), so acc * scale is then a normal float, exact, and rounding it before the add changes
 // nothing. FP8 activations' UE8M0 scales times E8M0 weight scales (every V4 checkpoint) are powers of two.
@@ -130,19 +114,25 @@ __device__ __forceinline__ bool scale_exact(float scale) {
     return (bits & 0x7FFFFFu) == 0 && (bits >> 23) - 27u <= 200u;  // sign 0, exponent field 27 .. 227
 }
 
-// promote_half as one FFMA an output, for e4m3 block sums whose scales pass scale_exact (the caller checks them for
-// the whole warp): fma(acc, scale, sum) rounds once where promote_half rounds an exact product and then the sum.
-__device__ __forceinline__ void promote_half_fused(float (&sum)[64], float (&acc)[32], int half, float scale_g,
-                                                   float scale_g8) {
+// sum += acc * scale for one 64-column half (n8 tile j: rows g with scale_g, g + 8 with scale_g8), after the wgmmas
+// that wrote acc were waited for: the warp-MMA tiles' promotion, product and sum each rounded. kFused: one FFMA an
+// output, fma(acc, scale, sum), for e4m3 block sums whose scales pass scale_exact (the caller checks them for the
+// whole warp): it rounds once where the product and add round an exact product and then the sum, the same bits.
+template <bool kFused = false>
+__device__ __forceinline__ void promote_half(float (&sum)[64], float (&acc)[32], int half, float scale_g,
+                                             float scale_g8) {
+    auto promote = [](float s, float a, float scale) {
+        return kFused ? __fmaf_rn(a, scale, s) : __fadd_rn(s, __fmul_rn(a, scale));
+    };
     wgmma_fence_operand(acc);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
         float* s4 = sum + 4 * (8 * half + j);
         const float* a4 = acc + 4 * j;
-        s4[0] = __fmaf_rn(a4[0], scale_g, s4[0]);
-        s4[1] = __fmaf_rn(a4[1], scale_g, s4[1]);
-        s4[2] = __fmaf_rn(a4[2], scale_g8, s4[2]);
-        s4[3] = __fmaf_rn(a4[3], scale_g8, s4[3]);
+        s4[0] = promote(s4[0], a4[0], scale_g);
+        s4[1] = promote(s4[1], a4[1], scale_g);
+        s4[2] = promote(s4[2], a4[2], scale_g8);
+        s4[3] = promote(s4[3], a4[3], scale_g8);
     }
 }
 

@@ -175,13 +175,13 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
         const bool fused = __all_sync(0xFFFFFFFFu, scale_exact(scale_g) && scale_exact(scale_g8));
         wgmma_wait<1>();
         if (fused)
-            promote_half_fused(sum, acc[0], 0, scale_g, scale_g8);
+            promote_half<true>(sum, acc[0], 0, scale_g, scale_g8);
         else
             promote_half(sum, acc[0], 0, scale_g, scale_g8);
         wgmma_wait<0>();
         mbarrier_arrive(tile_free + kb % kTiles);
         if (fused)
-            promote_half_fused(sum, acc[1], 1, scale_g, scale_g8);
+            promote_half<true>(sum, acc[1], 1, scale_g, scale_g8);
         else
             promote_half(sum, acc[1], 1, scale_g, scale_g8);
     }
