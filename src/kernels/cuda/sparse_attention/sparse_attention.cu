@@ -91,31 +91,26 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 template <int kNTiles, bool kRangeOnce = true>
 __device__ __forceinline__ void store_head_row(uint16_t* out, const float (&o)[kNTiles][4], int r, float denom,
                                                bool empty, int tig) {
-    if constexpr (!kRangeOnce) {
+    if constexpr (kRangeOnce) {
+        float lo = INFINITY, hi = 0.0f;
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-            *reinterpret_cast<uint32_t*>(out + nt * 8 + 2 * tig) =
-                empty ? 0u : pack_bf16(o[nt][2 * r] / denom, o[nt][2 * r + 1] / denom);
-        return;
+        for (int nt = 0; nt < kNTiles; ++nt) {
+            lo = fminf(lo, fminf(fabsf(o[nt][2 * r]), fabsf(o[nt][2 * r + 1])));
+            hi = fmaxf(hi, fmaxf(fabsf(o[nt][2 * r]), fabsf(o[nt][2 * r + 1])));
+        }
+        const float inv = 1.0f / denom;
+        if (!empty && quotients_exact(lo, hi, denom)) {
+#pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt)
+                *reinterpret_cast<uint32_t*>(out + nt * 8 + 2 * tig) = pack_bf16(
+                    quotient_corrected(o[nt][2 * r], denom, inv), quotient_corrected(o[nt][2 * r + 1], denom, inv));
+            return;
+        }
     }
-    float lo = INFINITY, hi = 0.0f;
 #pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-        lo = fminf(lo, fminf(fabsf(o[nt][2 * r]), fabsf(o[nt][2 * r + 1])));
-        hi = fmaxf(hi, fmaxf(fabsf(o[nt][2 * r]), fabsf(o[nt][2 * r + 1])));
-    }
-    const float inv = 1.0f / denom;
-    if (!empty && quotients_exact(lo, hi, denom)) {
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-            *reinterpret_cast<uint32_t*>(out + nt * 8 + 2 * tig) = pack_bf16(
-                quotient_corrected(o[nt][2 * r], denom, inv), quotient_corrected(o[nt][2 * r + 1], denom, inv));
-    } else {
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-            *reinterpret_cast<uint32_t*>(out + nt * 8 + 2 * tig) =
-                empty ? 0u : pack_bf16(o[nt][2 * r] / denom, o[nt][2 * r + 1] / denom);
-    }
+    for (int nt = 0; nt < kNTiles; ++nt)
+        *reinterpret_cast<uint32_t*>(out + nt * 8 + 2 * tig) =
+            empty ? 0u : pack_bf16(o[nt][2 * r] / denom, o[nt][2 * r + 1] / denom);
 }
 
 // Issues the copies of the CTA's q rows into s.q (heads past heads_here are zeros); they land with the first key
