@@ -180,13 +180,13 @@ void run_case(const Case& c) {
     const float ms_scores = mid.elapsed_since(start), ms_topk = stop.elapsed_since(mid);
     const std::vector<uint16_t> got_scores = gpu_test::to_host(d_scores);
     const std::vector<int32_t> got_sel = gpu_test::to_host(d_sel);
-    {  // CTAs of 4 tokens gathering a sequence's keys once (prefill pieces): the same scores, the same unwritten
+    {  // CTAs of 8 tokens gathering a sequence's keys once (prefill pieces): the same scores, the same unwritten
         auto d_runs = gpu_test::poisoned<uint16_t>(size_t(tokens) * max_visible);
         cuda::IndexerScoresParams runs = sp;
         runs.scores = d_runs.get();
         runs.sequence_runs = true;
         cuda::indexer_scores(runs, nullptr);
-        gpu_test::expect_bitwise_bf16("indexer scores in runs of 4 tokens against one token a CTA",
+        gpu_test::expect_bitwise_bf16("indexer scores in runs of 8 tokens against one token a CTA",
                                       gpu_test::to_host(d_runs), got_scores);
     }
 

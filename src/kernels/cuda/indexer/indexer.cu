@@ -1,5 +1,5 @@
 // Lightning-indexer kernels (see indexer.h).
-//   indexer_scores_kernel: one CTA per (token, 64 keys), or per (4 tokens, 64 keys) in prefill pieces, which then
+//   indexer_scores_kernel: one CTA per (token, 64 keys), or per (8 tokens, 64 keys) in prefill pieces, which then
 //     gathers a sequence's keys once for its tokens (IndexerScoresParams::sequence_runs): dequantized FP4 keys and the
 //     token's queries in shared memory, q.k on tensor cores (mma.sync bf16 -> f32: q and k are FP4 values times
 //     power-of-two scales, exact in bf16), the bf16 stages per (head, key), then one thread per key sums the heads in
@@ -86,17 +86,26 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const Ind
     const int entry_bytes = int(layout.bytes());
     if (threadIdx.x == 0) gathered_state = -1;
     if (threadIdx.x < 16) e2m1_values[threadIdx.x] = entry::e2m1_to_f32(threadIdx.x);  // read after the barriers below
+    // Each member's visible keys and sequence, once for the CTA: the loop below reads them for every member (members
+    // past the piece: no keys, no sequence).
+    __shared__ int member_visible[kGroup], member_state[kGroup];
+    if (threadIdx.x < kGroup) {
+        const int token = blockIdx.x * kGroup + int(threadIdx.x);
+        const bool real = token < p.tokens;
+        member_visible[threadIdx.x] = real ? visible_entries(p.token_position[token], p.ratio, p.max_visible) : 0;
+        member_state[threadIdx.x] = real ? p.token_state[token] : -1;
+    }
+    __syncthreads();
     for (int member = 0; member < kGroup; ++member) {
         const int token = blockIdx.x * kGroup + member;
         if (token >= p.tokens) break;
-        const int visible = visible_entries(p.token_position[token], p.ratio, p.max_visible);
+        const int visible = member_visible[member];
         if (w0 >= visible) continue;  // the same for every thread of the CTA
         // The keys this token needs: those of its sequence up to the most the group's tokens of it see (positions grow
         // along a run, so usually the group's last token's count).
         int need = visible;
-        for (int h = member + 1; h < kGroup && blockIdx.x * kGroup + h < p.tokens; ++h)
-            if (p.token_state[blockIdx.x * kGroup + h] == p.token_state[token])
-                need = max(need, visible_entries(p.token_position[blockIdx.x * kGroup + h], p.ratio, p.max_visible));
+        for (int h = member + 1; h < kGroup; ++h)
+            if (member_state[h] == member_state[member]) need = max(need, member_visible[h]);
         __syncthreads();  // the previous token's readers of qs, ks and terms are done; gathered_state is set
         const bool gather = gathered_state != p.token_state[token] || gathered_visible < min(need, w0 + kKeys);
 
@@ -332,7 +341,9 @@ namespace detail {
 
 void indexer_scores_launch(const IndexerScoresParams& p, cudaStream_t stream) {
     if (p.tokens == 0 || p.max_visible == 0) return;
-    constexpr int kRunGroup = 4;  // tokens per CTA where neighbouring tokens share a sequence
+    // Tokens per CTA where neighbouring tokens share a sequence: each key tile is gathered and dequantized once for
+    // them (4 until 2026-12-06: the gather and dequantization were ~15 % of the kernel's stall samples).
+    constexpr int kRunGroup = 8;
     constexpr int kV4Dim = 128;   // the kernel's constant-dimension instance (kDim)
     if (p.sequence_runs) {
         const dim3 grid((p.tokens + kRunGroup - 1) / kRunGroup, (p.max_visible + kKeys - 1) / kKeys);

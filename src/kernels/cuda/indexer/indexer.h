@@ -32,7 +32,7 @@ struct IndexerScoresParams {
     int32_t max_visible = 0;  // >= (max position + 1) / ratio
     int32_t max_pages = 0;
     int32_t page_size = 0;
-    // Neighbouring tokens mostly belong to one sequence (a prefill piece): CTAs take 4 tokens and gather and
+    // Neighbouring tokens mostly belong to one sequence (a prefill piece): CTAs take 8 tokens and gather and
     // dequantize each 64-key tile once for those of one sequence. Speed only: the same scores either way.
     bool sequence_runs = false;
 };
