@@ -73,7 +73,7 @@ template <int kGroup, int kDim>
 __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const IndexerScoresParams p) {
     __shared__ __align__(16) __nv_bfloat16 qs[kMaxHeads * kRowStride];
     __shared__ __align__(16) __nv_bfloat16 ks[kKeys * kRowStride];
-    __shared__ __nv_bfloat16 terms[kMaxHeads * kTStride];  // bf16 values: exact
+    __shared__ __align__(16) __nv_bfloat16 terms[kMaxHeads * kTStride];  // bf16 values: exact; pairs stored as words
     __shared__ float weights[kMaxHeads];
     __shared__ int64_t key_rows[kKeys];                                               // pool row of each visible key
     __shared__ __align__(16) uint8_t raw[kKeys * IndexEntryLayout{kMaxDim}.bytes()];  // the packed entries
@@ -181,13 +181,20 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const Ind
                     mma_16816(s[nt], a, ld32(b), ld32(b + 8));
                 }
             }
-            // The bf16 stages of indexer_scores: q.k -> bf16, ReLU, x head weight -> bf16.
-            for (int nt = 0; nt < 8; ++nt)
-                for (int i = 0; i < 4; ++i) {
-                    const int h = warp * 16 + g + (i >= 2 ? 8 : 0), key = nt * 8 + 2 * tig + (i & 1);
-                    const float dot = fmaxf(entry::round_bf16(s[nt][i]), 0.0f);
-                    terms[h * kTStride + key] = __float2bfloat16_rn(h < p.heads ? dot * weights[h] : 0.0f);
+            // The bf16 stages of indexer_scores: q.k -> bf16, ReLU, x head weight -> bf16. A fragment's two values of
+            // a row are adjacent keys of one head: converted as a pair and stored as one word.
+            for (int half = 0; half < 2; ++half) {
+                const int h = warp * 16 + g + 8 * half;
+                const bool real = h < p.heads;
+                const float weight = real ? weights[h] : 0.0f;
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt) {
+                    const float2 dots = __bfloat1622float2(__floats2bfloat162_rn(s[nt][2 * half], s[nt][2 * half + 1]));
+                    const float d0 = fmaxf(dots.x, 0.0f), d1 = fmaxf(dots.y, 0.0f);
+                    *reinterpret_cast<__nv_bfloat162*>(&terms[h * kTStride + nt * 8 + 2 * tig]) =
+                        __floats2bfloat162_rn(real ? d0 * weight : 0.0f, real ? d1 * weight : 0.0f);
                 }
+            }
         }
         __syncthreads();
         if (threadIdx.x < kKeys && w0 + int(threadIdx.x) < visible) {
