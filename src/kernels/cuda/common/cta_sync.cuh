@@ -18,6 +18,19 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// named_barrier_sync that also returns whether `pred` held for every one of the `threads` threads (__syncthreads_and
+// for a subset of the CTA).
+__device__ __forceinline__ bool named_barrier_and(int id, int threads, bool pred) {
+    uint32_t all;
+    asm volatile(
+        "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n barrier.cta.red.and.pred q, %2, %3, p;\n"
+        " selp.u32 %0, 1, 0, q;\n}"
+        : "=r"(all)
+        : "r"(uint32_t(pred)), "r"(id), "r"(threads)
+        : "memory");
+    return all != 0;
+}
+
 // One thread initializes (then mbarrier_inits_visible once, after the last); a CTA barrier must follow before any
 // other thread uses the barriers.
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, int threads) {

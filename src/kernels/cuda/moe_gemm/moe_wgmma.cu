@@ -20,7 +20,8 @@
 // expert, 128-row tile), as moe_mma.cu; CTA: two warpgroups (128 weight rows, kTokens tokens), K streaming through
 // stages of 256 columns (16-byte cp.async; Shape below), the scales in groups of 512 columns. Needs K % 512 == 0 and
 // 16-byte aligned scales (every V4 shape; the launcher takes the warp-MMA kernel otherwise). Tested bitwise against
-// the warp-MMA kernel in tests/gpu/moe_gemm_test.cpp. Its pieces live in moe_wgmma_stage.cuh.
+// the warp-MMA kernel in tests/gpu/moe_gemm_test.cpp. The wide passes (32 and 64 slots) over row-ordered weights run
+// on three warpgroups instead (moe_wgmma_specialized.cu); this kernel keeps the narrow passes and the tiled layout.
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
 #include "kernels/cuda/moe_gemm/moe_wgmma_stage.cuh"
@@ -155,6 +156,8 @@ __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmm
 
 template <ExpertFormat kFormat, int kTokens>
 cudaError_t launch(const Args& args, cudaStream_t stream) {
+    if constexpr (kTokens >= 32)
+        if (!args.tiled) return detail::launch_moe_wgmma_specialized(args, kFormat, kTokens, stream);
     const auto kernel =
         args.tiled ? moe_wgmma_kernel<kFormat, kTokens, true> : moe_wgmma_kernel<kFormat, kTokens, false>;
     const int smem = smem_bytes<kTokens, kFormat == ExpertFormat::kNvfp4>(args.experts);
