@@ -42,6 +42,7 @@ struct Layout {
 // passes of kTokens slots, each pass's K stages. The producer walks it twice (its copies, kStages - 1 stages ahead,
 // and its conversions), the consumers once, in the same order; a stage's slots follow the CTA's stage count q (raw
 // slot q % kStages, tile q % kTiles, scale group q / 2 % kScaleGroups: every pass has an even number of stages).
+template <int kTokens>
 struct Walk {
     int item, items, n_tiles;  // (every count fits: experts x tiles x 2)
     int e, n0, s0, end;        // the item's expert and first row, the pass's first slot and the expert's end
@@ -49,29 +50,29 @@ struct Walk {
 
     __device__ __forceinline__ bool live() const { return item < items; }
     // Item `item`'s expert and rows, and its first pass (where it is live).
-    __device__ __forceinline__ void enter(const Args& p, const int* active, int width) {
+    __device__ __forceinline__ void enter(const Args& p, const int* active) {
         if (!live()) return;
         e = active[item / (n_tiles * p.mat_count)];
         mat_i = int(item / n_tiles % p.mat_count);
         n0 = item % n_tiles * kRows;
         s0 = p.offsets[e];
         end = p.offsets[e + 1];
-        tokens = end - s0 < width ? end - s0 : width;
+        tokens = end - s0 < kTokens ? end - s0 : kTokens;
         kt = 0;
     }
     // The next stage; returns what it begins: kStage (a stage of the same pass), kPass (another pass of the item:
     // the activation loads change) or kItem (the weight loads change too).
     enum Step { kStage, kPass, kItem };
-    __device__ __forceinline__ Step advance(const Args& p, const int* active, int width) {
+    __device__ __forceinline__ Step advance(const Args& p, const int* active) {
         if (++kt < kt_count) return kStage;
         kt = 0;
-        s0 += width;
+        s0 += kTokens;
         if (s0 < end) {
-            tokens = end - s0 < width ? end - s0 : width;
+            tokens = end - s0 < kTokens ? end - s0 : kTokens;
             return kPass;
         }
         item += gridDim.x;
-        enter(p, active, width);
+        enter(p, active);
         return kItem;
     }
 };
@@ -100,7 +101,7 @@ struct ProducerCopies {
         act_scales = p.a_scale + act_row(wt < kTokens ? wt : 0) * (p.k / 128);
     }
     template <bool kNv>
-    __device__ __forceinline__ void load_stage(const Args& p, const Walk& w, unsigned stage, unsigned group,
+    __device__ __forceinline__ void load_stage(const Args& p, const Walk<kTokens>& w, unsigned stage, unsigned group,
                                                int wt) const {
         using S = Shape<kTokens>;
         using G = ScaleGroup<kTokens, kNv>;
@@ -205,18 +206,18 @@ __global__ void __launch_bounds__(kAllThreads, 1) moe_wgmma_specialized_kernel(A
     }
     const int count = list_active_experts<kAllThreads>(p.offsets, p.experts, active, warp_counts);
     __syncthreads();  // the barriers (list_active_experts has no barrier when p.experts is 0)
-    Walk walk;
+    Walk<kTokens> walk;
     walk.item = int(blockIdx.x);
     walk.items = count * int(n_tiles) * p.mat_count;
     walk.n_tiles = int(n_tiles);
     walk.kt_count = int(p.k / S::stage_cols);
-    walk.enter(p, active, kTokens);
+    walk.enter(p, active);
 
     if (tid < kProducers) {
         warpgroup_registers_decrease<kProducerRegisters>();
         using Tasks = ProducerConversion<kTokens, kNv>;
         const unsigned stages_addr = smem_addr(stages), groups_addr = smem_addr(groups);
-        Walk loads = walk;  // the copies' walk, kStages - 1 stages ahead of `walk` (the conversions')
+        Walk<kTokens> loads = walk;  // the copies' walk, kStages - 1 stages ahead of `walk` (the conversions')
         ProducerCopies<kTokens> copies;
         if (loads.live()) copies.enter_pass(p, loads.s0, loads.tokens, tid);
         int lq = 0;  // stages whose copies were issued
@@ -227,7 +228,7 @@ __global__ void __launch_bounds__(kAllThreads, 1) moe_wgmma_specialized_kernel(A
                 copies.template load_stage<kNv>(p, loads, stages_addr + lq % kStages * S::bytes,
                                                 groups_addr + lq / S::group_stages % kScaleGroups * G::bytes, tid);
                 ++lq;
-                if (loads.advance(p, active, kTokens) != Walk::kStage && loads.live())
+                if (loads.advance(p, active) != Walk<kTokens>::kStage && loads.live())
                     copies.enter_pass(p, loads.s0, loads.tokens, tid);
             }
             cp_async_commit();
@@ -246,7 +247,7 @@ __global__ void __launch_bounds__(kAllThreads, 1) moe_wgmma_specialized_kernel(A
             for (int i = 0; i < Tasks::kPerThread; ++i) tasks.convert(raw, tile, i);
             fence_proxy_async_shared();
             mbarrier_arrive(full + q % kStages);
-            if (walk.advance(p, active, kTokens) != Walk::kStage && walk.live()) tasks = Tasks(tid, walk.tokens);
+            if (walk.advance(p, active) != Walk<kTokens>::kStage && walk.live()) tasks = Tasks(tid, walk.tokens);
             issue();  // stage q + kStages - 1, into the slot of stage q - 1
         }
         return;
@@ -259,7 +260,7 @@ __global__ void __launch_bounds__(kAllThreads, 1) moe_wgmma_specialized_kernel(A
     asm("" : "+l"(b_desc0));  // opaque, as in moe_wgmma.cu (b_desc_at)
     const ActivationTasks<kTokens, kNv> no_tasks(0, 1);  // multiply_stage's conversion is off: the producer converts
     int q = 0;
-    for (; walk.live(); walk.item += int(gridDim.x), walk.enter(p, active, kTokens)) {
+    for (; walk.live(); walk.item += int(gridDim.x), walk.enter(p, active)) {
         const int64_t e = walk.e, n0 = walk.n0;
         const Matrix m = walk.mat_i ? p.mats[1] : p.mats[0];
         const float global = kNv ? __ldg(m.w_global + e) : 1.0f;
