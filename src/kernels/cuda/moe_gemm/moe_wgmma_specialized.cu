@@ -78,26 +78,31 @@ struct Walk {
 };
 
 // The producer's copies (thread wt of 128): 16-byte chunk wt % 8 of the stage's W rows wt / 8 + 16 j (rows past N
-// repeat the last; their outputs are never stored) and chunk wt % 16 of the pass's activation rows wt / 16 + 8 i
-// (only its own tokens); at a scale group's first stage, W row wt's codes and token wt's four activation scales. The W
-// sources are made at each stage from the walk (a few instructions: the producer has issue slots to spare, not
-// registers); the activation rows' (gathered through row_index) once a pass.
+// repeat the last; their outputs are never stored) and chunk wt % 16 of the pass's activation rows wt / 16 + 8 i (rows
+// past its tokens repeat its last: never multiplied into a stored output); at a scale group's first stage, W row wt's
+// codes and token wt's four activation scales. The W rows are one pointer an item, stepped 16 rows a copy (made at
+// each stage from the walk, their 64-bit multiplies were the producer's largest share of instructions), the
+// activation rows' (gathered through row_index) are made once a pass.
 template <int kTokens>
 struct ProducerCopies {
     static constexpr int kActRows = kProducers / 16, kActLoads = kTokens / kActRows;
-    const uint8_t* act[kActLoads];  // chunk wt % 16 of activation row wt / 16 + 8 i; nullptr past the pass's tokens
+    const uint8_t* act[kActLoads];  // chunk wt % 16 of activation row wt / 16 + 8 i
     const float* act_scales;        // token wt's scales (wt < kTokens)
+    const uint8_t* w_row;           // chunk wt % 8 of the item's W row wt / 8 at stage 0
+    bool w_inside;                  // the item's 128 rows lie inside N
 
+    __device__ __forceinline__ void enter_item(const Args& p, const Walk<kTokens>& w, int wt) {
+        const Matrix& m = w.mat_i ? p.mats[1] : p.mats[0];
+        w_inside = w.n0 + kRows <= p.n;
+        w_row = m.w + (int64_t(w.e) * p.n + w.n0 + wt / 8) * (p.k / 2) + wt % 8 * 16;
+    }
     __device__ __forceinline__ void enter_pass(const Args& p, int s0, int tokens, int wt) {
         auto act_row = [&](int r) -> int64_t {
             const int64_t slot = s0 + (r < tokens ? r : tokens - 1);
             return p.row_index ? p.row_index[slot] : slot;
         };
 #pragma unroll
-        for (int i = 0; i < kActLoads; ++i) {
-            const int r = wt / 16 + kActRows * i;
-            act[i] = r < tokens ? p.a + act_row(r) * p.k + wt % 16 * 16 : nullptr;
-        }
+        for (int i = 0; i < kActLoads; ++i) act[i] = p.a + act_row(wt / 16 + kActRows * i) * p.k + wt % 16 * 16;
         act_scales = p.a_scale + act_row(wt < kTokens ? wt : 0) * (p.k / 128);
     }
     template <bool kNv>
@@ -106,22 +111,28 @@ struct ProducerCopies {
         using S = Shape<kTokens>;
         using G = ScaleGroup<kTokens, kNv>;
         static_assert(S::stage_cols / 32 == 8 && kRows == 8 * 16, "eight chunks a W row, sixteen rows a sweep");
-        const Matrix& m = w.mat_i ? p.mats[1] : p.mats[0];
-        const int64_t k_half = p.k / 2, row0 = int64_t(w.e) * p.n;
-        const uint8_t* w_src = m.w + w.kt * (S::stage_cols / 2) + wt % 8 * 16;
+        const int64_t k_half = p.k / 2;
+        const unsigned w_at = stage + S::w + wt / 8 * S::w_row_bytes + wt % 8 * 16;
+        if (w_inside) {
+            const uint8_t* src = w_row + w.kt * (S::stage_cols / 2);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const int r = wt / 8 + 16 * j, n = w.n0 + r < p.n ? w.n0 + r : int(p.n) - 1;
-            cp_async16(stage + S::w + r * S::w_row_bytes + wt % 8 * 16, w_src + (row0 + n) * k_half);
+            for (int j = 0; j < 8; ++j, src += 16 * k_half) cp_async16(w_at + 16 * j * S::w_row_bytes, src);
+        } else {  // the matrix's last item, N % 128 != 0
+            const uint8_t* src = w_row + w.kt * (S::stage_cols / 2);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const int r = wt / 8 + 16 * j, past = w.n0 + r < p.n ? 0 : w.n0 + r - int(p.n) + 1;
+                cp_async16(w_at + 16 * j * S::w_row_bytes, src + (16 * j - past) * k_half);
+            }
         }
 #pragma unroll
         for (int i = 0; i < kActLoads; ++i)
-            if (act[i])
-                cp_async16(stage + S::a + (wt / 16 + kActRows * i) * S::a_row_bytes + wt % 16 * 16,
-                           act[i] + w.kt * S::stage_cols);
+            cp_async16(stage + S::a + (wt / 16 + kActRows * i) * S::a_row_bytes + wt % 16 * 16,
+                       act[i] + w.kt * S::stage_cols);
         if (w.kt % S::group_stages == 0) {
+            const Matrix& m = w.mat_i ? p.mats[1] : p.mats[0];
             const int n = w.n0 + wt < p.n ? w.n0 + wt : int(p.n) - 1;
-            const uint8_t* codes = m.w_scale + (row0 + n) * (kNv ? p.k / 16 : p.k / 32);
+            const uint8_t* codes = m.w_scale + (int64_t(w.e) * p.n + n) * (kNv ? p.k / 16 : p.k / 32);
 #pragma unroll
             for (int j = 0; j < G::w_row / 16; ++j)
                 cp_async16(group + G::w + wt * G::w_row + 16 * j,
@@ -185,6 +196,7 @@ __global__ void __launch_bounds__(kAllThreads, 1) moe_wgmma_specialized_kernel(A
     using SL = Layout<kTokens, kNv>;
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ int warp_counts[kAllThreads / 32];
+    __shared__ int slot_tokens[kStages];
     uint8_t* tiles = smem + SL::tiles;
     uint8_t* stages = smem + SL::stages;
     uint8_t* groups = smem + SL::groups;
@@ -217,25 +229,33 @@ __global__ void __launch_bounds__(kAllThreads, 1) moe_wgmma_specialized_kernel(A
         warpgroup_registers_decrease<kProducerRegisters>();
         using Tasks = ProducerConversion<kTokens, kNv>;
         const unsigned stages_addr = smem_addr(stages), groups_addr = smem_addr(groups);
-        Walk<kTokens> loads = walk;  // the copies' walk, kStages - 1 stages ahead of `walk` (the conversions')
+        Walk<kTokens> loads = walk;  // the copies' walk
         ProducerCopies<kTokens> copies;
-        if (loads.live()) copies.enter_pass(p, loads.s0, loads.tokens, tid);
-        int lq = 0;  // stages whose copies were issued
+        if (loads.live()) {
+            copies.enter_item(p, loads, tid);
+            copies.enter_pass(p, loads.s0, loads.tokens, tid);
+        }
+        // Stages whose copies were issued, the next one's scale-group slot, and each raw slot's pass width (written
+        // by thread 0 with the slot's copies, read by the conversion kStages - 1 stages later, after the barrier).
+        int lq = 0, group_slot = 0;
         auto issue = [&] {
             if (loads.live()) {
                 if (lq >= kStages)  // the slot's last stage, lq - kStages, is done with
                     mbarrier_wait(raw_free + lq % kStages, uint32_t((lq - kStages) / kStages) & 1u);
                 copies.template load_stage<kNv>(p, loads, stages_addr + lq % kStages * S::bytes,
-                                                groups_addr + lq / S::group_stages % kScaleGroups * G::bytes, tid);
-                ++lq;
-                if (loads.advance(p, active) != Walk<kTokens>::kStage && loads.live())
+                                                groups_addr + group_slot * G::bytes, tid);
+                if (tid == 0) slot_tokens[lq % kStages] = loads.tokens;
+                if (++lq % S::group_stages == 0) group_slot = group_slot + 1 == kScaleGroups ? 0 : group_slot + 1;
+                const typename Walk<kTokens>::Step step = loads.advance(p, active);
+                if (step != Walk<kTokens>::kStage && loads.live()) {
+                    if (step == Walk<kTokens>::kItem) copies.enter_item(p, loads, tid);
                     copies.enter_pass(p, loads.s0, loads.tokens, tid);
+                }
             }
             cp_async_commit();
         };
         for (int i = 0; i < kStages - 1; ++i) issue();
-        Tasks tasks(tid, walk.tokens);
-        for (int q = 0; walk.live(); ++q) {
+        for (int q = 0; q < lq; ++q) {
             // Stage q's copies landed (the q-th committed group) for every producer thread, and tile q % kTiles is
             // free once the consumers' wgmmas of stage q - kTiles are done.
             cp_async_wait<kStages - 2>();
@@ -243,11 +263,11 @@ __global__ void __launch_bounds__(kAllThreads, 1) moe_wgmma_specialized_kernel(A
             if (q >= kTiles) mbarrier_wait(tile_free + q % kTiles, uint32_t((q - kTiles) / kTiles) & 1u);
             const uint8_t* raw = stages + (q % kStages) * S::bytes;
             uint8_t* tile = tiles + (q % kTiles) * S::b16_bytes;
+            const Tasks tasks(tid, slot_tokens[q % kStages]);
 #pragma unroll
             for (int i = 0; i < Tasks::kPerThread; ++i) tasks.convert(raw, tile, i);
             fence_proxy_async_shared();
             mbarrier_arrive(full + q % kStages);
-            if (walk.advance(p, active) != Walk<kTokens>::kStage && walk.live()) tasks = Tasks(tid, walk.tokens);
             issue();  // stage q + kStages - 1, into the slot of stage q - 1
         }
         return;
