@@ -1,14 +1,14 @@
 // moe_gemm's wide passes (32 and 64 slots: batches and prefill) over row-ordered weights on three warpgroups (warp
 // specialization). In moe_wgmma.cu's two-warpgroup kernel each warp issues its share of the copies (their address
 // registers were 11 % of its stall samples, the stage head 14 %), converts its share of the next stage's activations,
-// and every pass refills and drains the stages behind a CTA barrier. Here a producer warpgroup issues every copy (W's nibbles, the pass's activation rows, the scale groups) and converts
-// each stage's activations into its f16 tile, running kStages - 1 stages ahead across passes and items; two consumer
-// warpgroups (64 weight rows each) decode W, run the wgmmas and promote (multiply_stage without its conversion: the
-// same fragments, k slots, wgmmas and promotions, so the same bits). They meet through counted mbarriers: full[s]
-// (slot s's copies landed and its activations converted: the producer's 128 threads), raw_free[s] (both consumers
-// are done with slot s's W and scales: 256) and tile_free[t] (their wgmmas on tile t are done: 256). The producer gives
-// registers back (setmaxnreg) to the consumers' accumulators. Needs row-ordered weights (the tiled layout's copies
-// take the CTA's 256 threads) and K % 512 == 0.
+// and every pass refills and drains the stages behind a CTA barrier. Here a producer warpgroup issues every copy (W's
+// nibbles, the pass's activation rows, the scale groups) kStages - 1 stages ahead across passes and items, and converts
+// each stage's activations into its f16 tile; two consumer warpgroups (64 weight rows each) decode W, run the wgmmas
+// and promote (multiply_stage without its conversion: the same fragments, k slots, wgmmas and promotions, so the same
+// bits). They meet through counted mbarriers: full[s] (slot s's copies landed and its activations converted: the
+// producer's 128 threads), raw_free[s] (both consumers are done with slot s's W and scales: 256) and tile_free[t]
+// (their wgmmas on tile t are done: 256). The producer gives registers back (setmaxnreg) to the consumers'
+// accumulators. Needs row-ordered weights (the tiled layout's copies take the CTA's 256 threads) and K % 512 == 0.
 #include "kernels/cuda/common/cta_sync.cuh"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
@@ -39,8 +39,8 @@ struct Layout {
 };
 
 // A CTA's walk over its stages: items (matrix, active expert, 128-row tile) from blockIdx.x by gridDim.x, each item's
-// passes of kTokens slots, each pass's K stages. The producer walks it twice (its copies, kStages - 1 stages ahead,
-// and its conversions), the consumers once, in the same order; a stage's slots follow the CTA's stage count q (raw
+// passes of kTokens slots, each pass's K stages. The producer's copies and the consumers walk it in the same order
+// (the producer's conversions follow its copies by stage count); a stage's slots follow the CTA's stage count q (raw
 // slot q % kStages, tile q % kTiles, scale group q / 2 % kScaleGroups: every pass has an even number of stages).
 template <int kTokens>
 struct Walk {
@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(kAllThreads, 1) moe_wgmma_specialized_kernel(A
     const int ct = tid - kProducers, lane = ct % 32, warp = ct / 32, g = lane / 4, t = lane % 4;
     const int row_g = 16 * warp + g;
     uint64_t b_desc0 = wgmma_desc(smem_addr(tiles), kCoreK, kCoreN);
-    asm("" : "+l"(b_desc0));  // opaque, as in moe_wgmma.cu (b_desc_at)
+    asm("" : "+l"(b_desc0));                             // opaque, as in moe_wgmma.cu (b_desc_at)
     const ActivationTasks<kTokens, kNv> no_tasks(0, 1);  // multiply_stage's conversion is off: the producer converts
     int q = 0;
     for (; walk.live(); walk.item += int(gridDim.x), walk.enter(p, active)) {
@@ -285,10 +285,10 @@ __global__ void __launch_bounds__(kAllThreads, 1) moe_wgmma_specialized_kernel(A
         const Matrix m = walk.mat_i ? p.mats[1] : p.mats[0];
         const float global = kNv ? __ldg(m.w_global + e) : 1.0f;
         const int64_t code_row = e * p.n + (n0 + ct < p.n ? n0 + ct : p.n - 1);
-        const bool folded = named_barrier_and(
-            2, kThreads,
-            row_codes_foldable<kNv>(m.w_scale + code_row * (kNv ? p.k / 16 : p.k / 32), ct < kRows,
-                                    kNv ? p.k / 16 : p.k / 32, kNv ? nvfp4_fold_bias(global) : 0));
+        const int64_t scale_cols = kNv ? p.k / 16 : p.k / 32;
+        const bool row_folds = row_codes_foldable<kNv>(m.w_scale + code_row * scale_cols, ct < kRows, scale_cols,
+                                                       kNv ? nvfp4_fold_bias(global) : 0);
+        const bool folded = named_barrier_and(2, kThreads, row_folds);  // every row of the item (the consumers only)
         for (; walk.s0 < walk.end; walk.s0 += kTokens) {
             const int64_t s0 = walk.s0;
             const int tokens = walk.end - s0 < kTokens ? int(walk.end - s0) : kTokens;
