@@ -22,7 +22,6 @@
 // 16-byte aligned scales (every V4 shape; the launcher takes the warp-MMA kernel otherwise). Tested bitwise against
 // the warp-MMA kernel in tests/gpu/moe_gemm_test.cpp. The wide passes (32 and 64 slots) over row-ordered weights run
 // on three warpgroups instead (moe_wgmma_specialized.cu); this kernel keeps the narrow passes and the tiled layout.
-#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
 #include "kernels/cuda/moe_gemm/moe_wgmma_stage.cuh"
 
@@ -83,12 +82,7 @@ __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmm
             const ActivationLoads<kTokens> al = activation_loads<kTokens>(p, s0, tokens, tid);
             const Tasks tasks(tid, tokens);
             float sum[2][kTn][4];  // [K part: the block's parity][n8 tile][fragment]
-#pragma unroll
-            for (int part = 0; part < 2; ++part)
-#pragma unroll
-                for (int j = 0; j < kTn; ++j)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) sum[part][j][i] = 0.0f;
+            zero_sums(sum);
 
 #pragma unroll
             for (int s = 0; s < kStageCount - 1; ++s) {
@@ -138,15 +132,7 @@ __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmm
             cp_async_wait<0>();
             __syncthreads();  // the next pass's prologue refills the stages
 
-#pragma unroll
-            for (int j = 0; j < kTn; ++j)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int token = 8 * j + 2 * t + (i & 1);
-                    const int64_t n = n0 + row_g + (i >= 2 ? 8 : 0);
-                    if (token < tokens && n < p.n)
-                        m.y[(s0 + token) * p.n + n] = __float2bfloat16_rn(__fadd_rn(sum[0][j][i], sum[1][j][i]));
-                }
+            store_pass_outputs(p, m, sum, s0, tokens, n0, row_g, t);
         }
     }
 #else
@@ -160,13 +146,8 @@ cudaError_t launch(const Args& args, cudaStream_t stream) {
         if (!args.tiled) return detail::launch_moe_wgmma_specialized(args, kFormat, kTokens, stream);
     const auto kernel =
         args.tiled ? moe_wgmma_kernel<kFormat, kTokens, true> : moe_wgmma_kernel<kFormat, kTokens, false>;
-    const int smem = smem_bytes<kTokens, kFormat == ExpertFormat::kNvfp4>(args.experts);
-    const int64_t n_tiles = (args.n + kRows - 1) / kRows;
-    const int64_t items = args.experts * n_tiles * args.mat_count,
-                  resident = resident_ctas(reinterpret_cast<const void*>(kernel), kThreads, smem);
-    const int64_t grid = items < resident ? items : resident;
-    kernel<<<unsigned(grid), kThreads, smem, stream>>>(args);
-    return cudaGetLastError();
+    return launch_over_items(kernel, kThreads, smem_bytes<kTokens, kFormat == ExpertFormat::kNvfp4>(args.experts), args,
+                             stream);
 }
 
 template <ExpertFormat kFormat>

@@ -10,7 +10,6 @@
 // (their wgmmas on tile t are done: 256). The producer gives registers back (setmaxnreg) to the consumers'
 // accumulators. Needs row-ordered weights (the tiled layout's copies take the CTA's 256 threads) and K % 512 == 0.
 #include "kernels/cuda/common/cta_sync.cuh"
-#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
 #include "kernels/cuda/moe_gemm/moe_wgmma_stage.cuh"
 
@@ -293,12 +292,7 @@ __global__ void __launch_bounds__(kAllThreads, 1) moe_wgmma_specialized_kernel(A
             const int64_t s0 = walk.s0;
             const int tokens = walk.end - s0 < kTokens ? int(walk.end - s0) : kTokens;
             float sum[2][kTn][4];  // [K part: the block's parity][n8 tile][fragment]
-#pragma unroll
-            for (int part = 0; part < 2; ++part)
-#pragma unroll
-                for (int j = 0; j < kTn; ++j)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) sum[part][j][i] = 0.0f;
+            zero_sums(sum);
             for (int kt = 0; kt < walk.kt_count; ++kt, ++q) {
                 const int slot = q % kStages;
                 mbarrier_wait(full + slot, uint32_t(q / kStages) & 1u);
@@ -321,15 +315,7 @@ __global__ void __launch_bounds__(kAllThreads, 1) moe_wgmma_specialized_kernel(A
                 mbarrier_arrive(raw_free + slot);  // its W words and scales were read, its wgmmas waited for
                 mbarrier_arrive(tile_free + q % kTiles);
             }
-#pragma unroll
-            for (int j = 0; j < kTn; ++j)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int token = 8 * j + 2 * t + (i & 1);
-                    const int64_t n = n0 + row_g + (i >= 2 ? 8 : 0);
-                    if (token < tokens && n < p.n)
-                        m.y[(s0 + token) * p.n + n] = __float2bfloat16_rn(__fadd_rn(sum[0][j][i], sum[1][j][i]));
-                }
+            store_pass_outputs(p, m, sum, s0, tokens, n0, row_g, t);
         }
     }
 #else
@@ -339,14 +325,8 @@ __global__ void __launch_bounds__(kAllThreads, 1) moe_wgmma_specialized_kernel(A
 
 template <ExpertFormat kFormat, int kTokens>
 cudaError_t launch_specialized(const Args& args, cudaStream_t stream) {
-    const auto kernel = moe_wgmma_specialized_kernel<kFormat, kTokens>;
-    const int smem = Layout<kTokens, kFormat == ExpertFormat::kNvfp4>::bytes(args.experts);
-    const int64_t n_tiles = (args.n + kRows - 1) / kRows;
-    const int64_t items = args.experts * n_tiles * args.mat_count,
-                  resident = resident_ctas(reinterpret_cast<const void*>(kernel), kAllThreads, smem);
-    const int64_t grid = items < resident ? items : resident;
-    kernel<<<unsigned(grid), kAllThreads, smem, stream>>>(args);
-    return cudaGetLastError();
+    return launch_over_items(moe_wgmma_specialized_kernel<kFormat, kTokens>, kAllThreads,
+                             Layout<kTokens, kFormat == ExpertFormat::kNvfp4>::bytes(args.experts), args, stream);
 }
 
 }  // namespace

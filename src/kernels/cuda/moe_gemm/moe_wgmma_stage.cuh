@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common/cp_async.cuh"
+#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/common/wgmma.cuh"
 #include "kernels/cuda/expert_layout/expert_layout.h"
 #include "kernels/cuda/moe_gemm/moe_mma_common.cuh"
@@ -287,6 +288,43 @@ struct StageOperands {
     uint8_t* next_tile;           // and the tile they are converted into
     bool convert_next;            // whether there is a next stage
 };
+// A pass's sums ([K part: the block's parity][n8 tile][fragment]) from zero.
+template <int kTn>
+__device__ __forceinline__ void zero_sums(float (&sum)[2][kTn][4]) {
+#pragma unroll
+    for (int part = 0; part < 2; ++part)
+#pragma unroll
+        for (int j = 0; j < kTn; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) sum[part][j][i] = 0.0f;
+}
+// A pass's outputs: part 0 + part 1 rounded to bf16, for the pass's `tokens` slots from s0 and the rows below N of
+// the thread's fragment rows (row_g, row_g + 8 past the item's first row n0; lane quarter t).
+template <int kTn>
+__device__ __forceinline__ void store_pass_outputs(const Args& p, const Matrix& m, const float (&sum)[2][kTn][4],
+                                                   int64_t s0, int tokens, int64_t n0, int row_g, int t) {
+#pragma unroll
+    for (int j = 0; j < kTn; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int token = 8 * j + 2 * t + (i & 1);
+            const int64_t n = n0 + row_g + (i >= 2 ? 8 : 0);
+            if (token < tokens && n < p.n)
+                m.y[(s0 + token) * p.n + n] = __float2bfloat16_rn(__fadd_rn(sum[0][j][i], sum[1][j][i]));
+        }
+}
+
+// Launches a persistent grid of `kernel` over the launch's items (matrix, expert, 128-row tile), at most as many CTAs
+// as the device holds at once.
+template <typename Kernel>
+cudaError_t launch_over_items(Kernel kernel, int threads, int smem, const Args& args, cudaStream_t stream) {
+    const int64_t n_tiles = (args.n + kRows - 1) / kRows;
+    const int64_t items = args.experts * n_tiles * args.mat_count,
+                  resident = resident_ctas(reinterpret_cast<const void*>(kernel), threads, smem);
+    const int64_t grid = items < resident ? items : resident;
+    kernel<<<unsigned(grid), threads, smem, stream>>>(args);
+    return cudaGetLastError();
+}
 
 // One stage's MMA units and promotions into `sum` ([K part: the block's parity][n8 tile][fragment]), with the block
 // scales folded into the weights (kFolded) or promoted; kConverts: and the next stage's conversion in the wgmmas'
