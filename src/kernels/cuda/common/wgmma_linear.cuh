@@ -13,8 +13,8 @@
 // bf16_kernel's roles: the activations are the A operand (64 rows per warpgroup, 16 per warp), from registers; W is
 // the B operand, from shared memory as 16-bit k16 tiles (K-major core matrices) converted from the staged e4m3 bytes
 // one block ahead, while the current block's wgmmas run. Raw activation and W blocks stream through cp.async stages.
-// CTA: two warpgroups, 128 x 128 outputs, one per SM; each block's wgmmas run as two 64-column halves so the first
-// half is promoted while the second runs. Tested bitwise against the warp-MMA tiles (gemm_fp8_test,
+// CTA: two warpgroups, 128 x 128 outputs, one per SM; each block's wgmmas run as one m64n128 a k16 step, the next
+// block's W tile converted while they run. Tested bitwise against the warp-MMA tiles (gemm_fp8_test,
 // grouped_linear_test).
 #pragma once
 
@@ -81,31 +81,24 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int q) {
     return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
 }
 
+// A K block's eight k16 steps (fragments a against the block's tile at desc), each one m64n128 wgmma over the tile's
+// 128 columns, into acc from zero, one commit group. (As two m64n64 halves in two groups, half 0 promoted while half 1
+// ran, the bf16 tile ran 6 % slower: docs/perf.md, "What the f16 warpgroup MMA reaches by shape".)
 template <bool kBf16>
-__device__ __forceinline__ void wgmma_half(float (&d)[32], const uint32_t (&a)[4], uint64_t desc, bool accumulate) {
-    if constexpr (kBf16)
-        wgmma_m64n64k16_bf16(d, a, desc, accumulate);
-    else
-        wgmma_m64n64k16_f16(d, a, desc, accumulate);
-}
-
-// A K block's 16 wgmmas (fragments a against the block's tile at desc): each 64-column half of the tile into its own
-// accumulator from zero, one commit group a half, so that half 0 can be promoted while half 1's wgmmas run.
-template <bool kBf16>
-__device__ __forceinline__ void issue_block(float (&acc)[2][32], const uint32_t (&a)[8][4], uint64_t desc) {
-    wgmma_fence_operand(acc[0]);
-    wgmma_fence_operand(acc[1]);
+__device__ __forceinline__ void issue_block(float (&acc)[64], const uint32_t (&a)[8][4], uint64_t desc) {
+    wgmma_fence_operand(acc);
     wgmma_fence();
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-            wgmma_half<kBf16>(acc[half], a[j], desc + ((j * kStepBytes + half * 8 * kCoreN) >> 4), j > 0);
-        wgmma_commit();
+    for (int j = 0; j < 8; ++j) {
+        if constexpr (kBf16)
+            wgmma_m64n128k16_bf16(acc, a[j], desc + ((j * kStepBytes) >> 4), j > 0);
+        else
+            wgmma_m64n128k16_f16(acc, a[j], desc + ((j * kStepBytes) >> 4), j > 0);
     }
+    wgmma_commit();
 }
 
-// Whether promote_half<true> gives promote_half's bits with this scale: a power of two in [2^-100, 2^100]. With e4m3
+// Whether promote_block<true> gives promote_block's bits with this scale: a power of two in [2^-100, 2^100]. With e4m3
 // operands every non-zero block sum |acc| lies in [2^-18, 2^25] (products of e4m3 values are multiples of 2^-18; 128 of
 // them at most 448^2 each), so acc * scale is then a normal float, exact, and rounding it before the add changes
 // nothing. FP8 activations' UE8M0 scales times E8M0 weight scales (every V4 checkpoint) are powers of two.
@@ -114,25 +107,22 @@ __device__ __forceinline__ bool scale_exact(float scale) {
     return (bits & 0x7FFFFFu) == 0 && (bits >> 23) - 27u <= 200u;  // sign 0, exponent field 27 .. 227
 }
 
-// sum += acc * scale for one 64-column half (n8 tile j: rows g with scale_g, g + 8 with scale_g8), after the wgmmas
-// that wrote acc were waited for: the warp-MMA tiles' promotion, product and sum each rounded. kFused: one FFMA an
-// output, fma(acc, scale, sum), for e4m3 block sums whose scales pass scale_exact (the caller checks them for the
-// whole warp): it rounds once where the product and add round an exact product and then the sum, the same bits.
+// sum += acc * scale for the block (n8 tile j: rows g with scale_g, g + 8 with scale_g8), after the wgmmas that wrote
+// acc were waited for: the warp-MMA tiles' promotion, product and sum each rounded. kFused: one FFMA an output,
+// fma(acc, scale, sum), for e4m3 block sums whose scales pass scale_exact (the caller checks them for the whole warp):
+// it rounds once where the product and add round an exact product and then the sum, the same bits.
 template <bool kFused = false>
-__device__ __forceinline__ void promote_half(float (&sum)[64], float (&acc)[32], int half, float scale_g,
-                                             float scale_g8) {
+__device__ __forceinline__ void promote_block(float (&sum)[64], float (&acc)[64], float scale_g, float scale_g8) {
     auto promote = [](float s, float a, float scale) {
         return kFused ? __fmaf_rn(a, scale, s) : __fadd_rn(s, __fmul_rn(a, scale));
     };
     wgmma_fence_operand(acc);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        float* s4 = sum + 4 * (8 * half + j);
-        const float* a4 = acc + 4 * j;
-        s4[0] = promote(s4[0], a4[0], scale_g);
-        s4[1] = promote(s4[1], a4[1], scale_g);
-        s4[2] = promote(s4[2], a4[2], scale_g8);
-        s4[3] = promote(s4[3], a4[3], scale_g8);
+    for (int j = 0; j < 16; ++j) {
+        sum[4 * j] = promote(sum[4 * j], acc[4 * j], scale_g);
+        sum[4 * j + 1] = promote(sum[4 * j + 1], acc[4 * j + 1], scale_g);
+        sum[4 * j + 2] = promote(sum[4 * j + 2], acc[4 * j + 2], scale_g8);
+        sum[4 * j + 3] = promote(sum[4 * j + 3], acc[4 * j + 3], scale_g8);
     }
 }
 
@@ -267,8 +257,7 @@ __global__ void __launch_bounds__(kThreads, 1) bf16_kernel(Args p) {
         for (int h = 0; h < 2; ++h)
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
-                const uint4 vg =
-                    *reinterpret_cast<const uint4*>(x_st + x_chunk_at<false>(row_g, 8 * h + 2 * t + c));
+                const uint4 vg = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<false>(row_g, 8 * h + 2 * t + c));
                 const uint4 vg8 =
                     *reinterpret_cast<const uint4*>(x_st + x_chunk_at<false>(row_g + 8, 8 * h + 2 * t + c));
 #pragma unroll
@@ -283,7 +272,7 @@ __global__ void __launch_bounds__(kThreads, 1) bf16_kernel(Args p) {
         for (int i = 0; i < kTasks; ++i)
             if (convert_next) next[i] = load_task(next_raw, i);
 
-        float acc[2][32];
+        float acc[64];
         issue_block<true>(acc, a, desc);
         // The next block's W tile while this block's wgmmas run.
 #pragma unroll
@@ -291,12 +280,9 @@ __global__ void __launch_bounds__(kThreads, 1) bf16_kernel(Args p) {
             if (convert_next) store_task(next_tile, i, next[i]);
         fence_proxy_async_shared();
 
-        const float ws = __ldg(ws_row + kb);
-        const float scale_g = ws, scale_g8 = ws;  // bf16 activations carry no scale
-        wgmma_wait<1>();
-        promote_half(sum, acc[0], 0, scale_g, scale_g8);
+        const float ws = __ldg(ws_row + kb);  // bf16 activations carry no scale
         wgmma_wait<0>();
-        promote_half(sum, acc[1], 1, scale_g, scale_g8);
+        promote_block(sum, acc, ws, ws);
     }
 
     store_outputs(p, sum, m_cta, n_cta, row_g, t);

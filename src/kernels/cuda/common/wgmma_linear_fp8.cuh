@@ -166,24 +166,19 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
         }
         mbarrier_arrive(x_free + kb % kStages);  // the stage's activations and scales are in registers
 
-        float acc[2][32];
+        float acc[64];
         issue_block<false>(acc, a, desc0 + (((kb % kTiles) * kTileBytes) >> 4));
         const float ws = __ldg(ws_row + kb);
         const float scale_g = __fmul_rn(xs_g, ws), scale_g8 = __fmul_rn(xs_g8, ws);
         // One FFMA an output where that is the same bits (every thread's two scales pass scale_exact), else
-        // promote_half's product and add.
+        // promote_block's product and add.
         const bool fused = __all_sync(0xFFFFFFFFu, scale_exact(scale_g) && scale_exact(scale_g8));
-        wgmma_wait<1>();
-        if (fused)
-            promote_half<true>(sum, acc[0], 0, scale_g, scale_g8);
-        else
-            promote_half(sum, acc[0], 0, scale_g, scale_g8);
         wgmma_wait<0>();
         mbarrier_arrive(tile_free + kb % kTiles);
         if (fused)
-            promote_half<true>(sum, acc[1], 1, scale_g, scale_g8);
+            promote_block<true>(sum, acc, scale_g, scale_g8);
         else
-            promote_half(sum, acc[1], 1, scale_g, scale_g8);
+            promote_block(sum, acc, scale_g, scale_g8);
     }
 
     store_outputs(p, sum, m_cta, n_cta, row_g, t);
