@@ -141,7 +141,7 @@ __device__ __forceinline__ uint64_t desc_of(uint32_t addr) {
 
 // kMath warpgroups issue the MMAs; with kHog one more streams shared memory. kPromote: groups of kGroup k16 steps
 // into two accumulators taking turns, each promoted by FFMAs after its wait; else one chained accumulator.
-enum class Mode { kDrain, kDrainPromote, kHalves };
+enum class Mode { kDrain, kDrainPromote, kHalves, kPaired };
 
 template <int kN, int kMath, int kGroup, Mode kMode, bool kHog>
 __global__ void __launch_bounds__((kMath + kHog) * 128, 1) probe(float* out, int groups) {
@@ -181,7 +181,37 @@ __global__ void __launch_bounds__((kMath + kHog) * 128, 1) probe(float* out, int
     const float scale = 1.0f / (1 + (tid & 7));
     constexpr bool kPromote = kMode == Mode::kDrainPromote;
     float total = 0.0f;
-    if constexpr (kMode == Mode::kHalves) {
+    if constexpr (kMode == Mode::kPaired) {
+        // The experts' stage (moe_wgmma_stage.cuh, multiply_stage): eight units of kGroup k16 steps, each from zero
+        // into one of two accumulators in turn; unit u's wgmmas issued before unit u - 1 is waited for (wait 1) and
+        // promoted, the stage drained after its last unit. A group here is a stage.
+        float acc[2][kN / 2], sum[kN / 2];
+#pragma unroll
+        for (int i = 0; i < kN / 2; ++i) sum[i] = 0.0f;
+        for (int g = 0; g < groups; ++g) {
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                pin(acc[u % 2]);
+                fence();
+#pragma unroll
+                for (int j = 0; j < kGroup; ++j)
+                    wgmma<kN>(acc[u % 2], a, desc0 + ((((u * kGroup + j) % kSteps) * kN * 32) >> 4), j > 0);
+                commit();
+                if (u > 0) {
+                    wait<1>();
+                    pin(acc[(u - 1) % 2]);
+#pragma unroll
+                    for (int i = 0; i < kN / 2; ++i) sum[i] = __fmaf_rn(acc[(u - 1) % 2][i], scale, sum[i]);
+                }
+            }
+            wait<0>();
+            pin(acc[1]);
+#pragma unroll
+            for (int i = 0; i < kN / 2; ++i) sum[i] = __fmaf_rn(acc[1][i], scale, sum[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < kN / 2; ++i) total += sum[i];
+    } else if constexpr (kMode == Mode::kHalves) {
         // gemm_fp8's consumer: a block's eight k16 steps as two m64(kN/2) halves, each its own commit group; half 0
         // promoted while half 1 runs, the warpgroup's pipe drained at the block's end.
         float acc[2][kN / 4], sum[kN / 2];
@@ -242,7 +272,10 @@ __global__ void __launch_bounds__((kMath + kHog) * 128, 1) probe(float* out, int
 }
 
 const char* mode_name(Mode m) {
-    return m == Mode::kDrain ? "drain" : m == Mode::kDrainPromote ? "promoted" : "halves";
+    return m == Mode::kDrain          ? "drain"
+           : m == Mode::kDrainPromote ? "promoted"
+           : m == Mode::kHalves       ? "halves"
+                                      : "paired";
 }
 
 template <int kN, int kMath, int kGroup, Mode kMode, bool kHog>
@@ -251,7 +284,7 @@ void run(int sms, float* out) {
     const int smem = kSteps * kN * 32 + (kHog ? kHogBytes + 16 : 0);
     PROBE_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     // Groups a warpgroup: the same work at every shape, ~2^34 MACs in all.
-    const int steps_a_group = kMode == Mode::kHalves ? kSteps : kGroup;
+    const int steps_a_group = kMode == Mode::kHalves ? kSteps : kMode == Mode::kPaired ? 8 * kGroup : kGroup;
     const int groups = int((int64_t(1) << 34) / (int64_t(sms) * kMath * 64 * kN * 16 * steps_a_group));
     cudaEvent_t start, stop;
     PROBE_CHECK(cudaEventCreate(&start));
@@ -306,6 +339,10 @@ int main() {
     run<64, 2, 2, M::kDrainPromote, false>(sms, out);
     run<64, 3, 2, M::kDrainPromote, false>(sms, out);
     run<64, 2, 4, M::kDrainPromote, false>(sms, out);
+    // The experts' stage as multiply_stage runs it: eight 2-step units on two accumulators, one in flight while the
+    // other is promoted; with 32 and 64 slots.
+    run<64, 2, 2, M::kPaired, false>(sms, out);
+    run<32, 2, 2, M::kPaired, false>(sms, out);
     // gemm_fp8's consumers: as two m64n64 halves (main), as one m64n128 a k16 step.
     run<128, 2, 8, M::kHalves, false>(sms, out);
     run<128, 2, 8, M::kDrainPromote, false>(sms, out);
