@@ -44,7 +44,6 @@ struct Args {
     int64_t ldy;
     int64_t m, n, k, group_n;  // group_n: columns per group of x slices (n: one group)
     int kb;
-    int64_t tiles;     // gemm_fp8's persistent tile: 128 x 128 tiles in all (its launch sets it)
     bool pair_stores;  // y's rows even-length and 4-byte aligned: bf16 pairs stored as one word
 };
 

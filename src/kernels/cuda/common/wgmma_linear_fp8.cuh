@@ -13,7 +13,6 @@
 #pragma once
 
 #include "kernels/cuda/common/cta_sync.cuh"
-#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/common/wgmma_linear.cuh"
 
 namespace dsv4::cuda::wgmma_linear {
@@ -30,15 +29,6 @@ constexpr int kProducers = 2, kSpecializedThreads = (kProducers + 2) * 128;
 constexpr int kProducerRegisters = 64, kConsumerRegisters = 192;
 static_assert(kProducers * 128 * kProducerRegisters + 256 * kConsumerRegisters <= 65536);
 
-// The CTA's tiles: blockIdx.x, + gridDim.x, ... of Args::tiles, M fastest (so the CTAs of a wave share W's rows).
-struct TileOrigin {
-    int64_t m, n;  // the tile's first activation row and first output column
-};
-__device__ __forceinline__ TileOrigin tile_origin(const Args& p, int64_t tile) {
-    const int64_t m_tiles = (p.m + kBM - 1) / kBM;
-    return {tile % m_tiles * kBM, tile / m_tiles * kBN};
-}
-
 template <int kStages>  // SpecializedLayout's (a template, so that each translation unit may instantiate it)
 __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Args p) {
 #if DSV4_WGMMA
@@ -53,10 +43,7 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
     uint64_t* x_free = full + kStages;
     uint64_t* tile_free = x_free + kStages;
     const int tid = threadIdx.x, wg = tid / 128, wt = tid % 128;
-    // The CTA's blocks in order: those of its first tile, then of its next, ...; block g of the walk uses stage slot
-    // g % kStages and W tile g % kTiles, so the pipeline runs on across tiles.
-    const int64_t my_tiles = (p.tiles - blockIdx.x + gridDim.x - 1) / gridDim.x;
-    const uint32_t blocks = uint32_t(my_tiles * p.kb);
+    const int64_t m_cta = int64_t(blockIdx.x) * kBM, n_cta = int64_t(blockIdx.y) * kBN;
     if (tid == 0) {
         for (int i = 0; i < kStages; ++i) mbarrier_init(full + i, kProducers * 128);
         for (int i = 0; i < kStages; ++i) mbarrier_init(x_free + i, 256);
@@ -68,34 +55,23 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
     if (wg < kProducers) {
         // Producer wg: thread wt copies chunk wt % 8 of activation and W rows 64 wg + wt / 8 + 16 i (rows past M or N
         // repeat the last one and are never stored) and the activation scale of row 64 wg + wt (wt < 64), and converts
-        // W row 64 wg + wt % 64's step group wt / 64. Its copies run kStages - 1 blocks ahead of its conversions,
-        // into the CTA's next tile where this one ends.
+        // W row 64 wg + wt % 64's step group wt / 64.
         warpgroup_registers_decrease<kProducerRegisters>();
         const int chunk = wt % 8, r0 = 64 * wg + wt / 8, own = 64 * wg;  // this producer's rows: own .. own + 63
         const uint8_t* x_chunk = static_cast<const uint8_t*>(p.x) + 16 * chunk;
         const uint8_t* w_chunk = p.w + 16 * chunk;
+        // Rows r0 + 16 i: one pointer stepped by 16 rows where the tile lies inside M (N), else each row clamped.
+        const bool x_inside = m_cta + kBM <= p.m, w_inside = n_cta + kBN <= p.n;
         const int64_t x_step = 16 * p.ldx, w_step = 16 * p.k;
+        const uint8_t* x_row0 = x_chunk + (m_cta + r0 < p.m ? m_cta + r0 : p.m - 1) * p.ldx;
+        const uint8_t* w_row0 = w_chunk + (n_cta + r0 < p.n ? n_cta + r0 : p.n - 1) * p.k;
+        const int64_t scale_row = m_cta + own + wt % 64 < p.m ? m_cta + own + wt % 64 : p.m - 1;
+        const float* xs_src = p.x_scale + scale_row * p.kb;
         const unsigned stages_addr = smem_addr(stages);
-        // The tile being copied: its rows r0 + 16 i, one pointer stepped by 16 rows where the tile lies inside M and N
-        // (inside: CTA-uniform), else each row clamped.
-        int64_t copy_tile = blockIdx.x, m_cta = 0, n_cta = 0;
-        const uint8_t *x_row0 = nullptr, *w_row0 = nullptr;
-        const float* xs_src = nullptr;
-        bool inside = true;
-        auto start_tile = [&]() {
-            const TileOrigin o = tile_origin(p, copy_tile);
-            m_cta = o.m, n_cta = o.n;
-            inside = m_cta + kBM <= p.m && n_cta + kBN <= p.n;
-            x_row0 = x_chunk + (m_cta + r0 < p.m ? m_cta + r0 : p.m - 1) * p.ldx;
-            w_row0 = w_chunk + (n_cta + r0 < p.n ? n_cta + r0 : p.n - 1) * p.k;
-            const int64_t scale_row = m_cta + own + wt % 64 < p.m ? m_cta + own + wt % 64 : p.m - 1;
-            xs_src = p.x_scale + scale_row * p.kb;
-        };
-        start_tile();
-        int copy_kb = 0;  // the next block to copy of copy_tile
-        auto load = [&](uint32_t g) {
-            const unsigned base = stages_addr + (g % kStages) * L::bytes;
-            const int64_t offset = int64_t(copy_kb) * kBlockK;
+        const bool inside = x_inside && w_inside;  // CTA-uniform: the tile's rows need no clamping
+        auto load = [&](int kb) {
+            const unsigned base = stages_addr + (kb % kStages) * L::bytes;
+            const int64_t offset = int64_t(kb) * kBlockK;
             if (inside) {
                 const uint8_t* xp = x_row0 + offset;
                 const uint8_t* wp = w_row0 + offset;
@@ -117,31 +93,26 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
                     cp_async16(base + L::w + w_chunk_at8(r, chunk), w_chunk + wn * p.k + offset);
                 }
             }
-            if (wt < 64) cp_async4(base + L::x_scale + (own + wt) * 4, xs_src + copy_kb, 4);
-            if (++copy_kb == p.kb) {
-                copy_kb = 0;
-                copy_tile += gridDim.x;
-                if (copy_tile < p.tiles) start_tile();
-            }
+            if (wt < 64) cp_async4(base + L::x_scale + (own + wt) * 4, xs_src + kb, 4);
         };
-        for (uint32_t g = 0; g < kStages - 1; ++g) {
-            if (g < blocks) load(g);
+        for (int kb = 0; kb < kStages - 1; ++kb) {
+            if (kb < p.kb) load(kb);
             cp_async_commit();
         }
-        for (uint32_t g = 0; g < blocks; ++g) {
-            // Block g + S - 1 into the slot of block g - 1, once both consumers have read its activations.
-            if (g + kStages - 1 < blocks) {
-                if (g >= 1) mbarrier_wait(x_free + (g - 1) % kStages, ((g - 1) / kStages) & 1u);
-                load(g + kStages - 1);
+        for (int kb = 0; kb < p.kb; ++kb) {
+            // Block kb + S - 1 into the slot of block kb - 1, once both consumers have read its activations.
+            if (kb + kStages - 1 < p.kb) {
+                if (kb >= 1) mbarrier_wait(x_free + (kb - 1) % kStages, uint32_t((kb - 1) / kStages) & 1u);
+                load(kb + kStages - 1);
             }
             cp_async_commit();
-            // Block g landed (the group of block b is the b-th committed) and every producer thread's copies of it
-            // are visible to the others; tile g % 2 is free once the consumers are done with block g - 2.
+            // Block kb landed (the group of block b is the b-th committed) and every producer thread's copies of it
+            // are visible to the others; tile kb % 2 is free once the consumers are done with block kb - 2.
             cp_async_wait<kStages - 1>();
             named_barrier_sync(1 + wg, 128);
-            if (g >= kTiles) mbarrier_wait(tile_free + g % kTiles, (g / kTiles - 1) & 1u);
-            const uint8_t* raw = stages + (g % kStages) * L::bytes;
-            uint8_t* tile = tiles + (g % kTiles) * kTileBytes;
+            if (kb >= kTiles) mbarrier_wait(tile_free + kb % kTiles, uint32_t(kb / kTiles - 1) & 1u);
+            const uint8_t* raw = stages + (kb % kStages) * L::bytes;
+            uint8_t* tile = tiles + (kb % kTiles) * kTileBytes;
             // Task (W row n, step group h): its lanes' chunks 4 h .. 4 h + 3 hold steps 4 h .. 4 h + 3 (word q of
             // chunk 4 h + tq is lane tq's word of step 4 h + q), so the task owns whole 16-byte core-matrix rows:
             // for each step, the low pairs of the four lanes' words (k 0-7) and their high pairs (k 8-15).
@@ -163,58 +134,54 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
                 }
             }
             fence_proxy_async_shared();
-            mbarrier_arrive(full + g % kStages);
+            mbarrier_arrive(full + kb % kStages);
         }
         return;
     }
 
-    // A consumer: rows 64 (wg - kProducers) .. of each tile; its outputs stored at a tile's end while the producers
-    // copy and convert the next tile's first blocks.
+    // A consumer: rows 64 (wg - kProducers) .. of the CTA.
     warpgroup_registers_increase<kConsumerRegisters>();
-    const int warp = tid / 32 - 4 * kProducers, lane = tid % 32, g8 = lane / 4, t = lane % 4;
-    const int row_g = 16 * warp + g8;  // the thread's activation rows in the tile: row_g and row_g + 8
+    const int warp = tid / 32 - 4 * kProducers, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const int row_g = 16 * warp + g;  // the thread's activation rows in the CTA: row_g and row_g + 8
     const uint64_t desc0 = wgmma_desc(smem_addr(tiles), kCoreK, kCoreN);
-    uint32_t g = 0;  // the walk's block
-    for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-        const TileOrigin o = tile_origin(p, tile);
-        const float* ws_row = p.w_scale + (o.n / kBlockK) * p.kb;
-        float sum[64];
+    const float* ws_row = p.w_scale + (n_cta / kBlockK) * p.kb;
+    float sum[64];
 #pragma unroll
-        for (int i = 0; i < 64; ++i) sum[i] = 0.0f;
-        for (int kb = 0; kb < p.kb; ++kb, ++g) {
-            mbarrier_wait(full + g % kStages, (g / kStages) & 1u);
-            const uint8_t* st = stages + (g % kStages) * L::bytes;
-            uint32_t a[8][4];
-            const uint8_t* x_st = st + L::x;
-            const uint4 g_lo = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g, t));
-            const uint4 g_hi = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g, 4 + t));
-            const uint4 g8_lo = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g + 8, t));
-            const uint4 g8_hi = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g + 8, 4 + t));
-            const float* xs = reinterpret_cast<const float*>(st + L::x_scale);
-            const float xs_g = xs[row_g], xs_g8 = xs[row_g + 8];
+    for (int i = 0; i < 64; ++i) sum[i] = 0.0f;
+    for (int kb = 0; kb < p.kb; ++kb) {
+        mbarrier_wait(full + kb % kStages, uint32_t(kb / kStages) & 1u);
+        const uint8_t* st = stages + (kb % kStages) * L::bytes;
+        uint32_t a[8][4];
+        const uint8_t* x_st = st + L::x;
+        const uint4 g_lo = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g, t));
+        const uint4 g_hi = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g, 4 + t));
+        const uint4 g8_lo = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g + 8, t));
+        const uint4 g8_hi = *reinterpret_cast<const uint4*>(x_st + x_chunk_at<true>(row_g + 8, 4 + t));
+        const float* xs = reinterpret_cast<const float*>(st + L::x_scale);
+        const float xs_g = xs[row_g], xs_g8 = xs[row_g + 8];
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                f16x2_pairs(word_of(j < 4 ? g_lo : g_hi, j % 4), a[j][0], a[j][2]);
-                f16x2_pairs(word_of(j < 4 ? g8_lo : g8_hi, j % 4), a[j][1], a[j][3]);
-            }
-            mbarrier_arrive(x_free + g % kStages);  // the stage's activations and scales are in registers
-
-            float acc[64];
-            issue_block<false>(acc, a, desc0 + (((g % kTiles) * kTileBytes) >> 4));
-            const float ws = __ldg(ws_row + kb);
-            const float scale_g = __fmul_rn(xs_g, ws), scale_g8 = __fmul_rn(xs_g8, ws);
-            // One FFMA an output where that is the same bits (every thread's two scales pass scale_exact), else
-            // promote_block's product and add.
-            const bool fused = __all_sync(0xFFFFFFFFu, scale_exact(scale_g) && scale_exact(scale_g8));
-            wgmma_wait<0>();
-            mbarrier_arrive(tile_free + g % kTiles);
-            if (fused)
-                promote_block<true>(sum, acc, scale_g, scale_g8);
-            else
-                promote_block(sum, acc, scale_g, scale_g8);
+        for (int j = 0; j < 8; ++j) {
+            f16x2_pairs(word_of(j < 4 ? g_lo : g_hi, j % 4), a[j][0], a[j][2]);
+            f16x2_pairs(word_of(j < 4 ? g8_lo : g8_hi, j % 4), a[j][1], a[j][3]);
         }
-        store_outputs(p, sum, o.m, o.n, row_g, t);
+        mbarrier_arrive(x_free + kb % kStages);  // the stage's activations and scales are in registers
+
+        float acc[64];
+        issue_block<false>(acc, a, desc0 + (((kb % kTiles) * kTileBytes) >> 4));
+        const float ws = __ldg(ws_row + kb);
+        const float scale_g = __fmul_rn(xs_g, ws), scale_g8 = __fmul_rn(xs_g8, ws);
+        // One FFMA an output where that is the same bits (every thread's two scales pass scale_exact), else
+        // promote_block's product and add.
+        const bool fused = __all_sync(0xFFFFFFFFu, scale_exact(scale_g) && scale_exact(scale_g8));
+        wgmma_wait<0>();
+        mbarrier_arrive(tile_free + kb % kTiles);
+        if (fused)
+            promote_block<true>(sum, acc, scale_g, scale_g8);
+        else
+            promote_block(sum, acc, scale_g, scale_g8);
     }
+
+    store_outputs(p, sum, m_cta, n_cta, row_g, t);
 #else
     __trap();
 #endif
@@ -229,10 +196,7 @@ inline cudaError_t launch_fp8(Args p, cudaStream_t stream) {
     if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         e != cudaSuccess)
         return e;
-    p.tiles = ((p.m + kBM - 1) / kBM) * ((p.n + kBN - 1) / kBN);
-    // Persistent: one CTA a SM (its shared memory allows no second), each walking its tiles.
-    const int64_t resident = resident_ctas(reinterpret_cast<const void*>(kernel), kSpecializedThreads, smem);
-    const unsigned grid = unsigned(p.tiles < resident ? p.tiles : resident);
+    const dim3 grid(unsigned((p.m + kBM - 1) / kBM), unsigned((p.n + kBN - 1) / kBN));
     kernel<<<grid, kSpecializedThreads, smem, stream>>>(p);
     return cudaGetLastError();
 }
