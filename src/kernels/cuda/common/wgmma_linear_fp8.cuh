@@ -18,18 +18,15 @@
 namespace dsv4::cuda::wgmma_linear {
 
 struct SpecializedLayout {
-    // Three W tiles: the producers convert up to two blocks ahead of the consumers (with two, their wait for a free
-    // tile held 4.6 % of the samples and the consumers' wait for `full` 10 %: docs/perf.md).
-    static constexpr int kStages = Layout<true>::kStages, kTiles = 3;
+    static constexpr int kStages = Layout<true>::kStages, kTiles = 2;
     static constexpr int stages = kTiles * kTileBytes;  // Layout<true>'s stage slots after the tiles
     static constexpr int barriers = stages + kStages * Layout<true>::bytes;
     static constexpr int smem = barriers + (2 * kStages + kTiles) * 8;  // full[S], x_free[S], tile_free[T]
     static_assert(smem <= 227 * 1024);
 };
 constexpr int kProducers = 2, kSpecializedThreads = (kProducers + 2) * 128;
-// The launch's registers (65,536 / 512 = 128 a thread) redistributed: 256 x 72 + 256 x 184 = 512 x 128 (the
-// producers' slot counters spilled at 64).
-constexpr int kProducerRegisters = 72, kConsumerRegisters = 184;
+// The launch's registers (65,536 / 512 = 128 a thread) redistributed: 256 x 64 + 256 x 192 = 512 x 128.
+constexpr int kProducerRegisters = 64, kConsumerRegisters = 192;
 static_assert(kProducers * 128 * kProducerRegisters + 256 * kConsumerRegisters <= 65536);
 
 template <int kStages>  // SpecializedLayout's (a template, so that each translation unit may instantiate it)
@@ -102,8 +99,6 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
             if (kb < p.kb) load(kb);
             cp_async_commit();
         }
-        int tile_slot = 0;        // kb % kTiles, counted (a division by three spilled)
-        uint32_t tile_phase = 0;  // (kb / kTiles) & 1
         for (int kb = 0; kb < p.kb; ++kb) {
             // Block kb + S - 1 into the slot of block kb - 1, once both consumers have read its activations.
             if (kb + kStages - 1 < p.kb) {
@@ -112,13 +107,12 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
             }
             cp_async_commit();
             // Block kb landed (the group of block b is the b-th committed) and every producer thread's copies of it
-            // are visible to the others; tile kb % 3 is free once the consumers are done with block kb - 3.
+            // are visible to the others; tile kb % 2 is free once the consumers are done with block kb - 2.
             cp_async_wait<kStages - 1>();
             named_barrier_sync(1 + wg, 128);
-            if (kb >= kTiles) mbarrier_wait(tile_free + tile_slot, tile_phase ^ 1u);
+            if (kb >= kTiles) mbarrier_wait(tile_free + kb % kTiles, uint32_t(kb / kTiles - 1) & 1u);
             const uint8_t* raw = stages + (kb % kStages) * L::bytes;
-            uint8_t* tile = tiles + tile_slot * kTileBytes;
-            if (++tile_slot == kTiles) tile_slot = 0, tile_phase ^= 1u;
+            uint8_t* tile = tiles + (kb % kTiles) * kTileBytes;
             // Task (W row n, step group h): its lanes' chunks 4 h .. 4 h + 3 hold steps 4 h .. 4 h + 3 (word q of
             // chunk 4 h + tq is lane tq's word of step 4 h + q), so the task owns whole 16-byte core-matrix rows:
             // for each step, the low pairs of the four lanes' words (k 0-7) and their high pairs (k 8-15).
@@ -154,7 +148,6 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
     float sum[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) sum[i] = 0.0f;
-    int tile_slot = 0;  // kb % kTiles
     for (int kb = 0; kb < p.kb; ++kb) {
         mbarrier_wait(full + kb % kStages, uint32_t(kb / kStages) & 1u);
         const uint8_t* st = stages + (kb % kStages) * L::bytes;
@@ -174,15 +167,14 @@ __global__ void __launch_bounds__(kSpecializedThreads, 1) specialized_kernel(Arg
         mbarrier_arrive(x_free + kb % kStages);  // the stage's activations and scales are in registers
 
         float acc[64];
-        issue_block<false>(acc, a, desc0 + ((tile_slot * kTileBytes) >> 4));
+        issue_block<false>(acc, a, desc0 + (((kb % kTiles) * kTileBytes) >> 4));
         const float ws = __ldg(ws_row + kb);
         const float scale_g = __fmul_rn(xs_g, ws), scale_g8 = __fmul_rn(xs_g8, ws);
         // One FFMA an output where that is the same bits (every thread's two scales pass scale_exact), else
         // promote_block's product and add.
         const bool fused = __all_sync(0xFFFFFFFFu, scale_exact(scale_g) && scale_exact(scale_g8));
         wgmma_wait<0>();
-        mbarrier_arrive(tile_free + tile_slot);
-        if (++tile_slot == kTiles) tile_slot = 0;
+        mbarrier_arrive(tile_free + kb % kTiles);
         if (fused)
             promote_block<true>(sum, acc, scale_g, scale_g8);
         else
