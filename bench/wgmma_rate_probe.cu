@@ -1,14 +1,18 @@
 // What rate does Hopper's f16 warpgroup MMA reach in the shapes dsv4's kernels issue (A from registers, B from shared
 // memory as K-major core matrices without swizzle)? The prefill's routed experts issue m64n64k16 (64-slot passes) in
 // units of two k16 steps, each unit's sums promoted by FFMAs; the FP8 linears' 128 x 128 tile issues eight k16 steps a
-// block, as two m64n64 halves or one m64n128. This probe measures, one CTA a SM and every SM busy:
-//   pure       N in {64, 128, 256} x 1-3 warpgroups: chained wgmmas, groups of eight k16 steps, one group waited for
-//              while the next runs (the tensor pipe's ceiling for that N; no other work);
-//   promoted   N in {64, 128} x 2-3 warpgroups, groups of 2 or 8 k16 steps into two accumulators taking turns, each
-//              group's sums added into f32 totals by one FFMA an output after its wait (the kernels' structure);
-//   + smem     the pure and promoted shapes beside one more warpgroup that streams 16-byte shared-memory loads and
-//              stores through a region of its own (how much the tensor pipe loses to shared-memory traffic that is
-//              not its operands).
+// block (as one m64n128 a step since the twenty-ninth session, as two m64n64 halves before). One CTA a SM, every SM
+// busy, each mode a loop of groups:
+//   drain      N in {64, 128, 256} x 1-3 warpgroups: groups of eight chained k16 steps, each warpgroup waiting for its
+//              group before the next (the tensor pipe's rate for that N, nothing else to do);
+//   promoted   each group from zero, waited for, then one FFMA an output into f32 totals (2 or 4 k16 steps at N = 64:
+//              an expert unit that drains; 8 at N = 128: gemm_fp8's consumer);
+//   paired     the experts' stage as multiply_stage runs it: eight 2-step units on two accumulators, unit u issued
+//              before unit u - 1 is waited for and promoted;
+//   halves     gemm_fp8's consumer before: a block as two m64n64 commit groups, the first promoted while the second
+//   runs; hog        some of the above beside one more warpgroup streaming 16-byte shared-memory loads and stores
+//   through a
+//              region of its own (how much shared-memory traffic that is not the MMA's operands costs it).
 // Usage: dsv4_probe_wgmma_rate   (outcome in docs/perf.md, "What the f16 warpgroup MMA reaches by shape")
 #include <cuda_runtime.h>
 
