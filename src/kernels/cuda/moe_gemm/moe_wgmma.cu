@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmm
 
 template <ExpertFormat kFormat, int kTokens>
 cudaError_t launch(const Args& args, cudaStream_t stream) {
-    if constexpr (kTokens >= 16)
+    if constexpr (kTokens >= 32)
         if (!args.tiled) return detail::launch_moe_wgmma_specialized(args, kFormat, kTokens, stream);
     const auto kernel =
         args.tiled ? moe_wgmma_kernel<kFormat, kTokens, true> : moe_wgmma_kernel<kFormat, kTokens, false>;

@@ -188,7 +188,7 @@ template <ExpertFormat kFormat, int kTokens>
 __global__ void __launch_bounds__(kAllThreads, 1) moe_wgmma_specialized_kernel(Args p) {
 #if DSV4_WGMMA
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
-    static_assert(kTokens >= 16, "the passes of 16 slots and wider");
+    static_assert(kTokens >= 32, "the wide passes (their scales fold)");
     constexpr int kTn = kTokens / 8;
     using S = Shape<kTokens>;
     using G = ScaleGroup<kTokens, kNv>;
@@ -336,9 +336,6 @@ cudaError_t launch_moe_wgmma_specialized(const moe_mma::Args& args, ExpertFormat
                                          cudaStream_t stream) {
     const bool nv = format == ExpertFormat::kNvfp4;
     switch (tokens) {
-        case 16:
-            return nv ? launch_specialized<ExpertFormat::kNvfp4, 16>(args, stream)
-                      : launch_specialized<ExpertFormat::kMxfp4, 16>(args, stream);
         case 32:
             return nv ? launch_specialized<ExpertFormat::kNvfp4, 32>(args, stream)
                       : launch_specialized<ExpertFormat::kMxfp4, 32>(args, stream);
