@@ -20,6 +20,10 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "kernels/cuda/common/cp_async.cuh"
+#include "kernels/cuda/common/cta_sync.cuh"
+#include "kernels/cuda/common/wgmma.cuh"
+
 namespace {
 
 void check(cudaError_t e, const char* what) {
@@ -30,58 +34,24 @@ void check(cudaError_t e, const char* what) {
 }
 #define PROBE_CHECK(x) check((x), #x)
 
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define PROBE_WGMMA 1
-#else
-#define PROBE_WGMMA 0
-#endif
+using namespace dsv4::cuda;
 
 constexpr int kSteps = 8;  // k16 steps of B staged (a 128-column block)
 constexpr int kHogBytes = 32 * 1024;
 
-// d (m64 x N, N / 2 floats a thread) = a x b + (accumulate ? d : 0), A from registers, B at desc.
+// d (m64 x N, N / 2 floats a thread) = a x b + (accumulate ? d : 0), A from registers, B at desc: the product's
+// wrappers (common/wgmma.cuh) for N = 32, 64, 128; N = 256, which no kernel issues, here.
 template <int N>
 __device__ __forceinline__ void wgmma(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc, bool accumulate) {
     static_assert(N == 32 || N == 64 || N == 128 || N == 256);
-#if PROBE_WGMMA
     if constexpr (N == 32)
-        asm volatile(
-            "{\n .reg .pred p;\n setp.ne.b32 p, %21, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
-            "%12, %13, %14, %15}, "
-            "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(int(accumulate)));
-    if constexpr (N == 64)
-        asm volatile(
-            "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
-            "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-            "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(int(accumulate)));
-    if constexpr (N == 128)
-        asm volatile(
-            "{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
-            "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, "
-            "%33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, "
-            "%54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-            "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(int(accumulate)));
-    if constexpr (N == 256)
+        wgmma_m64n32k16_f16(d, a, desc, accumulate);
+    else if constexpr (N == 64)
+        wgmma_m64n64k16_f16(d, a, desc, accumulate);
+    else if constexpr (N == 128)
+        wgmma_m64n128k16_f16(d, a, desc, accumulate);
+    else {
+#if DSV4_WGMMA
         asm volatile(
             "{\n .reg .pred p;\n setp.ne.b32 p, %133, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
@@ -111,36 +81,7 @@ __device__ __forceinline__ void wgmma(float (&d)[N / 2], const uint32_t (&a)[4],
               "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(int(accumulate)));
 #endif
-}
-
-template <int N>
-__device__ __forceinline__ void pin(float (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-__device__ __forceinline__ void fence() {
-#if PROBE_WGMMA
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void commit() {
-#if PROBE_WGMMA
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-#endif
-}
-template <int kPending>
-__device__ __forceinline__ void wait() {
-#if PROBE_WGMMA
-    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
-#endif
-}
-
-// K-major B of kN rows x 16 k a step: core matrices (n / 8, k half) at (n / 8) * 256 + half * 128, step j at
-// j * kN * 32 (the FP8 linears' and the experts' tile layout).
-template <int kN>
-__device__ __forceinline__ uint64_t desc_of(uint32_t addr) {
-    return uint64_t((addr >> 4) & 0x3FFF) | uint64_t(128 >> 4) << 16 | uint64_t(256 >> 4) << 32;
+    }
 }
 
 // kMath warpgroups issue the MMAs; with kHog one more streams shared memory. kPromote: groups of kGroup k16 steps
@@ -154,13 +95,11 @@ __global__ void __launch_bounds__((kMath + kHog) * 128, 1) probe(float* out, int
     constexpr int kTileBytes = kSteps * kN * 32;
     for (int i = tid; i < (kTileBytes + (kHog ? kHogBytes : 0)) / 4; i += blockDim.x)
         reinterpret_cast<uint32_t*>(smem)[i] = 0x3C003C00u ^ (i & 0x00FF00FFu);  // f16 near 1
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    fence_proxy_async_shared();
     __syncthreads();
     if (kHog && wg == kMath) {
         // Two math warpgroups and the hog: 2 x 128 x 208 + 128 x 88 registers, as the product's specialized kernels.
-#if PROBE_WGMMA
-        if constexpr (kHog) asm volatile("setmaxnreg.dec.sync.aligned.u32 88;");
-#endif
+        if constexpr (kHog) warpgroup_registers_decrease<88>();
         // 16-byte loads and stores through the hog's own region until the MMAs are done (flag in shared memory).
         uint4* region = reinterpret_cast<uint4*>(smem + kTileBytes);
         volatile int* done = reinterpret_cast<volatile int*>(smem + kTileBytes + kHogBytes);
@@ -177,10 +116,8 @@ __global__ void __launch_bounds__((kMath + kHog) * 128, 1) probe(float* out, int
         if (v.x == 0x12345678u) out[0] = 1.0f;
         return;
     }
-#if PROBE_WGMMA
-    if constexpr (kHog) asm volatile("setmaxnreg.inc.sync.aligned.u32 208;");
-#endif
-    const uint64_t desc0 = desc_of<kN>(uint32_t(__cvta_generic_to_shared(smem)));
+    if constexpr (kHog) warpgroup_registers_increase<208>();
+    const uint64_t desc0 = wgmma_desc(smem_addr(smem), 128, 256);
     uint32_t a[4] = {0x3C003C00u, 0x3C003C00u ^ uint32_t(tid), 0x3C003C00u, 0x3C003C00u};
     const float scale = 1.0f / (1 + (tid & 7));
     constexpr bool kPromote = kMode == Mode::kDrainPromote;
@@ -195,21 +132,21 @@ __global__ void __launch_bounds__((kMath + kHog) * 128, 1) probe(float* out, int
         for (int g = 0; g < groups; ++g) {
 #pragma unroll
             for (int u = 0; u < 8; ++u) {
-                pin(acc[u % 2]);
-                fence();
+                wgmma_fence_operand(acc[u % 2]);
+                wgmma_fence();
 #pragma unroll
                 for (int j = 0; j < kGroup; ++j)
                     wgmma<kN>(acc[u % 2], a, desc0 + ((((u * kGroup + j) % kSteps) * kN * 32) >> 4), j > 0);
-                commit();
+                wgmma_commit();
                 if (u > 0) {
-                    wait<1>();
-                    pin(acc[(u - 1) % 2]);
+                    wgmma_wait<1>();
+                    wgmma_fence_operand(acc[(u - 1) % 2]);
 #pragma unroll
                     for (int i = 0; i < kN / 2; ++i) sum[i] = __fmaf_rn(acc[(u - 1) % 2][i], scale, sum[i]);
                 }
             }
-            wait<0>();
-            pin(acc[1]);
+            wgmma_wait<0>();
+            wgmma_fence_operand(acc[1]);
 #pragma unroll
             for (int i = 0; i < kN / 2; ++i) sum[i] = __fmaf_rn(acc[1][i], scale, sum[i]);
         }
@@ -222,22 +159,22 @@ __global__ void __launch_bounds__((kMath + kHog) * 128, 1) probe(float* out, int
 #pragma unroll
         for (int i = 0; i < kN / 2; ++i) sum[i] = 0.0f;
         for (int g = 0; g < groups; ++g) {
-            pin(acc[0]);
-            pin(acc[1]);
-            fence();
+            wgmma_fence_operand(acc[0]);
+            wgmma_fence_operand(acc[1]);
+            wgmma_fence();
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
 #pragma unroll
                 for (int j = 0; j < kSteps; ++j)
                     wgmma<kN / 2>(acc[h], a, desc0 + ((j * kN * 32 + h * (kN / 16) * 256) >> 4), j > 0);
-                commit();
+                wgmma_commit();
             }
-            wait<1>();
-            pin(acc[0]);
+            wgmma_wait<1>();
+            wgmma_fence_operand(acc[0]);
 #pragma unroll
             for (int i = 0; i < kN / 4; ++i) sum[i] = __fmaf_rn(acc[0][i], scale, sum[i]);
-            wait<0>();
-            pin(acc[1]);
+            wgmma_wait<0>();
+            wgmma_fence_operand(acc[1]);
 #pragma unroll
             for (int i = 0; i < kN / 4; ++i) sum[kN / 4 + i] = __fmaf_rn(acc[1][i], scale, sum[kN / 4 + i]);
         }
@@ -250,14 +187,14 @@ __global__ void __launch_bounds__((kMath + kHog) * 128, 1) probe(float* out, int
 #pragma unroll
         for (int i = 0; i < (kPromote ? kN / 2 : 1); ++i) sum[i] = 0.0f;
         for (int g = 0; g < groups; ++g) {
-            pin(acc);
-            fence();
+            wgmma_fence_operand(acc);
+            wgmma_fence();
 #pragma unroll
             for (int j = 0; j < kGroup; ++j)
                 wgmma<kN>(acc, a, desc0 + ((((g * kGroup + j) % kSteps) * kN * 32) >> 4), kPromote ? j > 0 : true);
-            commit();
-            wait<0>();
-            pin(acc);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operand(acc);
             if constexpr (kPromote) {
 #pragma unroll
                 for (int i = 0; i < kN / 2; ++i) sum[i] = __fmaf_rn(acc[i], scale, sum[i]);
@@ -269,7 +206,7 @@ __global__ void __launch_bounds__((kMath + kHog) * 128, 1) probe(float* out, int
         for (int i = 0; i < kN / 2; ++i) total += acc[i];
     }
     if (kHog) {
-        asm volatile("bar.sync 1, %0;" ::"n"(kMath * 128));
+        named_barrier_sync(1, kMath * 128);
         if (tid == 0) *reinterpret_cast<volatile int*>(smem + kSteps * kN * 32 + kHogBytes) = 1;
     }
     if (total == 1.2345f) out[blockIdx.x] = total;
