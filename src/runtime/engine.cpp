@@ -357,14 +357,17 @@ void Engine::take_incoming() {
     drop_cancelled(running_);
 }
 
-// The batch: decodes (one token each), then prompt chunks while the budget lasts. A chunk ends at a multiple of
-// snapshot_interval when it crosses one, so the prompt's state there can be cached. Where the backend draws, a
-// decode's token and a prompt's first are drawn there (not a prompt's first when its last logits are cached with
-// it).
+// The batch: decodes (one token each), then prompt chunks while the budget lasts (prefill_step_tokens' longer one
+// when no running request waits for a token). A chunk ends at a multiple of snapshot_interval when it crosses one,
+// so the prompt's state there can be cached. Where the backend draws, a decode's token and a prompt's first are
+// drawn there (not a prompt's first when its last logits are cached with it).
 Engine::Batch Engine::plan_batch() {
     Batch b;
     b.draws.reserve(running_.size());
-    int64_t budget = options_.step_tokens;
+    const bool someone_waits =
+        std::ranges::any_of(running_, [](const auto& a) { return !a->ready_logits.empty() || a->decoding(); });
+    int64_t budget =
+        someone_waits ? options_.step_tokens : std::max(options_.step_tokens, options_.prefill_step_tokens);
     for (auto& a : running_)
         if (!a->ready_logits.empty())
             b.ready.push_back(a.get());

@@ -416,6 +416,106 @@ class DrawingBackend final : public Backend {
     Backend& inner_;
 };
 
+// A backend that notes each batch it is given (every item's sequence, position and token count) and computes it
+// on the model.
+class RecordingBackend final : public Backend {
+  public:
+    struct Item {
+        const SequenceState* state;
+        int64_t position, tokens;
+    };
+    explicit RecordingBackend(Backend& inner) : inner_(inner) {}
+    const ModelConfig& config() const override { return inner_.config(); }
+    Numerics numerics() const override { return inner_.numerics(); }
+    SequenceState new_sequence() const override { return inner_.new_sequence(); }
+    SequenceState copy_sequence(const SequenceState& s) const override { return inner_.copy_sequence(s); }
+    std::vector<float> forward(SequenceState& s, std::span<const int32_t> ids, bool all_logits) override {
+        return inner_.forward(s, ids, all_logits);
+    }
+    std::vector<float> forward_block(SequenceState& s, int64_t layer, int64_t start, std::span<const int32_t> ids,
+                                     const float* streams_in) override {
+        return inner_.forward_block(s, layer, start, ids, streams_in);
+    }
+    void set_observer(ActivationObserver observer) override { inner_.set_observer(std::move(observer)); }
+    std::vector<std::vector<float>> forward_batch(std::span<const BatchItem> items) override {
+        std::vector<Item> batch;
+        for (const BatchItem& item : items)
+            batch.push_back({item.state, item.state->position, int64_t(item.ids.size())});
+        {
+            std::lock_guard lock(mutex_);
+            batches_.push_back(std::move(batch));
+        }
+        return inner_.forward_batch(items);
+    }
+    std::vector<std::vector<Item>> batches() const {
+        std::lock_guard lock(mutex_);
+        return batches_;
+    }
+
+  private:
+    Backend& inner_;
+    mutable std::mutex mutex_;
+    std::vector<std::vector<Item>> batches_;
+};
+
+// prefill_step_tokens: while every running request is reading its prompt, a step takes that many prompt tokens; once
+// one decodes, steps keep to step_tokens (its next token waits for no long step). The same output either way.
+TEST(Engine, LongerStepsOnlyWhileNoRequestDecodes) {
+    RecordingBackend recording(model());
+    EngineOptions o = options(7, 0);
+    o.prefill_step_tokens = 64;
+    Engine engine(recording, o);
+    auto tokens_of = [](const std::vector<RecordingBackend::Item>& batch) {
+        int64_t n = 0;
+        for (const auto& item : batch) n += item.tokens;
+        return n;
+    };
+
+    // A prompt alone: steps of 64 tokens, then its decode.
+    Collector alone_collector;
+    engine.submit(greedy_request(prompt_of(150, 1), 2, alone_collector));
+    const Result lone = alone_collector.wait();
+    EXPECT_EQ(lone.tokens, alone(prompt_of(150, 1), 2).tokens);
+    ASSERT_TRUE(becomes_idle(engine));
+    std::vector<int64_t> sizes;
+    for (const auto& batch : recording.batches()) sizes.push_back(tokens_of(batch));
+    EXPECT_EQ(sizes, (std::vector<int64_t>{64, 64, 22, 1}));
+
+    // A prompt that arrives while another request decodes: chunks of 7 - 1 tokens beside that decode.
+    const size_t before = recording.batches().size();
+    std::promise<void> first_token;
+    Collector decoding, arriving;
+    decoding.on_token_ = [&](int64_t n) {
+        if (n == 1) first_token.set_value();
+    };
+    EngineRequest long_reply = greedy_request(prompt_of(10, 2), 60, decoding);
+    long_reply.stop_at_eos = false;
+    engine.submit(std::move(long_reply));
+    first_token.get_future().wait();
+    engine.submit(greedy_request(prompt_of(150, 3), 1, arriving));
+    const Result reply = decoding.wait();
+    const Result arrived = arriving.wait();
+    ASSERT_EQ(reply.tokens.size(), 60u);
+    EXPECT_EQ(arrived.tokens, alone(prompt_of(150, 3), 1).tokens);
+    EXPECT_EQ(arrived.logprobs, alone(prompt_of(150, 3), 1).logprobs);
+    const std::vector<std::vector<RecordingBackend::Item>> batches = recording.batches();
+    ASSERT_GT(batches.size(), before);
+    ASSERT_EQ(batches[before].size(), 1u);
+    const SequenceState* decoder = batches[before][0].state;  // its whole prompt in the first step
+    EXPECT_EQ(batches[before][0].tokens, 10);
+    int64_t beside = 0;  // the arriving prompt's tokens computed in steps with the decode
+    for (size_t i = before; i < batches.size(); ++i) {
+        const bool decodes = std::ranges::any_of(
+            batches[i], [&](const auto& item) { return item.state == decoder && item.position >= 10; });
+        if (decodes) {
+            EXPECT_LE(tokens_of(batches[i]), 7) << "step " << i;
+        }
+        if (decodes && batches[i].size() == 2) beside += batches[i][1].tokens;
+    }
+    // The reply's 59 decodes outlast the prompt's 25 steps of 6 tokens.
+    EXPECT_EQ(beside, 150);
+}
+
 // Requests whose draws need no order of the vocabulary (greedy, temperature, min-p, top-k not below the vocabulary;
 // no logprobs) are drawn where the backend draws, the others on the host; every request gets the tokens it gets
 // with every draw on the host (its generator gives the same uniforms), with and without the prefix cache (which keeps

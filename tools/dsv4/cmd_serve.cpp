@@ -26,6 +26,7 @@ struct ServeArgs {
     server::ServerOptions server;
     std::string encoder = "0731";
     int64_t max_running = 16, step_tokens = 256, prefix_cache = 32, snapshot_interval = 256, max_output = 0;
+    int64_t prefill_step_tokens = 2048;
     int64_t max_context = 0;
     int drain_seconds = 30;
     bool host_sampling = false;
@@ -53,7 +54,8 @@ void run_serve(ServeArgs& a) {
     // A step is one forward_batch; on the GPU its tokens run in pieces of --max-chunk-tokens, each a pass over every
     // layer's weights (all the routed experts at large batches). Pieces as long as a step make a step one pass: a
     // 512-token step in pieces of 256 took two (docs/perf.md, "The whole V4-Flash on two H200s ... served").
-    if (a.model.max_chunk_tokens == 0) a.model.max_chunk_tokens = a.step_tokens;
+    a.prefill_step_tokens = std::max(a.prefill_step_tokens, a.step_tokens);
+    if (a.model.max_chunk_tokens == 0) a.model.max_chunk_tokens = a.prefill_step_tokens;
     a.model.max_context = a.max_context;
     start_ranks_or_exit(a.model);
     // A rank other than 0 serves nothing itself: it mirrors rank 0's engine and ends with it (load_model does not
@@ -89,6 +91,7 @@ void run_serve(ServeArgs& a) {
     EngineOptions engine_options;
     engine_options.max_running = a.max_running;
     engine_options.step_tokens = a.step_tokens;
+    engine_options.prefill_step_tokens = a.prefill_step_tokens;
     engine_options.max_context =
         a.max_context > 0 ? a.max_context : std::min<int64_t>(config.max_position_embeddings, 16384);
     engine_options.prefix_cache_entries = a.prefix_cache;
@@ -132,6 +135,10 @@ void add_serve_command(CLI::App& app) {
         ->check(CLI::PositiveNumber);
     cmd->add_option("--step-tokens", a->step_tokens,
                     "Tokens per engine step: decodes, then prompt chunks (at most 65535: a step is one GPU piece)")
+        ->check(CLI::Range(int64_t{1}, kMaxChunkTokens));
+    cmd->add_option("--prefill-step-tokens", a->prefill_step_tokens,
+                    "Tokens per step while no request decodes (prompts only): longer steps prefill faster and keep no "
+                    "token waiting (at least --step-tokens; the GPU workspace is sized for it)")
         ->check(CLI::Range(int64_t{1}, kMaxChunkTokens));
     cmd->add_option("--prefix-cache", a->prefix_cache, "Computed prefixes kept for reuse (0: no prefix cache)")
         ->check(CLI::NonNegativeNumber);

@@ -333,8 +333,10 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     DSV4_CHECK(
         need + reserve <= free_bytes,
         "the model does not fit on GPU {}: weights {:.1f} MiB + state {:.1f} MiB + workspace {:.1f} MiB (+ {:.0f} "
-        "MiB reserve) > {:.1f} MiB free; use a smaller model, fewer sequences or a shorter context",
-        options.device, mib(weight_bytes), mib(state_bytes), mib(workspace_bytes), mib(reserve), mib(free_bytes));
+        "MiB reserve) > {:.1f} MiB free; use a smaller model, fewer sequences, a shorter context or shorter pieces "
+        "(now {} tokens)",
+        options.device, mib(weight_bytes), mib(state_bytes), mib(workspace_bytes), mib(reserve), mib(free_bytes),
+        options.max_chunk_tokens);
 
     // 2. Allocate and upload.
     {  // the lanes' priorities (CudaOptions::prioritize_main_lane); decode graphs keep them per node
