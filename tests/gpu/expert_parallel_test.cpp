@@ -24,6 +24,7 @@
 #include "io/checkpoint.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "runtime/cuda/cuda_model.h"
+#include "runtime/cuda/rank_agreement.h"
 
 namespace dsv4 {
 namespace {
@@ -144,11 +145,13 @@ std::vector<float> session(CudaModel& gpu, const cuda_fixtures::ModelInputs& in)
     return out;
 }
 
-std::unique_ptr<CudaModel> model(const std::shared_ptr<const Checkpoint>& checkpoint, ExpertParallel ep) {
+// piece_tokens: CudaOptions::max_chunk_tokens (0: the largest piece the free memory allows).
+std::unique_ptr<CudaModel> model(const std::shared_ptr<const Checkpoint>& checkpoint, ExpertParallel ep,
+                                 int64_t piece_tokens = 64) {
     CudaOptions options;
     options.max_sequences = 6;
     options.max_context = 512;
-    options.max_chunk_tokens = 64;
+    options.max_chunk_tokens = piece_tokens;
     options.decode_graphs = false;  // HostRankSum synchronizes
     options.print_plan = false;
     options.expert_parallel = ep;
@@ -252,6 +255,45 @@ TEST(ExpertParallelOptions, DataParallelAttentionHoldsEachRanksSequences) {
         EXPECT_EQ(usage[size_t(r)].sequences_total, 12) << "rank " << r;
         EXPECT_NE(full[size_t(r)].find("on every one of the 2 GPUs"), std::string::npos) << full[size_t(r)];
     }
+}
+
+// A prompt's pieces must be the same on every rank (their expert exchanges pair up), but the piece the free memory
+// allows (max_chunk_tokens 0) is each rank's own measure: they take the smallest. Three ranks offering 1,024, 256 and
+// 2,048 tokens all get 256; two models asked for 0 both take what one GPU takes alone.
+TEST(ExpertParallelOptions, RanksAgreeOnThePieceTheMemoryAllows) {
+    DSV4_REQUIRE_GPU();
+    {
+        HostRankGroup group(3);
+        const int64_t offered[] = {1024, 256, 2048};
+        std::vector<int64_t> agreed(3, -1);
+        std::vector<std::thread> threads;
+        for (int r = 0; r < 3; ++r)
+            threads.emplace_back([&, r] {
+                HostRankComm comm(group, r);
+                agreed[size_t(r)] = smallest_over_ranks(comm, r, 3, offered[r]);
+            });
+        for (std::thread& t : threads) t.join();
+        EXPECT_EQ(agreed, (std::vector<int64_t>{256, 256, 256}));
+    }
+    const auto checkpoint = Checkpoint::open(cuda_fixtures::fixture_dir("hf-tiny-hc2-hca16"));
+    const int64_t alone = model(checkpoint, {}, 0)->piece_tokens();
+    EXPECT_TRUE(alone == 2048 || alone == 1024 || alone == 512 || alone == 256) << alone;
+    HostRankGroup group(2);
+    std::vector<int64_t> pieces(2, -1);
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+        threads.emplace_back([&, r] {
+            try {
+                HostRankComm comm(group, r);
+                pieces[size_t(r)] = model(checkpoint, {r, 2, &comm}, 0)->piece_tokens();
+            } catch (const std::exception& e) {
+                errors[size_t(r)] = e.what();
+            }
+        });
+    for (std::thread& t : threads) t.join();
+    EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+    EXPECT_EQ(pieces, (std::vector<int64_t>{alone, alone}));
 }
 
 TEST(ExpertParallelOptions, RejectsBadRanks) {

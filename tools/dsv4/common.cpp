@@ -47,9 +47,9 @@ void add_model_options(CLI::App* command, ModelOptions& o) {
     command
         ->add_option("--max-chunk-tokens", o.max_chunk_tokens,
                      "GPU: tokens per forward piece (the same results at any size; larger pieces prefill faster and "
-                     "take more memory). 0: on one GPU, generate, chat and logits take the largest of 2048, 1024, 512, "
-                     "256 that the free memory allows; serve takes --step-tokens (a step is one piece); otherwise 256; "
-                     "at most 65535")
+                     "take more memory). 0: generate, chat and logits take the largest of 2048, 1024, 512, 256 that "
+                     "the free memory allows (over several GPUs: that of the fullest); serve the longer of "
+                     "--step-tokens and --prefill-step-tokens (a step is one piece); otherwise 256; at most 65535")
         ->check(CLI::Range(int64_t{0}, kMaxChunkTokens));
     command->add_flag(
         "--tiled-experts", o.tiled_experts,
@@ -150,8 +150,8 @@ std::unique_ptr<Backend> load_model(const ModelOptions& o) {
         if (o.max_chunk_tokens > 0) cuda_options.max_chunk_tokens = o.max_chunk_tokens;
         cuda_options.tiled_experts = o.tiled_experts;
         if (random) cuda_options.random_experts_seed = o.random_seed;  // each GPU makes the experts it holds
+        if (o.max_chunk_tokens == 0 && o.auto_chunk) cuda_options.max_chunk_tokens = 0;
         if (!o.rank) {
-            if (o.max_chunk_tokens == 0 && o.auto_chunk) cuda_options.max_chunk_tokens = 0;
             auto model = std::make_unique<CudaModel>(config, std::move(weights), numerics, cuda_options);
             loaded("model");
             return model;

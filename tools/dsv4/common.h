@@ -39,9 +39,10 @@ struct ModelOptions {
     // Runtime shape for backends with a state pool (CUDA; 0: the backend's default): sequences held at once,
     // positions per sequence, tokens per forward piece.
     int64_t max_sequences = 0, max_context = 0, max_chunk_tokens = 0;
-    // With max_chunk_tokens 0 on one GPU: the largest piece the free memory allows (runtime/auto_chunk.h) instead of
-    // the backend's default; the commands that prefill one user's long prompts set it (generate, chat, logits), the
-    // server does not (its pieces are as long as its longest step, and its memory goes to the sequences).
+    // With max_chunk_tokens 0: the largest piece the free memory allows (runtime/auto_chunk.h; over ranks the
+    // smallest rank's choice) instead of the backend's default; the commands that prefill one user's long prompts set
+    // it (generate, chat, logits), the server does not (its pieces are as long as its longest step, and its memory
+    // goes to the sequences).
     bool auto_chunk = false;
     bool tiled_experts = false;  // CUDA: CudaOptions::tiled_experts
     // --gpus and the multi-node flags (ranks.h); set by start_ranks_or_exit: this process's rank (in a run over

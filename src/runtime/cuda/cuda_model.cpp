@@ -31,6 +31,7 @@
 #include "kernels/cuda/sparse_attention/sparse_attention.h"
 #include "model/bench_weights.h"
 #include "runtime/auto_chunk.h"
+#include "runtime/cuda/rank_agreement.h"
 
 namespace dsv4 {
 namespace {
@@ -294,9 +295,6 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     size_t free_bytes = 0, total_bytes = 0;
     DSV4_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     if (options.max_chunk_tokens == 0) {  // the largest piece the memory allows (runtime/auto_chunk.h)
-        // Ranks split a prompt into the same pieces (their expert exchanges pair up), so they are told one size.
-        DSV4_CHECK(ep.ranks == 1, "CudaOptions: max_chunk_tokens 0 (chosen from free memory) needs one rank, not {}",
-                   ep.ranks);
         options.max_chunk_tokens = auto_chunk_tokens(
             [&](int64_t tokens) {
                 CudaOptions o = options;
@@ -308,6 +306,9 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
                 return weight_bytes + pool.bytes() + b.offset + reserve;
             },
             free_bytes);
+        // Ranks split a prompt into the same pieces (their expert exchanges pair up): the smallest rank's choice.
+        if (ep.ranks > 1)
+            options.max_chunk_tokens = smallest_over_ranks(*ep.comm, ep.rank, ep.ranks, options.max_chunk_tokens);
         m.options.max_chunk_tokens = options.max_chunk_tokens;
     }
     m.pool = plan_pool(config, options);
@@ -418,6 +419,10 @@ void CudaModel::set_stage_profiling(bool on) {
 }
 size_t CudaModel::decode_graphs_held() const {
     return impl_->decode_graphs.size();
+}
+
+int64_t CudaModel::piece_tokens() const {
+    return impl_->options.max_chunk_tokens;
 }
 
 std::vector<StageTime> CudaModel::stage_times() const {
