@@ -47,7 +47,7 @@ void add_model_options(CLI::App* command, ModelOptions& o) {
     command
         ->add_option("--max-chunk-tokens", o.max_chunk_tokens,
                      "GPU: tokens per forward piece (the same results at any size; larger pieces prefill faster and "
-                     "take more memory). 0: generate, chat and logits take the largest of 2048, 1024, 512, 256 that "
+                     "take more memory). 0: generate, chat and logits take the largest of 8192, 4096, ..., 256 that "
                      "the free memory allows (over several GPUs: that of the fullest); serve the longer of "
                      "--step-tokens and --prefill-step-tokens (a step is one piece); otherwise 256; at most 65535")
         ->check(CLI::Range(int64_t{0}, kMaxChunkTokens));

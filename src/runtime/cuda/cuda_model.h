@@ -84,7 +84,7 @@ struct CudaOptions {
     int64_t pool_positions = 0;      // compressed-cache positions all sequences share (whole pages of 256 positions
                                      // for V4); 0: room for every sequence at max_context
     // Tokens per forward piece (sizes the workspace; bounds a decode batch), at most kMaxChunkTokens; 0: the largest
-    // of 2048 .. 256 the free memory allows (runtime/auto_chunk.h; over ranks the smallest rank's choice).
+    // of 8192 .. 256 the free memory allows (runtime/auto_chunk.h; over ranks the smallest rank's choice).
     int64_t max_chunk_tokens = 256;
     bool decode_graphs = true;       // replay decode steps from CUDA graphs (one per batch size, captured on first use)
     // The most decode graphs held at once; capturing one more first destroys the least recently replayed. Under
