@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <regex>
 
 #include "fixture_paths.h"
 #include "io/checkpoint.h"
@@ -64,6 +65,29 @@ TEST(Generate, PromptStreamsTheTextOfTheGeneratedIds) {
     std::vector<int64_t> a = generated_ids("--prompt " + prompt + " -n 6 --temp 0.8 --top-p 0.9 --seed 5");
     EXPECT_EQ(a, generated_ids("--prompt " + prompt + " -n 6 --temp 0.8 --top-p 0.9 --seed 5"));
     EXPECT_NE(a, generated_ids("--prompt " + prompt + " -n 6 --temp 0.8 --top-p 0.9 --seed 6"));
+}
+
+// --timings: one line on stderr (even with -q) counting the prompt's ids and the generated tokens, each with its
+// seconds and their quotient; the ids on stdout as without it.
+TEST(Generate, TimingsCountThePromptAndTheGeneratedTokens) {
+    const std::string ids = write_text("timed.ids", "0 17 300 42 9 1000 77");
+    Result r =
+        run_split("generate " + model_flags() + " --ids-file " + ids + " -n 6 --ignore-eos --print-ids --timings");
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    EXPECT_EQ(parse_ids(r.output).size(), 6u);
+    const std::regex line(
+        R"(^dsv4: prompt 7 tokens in ([0-9.]+) s \(([0-9.]+) tokens/s\); generated 6 tokens, 5 decode )"
+        R"(steps in ([0-9.]+) s \(([0-9.]+) tokens/s\)\n$)");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(r.errors, m, line)) << r.errors;
+    const double prompt_s = std::stod(m[1]), prompt_rate = std::stod(m[2]), decode_s = std::stod(m[3]),
+                 decode_rate = std::stod(m[4]);
+    EXPECT_GT(prompt_s, 0.0);
+    EXPECT_GT(decode_s, 0.0);
+    // The rates are the counts over the seconds (printed to a millisecond: a tenth of a tick's worth of slack).
+    EXPECT_NEAR(prompt_rate, 7 / prompt_s, 7 / prompt_s * (0.0005 / prompt_s) + 0.1) << r.errors;
+    EXPECT_NEAR(decode_rate, 5 / decode_s, 5 / decode_s * (0.0005 / decode_s) + 0.1) << r.errors;
+    EXPECT_EQ(parse_ids(r.output), generated_ids("--ids-file " + ids + " -n 6 --ignore-eos"));
 }
 
 TEST(Generate, PromptEqualsIdsFileOfItsTokens) {

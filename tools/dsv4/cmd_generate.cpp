@@ -2,7 +2,8 @@
 // The prompt is text (--prompt: raw, BOS prepended; with --chat: one user message rendered as DeepSeek-V4's chat
 // prompt) or token ids (--ids-file). Output: the text streamed as it is generated (EOS never printed, reasoning
 // shown apart in chat mode), or with --print-ids the generated ids on one line. --json / --json-schema F: the output
-// (after the reasoning) is one JSON object / one value of the schema, enforced token by token. Tested in tests/tools/.
+// (after the reasoning) is one JSON object / one value of the schema, enforced token by token. --timings: the
+// prompt's and the generation's tokens/s on stderr. Tested in tests/tools/.
 #include <cstdio>
 
 #include "commands.h"
@@ -22,6 +23,7 @@ void add_generate_command(CLI::App& app) {
         std::string prompt, ids_file, system, effort, json_schema;
         int64_t max_new = 32;
         bool print_ids = false, no_bos = false, chat = false, thinking = false, ignore_eos = false, json = false;
+        bool timings = false;
     };
     auto a = std::make_shared<Args>();
     add_model_options(cmd, a->model);
@@ -31,6 +33,9 @@ void add_generate_command(CLI::App& app) {
     cmd->add_option("-n,--max-new-tokens", a->max_new, "Most tokens to generate")->check(CLI::PositiveNumber);
     add_sampling_options(cmd, a->sampling);
     cmd->add_flag("--print-ids", a->print_ids, "Print the generated ids, space-separated, on one line");
+    cmd->add_flag("--timings", a->timings,
+                  "Print the prompt's and the generation's tokens/s on stderr once done (wall clock, the load not "
+                  "counted)");
     cmd->add_flag("--no-bos", a->no_bos, "Do not prepend the BOS token to --prompt");
     auto* ignore_eos = cmd->add_flag("--ignore-eos", a->ignore_eos,
                                      "Keep generating after EOS, as after any other token, up to -n (benchmarks)");
@@ -121,6 +126,9 @@ void add_generate_command(CLI::App& app) {
             constraint = json_reply(token_table(*tokenizer, config.vocab_size), schema_of_output,
                                     a->chat ? mode : tok::ThinkingMode::kChat, int32_t(config.eos_token_id))
                              ->clone();
+        const auto timings = [&](const DecodeResult& r) {
+            if (a->timings) print_timings(r, int64_t(prompt_ids.size()));
+        };
         if (a->print_ids) {
             DecodeResult r = decode(
                 *model, state, prompt_ids, a->max_new, sampler, [](int32_t) {}, !a->ignore_eos, a->sampling.adjust, {},
@@ -128,6 +136,7 @@ void add_generate_command(CLI::App& app) {
             std::string line;
             for (size_t i = 0; i < r.generated.size(); ++i) line += (i ? " " : "") + std::to_string(r.generated[i]);
             std::printf("%s\n", line.c_str());
+            timings(r);
             return;
         }
         if (a->chat) {
@@ -137,10 +146,11 @@ void add_generate_command(CLI::App& app) {
                 a->sampling.adjust, {}, constraint.get());
             if (r.hit_eos) printer.push(int32_t(config.eos_token_id));  // ends the completion text; not printed
             printer.finish();
+            timings(r);
             return;
         }
         tok::IncrementalDecoder decoder(*tokenizer);
-        decode(
+        const DecodeResult r = decode(
             *model, state, prompt_ids, a->max_new, sampler,
             [&](int32_t id) {
                 const std::string piece = decoder.push(id);
@@ -149,6 +159,7 @@ void add_generate_command(CLI::App& app) {
             },
             !a->ignore_eos, a->sampling.adjust, {}, constraint.get());
         std::printf("%s\n", decoder.finish().c_str());
+        timings(r);
     });
 }
 

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -245,7 +246,15 @@ DecodeResult decode(Backend& model, SequenceState& state, std::span<const int32_
     DecodeResult result;
     TokenHistory history(adjust, prompt.empty() ? ids : prompt);
     std::vector<float> adjusted;
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point start = Clock::now();
     std::vector<float> logits = model.forward(state, ids, false);
+    const Clock::time_point prompt_done = Clock::now();
+    result.prompt_seconds = std::chrono::duration<double>(prompt_done - start).count();
+    auto finish = [&] {
+        result.decode_seconds = std::chrono::duration<double>(Clock::now() - prompt_done).count();
+        return result;
+    };
     for (int64_t i = 0; i < max_new; ++i) {
         const float* row = history.row_for_draw(adjust, logits.data(), config.vocab_size, adjusted);
         if (constraint) row = masked_row(*constraint, row, config.vocab_size, adjusted);
@@ -265,7 +274,18 @@ DecodeResult decode(Backend& model, SequenceState& state, std::span<const int32_
         }
         logits = model.forward(state, std::span(&next, 1), false);
     }
-    return result;
+    return finish();
+}
+
+void print_timings(const DecodeResult& r, int64_t prompt_tokens) {
+    std::fflush(stdout);  // after the output, where both go to one terminal or file
+    const int64_t fed_back = std::max<int64_t>(int64_t(r.generated.size()) - 1, 0);
+    std::fprintf(stderr,
+                 "dsv4: prompt %lld tokens in %.3f s (%.1f tokens/s); generated %lld tokens, %lld decode steps "
+                 "in %.3f s (%.1f tokens/s)\n",
+                 (long long)prompt_tokens, r.prompt_seconds, double(prompt_tokens) / std::max(r.prompt_seconds, 1e-9),
+                 (long long)r.generated.size(), (long long)fed_back, r.decode_seconds,
+                 fed_back ? double(fed_back) / std::max(r.decode_seconds, 1e-9) : 0.0);
 }
 
 bool stdout_color() {

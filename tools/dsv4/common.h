@@ -88,7 +88,13 @@ struct DecodeResult {
     std::vector<int32_t> generated;  // sampled ids, EOS included when hit; the last one is never fed
     bool hit_eos = false;
     bool hit_context = false;  // stopped because the model's context is full
+    // Wall clock: the prompt's forward (to its logits on the host), then from its first draw to the last draw (the
+    // forwards of generated.size() - 1 fed-back tokens and every draw).
+    double prompt_seconds = 0.0, decode_seconds = 0.0;
 };
+
+// The timings of a decode() on stderr: the prompt's tokens/s and the generated tokens' (llama.cpp's perf line).
+void print_timings(const DecodeResult& r, int64_t prompt_tokens);
 
 // Feeds `ids` at state.position (must be non-empty), then samples up to `max_new` tokens, feeding each but the
 // last. Stops after sampling EOS (unless !stop_at_eos: then EOS is an ordinary token), at max_new, or when the next
