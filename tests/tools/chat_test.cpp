@@ -3,6 +3,8 @@
 // and /reset really forgets); an error in one turn is reported and the chat goes on; end of input exits.
 #include <gtest/gtest.h>
 
+#include <regex>
+
 #include <nlohmann/json.hpp>
 
 #include "tool_test_util.h"
@@ -61,6 +63,13 @@ TEST(Chat, ScriptedConversationWithResetAndQuit) {
     EXPECT_NE(stats[0].find(", 0 reused"), std::string::npos) << stats[0];
     EXPECT_EQ(stats[1].find(", 0 reused"), std::string::npos) << stats[1];
     EXPECT_NE(stats[2].find(", 0 reused"), std::string::npos) << stats[2];
+    // What was computed is the prompt less what was reused.
+    const std::regex counts(R"(^\(prompt (\d+) tokens, (\d+) reused from the last turn, (\d+) computed in .*)");
+    for (const std::string& line : stats) {
+        std::smatch m;
+        ASSERT_TRUE(std::regex_match(line, m, counts)) << line;
+        EXPECT_EQ(std::stoll(m[3]), std::stoll(m[1]) - std::stoll(m[2])) << line;
+    }
 }
 
 TEST(Chat, ErrorInATurnIsReportedAndTheChatGoesOn) {
