@@ -13,9 +13,13 @@
 // The attention's inputs (inputs): attention_inputs against the launches it replaces, bitwise.
 // Usage: dsv4_bench_decode_kernels [hc|moe|mma|mma1|mma=N|rows|prefill|prefill_nvfp4|draw|combine|dense|attn|
 //                                   attn_prefill|inputs]
+//                                  [--chosen-only]
 // (default: all; numbers recorded in docs/perf.md; mma1, mma=N: the routed experts at batch 1 or N alone, for a
 // profiler; rows: the decode passes' row tiles side by side, bitwise; attn_prefill: the sequential sparse attention
-// of an 8k prefill piece at V4-Flash's three slot counts, with a hash of its output to compare builds)
+// of an 8k prefill piece at V4-Flash's three slot counts, with a hash of its output to compare builds;
+// --chosen-only: prefill and prefill_nvfp4 time only the launcher's choice, not the warp-MMA reference beside it,
+// which took half of those modes' device time: for A/B calls of two builds, whose hashes then compare their bits;
+// tests/gpu's MoeGemm.* compare the kernels bitwise)
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -47,6 +51,7 @@ using namespace dsv4::cuda;
 namespace {
 
 constexpr int kLaunches = 20, kReplays = 7;
+bool g_chosen_only = false;  // --chosen-only
 
 // The fills' counter-based hash of an element index.
 __device__ __forceinline__ uint32_t index_hash(size_t i, uint32_t seed) {
@@ -520,7 +525,8 @@ void bench_moe_mma(int64_t tokens, bool variants = false, bool row_tiles = false
         const std::vector<std::pair<V, bool>> runs =  // (variant, tiled weights); the first is the reference
             single_slot
                 ? std::vector<std::pair<V, bool>>{{V::kAllSlots, false}, {V::kWarpMma, false}, {V::kWarpMma, true}}
-                : std::vector<std::pair<V, bool>>{{V::kWarpMma, false}, {V::kChosen, false}};
+            : g_chosen_only ? std::vector<std::pair<V, bool>>{{V::kChosen, false}}
+                            : std::vector<std::pair<V, bool>>{{V::kWarpMma, false}, {V::kChosen, false}};
         for (auto [v, tiled] : runs) {
             const double us = graph_us(
                 [&](int i, cudaStream_t s) { DSV4_CUDA_CHECK(detail::launch_moe_mma(params(i, down, tiled), v, s)); });
@@ -820,6 +826,13 @@ void bench_draw(int64_t rows, const char* mode) {
 
 int main(int argc, char** argv) {
     const std::string only = argc > 1 ? argv[1] : "";
+    for (int i = 2; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--chosen-only") != 0) {
+            std::fprintf(stderr, "dsv4_bench_decode_kernels: unknown option '%s'\n", argv[i]);
+            return 2;
+        }
+        g_chosen_only = true;
+    }
     auto run = [&](const char* part) { return only.empty() || only == part; };
     std::printf("device: %s\n", describe_device(0).c_str());
     {

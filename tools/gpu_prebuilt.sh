@@ -10,8 +10,9 @@
 #   tools/gpu_prebuilt.sh --pack BUILD_DIR      (BUILD_DIR built with the sm_90a code, the default DSV4_CUDA_ARCHS;
 #                                              PACK_BENCHES: bench/ binaries to carry too, run by the call's own command
 #                                              from /tmp/dsv4_prebuilt once this script has unpacked them)
-# KERNELS (e.g. "single,prefill") runs `dsv4_bench_decode_kernels MODE` for each mode first, the base's (if packed)
-# and this build's alternately, REPEAT rounds (their output hashes show whether the bits changed).
+# KERNELS (e.g. "single,prefill") runs `dsv4_bench_decode_kernels MODE $KERNEL_ARGS` for each mode first, the base's
+# (if packed) and this build's alternately, REPEAT rounds (their output hashes show whether the bits changed);
+# KERNEL_ARGS="--chosen-only" leaves out the prefill modes' warp-MMA reference rows (half their time).
 # The tests read tests/fixtures/ at the source path they were built in; the call's tree is linked there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -74,7 +75,8 @@ for ((r = 1; r <= ${REPEAT:-1}; ++r)); do
             [ -x "$k" ] || continue
             name=$([ "$k" = "$bin/dsv4_bench_decode_kernels" ] && echo "dsv4" || echo "base")
             echo "== run $r, $name: dsv4_bench_decode_kernels $mode"
-            "$k" "$mode" 2>&1 | tee "$out/kernels_${mode}_${name}_${r}.txt" |
+            # shellcheck disable=SC2086
+            "$k" "$mode" ${KERNEL_ARGS:-} 2>&1 | tee "$out/kernels_${mode}_${name}_${r}.txt" |
                 grep -E "^[a-z0-9_+/ |]+ +[0-9]|BITWISE|bitwise" | head -"${LINES_PER_RUN:-40}"
         done
     done
