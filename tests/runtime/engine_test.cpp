@@ -370,13 +370,10 @@ TEST(Engine, LogprobsAreLogSoftmaxWithTheTopChoicesFirst) {
     for (size_t i = 1; i < t.top.size(); ++i) EXPECT_GE(t.top[i - 1].logprob, t.top[i].logprob);
 }
 
-// A backend that draws tokens (Backend::draws_tokens) by the draw's definition, on the host: the model's logits,
-// then runtime/sampler.h's draw with the uniform the engine took. Counts its draws; the draw numbered
-// `nan_draw` reports NaN logits (-1), and with `refuse_batches` every batch is refused before it runs (a full GPU
-// pool), so the engine runs its items one by one through forward() and draws on the host.
-class DrawingBackend final : public Backend {
+// A backend that hands every call to `inner` (the tests' backends override what they observe or change).
+class ForwardingBackend : public Backend {
   public:
-    explicit DrawingBackend(Backend& inner) : inner_(inner) {}
+    explicit ForwardingBackend(Backend& inner) : inner_(inner) {}
     const ModelConfig& config() const override { return inner_.config(); }
     Numerics numerics() const override { return inner_.numerics(); }
     SequenceState new_sequence() const override { return inner_.new_sequence(); }
@@ -389,6 +386,18 @@ class DrawingBackend final : public Backend {
         return inner_.forward_block(s, layer, start, ids, streams_in);
     }
     void set_observer(ActivationObserver observer) override { inner_.set_observer(std::move(observer)); }
+
+  protected:
+    Backend& inner_;
+};
+
+// A backend that draws tokens (Backend::draws_tokens) by the draw's definition, on the host: the model's logits,
+// then runtime/sampler.h's draw with the uniform the engine took. Counts its draws; the draw numbered
+// `nan_draw` reports NaN logits (-1), and with `refuse_batches` every batch is refused before it runs (a full GPU
+// pool), so the engine runs its items one by one through forward() and draws on the host.
+class DrawingBackend final : public ForwardingBackend {
+  public:
+    using ForwardingBackend::ForwardingBackend;
     bool draws_tokens() const override { return true; }
     std::vector<std::vector<float>> forward_batch(std::span<const BatchItem> items) override {
         DSV4_CHECK(!refuse_batches, "no room for this batch");
@@ -411,32 +420,17 @@ class DrawingBackend final : public Backend {
     std::atomic<int64_t> draws = 0;
     int64_t nan_draw = -1;
     bool refuse_batches = false;
-
-  private:
-    Backend& inner_;
 };
 
 // A backend that notes each batch it is given (every item's sequence, position and token count) and computes it
 // on the model.
-class RecordingBackend final : public Backend {
+class RecordingBackend final : public ForwardingBackend {
   public:
     struct Item {
         const SequenceState* state;
         int64_t position, tokens;
     };
-    explicit RecordingBackend(Backend& inner) : inner_(inner) {}
-    const ModelConfig& config() const override { return inner_.config(); }
-    Numerics numerics() const override { return inner_.numerics(); }
-    SequenceState new_sequence() const override { return inner_.new_sequence(); }
-    SequenceState copy_sequence(const SequenceState& s) const override { return inner_.copy_sequence(s); }
-    std::vector<float> forward(SequenceState& s, std::span<const int32_t> ids, bool all_logits) override {
-        return inner_.forward(s, ids, all_logits);
-    }
-    std::vector<float> forward_block(SequenceState& s, int64_t layer, int64_t start, std::span<const int32_t> ids,
-                                     const float* streams_in) override {
-        return inner_.forward_block(s, layer, start, ids, streams_in);
-    }
-    void set_observer(ActivationObserver observer) override { inner_.set_observer(std::move(observer)); }
+    using ForwardingBackend::ForwardingBackend;
     std::vector<std::vector<float>> forward_batch(std::span<const BatchItem> items) override {
         std::vector<Item> batch;
         for (const BatchItem& item : items)
@@ -453,7 +447,6 @@ class RecordingBackend final : public Backend {
     }
 
   private:
-    Backend& inner_;
     mutable std::mutex mutex_;
     std::vector<std::vector<Item>> batches_;
 };
