@@ -102,6 +102,26 @@ class HostRankComm final : public RankCollectives {
     int rank_;
 };
 
+// Runs body(rank, comm) for each of `ranks` ranks in a thread of its own, their collectives through one HostRankGroup;
+// returns each rank's exception message ("" where it returned).
+template <typename Body>
+std::vector<std::string> run_ranks(int ranks, Body body) {
+    HostRankGroup group(ranks);
+    std::vector<std::string> errors(static_cast<size_t>(ranks));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r)
+        threads.emplace_back([&, r] {
+            try {
+                HostRankComm comm(group, r);
+                body(r, comm);
+            } catch (const std::exception& e) {
+                errors[size_t(r)] = e.what();
+            }
+        });
+    for (std::thread& t : threads) t.join();
+    return errors;
+}
+
 int32_t argmax(const std::vector<float>& logits, int64_t offset, int64_t n) {
     const auto first = logits.begin() + offset;
     return int32_t(std::max_element(first, first + n) - first);
@@ -172,20 +192,10 @@ class ExpertParallelRanks : public ::testing::TestWithParam<std::string> {
             GTEST_SKIP() << GetParam() << " has " << E << " routed experts, fewer than " << ranks << " ranks";
         const std::vector<float> want = session(*model(checkpoint, {}), in);
 
-        HostRankGroup group(ranks);
         std::vector<std::vector<float>> got(static_cast<size_t>(ranks));
-        std::vector<std::string> errors(static_cast<size_t>(ranks));
-        std::vector<std::thread> threads;
-        for (int r = 0; r < ranks; ++r)
-            threads.emplace_back([&, r] {
-                try {
-                    HostRankComm comm(group, r);
-                    got[size_t(r)] = session(*model(checkpoint, {r, ranks, &comm, attention}), in);
-                } catch (const std::exception& e) {
-                    errors[size_t(r)] = e.what();
-                }
-            });
-        for (std::thread& t : threads) t.join();
+        const std::vector<std::string> errors = run_ranks(ranks, [&](int r, HostRankComm& comm) {
+            got[size_t(r)] = session(*model(checkpoint, {r, ranks, &comm, attention}), in);
+        });
         for (int r = 0; r < ranks; ++r) {
             ASSERT_EQ(errors[size_t(r)], "") << "rank " << r;
             const ExpertRange held = expert_range(E, r, ranks);
@@ -228,28 +238,19 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ExpertParallelRanks, ::testing::ValuesIn(cuda
 TEST(ExpertParallelOptions, DataParallelAttentionHoldsEachRanksSequences) {
     DSV4_REQUIRE_GPU();
     const auto checkpoint = Checkpoint::open(cuda_fixtures::fixture_dir("hf-tiny-hc2-hca16"));
-    HostRankGroup group(2);
-    std::vector<std::string> errors(2), full(2);
+    std::vector<std::string> full(2);
     std::vector<Backend::PoolUsage> usage(2);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r)
-        threads.emplace_back([&, r] {
-            try {
-                HostRankComm comm(group, r);
-                auto gpu = model(checkpoint, {r, 2, &comm, AttentionLayout::kDataParallel});
-                std::vector<SequenceState> held;
-                for (int i = 0; i < 12; ++i) held.push_back(gpu->new_sequence());
-                usage[size_t(r)] = gpu->pool_usage();
-                try {
-                    gpu->new_sequence();
-                } catch (const Error& e) {
-                    full[size_t(r)] = e.what();
-                }
-            } catch (const std::exception& e) {
-                errors[size_t(r)] = e.what();
-            }
-        });
-    for (std::thread& t : threads) t.join();
+    const std::vector<std::string> errors = run_ranks(2, [&](int r, HostRankComm& comm) {
+        auto gpu = model(checkpoint, {r, 2, &comm, AttentionLayout::kDataParallel});
+        std::vector<SequenceState> held;
+        for (int i = 0; i < 12; ++i) held.push_back(gpu->new_sequence());
+        usage[size_t(r)] = gpu->pool_usage();
+        try {
+            gpu->new_sequence();
+        } catch (const Error& e) {
+            full[size_t(r)] = e.what();
+        }
+    });
     for (int r = 0; r < 2; ++r) {
         ASSERT_EQ(errors[size_t(r)], "") << "rank " << r;
         EXPECT_EQ(usage[size_t(r)].sequences_used, 12) << "rank " << r;
@@ -263,37 +264,20 @@ TEST(ExpertParallelOptions, DataParallelAttentionHoldsEachRanksSequences) {
 // 2,048 tokens all get 256; two models asked for 0 both take what one GPU takes alone.
 TEST(ExpertParallelOptions, RanksAgreeOnThePieceTheMemoryAllows) {
     DSV4_REQUIRE_GPU();
-    {
-        HostRankGroup group(3);
-        const int64_t offered[] = {1024, 256, 2048};
-        std::vector<int64_t> agreed(3, -1);
-        std::vector<std::thread> threads;
-        for (int r = 0; r < 3; ++r)
-            threads.emplace_back([&, r] {
-                HostRankComm comm(group, r);
-                agreed[size_t(r)] = smallest_over_ranks(comm, r, 3, offered[r]);
-            });
-        for (std::thread& t : threads) t.join();
-        EXPECT_EQ(agreed, (std::vector<int64_t>{256, 256, 256}));
-    }
+    const int64_t offered[] = {1024, 256, 2048};
+    std::vector<int64_t> agreed(3, -1);
+    const std::vector<std::string> errors = run_ranks(
+        3, [&](int r, HostRankComm& comm) { agreed[size_t(r)] = smallest_over_ranks(comm, r, 3, offered[r]); });
+    EXPECT_EQ(errors, (std::vector<std::string>{"", "", ""}));
+    EXPECT_EQ(agreed, (std::vector<int64_t>{256, 256, 256}));
     const auto checkpoint = Checkpoint::open(cuda_fixtures::fixture_dir("hf-tiny-hc2-hca16"));
     const int64_t alone = model(checkpoint, {}, 0)->piece_tokens();
     EXPECT_NE(std::ranges::find(kAutoChunkTokens, alone), kAutoChunkTokens.end()) << alone;
-    HostRankGroup group(2);
     std::vector<int64_t> pieces(2, -1);
-    std::vector<std::string> errors(2);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r)
-        threads.emplace_back([&, r] {
-            try {
-                HostRankComm comm(group, r);
-                pieces[size_t(r)] = model(checkpoint, {r, 2, &comm}, 0)->piece_tokens();
-            } catch (const std::exception& e) {
-                errors[size_t(r)] = e.what();
-            }
-        });
-    for (std::thread& t : threads) t.join();
-    EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+    const std::vector<std::string> model_errors = run_ranks(2, [&](int r, HostRankComm& comm) {
+        pieces[size_t(r)] = model(checkpoint, {r, 2, &comm}, 0)->piece_tokens();
+    });
+    EXPECT_EQ(model_errors, (std::vector<std::string>{"", ""}));
     EXPECT_EQ(pieces, (std::vector<int64_t>{alone, alone}));
 }
 
