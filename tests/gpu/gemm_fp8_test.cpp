@@ -689,6 +689,87 @@ TEST(GemmFp8, PostMixEpilogueEqualsGemmThenHcPostBitwise) {
         }
 }
 
+// A given in bf16 (Fp8GemmParams::a_bf16): the decode tiles of launches of at most 8 rows encode it themselves (no
+// act_quant launch before wo_b in a batch-1 step), every other tile reads what fp8_gemm has act_quant_fp8 write
+// first; either way y, and the post-mix where asked, has the bits of act_quant_fp8 then the GEMM on its codes. Rows
+// whose 128-column blocks span 2^-40 .. 2^40, a block of zeros (the amax floor), K with a partial last block, each
+// decode tile width, fp8_gemm's own choice at V4's wo_b shape with and without its post-mix.
+TEST(GemmFp8, Bf16InputEncodedByTheTilesEqualsActQuantThenGemmBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    cuda::CublasLt lt;
+    struct Case {
+        int64_t rows, n, k;
+        int block_n;  // a forced decode tile (16 rows), 0: fp8_gemm's own choice
+        bool post_mix;
+    };
+    const Case cases[] = {{1, 4096, 8192, 0, false}, {1, 4096, 8192, 0, true},   {3, 1536, 4096, 0, false},
+                          {8, 130, 272, 8, false},   {5, 300, 208, 16, false},   {2, 64, 1024, 32, false},
+                          {7, 96, 528, 0, true},     {16, 4096, 1024, 0, false}, {37, 300, 384, 0, false}};
+    constexpr int kHc = 4;
+    for (const Case& c : cases) {
+        const int64_t kb = (c.k + 127) / 128;
+        std::vector<float> x = random_activations(rng, c.rows, c.k);
+        for (int64_t r = 0; r < c.rows; ++r)
+            for (int64_t i = 0; i < c.k; ++i) {
+                const int64_t b = i / 128;
+                const bool zero_block = r == 0 && b == kb - 1 && kb > 1;
+                float& v = x[size_t(r * c.k + i)];
+                v = zero_block ? 0.0f : round_bf16(v * std::ldexp(1.0f, int((r * 7 + b * 13) % 81) - 40));
+            }
+        const HostWeight w = random_fp8_weight(rng, c.n, c.k, true);
+        const Fp8Operands o{quantize_on_device(x, c.rows, c.k), to_device(w.data), weight_scales_on_device(w), c.n,
+                            c.k};
+        const auto x_bf16 = to_device(to_bf16(x));
+        std::vector<float> mix(size_t(c.rows * (2 + kHc) * kHc));
+        for (float& v : mix) v = rng.uniform(-1.5f, 1.5f);
+        const auto d_mix = to_device(mix);
+        const auto streams = to_device(random_bf16(rng, c.rows * kHc * c.n));
+        const cuda::Fp8GemmConfig own =
+            cuda::fp8_gemm_config(c.rows, c.n, c.k, device_sms(), cuda::Fp8GemmPath::kMma, cuda::device_has_wgmma());
+        cuda::Fp8GemmConfig config = own;
+        if (c.block_n) {
+            config.block_m = 16;
+            config.block_n = c.block_n;
+        }
+        const bool in_tile = cuda::fp8_gemm_quantizes_in_tile(config, c.rows, c.k);
+        EXPECT_EQ(in_tile, c.rows <= 8) << c.rows << "x" << c.n << "x" << c.k;  // which path this case tests
+        cuda::DeviceBuffer<uint8_t> ws(std::max<size_t>(256, cuda::fp8_gemm_workspace_bytes(own, c.rows, c.n, c.k)));
+        auto run = [&](bool encoded) {
+            auto y = poisoned<uint16_t>(size_t(c.rows * c.n));
+            auto streams_out = poisoned<uint16_t>(size_t(c.rows * kHc * c.n));
+            auto q = poisoned<uint8_t>(size_t(c.rows * c.k));
+            auto scales = poisoned<float>(size_t(c.rows * kb));
+            cuda::Fp8GemmParams p = operand_params(o, 0, c.rows, y.get(), ws, cuda::Fp8GemmPath::kMma);
+            if (encoded) {
+                p.a = nullptr;
+                p.a_scale = nullptr;
+                p.a_bf16 = {reinterpret_cast<const __nv_bfloat16*>(x_bf16.get()), q.get(), scales.get()};
+            }
+            if (c.post_mix)
+                p.post_mix = {d_mix.get(), reinterpret_cast<const __nv_bfloat16*>(streams.get()),
+                              reinterpret_cast<__nv_bfloat16*>(streams_out.get()), kHc};
+            if (c.block_n) {
+                EXPECT_EQ(cuda::fp8_gemm_can_implement(p, config), "");
+                DSV4_CUDA_CHECK(cuda::launch_fp8_mma(p, config, nullptr));
+            } else {
+                cuda::fp8_gemm(lt, p, nullptr);
+            }
+            std::vector<uint16_t> out = to_host(y);
+            if (c.post_mix) {
+                const std::vector<uint16_t> mixed = to_host(streams_out);
+                out.insert(out.end(), mixed.begin(), mixed.end());
+            }
+            return out;
+        };
+        const std::vector<uint16_t> want = run(false), got = run(true);
+        expect_bitwise_bf16("A in bf16, " + std::to_string(c.rows) + "x" + std::to_string(c.n) + "x" +
+                                std::to_string(c.k) + " (" + (in_tile ? "encoded in the tile" : "act_quant first") +
+                                (c.post_mix ? ", post-mix" : "") + ")",
+                            got, want);
+    }
+}
+
 // A weight's outputs have the same bits whether it runs alone or stacked by rows with another weight of the same
 // input (CudaModel runs wq_a | wkv and the shared expert's w1 | w3 as one GEMM, device_weights.h): the stack's
 // columns [0, top) against the top part alone and [top, top + bottom) against the bottom part alone (its data and
