@@ -157,13 +157,10 @@ void CudaModel::Impl::linear(const Lane& lane, const cuda::DeviceMatrix& w, cons
     DSV4_CHECK(!rows_live || w.format == WeightFormat::kFp8Block, "linear: rows_live needs an FP8 weight ({} given)",
                weight_format_name(w.format));
     if (w.format == WeightFormat::kFp8Block) {
+        const Fp8Rows a = fp8_rows(lane, x, m, w.cols, quantized);
         cuda::Fp8GemmParams p;
-        if (quantized.q) {
-            p.a = quantized.q;
-            p.a_scale = quantized.scales;
-        } else {  // the GEMM quantizes x (inside its decode tiles at a few rows, else act_quant into the lane's rows)
-            p.a_bf16 = {x, lane.act.q, lane.act.scales};
-        }
+        p.a = a.q;
+        p.a_scale = a.scales;
         p.w = static_cast<const uint8_t*>(w.data);
         p.w_scale = w.scale;
         p.y = y;

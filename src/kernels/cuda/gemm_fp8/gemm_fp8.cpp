@@ -9,11 +9,9 @@
 
 #include "core/error.h"
 #include "kernels/cuda/common/cuda_check.h"
-#include "kernels/cuda/common/int_math.h"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/gemm_fp8/gemm_fp8_kernels.h"
 #include "kernels/cuda/mhc/mhc.h"
-#include "kernels/cuda/quant/quant.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -26,6 +24,8 @@ constexpr int kSkinnyMaxTile = 16;
 // CTAs per SM).
 constexpr size_t kMmaMaxSmem = size_t(96) << 10;
 
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // cuBLASLt 13.1 on H200 offers no block-scaled FP8 algorithm for M % 4 != 0 (measured: M = 3, 17, 18 refused;
@@ -110,12 +110,7 @@ size_t fp8_gemm_workspace_bytes(const Fp8GemmConfig& c, int64_t m, int64_t n, in
 }
 
 std::string fp8_gemm_can_implement(const Fp8GemmParams& p, const Fp8GemmConfig& c) {
-    const bool encodes = p.a_bf16.x != nullptr;  // fp8_gemm has resolved a_bf16 for every other tile
-    if ((!encodes && (!p.a || !p.a_scale)) || !p.w || !p.w_scale || !p.y) return "null operand pointer";
-    if (encodes && !fp8_gemm_quantizes_in_tile(c, p.m, p.k))
-        return fmt::format("A in bf16 for a tile that does not encode it ({} path, {}-row tiles, M={})",
-                           fp8_gemm_path_name(c.path), c.block_m, p.m);
-    if (reinterpret_cast<uintptr_t>(p.a_bf16.x) % 16) return "A in bf16 must be 16-byte aligned";
+    if (!p.a || !p.a_scale || !p.w || !p.w_scale || !p.y) return "null operand pointer";
     if (p.m <= 0 || p.n <= 0 || p.k <= 0) return fmt::format("empty shape m={} n={} k={}", p.m, p.n, p.k);
     if (p.workspace_bytes < fp8_gemm_workspace_bytes(c, p.m, p.n, p.k))
         return fmt::format("workspace of {} bytes, {} path needs {}", p.workspace_bytes, fp8_gemm_path_name(c.path),
@@ -142,7 +137,7 @@ std::string fp8_gemm_can_implement(const Fp8GemmParams& p, const Fp8GemmConfig& 
             return fmt::format("mma path: the 128x128 (wgmma) tile needs K % 128 == 0 (K={}) and an sm_90 device", p.k);
         if (ceil_div(p.n, c.block_n) > 65535 || ceil_div(p.m, c.block_m) > int64_t{0x7FFFFFFF})
             return fmt::format("mma path: grid too large for M={} N={}", p.m, p.n);
-        if (fp8_mma_smem_bytes(c.block_m, c.block_n, p.m, p.k, encodes) > kMmaMaxSmem)
+        if (fp8_mma_smem_bytes(c.block_m, c.block_n, p.m, p.k) > kMmaMaxSmem)
             return fmt::format("mma path: K={} needs more staged shared memory than {} bytes with {}-row tiles", p.k,
                                kMmaMaxSmem, c.block_m);
         return {};
@@ -196,18 +191,8 @@ void run_cublaslt(const CublasLt& lt, const Fp8GemmParams& p, cudaStream_t strea
 
 }  // namespace
 
-void fp8_gemm(const CublasLt& lt, const Fp8GemmParams& given, cudaStream_t stream) {
-    const Fp8GemmConfig config =
-        fp8_gemm_config(given.m, given.n, given.k, multiprocessor_count(), given.path, device_has_wgmma());
-    // A in bf16: the tiles encode it where they can, else act_quant_fp8 writes the codes the tiles read.
-    Fp8GemmParams p = given;
-    if (p.a_bf16.x && !fp8_gemm_quantizes_in_tile(config, p.m, p.k)) {
-        if (!p.a_bf16.q || !p.a_bf16.scales) fail("gemm_fp8: A in bf16 needs room for its codes and scales");
-        act_quant_fp8({p.a_bf16.x, p.a_bf16.q, p.a_bf16.scales, p.m, p.k, p.k}, stream);
-        p.a = p.a_bf16.q;
-        p.a_scale = p.a_bf16.scales;
-        p.a_bf16 = {};
-    }
+void fp8_gemm(const CublasLt& lt, const Fp8GemmParams& p, cudaStream_t stream) {
+    const Fp8GemmConfig config = fp8_gemm_config(p.m, p.n, p.k, multiprocessor_count(), p.path, device_has_wgmma());
     if (std::string why = fp8_gemm_can_implement(p, config); !why.empty())
         fail("gemm_fp8 (M={} N={} K={}, {} path): {}", p.m, p.n, p.k, fp8_gemm_path_name(config.path), why);
     // The post-mix in the tiles' epilogue where they have one, else hc_post after the product.
@@ -225,13 +210,6 @@ void fp8_gemm(const CublasLt& lt, const Fp8GemmParams& given, cudaStream_t strea
     }
     if (p.post_mix.out && !fused)
         hc_post({p.y, p.post_mix.streams, p.post_mix.mix, p.post_mix.out, p.m, p.post_mix.n_hc, p.n}, stream);
-}
-
-bool fp8_gemm_quantizes_in_tile(const Fp8GemmConfig& c, int64_t m, int64_t k) {
-    // At most 8 rows: each CTA encodes every row of the launch (~32 values a thread for one row of 8,192), which the
-    // decode step's act_quant launch and its boundary cost more than (docs/perf.md, "wo_b encodes its input").
-    return c.path == Fp8GemmPath::kMma && c.block_m == 16 && m <= 8 &&
-           fp8_mma_smem_bytes(16, c.block_n, m, k, true) <= kMmaMaxSmem;
 }
 
 bool fp8_gemm_fuses_post_mix(const Fp8GemmConfig& c, int n_hc) {

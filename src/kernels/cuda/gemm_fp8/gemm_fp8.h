@@ -58,15 +58,6 @@ struct Fp8GemmParams {
     // shared expert on one rank of an expert-parallel run: every other rank writes zeros that the exchange adds),
     // so no host synchronization. kMma's 16- and 64-row tiles only (fp8_gemm_can_implement says otherwise).
     const int32_t* rows_live = nullptr;
-    // Optional (x != nullptr): A given in bf16 [m, k] (row stride k, 16-byte aligned), quantized by fp8_gemm with
-    // act_quant_fp8's arithmetic (spec §3) instead of a and a_scale: inside kMma's decode tiles where
-    // fp8_gemm_quantizes_in_tile says so (a batch-1 step: no act_quant launch before the product), else by
-    // act_quant_fp8 into q [m, k] and scales [m, ceil(k/128)] first. The same codes either way, so the same bits.
-    struct Bf16Input {
-        const __nv_bfloat16* x = nullptr;
-        uint8_t* q = nullptr;
-        float* scales = nullptr;
-    } a_bf16;
     // Optional (out != nullptr): the mHC post-mix of the product as its epilogue, with y as the sub-layer's output f:
     // out[t][k][d] = bf16(post_k y[t][d] + sum_j comb[j][k] streams[t][j][d]) (cuda::hc_post's arithmetic,
     // mhc/hc_post_math.cuh), so gemm_fp8 then hc_post in one launch where kMma's decode tiles store y (each element's
@@ -103,10 +94,6 @@ std::string fp8_gemm_can_implement(const Fp8GemmParams& p, const Fp8GemmConfig& 
 // Whether fp8_gemm has `config`'s kernel apply Fp8GemmParams::post_mix where it stores y (kMma's 16-row decode tiles,
 // n_hc 2 or 4: V4's 4); otherwise it runs hc_post after the product.
 bool fp8_gemm_fuses_post_mix(const Fp8GemmConfig& config, int n_hc);
-
-// Whether `config`'s tiles encode A themselves when it comes in bf16 (Fp8GemmParams::a_bf16): kMma's decode tiles
-// for launches of at most 8 rows whose codes fit their shared memory.
-bool fp8_gemm_quantizes_in_tile(const Fp8GemmConfig& config, int64_t m, int64_t k);
 
 // Chooses the config for the current device, checks the contract and runs; throws dsv4::Error on a contract
 // violation or when cuBLASLt offers no algorithm.

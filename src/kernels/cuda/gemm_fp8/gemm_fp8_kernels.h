@@ -20,9 +20,8 @@ cudaError_t launch_fp8_skinny(const Fp8GemmParams& p, const Fp8GemmConfig& confi
 cudaError_t launch_fp8_mma(const Fp8GemmParams& p, const Fp8GemmConfig& config, cudaStream_t stream);
 // The 128 x 128 warpgroup tile (wgmma_gemm.cu; sm_90a, K % 128 == 0), which launch_fp8_mma takes for block_m 128.
 cudaError_t launch_fp8_wgmma(const Fp8GemmParams& p, cudaStream_t stream);
-// Dynamic shared memory of that launch: decode tiles (block_m 16) stage [ceil(k/128), min(m, 16), block_n] f32, and
-// where they encode A (`quantizes`) its codes and scales after them.
-size_t fp8_mma_smem_bytes(int block_m, int block_n, int64_t m, int64_t k, bool quantizes = false);
+// Dynamic shared memory of that launch: decode tiles (block_m 16) stage [ceil(k/128), min(m, 16), block_n] f32.
+size_t fp8_mma_smem_bytes(int block_m, int block_n, int64_t m, int64_t k);
 
 // CUDA-core FP8 GEMM for any shape (generic_gemm.cu): one thread per output, K in order.
 cudaError_t launch_fp8_generic(const Fp8GemmParams& p, cudaStream_t stream);

@@ -37,11 +37,6 @@
 // 16t + 4j + {0,1} and + {2,3}, offset by 64 - 16 for j >= 4), and each of the 128 columns is used exactly once.
 // Columns at or past K (a partial last block) load as zeros in both operands; rows past M or N repeat the last
 // row and are not stored.
-//
-// A given in bf16 (Fp8GemmParams::a_bf16, decode tiles of at most 8 rows: kQuantize): the CTA first encodes the
-// launch's rows with act_quant_fp8's arithmetic (fp8_act_codec.cuh) into shared memory, its warps' first weights
-// already in flight, and the warps read their A words from there: the codes and scales act_quant would have written,
-// so the same products and bits, without act_quant's launch and its boundary in the decode step's chain.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -49,7 +44,6 @@
 #include "kernels/cuda/common/vector_loads.cuh"
 #include "kernels/cuda/gemm_fp8/gemm_fp8_kernels.h"
 #include "kernels/cuda/mhc/hc_post_math.cuh"
-#include "kernels/cuda/quant/fp8_act_codec.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -61,7 +55,6 @@ constexpr int kBlockK = 128;
 struct MmaArgs {
     const uint8_t* a;      // [m, k] e4m3
     const float* a_scale;  // [m, kb] f32
-    const __nv_bfloat16* a_bf16;  // kQuantize tiles: [m, k] bf16, encoded by the CTA (a and a_scale unused)
     const uint8_t* w;      // [n, k] e4m3
     const float* w_scale;  // [ceil(n/128), kb] f32
     __nv_bfloat16* y;      // [m, n] bf16
@@ -151,54 +144,15 @@ __device__ __forceinline__ void block_mma(const Stage<MT, NT>& s, float (&acc)[M
     }
 }
 
-// act_quant_fp8 of A's first `rows` rows (the launch's, at most 8) into shared memory: codes [rows][kb * 128] and
-// scales [rows][kb]. Warp w takes the (row, block) items w, w + 8, ..., a lane four columns of the block (one 8-byte
-// load; columns at or past K load as zeros and encode as zeros, where act_quant writes no code and the tiles load
-// zeros); the block's amax is a warp maximum (exact in any order), its scale and codes act_quant's. kAhead items'
-// loads go out before the first is encoded. Ends with a barrier: every thread of the CTA must call it.
-__device__ void quantize_rows(const MmaArgs& args, int rows, uint8_t* codes, float* scales) {
-    constexpr int kAhead = 8;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int items = rows * args.kb;
-    for (int first = warp; first < items; first += kWarps * kAhead) {
-        uint2 v[kAhead];
-#pragma unroll
-        for (int u = 0; u < kAhead; ++u) {
-            const int item = first + u * kWarps;
-            const int64_t row = item / args.kb, col = int64_t(item % args.kb) * kBlockK + 4 * lane;
-            v[u] = item < items && col < args.k
-                       ? __ldg(reinterpret_cast<const uint2*>(args.a_bf16 + row * args.k + col))
-                       : make_uint2(0u, 0u);
-        }
-#pragma unroll
-        for (int u = 0; u < kAhead; ++u) {
-            const int item = first + u * kWarps;
-            if (item >= items) break;  // uniform over the warp
-            const float x[4] = {__uint_as_float(v[u].x << 16), __uint_as_float(v[u].x & 0xFFFF0000u),
-                                __uint_as_float(v[u].y << 16), __uint_as_float(v[u].y & 0xFFFF0000u)};
-            const float amax = group_max<32>(fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3]))));
-            const float scale = e8m0_to_f32(fp8_scale_exponent(amax)), scale_inv = __frcp_rn(scale);
-            uint32_t word = 0;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) word |= uint32_t(fp8_code_times(x[i], scale_inv)) << (8 * i);
-            reinterpret_cast<uint32_t*>(codes + int64_t(item) * kBlockK)[lane] = word;  // row r's block kb
-            if (lane == 0) scales[item] = scale;
-        }
-    }
-    __syncthreads();
-}
-
 // grid (ceil(m / BM), ceil(n / BN)); warps: WM x WN tiles of MT x 16 rows and NT x 8 columns, times WK warps that
 // share out the K blocks (kb = wk, wk + WK, ...). WK > 1 stages each block's products in shared memory,
 // [kb][rows_alloc][BN] f32, and sums them in ascending kb after a barrier; WK == 1 sums in registers.
 // kTopHalf (decode tiles of launches of at most 8 rows, e.g. a batch-1 step): rows 8-15 of the tile are neither
-// loaded, converted nor promoted; rows 0-7 run the same instructions. kQuantize (such tiles only): A comes in bf16
-// and the CTA encodes it first (quantize_rows), into shared memory after the staged products.
-template <int MT, int NT, int WM, int WN, int WK, bool kTopHalf = false, bool kQuantize = false>
+// loaded, converted nor promoted; rows 0-7 run the same instructions.
+template <int MT, int NT, int WM, int WN, int WK, bool kTopHalf = false>
 __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaArgs args) {
     static_assert(WM * WN * WK == kWarps, "8 warps per CTA");
     static_assert(!kTopHalf || (MT == 1 && WM == 1), "the top half of one 16-row tile");
-    static_assert(!kQuantize || (kTopHalf && WK > 1), "decode tiles of at most 8 rows encode their A");
     constexpr int kHalves = kTopHalf ? 1 : 2;  // live 8-row halves of a 16-row tile
     static_assert(WK == 1 || (MT == 1 && WM == 1), "K blocks are shared out only in 16-row tiles");
     constexpr int kBM = WM * MT * 16, kBN = WN * NT * 8;
@@ -225,14 +179,6 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaAr
         }
     }
 
-    // kQuantize: the launch's rows encoded, after the staged products (16-byte aligned: kBN >= 8 floats a row).
-    uint8_t* codes = nullptr;
-    float* code_scales = nullptr;
-    if constexpr (kQuantize) {
-        codes = reinterpret_cast<uint8_t*>(staged + int64_t(args.kb) * args.rows_alloc * kBN);
-        code_scales = reinterpret_cast<float*>(codes + int64_t(args.rows_alloc) * args.kb * kBlockK);
-    }
-
     // Rows past M (N) read row M - 1 (N - 1): their results are never stored, and every load stays in bounds
     // without a per-row predicate.
     const uint8_t* a_row[MT][2];
@@ -243,13 +189,8 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaAr
         for (int h = 0; h < 2; ++h) {
             int64_t r = m_warp + mt * 16 + h * 8 + g;
             r = r < args.m ? r : args.m - 1;
-            if constexpr (kQuantize) {
-                a_row[mt][h] = codes + (r - m_cta) * args.kb * kBlockK + 16 * t;
-                a_scale_row[mt][h] = code_scales + (r - m_cta) * args.kb;
-            } else {
-                a_row[mt][h] = args.a + r * args.k + 16 * t;
-                a_scale_row[mt][h] = args.a_scale + r * args.kb;
-            }
+            a_row[mt][h] = args.a + r * args.k + 16 * t;
+            a_scale_row[mt][h] = args.a_scale + r * args.kb;
         }
     const uint8_t* w_row[NT];
 #pragma unroll
@@ -260,33 +201,19 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaAr
     }
     const float* w_scale_row = args.w_scale + (n_cta / kBlockK) * args.kb;
 
-    auto load_a = [&](Stage<MT, NT>& s, int kb) {
+    auto load = [&](Stage<MT, NT>& s, int kb) {
         const int64_t offset = int64_t(kb) * kBlockK;
         const bool lo_ok = offset + 16 * t < args.k, hi_ok = offset + 16 * t + 64 < args.k;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int h = 0; h < kHalves; ++h) {
-                if constexpr (kQuantize) {  // shared memory, codes past K already zero
-                    const uint4* chunks = reinterpret_cast<const uint4*>(a_row[mt][h] + offset);
-                    s.a[mt][h] = {chunks[0], chunks[4]};
-                    s.a_scale[mt][h] = a_scale_row[mt][h][kb];
-                } else {
-                    s.a[mt][h] = load_row<false>(a_row[mt][h] + offset, lo_ok, hi_ok);
-                    s.a_scale[mt][h] = __ldg(a_scale_row[mt][h] + kb);
-                }
+                s.a[mt][h] = load_row<false>(a_row[mt][h] + offset, lo_ok, hi_ok);
+                s.a_scale[mt][h] = __ldg(a_scale_row[mt][h] + kb);
             }
-    };
-    auto load_w = [&](Stage<MT, NT>& s, int kb) {
-        const int64_t offset = int64_t(kb) * kBlockK;
-        const bool lo_ok = offset + 16 * t < args.k, hi_ok = offset + 16 * t + 64 < args.k;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) s.w[nt] = load_row<WM == 1>(w_row[nt] + offset, lo_ok, hi_ok);
         s.w_scale = __ldg(w_scale_row + kb);
-    };
-    auto load = [&](Stage<MT, NT>& s, int kb) {
-        load_a(s, kb);
-        load_w(s, kb);
     };
 
     float sum[MT][NT][4];
@@ -325,13 +252,7 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaAr
     // current one is multiplied.
     const int count = (args.kb - wk + WK - 1) / WK;
     Stage<MT, NT> s0, s1;
-    if constexpr (kQuantize) {
-        if (count > 0) load_w(s0, wk);  // in flight while the CTA encodes A
-        quantize_rows(args, args.rows_alloc, codes, code_scales);
-        if (count > 0) load_a(s0, wk);
-    } else if (count > 0) {
-        load(s0, wk);
-    }
+    if (count > 0) load(s0, wk);
     for (int i = 0; i < count; i += 2) {
         if (i + 1 < count) load(s1, wk + (i + 1) * WK);
         compute(s0, wk + i * WK);
@@ -380,11 +301,11 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) fp8_mma_kernel(MmaAr
     }
 }
 
-template <int MT, int NT, int WM, int WN, int WK, bool kTopHalf = false, bool kQuantize = false>
+template <int MT, int NT, int WM, int WN, int WK, bool kTopHalf = false>
 cudaError_t launch(const MmaArgs& args, cudaStream_t stream) {
     constexpr int kBM = WM * MT * 16, kBN = WN * NT * 8;
-    const size_t smem = fp8_mma_smem_bytes(kBM, kBN, args.m, args.k, kQuantize);
-    auto kernel = fp8_mma_kernel<MT, NT, WM, WN, WK, kTopHalf, kQuantize>;
+    const size_t smem = WK > 1 ? size_t(args.kb) * args.rows_alloc * kBN * sizeof(float) : 0;
+    auto kernel = fp8_mma_kernel<MT, NT, WM, WN, WK, kTopHalf>;
     if (smem > 48 * 1024)
         if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
             e != cudaSuccess)
@@ -396,18 +317,16 @@ cudaError_t launch(const MmaArgs& args, cudaStream_t stream) {
 
 }  // namespace
 
-size_t fp8_mma_smem_bytes(int block_m, int block_n, int64_t m, int64_t k, bool quantizes) {
+size_t fp8_mma_smem_bytes(int block_m, int block_n, int64_t m, int64_t k) {
     if (block_m != 16) return 0;
-    const int64_t rows = m < 16 ? m : 16, kb = (k + kBlockK - 1) / kBlockK;
-    const size_t encoded = quantizes ? size_t(rows * kb) * (kBlockK + sizeof(float)) : 0;
-    return size_t(kb) * size_t(rows) * size_t(block_n) * sizeof(float) + encoded;
+    const int64_t rows = m < 16 ? m : 16;
+    return size_t((k + kBlockK - 1) / kBlockK) * size_t(rows) * size_t(block_n) * sizeof(float);
 }
 
 cudaError_t launch_fp8_mma(const Fp8GemmParams& p, const Fp8GemmConfig& config, cudaStream_t stream) {
     MmaArgs args{};
     args.a = p.a;
     args.a_scale = p.a_scale;
-    args.a_bf16 = p.a_bf16.x;
     args.w = p.w;
     args.w_scale = p.w_scale;
     args.y = p.y;
@@ -420,19 +339,6 @@ cudaError_t launch_fp8_mma(const Fp8GemmParams& p, const Fp8GemmConfig& config, 
     args.pair_stores = p.n % 2 == 0 && reinterpret_cast<uintptr_t>(p.y) % 4 == 0;
     args.post = p.post_mix;
     if (args.post.out && args.post.n_hc != 2 && args.post.n_hc != 4) return cudaErrorInvalidValue;  // no epilogue
-    if (config.block_m == 16 && p.m <= 8 && args.a_bf16) {  // the tile encodes A (fp8_gemm_quantizes_in_tile)
-        switch (config.block_n) {
-            case 8:
-                return launch<1, 1, 1, 1, 8, true, true>(args, stream);
-            case 16:
-                return launch<1, 2, 1, 1, 8, true, true>(args, stream);
-            case 32:
-                return launch<1, 2, 1, 2, 4, true, true>(args, stream);
-            default:
-                return cudaErrorInvalidValue;
-        }
-    }
-    if (args.a_bf16) return cudaErrorInvalidValue;  // fp8_gemm quantizes A before any other tile
     if (config.block_m == 16 && p.m <= 8) {  // rows 8-15 of the one tile are padding
         switch (config.block_n) {
             case 8:

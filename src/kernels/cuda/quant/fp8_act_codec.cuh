@@ -28,13 +28,6 @@ __device__ __forceinline__ uint32_t fp8_scale_exponent(float amax) {
 __device__ __forceinline__ uint8_t fp8_code(float x, float s) {
     return f32_to_e4m3(fminf(fmaxf(__fdiv_rn(x, s), -kE4M3Max), kE4M3Max));
 }
-// fp8_code(x, s) for s = 1 / s_inv a power of two (every UE8M0 scale, infinity included), one multiplication where
-// the division takes ~10 instructions: the reciprocal of a power of two is exact (__frcp_rn(s), 0 for infinity), so
-// x * s_inv and x / s are the same real number rounded once (both NaN for an infinite x over an infinite s): the
-// same codes.
-__device__ __forceinline__ uint8_t fp8_code_times(float x, float s_inv) {
-    return f32_to_e4m3(fminf(fmaxf(__fmul_rn(x, s_inv), -kE4M3Max), kE4M3Max));
-}
 
 // act_quant_fp8 of a row a CTA of 256 threads holds: thread t holds the bf16 values (as f32) of elements
 // first + t + 256 j, j < kHeld, of a row of `cols` (elements past cols hold 0). For each j, warps 0-3 hold one
