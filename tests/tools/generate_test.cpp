@@ -67,6 +67,25 @@ TEST(Generate, PromptStreamsTheTextOfTheGeneratedIds) {
     EXPECT_NE(a, generated_ids("--prompt " + prompt + " -n 6 --temp 0.8 --top-p 0.9 --seed 6"));
 }
 
+// A dsv4 built with the cuda backend says on stderr when it runs on the CPU only because no backend was named (the
+// default without --gpus); a named backend and -q print no such line, nor does a CPU-only build.
+TEST(Generate, SaysWhenItRunsOnTheCpuByDefault) {
+    const std::string ids = write_text("by_default.ids", "0 17 300");
+    const std::string command = "generate -m " + tiny_model() + " --ids-file " + ids + " -n 1 --print-ids";
+    const std::string line = "dsv4: running on the CPU, the default without --gpus (--backend cuda runs on a GPU)\n";
+    const Result unnamed = run_split(command), named = run_split(command + " --backend cpu"),
+                 quiet = run_split(command + " -q");
+    for (const Result* r : {&unnamed, &named, &quiet}) ASSERT_EQ(r->exit_code, 0) << r->errors;
+#ifdef DSV4_CLI_WITH_CUDA
+    EXPECT_NE(unnamed.errors.find(line), std::string::npos) << unnamed.errors;
+#else
+    EXPECT_EQ(unnamed.errors.find(line), std::string::npos) << unnamed.errors;
+#endif
+    EXPECT_EQ(named.errors.find(line), std::string::npos) << named.errors;
+    EXPECT_EQ(quiet.errors, "");
+    EXPECT_EQ(parse_ids(unnamed.output), parse_ids(named.output));  // the same backend either way
+}
+
 // --timings: one line on stderr (even with -q) counting the prompt's ids and the generated tokens, each with its
 // seconds and their quotient; the ids on stdout as without it.
 TEST(Generate, TimingsCountThePromptAndTheGeneratedTokens) {

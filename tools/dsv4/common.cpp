@@ -66,6 +66,7 @@ void start_ranks_or_exit(ModelOptions& o) {
                "--random-layers and --random-seed go with --random-weights");
     const bool gpus = (o.parallel.gpus_option && o.parallel.gpus_option->count() > 0) || o.parallel.options.nnodes > 1;
     DSV4_CHECK(!(gpus && o.backend == "cpu"), "--gpus runs the model on GPUs: drop --backend cpu");
+    o.backend_by_default = o.backend.empty();
     if (o.backend.empty()) o.backend = gpus ? "cuda" : "cpu";
     if (std::optional<int> code = start_ranks(o.parallel, o.rank, o.device)) {
         std::fflush(stdout);
@@ -136,6 +137,12 @@ std::unique_ptr<Backend> load_model(const ModelOptions& o) {
     if (!o.quiet && o.numerics == "auto" && (!o.rank || o.rank->leader()))
         std::fprintf(stderr, "dsv4: numerics %s (%s %s; choose with --numerics)\n", numerics_name(numerics),
                      config.fp8_quantized ? "quantized" : "floating-point", random ? "random weights" : "checkpoint");
+#ifdef DSV4_WITH_CUDA
+    // A build that runs on GPUs, on the CPU only because no backend was named: said once, since a large model runs
+    // minutes there before its first token where a GPU takes seconds.
+    if (!o.quiet && o.backend_by_default && o.backend == "cpu")
+        std::fprintf(stderr, "dsv4: running on the CPU, the default without --gpus (--backend cuda runs on a GPU)\n");
+#endif
     ModelWeights weights = random ? std::move(generated->weights) : load_model_weights(checkpoint, config);
     const std::string source =
         random ? fmt::format("random weights {} seed {}", o.random_weights, o.random_seed)

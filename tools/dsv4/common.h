@@ -34,6 +34,7 @@ struct ModelOptions {
     uint64_t random_seed = 0;
     std::string numerics = "auto";  // auto: model numerics for quantized checkpoints, reference for float ones
     std::string backend;  // cpu | cuda; empty: cuda with --gpus, else cpu
+    bool backend_by_default = false;  // set by start_ranks_or_exit: no --backend was given
     int threads = 0;
     bool quiet = false;
     // Runtime shape for backends with a state pool (CUDA; 0: the backend's default): sequences held at once,
