@@ -5,7 +5,6 @@
 // turn is reported and the conversation goes on. Tested in tests/tools/chat_test.cpp (a scripted stdin).
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -124,13 +123,13 @@ class ChatSession {
         else if (!r.hit_eos)
             std::fprintf(stderr, "(stopped at -n %lld tokens)\n", (long long)args_.max_new);
         if (args_.verbose) {
-            const size_t computed = ids.size() - reused, fed_back = r.generated.empty() ? 0 : r.generated.size() - 1;
+            const size_t computed = ids.size() - reused;
             std::fprintf(stderr,
                          "(prompt %zu tokens, %zu reused from the last turn, %zu computed in %.3f s (%.1f tokens/s); "
-                         "%zu generated in %.2f s, %zu decode steps at %.1f tokens/s)\n",
+                         "%zu generated in %.2f s, %lld decode steps at %.1f tokens/s)\n",
                          ids.size(), reused, computed, r.prompt_seconds,
-                         double(computed) / std::max(r.prompt_seconds, 1e-9), r.generated.size(), seconds, fed_back,
-                         fed_back ? double(fed_back) / std::max(r.decode_seconds, 1e-9) : 0.0);
+                         tokens_per_second(int64_t(computed), r.prompt_seconds), r.generated.size(), seconds,
+                         (long long)r.decode_steps(), tokens_per_second(r.decode_steps(), r.decode_seconds));
         }
     }
 

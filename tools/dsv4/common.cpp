@@ -66,8 +66,16 @@ void start_ranks_or_exit(ModelOptions& o) {
                "--random-layers and --random-seed go with --random-weights");
     const bool gpus = (o.parallel.gpus_option && o.parallel.gpus_option->count() > 0) || o.parallel.options.nnodes > 1;
     DSV4_CHECK(!(gpus && o.backend == "cpu"), "--gpus runs the model on GPUs: drop --backend cpu");
-    o.backend_by_default = o.backend.empty();
-    if (o.backend.empty()) o.backend = gpus ? "cuda" : "cpu";
+    if (o.backend.empty()) {
+        o.backend = gpus ? "cuda" : "cpu";
+#ifdef DSV4_WITH_CUDA
+        // A build that runs on GPUs, on the CPU only because no backend was named: said once, since a large model
+        // runs minutes there before its first token where a GPU takes seconds.
+        if (!o.quiet && !gpus)
+            std::fprintf(stderr,
+                         "dsv4: running on the CPU, the default without --gpus (--backend cuda runs on a GPU)\n");
+#endif
+    }
     if (std::optional<int> code = start_ranks(o.parallel, o.rank, o.device)) {
         std::fflush(stdout);
         std::fflush(stderr);
@@ -137,12 +145,6 @@ std::unique_ptr<Backend> load_model(const ModelOptions& o) {
     if (!o.quiet && o.numerics == "auto" && (!o.rank || o.rank->leader()))
         std::fprintf(stderr, "dsv4: numerics %s (%s %s; choose with --numerics)\n", numerics_name(numerics),
                      config.fp8_quantized ? "quantized" : "floating-point", random ? "random weights" : "checkpoint");
-#ifdef DSV4_WITH_CUDA
-    // A build that runs on GPUs, on the CPU only because no backend was named: said once, since a large model runs
-    // minutes there before its first token where a GPU takes seconds.
-    if (!o.quiet && o.backend_by_default && o.backend == "cpu")
-        std::fprintf(stderr, "dsv4: running on the CPU, the default without --gpus (--backend cuda runs on a GPU)\n");
-#endif
     ModelWeights weights = random ? std::move(generated->weights) : load_model_weights(checkpoint, config);
     const std::string source =
         random ? fmt::format("random weights {} seed {}", o.random_weights, o.random_seed)
@@ -258,10 +260,6 @@ DecodeResult decode(Backend& model, SequenceState& state, std::span<const int32_
     std::vector<float> logits = model.forward(state, ids, false);
     const Clock::time_point prompt_done = Clock::now();
     result.prompt_seconds = std::chrono::duration<double>(prompt_done - start).count();
-    auto finish = [&] {
-        result.decode_seconds = std::chrono::duration<double>(Clock::now() - prompt_done).count();
-        return result;
-    };
     for (int64_t i = 0; i < max_new; ++i) {
         const float* row = history.row_for_draw(adjust, logits.data(), config.vocab_size, adjusted);
         if (constraint) row = masked_row(*constraint, row, config.vocab_size, adjusted);
@@ -281,18 +279,22 @@ DecodeResult decode(Backend& model, SequenceState& state, std::span<const int32_
         }
         logits = model.forward(state, std::span(&next, 1), false);
     }
-    return finish();
+    result.decode_seconds = std::chrono::duration<double>(Clock::now() - prompt_done).count();
+    return result;
+}
+
+double tokens_per_second(int64_t tokens, double seconds) {
+    return tokens ? double(tokens) / std::max(seconds, 1e-9) : 0.0;
 }
 
 void print_timings(const DecodeResult& r, int64_t prompt_tokens) {
     std::fflush(stdout);  // after the output, where both go to one terminal or file
-    const int64_t fed_back = std::max<int64_t>(int64_t(r.generated.size()) - 1, 0);
     std::fprintf(stderr,
                  "dsv4: prompt %lld tokens in %.3f s (%.1f tokens/s); generated %lld tokens, %lld decode steps "
                  "in %.3f s (%.1f tokens/s)\n",
-                 (long long)prompt_tokens, r.prompt_seconds, double(prompt_tokens) / std::max(r.prompt_seconds, 1e-9),
-                 (long long)r.generated.size(), (long long)fed_back, r.decode_seconds,
-                 fed_back ? double(fed_back) / std::max(r.decode_seconds, 1e-9) : 0.0);
+                 (long long)prompt_tokens, r.prompt_seconds, tokens_per_second(prompt_tokens, r.prompt_seconds),
+                 (long long)r.generated.size(), (long long)r.decode_steps(), r.decode_seconds,
+                 tokens_per_second(r.decode_steps(), r.decode_seconds));
 }
 
 bool stdout_color() {

@@ -33,8 +33,7 @@ struct ModelOptions {
     int64_t random_layers = 0;   // 0: the preset's
     uint64_t random_seed = 0;
     std::string numerics = "auto";  // auto: model numerics for quantized checkpoints, reference for float ones
-    std::string backend;  // cpu | cuda; empty: cuda with --gpus, else cpu
-    bool backend_by_default = false;  // set by start_ranks_or_exit: no --backend was given
+    std::string backend;            // cpu | cuda; empty: cuda with --gpus, else cpu
     int threads = 0;
     bool quiet = false;
     // Runtime shape for backends with a state pool (CUDA; 0: the backend's default): sequences held at once,
@@ -92,7 +91,12 @@ struct DecodeResult {
     // Wall clock: the prompt's forward (to its logits on the host), then from its first draw to the last draw (the
     // forwards of generated.size() - 1 fed-back tokens and every draw).
     double prompt_seconds = 0.0, decode_seconds = 0.0;
+    // The fed-back tokens decode_seconds covers (every generated one but the last).
+    int64_t decode_steps() const { return generated.empty() ? 0 : int64_t(generated.size()) - 1; }
 };
+
+// tokens / seconds, 0 for no tokens (a rate the timings lines print).
+double tokens_per_second(int64_t tokens, double seconds);
 
 // The timings of a decode() on stderr: the prompt's tokens/s and the generated tokens' (llama.cpp's perf line).
 void print_timings(const DecodeResult& r, int64_t prompt_tokens);
