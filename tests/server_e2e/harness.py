@@ -17,6 +17,12 @@ MODEL_DIR = os.environ.get("DSV4_MODEL", "")
 BACKEND = os.environ.get("DSV4_BACKEND", "cpu")
 MODEL_NAME = os.path.basename(os.path.normpath(MODEL_DIR)) if MODEL_DIR else ""
 
+# The longest forced call of one strict tool with a 3-character string argument (test_messages' and test_responses'
+# TOOL) that the grammar allows, in this fixture's tokens, which may be single bytes: a 177-byte scaffold, the value's
+# quotes and 3 characters of up to 12 bytes each (an escaped surrogate pair), up to 24 whitespace bytes on each side of
+# it, and the end token: 264. A smaller budget cuts off calls sampled (temperature 1) with long whitespace or escapes.
+TOOL_CALL_BUDGET = 320
+
 _LISTENING = re.compile(r"dsv4 serve: listening on http://([^:\s]+):(\d+)")
 
 

@@ -73,7 +73,9 @@ class MessagesTest(unittest.TestCase):
         self.assertEqual(r.chunks[-2]["usage"]["output_tokens"], whole["usage"]["output_tokens"])
 
     def test_tool_use_round_trip(self):
-        m = self.create(max_tokens=200, temperature=1.0, tools=[TOOL],
+        # The budget covers the longest call the grammar allows (harness.TOOL_CALL_BUDGET); at 200 a call sampled with
+        # long whitespace around its value was cut off (stop_reason "max_tokens").
+        m = self.create(max_tokens=harness.TOOL_CALL_BUDGET, temperature=1.0, tools=[TOOL],
                         tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True})
         self.assertEqual(m["stop_reason"], "tool_use", m)
         uses = [b for b in m["content"] if b["type"] == "tool_use"]
@@ -87,9 +89,10 @@ class MessagesTest(unittest.TestCase):
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0]["id"],
                                           "content": "sunny"}]}])
         self.assertGreater(back["usage"]["input_tokens"], m["usage"]["input_tokens"])
-        r = self.server.stream("/v1/messages", {"model": "claude-opus-4", "max_tokens": 200, "temperature": 1.0,
-                                                "tools": [TOOL], "tool_choice": {"type": "any"}, "stream": True,
-                                                "messages": [{"role": "user", "content": USER}]})
+        r = self.server.stream("/v1/messages", {
+            "model": "claude-opus-4", "max_tokens": harness.TOOL_CALL_BUDGET, "temperature": 1.0, "tools": [TOOL],
+            "tool_choice": {"type": "any", "disable_parallel_tool_use": True}, "stream": True,
+            "messages": [{"role": "user", "content": USER}]})
         partial = "".join(e["delta"]["partial_json"] for e in r.chunks
                           if e["type"] == "content_block_delta" and e["delta"]["type"] == "input_json_delta")
         self.assertIsInstance(json.loads(partial)["city"], str)

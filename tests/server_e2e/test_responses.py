@@ -76,13 +76,10 @@ class ResponsesTest(unittest.TestCase):
         self.assertEqual(final.usage.output_tokens, whole.usage.output_tokens)
 
     def test_function_call_round_trip(self):
-        # A strict tool (the Responses API's default): the forced call's arguments are of its schema. The budget covers
-        # the longest call the grammar allows (this fixture's tokens are bytes): a 177-byte scaffold, the value's
-        # quotes and 3 characters of up to 12 bytes (an escaped surrogate pair), and up to 24 whitespace bytes on each
-        # side of it, 263 in all. At 200, calls with more than ~18 bytes of whitespace (sampled at temperature 1) were
-        # cut off.
-        r = self.create(max_output_tokens=320, tools=[TOOL], tool_choice="required", parallel_tool_calls=False,
-                        temperature=1.0)
+        # A strict tool (the Responses API's default): the forced call's arguments are of its schema. Its budget covers
+        # the longest call the grammar allows (see harness.TOOL_CALL_BUDGET).
+        r = self.create(max_output_tokens=harness.TOOL_CALL_BUDGET, tools=[TOOL], tool_choice="required",
+                        parallel_tool_calls=False, temperature=1.0)
         calls = [item for item in r.output if item.type == "function_call"]
         self.assertEqual(r.status, "completed", r)
         self.assertEqual(len(calls), 1, r.output)
@@ -97,7 +94,7 @@ class ResponsesTest(unittest.TestCase):
             {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
             {"type": "function_call_output", "call_id": call.call_id, "output": '{"sky": "clear"}'}])
         self.assertGreater(follow.usage.input_tokens, r.usage.input_tokens)
-        streamed = list(self.create(max_output_tokens=200, tools=[TOOL], tool_choice="required",
+        streamed = list(self.create(max_output_tokens=harness.TOOL_CALL_BUDGET, tools=[TOOL], tool_choice="required",
                                     parallel_tool_calls=False, temperature=1.0, stream=True))
         args_done = [e for e in streamed if e.type == "response.function_call_arguments.done"]
         self.assertEqual(len(args_done), 1)
