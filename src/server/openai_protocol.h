@@ -3,7 +3,8 @@
 // ApiError with OpenAI's error object), and the JSON of responses, streamed chunks, logprobs and usage built from
 // what the engine produced. No I/O and no model here: the HTTP layer (http_server.cpp) and the engine
 // (runtime/engine.h) sit on either side. Conventions follow OpenAI's API and vLLM's DeepSeek-V4 request mapping
-// (spec/dsv4-encoding.md §3.8). Requests in openai_protocol.cpp, responses in openai_response.cpp; tested by
+// (spec/dsv4-encoding.md §3.8). Requests in openai_protocol.cpp (completions, tokenize), chat_request.cpp and
+// request_options.cpp (the generation options both share), responses in openai_response.cpp; tested by
 // tests/server/openai_protocol_test.cpp and openai_response_test.cpp (each against hand-written OpenAI JSON).
 #pragma once
 
