@@ -1,5 +1,5 @@
-// The mHC post-mix of one element (spec §5, cpu::hc_post's order of operations), shared by mhc.cu's hc_post kernels
-// and the epilogue of gemm_fp8's tensor-core tiles (Fp8GemmParams::post_mix), so both give the same bits:
+// The mHC post-mix of one element (spec §5, cpu::hc_post's order of operations), shared by mhc_post.cu's hc_post
+// kernels and the epilogue of gemm_fp8's tensor-core tiles (Fp8GemmParams::post_mix), so both give the same bits:
 // stream k's new value at (token, d) = bf16(post_k f + sum_j comb[j][k] x_j), the sum from +0 in ascending j, where f
 // is the sub-layer's output at (token, d), x_j the token's old streams at d and `mix` the token's row of hc_pre's mix
 // (pre at 0, post at kN, comb at 2 kN, comb[j][k] at 2 kN + j kN + k; comb normalized by hc_sinkhorn).

@@ -1,4 +1,5 @@
-// Host-side contract checks of the mHC launchers (mhc.h); the kernels are in mhc.cu.
+// Host-side contract checks of the mHC launchers (mhc.h); the kernels are in mhc.cu (the mixes), mhc_sinkhorn.cu and
+// mhc_post.cu.
 #include "kernels/cuda/mhc/mhc.h"
 
 #include "core/error.h"

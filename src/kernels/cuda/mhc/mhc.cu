@@ -18,11 +18,8 @@
 //              fmaf, the same shuffle tree, the same warp tree), each CTA pushes them into every CTA's shared
 //              memory (distributed shared memory, one cluster barrier), warp 0 of every CTA derives pre (rank 0 also
 //              post and comb's inputs), and the CTAs collapse the streams in slices.
-// The mix kernels leave comb as its inputs (scale * logit + base); hc_sinkhorn_kernel normalizes it after them: a warp
-// holds whole tokens' comb matrices, one lane per element, each lane doing the CPU's operations on its element in the
-// CPU's order (sinkhorn_lanes). Once in the mix kernels (thread 0 looping over the matrix, or rank 0's warp 0), its
-// 20 serial iterations were on the path to x; now they can run beside the sub-layer (hc_pre's defer_sinkhorn).
-// hc_post: elementwise over (token, d); hc_post_of_moe computes its f there too, with moe_combine's code.
+// The mix kernels leave comb as its inputs (scale * logit + base); hc_sinkhorn_kernel (mhc_sinkhorn.cu) normalizes
+// it after them. hc_post is in mhc_post.cu.
 #include <cooperative_groups.h>
 #include <type_traits>
 
@@ -30,9 +27,7 @@
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/numeric.cuh"
 #include "kernels/cuda/common/resident_ctas.h"
-#include "kernels/cuda/mhc/hc_post_math.cuh"
 #include "kernels/cuda/mhc/mhc.h"
-#include "kernels/cuda/moe_expert/moe_combine.cuh"
 #include "kernels/cuda/quant/fp8_act_codec.cuh"
 #include "kernels/cuda/quant/quant.h"
 #include "kernels/cuda/rms_norm/rms_norm.h"
@@ -44,7 +39,6 @@ namespace cg = cooperative_groups;
 
 constexpr unsigned kFull = 0xFFFFFFFFu;
 constexpr int kWarps = kHcThreads / 32;
-constexpr int kPostThreads = 256;
 constexpr int kHcCluster = 8;  // CTAs per token on the split path (the portable cluster size)
 // hc_pre of at most kWideTokens tokens (batch-1 decode, small batches): a non-portable cluster of kHcWideCluster
 // CTAs, two of the 25 values per CTA instead of four, so twice the SMs pull the mixer and each issues fewer loads.
@@ -458,57 +452,6 @@ __global__ void __launch_bounds__(kHcThreads, 2) hc_mix_rows_kernel(HcMixParams 
     collapse_streams<kN>(p, v, t0, tokens, &pre_s[0][0], kN);
 }
 
-// cpu::sinkhorn spread over a warp: lane base + i holds element i of c [kN * kN] (other lanes compute garbage and
-// are ignored). Each lane performs exactly the operations the serial loop performs on its element, in the same
-// order (row and column sums gathered by shuffles and added in index order), so every element is bitwise equal
-// (the generic kernel's serial loop gives the same bits: tests/gpu/mhc_test.cpp).
-template <int kN>
-__device__ float sinkhorn_lanes(float c, int base, int64_t iters, float eps) {
-    const int lane = threadIdx.x % 32;
-    const int i = min(max(lane - base, 0), kN * kN - 1), j = i / kN, k = i % kN;
-    auto at = [&](float v, int e) { return __shfl_sync(kFull, v, base + e); };
-    auto row_sum = [&](float v) {
-        float sum = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < kN; ++kk) sum = __fadd_rn(sum, at(v, j * kN + kk));
-        return sum;
-    };
-    auto columns = [&](float v) {
-        float sum = 0.0f;
-#pragma unroll
-        for (int jj = 0; jj < kN; ++jj) sum = __fadd_rn(sum, at(v, jj * kN + k));
-        return __fdiv_rn(v, __fadd_rn(sum, eps));
-    };
-    float row_max = at(c, j * kN);
-#pragma unroll
-    for (int kk = 1; kk < kN; ++kk) row_max = fmaxf(row_max, at(c, j * kN + kk));
-    const float e = expf(__fsub_rn(c, row_max));
-    c = __fadd_rn(__fdiv_rn(e, row_sum(e)), eps);
-    c = columns(c);
-    for (int64_t it = 1; it < iters; ++it) {
-        c = __fdiv_rn(c, __fadd_rn(row_sum(c), eps));
-        c = columns(c);
-    }
-    return c;
-}
-
-// Threads per CTA of hc_sinkhorn_kernel.
-constexpr int kSinkhornThreads = 128;
-
-// hc_sinkhorn for n_hc kN: 32 / (kN * kN) tokens per warp, lane base + i holding element i of its token's comb.
-template <int kN>
-__global__ void __launch_bounds__(kSinkhornThreads)
-    hc_sinkhorn_kernel(float* mix, int64_t tokens, int64_t iters, float eps) {
-    constexpr int kRows = (2 + kN) * kN, kElems = kN * kN, kPerWarp = 32 / kElems;
-    static_assert(32 % kElems == 0, "whole tokens per warp");
-    const int lane = threadIdx.x % 32, base = lane / kElems * kElems;
-    const int64_t t = (int64_t(blockIdx.x) * (kSinkhornThreads / 32) + threadIdx.x / 32) * kPerWarp + lane / kElems;
-    const bool live = t < tokens;  // the lanes of a missing token still take part in the shuffles
-    float* c = mix + (live ? t : 0) * kRows + 2 * kN + (lane - base);
-    const float normalized = sinkhorn_lanes<kN>(live ? *c : 0.0f, base, iters, eps);
-    if (live) *c = normalized;
-}
-
 // The rms_norm after hc_pre on the split path (hc_pre_norm): rms_norm's thread t sums the squares of elements
 // t + 256 j in ascending j (rms_norm.cu); here element d of x lies in CTA (d / 256) % kCluster, so every CTA stores its
 // rounded x into rank 0's [chunk j][t] table, rank 0 runs rms_norm's chains and trees on it and returns the factor.
@@ -718,88 +661,6 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
     }
 }
 
-// kCombine: f is moe_combine's output for (t, d), computed here (moe_combine.cuh) instead of read from p.f.
-template <int kN, bool kCombine>
-__global__ void __launch_bounds__(kPostThreads) hc_post_kernel(HcPostParams p, MoeCombineParams m) {
-    constexpr int kMix = (2 + kN) * kN;
-    const int64_t t = blockIdx.y;
-    const int64_t d = int64_t(blockIdx.x) * kPostThreads + threadIdx.x;
-    __shared__ MoeCombineOrder order;
-    if constexpr (kCombine) moe_combine_order(m, t, order);  // every thread, before any leaves
-    if (d >= p.dim) return;
-    const float* mix = p.mix + t * kMix;
-    const __nv_bfloat16* x = p.streams + t * kN * p.dim;
-    float xj[kN];
-#pragma unroll
-    for (int j = 0; j < kN; ++j) xj[j] = bf16_to_f32(x[j * p.dim + d]);
-    float f;
-    if constexpr (kCombine) {
-        const __nv_bfloat16 combined = moe_combine_value(m, order, t, d);
-        m.out[t * p.dim + d] = combined;
-        f = bf16_to_f32(combined);
-    } else {
-        f = bf16_to_f32(p.f[t * p.dim + d]);
-    }
-#pragma unroll
-    for (int k = 0; k < kN; ++k) p.out[(t * kN + k) * p.dim + d] = f32_to_bf16(hc_post_value<kN>(mix, xj, f, k));
-}
-
-// hc_post_kernel's arithmetic on kPostColumns consecutive columns a thread, each row's values one 16-byte load and
-// each output row one 16-byte store: for dims that are whole multiples of 8 with 16-byte aligned rows (V4's), where the
-// kernel of one column a thread issued eleven 2-byte loads and five 2-byte stores a column and, with the MoE's combine,
-// sorted the token's assignments once per 256 columns (hc_post_vector_fits chooses it, from 64 tokens on).
-constexpr int kPostColumns = 8;
-template <int kN, bool kCombine>
-__global__ void __launch_bounds__(kPostThreads) hc_post_vector_kernel(HcPostParams p, MoeCombineParams m) {
-    constexpr int kMix = (2 + kN) * kN;
-    const int64_t t = blockIdx.y;
-    const int64_t d0 = (int64_t(blockIdx.x) * kPostThreads + threadIdx.x) * kPostColumns;
-    __shared__ MoeCombineOrder order;
-    if constexpr (kCombine) moe_combine_order(m, t, order);  // every thread, before any leaves
-    if (d0 >= p.dim) return;
-    const float* mix = p.mix + t * kMix;
-    uint4 x_raw[kN];
-#pragma unroll
-    for (int j = 0; j < kN; ++j) x_raw[j] = *reinterpret_cast<const uint4*>(p.streams + (t * kN + j) * p.dim + d0);
-    float f[kPostColumns];
-    if constexpr (kCombine) {
-        uint4 combined;
-        moe_combine_values<kPostColumns>(m, order, t, d0, f, combined);
-        *reinterpret_cast<uint4*>(m.out + t * p.dim + d0) = combined;
-    } else {
-        const uint4 f_raw = *reinterpret_cast<const uint4*>(p.f + t * p.dim + d0);
-#pragma unroll
-        for (int c = 0; c < kPostColumns; ++c) f[c] = bf16x8_at(f_raw, c);
-    }
-#pragma unroll
-    for (int k = 0; k < kN; ++k) {
-        uint32_t out[kPostColumns / 2];
-#pragma unroll
-        for (int c = 0; c < kPostColumns; ++c) {
-            float xc[kN];
-#pragma unroll
-            for (int j = 0; j < kN; ++j) xc[j] = bf16x8_at(x_raw[j], c);
-            const uint32_t bits = __bfloat16_as_ushort(f32_to_bf16(hc_post_value<kN>(mix, xc, f[c], k)));
-            out[c / 2] = c % 2 ? out[c / 2] | (bits << 16) : bits;
-        }
-        *reinterpret_cast<uint4*>(p.out + (t * kN + k) * p.dim + d0) = make_uint4(out[0], out[1], out[2], out[3]);
-    }
-}
-
-bool aligned16(const void* ptr) {
-    return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
-}
-// From this many tokens on the vector kernel is faster; below, its grid (V4: two CTAs a token) leaves most SMs idle
-// and each thread's eight columns lengthen the chain that the kernel of one column a thread spreads over 16 CTAs a
-// token (H100, hc_post_of_moe at V4's shapes: 16 tokens 4.4 against 5.4 us, 64 tokens 7.0 against 5.6 us).
-constexpr int64_t kPostVectorMinTokens = 64;
-// Whether hc_post_vector_kernel runs p (with the combine's buffers where there is one).
-bool hc_post_vector_fits(const HcPostParams& p, const MoeCombineParams* m) {
-    const bool rows =
-        p.tokens >= kPostVectorMinTokens && p.dim % kPostColumns == 0 && aligned16(p.streams) && aligned16(p.out);
-    return m ? rows && aligned16(m->routed) && aligned16(m->shared) && aligned16(m->out) : rows && aligned16(p.f);
-}
-
 }  // namespace
 
 namespace detail {
@@ -913,44 +774,6 @@ void launch_hc_mix(const HcMixParams& p, bool head, cudaStream_t stream, HcMixPa
     }
     DSV4_CUDA_CHECK(cudaGetLastError());
     if (!head && !p.defer_sinkhorn) launch_hc_sinkhorn(p, stream);
-}
-
-void launch_hc_sinkhorn(const HcMixParams& p, cudaStream_t stream) {
-    if (!hc_specialised(p.n_hc)) return launch_hc_sinkhorn_generic(p, stream);
-    const int64_t per_cta = (kSinkhornThreads / 32) * (32 / (p.n_hc * p.n_hc));
-    const unsigned grid = unsigned((p.tokens + per_cta - 1) / per_cta);
-    if (p.n_hc == 2)
-        hc_sinkhorn_kernel<2><<<grid, kSinkhornThreads, 0, stream>>>(p.mix, p.tokens, p.sinkhorn_iters, p.hc_eps);
-    if (p.n_hc == 4)
-        hc_sinkhorn_kernel<4><<<grid, kSinkhornThreads, 0, stream>>>(p.mix, p.tokens, p.sinkhorn_iters, p.hc_eps);
-    DSV4_CUDA_CHECK(cudaGetLastError());
-}
-
-void launch_hc_post(const HcPostParams& p, cudaStream_t stream, bool generic) {
-    if (generic || !hc_specialised(p.n_hc)) return launch_hc_post_generic(p, stream);
-    if (hc_post_vector_fits(p, nullptr)) {
-        const dim3 grid(unsigned((p.dim / kPostColumns + kPostThreads - 1) / kPostThreads), unsigned(p.tokens));
-        if (p.n_hc == 2) hc_post_vector_kernel<2, false><<<grid, kPostThreads, 0, stream>>>(p, {});
-        if (p.n_hc == 4) hc_post_vector_kernel<4, false><<<grid, kPostThreads, 0, stream>>>(p, {});
-    } else {
-        const dim3 grid(unsigned((p.dim + kPostThreads - 1) / kPostThreads), unsigned(p.tokens));
-        if (p.n_hc == 2) hc_post_kernel<2, false><<<grid, kPostThreads, 0, stream>>>(p, {});
-        if (p.n_hc == 4) hc_post_kernel<4, false><<<grid, kPostThreads, 0, stream>>>(p, {});
-    }
-    DSV4_CUDA_CHECK(cudaGetLastError());
-}
-
-void launch_hc_post_of_moe(const HcPostParams& p, const MoeCombineParams& combine, cudaStream_t stream) {
-    if (hc_post_vector_fits(p, &combine)) {
-        const dim3 grid(unsigned((p.dim / kPostColumns + kPostThreads - 1) / kPostThreads), unsigned(p.tokens));
-        if (p.n_hc == 2) hc_post_vector_kernel<2, true><<<grid, kPostThreads, 0, stream>>>(p, combine);
-        if (p.n_hc == 4) hc_post_vector_kernel<4, true><<<grid, kPostThreads, 0, stream>>>(p, combine);
-    } else {
-        const dim3 grid(unsigned((p.dim + kPostThreads - 1) / kPostThreads), unsigned(p.tokens));
-        if (p.n_hc == 2) hc_post_kernel<2, true><<<grid, kPostThreads, 0, stream>>>(p, combine);
-        if (p.n_hc == 4) hc_post_kernel<4, true><<<grid, kPostThreads, 0, stream>>>(p, combine);
-    }
-    DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace detail

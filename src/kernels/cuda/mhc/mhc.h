@@ -78,7 +78,8 @@ void hc_post(const HcPostParams& p, cudaStream_t stream);
 // tests/gpu/mhc_test.cpp.
 void hc_post_of_moe(const HcPostParams& p, const MoeCombineParams& combine, cudaStream_t stream);
 
-// The kernel launches behind the checked launchers (mhc.cu); they assume a valid contract.
+// The kernel launches behind the checked launchers (mhc.cu, mhc_sinkhorn.cu, mhc_post.cu); they assume a valid
+// contract.
 namespace detail {
 // kAuto: the specialised kernels for n_hc 2 and 4 (the path hc_mix_auto_path picks), kGeneric otherwise. Tests
 // force the others (kGeneric works for every n_hc; kRowGroups is hc_pre's only).

@@ -20,7 +20,7 @@ __device__ __forceinline__ float sigmoid(float z) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
 }
 
-// cpu::sinkhorn on c [n * n], the operations of sinkhorn<kN> in mhc.cu.
+// cpu::sinkhorn on c [n * n], the operations of sinkhorn_lanes<kN> in mhc_sinkhorn.cu.
 __device__ void sinkhorn(float* c, int n, int64_t iters, float eps) {
     for (int j = 0; j < n; ++j) {
         float* row = c + j * n;

@@ -1,6 +1,6 @@
 // moe_combine's per-token work, device side (moe_expert.h): the token's assignments in ascending expert order and the
 // f32 sum of a column over them plus the shared expert's value. Shared by moe_combine (moe_expert.cu) and the kernels
-// that fuse the combine into what reads its output (hc_post_of_moe, mhc.cu), so every combine gives the same bits.
+// that fuse the combine into what reads its output (hc_post_of_moe, mhc_post.cu), so every combine gives the same bits.
 #pragma once
 
 #include <cuda_bf16.h>
