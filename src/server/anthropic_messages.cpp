@@ -98,9 +98,7 @@ ordered_json chat_body(const ordered_json& body, MessagesUse use) {
         add_message((*messages)[i], fmt::format("messages[{}]", i), chat["messages"]);
     if (body.contains("max_tokens"))
         chat["max_tokens"] = body["max_tokens"];
-    else if (use == MessagesUse::kCountTokens)
-        chat["max_tokens"] = 1;  // it changes no prompt; the chat parser wants one
-    else
+    else if (use == MessagesUse::kGenerate)  // count_tokens renders the prompt only
         bad_request("max_tokens", "'max_tokens' is required");
     if (const auto model = body.find("model"); model != body.end()) {  // claude-* names are this server's model
         if (!(model->is_string() && model->get<std::string>().starts_with("claude"))) chat["model"] = *model;
