@@ -26,7 +26,7 @@ inline constexpr int kHcThreads = 256;
 
 // hc_pre / hc_head run a CTA per token, a CTA per 4 tokens or a cluster of CTAs per token; all compute the same
 // per-thread chains and trees, so the choice never changes a bit (mhc.cu; tests compare them). Which is fastest
-// (detail::hc_mix_auto_path) was measured with all three side by side (bench/decode_kernels_bench hc, docs/perf.md).
+// (detail::hc_mix_auto_path) was measured with all three side by side (dsv4_bench_decode_kernels hc, docs/perf.md).
 
 constexpr int64_t hc_pre_mix_size(int64_t n_hc) {
     return (2 + n_hc) * n_hc;
