@@ -16,6 +16,7 @@
 #include <numbers>
 
 #include "core/error.h"
+#include "core/int_math.h"
 #include "core/mix64.h"
 #include "core/number_formats.h"
 #include "core/thread_pool.h"
@@ -175,10 +176,6 @@ struct Planned {
     int64_t rows() const { return shape[0]; }
     int64_t cols() const { return shape.size() > 1 ? shape[1] : 1; }
 };
-
-int64_t ceil_div(int64_t a, int64_t b) {
-    return (a + b - 1) / b;
-}
 
 uint64_t stored_bytes(const Planned& p) {
     const uint64_t n = uint64_t(p.rows()) * uint64_t(p.cols());

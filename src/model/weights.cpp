@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/int_math.h"
 #include "io/checkpoint.h"
 #include "io/tensor_decode.h"
 
@@ -26,10 +27,6 @@ std::string shape_str(const std::vector<int64_t>& s) {
     std::string out = "[";
     for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
     return out + "]";
-}
-
-int64_t ceil_div(int64_t a, int64_t b) {
-    return (a + b - 1) / b;
 }
 
 bool is_dense(DType t) {

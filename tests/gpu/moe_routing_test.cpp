@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/int_math.h"
 #include "gpu_test_util.h"
 #include "kernels/cuda/bf16_linear/bf16_linear.h"
 #include "kernels/cuda/common/cuda_check.h"
@@ -390,7 +391,7 @@ TEST(RouterScratch, CoversEveryDecodeStep) {
                 if (splits == 1) continue;
                 ASSERT_EQ(tiles.block_m, 16) << what << ": only 16-row tiles split";
                 const int64_t warps_per_tile = tiles.block_n == 32 ? 4 : 8;
-                EXPECT_LE(splits * warps_per_tile, cuda::bf16_act_mma::ceil_div(r.cols, 128)) << what;
+                EXPECT_LE(splits * warps_per_tile, ceil_div(r.cols, 128)) << what;
                 EXPECT_GE(ints, 1 + cuda::bf16_act_mma::split_tiles(tiles, tokens, r.experts)) << what;
                 EXPECT_GE(floats, cuda::bf16_act_mma::split_staged_floats(tiles, tokens, r.experts, r.cols)) << what;
             }

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/int_math.h"
+
 namespace dsv4::cuda::bf16_act_mma {
 
 // 16 rows with 8, 16 or 32 columns, the CTA's warps sharing out the K blocks (decode), or 64 rows with 64 or 128
@@ -21,10 +23,6 @@ struct Tiles {
 
 // 16-row tiles stage at most this much shared memory (two CTAs per SM), as gemm_fp8's.
 inline constexpr size_t kMaxStagedSmem = size_t(96) << 10;
-
-inline int64_t ceil_div(int64_t a, int64_t b) {
-    return (a + b - 1) / b;
-}
 
 // 16-row tiles stage [ceil(k / 128), min(m, 16), block_n] f32; 64-row tiles sum in registers.
 inline size_t staged_smem_bytes(const Tiles& t, int64_t m, int64_t k) {

@@ -13,13 +13,12 @@
 
 #include <cstdint>
 
+#include "core/int_math.h"
+
 namespace dsv4::cuda {
 
 inline constexpr int64_t kKvScaleBlock = 64;     // nope values per UE8M0 scale (main entries)
 inline constexpr int64_t kIndexScaleBlock = 32;  // values per E8M0 scale (indexer keys)
-
-constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-constexpr int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 struct MainEntryLayout {
     int64_t nope = 0;  // head_dim - rope_dim e4m3 values at byte 0

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/int_math.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/gemm_fp8/gemm_fp8_kernels.h"
@@ -24,8 +25,6 @@ constexpr int kSkinnyMaxTile = 16;
 // CTAs per SM).
 constexpr size_t kMmaMaxSmem = size_t(96) << 10;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // cuBLASLt 13.1 on H200 offers no block-scaled FP8 algorithm for M % 4 != 0 (measured: M = 3, 17, 18 refused;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/int_math.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/resident_ctas.h"
 
@@ -41,7 +42,7 @@ namespace detail {
 int router_splits(const bf16_act_mma::Tiles& tiles, int64_t tokens, int64_t experts, int64_t cols, int num_sms) {
     if (tiles.block_m != 16) return 1;
     const int64_t warps_per_tile = tiles.block_n == 32 ? 4 : 8;  // bf16_act_mma's decode tiles: WK
-    const int64_t most = std::max<int64_t>(bf16_act_mma::ceil_div(cols, 128) / warps_per_tile, 1);
+    const int64_t most = std::max<int64_t>(ceil_div(cols, 128) / warps_per_tile, 1);
     const int64_t wanted = num_sms / bf16_act_mma::split_tiles(tiles, tokens, experts);
     return int(std::clamp<int64_t>(wanted, 1, std::min<int64_t>(most, 4)));
 }
