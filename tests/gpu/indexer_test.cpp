@@ -302,12 +302,13 @@ TEST(IndexerGpu, TopkTiesLongContext) {
 // The attention's key list written by the top-k from its own selection equals the top-k's selection handed to
 // attention_slots, bit for bit: a piece of three sequences (one starting at position 0, one mid-context, one where the
 // window reaches back into the ring), a page table with pages out of order, top-k below, at and above what a token
-// sees (so -1 entries), ties in the scores.
-TEST(IndexerGpu, TopkWritesTheAttentionsKeyListAsAttentionSlots) {
-    DSV4_REQUIRE_GPU();
+// sees (so -1 entries), ties in the scores. `seq_start` places the sequences: the top-k's counting path (up to 4,096
+// visible keys) or its radix path beyond.
+void topk_key_list_equals_attention_slots(const std::vector<int32_t>& seq_start, int page_size) {
     Rng rng;
-    const int ratio = 4, window = 8, page_size = 4, max_pages = 64, seqs = 3;
-    const std::vector<int32_t> seq_start = {0, 37, 190}, seq_len = {5, 1, 6}, seq_state = {2, 0, 1};
+    const int ratio = 4, window = 8, seqs = 3;
+    const std::vector<int32_t> seq_len = {5, 1, 6}, seq_state = {2, 0, 1};
+    const int max_pages = (*std::max_element(seq_start.begin(), seq_start.end()) + 16) / ratio / page_size + 1;
     std::vector<int32_t> positions, token_seq, seq_first_row;
     for (int q = 0; q < seqs; ++q) {
         seq_first_row.push_back(int32_t(positions.size()));
@@ -365,8 +366,61 @@ TEST(IndexerGpu, TopkWritesTheAttentionsKeyListAsAttentionSlots) {
         }
         EXPECT_EQ(selected[0], selected[1]) << "top-k " << topk;
         EXPECT_EQ(indices[0], indices[1]) << "top-k " << topk;
-        EXPECT_TRUE(std::all_of(indices[1].begin(), indices[1].end(), [](int32_t r) { return r >= -1 && r < 8000; }))
+        const int64_t rows_end = 7000 + int64_t(seqs) * max_pages * page_size;
+        EXPECT_TRUE(
+            std::all_of(indices[1].begin(), indices[1].end(), [&](int32_t r) { return r >= -1 && r < rows_end; }))
             << "top-k " << topk << ": an unwritten slot";
+    }
+}
+
+TEST(IndexerGpu, TopkWritesTheAttentionsKeyListAsAttentionSlots) {
+    DSV4_REQUIRE_GPU();
+    topk_key_list_equals_attention_slots({0, 37, 190}, 4);        // up to 49 visible: the counting path
+    topk_key_list_equals_attention_slots({0, 16420, 20001}, 64);  // 4,105 to 5,001 visible: the radix path
+}
+
+// The top-k's two paths at the counting path's edges (4,096 visible keys: below and at it counting sorts, above it the
+// radix select), at a warp's and a CTA's sizes, for k below, at and above the visible count; scores with few distinct
+// values (long runs of ties, one or two high bytes) and scores over many binades of both signs with +0 and -0.
+TEST(IndexerGpu, TopkPathsAtTheirEdges) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    const int ratio = 4;
+    const std::vector<int> visibles = {1, 2, 31, 32, 33, 511, 512, 513, 1023, 1024, 1025, 2049, 4095, 4096, 4097, 4500};
+    std::vector<int32_t> pos;
+    for (int v : visibles) pos.push_back(ratio * v - 1 + int(pos.size()) % ratio);  // (pos + 1) / ratio == v
+    const int max_visible = visibles.back();
+    for (int spread = 0; spread < 2; ++spread) {
+        std::vector<uint16_t> bits(pos.size() * size_t(max_visible));
+        for (auto& b : bits) {
+            if (spread == 0) {
+                b = f32_to_bf16(1.0f + float(rng.engine()() % 7) * 0.125f);  // 7 values, one binade
+            } else {
+                const uint32_t r = uint32_t(rng.engine()() % 64);  // 1 in 32: -0 or +0
+                const float value = rng.normal(1.0f) * std::exp(rng.normal(3.0f));
+                b = r == 0 ? uint16_t(0x8000) : r == 1 ? uint16_t(0) : f32_to_bf16(value);
+            }
+        }
+        auto d_scores = gpu_test::to_device(bits);
+        auto d_pos = gpu_test::to_device(pos);
+        for (int topk : {1, 512, 5000}) {
+            auto d_sel = gpu_test::poisoned<int32_t>(pos.size() * topk);
+            cuda::indexer_topk(
+                topk_params(d_scores.get(), d_pos.get(), d_sel.get(), int(pos.size()), ratio, max_visible, topk),
+                nullptr);
+            const std::vector<int32_t> got = gpu_test::to_host(d_sel);
+            std::vector<float> scores(static_cast<size_t>(max_visible));
+            for (size_t t = 0; t < pos.size(); ++t) {
+                const int visible = (pos[t] + 1) / ratio;
+                ASSERT_EQ(visible, visibles[t]) << "test positions";
+                for (int w = 0; w < visible; ++w) scores[size_t(w)] = bf16_to_f32(bits[t * max_visible + size_t(w)]);
+                std::vector<int32_t> want = cpu_top_k(scores.data(), visible, std::min(topk, visible));
+                want.resize(size_t(topk), -1);
+                EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + int64_t(t) * topk))
+                    << "top-k " << topk << " of " << visible << " visible, " << (spread ? "spread" : "tied")
+                    << " scores";
+            }
+        }
     }
 }
 

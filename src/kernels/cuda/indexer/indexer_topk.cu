@@ -1,10 +1,16 @@
-// The lightning indexer's top-k kernel (see indexer.h): one CTA per token: a radix select on the 16-bit order key of
-// the bf16 scores (two 8-bit histogram passes find the k-th largest key T, a warp scanning the 256 bins), an ordered
-// compaction (keys > T, then the lowest-index keys == T), a bitonic sort of the k winners by (score desc, index asc),
-// then optionally the attention's key list from them. One CTA per token is enough for prefill; a decode step over
-// ~256K entries would want the histogram split over CTAs (not done yet).
+// The lightning indexer's top-k kernel (see indexer.h): one CTA per token, two paths by the token's visible keys.
+//   Up to kCountingMax (contexts to 16K at ratio 4, every decode step of the benches): the whole order by two stable
+//     counting passes over the 16-bit order keys of the bf16 scores, low byte then high byte, each by descending
+//     digit; the visible keys, taken in index order, come out by (score desc, index asc), and the first k are the
+//     top-k. About ten CTA barriers.
+//   Beyond: a radix select (two 8-bit histogram passes find the k-th largest key T, a warp scanning the 256 bins), an
+//     ordered compaction (keys > T, then the lowest-index keys == T), a bitonic sort of the k winners by (score desc,
+//     index asc). About thirty barriers, whatever the count. A decode step over ~256K entries would want the
+//     histogram split over CTAs (not done yet).
+// Either path then optionally writes the attention's key list from its selection.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/attention_slots/attention_slots_row.cuh"
@@ -43,10 +49,122 @@ __device__ int block_exclusive_scan(int x, int& total, int* scratch) {
     return warp_base + inclusive - x;
 }
 
+// ---- the counting path
+
+constexpr int kTopkWarps = kTopkThreads / 32;
+constexpr int kCountingMax = 4096;  // visible keys of the counting path: 8 a thread
+constexpr int kCountingPerThread = kCountingMax / kTopkThreads;
+constexpr int kDigits = 256;
+// Its shared memory (in the kernel's dynamic shared memory, beside the other path's candidates): each pass's counts
+// [warp][digit] (u16: at most kCountingMax), and the first pass's output (key << 16 | index), whose first k halfwords
+// the second pass's scatter overwrites with the chosen indices once every thread has read its items.
+constexpr size_t kCountingCountsBytes = size_t(2) * kTopkWarps * kDigits * sizeof(uint16_t);
+constexpr size_t kCountingBytes = kCountingCountsBytes + size_t(kCountingMax) * sizeof(uint32_t);
+
+// One stable counting pass by digit ascending. A warp holds the input positions [warp P, (warp + 1) P) (P = per_warp,
+// a multiple of 32), lane l position warp P + 32 r + l in round r, so rounds, then lanes, follow the input order;
+// `item[r]` is that position's item where it is below n. `counts` ([warp][digit], zero) ends as each warp's first
+// rank within each digit; `base` ([digit]) gets the digit's first rank. Calls store(rank, item) for every item.
+template <class Digit, class Store>
+__device__ __forceinline__ void counting_pass(const uint32_t (&item)[kCountingPerThread], int n, int per_warp,
+                                              uint16_t* counts, int* base, int* warp_sums, Digit digit, Store store) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const unsigned lanes_below = (1u << lane) - 1u;
+    int rank[kCountingPerThread];  // among the warp's items of the same digit, in input order
+    uint16_t* warp_counts = counts + warp * kDigits;
+#pragma unroll
+    for (int r = 0; r < kCountingPerThread; ++r) {
+        if (32 * r >= per_warp) break;  // the same for the whole warp
+        const bool real = warp * per_warp + 32 * r + lane < n;
+        const int d = real ? digit(item[r]) : kDigits + lane;  // past n: a group of its own, never counted
+        const unsigned peers = __match_any_sync(0xffffffffu, d);
+        const int before = real ? warp_counts[d] : 0;
+        rank[r] = before + __popc(peers & lanes_below);
+        __syncwarp();
+        if (real && (peers >> lane) == 1u) warp_counts[d] = uint16_t(before + __popc(peers));  // the group's last
+        __syncwarp();
+    }
+    __syncthreads();
+    // Digit d (one thread each): the warps' exclusive prefix of its count, then the digits' exclusive prefix of their
+    // totals.
+    int total = 0, inclusive = 0;
+    if (threadIdx.x < kDigits) {
+        uint16_t c[kTopkWarps];
+#pragma unroll
+        for (int w = 0; w < kTopkWarps; ++w) c[w] = counts[w * kDigits + threadIdx.x];
+#pragma unroll
+        for (int w = 0; w < kTopkWarps; ++w) {
+            counts[w * kDigits + threadIdx.x] = uint16_t(total);
+            total += c[w];
+        }
+        inclusive = warp_inclusive_sum(total);
+        if (lane == 31) warp_sums[warp] = inclusive;
+    }
+    __syncthreads();
+    if (threadIdx.x < kDigits) {
+        int prior = 0;
+        for (int w = 0; w < warp; ++w) prior += warp_sums[w];
+        base[threadIdx.x] = prior + inclusive - total;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kCountingPerThread; ++r) {
+        if (32 * r >= per_warp) break;
+        if (warp * per_warp + 32 * r + lane < n) {
+            const int d = digit(item[r]);
+            store(base[d] + warp_counts[d] + rank[r], item[r]);
+        }
+    }
+    __syncthreads();
+}
+
+// The top-k of a token's n <= kCountingMax visible scores (k = min(topk, n) > 0) into out, and its key list.
+__device__ void counting_top_k(const IndexerTopkParams& p, int token, const uint16_t* scores, int n, int k,
+                               int32_t* out, uint8_t* smem, int* base, int* warp_sums) {
+    uint16_t* counts = reinterpret_cast<uint16_t*>(smem);  // [2][warps][digits]
+    uint32_t* by_low = reinterpret_cast<uint32_t*>(smem + kCountingCountsBytes);
+    uint16_t* chosen = reinterpret_cast<uint16_t*>(by_low);  // after the second pass read by_low: [k]
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int per_warp = (n + kTopkThreads - 1) / kTopkThreads * 32;
+    uint32_t item[kCountingPerThread];
+#pragma unroll
+    for (int r = 0; r < kCountingPerThread; ++r) {
+        const int w = warp * per_warp + 32 * r + lane;
+        item[r] = 32 * r < per_warp && w < n ? order_key(scores[w]) << 16 | uint32_t(w) : 0u;
+    }
+    for (int i = threadIdx.x; i < int(kCountingCountsBytes / 16); i += kTopkThreads)
+        reinterpret_cast<uint4*>(counts)[i] = make_uint4(0u, 0u, 0u, 0u);
+    for (int j = k + threadIdx.x; j < p.topk; j += kTopkThreads) out[j] = -1;
+    __syncthreads();
+    // Descending keys: digit 255 - byte. Low bytes first, stable over the index order; then high bytes, stable over
+    // that: ties of the whole key keep the index order (lower index first), as the CPU's order.
+    counting_pass(
+        item, n, per_warp, counts, base, warp_sums, [](uint32_t it) { return int(255u - (it >> 16 & 0xFFu)); },
+        [&](int rank, uint32_t it) { by_low[rank] = it; });
+#pragma unroll
+    for (int r = 0; r < kCountingPerThread; ++r) {
+        const int w = warp * per_warp + 32 * r + lane;
+        item[r] = 32 * r < per_warp && w < n ? by_low[w] : 0u;
+    }
+    counting_pass(
+        item, n, per_warp, counts + kTopkWarps * kDigits, base, warp_sums,
+        [](uint32_t it) { return int(255u - (it >> 24)); },
+        [&](int rank, uint32_t it) {
+            if (rank < k) {
+                chosen[rank] = uint16_t(it & 0xFFFFu);
+                out[rank] = int32_t(it & 0xFFFFu);
+            }
+        });
+    if (p.slots.indices) write_attention_slots(p.slots, token, [&](int i) { return i < k ? int32_t(chosen[i]) : -1; });
+}
+
+// ---- the kernel
+
 __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(const IndexerTopkParams p) {
     __shared__ int hist[256];
     __shared__ int scratch[kTopkThreads / 32];
-    extern __shared__ unsigned long long cand[];  // [indexer_topk_candidates(topk)]
+    // [indexer_topk_candidates(topk)] on the radix path; the counting path's kCountingBytes
+    extern __shared__ unsigned long long cand[];
     __shared__ uint32_t threshold_shared;
     __shared__ int above_shared;
 
@@ -58,6 +176,10 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(const Indexe
     if (k == 0) {
         for (int j = threadIdx.x; j < p.topk; j += kTopkThreads) out[j] = -1;
         if (p.slots.indices) write_attention_slots(p.slots, token, [](int) { return -1; });
+        return;
+    }
+    if (visible <= kCountingMax) {
+        counting_top_k(p, token, scores, visible, k, out, reinterpret_cast<uint8_t*>(cand), hist, scratch);
         return;
     }
 
@@ -159,7 +281,7 @@ namespace detail {
 
 void indexer_topk_launch(const IndexerTopkParams& p, cudaStream_t stream) {
     if (p.tokens == 0) return;
-    const size_t bytes = size_t(indexer_topk_candidates(p.topk)) * sizeof(unsigned long long);
+    const size_t bytes = std::max(size_t(indexer_topk_candidates(p.topk)) * sizeof(unsigned long long), kCountingBytes);
     if (bytes > (size_t(48) << 10))
         DSV4_CUDA_CHECK(
             cudaFuncSetAttribute(indexer_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
