@@ -424,6 +424,122 @@ TEST(IndexerGpu, TopkPathsAtTheirEdges) {
     }
 }
 
+// A decode step's scores rotating the raw queries as they stage them (IndexerScoresParams::rope_inv_freq) equal the
+// rotation's own launch (indexer_rotate_fp4 with the queries' RoPE) then the scores, bit for bit, and so select the
+// same keys: V4's 64 heads of 128, RoPE over the last 64 values, positions from 0 to past a million (the angles'
+// range), keys of varied magnitudes in a paged pool.
+TEST(IndexerGpu, ScoresRotatingTheirQueriesEqualTheRotationsLaunch) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    const int heads = 64, dim = 128, rope_dim = 64, ratio = 4, topk = 512, page_size = 64;
+    const std::vector<int32_t> positions = {0, 3, 5, 1000, 4099, 40001, 1048579};
+    const int tokens = int(positions.size()), entries = 4096, max_visible = entries;
+    ASSERT_TRUE(cuda::indexer_scores_rotates_queries(heads, dim, false));
+    EXPECT_FALSE(cuda::indexer_scores_rotates_queries(heads, dim, true)) << "prefill pieces rotate in their own launch";
+    EXPECT_FALSE(cuda::indexer_scores_rotates_queries(heads, 64, false));
+    const int64_t eb = cuda::IndexEntryLayout{dim}.bytes();
+    const int max_pages = entries / page_size;
+    std::vector<int32_t> pages(static_cast<size_t>(max_pages));
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), rng.engine());
+    std::vector<uint8_t> pool(size_t(entries) * eb, 0);
+    for (int e = 0; e < entries; ++e) {
+        std::vector<float> x = rng.normal_bf16(dim, std::exp(rng.normal(0.5f)));
+        cpu::hadamard_transform(x.data(), dim);
+        cpu::round_bf16(x.data(), dim);
+        const std::vector<float> rotated = x;
+        fp4_blocks(x.data(), dim);
+        const auto bytes = pack_index_entry(x, rotated);
+        const int64_t row = int64_t(pages[size_t(e / page_size)]) * page_size + e % page_size;
+        std::copy(bytes.begin(), bytes.end(), pool.begin() + row * eb);
+    }
+    std::vector<float> inv_freq(size_t(rope_dim / 2));
+    for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = float(std::pow(10000.0, -2.0 * double(i) / rope_dim));
+    std::vector<float> hw;
+    for (int i = 0; i < tokens * heads; ++i) hw.push_back(round_bf16(rng.normal(1.0f) * 0.011f));
+    const std::vector<uint16_t> raw = gpu_test::random_bf16(rng, int64_t(tokens) * heads * dim, 2.0f);
+    auto d_rotated = gpu_test::to_device(raw);  // rotated in place by the launch
+    auto d_raw = gpu_test::to_device(raw);
+    auto d_hw = gpu_test::to_device(gpu_test::to_bf16(hw));
+    auto d_pool = gpu_test::to_device(pool);
+    auto d_pages = gpu_test::to_device(pages);
+    auto d_state = gpu_test::to_device(std::vector<int32_t>(size_t(tokens), 0));
+    auto d_pos = gpu_test::to_device(positions);
+    auto d_freq = gpu_test::to_device(inv_freq);
+    cuda::IndexerRotateParams rq{reinterpret_cast<__nv_bfloat16*>(d_rotated.get()), int64_t(tokens) * heads, dim, dim};
+    rq.rope_inv_freq = d_freq.get();
+    rq.positions = d_pos.get();
+    rq.rope_dim = rope_dim;
+    rq.rope_heads = heads;
+    cuda::indexer_rotate_fp4(rq, nullptr);
+    std::vector<std::vector<uint16_t>> scores;
+    std::vector<std::vector<int32_t>> selected;
+    for (bool in_scores : {false, true}) {
+        auto d_scores = gpu_test::poisoned<uint16_t>(size_t(tokens) * max_visible);
+        auto d_sel = gpu_test::poisoned<int32_t>(size_t(tokens) * topk);
+        cuda::IndexerScoresParams sp;
+        sp.q = in_scores ? d_raw.get() : d_rotated.get();
+        sp.head_weights = d_hw.get();
+        sp.keys = d_pool.get();
+        sp.page_table = d_pages.get();
+        sp.token_state = d_state.get();
+        sp.token_position = d_pos.get();
+        sp.scores = d_scores.get();
+        sp.tokens = tokens;
+        sp.heads = heads;
+        sp.dim = dim;
+        sp.ratio = ratio;
+        sp.max_visible = max_visible;
+        sp.max_pages = max_pages;
+        sp.page_size = page_size;
+        if (in_scores) {
+            sp.rope_inv_freq = d_freq.get();
+            sp.rope_dim = rope_dim;
+        }
+        cuda::indexer_scores(sp, nullptr);
+        cuda::indexer_topk(topk_params(d_scores.get(), d_pos.get(), d_sel.get(), tokens, ratio, max_visible, topk),
+                           nullptr);
+        // Only each token's visible columns are written.
+        const std::vector<uint16_t> all = gpu_test::to_host(d_scores);
+        std::vector<uint16_t> written;
+        for (int tk = 0; tk < tokens; ++tk) {
+            const int visible = std::min((positions[size_t(tk)] + 1) / ratio, max_visible);
+            written.insert(written.end(), all.begin() + int64_t(tk) * max_visible,
+                           all.begin() + int64_t(tk) * max_visible + visible);
+        }
+        scores.push_back(written);
+        selected.push_back(gpu_test::to_host(d_sel));
+    }
+    gpu_test::expect_bitwise_bf16("scores of queries rotated in the launch against the rotation's own launch",
+                                  scores[1], scores[0]);
+    EXPECT_EQ(selected[1], selected[0]);
+    int64_t nonzero = 0;
+    for (uint16_t b : scores[0]) nonzero += (b & 0x7FFF) != 0;
+    EXPECT_GT(nonzero, int64_t(scores[0].size()) / 4) << "test data: most scores are zero";
+
+    cuda::IndexerScoresParams bad;
+    bad.q = d_raw.get();
+    bad.head_weights = d_hw.get();
+    bad.keys = d_pool.get();
+    bad.page_table = d_pages.get();
+    bad.token_state = d_state.get();
+    bad.token_position = d_pos.get();
+    bad.scores = reinterpret_cast<uint16_t*>(d_raw.get());
+    bad.tokens = tokens;
+    bad.heads = heads;
+    bad.dim = dim;
+    bad.max_visible = max_visible;
+    bad.max_pages = max_pages;
+    bad.page_size = page_size;
+    bad.rope_inv_freq = d_freq.get();
+    bad.rope_dim = rope_dim;
+    bad.sequence_runs = true;
+    EXPECT_THROW(cuda::indexer_scores(bad, nullptr), Error) << "rotation in a prefill piece's launch";
+    bad.sequence_runs = false;
+    bad.rope_dim = 130;
+    EXPECT_THROW(cuda::indexer_scores(bad, nullptr), Error) << "rope_dim above dim";
+}
+
 // Host-only (the launchers check before any CUDA call): the indexer queries' RoPE and the top-k's key list refuse
 // parameters that do not describe them.
 TEST(IndexerLaunchContracts, RopeInTheRotationAndTheKeyListRefuseMismatches) {
