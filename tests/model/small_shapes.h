@@ -1,7 +1,7 @@
 // Small DeepSeek-V4-architecture models whose shapes none of the GPU's specialised kernels covers (head_dim 32,
 // 64, 256, 40 and the odd 33; rope dims 16, 32, 64, 12; index_head_dim 32, 64, 256, 16; n_hc 2, 4, 3, 1; FP8
 // linears whose K is no multiple of 16; grouped wo_a inputs of 40 and 66), and one with V4's index_head_dim 128 for
-// the specialised indexer path the fixtures never take, as synthetic checkpoints in the Hub
+// the specialised indexer kernels the fixtures never take, as synthetic checkpoints in the Hub
 // layout (FP8 block-scaled linears + MXFP4 routed experts, src/model/synthetic_checkpoint.h), written once per
 // process into a temporary directory, with deterministic ids and a mixed chunk schedule. Every model has SWA,
 // CSA (ratio 4) and HCA (ratio 16) layers, hash- and score-routed MoE layers.
@@ -35,8 +35,8 @@ struct Shape {
 //   hd40:  head_dim 40 / rope 12 (nope 28), index_head_dim 16 (one partial FP4 block), n_hc 3, q_lora_rank 40 and
 //          o_groups x o_lora_rank 72 (FP8 GEMMs with K % 16 != 0), wo_a input 40 (grouped generic)
 //   hd33:  head_dim 33 / rope 16: an odd nope part (entry pad byte, unpaired RoPE), n_hc 1, wo_a input 66
-//   ix128: hd32 with V4's index_head_dim 128: a decode step's indexer scores rotating their raw queries as they stage
-//          them (the specialised path the fixtures' index dims of 32 and 64 never take), against the CPU
+//   ix128: hd32 with V4's index_head_dim 128: the indexer's specialised dim-128 kernels (the rotation's and the
+//          scores' constant-dimension instances), which the fixtures' index dims of 32 and 64 never take
 inline const std::vector<Shape>& shapes() {
     static const std::vector<Shape> all = {
         {"hd32", 64, 4, 32, 16, 2, 32, 48, 32, 4, 8, 2, 16, 64, 8, 2},

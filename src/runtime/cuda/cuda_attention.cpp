@@ -277,16 +277,10 @@ void CudaModel::Impl::index_head_weights(const cuda::DeviceAttention& a, const F
         {proj.of(a.indexer->weights_proj), ws.head_weights, piece.tokens, nI, proj.width, nI, weight_scale}, on);
 }
 
-bool CudaModel::Impl::indexer_scores_rotate_queries() const {
-    return cuda::indexer_scores_rotates_queries(int32_t(config.index_n_heads), int32_t(config.index_head_dim),
-                                                !piece.one_token_each);
-}
-
 void CudaModel::Impl::indexer_queries(const Lane& lane, int64_t layer) {
     const ModelConfig& c = config;
     const int64_t T = piece.tokens;
     linear(lane, w.layers[size_t(layer)].attn.indexer->wq_b, ws.qr, T, ws.qi, ws.qr_fp8);
-    if (indexer_scores_rotate_queries()) return;
     cuda::IndexerRotateParams rq{ws.qi, T * c.index_n_heads, c.index_head_dim, c.index_head_dim};
     rq.rope_inv_freq = inv_freq(layer);  // RoPE of each head in the same launch
     rq.positions = ws.positions;
@@ -315,10 +309,6 @@ void CudaModel::Impl::indexer_select(cudaStream_t on, int64_t layer, const uint8
     sp.max_pages = int32_t(pool.max_pages);
     sp.page_size = int32_t(pool.page_entries[size_t(layer)]);
     sp.sequence_runs = !piece.one_token_each;  // a prefill piece: runs of tokens of one sequence
-    if (indexer_scores_rotate_queries()) {     // ws.qi holds wq_b qr: rotated with its RoPE as the scores stage it
-        sp.rope_inv_freq = inv_freq(layer);
-        sp.rope_dim = int32_t(c.rope_head_dim);
-    }
     cuda::indexer_scores(sp, on);
     cuda::IndexerTopkParams tp;
     tp.scores = sp.scores;

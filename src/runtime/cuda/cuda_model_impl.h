@@ -324,12 +324,8 @@ struct CudaModel::Impl {
                   cuda::CompressorKind kind, uint8_t* cache, int64_t state_offset, cudaStream_t on);
     // The indexer's head weights of the piece into ws.head_weights, from weights_proj x.
     void index_head_weights(const cuda::DeviceAttention& a, const F32Projections& proj, cudaStream_t on);
-    // The indexer's queries of the piece into ws.qi: wq_b qr, rotated (Hadamard + FP4 round trip) with their RoPE,
-    // unless the scores rotate them as they stage them (indexer_scores_rotate_queries).
+    // The indexer's queries of the piece into ws.qi: wq_b qr, rotated (Hadamard + FP4 round trip) with their RoPE.
     void indexer_queries(const Lane& lane, int64_t layer);
-    // Whether the piece's indexer scores rotate ws.qi's raw queries themselves (a decode step's pieces on the
-    // tensor-core path at dim 128: the rotation's launch saved from the side lane's chain).
-    bool indexer_scores_rotate_queries() const;
     // The indexer's scores over the `visible` key columns of the layer's `keys` and its top-k into ws.selected; with
     // `key_list`, the top-k also writes the sparse attention's key list.
     void indexer_select(cudaStream_t on, int64_t layer, const uint8_t* keys, int64_t visible,

@@ -11,10 +11,6 @@ IndexerScoresPath indexer_scores_path(int32_t heads, int32_t dim) {
                                                                    : IndexerScoresPath::kGeneric;
 }
 
-bool indexer_scores_rotates_queries(int32_t heads, int32_t dim, bool sequence_runs) {
-    return indexer_scores_path(heads, dim) == IndexerScoresPath::kTensorCore && dim == 128 && !sequence_runs;
-}
-
 void indexer_scores(const IndexerScoresParams& p, cudaStream_t stream) {
     DSV4_CHECK(p.tokens >= 0 && p.max_visible >= 0, "indexer_scores: tokens {} max_visible {}", p.tokens,
                p.max_visible);
@@ -27,15 +23,6 @@ void indexer_scores(const IndexerScoresParams& p, cudaStream_t stream) {
                p.max_visible);
     DSV4_CHECK(p.q && p.head_weights && p.keys && p.page_table && p.token_state && p.token_position && p.scores,
                "indexer_scores: null pointer");
-    if (p.rope_inv_freq) {
-        DSV4_CHECK(indexer_scores_rotates_queries(p.heads, p.dim, p.sequence_runs),
-                   "indexer_scores: the queries are rotated in the launch only on the tensor-core path at dim 128 "
-                   "with one token a CTA (heads {}, dim {}, sequence runs {})",
-                   p.heads, p.dim, p.sequence_runs);
-        DSV4_CHECK(p.rope_dim > 0 && p.rope_dim <= p.dim && p.rope_dim % 2 == 0,
-                   "indexer_scores: rope_dim {} is not an even count in (0, dim {}]", p.rope_dim, p.dim);
-        DSV4_CHECK(reinterpret_cast<uintptr_t>(p.q) % 8 == 0, "indexer_scores: raw queries must be 8-byte aligned");
-    }
     if (indexer_scores_path(p.heads, p.dim) == IndexerScoresPath::kGeneric) {
         detail::indexer_scores_generic_launch(p, stream);
         return;

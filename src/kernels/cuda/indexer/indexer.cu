@@ -14,9 +14,6 @@
 #include "kernels/cuda/compressor/entry_codec.cuh"
 #include "kernels/cuda/compressor/kv_entry_layout.h"
 #include "kernels/cuda/indexer/indexer.h"
-#include "kernels/cuda/quant/quant.h"
-#include "kernels/cuda/quant/indexer_rotation.cuh"
-#include "kernels/cuda/rope/rope_math.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -58,59 +55,6 @@ __device__ __forceinline__ void gather_entries(const uint8_t* keys, const int64_
     }
 }
 
-// kRotate (IndexerScoresParams::rope_inv_freq): the token's raw queries rotated into qs as indexer_rotate_fp4 (with
-// the queries' RoPE) writes them, the same operations on the same values: warp w takes heads w, w + 4, ..., lane l
-// their values kVals l .. kVals l + kVals - 1; rows from `heads` to `rows` are zeros. A lane's RoPE pairs have the same
-// angle in every head, so their cos and sin are made once.
-template <int kDim>
-__device__ __forceinline__ void stage_rotated_queries(const IndexerScoresParams& p, int token, int rows, float scale,
-                                                      __nv_bfloat16* qs) {
-    constexpr int kVals = kDim / 32, kWarps = kScoreThreads / 32, kPerWarp = kMaxHeads / kWarps;
-    static_assert(kVals == 4, "a lane's values as one 8-byte word");
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int first = kDim - p.rope_dim;  // the first value RoPE rotates (even)
-    const uint16_t* q = p.q + int64_t(token) * p.heads * kDim + lane * kVals;
-    uint2 raw[kPerWarp];
-#pragma unroll
-    for (int i = 0; i < kPerWarp; ++i) {
-        const int h = warp + kWarps * i;
-        raw[i] = h < p.heads ? *reinterpret_cast<const uint2*>(q + h * kDim) : make_uint2(0u, 0u);
-    }
-    const int32_t position = p.token_position[token];
-    float c[kVals / 2], s[kVals / 2];
-#pragma unroll
-    for (int j = 0; j < kVals; j += 2) {
-        c[j / 2] = 1.0f;
-        s[j / 2] = 0.0f;
-        if (lane * kVals + j >= first)
-            rope_cos_sin(position, p.rope_inv_freq[(lane * kVals + j - first) / 2], false, c[j / 2], s[j / 2]);
-    }
-#pragma unroll 4
-    for (int i = 0; i < kPerWarp; ++i) {
-        const int h = warp + kWarps * i;  // the same for the whole warp
-        if (h >= rows) break;
-        uint2 out = make_uint2(0u, 0u);
-        if (h < p.heads) {
-            const __nv_bfloat16* in = reinterpret_cast<const __nv_bfloat16*>(&raw[i]);
-            float v[kVals];
-#pragma unroll
-            for (int j = 0; j < kVals; ++j) v[j] = bf16_to_f32(in[j]);
-#pragma unroll
-            for (int j = 0; j < kVals; j += 2)
-                if (lane * kVals + j >= first) {
-                    const __nv_bfloat162 r = rope_rotate(__floats2bfloat162_rn(v[j], v[j + 1]), c[j / 2], s[j / 2]);
-                    v[j] = bf16_to_f32(r.x);
-                    v[j + 1] = bf16_to_f32(r.y);
-                }
-            const float fs = e8m0_to_f32(hadamard_bf16_fp4_exponent<kDim>(v, scale));
-            __nv_bfloat16* o = reinterpret_cast<__nv_bfloat16*>(&out);
-#pragma unroll
-            for (int j = 0; j < kVals; ++j) o[j] = f32_to_bf16(__fmul_rn(fp4_value(v[j], fs), fs));
-        }
-        *reinterpret_cast<uint2*>(&qs[h * kRowStride + lane * kVals]) = out;
-    }
-}
-
 // kGroup tokens per CTA (IndexerScoresParams::sequence_runs: prefill pieces, where neighbouring tokens are mostly of
 // one sequence): the CTA gathers and dequantizes its 64 keys once for every token of the group of the same sequence
 // as the group's first, up to the most keys any of them sees, then runs each token's queries against them in turn (a
@@ -118,10 +62,8 @@ __device__ __forceinline__ void stage_rotated_queries(const IndexerScoresParams&
 // kDim: V4's index_head_dim 128 as a constant, so that the loops' divisions by the dimension and the entry size are
 // shifts and multiplies (by p.dim they were integer divisions: a third of the kernel's issued instructions went to
 // address arithmetic, ncu 2026-12-06); 0: p.dim.
-template <int kGroup, int kDim, bool kRotate = false>
-__global__ void __launch_bounds__(kScoreThreads)
-    indexer_scores_kernel(const IndexerScoresParams p, float rotation_scale) {
-    static_assert(!kRotate || (kGroup == 1 && kDim == 128), "queries rotated here: one token a CTA, dim 128");
+template <int kGroup, int kDim>
+__global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const IndexerScoresParams p) {
     __shared__ __align__(16) __nv_bfloat16 qs[kMaxHeads * kRowStride];
     __shared__ __align__(16) __nv_bfloat16 ks[kKeys * kRowStride];
     __shared__ __align__(16) __nv_bfloat16 terms[kMaxHeads * kTStride];  // bf16 values: exact; pairs stored as words
@@ -163,18 +105,14 @@ __global__ void __launch_bounds__(kScoreThreads)
         // Queries by 16-byte cp.async (rows past `heads` are zeros), head weights, and the keys' pool rows; then the
         // packed key entries (gather_entries). Every load is issued before its first use, so the tile costs two
         // memory round trips (rows, then entries) instead of one per loop iteration.
-        if constexpr (kRotate) {
-            stage_rotated_queries<kDim>(p, token, m_tiles * 16, rotation_scale, qs);
-        } else {
-            const uint16_t* q = p.q + int64_t(token) * p.heads * dim;
-            for (int i = threadIdx.x; i < m_tiles * 16 * (dim / 8); i += kScoreThreads) {
-                const int h = i / (dim / 8), c = i % (dim / 8);
-                __nv_bfloat16* dst = &qs[h * kRowStride + 8 * c];
-                if (h < p.heads)
-                    cp_async16(smem_addr(dst), q + h * dim + 8 * c);
-                else
-                    *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-            }
+        const uint16_t* q = p.q + int64_t(token) * p.heads * dim;
+        for (int i = threadIdx.x; i < m_tiles * 16 * (dim / 8); i += kScoreThreads) {
+            const int h = i / (dim / 8), c = i % (dim / 8);
+            __nv_bfloat16* dst = &qs[h * kRowStride + 8 * c];
+            if (h < p.heads)
+                cp_async16(smem_addr(dst), q + h * dim + 8 * c);
+            else
+                *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
         }
         for (int h = threadIdx.x; h < p.heads; h += kScoreThreads)
             weights[h] = bf16_bits_to_f32(p.head_weights[int64_t(token) * p.heads + h]);
@@ -274,17 +212,15 @@ void indexer_scores_launch(const IndexerScoresParams& p, cudaStream_t stream) {
     if (p.sequence_runs) {
         const dim3 grid((p.tokens + kRunGroup - 1) / kRunGroup, (p.max_visible + kKeys - 1) / kKeys);
         if (p.dim == kV4Dim)
-            indexer_scores_kernel<kRunGroup, kV4Dim><<<grid, kScoreThreads, 0, stream>>>(p, 0.0f);
+            indexer_scores_kernel<kRunGroup, kV4Dim><<<grid, kScoreThreads, 0, stream>>>(p);
         else
-            indexer_scores_kernel<kRunGroup, 0><<<grid, kScoreThreads, 0, stream>>>(p, 0.0f);
+            indexer_scores_kernel<kRunGroup, 0><<<grid, kScoreThreads, 0, stream>>>(p);
     } else {
         const dim3 grid(p.tokens, (p.max_visible + kKeys - 1) / kKeys);
-        if (p.rope_inv_freq)  // indexer_scores checked dim == kV4Dim
-            indexer_scores_kernel<1, kV4Dim, true><<<grid, kScoreThreads, 0, stream>>>(p, indexer_hadamard_scale(p.dim));
-        else if (p.dim == kV4Dim)
-            indexer_scores_kernel<1, kV4Dim><<<grid, kScoreThreads, 0, stream>>>(p, 0.0f);
+        if (p.dim == kV4Dim)
+            indexer_scores_kernel<1, kV4Dim><<<grid, kScoreThreads, 0, stream>>>(p);
         else
-            indexer_scores_kernel<1, 0><<<grid, kScoreThreads, 0, stream>>>(p, 0.0f);
+            indexer_scores_kernel<1, 0><<<grid, kScoreThreads, 0, stream>>>(p);
     }
     DSV4_CUDA_CHECK(cudaGetLastError());
 }

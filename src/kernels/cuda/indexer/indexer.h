@@ -18,7 +18,7 @@
 namespace dsv4::cuda {
 
 struct IndexerScoresParams {
-    const uint16_t* q;             // [tokens, heads, dim] bf16 (rotated: Hadamard + FP4 round trip; raw: rope_inv_freq)
+    const uint16_t* q;             // [tokens, heads, dim] bf16 (Hadamard + FP4 round trip applied)
     const uint16_t* head_weights;  // [tokens, heads] bf16 (weights_proj x * dim^-0.5 * heads^-0.5, rounded)
     const uint8_t* keys;           // [pool_entries, entry_bytes] packed indexer entries
     const int32_t* page_table;     // [num_states, max_pages] page ids; entry e -> pool row page * page_size + e % page_size
@@ -34,13 +34,7 @@ struct IndexerScoresParams {
     int32_t page_size = 0;
     // Neighbouring tokens mostly belong to one sequence (a prefill piece): CTAs take 8 tokens and gather and
     // dequantize each 64-key tile once for those of one sequence. Speed only: the same scores either way.
-    bool sequence_runs = false;  // Optional (rope_inv_freq set): q holds the raw queries (wq_b qr), which the kernel
-                                 // rotates as it stages them,
-    // as indexer_rotate_fp4 with the queries' RoPE writes them (each head's last rope_dim values rotated at the
-    // token's position, then Hadamard x dim^-0.5, bf16, the FP4 round trip per 32): a decode step's indexer without
-    // the rotation's launch. Where indexer_scores_rotates_queries says so.
-    const float* rope_inv_freq = nullptr;  // [rope_dim / 2]
-    int32_t rope_dim = 0;
+    bool sequence_runs = false;
 };
 
 struct IndexerTopkParams {
@@ -67,10 +61,6 @@ constexpr int32_t indexer_topk_candidates(int32_t topk) {
 
 enum class IndexerScoresPath { kTensorCore, kGeneric };
 IndexerScoresPath indexer_scores_path(int32_t heads, int32_t dim);
-// Whether indexer_scores rotates its queries itself (IndexerScoresParams::rope_inv_freq): on the tensor-core path at
-// dim 128 with one token a CTA. Not with sequence_runs: each of a prefill piece's CTAs would rotate its tokens'
-// queries again, where the rotation's own launch does each once.
-bool indexer_scores_rotates_queries(int32_t heads, int32_t dim, bool sequence_runs);
 
 void indexer_scores(const IndexerScoresParams& params, cudaStream_t stream);
 void indexer_topk(const IndexerTopkParams& params, cudaStream_t stream);

@@ -8,7 +8,6 @@
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/numeric.cuh"
 #include "kernels/cuda/quant/fp8_act_codec.cuh"
-#include "kernels/cuda/quant/indexer_rotation.cuh"
 #include "kernels/cuda/rope/rope_math.cuh"
 
 namespace dsv4::cuda {
@@ -17,9 +16,21 @@ namespace {
 constexpr int kWarps = 8;  // warps per CTA for the warp-per-block kernels
 constexpr int kThreads = kWarps * 32;
 constexpr unsigned kFull = 0xFFFFFFFFu;
+constexpr float kE2M1AmaxFloor = 6.0f * 0x1p-126f;  // official fp4_act_quant: 6 * 2^-126
 
 dim3 warp_grid(int64_t warps) {
     return dim3(unsigned(ceil_div(warps, kWarps)));
+}
+
+// The biased UE8M0 exponent of an FP4 block whose |x| maximum is amax (before the floor).
+__device__ __forceinline__ uint32_t fp4_scale_exponent(float amax) {
+    return ue8m0_ceil_exponent(__fmul_rn(fmaxf(amax, kE2M1AmaxFloor), kE2M1MaxInv));
+}
+__device__ __forceinline__ float fp4_scaled(float x, float s) {
+    return fminf(fmaxf(__fdiv_rn(x, s), -kE2M1Max), kE2M1Max);
+}
+__device__ __forceinline__ float fp4_value(float x, float s) {
+    return round_e2m1(fp4_scaled(x, s));
 }
 
 // ---- (a) FP8 GEMM input: one warp per (row, 128-block), 4 values per lane.
@@ -71,7 +82,42 @@ __global__ void __launch_bounds__(kThreads) kv_nope_fp8_kernel(KvNopeFp8Params p
         if (col0 + i < p.nope_dim) x[col0 + i] = f32_to_bf16(__fmul_rn(e4m3_to_f32(fp8_code(v[i], s)), s));
 }
 
-// ---- (c) Hadamard + bf16 + FP4, one warp per row of kDim values (indexer_rotation.cuh).
+// ---- (c) Hadamard + bf16 + FP4, one warp per row of kDim values; lane l holds x[l * kVals .. + kVals).
+// Returns the FP4 scale exponent of the lane's 32-block and leaves the rotated bf16 values in v.
+template <int kDim>
+__device__ __forceinline__ uint32_t hadamard_bf16_fp4_exponent(float (&v)[kDim / 32], float scale) {
+    constexpr int kVals = kDim / 32;
+    static_assert(kDim == 32 || kDim == 64 || kDim == 128, "index_head_dim is 32, 64 or 128");
+    const int lane = threadIdx.x % 32;
+    // Butterflies x[j], x[j + h] <- x[j] + x[j + h], x[j] - x[j + h] (Sylvester order, as cpu::hadamard_transform):
+    // inside the lane while h < kVals, across lanes (partner lane ^ h / kVals) after.
+#pragma unroll
+    for (int h = 1; h < kVals; h *= 2)
+#pragma unroll
+        for (int j = 0; j < kVals; ++j)
+            if ((j & h) == 0) {
+                const float a = v[j], b = v[j + h];
+                v[j] = __fadd_rn(a, b);
+                v[j + h] = __fsub_rn(a, b);
+            }
+#pragma unroll
+    for (int m = 1; m < 32; m *= 2) {
+        const bool upper = lane & m;
+#pragma unroll
+        for (int j = 0; j < kVals; ++j) {
+            const float other = __shfl_xor_sync(kFull, v[j], m);
+            v[j] = upper ? __fsub_rn(other, v[j]) : __fadd_rn(v[j], other);
+        }
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kVals; ++j) {
+        v[j] = round_bf16(__fmul_rn(v[j], scale));
+        amax = fmaxf(amax, fabsf(v[j]));
+    }
+    // A 32-block spans 32 / kVals consecutive lanes.
+    return fp4_scale_exponent(group_max<32 / kVals>(amax));
+}
 
 // The pair (x[e], x[e + 1]) of a row (e - first even) rotated as apply_rope rotates it: back in f32, exact bf16.
 __device__ __forceinline__ void rope_pair(const IndexerRotateParams& p, int64_t row, int64_t e, float& a, float& b) {
@@ -276,6 +322,10 @@ __global__ void __launch_bounds__(kThreads) unpack_kv_entries_kernel(KvUnpackPar
 }  // namespace
 
 // The official Hadamard scale n^-0.5, rounded to f32 as cpu::hadamard_transform does.
+static float hadamard_scale(int64_t dim) {
+    return float(1.0 / std::sqrt(double(dim)));
+}
+
 namespace detail {
 
 void launch_act_quant_fp8(const ActQuantParams& p, cudaStream_t stream) {
@@ -294,7 +344,7 @@ void launch_kv_nope_fp8_round_trip(const KvNopeFp8Params& p, cudaStream_t stream
 
 void launch_indexer_rotate_fp4(const IndexerRotateParams& p, cudaStream_t stream) {
     if (p.rows == 0) return;
-    const float scale = indexer_hadamard_scale(p.dim);
+    const float scale = hadamard_scale(p.dim);
     const dim3 grid = warp_grid(p.rows);
     switch (indexer_hadamard_path(p.dim)) {
         case IndexerHadamardPath::kWarp32:
@@ -316,7 +366,7 @@ void launch_indexer_rotate_fp4(const IndexerRotateParams& p, cudaStream_t stream
 
 void launch_pack_indexer_keys(const IndexerKeyPackParams& p, cudaStream_t stream) {
     if (p.rows == 0) return;
-    const float scale = indexer_hadamard_scale(p.dim);
+    const float scale = hadamard_scale(p.dim);
     const dim3 grid = warp_grid(p.rows);
     switch (indexer_hadamard_path(p.dim)) {
         case IndexerHadamardPath::kWarp32:

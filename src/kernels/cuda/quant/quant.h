@@ -11,7 +11,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <cmath>
 #include <cstdint>
 
 #include "kernels/cuda/compressor/kv_entry_layout.h"
@@ -60,10 +59,6 @@ struct IndexerRotateParams {
     int64_t rope_dim = 0, rope_heads = 1;
 };
 void indexer_rotate_fp4(const IndexerRotateParams& p, cudaStream_t stream);
-// The Hadamard transform's normalization n^-0.5 in f32 (from double), as the CPU's.
-inline float indexer_hadamard_scale(int64_t dim) {
-    return float(1.0 / std::sqrt(double(dim)));
-}
 
 // One packed KV entry (window slot or compressed entry), as compressor/kv_entry_layout.h defines it (the one
 // definition), with its offsets as plain fields for the pack/unpack kernels. V4: 448 + 128 + 7 -> 584.
