@@ -9,23 +9,12 @@
 
 namespace dsv4::cuda {
 
-// The per-token values a key list is made of: the token's position and its sequence's start, first row in the
-// piece and state (page-table row). Loaded apart from the writing so that a caller can issue them early.
-struct SlotsToken {
-    int64_t position, start, first_row, state;
-};
-__device__ __forceinline__ int slots_token_sequence(const AttentionSlotsParams& p, int t) {
-    return p.token_seq[t];
-}
-__device__ __forceinline__ SlotsToken slots_token(const AttentionSlotsParams& p, int t, int q) {
-    return {p.positions[t], p.seq_start_position[q], p.seq_first_row[q], p.seq_state[q]};
-}
-
 // `selected(i)`: the CSA selection's entry i (i < p.topk; -1 past the visible), used when p.selected is set.
 template <class Selected>
-__device__ __forceinline__ void write_attention_slots(const AttentionSlotsParams& p, int t, const SlotsToken& tk,
-                                                      Selected selected) {
-    const int64_t position = tk.position, start = tk.start, first_row = tk.first_row, state = tk.state;
+__device__ __forceinline__ void write_attention_slots(const AttentionSlotsParams& p, int t, Selected selected) {
+    const int64_t position = p.positions[t];
+    const int q = p.token_seq[t];
+    const int64_t start = p.seq_start_position[q], first_row = p.seq_first_row[q], state = p.seq_state[q];
     const int64_t first = position - p.window + 1 > 0 ? position - p.window + 1 : 0;
     const int64_t ring = p.ring_row + state * p.window;
     auto compressed = [&](int64_t e) {
@@ -49,10 +38,6 @@ __device__ __forceinline__ void write_attention_slots(const AttentionSlotsParams
         }
         out[j] = int32_t(row);
     }
-}
-template <class Selected>
-__device__ __forceinline__ void write_attention_slots(const AttentionSlotsParams& p, int t, Selected selected) {
-    write_attention_slots(p, t, slots_token(p, t, slots_token_sequence(p, t)), selected);
 }
 
 }  // namespace dsv4::cuda

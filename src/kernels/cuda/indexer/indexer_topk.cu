@@ -118,41 +118,29 @@ __device__ __forceinline__ void counting_pass(const uint32_t (&item)[kCountingPe
     __syncthreads();
 }
 
-// The top-k of a token's visible scores (at most kCountingMax) into out, and its key list. `span`: the keys the
-// threads load, at least the visible ones; with span = max_visible the loads go out beside the token's position, not
-// after it. The key list's per-token values are loaded as the sort runs (the sequence first, its values after the
-// first pass), so that only its page-table words follow the sort.
-__device__ void counting_top_k(const IndexerTopkParams& p, int token, int span, const uint16_t* scores, int32_t* out,
-                               uint8_t* smem, int* base, int* warp_sums) {
+// The top-k of a token's n <= kCountingMax visible scores (k = min(topk, n) > 0) into out, and its key list.
+__device__ void counting_top_k(const IndexerTopkParams& p, int token, const uint16_t* scores, int n, int k,
+                               int32_t* out, uint8_t* smem, int* base, int* warp_sums) {
     uint16_t* counts = reinterpret_cast<uint16_t*>(smem);  // [2][warps][digits]
     uint32_t* by_low = reinterpret_cast<uint32_t*>(smem + kCountingCountsBytes);
     uint16_t* chosen = reinterpret_cast<uint16_t*>(by_low);  // after the second pass read by_low: [k]
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int per_warp = (span + kTopkThreads - 1) / kTopkThreads * 32;
-    const bool key_list = p.slots.indices != nullptr;
-    const int sequence = key_list ? slots_token_sequence(p.slots, token) : 0;
+    const int per_warp = (n + kTopkThreads - 1) / kTopkThreads * 32;
     uint32_t item[kCountingPerThread];
 #pragma unroll
     for (int r = 0; r < kCountingPerThread; ++r) {
         const int w = warp * per_warp + 32 * r + lane;
-        item[r] = 32 * r < per_warp && w < span ? order_key(scores[w]) << 16 | uint32_t(w) : 0u;
+        item[r] = 32 * r < per_warp && w < n ? order_key(scores[w]) << 16 | uint32_t(w) : 0u;
     }
-    const int n = visible_entries(p.token_position[token], p.ratio, p.max_visible), k = min(p.topk, n);
     for (int i = threadIdx.x; i < int(kCountingCountsBytes / 16); i += kTopkThreads)
         reinterpret_cast<uint4*>(counts)[i] = make_uint4(0u, 0u, 0u, 0u);
     for (int j = k + threadIdx.x; j < p.topk; j += kTopkThreads) out[j] = -1;
-    if (k == 0) {  // the same for the whole CTA
-        if (key_list) write_attention_slots(p.slots, token, [](int) { return -1; });
-        return;
-    }
     __syncthreads();
     // Descending keys: digit 255 - byte. Low bytes first, stable over the index order; then high bytes, stable over
-    // that: ties of the whole key keep the index order (lower index first), as the CPU's order. Keys at n and past it
-    // (loaded up to span) take no part.
+    // that: ties of the whole key keep the index order (lower index first), as the CPU's order.
     counting_pass(
         item, n, per_warp, counts, base, warp_sums, [](uint32_t it) { return int(255u - (it >> 16 & 0xFFu)); },
         [&](int rank, uint32_t it) { by_low[rank] = it; });
-    const SlotsToken slots_values = key_list ? slots_token(p.slots, token, sequence) : SlotsToken{};
 #pragma unroll
     for (int r = 0; r < kCountingPerThread; ++r) {
         const int w = warp * per_warp + 32 * r + lane;
@@ -167,8 +155,7 @@ __device__ void counting_top_k(const IndexerTopkParams& p, int token, int span, 
                 out[rank] = int32_t(it & 0xFFFFu);
             }
         });
-    if (key_list)
-        write_attention_slots(p.slots, token, slots_values, [&](int i) { return i < k ? int32_t(chosen[i]) : -1; });
+    if (p.slots.indices) write_attention_slots(p.slots, token, [&](int i) { return i < k ? int32_t(chosen[i]) : -1; });
 }
 
 // ---- the kernel
@@ -182,22 +169,17 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(const Indexe
     __shared__ int above_shared;
 
     const int token = blockIdx.x;
-    const uint16_t* scores = p.scores + int64_t(token) * p.max_visible;
-    int32_t* out = p.selected + int64_t(token) * p.topk;
-    uint8_t* const counting_smem = reinterpret_cast<uint8_t*>(cand);
-    if (p.max_visible <= kCountingMax) {  // every token's keys fit: loaded without waiting for the position
-        counting_top_k(p, token, p.max_visible, scores, out, counting_smem, hist, scratch);
-        return;
-    }
     const int visible = visible_entries(p.token_position[token], p.ratio, p.max_visible);
     const int k = min(p.topk, visible);
+    const uint16_t* scores = p.scores + int64_t(token) * p.max_visible;
+    int32_t* out = p.selected + int64_t(token) * p.topk;
     if (k == 0) {
         for (int j = threadIdx.x; j < p.topk; j += kTopkThreads) out[j] = -1;
         if (p.slots.indices) write_attention_slots(p.slots, token, [](int) { return -1; });
         return;
     }
     if (visible <= kCountingMax) {
-        counting_top_k(p, token, visible, scores, out, counting_smem, hist, scratch);
+        counting_top_k(p, token, scores, visible, k, out, reinterpret_cast<uint8_t*>(cand), hist, scratch);
         return;
     }
 
