@@ -14,6 +14,7 @@
 #include "kernels/cuda/compressor/entry_codec.cuh"
 #include "kernels/cuda/compressor/kv_entry_layout.h"
 #include "kernels/cuda/indexer/indexer.h"
+#include "kernels/cuda/indexer/visible_entries.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -26,10 +27,6 @@ constexpr int kTStride = kKeys + 4;
 
 __device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) {
     return __uint_as_float(uint32_t(b) << 16);
-}
-
-__device__ __forceinline__ int visible_entries(int position, int ratio, int max_visible) {
-    return min((position + 1) / ratio, max_visible);
 }
 
 // Copies the packed entries of a tile's keys (pool rows key_rows[r], -1: a zero entry) into `raw`, in units of

@@ -12,6 +12,7 @@
 #include "kernels/cuda/common/numeric.cuh"
 #include "kernels/cuda/compressor/kv_entry_layout.h"
 #include "kernels/cuda/indexer/indexer.h"
+#include "kernels/cuda/indexer/visible_entries.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -24,7 +25,7 @@ __device__ __forceinline__ float bf16_bits(uint16_t b) {
 
 __global__ void __launch_bounds__(kKeys) indexer_scores_generic_kernel(const IndexerScoresParams p) {
     const int token = blockIdx.x, w = blockIdx.y * kKeys + threadIdx.x;
-    const int visible = min((p.token_position[token] + 1) / p.ratio, p.max_visible);
+    const int visible = visible_entries(p.token_position[token], p.ratio, p.max_visible);
     if (w >= visible) return;
     const IndexEntryLayout layout{p.dim};
     const int32_t* pages = p.page_table + int64_t(p.token_state[token]) * p.max_pages;

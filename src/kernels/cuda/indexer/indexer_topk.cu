@@ -17,13 +17,10 @@
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/warp_scan.cuh"
 #include "kernels/cuda/indexer/indexer.h"
+#include "kernels/cuda/indexer/visible_entries.cuh"
 
 namespace dsv4::cuda {
 namespace {
-
-__device__ __forceinline__ int visible_entries(int position, int ratio, int max_visible) {
-    return min((position + 1) / ratio, max_visible);
-}
 
 constexpr int kTopkThreads = 512;
 
