@@ -24,16 +24,9 @@
 #include <random>
 #include <vector>
 
-namespace {
+#include "probe_check.h"
 
-// Standalone (no dsv4 library): builds with one nvcc line on the device.
-void check(cudaError_t e, const char* what) {
-    if (e != cudaSuccess) {
-        std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-        std::exit(1);
-    }
-}
-#define DSV4_CUDA_CHECK(x) check((x), #x)
+namespace {
 
 constexpr int kSteps = 8;             // one 128-column block
 constexpr int kA = kSteps * 16 * 16;  // A values a trial: [step][row][k]
@@ -161,20 +154,20 @@ ClassResult run_class(int trials, std::mt19937& rng, Draw draw) {
     }
     auto upload = [](const std::vector<uint16_t>& h) {
         uint16_t* p = nullptr;
-        DSV4_CUDA_CHECK(cudaMalloc(&p, h.size() * 2));
-        DSV4_CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+        PROBE_CHECK(cudaMalloc(&p, h.size() * 2));
+        PROBE_CHECK(cudaMemcpy(p, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
         return p;
     };
     uint16_t *dab = upload(a_bf16), *daf = upload(a_f16), *dbb = upload(b_bf16), *dbf = upload(b_f16);
     float *db = nullptr, *df = nullptr;
-    DSV4_CUDA_CHECK(cudaMalloc(&db, size_t(trials) * kD * 4));
-    DSV4_CUDA_CHECK(cudaMalloc(&df, size_t(trials) * kD * 4));
+    PROBE_CHECK(cudaMalloc(&db, size_t(trials) * kD * 4));
+    PROBE_CHECK(cudaMalloc(&df, size_t(trials) * kD * 4));
     probe_kernel<false><<<trials, 32>>>(dab, dbb, db);
     probe_kernel<true><<<trials, 32>>>(daf, dbf, df);
-    DSV4_CUDA_CHECK(cudaGetLastError());
+    PROBE_CHECK(cudaGetLastError());
     std::vector<float> hb(size_t(trials) * kD), hf(hb.size());
-    DSV4_CUDA_CHECK(cudaMemcpy(hb.data(), db, hb.size() * 4, cudaMemcpyDeviceToHost));
-    DSV4_CUDA_CHECK(cudaMemcpy(hf.data(), df, hf.size() * 4, cudaMemcpyDeviceToHost));
+    PROBE_CHECK(cudaMemcpy(hb.data(), db, hb.size() * 4, cudaMemcpyDeviceToHost));
+    PROBE_CHECK(cudaMemcpy(hf.data(), df, hf.size() * 4, cudaMemcpyDeviceToHost));
     for (void* p : {static_cast<void*>(dab), static_cast<void*>(daf), static_cast<void*>(dbb), static_cast<void*>(dbf),
                     static_cast<void*>(db), static_cast<void*>(df)})
         cudaFree(p);
@@ -211,7 +204,7 @@ ClassResult run_class(int trials, std::mt19937& rng, Draw draw) {
 int main(int argc, char** argv) {
     const int trials = argc > 1 ? std::atoi(argv[1]) : 4096;
     cudaDeviceProp prop{};
-    DSV4_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    PROBE_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("%s (sm_%d%d): %d trials a class, %d k16 steps a trial from a zero accumulator\n", prop.name,
                 prop.major, prop.minor, trials, kSteps);
     std::mt19937 rng(20261207);

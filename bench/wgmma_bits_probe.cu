@@ -23,16 +23,9 @@
 #include <random>
 #include <vector>
 
-namespace {
+#include "probe_check.h"
 
-// Standalone (no dsv4 library): builds with one nvcc line on the device.
-void check(cudaError_t e, const char* what) {
-    if (e != cudaSuccess) {
-        std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-        std::exit(1);
-    }
-}
-#define DSV4_CUDA_CHECK(x) check((x), #x)
+namespace {
 
 constexpr int kM = 64, kN = 16, kThreads = 128;
 
@@ -258,28 +251,28 @@ Outcome run(Operands kind, bool fp8, int steps, int trials, uint32_t lbo, uint32
     uint16_t *da16, *db16;
     uint8_t *da8, *db8;
     float *dc, *dw, *dm;
-    DSV4_CUDA_CHECK(cudaMalloc(&da16, a16.size() * 2));
-    DSV4_CUDA_CHECK(cudaMalloc(&db16, b16.size() * 2));
-    DSV4_CUDA_CHECK(cudaMalloc(&da8, a8.size()));
-    DSV4_CUDA_CHECK(cudaMalloc(&db8, b8.size()));
-    DSV4_CUDA_CHECK(cudaMalloc(&dc, c.size() * 4));
-    DSV4_CUDA_CHECK(cudaMalloc(&dw, c.size() * 4));
-    DSV4_CUDA_CHECK(cudaMalloc(&dm, c.size() * 4));
-    DSV4_CUDA_CHECK(cudaMemcpy(da16, a16.data(), a16.size() * 2, cudaMemcpyHostToDevice));
-    DSV4_CUDA_CHECK(cudaMemcpy(db16, b16.data(), b16.size() * 2, cudaMemcpyHostToDevice));
-    DSV4_CUDA_CHECK(cudaMemcpy(da8, a8.data(), a8.size(), cudaMemcpyHostToDevice));
-    DSV4_CUDA_CHECK(cudaMemcpy(db8, b8.data(), b8.size(), cudaMemcpyHostToDevice));
-    DSV4_CUDA_CHECK(cudaMemcpy(dc, c.data(), c.size() * 4, cudaMemcpyHostToDevice));
+    PROBE_CHECK(cudaMalloc(&da16, a16.size() * 2));
+    PROBE_CHECK(cudaMalloc(&db16, b16.size() * 2));
+    PROBE_CHECK(cudaMalloc(&da8, a8.size()));
+    PROBE_CHECK(cudaMalloc(&db8, b8.size()));
+    PROBE_CHECK(cudaMalloc(&dc, c.size() * 4));
+    PROBE_CHECK(cudaMalloc(&dw, c.size() * 4));
+    PROBE_CHECK(cudaMalloc(&dm, c.size() * 4));
+    PROBE_CHECK(cudaMemcpy(da16, a16.data(), a16.size() * 2, cudaMemcpyHostToDevice));
+    PROBE_CHECK(cudaMemcpy(db16, b16.data(), b16.size() * 2, cudaMemcpyHostToDevice));
+    PROBE_CHECK(cudaMemcpy(da8, a8.data(), a8.size(), cudaMemcpyHostToDevice));
+    PROBE_CHECK(cudaMemcpy(db8, b8.data(), b8.size(), cudaMemcpyHostToDevice));
+    PROBE_CHECK(cudaMemcpy(dc, c.data(), c.size() * 4, cudaMemcpyHostToDevice));
     if (fp8)
         probe_kernel<true><<<trials, kThreads>>>(da16, da8, db16, db8, dc, dw, dm, steps, lbo, sbo);
     else
         probe_kernel<false><<<trials, kThreads>>>(da16, da8, db16, db8, dc, dw, dm, steps, lbo, sbo);
-    DSV4_CUDA_CHECK(cudaGetLastError());
+    PROBE_CHECK(cudaGetLastError());
     std::vector<float> w(c.size()), m(c.size());
-    DSV4_CUDA_CHECK(cudaMemcpy(w.data(), dw, w.size() * 4, cudaMemcpyDeviceToHost));
-    DSV4_CUDA_CHECK(cudaMemcpy(m.data(), dm, m.size() * 4, cudaMemcpyDeviceToHost));
+    PROBE_CHECK(cudaMemcpy(w.data(), dw, w.size() * 4, cudaMemcpyDeviceToHost));
+    PROBE_CHECK(cudaMemcpy(m.data(), dm, m.size() * 4, cudaMemcpyDeviceToHost));
     for (void* p : {(void*)da16, (void*)db16, (void*)da8, (void*)db8, (void*)dc, (void*)dw, (void*)dm})
-        DSV4_CUDA_CHECK(cudaFree(p));
+        PROBE_CHECK(cudaFree(p));
 
     Outcome o;
     for (int tr = 0; tr < trials; ++tr)
@@ -309,7 +302,7 @@ Outcome run(Operands kind, bool fp8, int steps, int trials, uint32_t lbo, uint32
 int main() {
     int dev = 0;
     cudaDeviceProp prop;
-    DSV4_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    PROBE_CHECK(cudaGetDeviceProperties(&prop, dev));
     std::printf("device %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
     if (prop.major != 9) {
         std::printf("wgmma is sm_90a only; nothing to probe\n");

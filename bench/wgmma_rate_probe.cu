@@ -24,15 +24,9 @@
 #include "kernels/cuda/common/cta_sync.cuh"
 #include "kernels/cuda/common/wgmma.cuh"
 
-namespace {
+#include "probe_check.h"
 
-void check(cudaError_t e, const char* what) {
-    if (e != cudaSuccess) {
-        std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-        std::exit(1);
-    }
-}
-#define PROBE_CHECK(x) check((x), #x)
+namespace {
 
 using namespace dsv4::cuda;
 
