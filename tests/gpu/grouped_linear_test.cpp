@@ -36,7 +36,8 @@ struct Operands {
     cuda::DeviceBuffer<float> scale;
     Case c;
 
-    std::vector<uint16_t> run(int64_t first, int64_t m) const {
+    // Under the tiles the shape picks, or under `tiles` where given.
+    std::vector<uint16_t> run(int64_t first, int64_t m, const cuda::bf16_act_mma::Tiles* tiles = nullptr) const {
         auto y = poisoned<uint16_t>(size_t(m * c.groups * c.out));
         cuda::GroupedLinearParams p;
         p.x = reinterpret_cast<const __nv_bfloat16*>(x.get()) + first * c.groups * c.in;
@@ -47,7 +48,12 @@ struct Operands {
         p.groups = c.groups;
         p.in = c.in;
         p.out = c.out;
-        cuda::grouped_linear(p, nullptr);
+        if (tiles) {
+            EXPECT_EQ(cuda::grouped_linear_can_implement(p, *tiles), "");
+            DSV4_CUDA_CHECK(cuda::launch_grouped_linear_mma(p, *tiles, nullptr));
+        } else {
+            cuda::grouped_linear(p, nullptr);
+        }
         return to_host(y);
     }
     cuda::GroupedLinearPath path() const {
@@ -139,6 +145,17 @@ TEST(GroupedLinear, RowsIndependentOfBatchAndTile) {
             EXPECT_EQ(differing, 0) << "rows " << first << ".." << first + m - 1 << " alone (tile " << t.block_m << "x"
                                     << t.block_n << ") vs among M=" << c.m << ", in=" << c.in;
         }
+        // Every 16-row tile on both sides of the top-half tiles' edge (launches of at most 8 rows leave rows 8-15 of
+        // the tile out).
+        for (int64_t m : {int64_t(1), int64_t(7), int64_t(8), int64_t(9)})
+            for (const cuda::bf16_act_mma::Tiles t : {cuda::bf16_act_mma::Tiles{16, 8}, {16, 16}, {16, 32}}) {
+                const int64_t first = c.m - m - 1;
+                const std::vector<uint16_t> some = d.run(first, m, &t);
+                int64_t differing = 0;
+                for (int64_t i = 0; i < m * n; ++i) differing += some[size_t(i)] != all[size_t(first * n + i)];
+                EXPECT_EQ(differing, 0) << m << " rows from " << first << " under tile 16x" << t.block_n
+                                        << " vs among M=" << c.m << ", in=" << c.in;
+            }
         std::vector<cuda::bf16_act_mma::Tiles> tiles{{16, 8}, {16, 16}, {16, 32}, {64, 64}, {64, 128}};
         if (cuda::device_has_wgmma()) tiles.push_back({128, 128});  // the warpgroup tile
         for (const cuda::bf16_act_mma::Tiles t : tiles) {

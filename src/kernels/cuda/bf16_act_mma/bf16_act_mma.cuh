@@ -117,11 +117,15 @@ struct Half {
 // grid (ceil(m / BM), ceil(n / BN), splits); warps: WM x WN tiles of MT x 16 rows and NT x 8 columns, times WK
 // warps that share out the K blocks (kb = z WK + wk, then every WK splits). WK > 1 stages each block's products in
 // shared memory (or, split, global memory), [kb][rows_alloc][BN] f32, and sums them in ascending kb after a barrier
-// (split: in the tile's last CTA); WK == 1 sums in registers.
-template <class W, class Y, class Tail, int MT, int NT, int WM, int WN, int WK>
+// (split: in the tile's last CTA); WK == 1 sums in registers. kTopHalf (16-row tiles of launches of at most 8 rows,
+// e.g. a batch-1 step): rows 8-15 of the tile are padding, so their x is not loaded and their A fragments are
+// zeros; rows 0-7 get the same products (each output row of mma.sync reads its own A row only).
+template <class W, class Y, class Tail, int MT, int NT, int WM, int WN, int WK, bool kTopHalf = false>
 __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, typename Tail::Params tail) {
     static_assert(WM * WN * WK == kWarps, "8 warps per CTA");
     static_assert(WK == 1 || (MT == 1 && WM == 1), "K blocks are shared out only in 16-row tiles");
+    static_assert(!kTopHalf || (MT == 1 && WM == 1), "the top half of one 16-row tile");
+    constexpr int kHalves = kTopHalf ? 1 : 2;  // live 8-row halves of a 16-row tile
     constexpr int kBM = WM * MT * 16, kBN = WN * NT * 8;
     static_assert(kBlockK % kBN == 0, "a CTA's columns share one weight-scale row");
     extern __shared__ float staged[];
@@ -165,7 +169,7 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
+            for (int h = 0; h < kHalves; ++h) {
                 s.x[mt][h][0] = load16<false>(x_row[mt][h] + c0, ok);
                 s.x[mt][h][1] = load16<false>(x_row[mt][h] + c0 + 8, ok);
             }
@@ -201,9 +205,13 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
                 af[mt][0] = word(s.x[mt][0][j / 2], 2 * (j % 2));
-                af[mt][1] = word(s.x[mt][1][j / 2], 2 * (j % 2));
                 af[mt][2] = word(s.x[mt][0][j / 2], 2 * (j % 2) + 1);
-                af[mt][3] = word(s.x[mt][1][j / 2], 2 * (j % 2) + 1);
+                if constexpr (kTopHalf) {
+                    af[mt][1] = af[mt][3] = 0u;
+                } else {
+                    af[mt][1] = word(s.x[mt][1][j / 2], 2 * (j % 2));
+                    af[mt][3] = word(s.x[mt][1][j / 2], 2 * (j % 2) + 1);
+                }
             }
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
@@ -287,10 +295,10 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
     Tail::after(tail);
 }
 
-template <class W, class Y, class Tail, int MT, int NT, int WM, int WN, int WK>
+template <class W, class Y, class Tail, int MT, int NT, int WM, int WN, int WK, bool kTopHalf = false>
 cudaError_t launch_tile(const Args& args, size_t smem, cudaStream_t stream, const typename Tail::Params& tail) {
     constexpr int kBM = WM * MT * 16, kBN = WN * NT * 8;
-    auto k = kernel<W, Y, Tail, MT, NT, WM, WN, WK>;
+    auto k = kernel<W, Y, Tail, MT, NT, WM, WN, WK, kTopHalf>;
     if (smem > 48 * 1024)
         if (cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
             e != cudaSuccess)
@@ -308,6 +316,18 @@ cudaError_t launch(Args args, const Tiles& tiles, cudaStream_t stream, const typ
     args.kb = int((args.k + kBlockK - 1) / kBlockK);
     args.rows_alloc = int(args.m < 16 ? args.m : 16);
     const size_t smem = staged_smem_bytes(tiles, args.m, args.k);
+    if (tiles.block_m == 16 && args.m <= 8) {  // rows 8-15 of the one tile are padding
+        switch (tiles.block_n) {
+            case 8:
+                return launch_tile<W, Y, Tail, 1, 1, 1, 1, 8, true>(args, smem, stream, tail);
+            case 16:
+                return launch_tile<W, Y, Tail, 1, 2, 1, 1, 8, true>(args, smem, stream, tail);
+            case 32:
+                return launch_tile<W, Y, Tail, 1, 2, 1, 2, 4, true>(args, smem, stream, tail);
+            default:
+                return cudaErrorInvalidValue;
+        }
+    }
     if (tiles.block_m == 16) {
         switch (tiles.block_n) {
             case 8:
