@@ -179,5 +179,74 @@ TEST(GroupedLinear, RowsIndependentOfBatchAndTile) {
     }
 }
 
+// Activations for the exactly scaled f16 blocks (bf16_act_mma.cuh kF16X, the rule in f16_exact_blocks.h): each
+// (row, 128-column block) draws a class, so that in a launch of a few rows some blocks run as f16, some keep the
+// bf16 path for their own values, and some for a neighbour row's.
+std::vector<float> f16_edge_activations(Rng& rng, int64_t rows, int64_t k) {
+    auto draw = [&](int e) {  // +-(1 + m / 128) 2^e, m random: a bf16 value of exponent e
+        const float v = std::ldexp(1.0f + float(rng.engine()() % 128) / 128.0f, e);
+        return rng.engine()() % 2 ? -v : v;
+    };
+    std::vector<float> x(size_t(rows * k));
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t b = 0; b < k; b += 128) {
+            const int e_top = -40 + int(rng.engine()() % 60), cls = int(rng.engine()() % 10);
+            // The class's exponents [lo, hi] (both ends present): 0 typical, 1 33 binades (f16, the bottom f16
+            // subnormals), 2 34 (bf16), 3 the smallest exponent allowed (f16), 4 below it (bf16), 5 the largest
+            // allowed (f16), 6 above it (bf16); 7-9 typical with zeros or a bf16 subnormal (below).
+            const int ranges[7][2] = {{e_top - 8, e_top},
+                                      {e_top - 32, e_top},
+                                      {e_top - 33, e_top},
+                                      {-100, -68},
+                                      {-101, -70},
+                                      {40, 64},
+                                      {45, 65}};
+            const int lo = ranges[cls < 7 ? cls : 0][0], hi = ranges[cls < 7 ? cls : 0][1];
+            for (int64_t c = b; c < std::min(k, b + 128); ++c) {
+                const int64_t i = c - b;
+                float v = draw(i == 0 ? hi : i == 1 ? lo : lo + int(rng.engine()() % uint32_t(hi - lo + 1)));
+                if (cls == 7 && i % 3 != 0) v = i % 2 ? 0.0f : -0.0f;  // zeros of both signs among values
+                if (cls == 8) v = i % 2 ? 0.0f : -0.0f;                // a block of zeros: f16, shift 0
+                if (cls == 9 && i == 5) v = std::ldexp(3.0f, -130);    // a bf16 subnormal: bf16
+                x[size_t(r * k + c)] = round_bf16(v);
+            }
+        }
+    return x;
+}
+
+// Launches of at most 8 rows stage x as exactly scaled f16 blocks where the rule allows (devices where the tensor
+// cores sum f16 products as bf16 ones: cuda::device_mma_sums_f16_as_bf16); every other launch runs the bf16 path.
+// Both must give the same bits: a few rows under every 16-row tile against the same rows among 64 (each row's blocks
+// of every class, beside rows whose blocks fall back), and those 64 against the CPU.
+TEST(GroupedLinear, ExactlyScaledF16BlocksMatchTheBf16Path) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    // V4-Flash's wo_a; a partial last K block (400 = 3 x 128 + 16) with 8-column tiles; f32 weight scales.
+    for (const Case c : {Case{64, 8, 4096, 1024}, Case{64, 4, 400, 104}, Case{64, 2, 384, 256, false}}) {
+        const HostWeight w = random_fp8_weight(rng, c.groups * c.out, c.in, c.pow2_scales);
+        const std::vector<float> x = f16_edge_activations(rng, c.m, c.groups * c.in);
+        const Precision f32(Numerics::kReference, test_pool());
+        std::vector<float> ref(size_t(c.m * c.groups * c.out)), absdot(ref.size());
+        f32.grouped_linear(x.data(), c.m, w.view, c.groups, ref.data());
+        const std::vector<float> xabs = abs_values(x);
+        f32.grouped_linear(xabs.data(), c.m, w.abs_view, c.groups, absdot.data());
+        const Operands d = upload(c, x, w);
+        const int64_t n = c.groups * c.out;
+        const std::vector<uint16_t> all = d.run(0, c.m);  // 64 rows: the bf16 path
+        expect_bf16_close("grouped_linear, f16 edge classes, in=" + std::to_string(c.in), all, ref, absdot, c.in,
+                          kTensorCoreRel);
+        for (int64_t m = 1; m <= 8; ++m)
+            for (const cuda::bf16_act_mma::Tiles t : {cuda::bf16_act_mma::Tiles{16, 8}, {16, 16}, {16, 32}}) {
+                if (c.out % t.block_n) continue;
+                const int64_t first = (m * 7) % (c.m - m + 1);
+                const std::vector<uint16_t> some = d.run(first, m, &t);
+                int64_t differing = 0;
+                for (int64_t i = 0; i < m * n; ++i) differing += some[size_t(i)] != all[size_t(first * n + i)];
+                EXPECT_EQ(differing, 0) << m << " rows from " << first << " under tile 16x" << t.block_n
+                                        << " vs among M=" << c.m << ", in=" << c.in;
+            }
+    }
+}
+
 }  // namespace
 }  // namespace dsv4::gpu_test
