@@ -28,16 +28,12 @@
 #pragma once
 
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/cuda/bf16_act_mma/bf16_act_mma_tiles.h"
-#include "kernels/cuda/bf16_act_mma/f16_exact_blocks.h"
 #include "kernels/cuda/common/e4m3_pairs.cuh"
-#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/common/mma.cuh"
 #include "kernels/cuda/common/vector_loads.cuh"
 
@@ -74,10 +70,6 @@ struct E4m3Weight {
     __device__ static void fragment(const uint4 (&w)[kChunks], int j, uint32_t& b0, uint32_t& b1) {
         bf16x2_pairs(word(w[0], j), b0, b1);
     }
-    // The same pairs as f16 (kF16X blocks): one conversion a pair where bf16 takes five instructions.
-    __device__ static void fragment_f16(const uint4 (&w)[kChunks], int j, uint32_t& b0, uint32_t& b1) {
-        f16x2_pairs(word(w[0], j), b0, b1);
-    }
 };
 struct Bf16Weight {
     static constexpr int kBytes = 2, kChunks = 2;
@@ -87,13 +79,6 @@ struct Bf16Weight {
         b1 = word(w[j / 2], 2 * (j % 2) + 1);
     }
 };
-
-// The B fragment of step j as f16 pairs, for kF16X blocks (e4m3 weights: no other format takes that path; nvcc
-// compiles the f16 branch of every instantiation, so the others get an empty one).
-template <class W>
-__device__ __forceinline__ void f16_fragment(const uint4 (&w)[W::kChunks], int j, uint32_t& b0, uint32_t& b1) {
-    if constexpr (W::kScaled) W::fragment_f16(w, j, b0, b1);
-}
 
 // Output types: a pair of adjacent columns (n even) or one value.
 struct Bf16Out {
@@ -125,20 +110,9 @@ struct NoTail {
 // One half block's operands for a warp tile of MT x 16 rows and NT x 8 columns.
 template <class W, int MT, int NT>
 struct Half {
-    uint4 x[MT][2][2];        // [row tile][rows g, g+8][columns c0..c0+7, c0+8..c0+15] bf16 (kF16X blocks: f16)
+    uint4 x[MT][2][2];        // [row tile][rows g, g+8][columns c0..c0+7, c0+8..c0+15] bf16
     uint4 w[NT][W::kChunks];  // columns c0..c0+15 of row g of each 8-column tile
-    bool f16;                 // kF16X: x holds the block's exactly scaled f16 values
 };
-
-// A bf16 pair times `factor` (a power of two that keeps both exact in f16: f16_exact_blocks.h) as an f16 pair.
-__device__ __forceinline__ uint32_t f16x2_scaled(uint32_t bf16x2, float factor) {
-    const __half2 h = __floats2half2_rn(__uint_as_float(bf16x2 << 16) * factor,
-                                        __uint_as_float(bf16x2 & 0xFFFF0000u) * factor);
-    return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-// 2^e as an f32 (e in [-126, 127]).
-__device__ __forceinline__ float pow2f(int e) { return __uint_as_float(uint32_t(127 + e) << 23); }
 
 // grid (ceil(m / BM), ceil(n / BN), splits); warps: WM x WN tiles of MT x 16 rows and NT x 8 columns, times WK
 // warps that share out the K blocks (kb = z WK + wk, then every WK splits). WK > 1 stages each block's products in
@@ -146,20 +120,11 @@ __device__ __forceinline__ float pow2f(int e) { return __uint_as_float(uint32_t(
 // (split: in the tile's last CTA); WK == 1 sums in registers. kTopHalf (16-row tiles of launches of at most 8 rows,
 // e.g. a batch-1 step): rows 8-15 of the tile are padding, so their x is not loaded and their A fragments are
 // zeros; rows 0-7 get the same products (each output row of mma.sync reads its own A row only).
-//
-// kF16X (top-half tiles with e4m3 weights, unsplit, on devices where the tensor cores sum f16 products as bf16 ones):
-// the CTA first stages its rows of x in shared memory, block by block, as exactly scaled f16 (f16_exact_blocks.h),
-// with each (row, block)'s 2^s and whether it must keep the bf16 path; a block any row of which must runs the bf16
-// path for all its rows (an MMA's type is the warp's), reading x from global memory as the other tiles do. An f16
-// block converts each weight pair in one instruction where bf16 takes five, and its sum acc (the bf16 path's times
-// 2^-s) becomes the same product with one exact multiply: p = (acc * 2^s) * w_scale.
-template <class W, class Y, class Tail, int MT, int NT, int WM, int WN, int WK, bool kTopHalf = false,
-          bool kF16X = false>
+template <class W, class Y, class Tail, int MT, int NT, int WM, int WN, int WK, bool kTopHalf = false>
 __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, typename Tail::Params tail) {
     static_assert(WM * WN * WK == kWarps, "8 warps per CTA");
     static_assert(WK == 1 || (MT == 1 && WM == 1), "K blocks are shared out only in 16-row tiles");
     static_assert(!kTopHalf || (MT == 1 && WM == 1), "the top half of one 16-row tile");
-    static_assert(!kF16X || (kTopHalf && W::kScaled), "f16 blocks: top-half tiles of e4m3 weights");
     constexpr int kHalves = kTopHalf ? 1 : 2;  // live 8-row halves of a 16-row tile
     constexpr int kBM = WM * MT * 16, kBN = WN * NT * 8;
     static_assert(kBlockK % kBN == 0, "a CTA's columns share one weight-scale row");
@@ -195,67 +160,12 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
     }
     const float* w_scale_row = W::kScaled ? args.w_scale + (n_cta / kBlockK) * args.kb : nullptr;
 
-    // kF16X staging after the f32 products (f16_x_smem_bytes): x [rows_alloc][x16_stride] 16-bit values (16 bytes
-    // of padding a row put the rows' 16-byte loads in distinct banks), a byte a (block, row) set where that row's
-    // block keeps the bf16 path ([kb][8]), and 2^s ([rows_alloc][kb]).
-    const int x16_stride = args.kb * kBlockK + 8;
-    uint16_t* const x16 = reinterpret_cast<uint16_t*>(staged + int64_t(args.kb) * args.rows_alloc * kBN);
-    uint64_t* const bf16_rows = reinterpret_cast<uint64_t*>(x16 + int64_t(args.rows_alloc) * x16_stride);
-    float* const two_s = reinterpret_cast<float*>(bf16_rows + args.kb);
-    const int x16_row = g < rows_valid ? g : rows_valid - 1;  // rows past M repeat the last, as in global memory
-    const uint64_t rows_mask = rows_valid >= 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * rows_valid)) - 1;
-    auto stage_f16_x = [&] {
-        // 16 lanes a (row, block), 8 values each; every lane takes part in each round's shuffles.
-        const int chunks = rows_valid * args.kb * 16;
-        for (int q0 = 0; q0 < chunks; q0 += kThreads) {
-            const int q = q0 + int(threadIdx.x);
-            const bool live = q < chunks;  // chunks % 16 == 0: a 16-lane group is live as a whole
-            const int row = q / (args.kb * 16), kb = (q / 16) % args.kb, c = q % 16;
-            const int64_t col = int64_t(kb) * kBlockK + 8 * c;
-            const uint4 v = load16<false>(args.x + (m_cta + row) * args.ldx + x_col0 + col, live && col < args.k);
-            uint32_t largest = 0, smallest = 0xFFFFFFFFu;  // smallest non-zero magnitude - 1 (zeros wrap to the top)
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const uint32_t magnitude = (word(v, i / 2) >> (16 * (i % 2))) & 0x7FFFu;
-                largest = max(largest, magnitude);
-                smallest = min(smallest, magnitude - 1u);
-            }
-#pragma unroll
-            for (int d = 1; d < 16; d *= 2) {
-                largest = max(largest, __shfl_xor_sync(0xFFFFFFFFu, largest, d));
-                smallest = min(smallest, __shfl_xor_sync(0xFFFFFFFFu, smallest, d));
-            }
-            const F16Block block = f16_block(largest, smallest + 1u);
-            if (!live) continue;
-            if (block.exact) {
-                const float down = pow2f(-block.shift);
-                *reinterpret_cast<uint4*>(x16 + row * x16_stride + col) =
-                    make_uint4(f16x2_scaled(v.x, down), f16x2_scaled(v.y, down), f16x2_scaled(v.z, down),
-                               f16x2_scaled(v.w, down));
-            }
-            if (c == 0) {
-                reinterpret_cast<uint8_t*>(bf16_rows + kb)[row] = block.exact ? 0 : 1;
-                two_s[row * args.kb + kb] = block.exact ? pow2f(block.shift) : 1.0f;
-            }
-        }
-        __syncthreads();
-    };
-
     // Half `i` of this warp's blocks: block split * WK + wk + (i / 2) * WK * splits, columns 64 (i % 2) .. + 63.
     const int first_block = split * WK + wk;
     auto block_of = [&](int i) { return first_block + (i / 2) * WK * splits; };
-    auto load_x = [&](Half<W, MT, NT>& s, int i) {
+    auto load = [&](Half<W, MT, NT>& s, int i) {
         const int64_t c0 = int64_t(block_of(i)) * kBlockK + 64 * (i % 2);
         const bool ok = c0 + 16 * t < args.k;
-        if constexpr (kF16X) {
-            s.f16 = (bf16_rows[block_of(i)] & rows_mask) == 0;
-            if (s.f16) {  // columns at or past k were staged as zeros
-                const uint4* p = reinterpret_cast<const uint4*>(x16 + x16_row * x16_stride + c0 + 16 * t);
-                s.x[0][0][0] = p[0];
-                s.x[0][0][1] = p[1];
-                return;
-            }
-        }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -263,10 +173,6 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
                 s.x[mt][h][0] = load16<false>(x_row[mt][h] + c0, ok);
                 s.x[mt][h][1] = load16<false>(x_row[mt][h] + c0 + 8, ok);
             }
-    };
-    auto load_w = [&](Half<W, MT, NT>& s, int i) {
-        const int64_t c0 = int64_t(block_of(i)) * kBlockK + 64 * (i % 2);
-        const bool ok = c0 + 16 * t < args.k;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -274,10 +180,6 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
                 const uint8_t* p = w_row[nt] + c0 * W::kBytes + 16 * q;
                 s.w[nt][q] = load16<WM == 1>(p, ok);
             }
-    };
-    auto load = [&](Half<W, MT, NT>& s, int i) {
-        load_x(s, i);
-        load_w(s, i);
     };
 
     float acc[MT][NT][4], sum[MT][NT][4];
@@ -297,59 +199,38 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
 #pragma unroll
                     for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
         }
-        // The half's eight MMAs a tile pair, on bf16 (or, kF16X blocks, f16) operands.
-        auto multiply = [&](auto f16) {
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                uint32_t af[MT][4];
+        for (int j = 0; j < 4; ++j) {
+            uint32_t af[MT][4];
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    af[mt][0] = word(s.x[mt][0][j / 2], 2 * (j % 2));
-                    af[mt][2] = word(s.x[mt][0][j / 2], 2 * (j % 2) + 1);
-                    if constexpr (kTopHalf) {
-                        af[mt][1] = af[mt][3] = 0u;
-                    } else {
-                        af[mt][1] = word(s.x[mt][1][j / 2], 2 * (j % 2));
-                        af[mt][3] = word(s.x[mt][1][j / 2], 2 * (j % 2) + 1);
-                    }
-                }
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-                    uint32_t b0, b1;
-                    if constexpr (decltype(f16)::value) {
-                        f16_fragment<W>(s.w[nt], j, b0, b1);
-#pragma unroll
-                        for (int mt = 0; mt < MT; ++mt) mma_16816_f16(acc[mt][nt], af[mt], b0, b1);
-                    } else {
-                        W::fragment(s.w[nt], j, b0, b1);
-#pragma unroll
-                        for (int mt = 0; mt < MT; ++mt) mma_16816(acc[mt][nt], af[mt], b0, b1);
-                    }
+            for (int mt = 0; mt < MT; ++mt) {
+                af[mt][0] = word(s.x[mt][0][j / 2], 2 * (j % 2));
+                af[mt][2] = word(s.x[mt][0][j / 2], 2 * (j % 2) + 1);
+                if constexpr (kTopHalf) {
+                    af[mt][1] = af[mt][3] = 0u;
+                } else {
+                    af[mt][1] = word(s.x[mt][1][j / 2], 2 * (j % 2));
+                    af[mt][3] = word(s.x[mt][1][j / 2], 2 * (j % 2) + 1);
                 }
             }
-        };
-        if constexpr (kF16X) {
-            if (s.f16)
-                multiply(std::true_type{});
-            else
-                multiply(std::false_type{});
-        } else {
-            multiply(std::false_type{});
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                uint32_t b0, b1;
+                W::fragment(s.w[nt], j, b0, b1);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) mma_16816(acc[mt][nt], af[mt], b0, b1);
+            }
         }
         if (i % 2 == 0) return;
         const int kb = block_of(i);
         const float scale = W::kScaled ? __ldg(w_scale_row + kb) : 1.0f;
-        float up = 1.0f;  // kF16X: 2^s of an f16 block (acc * 2^s is exact: the bf16 path's acc)
-        if constexpr (kF16X)
-            if (s.f16) up = two_s[x16_row * args.kb + kb];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const float a = kF16X ? __fmul_rn(acc[mt][nt][e], up) : acc[mt][nt][e];
-                    const float p = W::kScaled ? __fmul_rn(a, scale) : a;
+                    const float p = W::kScaled ? __fmul_rn(acc[mt][nt][e], scale) : acc[mt][nt][e];
                     if constexpr (WK == 1) {
                         sum[mt][nt][e] = __fadd_rn(sum[mt][nt][e], p);
                     } else {
@@ -363,21 +244,9 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
     // Two register stages: the next half's loads in flight while the current one is multiplied.
     const int count = first_block < args.kb ? 2 * ((args.kb - first_block + WK * splits - 1) / (WK * splits)) : 0;
     Half<W, MT, NT> s0, s1;
-    if constexpr (kF16X) {  // the first two halves' weights in flight while x is staged
-        if (count > 0) {
-            load_w(s0, 0);
-            load_w(s1, 1);
-        }
-        stage_f16_x();
-        if (count > 0) load_x(s0, 0);
-    } else if (count > 0) {
-        load(s0, 0);
-    }
+    if (count > 0) load(s0, 0);
     for (int i = 0; i < count; i += 2) {
-        if (!kF16X || i > 0)
-            load(s1, i + 1);  // count is even
-        else
-            load_x(s1, i + 1);
+        load(s1, i + 1);  // count is even
         compute(s0, i);
         if (i + 2 < count) load(s0, i + 2);
         compute(s1, i + 1);
@@ -426,11 +295,10 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
     Tail::after(tail);
 }
 
-template <class W, class Y, class Tail, int MT, int NT, int WM, int WN, int WK, bool kTopHalf = false,
-          bool kF16X = false>
+template <class W, class Y, class Tail, int MT, int NT, int WM, int WN, int WK, bool kTopHalf = false>
 cudaError_t launch_tile(const Args& args, size_t smem, cudaStream_t stream, const typename Tail::Params& tail) {
     constexpr int kBM = WM * MT * 16, kBN = WN * NT * 8;
-    auto k = kernel<W, Y, Tail, MT, NT, WM, WN, WK, kTopHalf, kF16X>;
+    auto k = kernel<W, Y, Tail, MT, NT, WM, WN, WK, kTopHalf>;
     if (smem > 48 * 1024)
         if (cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
             e != cudaSuccess)
@@ -448,22 +316,6 @@ cudaError_t launch(Args args, const Tiles& tiles, cudaStream_t stream, const typ
     args.kb = int((args.k + kBlockK - 1) / kBlockK);
     args.rows_alloc = int(args.m < 16 ? args.m : 16);
     const size_t smem = staged_smem_bytes(tiles, args.m, args.k);
-    if constexpr (W::kScaled) {  // e4m3 weights: the top-half tiles with x staged as exactly scaled f16 blocks
-        const size_t f16_smem = smem + f16_x_smem_bytes(args.m, args.k);
-        if (tiles.block_m == 16 && args.m <= 8 && args.splits <= 1 && f16_smem <= kMaxF16Smem &&
-            device_mma_sums_f16_as_bf16()) {
-            switch (tiles.block_n) {
-                case 8:
-                    return launch_tile<W, Y, Tail, 1, 1, 1, 1, 8, true, true>(args, f16_smem, stream, tail);
-                case 16:
-                    return launch_tile<W, Y, Tail, 1, 2, 1, 1, 8, true, true>(args, f16_smem, stream, tail);
-                case 32:
-                    return launch_tile<W, Y, Tail, 1, 2, 1, 2, 4, true, true>(args, f16_smem, stream, tail);
-                default:
-                    return cudaErrorInvalidValue;
-            }
-        }
-    }
     if (tiles.block_m == 16 && args.m <= 8) {  // rows 8-15 of the one tile are padding
         switch (tiles.block_n) {
             case 8:

@@ -30,15 +30,6 @@ inline size_t staged_smem_bytes(const Tiles& t, int64_t m, int64_t k) {
     return size_t(ceil_div(k, 128)) * size_t(std::min<int64_t>(m, 16)) * size_t(t.block_n) * sizeof(float);
 }
 
-// Top-half tiles of e4m3 weights stage x as exactly scaled f16 blocks after those products (bf16_act_mma.cuh,
-// kF16X): [rows][kb x 128 + 8] 16-bit values, a byte a (block, row) ([kb][8]) and 2^s [rows][kb] f32; where the
-// total passes kMaxF16Smem (two CTAs an SM still fit) they keep the bf16 path.
-inline constexpr size_t kMaxF16Smem = size_t(112) << 10;
-inline size_t f16_x_smem_bytes(int64_t m, int64_t k) {
-    const size_t kb = size_t(ceil_div(k, 128)), rows = size_t(std::min<int64_t>(m, 16));
-    return rows * (kb * 128 + 8) * 2 + kb * 8 + rows * kb * sizeof(float);
-}
-
 // Split 16-row tiles (Args::splits): the f32 staging their CTAs need in global memory, and the arrival counters
 // (one a tile).
 inline int64_t split_tiles(const Tiles& t, int64_t m, int64_t n) {

@@ -1,6 +1,6 @@
-// Warp-level tensor-core helpers shared by the attention, indexer and bf16-activation kernels (sm_80+ mma.sync;
-// Hopper runs them too): one m16n8k16 bf16 x bf16 (or f16 x f16) -> f32 MMA in place, a 32-bit load of two adjacent
-// bf16 values, and the fragments of four 8 x 8 matrices by ldmatrix.
+// Warp-level tensor-core helpers shared by the attention and indexer kernels (sm_80+ mma.sync; Hopper runs them
+// too): one m16n8k16 bf16 x bf16 -> f32 MMA in place, a 32-bit load of two adjacent bf16 values, and the fragments
+// of four 8 x 8 matrices by ldmatrix.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -13,15 +13,6 @@ namespace dsv4::cuda {
 __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// The same with f16 operands (the a and b fragments' layouts are bf16's).
-__device__ __forceinline__ void mma_16816_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));

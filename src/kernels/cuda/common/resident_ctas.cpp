@@ -106,10 +106,10 @@ int multiprocessor_count() {
     return sms;
 }
 
-namespace {
-
-// Whether the current device has compute capability 9.0 (H100, H200); cached per device.
-bool device_is_sm90() {
+bool device_has_wgmma() {
+#ifndef DSV4_BUILT_SM90A
+    return false;  // no sm_90a code in this build: the wgmma kernels would trap
+#endif
     constexpr int kDevices = 64;
     static std::atomic<int> known[kDevices] = {};  // 0 unknown, 1 no, 2 yes
     int device = 0;
@@ -122,19 +122,6 @@ bool device_is_sm90() {
     const bool yes = major == 9 && minor == 0;
     if (device < kDevices) known[device].store(yes ? 2 : 1, std::memory_order_relaxed);
     return yes;
-}
-
-}  // namespace
-
-bool device_has_wgmma() {
-#ifndef DSV4_BUILT_SM90A
-    return false;  // no sm_90a code in this build: the wgmma kernels would trap
-#endif
-    return device_is_sm90();
-}
-
-bool device_mma_sums_f16_as_bf16() {
-    return device_is_sm90();
 }
 
 }  // namespace dsv4::cuda

@@ -23,9 +23,4 @@ int multiprocessor_count();
 // DSV4_CUDA_ARCHS; cached per device.
 bool device_has_wgmma();
 
-// Whether the current device's mma.sync sums f16 products exactly as it sums bf16 ones, which bf16_act_mma's exactly
-// scaled f16 blocks rely on (f16_exact_blocks.h): measured on compute capability 9.0 (bench/hmma_f16_bf16_probe.cu, an
-// H100: no output of 2,097,152 differed); other devices keep the bf16 path until the probe has run there. Cached.
-bool device_mma_sums_f16_as_bf16();
-
 }  // namespace dsv4::cuda
