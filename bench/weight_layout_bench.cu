@@ -11,12 +11,16 @@
 // arithmetic (a ring of 8 stages in shared memory filled by 16-byte cp.async, a CTA barrier a stage, all warps or one
 // loader warp copying), and through the bulk copy engine with a full and an empty mbarrier a stage (one 64-byte copy a
 // row, or the stage's rows stored back to back as one 4 KiB copy): what the kernel's loading scheme costs and what a
-// repack would buy. Usage: dsv4_bench_weight_layout. Prints GB/s per pattern beside the device-to-device copy rate.
+// repack would buy; and by the tensor-memory accelerator from the checkpoint's row order (one 2D copy a stage of a
+// 64 x 64-byte box through a tensor map): whether the one-copy stage needs the repack at all. Usage:
+// dsv4_bench_weight_layout. Prints GB/s per pattern beside the device-to-device copy rate.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/cuda_check.h"
@@ -181,10 +185,13 @@ double run_ring(const uint8_t* w, size_t bytes, int copies, int64_t row_bytes, i
 // back to back, one 4 KiB copy; else one 64-byte copy a row), the 8 reading warps wait only for their stage's bytes
 // and release the slot when read. No CTA-wide barrier a stage. kCpAsync: the loader warp's 16-byte cp.async copies
 // (rows in the checkpoint's order) signal the full mbarrier as they land (cp.async.mbarrier.arrive), no bulk copy:
-// the mbarriers' share of the gain without the repack.
-template <bool kContiguous, bool kCpAsync = false>
+// the mbarriers' share of the gain without the repack. kTensor: one 2D tensor copy a stage of the rows in the
+// checkpoint's order (`map`: the copies' rows one after the other, 64 x 64-byte boxes; the run's rows start at
+// `first_row`), landing as the contiguous copy's 4 KiB.
+template <bool kContiguous, bool kCpAsync = false, bool kTensor = false>
 __global__ void __launch_bounds__(288)
-    bulk_ring_kernel(const uint8_t* w, int64_t rows, int64_t row_bytes, uint32_t* sink) {
+    bulk_ring_kernel(const uint8_t* w, int64_t rows, int64_t row_bytes, uint32_t* sink,
+                     const __grid_constant__ CUtensorMap map, int first_row) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     __shared__ __align__(128) uint8_t ring[kRingStages][kRingTile * 64];
     __shared__ __align__(8) uint64_t full[kRingStages], empty[kRingStages];
@@ -232,7 +239,15 @@ __global__ void __launch_bounds__(288)
                                  "r"(kRingTile * kStageBytes)
                                  : "memory");
                 __syncwarp();
-                if (kContiguous) {
+                if (kTensor) {
+                    if (lane == 0)
+                        asm volatile(
+                            "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], "
+                            "[%1, {%2, %3}], [%4];" ::"r"(addr(ring[slot])),
+                            "l"(&map), "r"(kt * kStageBytes), "r"(first_row + int(item) * kRingTile),
+                            "r"(addr(&full[slot]))
+                            : "memory");
+                } else if (kContiguous) {
                     if (lane == 0)
                         asm volatile(
                             "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
@@ -267,12 +282,41 @@ __global__ void __launch_bounds__(288)
 #endif
 }
 
-template <bool kContiguous, bool kCpAsync = false>
-double run_bulk(const uint8_t* w, size_t bytes, int copies, int64_t row_bytes, int grid, uint32_t* sink) {
+template <bool kContiguous, bool kCpAsync = false, bool kTensor = false>
+double run_bulk(const uint8_t* w, size_t bytes, int copies, int64_t row_bytes, int grid, uint32_t* sink,
+                const CUtensorMap& map = {}) {
     return best_ms(8, [&](int r) {
-        bulk_ring_kernel<kContiguous, kCpAsync>
-            <<<grid, 288>>>(w + size_t(r % copies) * bytes, int64_t(bytes) / row_bytes, row_bytes, sink);
+        const int64_t rows = int64_t(bytes) / row_bytes;
+        bulk_ring_kernel<kContiguous, kCpAsync, kTensor><<<grid, 288>>>(w + size_t(r % copies) * bytes, rows,
+                                                                         row_bytes, sink, map, int(r % copies * rows));
     });
+}
+
+// A tensor map over `rows` rows of `row_bytes` bytes at `w` (row-major bytes), boxes of 64 rows x 64 bytes, no
+// swizzle, through the driver's entry point (the bench links the runtime only).
+CUtensorMap row_major_map(const uint8_t* w, int64_t rows, int64_t row_bytes) {
+    using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    DSV4_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || !fn) {
+        std::fprintf(stderr, "cuTensorMapEncodeTiled not found\n");
+        std::exit(1);
+    }
+    CUtensorMap map{};
+    const cuuint64_t dims[2] = {cuuint64_t(row_bytes), cuuint64_t(rows)}, strides[1] = {cuuint64_t(row_bytes)};
+    const cuuint32_t box[2] = {kStageBytes, kRingTile}, element_strides[2] = {1, 1};
+    const CUresult e = reinterpret_cast<Encode>(fn)(
+        &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(w), dims, strides, box, element_strides,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (e != CUDA_SUCCESS) {
+        std::fprintf(stderr, "cuTensorMapEncodeTiled failed: %d\n", int(e));
+        std::exit(1);
+    }
+    return map;
 }
 
 // The warpgroup expert kernel's loading scheme (moe_wgmma.cu) over the whole expert set: 128-row tiles, stages of
@@ -402,6 +446,7 @@ int main() {
     std::printf("\nbatch-1 sized: 48 MiB a run (six experts' w1 + w3), rows 2 KiB, each run the next of %d copies\n",
                 copies);
     std::printf("%-34s %6s %10s %10s\n", "tile rows / contiguous group", "CTAs", "us", "GB/s");
+    const CUtensorMap map = row_major_map(w, int64_t(copies) * int64_t(b1_bytes) / 2048, 2048);
     for (int per_sm : {2, 3, 4}) {
         const int grid = sms * per_sm;
         auto row = [&](const char* tile, int group, double ms) {
@@ -423,6 +468,7 @@ int main() {
         ring("bulk rows", run_bulk<false>(w, b1_bytes, copies, 2048, grid, sink));
         ring("bulk 4 KiB", run_bulk<true>(w, b1_bytes, copies, 2048, grid, sink));
         ring("cp.async+mbar", run_bulk<false, true>(w, b1_bytes, copies, 2048, grid, sink));
+        ring("tensor 2D", run_bulk<false, false, true>(w, b1_bytes, copies, 2048, grid, sink, map));
     }
     return 0;
 }
