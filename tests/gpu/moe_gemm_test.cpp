@@ -10,6 +10,7 @@
 
 #include "gemm_test_common.h"
 #include "kernels/cuda/common/resident_ctas.h"
+#include "kernels/cuda/common/tensor_map.h"
 #include "kernels/cuda/moe_expert/moe_expert.h"
 #include "kernels/cuda/moe_gemm/moe_gemm.h"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
@@ -91,7 +92,15 @@ void run_case(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int64_t n
 // against its general, bounded ones, the launcher's choice (the warpgroup kernel for passes of 64 slots on sm_90)
 // against the warp-MMA kernel, the warp-MMA kernel's 32- and 16-row tiles against its 64-row tile, or its single-slot
 // passes (no expert holds two slots) against its passes for any slots.
-enum class Pair { kCompactVsStrided, kWholeVsGeneralStages, kChosenVsWarpMma, kRowTiles32, kRowTiles16, kSingleSlot };
+enum class Pair {
+    kCompactVsStrided,
+    kWholeVsGeneralStages,
+    kChosenVsWarpMma,
+    kRowTiles32,
+    kRowTiles16,
+    kSingleSlot,
+    kTensorCopies
+};
 
 // Scales::kEveryCode: scale codes cycle through every value (E8M0 0..254: subnormal 2^-127 up to 2^127, overflowing
 // products included; e4m3 codes 0..254 but NaN: subnormal and negative scales) and activations spread over 2^+-30.
@@ -125,7 +134,12 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
         EXPECT_TRUE(cuda::detail::moe_mma_takes_wgmma(p)) << "no warpgroup kernel";
     }
     const bool row_tiles = pair == Pair::kRowTiles32 || pair == Pair::kRowTiles16;
-    if (pair == Pair::kWholeVsGeneralStages || pair == Pair::kSingleSlot)  // the warp-MMA kernel on both sides
+    if (pair == Pair::kTensorCopies) {  // the single-slot passes' stages by tensor copies, then by 16-byte copies
+        EXPECT_EQ(cuda::detail::moe_mma_tensor_copies(p), cuda::device_has_tensor_copies()) << "N=" << n << " K=" << k;
+        DSV4_CUDA_CHECK(cuda::detail::launch_moe_mma(p, cuda::detail::MoeMmaVariant::kWarpMma, nullptr, 4));
+        p.tensor_copies = false;
+        ASSERT_FALSE(cuda::detail::moe_mma_tensor_copies(p));
+    } else if (pair == Pair::kWholeVsGeneralStages || pair == Pair::kSingleSlot)  // the warp-MMA kernel on both sides
         DSV4_CUDA_CHECK(cuda::detail::launch_moe_mma(p, cuda::detail::MoeMmaVariant::kWarpMma, nullptr));
     else if (row_tiles)
         DSV4_CUDA_CHECK(cuda::detail::launch_moe_mma(p, cuda::detail::MoeMmaVariant::kWarpMma, nullptr,
@@ -136,7 +150,7 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
     if (strided)
         DSV4_CUDA_CHECK(cuda::detail::launch_moe_gemm_strided(
             p, cuda::moe_gemm_config(p.experts, p.n, p.k, p.max_slots_per_expert), nullptr));
-    else if (row_tiles)
+    else if (row_tiles || pair == Pair::kTensorCopies)
         DSV4_CUDA_CHECK(cuda::detail::launch_moe_mma(p, cuda::detail::MoeMmaVariant::kWarpMma, nullptr, 4));
     else
         DSV4_CUDA_CHECK(
@@ -150,6 +164,7 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
                             : pair == Pair::kRowTiles32      ? "32- vs 64-row tiles"
                             : pair == Pair::kRowTiles16      ? "16- vs 64-row tiles"
                             : pair == Pair::kSingleSlot      ? "single-slot vs any-slot passes"
+                            : pair == Pair::kTensorCopies    ? "tensor vs 16-byte copies"
                                                              : "whole vs general stages";
     char what[224];
     std::snprintf(what, sizeof what, "moe_gemm %s %s%s tokens=%lld experts=%lld topk=%lld N=%lld K=%lld slot bound=%d",
@@ -221,6 +236,21 @@ TEST(MoeGemm, SingleSlotPassesEqualAnySlotPassesBitwise) {
         compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, kCkpt, kPair);  // w2 at batch 1
         compare_grids(rng, 1, 128, 3, 2048, 4096, nvfp4, false, 1, kCkpt, kPair);  // one of two GPUs' share
         compare_grids(rng, 1, 32, 4, 264, 2048, nvfp4, false, 1, kEvery, kPair);     // every scale code, odd N
+    }
+}
+
+// The single-slot passes' weight stages copied by the tensor-memory accelerator out of the rows (64-byte swizzle, read
+// as the tiled layout's chunks) give the bits of their 16-byte copies: w1 | w3 and w2 at batch 1, both formats, one
+// and two GPUs' shares, every scale code; on devices without the accelerator both sides take the 16-byte copies.
+TEST(MoeGemm, TensorCopiedStagesEqualCopiedRowsBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    constexpr Pair kPair = Pair::kTensorCopies;
+    for (bool nvfp4 : {false, true}) {
+        compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 1, kCkpt, kPair);  // w1/w3 at batch 1
+        compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, kCkpt, kPair);  // w2 at batch 1
+        compare_grids(rng, 1, 128, 3, 2048, 4096, nvfp4, false, 1, kCkpt, kPair);  // one of two GPUs' share
+        compare_grids(rng, 1, 32, 4, 256, 2048, nvfp4, false, 1, kEvery, kPair);   // every scale code
     }
 }
 

@@ -2,7 +2,11 @@
 // copies a contiguous run of bytes (a multiple of 16, both ends 16-byte aligned) and the barrier's phase completes
 // once the bytes announced with it have landed. For rings of stages: each slot has a barrier that one thread arms
 // (the bytes to expect) as it issues the slot's copy, and the threads that consume the slot wait on its parity.
+// The tensor-memory accelerator's 2D copies (a box of rows out of a row-major matrix, described by a tensor map:
+// common/tensor_map.h) complete on the same barriers.
 #pragma once
+
+#include <cuda.h>
 
 #include <cstdint>
 
@@ -28,6 +32,21 @@ __device__ __forceinline__ void bulk_copy_to_stage(unsigned dst, const void* src
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
                  "l"(src), "r"(bytes), "r"(b)
                  : "memory");
+#endif
+}
+
+// The same for the box at element (x, y) of the tensor `map` describes (`bytes`: the box's; the map a kernel parameter
+// declared __grid_constant__, or in global memory), landing as the map's swizzle places it.
+__device__ __forceinline__ void tensor_copy_to_stage(unsigned dst, const CUtensorMap* map, int x, int y, int bytes,
+                                                     uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned b = unsigned(__cvta_generic_to_shared(bar));
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+        ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(b)
+        : "memory");
 #endif
 }
 

@@ -36,11 +36,13 @@
 // in tests/gpu/moe_gemm_test.cpp (cpu::linear per expert, rows independent of the batch, the pair launch equal to two
 // launches).
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/resident_ctas.h"
+#include "kernels/cuda/common/tensor_map.h"
 #include "kernels/cuda/expert_layout/expert_layout.h"
 #include "kernels/cuda/moe_expert/swiglu_math.cuh"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
@@ -104,10 +106,21 @@ template <bool kSingle, bool kTiled, int kRowGroups>
 __host__ __device__ constexpr bool bulk_stages() {
     return kSingle && kTiled && kRowGroups == kMaxRowGroups;
 }
+// kTensor (single-slot passes of 64-row tiles over row-ordered weights, where the device has the tensor-memory
+// accelerator): the loader copies each stage's weights as one 2D tensor copy of the tile's 64 rows x 64 bytes out of
+// the rows (the map in ExpertMaps), landing with the 64-byte swizzle, which is the tiled layout's chunk order: the
+// bulk path's reads serve both. The swizzle follows the shared-memory address, so the stages start 1 KiB-aligned
+// (kTensorAlign more bytes to place them). Measured first as a stream: "tensor 2D" in dsv4_bench_weight_layout.
+constexpr int kTensorAlign = 1024;
+struct ExpertMaps {
+    CUtensorMap map[2];  // the launch's matrices (mats[0], mats[1]) as rows of k/2 bytes, boxes of 64 x 64 bytes
+};
+struct NoMaps {};
+
 template <int kTokens, int kRowGroups, bool kWholeStages, bool kRowHeld = false, bool kGated = false,
-          bool kBulk = false>
+          bool kBulk = false, bool kTensor = false>
 __host__ __device__ constexpr int smem_bytes(int64_t experts, int64_t k) {
-    return list_bytes(experts) +
+    return (kTensor ? kTensorAlign : 0) + list_bytes(experts) +
            stage_count<kTokens, kWholeStages>() * Stage<kTokens, kRowGroups, kRowHeld, kBulk>::bytes +
            int(kRowHeld ? (held_row_bytes(k, kGated) + 15) / 16 * 16 : 0);
 }
@@ -162,11 +175,12 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
 // (a compile-time stride, so the row-order kernels keep their registers). kBulk (single-slot passes of 64-row tiles
 // over tiled weights): the loader copies each stage's weights as one bulk copy of the tile's block (64 rows x 64
 // bytes) that completes on the stage slot's mbarrier, and waits for it before the stage's barrier; the reads undo the
-// layout's chunk swizzle. The same bytes meet the same MMAs either way.
+// layout's chunk swizzle. kTensor: the same stages copied by the tensor-memory accelerator out of row-ordered weights
+// (above). The same bytes meet the same MMAs either way.
 template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false,
-          bool kGated = false, bool kTiled = false>
+          bool kGated = false, bool kTiled = false, bool kTensor = false>
 __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks<kTokens, kRowGroups>())
-    moe_mma_kernel(Args p) {
+    moe_mma_kernel(Args p, const __grid_constant__ std::conditional_t<kTensor, ExpertMaps, NoMaps> maps) {
     constexpr int kThreads = threads<kRowGroups>();  // the warps that multiply
     constexpr bool kLoader = loader_warp<kSingle>();
     constexpr int kCtaThreads = cta_threads<kRowGroups, kSingle>();
@@ -178,7 +192,8 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
     constexpr int kStages = stage_count<kTokens, kWholeStages>();
     static_assert(!kGated || (kSingle && kWholeStages), "computed activations: single-slot passes, whole stages");
     static_assert(!kSingle || kWholeStages, "a held row: whole stages");
-    constexpr bool kBulk = bulk_stages<kSingle, kTiled, kRowGroups>();
+    constexpr bool kBulk = bulk_stages<kSingle, kTiled, kRowGroups>() || kTensor;
+    static_assert(!kTensor || (kSingle && !kTiled && kRowGroups == kMaxRowGroups), "tensor copies: 64-row tiles");
     constexpr bool kRowHeld = kSingle;
     // kFactors (single-slot MXFP4 passes): the loader also turns each stage's block scales into the promotions'
     // factors a_scale x w_scale (promote's FMUL, the same bits) in place of the row's staged codes, one stage ahead
@@ -200,6 +215,10 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
     __shared__ __align__(8) uint64_t stage_full[kBulk ? kStages : 1];  // kBulk: a slot's bytes have landed
     int* active = reinterpret_cast<int*>(smem);
     uint8_t* stages = smem + list_bytes(p.experts);
+    if constexpr (kTensor) {  // kTensorAlign bytes were added for this
+        stages += (kTensorAlign - smem_addr(stages) % kTensorAlign) % kTensorAlign;
+        static_assert(L::w == 0 && L::bytes % 512 == 0, "every stage's weights 512-byte aligned (the swizzle's period)");
+    }
     const unsigned stages_addr = smem_addr(stages);
     uint8_t* held_pairs = stages + kStages * L::bytes;  // kRowHeld: the row's pairs, scales and (kGated) codes
     float* held_scale = reinterpret_cast<float*>(held_pairs + 2 * p.k);
@@ -293,7 +312,12 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
 
             auto load = [&](int slot, int kt) {
                 const unsigned base = stages_addr + slot * L::bytes;
-                if constexpr (kBulk) {
+                if constexpr (kTensor) {
+                    if (li == 0)
+                        tensor_copy_to_stage(base + L::w, &maps.map[mat_i], kt * int(kExpertBlockBytes),
+                                             int(e * p.n + n0), kRowsPerCta * int(kExpertBlockBytes),
+                                             stage_full + slot);
+                } else if constexpr (kBulk) {
                     if (li == 0)
                         bulk_copy_to_stage(base + L::w, bulk_src + kt * kExpertTileBlockBytes,
                                            kRowsPerCta * int(kExpertBlockBytes), stage_full + slot);
@@ -529,17 +553,21 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
 }
 
 template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false,
-          bool kGated = false, bool kTiled = false>
-cudaError_t launch(const Args& args, cudaStream_t stream) {
-    const auto kernel = moe_mma_kernel<kTokens, kRowGroups, kFormat, kWholeStages, kSingle, kGated, kTiled>;
+          bool kGated = false, bool kTiled = false, bool kTensor = false>
+cudaError_t launch(const Args& args, cudaStream_t stream, const ExpertMaps* maps = nullptr) {
+    const auto kernel = moe_mma_kernel<kTokens, kRowGroups, kFormat, kWholeStages, kSingle, kGated, kTiled, kTensor>;
     constexpr int kCtaThreads = cta_threads<kRowGroups, kSingle>();
-    constexpr bool kBulk = bulk_stages<kSingle, kTiled, kRowGroups>();
-    const int smem = smem_bytes<kTokens, kRowGroups, kWholeStages, kSingle, kGated, kBulk>(args.experts, args.k);
+    constexpr bool kBulk = bulk_stages<kSingle, kTiled, kRowGroups>() || kTensor;
+    const int smem =
+        smem_bytes<kTokens, kRowGroups, kWholeStages, kSingle, kGated, kBulk, kTensor>(args.experts, args.k);
     const int64_t n_tiles = (args.n + 16 * kRowGroups - 1) / (16 * kRowGroups);
     const int64_t items = args.experts * n_tiles * args.mat_count,
                   resident = resident_ctas(reinterpret_cast<const void*>(kernel), kCtaThreads, smem);
     const int64_t grid = items < resident ? items : resident;
-    kernel<<<unsigned(grid), kCtaThreads, smem, stream>>>(args);
+    if constexpr (kTensor)
+        kernel<<<unsigned(grid), kCtaThreads, smem, stream>>>(args, *maps);
+    else
+        kernel<<<unsigned(grid), kCtaThreads, smem, stream>>>(args, NoMaps{});
     return cudaGetLastError();
 }
 
@@ -553,12 +581,19 @@ cudaError_t launch(const Args& args, int row_groups, cudaStream_t stream) {
     return launch<kTokens, kMaxRowGroups, kFormat, kWholeStages, kSingle, kGated, kTiled>(args, stream);
 }
 
+// maps (single-slot passes of 64-row tiles over row-ordered weights, whole stages): their stages by tensor copies.
 template <ExpertFormat kFormat, bool kWholeStages, bool kTiled>
-cudaError_t launch(const Args& args, int tokens, int row_groups, bool single, cudaStream_t stream) {
+cudaError_t launch(const Args& args, int tokens, int row_groups, bool single, cudaStream_t stream,
+                   const ExpertMaps* maps) {
     const bool gated = args.swiglu.gate != nullptr;
     if (gated && (tokens != 8 || !kWholeStages)) return cudaErrorInvalidValue;  // moe_gemm_computes_swiglu
+    if (maps && !(tokens == 8 && single && row_groups == kMaxRowGroups)) return cudaErrorInvalidValue;
     switch (tokens) {
         case 8:
+            if constexpr (kWholeStages && !kTiled)
+                if (maps)
+                    return gated ? launch<8, kMaxRowGroups, kFormat, true, true, true, false, true>(args, stream, maps)
+                                 : launch<8, kMaxRowGroups, kFormat, true, true, false, false, true>(args, stream, maps);
             if constexpr (kWholeStages) {
                 if (gated)
                     return single ? launch<8, kFormat, true, kTiled, true, true>(args, row_groups, stream)
@@ -578,12 +613,13 @@ cudaError_t launch(const Args& args, int tokens, int row_groups, bool single, cu
 }
 
 template <ExpertFormat kFormat>
-cudaError_t launch(const Args& args, int tokens, int row_groups, bool whole_stages, bool single, cudaStream_t stream) {
+cudaError_t launch(const Args& args, int tokens, int row_groups, bool whole_stages, bool single, cudaStream_t stream,
+                   const ExpertMaps* maps) {
     if (args.tiled)
-        return whole_stages ? launch<kFormat, true, true>(args, tokens, row_groups, single, stream)
-                            : launch<kFormat, false, true>(args, tokens, row_groups, single, stream);
-    return whole_stages ? launch<kFormat, true, false>(args, tokens, row_groups, single, stream)
-                        : launch<kFormat, false, false>(args, tokens, row_groups, single, stream);
+        return whole_stages ? launch<kFormat, true, true>(args, tokens, row_groups, single, stream, maps)
+                            : launch<kFormat, false, true>(args, tokens, row_groups, single, stream, maps);
+    return whole_stages ? launch<kFormat, true, false>(args, tokens, row_groups, single, stream, maps)
+                        : launch<kFormat, false, false>(args, tokens, row_groups, single, stream, maps);
 }
 
 }  // namespace
@@ -651,9 +687,26 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaSt
     const bool single = variant != MoeMmaVariant::kAllSlots && p.max_slots_per_expert == 1;
     if (row_groups == 0)
         row_groups = moe_mma_row_groups(p.expected_active_experts, p.n, args.mat_count, multiprocessor_count());
+    ExpertMaps maps;
+    const bool tensor = single && whole && tokens == 8 && row_groups == kMaxRowGroups && moe_mma_tensor_copies(p);
+    if (tensor) {
+        const int64_t rows = p.experts * p.n, k_half = p.k / 2;
+        maps.map[0] = byte_matrix_map(p.w, rows, k_half, 16 * kMaxRowGroups, int(kExpertBlockBytes), true);
+        if (p.second.w)
+            maps.map[1] = byte_matrix_map(p.second.w, rows, k_half, 16 * kMaxRowGroups, int(kExpertBlockBytes), true);
+    }
     return p.format == ExpertFormat::kMxfp4
-               ? launch<ExpertFormat::kMxfp4>(args, tokens, row_groups, whole, single, stream)
-               : launch<ExpertFormat::kNvfp4>(args, tokens, row_groups, whole, single, stream);
+               ? launch<ExpertFormat::kMxfp4>(args, tokens, row_groups, whole, single, stream, tensor ? &maps : nullptr)
+               : launch<ExpertFormat::kNvfp4>(args, tokens, row_groups, whole, single, stream, tensor ? &maps : nullptr);
+}
+
+bool moe_mma_tensor_copies(const MoeGemmParams& p) {
+    // Row-ordered weights whose 64-row tiles lie inside one expert (N % 64 == 0, every V4 shape), rows whose pitch
+    // the map can take (16-byte multiples: K % 32 == 0 is the contract), bases 16-byte aligned.
+    auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+    return p.tensor_copies && !p.tiled && p.n % (16 * kMaxRowGroups) == 0 && p.k % 128 == 0 && aligned(p.w) &&
+           (!p.second.w || aligned(p.second.w)) && p.experts * p.n < (int64_t{1} << 31) &&
+           device_has_tensor_copies();
 }
 }  // namespace detail
 
