@@ -239,10 +239,9 @@ TEST(MoeGemm, SingleSlotPassesEqualAnySlotPassesBitwise) {
     }
 }
 
-// The 8-slot passes' weight stages copied by the tensor-memory accelerator out of the rows (64-byte swizzle, read as
-// the tiled layout's chunks) give the bits of their 16-byte copies: w1 | w3 and w2 at batch 1 (single-slot passes)
-// and at batches of 4 to 8 (activations staged beside them), both formats, one and two GPUs' shares, every scale
-// code; on devices without the accelerator both sides take the 16-byte copies.
+// The single-slot passes' weight stages copied by the tensor-memory accelerator out of the rows (64-byte swizzle, read
+// as the tiled layout's chunks) give the bits of their 16-byte copies: w1 | w3 and w2 at batch 1, both formats, one
+// and two GPUs' shares, every scale code; on devices without the accelerator both sides take the 16-byte copies.
 TEST(MoeGemm, TensorCopiedStagesEqualCopiedRowsBitwise) {
     DSV4_REQUIRE_GPU();
     Rng rng;
@@ -252,9 +251,6 @@ TEST(MoeGemm, TensorCopiedStagesEqualCopiedRowsBitwise) {
         compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, kCkpt, kPair);  // w2 at batch 1
         compare_grids(rng, 1, 128, 3, 2048, 4096, nvfp4, false, 1, kCkpt, kPair);  // one of two GPUs' share
         compare_grids(rng, 1, 32, 4, 256, 2048, nvfp4, false, 1, kEvery, kPair);   // every scale code
-        compare_grids(rng, 4, 256, 6, 2048, 4096, nvfp4, false, 4, kCkpt, kPair);  // batch 4
-        compare_grids(rng, 8, 256, 6, 4096, 2048, nvfp4, true, 8, kCkpt, kPair);   // batch 8, skewed routing
-        compare_grids(rng, 6, 32, 4, 256, 2048, nvfp4, false, 6, kEvery, kPair);   // every scale code
     }
 }
 

@@ -703,7 +703,7 @@ void add_bench_command(CLI::App& app) {
                   "(CudaOptions::tiled_experts on; the same bits, to measure what the layout buys and costs)");
     cmd->add_flag(
         "--expert-copies16", a->expert_copies16,
-        "Copy the routed experts' 8-slot passes' weight stages by 16-byte cp.async instead of one tensor-map "
+        "Copy the batch-1 routed-expert passes' weight stages by 16-byte cp.async instead of one tensor-map "
         "copy a stage (CudaOptions::expert_tensor_copies off; the same bits, to measure what the copies buy)");
     cmd->add_flag("--swiglu-apart", a->swiglu_apart,
                   "Run the routed experts' SwiGLU as its own launch (CudaOptions::swiglu_in_w2 off; the same bits, to "

@@ -119,9 +119,9 @@ struct CudaOptions {
     // but the batched and prefill passes read the tiles slower (+1.3 % at batch 4, +6.5 % at batch 64, -1.4 to -4.5 %
     // prefill tokens/s; docs/perf.md, "The routed experts in 64-row tiles"), so off until they do not. The same bits.
     bool tiled_experts = false;
-    // The routed experts' 8-slot passes (decode steps of batches 1-8) copy each weight stage by one 2D copy of the
-    // tensor-memory accelerator out of the row-ordered weights (cuda::MoeGemmParams::tensor_copies; sm_90+): the
-    // one-copy stage of the tiled layout without its repack. Off: their 16-byte copies; the same bits.
+    // A batch-1 step's routed-expert passes over row-ordered weights copy each weight stage by one 2D copy of the
+    // tensor-memory accelerator (cuda::MoeGemmParams::tensor_copies; sm_90+): the one-copy stage of the tiled layout
+    // without its repack, so the batched passes keep the rows. Off: their 16-byte copies; the same bits.
     bool expert_tensor_copies = true;
     // The most pinned host memory the logits' copy to the host takes; a piece wanting more logits (every position of
     // a long prefill) goes through it in slices, the same values.

@@ -70,9 +70,9 @@ struct MoeGemmParams {
     // w (and second.w) in the tiled layout of expert_layout.h (expert_tiles_fit(n, k)); kMma only. The same bits:
     // every kernel stages the same bytes; the single-slot passes copy each stage of a tile as one bulk copy.
     bool tiled = false;
-    // The 8-slot passes (decode steps of batches 1-8) over row-ordered weights copy each weight stage of a 64-row tile
-    // as one 2D copy of the tensor-memory accelerator (sm_90+; N % 64 == 0, K % 128 == 0), the one-copy stage of the
-    // tiled layout without its repack. The same bits; off: their 16-byte copies.
+    // The single-slot passes (a batch-1 step) over row-ordered weights copy each weight stage of a 64-row tile as one
+    // 2D copy of the tensor-memory accelerator (sm_90+; N % 64 == 0, K % 128 == 0), the one-copy stage of the tiled
+    // layout without its repack. The same bits; off: their 16-byte copies.
     bool tensor_copies = true;
     MoeGemmPath path = MoeGemmPath::kMma;
 };

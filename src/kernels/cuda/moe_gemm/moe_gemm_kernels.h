@@ -29,7 +29,7 @@ enum class MoeMmaVariant { kChosen, kWarpMma, kGeneral, kAllSlots };
 cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaStream_t stream, int row_groups = 0);
 // Whether kChosen takes the warpgroup kernel (moe_wgmma.cu) for these parameters on the current device.
 bool moe_mma_takes_wgmma(const MoeGemmParams& p);
-// Whether the warp-MMA kernel's 8-slot passes of 64-row tiles copy their weight stages by the tensor-memory
+// Whether the warp-MMA kernel's single-slot passes of 64-row tiles copy their weight stages by the tensor-memory
 // accelerator for these parameters on the current device (MoeGemmParams::tensor_copies, where the shape allows).
 bool moe_mma_tensor_copies(const MoeGemmParams& p);
 // The former grid over all experts, same bits: for the bitwise comparison in tests and benchmarks.

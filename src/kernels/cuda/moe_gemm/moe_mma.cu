@@ -75,9 +75,7 @@ struct Stage {
     static constexpr int a = w + kRowsPerCta * w_pitch;
     static constexpr int w_scale = a + (kRowHeld ? 0 : kTokens * kARowBytes);
     static constexpr int a_scale = w_scale + kRowsPerCta * kScaleRowBytes;
-    // kBulk: whole 512-byte periods, so that every stage's weights keep the alignment the tensor copies' swizzle needs
-    static constexpr int align = kBulk ? 512 : 16;
-    static constexpr int bytes = (a_scale + (kRowHeld ? 0 : kTokens * 4) + align - 1) / align * align;
+    static constexpr int bytes = (a_scale + (kRowHeld ? 0 : kTokens * 4) + 15) / 16 * 16;
 };
 
 // A single-slot pass's activation row, held whole (kSingle): the f16 pairs the two MMAs of each lane take in every
@@ -108,10 +106,10 @@ template <bool kSingle, bool kTiled, int kRowGroups>
 __host__ __device__ constexpr bool bulk_stages() {
     return kSingle && kTiled && kRowGroups == kMaxRowGroups;
 }
-// kTensor (8-slot passes of 64-row tiles over row-ordered weights, where the device has the tensor-memory
-// accelerator: decode steps of batches 1-8): one thread (the loader warp's first, or thread 0) copies each stage's
-// weights as one 2D tensor copy of the tile's 64 rows x 64 bytes out of the rows (the map in ExpertMaps), landing
-// with the 64-byte swizzle, which is the tiled layout's chunk order: the bulk path's reads serve both. The swizzle follows the shared-memory address, so the stages start 1 KiB-aligned
+// kTensor (single-slot passes of 64-row tiles over row-ordered weights, where the device has the tensor-memory
+// accelerator): the loader copies each stage's weights as one 2D tensor copy of the tile's 64 rows x 64 bytes out of
+// the rows (the map in ExpertMaps), landing with the 64-byte swizzle, which is the tiled layout's chunk order: the
+// bulk path's reads serve both. The swizzle follows the shared-memory address, so the stages start 1 KiB-aligned
 // (kTensorAlign more bytes to place them). Measured first as a stream: "tensor 2D" in dsv4_bench_weight_layout.
 constexpr int kTensorAlign = 1024;
 struct ExpertMaps {
@@ -195,8 +193,7 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
     static_assert(!kGated || (kSingle && kWholeStages), "computed activations: single-slot passes, whole stages");
     static_assert(!kSingle || kWholeStages, "a held row: whole stages");
     constexpr bool kBulk = bulk_stages<kSingle, kTiled, kRowGroups>() || kTensor;
-    static_assert(!kTensor || (kTokens == 8 && kWholeStages && !kTiled && kRowGroups == kMaxRowGroups),
-                  "tensor copies: 8-slot passes of 64-row tiles, whole stages");
+    static_assert(!kTensor || (kSingle && !kTiled && kRowGroups == kMaxRowGroups), "tensor copies: 64-row tiles");
     constexpr bool kRowHeld = kSingle;
     // kFactors (single-slot MXFP4 passes): the loader also turns each stage's block scales into the promotions'
     // factors a_scale x w_scale (promote's FMUL, the same bits) in place of the row's staged codes, one stage ahead
@@ -590,15 +587,13 @@ cudaError_t launch(const Args& args, int tokens, int row_groups, bool single, cu
                    const ExpertMaps* maps) {
     const bool gated = args.swiglu.gate != nullptr;
     if (gated && (tokens != 8 || !kWholeStages)) return cudaErrorInvalidValue;  // moe_gemm_computes_swiglu
-    if (maps && !(tokens == 8 && row_groups == kMaxRowGroups)) return cudaErrorInvalidValue;
+    if (maps && !(tokens == 8 && single && row_groups == kMaxRowGroups)) return cudaErrorInvalidValue;
     switch (tokens) {
         case 8:
             if constexpr (kWholeStages && !kTiled)
-                if (maps) {
-                    if (!single) return launch<8, kMaxRowGroups, kFormat, true, false, false, false, true>(args, stream, maps);
+                if (maps)
                     return gated ? launch<8, kMaxRowGroups, kFormat, true, true, true, false, true>(args, stream, maps)
                                  : launch<8, kMaxRowGroups, kFormat, true, true, false, false, true>(args, stream, maps);
-                }
             if constexpr (kWholeStages) {
                 if (gated)
                     return single ? launch<8, kFormat, true, kTiled, true, true>(args, row_groups, stream)
@@ -693,7 +688,7 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaSt
     if (row_groups == 0)
         row_groups = moe_mma_row_groups(p.expected_active_experts, p.n, args.mat_count, multiprocessor_count());
     ExpertMaps maps;
-    const bool tensor = whole && tokens == 8 && row_groups == kMaxRowGroups && moe_mma_tensor_copies(p);
+    const bool tensor = single && whole && tokens == 8 && row_groups == kMaxRowGroups && moe_mma_tensor_copies(p);
     if (tensor) {
         const int64_t rows = p.experts * p.n, k_half = p.k / 2;
         maps.map[0] = byte_matrix_map(p.w, rows, k_half, 16 * kMaxRowGroups, int(kExpertBlockBytes), true);
