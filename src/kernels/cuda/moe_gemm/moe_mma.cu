@@ -213,17 +213,11 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ int warp_counts[kCtaThreads / 32];
     __shared__ __align__(8) uint64_t stage_full[kBulk ? kStages : 1];  // kBulk: a slot's bytes have landed
-    // kBulk (the loader warp's passes): no CTA barrier a stage. The loader publishes a stage once its weights have
-    // landed and its scales (or factors) are in place (stage_ready: its 32 lanes arrive), the multiplying warps take
-    // it when published and release its slot when done (stage_empty: one arrival a warp), and the loader refills a
-    // slot once released. Each party waits every phase of every slot once, in stage order.
-    __shared__ __align__(8) uint64_t stage_ready[kBulk ? kStages : 1], stage_empty[kBulk ? kStages : 1];
     int* active = reinterpret_cast<int*>(smem);
     uint8_t* stages = smem + list_bytes(p.experts);
     if constexpr (kTensor) {  // kTensorAlign bytes were added for this
         stages += (kTensorAlign - smem_addr(stages) % kTensorAlign) % kTensorAlign;
-        static_assert(L::w == 0 && L::bytes % 512 == 0,
-                      "every stage's weights 512-byte aligned (the swizzle's period)");
+        static_assert(L::w == 0 && L::bytes % 512 == 0, "every stage's weights 512-byte aligned (the swizzle's period)");
     }
     const unsigned stages_addr = smem_addr(stages);
     uint8_t* held_pairs = stages + kStages * L::bytes;  // kRowHeld: the row's pairs, scales and (kGated) codes
@@ -240,16 +234,8 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
     const bool loads = !kLoader || warp == kThreads / 32, multiplies = !kLoader || warp < kThreads / 32;
     const int li = kLoader ? lane : tid;  // this thread's index among the loading threads
     if constexpr (kBulk)
-        if (loads && li == 0) {  // ordered by the list's barriers
-            for (int i = 0; i < kStages; ++i) {
-                mbarrier_init(stage_ready + i, 32);
-                mbarrier_init(stage_empty + i, kThreads / 32);
-            }
-            init_stage_barriers<kStages>(stage_full);
-        }
-    // kBulk: bit s, the phase slot s completes next, of stage_full, stage_ready (multiplying warps) and stage_empty
-    // (the loader), each thread its own
-    uint32_t full_parity = 0, ready_parity = 0, empty_parity = 0;
+        if (loads && li == 0) init_stage_barriers<kStages>(stage_full);  // ordered by the list's barriers
+    uint32_t full_parity = 0;  // kBulk: bit s, the phase slot s completes next
     const int count = list_active_experts<kCtaThreads>(p.offsets, p.experts, active, warp_counts);
 
     const int64_t k_half = p.k / 2, scale_cols = kNv ? p.k / 16 : p.k / 32, kb = (p.k + 127) / 128;
@@ -456,45 +442,20 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                     make_factors(0);
                 }
             }
-            // kBulk, the loader: stage kt published (its scales' copies waited for, its factors made by the caller).
-            auto publish = [&](int kt) {
-                wait_stage_barrier(stage_full + kt % kStages, full_parity, kt % kStages);
-                mbarrier_arrive(stage_ready + kt % kStages);
-            };
-            if constexpr (kBulk)
-                if (loads) {
-                    if constexpr (!kFactors) cp_async_wait<kStages - 2>();
-                    publish(0);
-                }
             for (int kt = 0; kt < kt_count; ++kt) {
-                if constexpr (kBulk) {
-                    if (loads) {  // release of stage kt - 1, its refill with stage kt + kStages - 1, stage kt + 1
-                        if (kt > 0)
-                            wait_stage_barrier(stage_empty + (kt - 1) % kStages, empty_parity, (kt - 1) % kStages);
-                        if (kt + kStages - 1 < kt_count) load((kt + kStages - 1) % kStages, kt + kStages - 1);
-                        cp_async_commit();
-                        if (kt + 1 < kt_count) {
-                            cp_async_wait<kStages - 2>();
-                            if constexpr (kFactors) make_factors(kt + 1);
-                            publish(kt + 1);
-                        }
-                        continue;
+                if (loads && !kFactors) cp_async_wait<kStages - 2>();
+                if constexpr (kBulk)
+                    if (loads) wait_stage_barrier(stage_full + kt % kStages, full_parity, kt % kStages);
+                __syncthreads();
+                if (loads) {
+                    if (kt + kStages - 1 < kt_count) load((kt + kStages - 1) % kStages, kt + kStages - 1);
+                    cp_async_commit();
+                    if (kFactors && kt + 1 < kt_count) {  // the refill above is in flight: stage kt + 1 has landed
+                        cp_async_wait<kStages - 2>();
+                        make_factors(kt + 1);
                     }
-                    wait_stage_barrier(stage_full + kt % kStages, full_parity, kt % kStages);
-                    wait_stage_barrier(stage_ready + kt % kStages, ready_parity, kt % kStages);
-                } else {
-                    if (loads && !kFactors) cp_async_wait<kStages - 2>();
-                    __syncthreads();
-                    if (loads) {
-                        if (kt + kStages - 1 < kt_count) load((kt + kStages - 1) % kStages, kt + kStages - 1);
-                        cp_async_commit();
-                        if (kFactors && kt + 1 < kt_count) {  // the refill above is in flight: stage kt + 1 has landed
-                            cp_async_wait<kStages - 2>();
-                            make_factors(kt + 1);
-                        }
-                    }
-                    if (!multiplies) continue;
                 }
+                if (!multiplies) continue;
 
                 const uint8_t* st = stages + (kt % kStages) * L::bytes;
                 const uint8_t* w_g = st + L::w + row_g * L::w_pitch;
@@ -551,14 +512,7 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                         }
                     }
                 }
-                if constexpr (kBulk) {  // this warp is done with stage kt's slot
-                    __syncwarp();
-                    if (lane == 0) mbarrier_arrive(stage_empty + kt % kStages);
-                }
             }
-            if constexpr (kBulk)  // the last stage's release
-                if (loads)
-                    wait_stage_barrier(stage_empty + (kt_count - 1) % kStages, empty_parity, (kt_count - 1) % kStages);
             cp_async_wait<0>();
             __syncthreads();  // every stage read: the partial sums may reuse them, the next pass refills them
 
@@ -638,9 +592,8 @@ cudaError_t launch(const Args& args, int tokens, int row_groups, bool single, cu
         case 8:
             if constexpr (kWholeStages && !kTiled)
                 if (maps)
-                    return gated
-                               ? launch<8, kMaxRowGroups, kFormat, true, true, true, false, true>(args, stream, maps)
-                               : launch<8, kMaxRowGroups, kFormat, true, true, false, false, true>(args, stream, maps);
+                    return gated ? launch<8, kMaxRowGroups, kFormat, true, true, true, false, true>(args, stream, maps)
+                                 : launch<8, kMaxRowGroups, kFormat, true, true, false, false, true>(args, stream, maps);
             if constexpr (kWholeStages) {
                 if (gated)
                     return single ? launch<8, kFormat, true, kTiled, true, true>(args, row_groups, stream)
@@ -744,8 +697,7 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaSt
     }
     return p.format == ExpertFormat::kMxfp4
                ? launch<ExpertFormat::kMxfp4>(args, tokens, row_groups, whole, single, stream, tensor ? &maps : nullptr)
-               : launch<ExpertFormat::kNvfp4>(args, tokens, row_groups, whole, single, stream,
-                                              tensor ? &maps : nullptr);
+               : launch<ExpertFormat::kNvfp4>(args, tokens, row_groups, whole, single, stream, tensor ? &maps : nullptr);
 }
 
 bool moe_mma_tensor_copies(const MoeGemmParams& p) {
@@ -753,7 +705,8 @@ bool moe_mma_tensor_copies(const MoeGemmParams& p) {
     // the map can take (16-byte multiples: K % 32 == 0 is the contract), bases 16-byte aligned.
     auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
     return p.tensor_copies && !p.tiled && p.n % (16 * kMaxRowGroups) == 0 && p.k % 128 == 0 && aligned(p.w) &&
-           (!p.second.w || aligned(p.second.w)) && p.experts * p.n < (int64_t{1} << 31) && device_has_tensor_copies();
+           (!p.second.w || aligned(p.second.w)) && p.experts * p.n < (int64_t{1} << 31) &&
+           device_has_tensor_copies();
 }
 }  // namespace detail
 
