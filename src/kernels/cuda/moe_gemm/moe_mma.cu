@@ -32,7 +32,8 @@
 // 16 for decode steps with few active experts: moe_mma_row_groups) for passes of kTokens slots of its expert; K
 // streams through shared memory in stages of 128 columns (8 or 4 stages in flight, 16-byte cp.async), padded so the
 // fragment reads are bank-conflict-free. Single-slot passes (a batch-1 step) hold their activation row whole instead of
-// staging it, and one more warp issues their copies and makes their promotion factors (kLoader, kFactors below). Tested
+// staging it, and one more warp issues their copies and makes their promotion factors (kLoader, kFactors below); on
+// sm_90+ it copies each weight stage of a 64-row tile as one tensor copy (kTensor below). Tested
 // in tests/gpu/moe_gemm_test.cpp (cpu::linear per expert, rows independent of the batch, the pair launch equal to two
 // launches).
 #include <algorithm>
@@ -217,7 +218,8 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
     uint8_t* stages = smem + list_bytes(p.experts);
     if constexpr (kTensor) {  // kTensorAlign bytes were added for this
         stages += (kTensorAlign - smem_addr(stages) % kTensorAlign) % kTensorAlign;
-        static_assert(L::w == 0 && L::bytes % 512 == 0, "every stage's weights 512-byte aligned (the swizzle's period)");
+        static_assert(L::w == 0 && L::bytes % 512 == 0,
+                      "every stage's weights 512-byte aligned (the swizzle's period)");
     }
     const unsigned stages_addr = smem_addr(stages);
     uint8_t* held_pairs = stages + kStages * L::bytes;  // kRowHeld: the row's pairs, scales and (kGated) codes
@@ -592,8 +594,9 @@ cudaError_t launch(const Args& args, int tokens, int row_groups, bool single, cu
         case 8:
             if constexpr (kWholeStages && !kTiled)
                 if (maps)
-                    return gated ? launch<8, kMaxRowGroups, kFormat, true, true, true, false, true>(args, stream, maps)
-                                 : launch<8, kMaxRowGroups, kFormat, true, true, false, false, true>(args, stream, maps);
+                    return gated
+                               ? launch<8, kMaxRowGroups, kFormat, true, true, true, false, true>(args, stream, maps)
+                               : launch<8, kMaxRowGroups, kFormat, true, true, false, false, true>(args, stream, maps);
             if constexpr (kWholeStages) {
                 if (gated)
                     return single ? launch<8, kFormat, true, kTiled, true, true>(args, row_groups, stream)
@@ -697,7 +700,8 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaSt
     }
     return p.format == ExpertFormat::kMxfp4
                ? launch<ExpertFormat::kMxfp4>(args, tokens, row_groups, whole, single, stream, tensor ? &maps : nullptr)
-               : launch<ExpertFormat::kNvfp4>(args, tokens, row_groups, whole, single, stream, tensor ? &maps : nullptr);
+               : launch<ExpertFormat::kNvfp4>(args, tokens, row_groups, whole, single, stream,
+                                              tensor ? &maps : nullptr);
 }
 
 bool moe_mma_tensor_copies(const MoeGemmParams& p) {
@@ -705,8 +709,7 @@ bool moe_mma_tensor_copies(const MoeGemmParams& p) {
     // the map can take (16-byte multiples: K % 32 == 0 is the contract), bases 16-byte aligned.
     auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
     return p.tensor_copies && !p.tiled && p.n % (16 * kMaxRowGroups) == 0 && p.k % 128 == 0 && aligned(p.w) &&
-           (!p.second.w || aligned(p.second.w)) && p.experts * p.n < (int64_t{1} << 31) &&
-           device_has_tensor_copies();
+           (!p.second.w || aligned(p.second.w)) && p.experts * p.n < (int64_t{1} << 31) && device_has_tensor_copies();
 }
 }  // namespace detail
 
