@@ -10,6 +10,10 @@
 #   tools/gpu_prebuilt.sh --pack BUILD_DIR      (BUILD_DIR built with the sm_90a code, the default DSV4_CUDA_ARCHS;
 #                                              PACK_BENCHES: bench/ binaries to carry too, run by the call's own command
 #                                              from /tmp/dsv4_prebuilt once this script has unpacked them)
+# FIRST_TESTS (a gtest filter) runs those GPU tests before anything else, so that a change that breaks its bits says
+# so before the benches spend the call's time. KERNEL_TABLE=1 ends the benches with Nsight Compute's kernel table of a
+# 4-layer batch-1 decode step (each kernel alone, caches flushed: tools/kernel_table.py) for each binary, base first,
+# with KERNEL_TABLE_ARGS appended to that bench (e.g. a flag under test); the launch-order tables come back in $OUT.
 # KERNELS (e.g. "single,prefill") runs `dsv4_bench_decode_kernels MODE $KERNEL_ARGS` for each mode first, the base's
 # (if packed) and this build's alternately, REPEAT rounds (their output hashes show whether the bits changed);
 # KERNEL_ARGS="--chosen-only" leaves out the prefill modes' warp-MMA reference rows (half their time).
@@ -68,6 +72,11 @@ if [ -f out/dsv4_base.tar.xz ]; then
     tar -xJf out/dsv4_base.tar.xz -C "$bin" && binaries=("$bin/dsv4_base_pack" "$bin/dsv4")
     echo "base binary of $(cat "$bin/dsv4_base_commit") runs first in each pair"
 fi
+if [ -n "${FIRST_TESTS:-}" ]; then
+    timeout "${TEST_TIMEOUT:-240}" "$bin/dsv4_gpu_tests" --gtest_filter="$FIRST_TESTS" >"$out/first_tests.log" 2>&1
+    echo "first tests ($FIRST_TESTS): rc $?"
+    grep -E "^\[  (FAILED|PASSED) |Failure" "$out/first_tests.log" | head -12
+fi
 kernel_modes="${KERNELS:-}"
 for ((r = 1; r <= ${REPEAT:-1}; ++r)); do
     for mode in ${kernel_modes//,/ }; do
@@ -95,5 +104,17 @@ for ((r = 1; r <= ${REPEAT:-1}; ++r)); do
         done
     done
 done
+if [ "${KERNEL_TABLE:-0}" = 1 ]; then
+    for b in "${binaries[@]}"; do
+        name=$([ "$b" = "$bin/dsv4" ] && echo "dsv4" || echo "base")
+        # shellcheck disable=SC2086
+        timeout 120 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
+            --print-kernel-base function "$b" bench --layers 4 --context 4096 --steps 1 --warmup 2 --profile-range \
+            ${KERNEL_TABLE_ARGS:-} >"$out/kernels_$name.csv" 2>"$out/kernels_$name.err"
+        echo "== kernel table, $name"
+        python3 tools/kernel_table.py "$out/kernels_$name.csv" >"$out/kernels_$name.txt" 2>&1
+        head -"${LINES_PER_RUN:-12}" "$out/kernels_$name.txt"
+    done
+fi
 [ -n "${TESTS:-}" ] && bash tools/gpu_test_shards.sh "$bin/dsv4_gpu_tests" "$out"
 exit 0
