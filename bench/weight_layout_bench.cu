@@ -20,10 +20,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/tensor_map.h"
 #include "kernels/cuda/common/vector_loads.cuh"
 
 namespace {
@@ -292,32 +292,6 @@ double run_bulk(const uint8_t* w, size_t bytes, int copies, int64_t row_bytes, i
     });
 }
 
-// A tensor map over `rows` rows of `row_bytes` bytes at `w` (row-major bytes), boxes of 64 rows x 64 bytes, no
-// swizzle, through the driver's entry point (the bench links the runtime only).
-CUtensorMap row_major_map(const uint8_t* w, int64_t rows, int64_t row_bytes) {
-    using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    DSV4_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
-    if (found != cudaDriverEntryPointSuccess || !fn) {
-        std::fprintf(stderr, "cuTensorMapEncodeTiled not found\n");
-        std::exit(1);
-    }
-    CUtensorMap map{};
-    const cuuint64_t dims[2] = {cuuint64_t(row_bytes), cuuint64_t(rows)}, strides[1] = {cuuint64_t(row_bytes)};
-    const cuuint32_t box[2] = {kStageBytes, kRingTile}, element_strides[2] = {1, 1};
-    const CUresult e = reinterpret_cast<Encode>(fn)(
-        &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(w), dims, strides, box, element_strides,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (e != CUDA_SUCCESS) {
-        std::fprintf(stderr, "cuTensorMapEncodeTiled failed: %d\n", int(e));
-        std::exit(1);
-    }
-    return map;
-}
 
 // The warpgroup expert kernel's loading scheme (moe_wgmma.cu) over the whole expert set: 128-row tiles, stages of
 // 256 columns (128 bytes a row), a ring of 4 slots filled by 16-byte cp.async from all 256 threads, a CTA barrier a
@@ -446,7 +420,9 @@ int main() {
     std::printf("\nbatch-1 sized: 48 MiB a run (six experts' w1 + w3), rows 2 KiB, each run the next of %d copies\n",
                 copies);
     std::printf("%-34s %6s %10s %10s\n", "tile rows / contiguous group", "CTAs", "us", "GB/s");
-    const CUtensorMap map = row_major_map(w, int64_t(copies) * int64_t(b1_bytes) / 2048, 2048);
+    // The eight copies' rows in 64 x 64-byte boxes, no swizzle (the reads here do not care).
+    const CUtensorMap map = dsv4::cuda::byte_matrix_map(w, int64_t(copies) * int64_t(b1_bytes) / 2048, 2048, kRingTile,
+                                                        kStageBytes, false);
     for (int per_sm : {2, 3, 4}) {
         const int grid = sms * per_sm;
         auto row = [&](const char* tile, int group, double ms) {

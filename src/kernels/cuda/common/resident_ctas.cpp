@@ -106,22 +106,26 @@ int multiprocessor_count() {
     return sms;
 }
 
+int device_compute_capability() {
+    constexpr int kDevices = 64;
+    static std::atomic<int> known[kDevices] = {};  // 0 unknown
+    int device = 0;
+    DSV4_CUDA_CHECK(cudaGetDevice(&device));
+    if (device < kDevices)
+        if (const int v = known[device].load(std::memory_order_relaxed)) return v;
+    int major = 0, minor = 0;
+    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    const int capability = 10 * major + minor;
+    if (device < kDevices) known[device].store(capability, std::memory_order_relaxed);
+    return capability;
+}
+
 bool device_has_wgmma() {
 #ifndef DSV4_BUILT_SM90A
     return false;  // no sm_90a code in this build: the wgmma kernels would trap
 #endif
-    constexpr int kDevices = 64;
-    static std::atomic<int> known[kDevices] = {};  // 0 unknown, 1 no, 2 yes
-    int device = 0;
-    DSV4_CUDA_CHECK(cudaGetDevice(&device));
-    if (device < kDevices)
-        if (const int v = known[device].load(std::memory_order_relaxed)) return v == 2;
-    int major = 0, minor = 0;
-    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    const bool yes = major == 9 && minor == 0;
-    if (device < kDevices) known[device].store(yes ? 2 : 1, std::memory_order_relaxed);
-    return yes;
+    return device_compute_capability() == 90;
 }
 
 }  // namespace dsv4::cuda

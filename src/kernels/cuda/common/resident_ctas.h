@@ -19,6 +19,9 @@ int64_t resident_clusters(const void* kernel, int threads, int cluster, int smem
 // The current device's SM count (the tile heuristics' num_sms).
 int multiprocessor_count();
 
+// The current device's compute capability as 10 x major + minor (90: H100, H200); cached per device.
+int device_compute_capability();
+
 // Whether the current device runs this build's wgmma kernels: compute capability 9.0 (H100, H200) and sm_90a in
 // DSV4_CUDA_ARCHS; cached per device.
 bool device_has_wgmma();

@@ -2,10 +2,8 @@
 
 #include <cuda_runtime.h>
 
-#include <atomic>
-
 #include "core/error.h"
-#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/resident_ctas.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -33,17 +31,7 @@ EncodeTiled encoder() {
 }  // namespace
 
 bool device_has_tensor_copies() {
-    constexpr int kDevices = 64;
-    static std::atomic<int> known[kDevices] = {};  // 0 unknown, 1 no, 2 yes
-    int device = 0;
-    DSV4_CUDA_CHECK(cudaGetDevice(&device));
-    if (device < kDevices)
-        if (const int v = known[device].load(std::memory_order_relaxed)) return v == 2;
-    int major = 0;
-    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    const bool yes = major >= 9 && encoder() != nullptr;
-    if (device < kDevices) known[device].store(yes ? 2 : 1, std::memory_order_relaxed);
-    return yes;
+    return device_compute_capability() >= 90 && encoder() != nullptr;
 }
 
 CUtensorMap byte_matrix_map(const void* base, int64_t rows, int64_t row_bytes, int box_rows, int box_bytes,
