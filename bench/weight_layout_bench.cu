@@ -295,10 +295,11 @@ double run_bulk(const uint8_t* w, size_t bytes, int copies, int64_t row_bytes, i
 
 // The warpgroup expert kernel's loading scheme (moe_wgmma.cu) over the whole expert set: 128-row tiles, stages of
 // 256 columns (128 bytes a row), a ring of 4 slots filled by 16-byte cp.async from all 256 threads, a CTA barrier a
-// stage, then `spin` cycles standing for the stage's arithmetic. kLayout 0: rows in the checkpoint's order; 1: the
-// tiled layout (expert_layout.h) read in memory order, as moe_wgmma reads it; 2: tiled with each tile's blocks stored
-// rotated by the tile's index (block kt of tile t at place (kt + 2 t) mod blocks), so CTAs in step read different
-// offsets. Every layout reads every byte once, the stages in ascending K.
+// stage, then `spin` cycles standing for the stage's arithmetic. kLayout 0: rows in the checkpoint's order; 1: 64-row
+// tiles whose 128-column blocks are 4 KiB runs (the layout the engine could repack its experts into until 2026-12-07)
+// read in memory order; 2: those tiles with each tile's blocks stored rotated by the tile's index (block kt of tile t
+// at place (kt + 2 t) mod blocks), so CTAs in step read different offsets. Every layout reads every byte once, the
+// stages in ascending K.
 constexpr int kWideRows = 128, kWideStageBytes = 128, kWideSlots = 4, kWidePitch = kWideStageBytes + 16;
 template <int kLayout>
 __global__ void __launch_bounds__(256)

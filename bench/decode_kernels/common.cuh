@@ -16,7 +16,6 @@
 #include "kernels/cuda/common/device_buffer.h"
 #include "kernels/cuda/compressor/kv_entry_layout.h"
 #include "kernels/cuda/dense_linear/dense_linear.h"
-#include "kernels/cuda/expert_layout/expert_layout.h"
 #include "kernels/cuda/mhc/mhc.h"
 #include "kernels/cuda/moe_expert/moe_expert.h"
 #include "kernels/cuda/moe_gemm/moe_gemm.h"

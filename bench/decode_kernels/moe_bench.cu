@@ -128,28 +128,20 @@ void bench_moe_mma(int64_t tokens, bool variants, bool row_tiles, int64_t topk, 
     for (int64_t a : active) mean_active += double(a) / kRoutings;
     const int64_t slots = tokens * topk;
     DeviceBuffer<__nv_bfloat16> y1{size_t(slots * inter)}, y3{y1.size()}, y2{size_t(slots * dim)};
-    // single_slot: the experts also in the tiled layout (kernels/cuda/expert_layout), for the bulk-copy passes.
-    DeviceBuffer<uint8_t> w1t{single_slot ? w1.size() : 0}, w3t{w1t.size()}, w2t{w1t.size()};
-    if (single_slot)
-        for (auto [from, to] : {std::pair{&w1, &w1t}, std::pair{&w3, &w3t}, std::pair{&w2, &w2t}}) {
-            DSV4_CUDA_CHECK(cudaMemcpy(to->get(), from->get(), from->size(), cudaMemcpyDeviceToDevice));
-            const int64_t k_half = (from == &w2 ? inter : dim) / 2;
-            repack_expert_tiles(to->get(), int64_t(from->size()) / k_half, k_half, nullptr);
-        }
     check_launch(0);
-    auto params = [&](int i, bool down, bool tiled = false) {
+    auto params = [&](int i, bool down, bool tensor_copies = true) {
         MoeGemmParams p;
         p.a = down ? h.get() : x.get();
         p.a_scale = down ? h_scale.get() : x_scale.get();
         p.row_index = down ? nullptr : row_index[size_t(i % kRoutings)].get();
         p.expert_offsets = offsets[size_t(i % kRoutings)].get();
-        p.w = down ? (tiled ? w2t : w2).get() : (tiled ? w1t : w1).get();
+        p.w = down ? w2.get() : w1.get();
         p.w_scale = down ? s2.get() : s1.get();
         p.y = down ? y2.get() : y1.get();
         p.format = nvfp4 ? ExpertFormat::kNvfp4 : ExpertFormat::kMxfp4;
         p.w_global = nvfp4 ? global.get() : nullptr;
-        if (!down) p.second = {(tiled ? w3t : w3).get(), s3.get(), nvfp4 ? global.get() : nullptr, y3.get()};
-        p.tiled = tiled;
+        if (!down) p.second = {w3.get(), s3.get(), nvfp4 ? global.get() : nullptr, y3.get()};
+        p.tensor_copies = tensor_copies;
         p.experts = experts;
         p.n = down ? dim : inter;
         p.k = down ? inter : dim;
@@ -196,23 +188,25 @@ void bench_moe_mma(int64_t tokens, bool variants, bool row_tiles, int64_t topk, 
         const double flops = 2.0 * double(slots) * double(inter) * double(dim) * (down ? 1 : 2);
         uint64_t reference = 0;
         using V = detail::MoeMmaVariant;
-        const std::vector<std::pair<V, bool>> runs =  // (variant, tiled weights); the first is the reference
+        // (variant, tensor copies for the single-slot passes); the first is the reference
+        const std::vector<std::pair<V, bool>> runs =
             single_slot
-                ? std::vector<std::pair<V, bool>>{{V::kAllSlots, false}, {V::kWarpMma, false}, {V::kWarpMma, true}}
-            : g_chosen_only ? std::vector<std::pair<V, bool>>{{V::kChosen, false}}
-                            : std::vector<std::pair<V, bool>>{{V::kWarpMma, false}, {V::kChosen, false}};
-        for (auto [v, tiled] : runs) {
+                ? std::vector<std::pair<V, bool>>{{V::kAllSlots, true}, {V::kWarpMma, false}, {V::kWarpMma, true}}
+            : g_chosen_only ? std::vector<std::pair<V, bool>>{{V::kChosen, true}}
+                            : std::vector<std::pair<V, bool>>{{V::kWarpMma, true}, {V::kChosen, true}};
+        for (auto [v, tensor] : runs) {
             const double us = graph_us(
-                [&](int i, cudaStream_t s) { DSV4_CUDA_CHECK(detail::launch_moe_mma(params(i, down, tiled), v, s)); });
-            DSV4_CUDA_CHECK(detail::launch_moe_mma(params(0, down, tiled), v, nullptr));
+                [&](int i, cudaStream_t s) { DSV4_CUDA_CHECK(detail::launch_moe_mma(params(i, down, tensor), v, s)); });
+            DSV4_CUDA_CHECK(detail::launch_moe_mma(params(0, down, tensor), v, nullptr));
             const uint64_t hash = outputs_hash(down);
-            if (v == runs.front().first && !tiled)
+            if (v == runs.front().first)
                 reference = hash;
             else if (hash != reference)
                 ++failures;
+            const bool tensor_taken = single_slot && tensor && detail::moe_mma_tensor_copies(params(0, down));
             const char* name = v == V::kAllSlots                              ? "any-slot passes"
-                               : single_slot && tiled                         ? "single-slot passes, tiled (bulk)"
-                               : single_slot                                  ? "single-slot passes"
+                               : tensor_taken                                 ? "single-slot passes, tensor copies"
+                               : single_slot                                  ? "single-slot passes, 16-byte copies"
                                : v == V::kWarpMma                             ? "warp mma"
                                : detail::moe_mma_takes_wgmma(params(0, down)) ? "wgmma"
                                                                               : "chosen (warp mma)";

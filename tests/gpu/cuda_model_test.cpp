@@ -348,14 +348,6 @@ TEST_P(CudaModelFixture, PostMixInWoBChangesNoBits) {
     expect_same_bits_with(options, "with the attention's post-mix in wo_b's epilogue and in its own launch");
 }
 
-// The routed experts in the tiled layout (CudaOptions::tiled_experts: the batch-1 passes' bulk copies, every other
-// expert kernel reading the tiles) give the bits of the checkpoint's row order, where the fixture's shapes tile.
-TEST_P(CudaModelFixture, TiledExpertsChangeNoBits) {
-    CudaOptions options = comparison_options();
-    options.tiled_experts = !options.tiled_experts;
-    expect_same_bits_with(options, "with the routed experts tiled and in row order");
-}
-
 TEST_P(CudaModelFixture, GreedyTokensWithinYardstick) {
     const int64_t V = cpu_->config().vocab_size;
     const int64_t prompt_len = inputs_.greedy_prompt;

@@ -239,9 +239,10 @@ TEST(MoeGemm, SingleSlotPassesEqualAnySlotPassesBitwise) {
     }
 }
 
-// The single-slot passes' weight stages copied by the tensor-memory accelerator out of the rows (64-byte swizzle, read
-// as the tiled layout's chunks) give the bits of their 16-byte copies: w1 | w3 and w2 at batch 1, both formats, one
-// and two GPUs' shares, every scale code; on devices without the accelerator both sides take the 16-byte copies.
+// The single-slot passes' weight stages copied by the tensor-memory accelerator out of the rows (landing with the
+// 64-byte swizzle, which the reads undo) give the bits of their 16-byte copies: w1 | w3 and w2 at batch 1, both
+// formats, one and two GPUs' shares, every scale code; on devices without the accelerator both sides take the 16-byte
+// copies.
 TEST(MoeGemm, TensorCopiedStagesEqualCopiedRowsBitwise) {
     DSV4_REQUIRE_GPU();
     Rng rng;

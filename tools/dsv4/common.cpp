@@ -52,10 +52,6 @@ void add_model_options(CLI::App* command, ModelOptions& o) {
                      "the free memory allows (over several GPUs: that of the fullest); serve the longer of "
                      "--step-tokens and --prefill-step-tokens (a step is one piece); otherwise 256; at most 65535")
         ->check(CLI::Range(int64_t{0}, kMaxChunkTokens));
-    command->add_flag(
-        "--tiled-experts", o.tiled_experts,
-        "GPU: the routed experts repacked into 64-row tiles (the same results; single-sequence decode ~2 % "
-        "faster, batched decode and prefill 1-6 % slower: for one user's generate or chat)");
     add_parallel_options(command, o.parallel);
 }
 
@@ -158,7 +154,6 @@ std::unique_ptr<Backend> load_model(const ModelOptions& o) {
         if (o.max_sequences > 0) cuda_options.max_sequences = o.max_sequences;
         if (o.max_context > 0) cuda_options.max_context = o.max_context;
         if (o.max_chunk_tokens > 0) cuda_options.max_chunk_tokens = o.max_chunk_tokens;
-        cuda_options.tiled_experts = o.tiled_experts;
         if (random) cuda_options.random_experts_seed = o.random_seed;  // each GPU makes the experts it holds
         if (o.max_chunk_tokens == 0 && o.auto_chunk) cuda_options.max_chunk_tokens = 0;
         if (!o.rank) {

@@ -44,7 +44,6 @@ struct ModelOptions {
     // it (generate, chat, logits), the server does not (its pieces are as long as its longest step, and its memory
     // goes to the sequences).
     bool auto_chunk = false;
-    bool tiled_experts = false;  // CUDA: CudaOptions::tiled_experts
     // --gpus and the multi-node flags (ranks.h); set by start_ranks_or_exit: this process's rank (in a run over
     // several GPUs) and its GPU.
     ParallelFlags parallel;

@@ -22,7 +22,6 @@
 #include "kernels/cuda/compressor/kv_entry_layout.h"
 #include "kernels/cuda/convert/convert.h"
 #include "kernels/cuda/embed/embed.h"
-#include "kernels/cuda/expert_layout/expert_layout.h"
 #include "kernels/cuda/gemm_fp8/gemm_fp8.h"
 #include "kernels/cuda/mhc/mhc.h"
 #include "kernels/cuda/random_fill/random_fill.h"
@@ -188,23 +187,6 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
     ws.side_gemm = b.take<uint8_t>(int64_t(gemm));
 }
 
-// CudaOptions::tiled_experts: every packed routed-expert matrix whose shape tiles rewritten in place into
-// expert_layout.h's 64-row tiles and marked so (the kernels read either layout with the same bits). Waits for the
-// stream.
-void tile_experts(cuda::DeviceWeights& w, cudaStream_t stream) {
-    for (cuda::DeviceBlock& l : w.layers)
-        for (cuda::DeviceExperts* e : {&l.ffn.w1, &l.ffn.w2, &l.ffn.w3}) {
-            const bool packed = e->format == WeightFormat::kFp4Mx || e->format == WeightFormat::kNvfp4;
-            if (!packed || !e->data || !cuda::expert_tiles_fit(e->rows, e->cols) ||
-                !cuda::expert_tiles_repackable(e->cols / 2))
-                continue;
-            cuda::repack_expert_tiles(static_cast<uint8_t*>(const_cast<void*>(e->data)), e->experts * e->rows,
-                                      e->cols / 2, stream);
-            e->tiled = true;
-        }
-    DSV4_CUDA_CHECK(cudaStreamSynchronize(stream));
-}
-
 // CudaOptions::random_experts_seed: the held routed experts of every layer generated in their reserved space with
 // BenchWeights' rule (projection p of expert e: key expert_key(seed, layer, e, p), every scale one byte), so they
 // are the bytes BenchWeights::build gives them on the host. Waits for the stream.
@@ -364,7 +346,6 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     }
     if (options.random_experts_seed)
         generate_experts(m.w, config, m.held, *options.random_experts_seed, m.stream->get());
-    if (options.tiled_experts) tile_experts(m.w, m.stream->get());
     m.state_arena = cuda::DeviceBuffer<uint8_t>(state_bytes);
     Bump state{m.state_arena.get()};
     m.entries = state.take<uint8_t>(m.pool.rows * m.pool.entry_bytes);

@@ -114,14 +114,10 @@ struct CudaOptions {
     // The attention's mHC post-mix as the epilogue of its output projection wo_b (cuda::Fp8GemmParams::post_mix)
     // instead of hc_post's own launch after it: one launch fewer a layer. Off: hc_post's launch; the same bits.
     bool post_mix_in_wo_b = true;
-    // The routed experts' packed nibbles repacked after the upload into 64-row tiles (kernels/cuda/expert_layout),
-    // where their shape tiles: the batch-1 passes copy each stage as one bulk copy, -1.6 to -2.5 % a batch-1 step,
-    // but the batched and prefill passes read the tiles slower (+1.3 % at batch 4, +6.5 % at batch 64, -1.4 to -4.5 %
-    // prefill tokens/s; docs/perf.md, "The routed experts in 64-row tiles"), so off until they do not. The same bits.
-    bool tiled_experts = false;
-    // A batch-1 step's routed-expert passes over row-ordered weights copy each weight stage by one 2D copy of the
-    // tensor-memory accelerator (cuda::MoeGemmParams::tensor_copies; sm_90+): the one-copy stage of the tiled layout
-    // without its repack, so the batched passes keep the rows. Off: their 16-byte copies; the same bits.
+    // A batch-1 step's routed-expert passes copy each weight stage by one 2D copy of the tensor-memory accelerator
+    // (cuda::MoeGemmParams::tensor_copies; sm_90+), out of the checkpoint's row order: as fast as plain loads, where
+    // their 16-byte copies were not (docs/perf.md, "The batch-1 routed-expert passes copy their stages by the
+    // tensor-memory accelerator"). Off: their 16-byte copies; the same bits.
     bool expert_tensor_copies = true;
     // The most pinned host memory the logits' copy to the host takes; a piece wanting more logits (every position of
     // a long prefill) goes through it in slices, the same values.

@@ -177,9 +177,7 @@ void CudaModel::Impl::moe(int64_t layer) {
         p.w = static_cast<const uint8_t*>(e.data);
         p.w_scale = e.scale;
         p.w_global = e.global;
-        p.tiled = e.tiled;
         p.tensor_copies = options.expert_tensor_copies;
-        DSV4_CHECK(!second || second->tiled == e.tiled, "the routed experts' paired matrices differ in layout");
         p.y = y;
         if (second) p.second = {static_cast<const uint8_t*>(second->data), second->scale, second->global, y_second};
         p.experts = held.count;

@@ -37,7 +37,6 @@ struct DeviceExperts {
     const void* data = nullptr;      // [experts, rows, cols / 2] packed e2m1, or [experts, rows, cols] dense
     const uint8_t* scale = nullptr;  // [experts, rows, cols / 32] E8M0 or [experts, rows, cols / 16] e4m3
     const float* global = nullptr;   // [experts] f32 (NVFP4)
-    bool tiled = false;              // packed: data in expert_layout.h's 64-row tiles (CudaOptions::tiled_experts)
 };
 
 struct DeviceHc {

@@ -7,7 +7,6 @@
 
 #include "core/error.h"
 #include "kernels/cuda/common/cuda_check.h"
-#include "kernels/cuda/expert_layout/expert_layout.h"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
 
 namespace dsv4::cuda {
@@ -61,9 +60,6 @@ std::string moe_gemm_can_implement(const MoeGemmParams& p) {
     if (p.k % 32) return fmt::format("K must be a multiple of 32, got {}", p.k);
     if (reinterpret_cast<uintptr_t>(p.w) % 16) return "W must be 16-byte aligned";
     if (p.max_slots_per_expert < 1) return "max_slots_per_expert must be >= 1";
-    if (p.tiled && !expert_tiles_fit(p.n, p.k))
-        return fmt::format("the tiled layout needs N % 64 == 0 and K % 128 == 0, got N {} K {}", p.n, p.k);
-    if (p.tiled && p.path != MoeGemmPath::kMma) return "the CUDA-core path reads the weights row by row only";
     if (p.path == MoeGemmPath::kMma) {  // cp.async sources: 16-byte activation rows, 4-byte scale words
         if (!gated && reinterpret_cast<uintptr_t>(p.a) % 16) return "the activations must be 16-byte aligned";
         if (reinterpret_cast<uintptr_t>(p.w_scale) % 4 || reinterpret_cast<uintptr_t>(p.second.w_scale) % 4)

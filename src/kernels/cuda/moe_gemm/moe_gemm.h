@@ -67,12 +67,8 @@ struct MoeGemmParams {
     int expected_active_experts = 0;    // optional: non-empty experts of this launch (picks the row tile; no bits)
     MoeGemmMatrix second;               // optional: w == nullptr for one matrix
     MoeGemmSwiglu swiglu;               // optional: the activations computed from W1 x and W3 x (a, a_scale unused)
-    // w (and second.w) in the tiled layout of expert_layout.h (expert_tiles_fit(n, k)); kMma only. The same bits:
-    // every kernel stages the same bytes; the single-slot passes copy each stage of a tile as one bulk copy.
-    bool tiled = false;
-    // The single-slot passes (a batch-1 step) over row-ordered weights copy each weight stage of a 64-row tile as one
-    // 2D copy of the tensor-memory accelerator (sm_90+; N % 64 == 0, K % 128 == 0), the one-copy stage of the tiled
-    // layout without its repack. The same bits; off: their 16-byte copies.
+    // The single-slot passes (a batch-1 step) copy each weight stage of a 64-row tile as one 2D copy of the
+    // tensor-memory accelerator (sm_90+; N % 64 == 0, K % 128 == 0). The same bits; off: their 16-byte copies.
     bool tensor_copies = true;
     MoeGemmPath path = MoeGemmPath::kMma;
 };

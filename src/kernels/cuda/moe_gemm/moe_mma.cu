@@ -44,7 +44,6 @@
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/common/tensor_map.h"
-#include "kernels/cuda/expert_layout/expert_layout.h"
 #include "kernels/cuda/moe_expert/swiglu_math.cuh"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
 #include "kernels/cuda/moe_gemm/moe_mma_common.cuh"
@@ -64,14 +63,15 @@ constexpr int kStageCols = 128;                  // one activation-scale block
 constexpr int kWRowBytes = kStageCols / 2 + 16;  // 64 bytes of nibbles + pad: rows g land on distinct bank groups
 constexpr int kARowBytes = kStageCols + 32;      // 128 e4m3 + pad: 8-byte reads of 16 lanes conflict-free
 constexpr int kScaleRowBytes = 16;               // the aligned words covering a row's scales of one stage
+constexpr int kStageRowBytes = kStageCols / 2;   // a weight row's nibbles of one stage, unpadded
 
 // Shared-memory layout of one stage. kRowHeld: the activations are not staged (the pass holds its row whole, below).
-// kBulk: the weights arrive as one bulk copy of the tiled layout's block (expert_layout.h): rows at a 64-byte pitch,
-// their 16-byte chunks swizzled as they lie there (the reads undo it), where the 16-byte copies pad each row to 80.
-template <int kTokens, int kRowGroups, bool kRowHeld = false, bool kBulk = false>
+// kTensor: the weights arrive as one tensor copy of the tile's 64 rows x 64 bytes (below): rows at a 64-byte pitch,
+// their 16-byte chunks swizzled (the reads undo it), where the 16-byte copies pad each row to 80.
+template <int kTokens, int kRowGroups, bool kRowHeld = false, bool kTensor = false>
 struct Stage {
     static constexpr int kRowsPerCta = 16 * kRowGroups;
-    static constexpr int w_pitch = kBulk ? int(kExpertBlockBytes) : kWRowBytes;
+    static constexpr int w_pitch = kTensor ? kStageRowBytes : kWRowBytes;
     static constexpr int w = 0;
     static constexpr int a = w + kRowsPerCta * w_pitch;
     static constexpr int w_scale = a + (kRowHeld ? 0 : kTokens * kARowBytes);
@@ -100,18 +100,13 @@ template <int kTokens, bool kWholeStages>
 __host__ __device__ constexpr int stage_count() {
     return kTokens <= 16 && kWholeStages ? 8 : 4;
 }
-// Whether a kernel's weight stages arrive as bulk copies (kBulk below): single-slot passes of 64-row tiles over tiled
-// weights. A narrower tile's 2 or 1 KiB copies streamed slower than its 16-byte copies (H100, 2026-12-05: w1 | w3 of 3
-// experts at 32-row tiles 19.4 -> 20.6 us), so those read the tiles as every other pass does.
-template <bool kSingle, bool kTiled, int kRowGroups>
-__host__ __device__ constexpr bool bulk_stages() {
-    return kSingle && kTiled && kRowGroups == kMaxRowGroups;
-}
-// kTensor (single-slot passes of 64-row tiles over row-ordered weights, where the device has the tensor-memory
-// accelerator): the loader copies each stage's weights as one 2D tensor copy of the tile's 64 rows x 64 bytes out of
-// the rows (the map in ExpertMaps), landing with the 64-byte swizzle, which is the tiled layout's chunk order: the
-// bulk path's reads serve both. The swizzle follows the shared-memory address, so the stages start 1 KiB-aligned
-// (kTensorAlign more bytes to place them). Measured first as a stream: "tensor 2D" in dsv4_bench_weight_layout.
+// kTensor (single-slot passes of 64-row tiles, where the device has the tensor-memory accelerator): the loader copies
+// each stage's weights as one 2D tensor copy of the tile's 64 rows x 64 bytes out of the checkpoint's rows (the map in
+// ExpertMaps), which streams as fast as plain loads where the 16-byte copies of the same rows did not (docs/perf.md,
+// "A stage of the batch-1 expert pass by one tensor-map copy from the checkpoint's row order"). The box lands with
+// the 64-byte swizzle: 16-byte chunk c of row r at chunk c ^ ((r >> 1) & 3), so the rows g and g + 2 that a warp's
+// fragment reads take (the same banks at a 64-byte pitch) land on distinct banks. The swizzle follows the
+// shared-memory address, so the stages start 1 KiB-aligned (kTensorAlign more bytes to place them).
 constexpr int kTensorAlign = 1024;
 struct ExpertMaps {
     CUtensorMap map[2];  // the launch's matrices (mats[0], mats[1]) as rows of k/2 bytes, boxes of 64 x 64 bytes
@@ -119,10 +114,10 @@ struct ExpertMaps {
 struct NoMaps {};
 
 template <int kTokens, int kRowGroups, bool kWholeStages, bool kRowHeld = false, bool kGated = false,
-          bool kBulk = false, bool kTensor = false>
+          bool kTensor = false>
 __host__ __device__ constexpr int smem_bytes(int64_t experts, int64_t k) {
     return (kTensor ? kTensorAlign : 0) + list_bytes(experts) +
-           stage_count<kTokens, kWholeStages>() * Stage<kTokens, kRowGroups, kRowHeld, kBulk>::bytes +
+           stage_count<kTokens, kWholeStages>() * Stage<kTokens, kRowGroups, kRowHeld, kTensor>::bytes +
            int(kRowHeld ? (held_row_bytes(k, kGated) + 15) / 16 * 16 : 0);
 }
 
@@ -172,14 +167,11 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
 // stages carry only weights: each pass first holds its slot's activation row in shared memory (held_row_bytes) while
 // its first weight stages load, copied from the activations or, kGated (Args::swiglu), computed from W1 x and W3 x as
 // cuda::swiglu and act_quant would write it; the same MMA operands as a staged row's.
-// kTiled (Args::tiled): the weights in expert_layout.h's 64-row tiles; the copies read each chunk from its place there
-// (a compile-time stride, so the row-order kernels keep their registers). kBulk (single-slot passes of 64-row tiles
-// over tiled weights): the loader copies each stage's weights as one bulk copy of the tile's block (64 rows x 64
-// bytes) that completes on the stage slot's mbarrier, and waits for it before the stage's barrier; the reads undo the
-// layout's chunk swizzle. kTensor: the same stages copied by the tensor-memory accelerator out of row-ordered weights
-// (above). The same bytes meet the same MMAs either way.
+// kTensor (above): the loader copies each stage's weights as one tensor copy that completes on the stage slot's
+// mbarrier, and waits for it before the stage's barrier; the reads undo the swizzle. The same bytes meet the same MMAs
+// either way.
 template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false,
-          bool kGated = false, bool kTiled = false, bool kTensor = false>
+          bool kGated = false, bool kTensor = false>
 __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks<kTokens, kRowGroups>())
     moe_mma_kernel(Args p, const __grid_constant__ std::conditional_t<kTensor, ExpertMaps, NoMaps> maps) {
     constexpr int kThreads = threads<kRowGroups>();  // the warps that multiply
@@ -193,15 +185,14 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
     constexpr int kStages = stage_count<kTokens, kWholeStages>();
     static_assert(!kGated || (kSingle && kWholeStages), "computed activations: single-slot passes, whole stages");
     static_assert(!kSingle || kWholeStages, "a held row: whole stages");
-    constexpr bool kBulk = bulk_stages<kSingle, kTiled, kRowGroups>() || kTensor;
-    static_assert(!kTensor || (kSingle && !kTiled && kRowGroups == kMaxRowGroups), "tensor copies: 64-row tiles");
+    static_assert(!kTensor || (kSingle && kRowGroups == kMaxRowGroups), "tensor copies: single-slot 64-row tiles");
     constexpr bool kRowHeld = kSingle;
     // kFactors (single-slot MXFP4 passes): the loader also turns each stage's block scales into the promotions'
     // factors a_scale x w_scale (promote's FMUL, the same bits) in place of the row's staged codes, one stage ahead
     // (after the refill it issued, so no stage leaves flight), and the warps that multiply load them.
     constexpr bool kFactors = kSingle && !kNv;
     static_assert(!kFactors || (kLoader && kScaleRowBytes == 16), "four f32 factors over a row's staged codes");
-    using L = Stage<kTokens, kRowGroups, kRowHeld, kBulk>;
+    using L = Stage<kTokens, kRowGroups, kRowHeld, kTensor>;
     constexpr int kRowsPerCta = L::kRowsPerCta;
     static_assert(kRowsPerCta * 4 % kLoaders == 0 && (kLoader || kRowsPerCta * 4 == kLoaders),
                   "whole 16-byte W chunks per loading thread and stage (one where every thread loads)");
@@ -213,7 +204,7 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
     static_assert(kTokens <= kLoaders, "one activation scale per loading thread and stage");
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ int warp_counts[kCtaThreads / 32];
-    __shared__ __align__(8) uint64_t stage_full[kBulk ? kStages : 1];  // kBulk: a slot's bytes have landed
+    __shared__ __align__(8) uint64_t stage_full[kTensor ? kStages : 1];  // kTensor: a slot's bytes have landed
     int* active = reinterpret_cast<int*>(smem);
     uint8_t* stages = smem + list_bytes(p.experts);
     if constexpr (kTensor) {  // kTensorAlign bytes were added for this
@@ -235,13 +226,12 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
     const int row_group = warp % kRowGroups, k_part = warp / kRowGroups;
     const bool loads = !kLoader || warp == kThreads / 32, multiplies = !kLoader || warp < kThreads / 32;
     const int li = kLoader ? lane : tid;  // this thread's index among the loading threads
-    if constexpr (kBulk)
+    if constexpr (kTensor)
         if (loads && li == 0) init_stage_barriers<kStages>(stage_full);  // ordered by the list's barriers
-    uint32_t full_parity = 0;  // kBulk: bit s, the phase slot s completes next
+    uint32_t full_parity = 0;  // kTensor: bit s, the phase slot s completes next
     const int count = list_active_experts<kCtaThreads>(p.offsets, p.experts, active, warp_counts);
 
     const int64_t k_half = p.k / 2, scale_cols = kNv ? p.k / 16 : p.k / 32, kb = (p.k + 127) / 128;
-    constexpr int w_stride = expert_block_stride(kTiled);  // a row's block to the next
     const int kt_count = int(kb);
     const int64_t items = int64_t(count) * n_tiles * p.mat_count;
     for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
@@ -264,18 +254,9 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
 #pragma unroll
         for (int i = 0; i < kWPer; ++i) {
             const int r = li / 4 + kLoaders / 4 * i;
-            if constexpr (kTiled) {  // N % 64 == 0 and n0 % tile == 0: the tile's rows lie inside one 64-row group
-                const int rr = int(n0 & 63) + r;
-                w_src[i] = m.w + expert_tile_place_offset(e * p.n + (n0 & ~int64_t(63)), k_half, 0, rr,
-                                                          expert_tile_chunk_at(rr, w_part));
-            } else {
-                w_src[i] = m.w + row_of(r) * k_half + w_part * 16;
-            }
+            w_src[i] = m.w + row_of(r) * k_half + w_part * 16;
             w_dst[i] = L::w + r * kWRowBytes + w_part * 16;
         }
-        // kBulk: the item's rows of a block, back to back in the tiled layout (the item is a whole 64-row tile, whose
-        // first row's chunk 0 is unswizzled: the block's bytes start there).
-        const uint8_t* bulk_src = kBulk ? m.w + (e * p.n + n0) * k_half : nullptr;
         const int64_t scale_total = p.experts * p.n * scale_cols;
         int64_t scale_first[kScalePer];  // row li + kLoaders j's first scale
 #pragma unroll
@@ -316,18 +297,13 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                 const unsigned base = stages_addr + slot * L::bytes;
                 if constexpr (kTensor) {
                     if (li == 0)
-                        tensor_copy_to_stage(base + L::w, &maps.map[mat_i], kt * int(kExpertBlockBytes),
-                                             int(e * p.n + n0), kRowsPerCta * int(kExpertBlockBytes),
-                                             stage_full + slot);
-                } else if constexpr (kBulk) {
-                    if (li == 0)
-                        bulk_copy_to_stage(base + L::w, bulk_src + kt * kExpertTileBlockBytes,
-                                           kRowsPerCta * int(kExpertBlockBytes), stage_full + slot);
+                        tensor_copy_to_stage(base + L::w, &maps.map[mat_i], kt * kStageRowBytes, int(e * p.n + n0),
+                                             kRowsPerCta * kStageRowBytes, stage_full + slot);
                 }
                 if constexpr (kWholeStages) {
-                    if constexpr (!kBulk)
+                    if constexpr (!kTensor)
 #pragma unroll
-                        for (int i = 0; i < kWPer; ++i) cp_async16(base + w_dst[i], w_src[i] + kt * w_stride);
+                        for (int i = 0; i < kWPer; ++i) cp_async16(base + w_dst[i], w_src[i] + kt * kStageRowBytes);
 #pragma unroll
                     for (int i = 0; i < kAPerThread; ++i)
                         if (!kRowHeld && a_src[i]) cp_async16(base + a_dst[i], a_src[i] + kt * kStageCols);
@@ -342,7 +318,8 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                     }
                 } else {  // every thread loads (kWPer == kScalePer == 1, li == tid)
                     const bool w_ok = int64_t(kt) * 64 + w_part * 16 < k_half;
-                    cp_async16(base + w_dst[0], w_ok ? w_src[0] + int64_t(kt) * w_stride : w_src[0], w_ok ? 16 : 0);
+                    cp_async16(base + w_dst[0], w_ok ? w_src[0] + int64_t(kt) * kStageRowBytes : w_src[0],
+                               w_ok ? 16 : 0);
 #pragma unroll
                     for (int i = 0; i < kAPerThread; ++i)
                         if (a_src[i]) {
@@ -446,7 +423,7 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
             }
             for (int kt = 0; kt < kt_count; ++kt) {
                 if (loads && !kFactors) cp_async_wait<kStages - 2>();
-                if constexpr (kBulk)
+                if constexpr (kTensor)
                     if (loads) wait_stage_barrier(stage_full + kt % kStages, full_parity, kt % kStages);
                 __syncthreads();
                 if (loads) {
@@ -462,7 +439,7 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                 const uint8_t* st = stages + (kt % kStages) * L::bytes;
                 const uint8_t* w_g = st + L::w + row_g * L::w_pitch;
                 const uint8_t* w_g8 = w_g + 8 * L::w_pitch;
-                const int swizzle = kBulk ? (g >> 1) & 3 : 0;  // rows g and g + 8 alike (expert_layout.h)
+                const int swizzle = kTensor ? (g >> 1) & 3 : 0;  // rows g and g + 8 alike (kTensor above)
                 const uint8_t* sc_g = st + L::w_scale + row_g * kScaleRowBytes + lead_g;
                 const uint8_t* sc_g8 = st + L::w_scale + (row_g + 8) * kScaleRowBytes + lead_g8;
                 float as[kTn][2];
@@ -555,13 +532,11 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
 }
 
 template <int kTokens, int kRowGroups, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false,
-          bool kGated = false, bool kTiled = false, bool kTensor = false>
+          bool kGated = false, bool kTensor = false>
 cudaError_t launch(const Args& args, cudaStream_t stream, const ExpertMaps* maps = nullptr) {
-    const auto kernel = moe_mma_kernel<kTokens, kRowGroups, kFormat, kWholeStages, kSingle, kGated, kTiled, kTensor>;
+    const auto kernel = moe_mma_kernel<kTokens, kRowGroups, kFormat, kWholeStages, kSingle, kGated, kTensor>;
     constexpr int kCtaThreads = cta_threads<kRowGroups, kSingle>();
-    constexpr bool kBulk = bulk_stages<kSingle, kTiled, kRowGroups>() || kTensor;
-    const int smem =
-        smem_bytes<kTokens, kRowGroups, kWholeStages, kSingle, kGated, kBulk, kTensor>(args.experts, args.k);
+    const int smem = smem_bytes<kTokens, kRowGroups, kWholeStages, kSingle, kGated, kTensor>(args.experts, args.k);
     const int64_t n_tiles = (args.n + 16 * kRowGroups - 1) / (16 * kRowGroups);
     const int64_t items = args.experts * n_tiles * args.mat_count,
                   resident = resident_ctas(reinterpret_cast<const void*>(kernel), kCtaThreads, smem);
@@ -574,17 +549,17 @@ cudaError_t launch(const Args& args, cudaStream_t stream, const ExpertMaps* maps
 }
 
 // Narrow row tiles only for the decode passes (8 and 16 slots); the wider passes keep 64 rows.
-template <int kTokens, ExpertFormat kFormat, bool kWholeStages, bool kTiled, bool kSingle = false, bool kGated = false>
+template <int kTokens, ExpertFormat kFormat, bool kWholeStages, bool kSingle = false, bool kGated = false>
 cudaError_t launch(const Args& args, int row_groups, cudaStream_t stream) {
     if constexpr (kTokens <= 16) {
-        if (row_groups == 1) return launch<kTokens, 1, kFormat, kWholeStages, kSingle, kGated, kTiled>(args, stream);
-        if (row_groups == 2) return launch<kTokens, 2, kFormat, kWholeStages, kSingle, kGated, kTiled>(args, stream);
+        if (row_groups == 1) return launch<kTokens, 1, kFormat, kWholeStages, kSingle, kGated>(args, stream);
+        if (row_groups == 2) return launch<kTokens, 2, kFormat, kWholeStages, kSingle, kGated>(args, stream);
     }
-    return launch<kTokens, kMaxRowGroups, kFormat, kWholeStages, kSingle, kGated, kTiled>(args, stream);
+    return launch<kTokens, kMaxRowGroups, kFormat, kWholeStages, kSingle, kGated>(args, stream);
 }
 
-// maps (single-slot passes of 64-row tiles over row-ordered weights, whole stages): their stages by tensor copies.
-template <ExpertFormat kFormat, bool kWholeStages, bool kTiled>
+// maps (single-slot passes of 64-row tiles, whole stages): their stages by tensor copies.
+template <ExpertFormat kFormat, bool kWholeStages>
 cudaError_t launch(const Args& args, int tokens, int row_groups, bool single, cudaStream_t stream,
                    const ExpertMaps* maps) {
     const bool gated = args.swiglu.gate != nullptr;
@@ -592,24 +567,22 @@ cudaError_t launch(const Args& args, int tokens, int row_groups, bool single, cu
     if (maps && !(tokens == 8 && single && row_groups == kMaxRowGroups)) return cudaErrorInvalidValue;
     switch (tokens) {
         case 8:
-            if constexpr (kWholeStages && !kTiled)
-                if (maps)
-                    return gated
-                               ? launch<8, kMaxRowGroups, kFormat, true, true, true, false, true>(args, stream, maps)
-                               : launch<8, kMaxRowGroups, kFormat, true, true, false, false, true>(args, stream, maps);
             if constexpr (kWholeStages) {
+                if (maps)
+                    return gated ? launch<8, kMaxRowGroups, kFormat, true, true, true, true>(args, stream, maps)
+                                 : launch<8, kMaxRowGroups, kFormat, true, true, false, true>(args, stream, maps);
                 if (gated)
-                    return single ? launch<8, kFormat, true, kTiled, true, true>(args, row_groups, stream)
+                    return single ? launch<8, kFormat, true, true, true>(args, row_groups, stream)
                                   : cudaErrorInvalidValue;  // single-slot passes only
-                if (single) return launch<8, kFormat, true, kTiled, true>(args, row_groups, stream);
+                if (single) return launch<8, kFormat, true, true>(args, row_groups, stream);
             }
-            return launch<8, kFormat, kWholeStages, kTiled>(args, row_groups, stream);
+            return launch<8, kFormat, kWholeStages>(args, row_groups, stream);
         case 16:
-            return launch<16, kFormat, kWholeStages, kTiled>(args, row_groups, stream);
+            return launch<16, kFormat, kWholeStages>(args, row_groups, stream);
         case 32:
-            return launch<32, kFormat, kWholeStages, kTiled>(args, row_groups, stream);
+            return launch<32, kFormat, kWholeStages>(args, row_groups, stream);
         case 64:
-            return launch<64, kFormat, kWholeStages, kTiled>(args, row_groups, stream);
+            return launch<64, kFormat, kWholeStages>(args, row_groups, stream);
         default:
             return cudaErrorInvalidValue;
     }
@@ -618,11 +591,8 @@ cudaError_t launch(const Args& args, int tokens, int row_groups, bool single, cu
 template <ExpertFormat kFormat>
 cudaError_t launch(const Args& args, int tokens, int row_groups, bool whole_stages, bool single, cudaStream_t stream,
                    const ExpertMaps* maps) {
-    if (args.tiled)
-        return whole_stages ? launch<kFormat, true, true>(args, tokens, row_groups, single, stream, maps)
-                            : launch<kFormat, false, true>(args, tokens, row_groups, single, stream, maps);
-    return whole_stages ? launch<kFormat, true, false>(args, tokens, row_groups, single, stream, maps)
-                        : launch<kFormat, false, false>(args, tokens, row_groups, single, stream, maps);
+    return whole_stages ? launch<kFormat, true>(args, tokens, row_groups, single, stream, maps)
+                        : launch<kFormat, false>(args, tokens, row_groups, single, stream, maps);
 }
 
 }  // namespace
@@ -678,7 +648,6 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaSt
     args.experts = p.experts;
     args.n = p.n;
     args.k = p.k;
-    args.tiled = p.tiled;
     args.swiglu = p.swiglu;
     const int tokens = moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert);
     if (variant == MoeMmaVariant::kChosen && moe_mma_takes_wgmma(p)) {
@@ -694,9 +663,9 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaSt
     const bool tensor = single && whole && tokens == 8 && row_groups == kMaxRowGroups && moe_mma_tensor_copies(p);
     if (tensor) {
         const int64_t rows = p.experts * p.n, k_half = p.k / 2;
-        maps.map[0] = byte_matrix_map(p.w, rows, k_half, 16 * kMaxRowGroups, int(kExpertBlockBytes), true);
+        maps.map[0] = byte_matrix_map(p.w, rows, k_half, 16 * kMaxRowGroups, kStageRowBytes, true);
         if (p.second.w)
-            maps.map[1] = byte_matrix_map(p.second.w, rows, k_half, 16 * kMaxRowGroups, int(kExpertBlockBytes), true);
+            maps.map[1] = byte_matrix_map(p.second.w, rows, k_half, 16 * kMaxRowGroups, kStageRowBytes, true);
     }
     return p.format == ExpertFormat::kMxfp4
                ? launch<ExpertFormat::kMxfp4>(args, tokens, row_groups, whole, single, stream, tensor ? &maps : nullptr)
@@ -705,10 +674,10 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaSt
 }
 
 bool moe_mma_tensor_copies(const MoeGemmParams& p) {
-    // Row-ordered weights whose 64-row tiles lie inside one expert (N % 64 == 0, every V4 shape), rows whose pitch
-    // the map can take (16-byte multiples: K % 32 == 0 is the contract), bases 16-byte aligned.
+    // 64-row tiles that lie inside one expert (N % 64 == 0, every V4 shape), rows whose pitch the map can take
+    // (16-byte multiples: K % 32 == 0 is the contract), bases 16-byte aligned.
     auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-    return p.tensor_copies && !p.tiled && p.n % (16 * kMaxRowGroups) == 0 && p.k % 128 == 0 && aligned(p.w) &&
+    return p.tensor_copies && p.n % (16 * kMaxRowGroups) == 0 && p.k % 128 == 0 && aligned(p.w) &&
            (!p.second.w || aligned(p.second.w)) && p.experts * p.n < (int64_t{1} << 31) && device_has_tensor_copies();
 }
 }  // namespace detail

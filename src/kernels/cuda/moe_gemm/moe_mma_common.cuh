@@ -33,7 +33,6 @@ struct Args {
     Matrix mats[2];
     int mat_count;
     int64_t experts, n, k;
-    bool tiled;            // the weights in expert_layout.h's 64-row tiles
     MoeGemmSwiglu swiglu;  // gate != nullptr: the activations are computed from W1 x and W3 x (moe_mma.cu only)
 };
 
@@ -291,8 +290,8 @@ __device__ __forceinline__ void w_scales(const uint8_t* sc_g, const uint8_t* sc_
 namespace dsv4::cuda::detail {
 // The warpgroup kernel (moe_wgmma.cu; sm_90a, K % 128 == 0, passes of 8, 16, 32 or 64 slots).
 cudaError_t launch_moe_wgmma(const moe_mma::Args& args, ExpertFormat format, int tokens, cudaStream_t stream);
-// Its wide passes over row-ordered weights on three warpgroups (moe_wgmma_specialized.cu; tokens 32 or 64, args.tiled
-// false, K % 512 == 0), which launch_moe_wgmma takes for them.
+// Its wide passes on three warpgroups (moe_wgmma_specialized.cu; tokens 32 or 64, K % 512 == 0), which
+// launch_moe_wgmma takes for them.
 cudaError_t launch_moe_wgmma_specialized(const moe_mma::Args& args, ExpertFormat format, int tokens,
                                          cudaStream_t stream);
 }  // namespace dsv4::cuda::detail

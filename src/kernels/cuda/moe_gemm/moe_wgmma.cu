@@ -20,8 +20,8 @@
 // expert, 128-row tile), as moe_mma.cu; CTA: two warpgroups (128 weight rows, kTokens tokens), K streaming through
 // stages of 256 columns (16-byte cp.async; Shape below), the scales in groups of 512 columns. Needs K % 512 == 0 and
 // 16-byte aligned scales (every V4 shape; the launcher takes the warp-MMA kernel otherwise). Tested bitwise against
-// the warp-MMA kernel in tests/gpu/moe_gemm_test.cpp. The wide passes (32 and 64 slots) over row-ordered weights run
-// on three warpgroups instead (moe_wgmma_specialized.cu); this kernel keeps the narrow passes and the tiled layout.
+// the warp-MMA kernel in tests/gpu/moe_gemm_test.cpp. The wide passes (32 and 64 slots) run on three warpgroups
+// instead (moe_wgmma_specialized.cu), which fold their block scales; this kernel keeps the narrow passes.
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
 #include "kernels/cuda/moe_gemm/moe_wgmma_stage.cuh"
 
@@ -30,14 +30,11 @@ namespace {
 
 using namespace moe_wgmma;
 
-template <ExpertFormat kFormat, int kTokens, bool kTiled>
+template <ExpertFormat kFormat, int kTokens>
 __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmma_kernel(Args p) {
 #if DSV4_WGMMA
+    static_assert(kTokens <= 16, "the wide passes run on moe_wgmma_specialized.cu's kernel");
     constexpr bool kNv = kFormat == ExpertFormat::kNvfp4;
-    // Passes of 32 and 64 slots fold the block scales into the weights where an item's codes allow it (MXFP4:
-    // mxfp4_fold_factors; NVFP4: powers of two, e4m3_fold_factor): one f16-pair multiply per weight register instead
-    // of an FMUL per output.
-    constexpr bool kFold = kTokens >= 32;
     constexpr int kTn = kTokens / 8;  // n8 tiles of the pass
     using L = Shape<kTokens>;
     constexpr int kStageCount = L::stages, kTile = L::b16_bytes;
@@ -72,10 +69,7 @@ __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmm
         const int64_t n0 = item % n_tiles * kRows;
         const float global = kNv ? __ldg(m.w_global + e) : 1.0f;
         const int64_t begin = p.offsets[e], end = p.offsets[e + 1];
-        const WeightLoads<kTokens, kNv, kTiled> wl = weight_loads<kTokens, kNv, kTiled>(p, m, e, n0, tid);
-        bool folded = false;
-        if constexpr (kFold)
-            folded = item_codes_foldable(wl, kNv ? p.k / 16 : p.k / 32, kNv ? nvfp4_fold_bias(global) : 0);
+        const WeightLoads<kTokens, kNv> wl = weight_loads<kTokens, kNv>(p, m, e, n0, tid);
 
         for (int64_t s0 = begin; s0 < end; s0 += kTokens) {
             const int tokens = end - s0 < kTokens ? int(end - s0) : kTokens;
@@ -121,10 +115,7 @@ __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmm
                 s.next_raw = stages + next_slot * L::bytes;
                 s.next_tile = b16 + ((kt + 1) % 2) * kTile;
                 s.convert_next = kt + 1 < kt_count;
-                if (folded)
-                    multiply_stage<kFormat, kTokens, kFold>(s, tasks, t, sum);
-                else
-                    multiply_stage<kFormat, kTokens, false>(s, tasks, t, sum);
+                multiply_stage<kFormat, kTokens, false>(s, tasks, t, sum);
                 fence_proxy_async_shared();  // the next stage's tile, for the async proxy after the barrier
                 slot = next_slot, load_slot = next(load_slot, kStageCount);
                 if (kt % L::group_stages == L::group_stages - 1) group_slot = next(group_slot, kScaleGroups);
@@ -143,11 +134,10 @@ __global__ void __launch_bounds__(kThreads, Shape<kTokens>::min_blocks) moe_wgmm
 template <ExpertFormat kFormat, int kTokens>
 cudaError_t launch(const Args& args, cudaStream_t stream) {
     if constexpr (kTokens >= 32)
-        if (!args.tiled) return detail::launch_moe_wgmma_specialized(args, kFormat, kTokens, stream);
-    const auto kernel =
-        args.tiled ? moe_wgmma_kernel<kFormat, kTokens, true> : moe_wgmma_kernel<kFormat, kTokens, false>;
-    return launch_over_items(kernel, kThreads, smem_bytes<kTokens, kFormat == ExpertFormat::kNvfp4>(args.experts), args,
-                             stream);
+        return detail::launch_moe_wgmma_specialized(args, kFormat, kTokens, stream);
+    else
+        return launch_over_items(moe_wgmma_kernel<kFormat, kTokens>, kThreads,
+                                 smem_bytes<kTokens, kFormat == ExpertFormat::kNvfp4>(args.experts), args, stream);
 }
 
 template <ExpertFormat kFormat>

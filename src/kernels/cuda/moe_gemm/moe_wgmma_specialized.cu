@@ -8,7 +8,7 @@
 // bits). They meet through counted mbarriers: full[s] (slot s's copies landed and its activations converted: the
 // producer's 128 threads), raw_free[s] (both consumers are done with slot s's W and scales: 256) and tile_free[t]
 // (their wgmmas on tile t are done: 256). The producer gives registers back (setmaxnreg) to the consumers'
-// accumulators. Needs row-ordered weights (the tiled layout's copies take the CTA's 256 threads) and K % 512 == 0.
+// accumulators. Needs K % 512 == 0.
 #include "kernels/cuda/common/cta_sync.cuh"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
 #include "kernels/cuda/moe_gemm/moe_wgmma_stage.cuh"

@@ -9,7 +9,6 @@
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/common/wgmma.cuh"
-#include "kernels/cuda/expert_layout/expert_layout.h"
 #include "kernels/cuda/moe_gemm/moe_mma_common.cuh"
 
 namespace dsv4::cuda::moe_wgmma {
@@ -149,21 +148,20 @@ struct ActivationTasks {
 
 // An item's weight loads (matrix, expert, 128-row tile): each stage, thread tid copies 16-byte chunk tid % kChunks of
 // W rows tid / kChunks + j kThreads / kChunks; each scale group, row tid's codes where tid < kRows. Rows past N
-// repeat the last (their outputs are never stored). kTiled: the weights in expert_layout.h's tiles (Args::tiled).
-template <int kTokens, bool kNv, bool kTiled>
+// repeat the last (their outputs are never stored).
+template <int kTokens, bool kNv>
 struct WeightLoads {
     static constexpr int kChunks = Shape<kTokens>::stage_cols / 32, kPerThread = kRows * kChunks / kThreads;
     const uint8_t* src[kPerThread];
     unsigned dst[kPerThread];  // offsets in a stage slot
-    // Bytes from a row's stage to the next: its two 128-column blocks, 64 bytes each in row order, 4 KiB apart tiled.
-    static constexpr int stage_stride = Shape<kTokens>::stage_cols / 128 * expert_block_stride(kTiled);
+    static constexpr int stage_stride = Shape<kTokens>::stage_cols / 2;  // bytes from a row's stage to the next
     const uint8_t* scale_src;  // row tid's scale codes (row 0's where tid >= kRows: not loaded)
     bool loads_scales;
 };
-template <int kTokens, bool kNv, bool kTiled>
-__device__ __forceinline__ WeightLoads<kTokens, kNv, kTiled> weight_loads(const Args& p, const Matrix& m, int64_t e,
-                                                                          int64_t n0, int tid) {
-    using WL = WeightLoads<kTokens, kNv, kTiled>;
+template <int kTokens, bool kNv>
+__device__ __forceinline__ WeightLoads<kTokens, kNv> weight_loads(const Args& p, const Matrix& m, int64_t e, int64_t n0,
+                                                                  int tid) {
+    using WL = WeightLoads<kTokens, kNv>;
     auto row_of = [&](int r) {
         const int64_t n = n0 + r;
         return e * p.n + (n < p.n ? n : p.n - 1);
@@ -171,26 +169,8 @@ __device__ __forceinline__ WeightLoads<kTokens, kNv, kTiled> weight_loads(const 
     WL wl;
 #pragma unroll
     for (int j = 0; j < WL::kPerThread; ++j) {
-        int r = tid / WL::kChunks + j * (kThreads / WL::kChunks), part = tid % WL::kChunks;
-        // The stage's 256 columns are two 128-column blocks of the layout (expert_layout.h): chunks 0-3 and 4-7.
-        // Tiled, the threads take the stage's four 4-KiB runs (64-row group, block) in memory order, so a warp's
-        // copies read 512 contiguous bytes; rows and parts land where the row order puts them. The addresses are a
-        // group's base and constants (the per-row offsets of the first tiled build cost ~200 instructions an item).
-        static_assert(WL::kChunks == 8 && kRows == 2 * kExpertTileRows, "two blocks and two row groups a stage");
-        if constexpr (kTiled) {
-            // Run j (row group j / 2, block j % 2): thread tid's 16 bytes at tid * 16, place tid % 4 of the group's
-            // row tid / 4. A group past N (N % 128 == 64) reads the matrix's last group instead: in bounds, and its
-            // rows' outputs are never stored.
-            static_assert(kThreads == kExpertTileRows * 4, "one 16-byte place a thread and run");
-            const int rr = tid / 4, g = j / 2;
-            r = g * kExpertTileRows + rr;
-            part = j % 2 * 4 + expert_tile_chunk_at(rr, tid % 4);
-            const int64_t n = n0 + g * kExpertTileRows;
-            const int64_t group_row = e * p.n + (n < p.n ? n : p.n - kExpertTileRows);
-            wl.src[j] = m.w + expert_tile_place_offset(group_row, p.k / 2, j % 2, rr, tid % 4);
-        } else {
-            wl.src[j] = m.w + row_of(r) * (p.k / 2) + part * 16;
-        }
+        const int r = tid / WL::kChunks + j * (kThreads / WL::kChunks), part = tid % WL::kChunks;
+        wl.src[j] = m.w + row_of(r) * (p.k / 2) + part * 16;
         wl.dst[j] = Shape<kTokens>::w + r * Shape<kTokens>::w_row_bytes + part * 16;
     }
     wl.loads_scales = tid < kRows;
@@ -211,12 +191,6 @@ __device__ __forceinline__ bool row_codes_foldable(const uint8_t* codes, bool lo
             foldable = foldable && fold(v.x) && fold(v.y) && fold(v.z) && fold(v.w);
         }
     return foldable;
-}
-// Whether every row of the item folds: one thread a row; every thread of the CTA calls it.
-template <int kTokens, bool kNv, bool kTiled>
-__device__ __forceinline__ bool item_codes_foldable(const WeightLoads<kTokens, kNv, kTiled>& wl, int64_t scale_cols,
-                                                    int nv_bias) {
-    return __syncthreads_and(row_codes_foldable<kNv>(wl.scale_src, wl.loads_scales, scale_cols, nv_bias)) != 0;
 }
 
 // A pass's activation loads: only its own `tokens` rows are staged (chunks past them: nullptr); each scale group,
@@ -250,15 +224,15 @@ __device__ __forceinline__ ActivationLoads<kTokens> activation_loads(const Args&
 }
 
 // Stage kt into stage slot `slot`, and at a group's first stage the group's scales into their slot.
-template <int kTokens, bool kNv, bool kTiled>
-__device__ __forceinline__ void load_stage(const WeightLoads<kTokens, kNv, kTiled>& wl,
+template <int kTokens, bool kNv>
+__device__ __forceinline__ void load_stage(const WeightLoads<kTokens, kNv>& wl,
                                            const ActivationLoads<kTokens>& al, unsigned stages_addr,
                                            unsigned groups_addr, int slot, int kt, int tid) {
     using S = Shape<kTokens>;
     using G = ScaleGroup<kTokens, kNv>;
     const unsigned base = stages_addr + slot * S::bytes;
 #pragma unroll
-    for (int j = 0; j < WeightLoads<kTokens, kNv, kTiled>::kPerThread; ++j)
+    for (int j = 0; j < WeightLoads<kTokens, kNv>::kPerThread; ++j)
         cp_async16(base + wl.dst[j], wl.src[j] + kt * wl.stage_stride);
 #pragma unroll
     for (int i = 0; i < ActivationLoads<kTokens>::kPerThread; ++i)
