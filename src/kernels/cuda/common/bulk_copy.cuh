@@ -1,9 +1,8 @@
-// Hopper's bulk copy engine (cp.async.bulk, sm_90) into shared memory, completing on an mbarrier: one instruction
-// copies a contiguous run of bytes (a multiple of 16, both ends 16-byte aligned) and the barrier's phase completes
-// once the bytes announced with it have landed. For rings of stages: each slot has a barrier that one thread arms
-// (the bytes to expect) as it issues the slot's copy, and the threads that consume the slot wait on its parity.
-// The tensor-memory accelerator's 2D copies (a box of rows out of a row-major matrix, described by a tensor map:
-// common/tensor_map.h) complete on the same barriers.
+// Hopper's tensor-memory accelerator (cp.async.bulk.tensor, sm_90) into shared memory, completing on an mbarrier: one
+// instruction copies a 2D box of rows out of a row-major matrix described by a tensor map (common/tensor_map.h), and
+// the barrier's phase completes once the bytes announced with it have landed. For rings of stages: each slot has a
+// barrier that one thread arms (the bytes to expect) as it issues the slot's copy, and the threads that consume the
+// slot wait on its parity.
 #pragma once
 
 #include <cuda.h>
@@ -21,22 +20,10 @@ __device__ __forceinline__ void init_stage_barriers(uint64_t* bars) {
     mbarrier_inits_visible();
 }
 
-// One thread: arms `bar` for `bytes` and copies them from global `src` to shared `dst` (a shared-window address).
-// The slot was last read through ordinary loads, which a CTA barrier ordered before this call; the proxy fence
-// orders them before the copy engine's writes.
-__device__ __forceinline__ void bulk_copy_to_stage(unsigned dst, const void* src, int bytes, uint64_t* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const unsigned b = unsigned(__cvta_generic_to_shared(bar));
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(b)
-                 : "memory");
-#endif
-}
-
-// The same for the box at element (x, y) of the tensor `map` describes (`bytes`: the box's; the map a kernel parameter
-// declared __grid_constant__, or in global memory), landing as the map's swizzle places it.
+// One thread: arms `bar` for `bytes` (the box's) and copies the box at element (x, y) of the tensor `map` describes
+// (a kernel parameter declared __grid_constant__, or in global memory) to shared `dst` (a shared-window address),
+// landing as the map's swizzle places it. The slot was last read through ordinary loads, which a CTA barrier ordered
+// before this call; the proxy fence orders them before the copy engine's writes.
 __device__ __forceinline__ void tensor_copy_to_stage(unsigned dst, const CUtensorMap* map, int x, int y, int bytes,
                                                      uint64_t* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
