@@ -397,7 +397,8 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                 }
                 // The first stage's barrier below orders these stores before any read.
             }
-            // kFactors: stage kt's factors over its rows' codes, by the loader once the stage has landed.
+            // kFactors: stage kt's factors over its rows' codes, by the loader once the stage has landed (its chain
+            // a stage, beside the multiplying warps': the codes' fast path).
             auto make_factors = [&](int kt) {
                 const float as = held_scale[kt];
                 uint8_t* scales = stages + (kt % kStages) * L::bytes + L::w_scale;
@@ -405,12 +406,10 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                 for (int j = 0; j < kScalePer; ++j) {
                     const int r = li + kLoaders * j;
                     if (r >= kRowsPerCta) break;
-                    const uint32_t codes = *reinterpret_cast<const uint32_t*>(scales + r * kScaleRowBytes);
-                    float4 f;
-                    f.x = __fmul_rn(as, e8m0_times_2_14(codes & 0xFFu));
-                    f.y = __fmul_rn(as, e8m0_times_2_14((codes >> 8) & 0xFFu));
-                    f.z = __fmul_rn(as, e8m0_times_2_14((codes >> 16) & 0xFFu));
-                    f.w = __fmul_rn(as, e8m0_times_2_14(codes >> 24));
+                    const float4 ws =
+                        e8m0_word_times_2_14(*reinterpret_cast<const uint32_t*>(scales + r * kScaleRowBytes));
+                    const float4 f = make_float4(__fmul_rn(as, ws.x), __fmul_rn(as, ws.y), __fmul_rn(as, ws.z),
+                                                 __fmul_rn(as, ws.w));
                     *reinterpret_cast<float4*>(scales + r * kScaleRowBytes) = f;
                 }
             };
