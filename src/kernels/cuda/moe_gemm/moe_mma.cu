@@ -413,6 +413,14 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                     *reinterpret_cast<float4*>(scales + r * kScaleRowBytes) = f;
                 }
             };
+            // kFactors: a warp's reads of a stage at offsets fixed for the pass (its two blocks' words of rows g and
+            // g + 8, their factors) and of the held row at a stride a stage, where the general loop below recomputed
+            // each address from the block's index every stage (~15 of the ~91 instructions a warp issued a stage).
+            const int swizzle = kTensor ? (g >> 1) & 3 : 0;  // rows g and g + 8 alike (kTensor above)
+            const int w_at[2] = {L::w + row_g * L::w_pitch + (k_part ^ swizzle) * 16 + 4 * t,
+                                 L::w + row_g * L::w_pitch + ((k_part + kSplit) ^ swizzle) * 16 + 4 * t};
+            const int factor_at = L::w_scale + row_g * kScaleRowBytes + 4 * k_part;  // then + 4 kSplit a block
+            const uint8_t* held_at = held_pairs + 16 * (4 * k_part + t);            // then + 64 kSplit a block
             if constexpr (kFactors) {
                 __syncthreads();  // the held row's scales
                 if (loads) {
@@ -436,9 +444,26 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                 if (!multiplies) continue;
 
                 const uint8_t* st = stages + (kt % kStages) * L::bytes;
+                if constexpr (kFactors) {  // the loop below for these passes (kTn 1, whole stages), addresses fixed
+                    const uint8_t* held = held_at + 256 * kt;
+#pragma unroll
+                    for (int j = 0; j < 4 / kSplit; ++j) {  // blocks b = k_part + kSplit j
+                        const uint8_t* w = st + w_at[j];
+                        uint32_t w0[4], w1[4];
+                        w_decode(*reinterpret_cast<const uint32_t*>(w),
+                                 *reinterpret_cast<const uint32_t*>(w + 8 * L::w_pitch), w0, w1);
+                        const uint4 x = *reinterpret_cast<const uint4*>(held + 64 * kSplit * j);
+                        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        mma_f16(acc, w0, x.x, x.y);
+                        mma_f16(acc, w1, x.z, x.w);
+                        const float* f = reinterpret_cast<const float*>(st + factor_at + 4 * kSplit * j);
+                        sum[0][0] = __fmaf_rn(acc[0], f[0], sum[0][0]);
+                        sum[0][2] = __fmaf_rn(acc[2], f[8 * kScaleRowBytes / 4], sum[0][2]);
+                    }
+                    continue;
+                }
                 const uint8_t* w_g = st + L::w + row_g * L::w_pitch;
                 const uint8_t* w_g8 = w_g + 8 * L::w_pitch;
-                const int swizzle = kTensor ? (g >> 1) & 3 : 0;  // rows g and g + 8 alike (kTensor above)
                 const uint8_t* sc_g = st + L::w_scale + row_g * kScaleRowBytes + lead_g;
                 const uint8_t* sc_g8 = st + L::w_scale + (row_g + 8) * kScaleRowBytes + lead_g8;
                 float as[kTn][2];
