@@ -146,6 +146,12 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
                                                      pair == Pair::kRowTiles32 ? 2 : 1));
     else
         cuda::moe_gemm(p, nullptr);
+    if (pair == Pair::kChosenVsWarpMma) {  // the same launch again: the same bits (no race between its warpgroups)
+        auto y_again = poisoned<uint16_t>(size_t(slots * n), 0x3F);
+        p.y = reinterpret_cast<__nv_bfloat16*>(y_again.get());
+        cuda::moe_gemm(p, nullptr);
+        expect_bitwise_bf16("moe_gemm warpgroup kernel launched twice", to_host(y_again), to_host(y_new));
+    }
     p.y = reinterpret_cast<__nv_bfloat16*>(y_old.get());
     if (strided)
         DSV4_CUDA_CHECK(cuda::detail::launch_moe_gemm_strided(
