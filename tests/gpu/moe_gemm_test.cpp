@@ -99,7 +99,8 @@ enum class Pair {
     kRowTiles32,
     kRowTiles16,
     kSingleSlot,
-    kTensorCopies
+    kTensorCopies,
+    kUnfoldedVsWarpMma
 };
 
 // On a mismatch of the warpgroup kernel against the warp-MMA kernel: the first elements that differ, with what
@@ -168,8 +169,9 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
     const bool strided = pair == Pair::kCompactVsStrided;
     p.path = strided ? cuda::MoeGemmPath::kCudaCore : cuda::MoeGemmPath::kMma;
     // The comparison must be between two kernels: the warpgroup one runs wherever the launcher picks it.
-    if (pair == Pair::kChosenVsWarpMma) {
+    if (pair == Pair::kChosenVsWarpMma || pair == Pair::kUnfoldedVsWarpMma) {
         EXPECT_TRUE(cuda::detail::moe_mma_takes_wgmma(p)) << "no warpgroup kernel";
+        p.fold_scales = pair == Pair::kChosenVsWarpMma;
     }
     const bool row_tiles = pair == Pair::kRowTiles32 || pair == Pair::kRowTiles16;
     if (pair == Pair::kTensorCopies) {  // the single-slot passes' stages by tensor copies, then by 16-byte copies
@@ -184,7 +186,7 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
                                                      pair == Pair::kRowTiles32 ? 2 : 1));
     else
         cuda::moe_gemm(p, nullptr);
-    if (pair == Pair::kChosenVsWarpMma) {  // the same launch again: the same bits (no race between its warpgroups)
+    if (pair == Pair::kChosenVsWarpMma || pair == Pair::kUnfoldedVsWarpMma) {  // again: the same bits (no race)
         auto y_again = poisoned<uint16_t>(size_t(slots * n), 0x3F);
         p.y = reinterpret_cast<__nv_bfloat16*>(y_again.get());
         cuda::moe_gemm(p, nullptr);
@@ -197,19 +199,20 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
     else if (row_tiles || pair == Pair::kTensorCopies)
         DSV4_CUDA_CHECK(cuda::detail::launch_moe_mma(p, cuda::detail::MoeMmaVariant::kWarpMma, nullptr, 4));
     else
-        DSV4_CUDA_CHECK(
-            cuda::detail::launch_moe_mma(p,
-                                         pair == Pair::kChosenVsWarpMma ? cuda::detail::MoeMmaVariant::kWarpMma
-                                         : pair == Pair::kSingleSlot    ? cuda::detail::MoeMmaVariant::kAllSlots
-                                                                        : cuda::detail::MoeMmaVariant::kGeneral,
-                                         nullptr));
-    const char* pair_name = strided                          ? "compact vs strided"
-                            : pair == Pair::kChosenVsWarpMma ? "warpgroup vs warp MMA"
-                            : pair == Pair::kRowTiles32      ? "32- vs 64-row tiles"
-                            : pair == Pair::kRowTiles16      ? "16- vs 64-row tiles"
-                            : pair == Pair::kSingleSlot      ? "single-slot vs any-slot passes"
-                            : pair == Pair::kTensorCopies    ? "tensor vs 16-byte copies"
-                                                             : "whole vs general stages";
+        DSV4_CUDA_CHECK(cuda::detail::launch_moe_mma(
+            p,
+            pair == Pair::kChosenVsWarpMma || pair == Pair::kUnfoldedVsWarpMma ? cuda::detail::MoeMmaVariant::kWarpMma
+            : pair == Pair::kSingleSlot                                        ? cuda::detail::MoeMmaVariant::kAllSlots
+                                                                               : cuda::detail::MoeMmaVariant::kGeneral,
+            nullptr));
+    const char* pair_name = strided                            ? "compact vs strided"
+                            : pair == Pair::kChosenVsWarpMma   ? "warpgroup vs warp MMA"
+                            : pair == Pair::kUnfoldedVsWarpMma ? "warpgroup, scales promoted, vs warp MMA"
+                            : pair == Pair::kRowTiles32        ? "32- vs 64-row tiles"
+                            : pair == Pair::kRowTiles16        ? "16- vs 64-row tiles"
+                            : pair == Pair::kSingleSlot        ? "single-slot vs any-slot passes"
+                            : pair == Pair::kTensorCopies      ? "tensor vs 16-byte copies"
+                                                               : "whole vs general stages";
     char what[224];
     std::snprintf(what, sizeof what, "moe_gemm %s %s%s tokens=%lld experts=%lld topk=%lld N=%lld K=%lld slot bound=%d",
                   pair_name, nvfp4 ? "nvfp4" : "mxfp4",
@@ -219,7 +222,8 @@ void compare_grids(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, int6
                   (long long)tokens,
                   (long long)experts, (long long)topk, (long long)n, (long long)k, p.max_slots_per_expert);
     const std::vector<uint16_t> got = to_host(y_new), want = to_host(y_old);
-    if (pair == Pair::kChosenVsWarpMma && got != want) describe_mismatches(got, want, routing, stacked, n, k, nvfp4);
+    if ((pair == Pair::kChosenVsWarpMma || pair == Pair::kUnfoldedVsWarpMma) && got != want)
+        describe_mismatches(got, want, routing, stacked, n, k, nvfp4);
     expect_bitwise_bf16(what, got, want);
 }
 
@@ -411,6 +415,22 @@ TEST(MoeGemm, WarpgroupKernelEqualsWarpMmaBitwise) {
         compare_grids(rng, 20, 16, 6, 200, 1024, nvfp4, true, 16, kEvery, kPair);       // 8: several, odd N, scales
         compare_grids(rng, 256, 256, 6, 4096, 2048, nvfp4, false, 128, kEdges, kPair);  // 32: the fold's edges
         compare_grids(rng, 512, 256, 6, 2048, 4096, nvfp4, false, 512, kEdges, kPair);  // 64: the fold's edges
+    }
+}
+
+// With the fold off (MoeGemmParams::fold_scales) the wide passes promote their block scales as the warp-MMA kernel
+// does: the same bits in every case, the fold's edges included, where the folded passes likely differ in rare elements
+// (docs/perf.md, "An NVFP4 fold-edge case where the warpgroup kernel and the warp-MMA kernel differ": seed 2261676159
+// gave one).
+TEST(MoeGemm, UnfoldedWarpgroupKernelEqualsWarpMmaBitwise) {
+    DSV4_REQUIRE_GPU();
+    if (!cuda::device_has_wgmma()) GTEST_SKIP() << "wgmma needs compute capability 9.0";
+    Rng rng;
+    constexpr Pair kPair = Pair::kUnfoldedVsWarpMma;
+    for (bool nvfp4 : {false, true}) {
+        compare_grids(rng, 256, 256, 6, 4096, 2048, nvfp4, false, 128, kEdges, kPair);  // 32-slot passes
+        compare_grids(rng, 512, 256, 6, 2048, 4096, nvfp4, false, 512, kEdges, kPair);  // 64-slot passes
+        compare_grids(rng, 90, 32, 4, 264, 2048, nvfp4, false, 128, kEvery, kPair);     // every scale code
     }
 }
 

@@ -81,6 +81,7 @@ struct BenchArgs {
     bool swiglu_apart = false;              // CudaOptions::swiglu_in_w2 off (likewise)
     bool post_mix_apart = false;            // CudaOptions::post_mix_in_wo_b off (likewise)
     bool expert_copies16 = false;           // CudaOptions::expert_tensor_copies off
+    bool expert_fold_off = false;           // CudaOptions::expert_scale_fold off
     bool profile_range = false;  // cudaProfilerStart / Stop around the timed single-sequence steps
     ParallelFlags parallel;  // --gpus ...: the model over several GPUs (ranks.h); rank 0 measures and prints
     std::string backend;     // --backend: only "cuda" (accepted for scripts that pass it to every model command)
@@ -328,6 +329,7 @@ BenchModel make_bench_model(const BenchArgs& a, int64_t layers) {
     options.swiglu_in_w2 = !a.swiglu_apart;
     options.post_mix_in_wo_b = !a.post_mix_apart;
     options.expert_tensor_copies = !a.expert_copies16;
+    options.expert_scale_fold = !a.expert_fold_off;
     auto make = [&](const ExpertParallel& ep) -> std::unique_ptr<Backend> {
         options.expert_parallel = ep;
         return std::make_unique<CudaModel>(config, std::move(weights), Numerics::kModel, options);
@@ -700,6 +702,9 @@ void add_bench_command(CLI::App& app) {
         "--expert-copies16", a->expert_copies16,
         "Copy the batch-1 routed-expert passes' weight stages by 16-byte cp.async instead of one tensor-map "
         "copy a stage (CudaOptions::expert_tensor_copies off; the same bits, to measure what the copies buy)");
+    cmd->add_flag("--expert-fold-off", a->expert_fold_off,
+                  "Promote the block scales of prefill's wide routed-expert passes instead of folding them into the "
+                  "weights (CudaOptions::expert_scale_fold off; to measure what the fold buys)");
     cmd->add_flag("--swiglu-apart", a->swiglu_apart,
                   "Run the routed experts' SwiGLU as its own launch (CudaOptions::swiglu_in_w2 off; the same bits, to "
                   "measure what computing it in w2 buys)");

@@ -119,6 +119,11 @@ struct CudaOptions {
     // their 16-byte copies were not (docs/perf.md, "The batch-1 routed-expert passes copy their stages by the
     // tensor-memory accelerator"). Off: their 16-byte copies; the same bits.
     bool expert_tensor_copies = true;
+    // The wide routed-expert passes of prefill fold power-of-two block scales into the weights
+    // (cuda::MoeGemmParams::fold_scales), 7 % of an 8k prefill when it came (docs/perf.md); likely not the promoted
+    // passes' bits in rare elements ("An NVFP4 fold-edge case ..."). Off: every pass promotes, the same bits whatever
+    // the pass width.
+    bool expert_scale_fold = true;
     // The most pinned host memory the logits' copy to the host takes; a piece wanting more logits (every position of
     // a long prefill) goes through it in slices, the same values.
     size_t logit_staging_bytes = size_t(256) << 20;  // a decode step of 519 sequences at V4's vocabulary in one slice

@@ -178,6 +178,7 @@ void CudaModel::Impl::moe(int64_t layer) {
         p.w_scale = e.scale;
         p.w_global = e.global;
         p.tensor_copies = options.expert_tensor_copies;
+        p.fold_scales = options.expert_scale_fold;
         p.y = y;
         if (second) p.second = {static_cast<const uint8_t*>(second->data), second->scale, second->global, y_second};
         p.experts = held.count;

@@ -70,6 +70,11 @@ struct MoeGemmParams {
     // The single-slot passes (a batch-1 step) copy each weight stage of a 64-row tile as one 2D copy of the
     // tensor-memory accelerator (sm_90+; N % 64 == 0, K % 128 == 0). The same bits; off: their 16-byte copies.
     bool tensor_copies = true;
+    // The wide passes (32 and 64 slots on sm_90) fold power-of-two block scales into the decoded weights where an
+    // item's codes allow it, which likely changes a bit where a folded weight crosses f16's normal/subnormal line
+    // (docs/perf.md, "An NVFP4 fold-edge case where the warpgroup kernel and the warp-MMA kernel differ"). Off: they
+    // promote the scales as every other pass does.
+    bool fold_scales = true;
     MoeGemmPath path = MoeGemmPath::kMma;
 };
 

@@ -673,6 +673,7 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaSt
     args.n = p.n;
     args.k = p.k;
     args.swiglu = p.swiglu;
+    args.fold_scales = p.fold_scales;
     const int tokens = moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert);
     if (variant == MoeMmaVariant::kChosen && moe_mma_takes_wgmma(p)) {
         if (p.swiglu.gate) return cudaErrorInvalidValue;  // moe_gemm_computes_swiglu

@@ -34,6 +34,7 @@ struct Args {
     int mat_count;
     int64_t experts, n, k;
     MoeGemmSwiglu swiglu;  // gate != nullptr: the activations are computed from W1 x and W3 x (moe_mma.cu only)
+    bool fold_scales;      // MoeGemmParams::fold_scales (moe_wgmma_specialized.cu)
 };
 
 // Bytes of shared memory the list of active experts takes (16-byte aligned, so what follows stays aligned).

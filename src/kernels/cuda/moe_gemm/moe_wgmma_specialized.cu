@@ -287,7 +287,8 @@ __global__ void __launch_bounds__(kAllThreads, 1) moe_wgmma_specialized_kernel(A
         const int64_t scale_cols = kNv ? p.k / 16 : p.k / 32;
         const bool row_folds = row_codes_foldable<kNv>(m.w_scale + code_row * scale_cols, ct < kRows, scale_cols,
                                                        kNv ? nvfp4_fold_bias(global) : 0);
-        const bool folded = named_barrier_and(2, kThreads, row_folds);  // every row of the item (the consumers only)
+        // every row of the item (the consumers only)
+        const bool folded = named_barrier_and(2, kThreads, row_folds && p.fold_scales);
         for (; walk.s0 < walk.end; walk.s0 += kTokens) {
             const int64_t s0 = walk.s0;
             const int tokens = walk.end - s0 < kTokens ? int(walk.end - s0) : kTokens;
