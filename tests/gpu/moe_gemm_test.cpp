@@ -274,35 +274,33 @@ TEST(MoeGemm, NarrowRowTilesEqualWideBitwise) {
         }
 }
 
+// The batch-1 shapes of the single-slot passes' comparisons: w1 | w3 and w2 on one GPU, one of two GPUs' share, and
+// every scale code (at N `every_code_n`), both formats.
+void compare_batch1_passes(Pair pair, int64_t every_code_n) {
+    Rng rng;
+    for (bool nvfp4 : {false, true}) {
+        compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 1, kCkpt, pair);          // w1/w3 at batch 1
+        compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, kCkpt, pair);          // w2 at batch 1
+        compare_grids(rng, 1, 128, 3, 2048, 4096, nvfp4, false, 1, kCkpt, pair);          // one of two GPUs' share
+        compare_grids(rng, 1, 32, 4, every_code_n, 2048, nvfp4, false, 1, kEvery, pair);  // every scale code
+    }
+}
+
 // Where no expert holds two slots (batch-1 decode) the warp-MMA kernel's passes promote only the slot they store;
 // the stored outputs are those of the passes for any slots: one token (score and hash routing's single slots), both
-// formats, every row tile, every scale code.
+// formats, every row tile, every scale code at an odd N.
 TEST(MoeGemm, SingleSlotPassesEqualAnySlotPassesBitwise) {
     DSV4_REQUIRE_GPU();
-    Rng rng;
-    constexpr Pair kPair = Pair::kSingleSlot;
-    for (bool nvfp4 : {false, true}) {
-        compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 1, kCkpt, kPair);  // w1/w3 at batch 1
-        compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, kCkpt, kPair);  // w2 at batch 1
-        compare_grids(rng, 1, 128, 3, 2048, 4096, nvfp4, false, 1, kCkpt, kPair);  // one of two GPUs' share
-        compare_grids(rng, 1, 32, 4, 264, 2048, nvfp4, false, 1, kEvery, kPair);     // every scale code, odd N
-    }
+    compare_batch1_passes(Pair::kSingleSlot, 264);
 }
 
 // The single-slot passes' weight stages copied by the tensor-memory accelerator out of the rows (landing with the
 // 64-byte swizzle, which the reads undo) give the bits of their 16-byte copies: w1 | w3 and w2 at batch 1, both
-// formats, one and two GPUs' shares, every scale code; on devices without the accelerator both sides take the 16-byte
-// copies.
+// formats, one and two GPUs' shares, every scale code (N 256: the tensor copies take whole 64-row tiles); on devices
+// without the accelerator both sides take the 16-byte copies.
 TEST(MoeGemm, TensorCopiedStagesEqualCopiedRowsBitwise) {
     DSV4_REQUIRE_GPU();
-    Rng rng;
-    constexpr Pair kPair = Pair::kTensorCopies;
-    for (bool nvfp4 : {false, true}) {
-        compare_grids(rng, 1, 256, 6, 2048, 4096, nvfp4, false, 1, kCkpt, kPair);  // w1/w3 at batch 1
-        compare_grids(rng, 1, 256, 6, 4096, 2048, nvfp4, false, 1, kCkpt, kPair);  // w2 at batch 1
-        compare_grids(rng, 1, 128, 3, 2048, 4096, nvfp4, false, 1, kCkpt, kPair);  // one of two GPUs' share
-        compare_grids(rng, 1, 32, 4, 256, 2048, nvfp4, false, 1, kEvery, kPair);   // every scale code
-    }
+    compare_batch1_passes(Pair::kTensorCopies, 256);
 }
 
 // w2 computing its input from W1 x and W3 x (MoeGemmSwiglu) gives the bits of cuda::swiglu (quantizing for w2)

@@ -490,7 +490,7 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                     uint32_t w0[4], w1[4];
                     w_fragments<kNv>(w_g, w_g8, b ^ swizzle, t, w0, w1);
                     float ws_g[2], ws_g8[2];
-                    if constexpr (!kFactors) w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
+                    w_scales<kNv>(sc_g, sc_g8, b, global, ws_g, ws_g8);
 #pragma unroll
                     for (int nt = 0; nt < kTn; ++nt) {
                         uint4 x;  // the f16 pairs: x.x, x.y the first MMA's b0, b1; x.z, x.w the second's
@@ -507,12 +507,7 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                             for (int i = 0; i < 4; ++i) acc[i] = 0.0f;
                         }
                         mma_f16(acc, w1, x.z, x.w);
-                        if constexpr (kFactors) {  // promote's FFMAs with its factors
-                            sum[nt][0] = __fmaf_rn(acc[0], reinterpret_cast<const float*>(sc_g)[b], sum[nt][0]);
-                            sum[nt][2] = __fmaf_rn(acc[2], reinterpret_cast<const float*>(sc_g8)[b], sum[nt][2]);
-                        } else {
-                            promote<kSingle>(sum[nt], acc, ws_g[1], ws_g8[1], as[nt][0], as[nt][1]);
-                        }
+                        promote<kSingle>(sum[nt], acc, ws_g[1], ws_g8[1], as[nt][0], as[nt][1]);
                     }
                 }
             }
