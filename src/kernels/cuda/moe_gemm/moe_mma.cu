@@ -349,10 +349,14 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
 #pragma unroll
                 for (int i = 0; i < 4; ++i) sum[nt][i] = 0.0f;
 
+            // kFactors with an even stage count (every V4 shape): the stages two at a time between CTA barriers (the
+            // loop at the end of this pass), so the prologue leaves two slots free for the first refill.
+            const bool pairs = kFactors && kt_count % 2 == 0;
+            const int ahead = pairs ? kStages - 2 : kStages - 1;
             if (loads)
 #pragma unroll
                 for (int s = 0; s < kStages - 1; ++s) {
-                    if (s < kt_count) load(s, s);
+                    if (s < kt_count && s < ahead) load(s, s);
                     cp_async_commit();
                 }
             if constexpr (kRowHeld) {
@@ -421,14 +425,66 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                                  L::w + row_g * L::w_pitch + ((k_part + kSplit) ^ swizzle) * 16 + 4 * t};
             const int factor_at = L::w_scale + row_g * kScaleRowBytes + 4 * k_part;  // then + 4 kSplit a block
             const uint8_t* held_at = held_pairs + 16 * (4 * k_part + t);            // then + 64 kSplit a block
+            // kFactors: stage kt's products into the sum, by the multiplying warps (see below).
+            auto multiply_held_stage = [&](int kt) {
+                const uint8_t* st = stages + (kt % kStages) * L::bytes;
+                const uint8_t* held = held_at + 256 * kt;
+#pragma unroll
+                for (int j = 0; j < 4 / kSplit; ++j) {  // blocks b = k_part + kSplit j
+                    const uint8_t* w = st + w_at[j];
+                    uint32_t w0[4], w1[4];
+                    w_decode(*reinterpret_cast<const uint32_t*>(w),
+                             *reinterpret_cast<const uint32_t*>(w + 8 * L::w_pitch), w0, w1);
+                    const uint4 x = *reinterpret_cast<const uint4*>(held + 64 * kSplit * j);
+                    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mma_f16(acc, w0, x.x, x.y);
+                    mma_f16(acc, w1, x.z, x.w);
+                    const float* f = reinterpret_cast<const float*>(st + factor_at + 4 * kSplit * j);
+                    sum[0][0] = __fmaf_rn(acc[0], f[0], sum[0][0]);
+                    sum[0][2] = __fmaf_rn(acc[2], f[8 * kScaleRowBytes / 4], sum[0][2]);
+                }
+            };
             if constexpr (kFactors) {
                 __syncthreads();  // the held row's scales
                 if (loads) {
-                    cp_async_wait<kStages - 2>();
-                    make_factors(0);
+                    if (pairs) {  // the prologue's groups: stages 0 .. kStages - 3, then an empty one
+                        cp_async_wait<kStages - 3>();
+                        make_factors(0);
+                        make_factors(1);
+                    } else {
+                        cp_async_wait<kStages - 2>();
+                        make_factors(0);
+                    }
                 }
             }
-            for (int kt = 0; kt < kt_count; ++kt) {
+            // Two stages a CTA barrier: each warp's chains of two stages between barriers, half the barriers (the
+            // stage's time was its warps' latency between two barriers, not their instructions: docs/perf.md, "The
+            // batch-1 expert passes' loader"). The loader refills the two slots the previous pair read and makes the
+            // next pair's factors; the same products in the same order.
+            for (int kt = 0; pairs && kt < kt_count; kt += 2) {
+                if constexpr (kTensor)
+                    if (loads) {
+                        wait_stage_barrier(stage_full + kt % kStages, full_parity, kt % kStages);
+                        wait_stage_barrier(stage_full + (kt + 1) % kStages, full_parity, (kt + 1) % kStages);
+                    }
+                __syncthreads();
+                if (loads) {
+                    for (int s = kt + kStages - 2; s < kt + kStages; ++s) {
+                        if (s < kt_count) load(s % kStages, s);
+                        cp_async_commit();
+                    }
+                    if (kt + 2 < kt_count) {  // groups of stages up to kt + 3 done: at most the four after pending
+                        cp_async_wait<kStages - 4>();
+                        make_factors(kt + 2);
+                        make_factors(kt + 3);
+                    }
+                }
+                if (multiplies) {
+                    multiply_held_stage(kt);
+                    multiply_held_stage(kt + 1);
+                }
+            }
+            for (int kt = 0; !pairs && kt < kt_count; ++kt) {
                 if (loads && !kFactors) cp_async_wait<kStages - 2>();
                 if constexpr (kTensor)
                     if (loads) wait_stage_barrier(stage_full + kt % kStages, full_parity, kt % kStages);
@@ -443,25 +499,11 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                 }
                 if (!multiplies) continue;
 
-                const uint8_t* st = stages + (kt % kStages) * L::bytes;
-                if constexpr (kFactors) {  // the loop below for these passes (kTn 1, whole stages), addresses fixed
-                    const uint8_t* held = held_at + 256 * kt;
-#pragma unroll
-                    for (int j = 0; j < 4 / kSplit; ++j) {  // blocks b = k_part + kSplit j
-                        const uint8_t* w = st + w_at[j];
-                        uint32_t w0[4], w1[4];
-                        w_decode(*reinterpret_cast<const uint32_t*>(w),
-                                 *reinterpret_cast<const uint32_t*>(w + 8 * L::w_pitch), w0, w1);
-                        const uint4 x = *reinterpret_cast<const uint4*>(held + 64 * kSplit * j);
-                        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                        mma_f16(acc, w0, x.x, x.y);
-                        mma_f16(acc, w1, x.z, x.w);
-                        const float* f = reinterpret_cast<const float*>(st + factor_at + 4 * kSplit * j);
-                        sum[0][0] = __fmaf_rn(acc[0], f[0], sum[0][0]);
-                        sum[0][2] = __fmaf_rn(acc[2], f[8 * kScaleRowBytes / 4], sum[0][2]);
-                    }
+                if constexpr (kFactors) {  // these passes' stage (kTn 1, whole stages) at its fixed offsets
+                    multiply_held_stage(kt);
                     continue;
                 }
+                const uint8_t* st = stages + (kt % kStages) * L::bytes;
                 const uint8_t* w_g = st + L::w + row_g * L::w_pitch;
                 const uint8_t* w_g8 = w_g + 8 * L::w_pitch;
                 const uint8_t* sc_g = st + L::w_scale + row_g * kScaleRowBytes + lead_g;
