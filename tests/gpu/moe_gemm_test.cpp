@@ -14,6 +14,7 @@
 #include "kernels/cuda/moe_expert/moe_expert.h"
 #include "kernels/cuda/moe_gemm/moe_gemm.h"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
+#include "kernels/cuda/moe_gemm/scale_fold.h"
 #include "moe_test_common.h"
 
 namespace dsv4::gpu_test {
@@ -105,19 +106,17 @@ enum class Pair {
 
 // On a mismatch of the warpgroup kernel against the warp-MMA kernel: the first elements that differ, with what
 // decides the warpgroup kernel's path for them (its expert, the expert's global scale, the number of codes in the
-// 128-row item that keep it from folding its scales: moe_mma_common.cuh's rules, and the row's codes), so that a rare
-// failure of a random case says what it hit. One NVFP4 fold-edge case at 64-slot passes differed by one bf16 ulp in
-// one element of 6.3 M on an H100 (2026-12-07, DSV4_TEST_SEED=2261676159); not yet explained.
+// 128-row item that keep it from folding its scales: scale_fold.h's rule, and the row's codes), so that a rare
+// failure of a random case says what it hit. It found the fold's lower edge too low (factors 2^-9, an NVFP4 fold-edge
+// case at 64-slot passes, one bf16 ulp in one element of 6.3 M; DSV4_TEST_SEED=2261676159 on 2026-12-07's tests).
 void describe_mismatches(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want, const Routing& routing,
                          const StackedExperts& stacked, int64_t n, int64_t k, bool nvfp4) {
     const int64_t scale_cols = nvfp4 ? k / 16 : k / 32;
     auto codes_of = [&](int64_t row) { return stacked.scale.data() + size_t(row * scale_cols); };
     auto foldable = [&](uint8_t code, float global) {
-        if (!nvfp4) return code >= 104 && code <= 128;
-        const uint32_t bits = float_bits(global), e = bits >> 23;
-        const int bias = (bits & 0x7FFFFF) == 0 && e >= 1 && e <= 254 ? int(e) - 127 + 22 : -1;
-        const int exponent = (code >> 3) & 15;
-        return bias >= 0 && (code & 0x87) == 0 && exponent >= 1 && exponent + bias >= 6 && exponent + bias <= 30;
+        return nvfp4
+                   ? cuda::moe_mma::e4m3_code_foldable(code, cuda::moe_mma::nvfp4_fold_bias_of_bits(float_bits(global)))
+                   : cuda::moe_mma::e8m0_code_foldable(code);
     };
     int differ = 0;
     for (size_t i = 0; i < got.size(); ++i) {

@@ -35,12 +35,13 @@ inline Routing route(Rng& rng, int64_t tokens, int64_t experts, int64_t topk, bo
 }
 
 // The scale codes of a comparison: random_fp4_weight's checkpoint-like ones; every code but NaN (stacked_experts); or
-// the edges of the range the warpgroup kernel folds into the weights (f16 weights from the subnormal 2^-24 up to 12)
-// with codes just outside it in some experts, whose tiles with that row are then promoted unfolded while the others
-// fold in the same launch. MXFP4: codes 104 and 128, one 103 or 129 in every other expert. NVFP4 (powers of two, as
-// NVIDIA's lossless cast gives): even experts a global of 2^-17 and codes 2^-6 and 2^8 (factors 2^-9 and 2^5), odd
-// ones a global of 1 and codes 2^-6 and 2^1 (factors 2^8 and 2^15), with one code 2^2 (factor 2^16) or 2.25 (not a
-// power of two) in every other odd expert; every eighth expert a global of 0.75 (nothing folds).
+// the edges of the range the warpgroup kernel folds into the weights (kernels/cuda/moe_gemm/scale_fold.h: factors
+// 2^-6 .. 2^15) with codes just outside it in some experts, whose tiles with that row are then promoted unfolded while
+// the others fold in the same launch. MXFP4: codes 107 and 128, one 106 or 129 in every other expert. NVFP4 (powers
+// of two, as NVIDIA's lossless cast gives): even experts a global of 2^-17 and codes 2^-3 and 2^8 (factors 2^-6 and
+// 2^5), with one code 2^-4 (factor 2^-7) in every other even expert; odd ones a global of 1 and codes 2^-6 and 2^1
+// (factors 2^8 and 2^15), with one code 2^2 (factor 2^16) or 2.25 (not a power of two) in every other odd expert;
+// every eighth expert a global of 0.75 (nothing folds).
 enum class Scales { kCheckpoint, kEveryCode, kFoldEdges };
 constexpr Scales kCkpt = Scales::kCheckpoint, kEvery = Scales::kEveryCode, kEdges = Scales::kFoldEdges;
 
@@ -54,14 +55,17 @@ inline StackedExperts stacked_experts(Rng& rng, int64_t experts, int64_t n, int6
     for (int64_t e = 0; e < experts; ++e) {
         HostWeight we = random_fp4_weight(rng, n, k, nvfp4);
         if (scales == Scales::kFoldEdges && !nvfp4) {
-            for (size_t i = 0; i < we.scale.size(); ++i) we.scale[i] = rng.engine()() % 2 ? 104 : 128;
-            if (e % 2) we.scale[size_t(rng.engine()() % we.scale.size())] = e % 4 == 1 ? 103 : 129;
+            for (size_t i = 0; i < we.scale.size(); ++i) we.scale[i] = rng.engine()() % 2 ? 107 : 128;
+            if (e % 2) we.scale[size_t(rng.engine()() % we.scale.size())] = e % 4 == 1 ? 106 : 129;
         }
         float global = nvfp4 ? rng.uniform(0.001f, 3.0f) : 1.0f;
         if (scales == Scales::kFoldEdges && nvfp4) {  // e4m3 codes 0 EEEE 000: 2^(E - 7)
-            const uint8_t high = e % 2 ? 0x40 : 0x78;  // 2^1 with global 1, 2^8 with global 2^-17
-            for (size_t i = 0; i < we.scale.size(); ++i) we.scale[i] = rng.engine()() % 2 ? 0x08 : high;
-            if (e % 2) we.scale[size_t(rng.engine()() % we.scale.size())] = e % 4 == 1 ? 0x48 : 0x41;
+            const uint8_t low = e % 2 ? 0x08 : 0x20,
+                          high = e % 2 ? 0x40 : 0x78;  // global 1: 2^-6, 2^1; 2^-17: 2^-3, 2^8
+            for (size_t i = 0; i < we.scale.size(); ++i) we.scale[i] = rng.engine()() % 2 ? low : high;
+            const size_t outside = size_t(rng.engine()() % we.scale.size());
+            if (e % 2) we.scale[outside] = e % 4 == 1 ? 0x48 : 0x41;
+            if (e % 4 == 2) we.scale[outside] = 0x18;  // 2^-4: factor 2^-7
             global = e % 8 == 6 ? 0.75f : e % 2 ? 1.0f : 0x1p-17f;
         }
         if (scales == Scales::kEveryCode)

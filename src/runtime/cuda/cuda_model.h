@@ -120,9 +120,9 @@ struct CudaOptions {
     // tensor-memory accelerator"). Off: their 16-byte copies; the same bits.
     bool expert_tensor_copies = true;
     // The wide routed-expert passes of prefill fold power-of-two block scales into the weights
-    // (cuda::MoeGemmParams::fold_scales), 7 % of an 8k prefill when it came (docs/perf.md); likely not the promoted
-    // passes' bits in rare elements ("An NVFP4 fold-edge case ..."). Off: every pass promotes, the same bits whatever
-    // the pass width.
+    // (cuda::MoeGemmParams::fold_scales), where the tensor cores give the promoted passes' bits (scale_fold.h's
+    // factors): 6.5 % of an 8k prefill's tokens/s (docs/perf.md, "The scale fold's premise on the tensor cores").
+    // Off: every pass promotes; the same bits.
     bool expert_scale_fold = true;
     // The most pinned host memory the logits' copy to the host takes; a piece wanting more logits (every position of
     // a long prefill) goes through it in slices, the same values.

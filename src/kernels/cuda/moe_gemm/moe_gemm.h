@@ -71,9 +71,8 @@ struct MoeGemmParams {
     // tensor-memory accelerator (sm_90+; N % 64 == 0, K % 128 == 0). The same bits; off: their 16-byte copies.
     bool tensor_copies = true;
     // The wide passes (32 and 64 slots on sm_90) fold power-of-two block scales into the decoded weights where an
-    // item's codes allow it, which likely changes a bit where a folded weight crosses f16's normal/subnormal line
-    // (docs/perf.md, "An NVFP4 fold-edge case where the warpgroup kernel and the warp-MMA kernel differ"). Off: they
-    // promote the scales as every other pass does.
+    // item's codes allow it (scale_fold.h: the factors whose folded sums the tensor cores give bit for bit). Off: they
+    // promote the scales as every other pass does; the same bits.
     bool fold_scales = true;
     MoeGemmPath path = MoeGemmPath::kMma;
 };

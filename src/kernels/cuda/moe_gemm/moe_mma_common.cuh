@@ -11,6 +11,7 @@
 #include "kernels/cuda/common/e4m3_pairs.cuh"
 #include "kernels/cuda/gemm_fp8/skinny_operands.cuh"
 #include "kernels/cuda/moe_gemm/moe_gemm.h"
+#include "kernels/cuda/moe_gemm/scale_fold.h"
 
 namespace dsv4::cuda::moe_mma {
 
@@ -231,31 +232,29 @@ __device__ __forceinline__ void mxfp4_block_scales(const uint8_t* sc_g, const ui
     }
 }
 
-// MXFP4 block scales folded into the decoded weights (moe_wgmma.cu's wide passes, where the promotions' FMULs were a
-// fifth of the instructions): a weight w_dec = e2m1 x 2^-14 times the f16 2^(e - 113) is e2m1 x 2^(e - 127), exact
-// in f16 (subnormal from 2^-24) for codes e in [104, 128], and the tensor cores' sum of products scaled by a power
-// of two is their unscaled sum times it, so fma(acc', a_scale, sum) is promote's fma(acc, a_scale x 2^(e - 113),
-// sum) bit for bit (tests/gpu/moe_gemm_test.cpp compares the two kernels). Real checkpoints' codes are ~110-130.
+// Block scales folded into the decoded weights (moe_wgmma.cu's wide passes, where the promotions' FMULs were a fifth
+// of the instructions): a weight w_dec = e2m1 x 2^-14 times the f16 factor 2^k of its scale gives the tensor cores'
+// sum times 2^k, so fma(acc', a_scale, sum) is promote's fma(acc, a_scale x 2^k, sum) bit for bit, for the factors of
+// scale_fold.h's rule (why not for all: its header; tests/gpu/moe_gemm_test.cpp compares the two kernels, and
+// tests/gpu/tensor_core_sum_test.cu the tensor cores' sums). MXFP4: code e, factor 2^(e - 113); real checkpoints'
+// codes are ~110-130.
 __device__ __forceinline__ bool e8m0_codes_foldable(uint32_t codes) {
-    return (__vcmpgeu4(codes, 0x68686868u) & __vcmpleu4(codes, 0x80808080u)) == 0xFFFFFFFFu;
+    return (__vcmpgeu4(codes, kFoldLowestE8m0 * 0x01010101u) & __vcmpleu4(codes, kFoldHighestE8m0 * 0x01010101u)) ==
+           0xFFFFFFFFu;
 }
 // Code e's factor 2^(e - 113) as an f16 pair (exponent field e - 98).
 __device__ __forceinline__ uint32_t e8m0_fold_factor(uint32_t e) {
     return (e - 98u) * 0x04000400u;
 }
-// NVFP4 scales folded the same way where they are powers of two (NVIDIA's releases are a lossless cast of the MXFP4
-// experts: e4m3 scale x global = the E8M0 scale): code c = 0 EEEE 000 (a normal power of two 2^(E - 7)) and global 2^G
-// give the factor 2^(E - 7) x 2^G x 2^14 = 2^(E + G + 7), folded where it lies in [2^-9, 2^15] as MXFP4's: f16
-// exponent field E + bias with bias = G + 22, in [6, 30]. nvfp4_fold_bias: the bias, or -1 where the global is not a
-// positive normal power of two (nothing folds).
+// NVFP4 where its scales are powers of two (scale_fold.h): the factor's f16 exponent field is the code's exponent
+// field E plus nvfp4_fold_bias(global), or nothing folds where that is -1.
 __device__ __forceinline__ int nvfp4_fold_bias(float global) {
-    const uint32_t bits = __float_as_uint(global), e = bits >> 23;
-    return (bits & 0x7FFFFFu) == 0 && e >= 1 && e <= 254 ? int(e) - 127 + 22 : -1;
+    return nvfp4_fold_bias_of_bits(__float_as_uint(global));
 }
-// Whether four e4m3 codes are powers of two whose factors fold under `bias` (>= 0): mantissa and sign 0, exponent
-// field E in [1, 15] with E + bias in [6, 30].
+// Whether four e4m3 codes are powers of two whose factors fold under `bias` (>= 0): sign and mantissa 0, exponent
+// field E in [nvfp4_fold_lowest_field(bias), nvfp4_fold_highest_field(bias)] (scale_fold.h's e4m3_code_foldable).
 __device__ __forceinline__ bool e4m3_codes_foldable(uint32_t codes, int bias) {
-    const int lo = max(1, 6 - bias), hi = min(15, 30 - bias);
+    const int lo = nvfp4_fold_lowest_field(bias), hi = nvfp4_fold_highest_field(bias);
     if (lo > hi) return false;
     const uint32_t e = (codes >> 3) & 0x0F0F0F0Fu;
     return (codes & 0x87878787u) == 0 &&
