@@ -59,9 +59,9 @@ inline StackedExperts stacked_experts(Rng& rng, int64_t experts, int64_t n, int6
             if (e % 2) we.scale[size_t(rng.engine()() % we.scale.size())] = e % 4 == 1 ? 106 : 129;
         }
         float global = nvfp4 ? rng.uniform(0.001f, 3.0f) : 1.0f;
-        if (scales == Scales::kFoldEdges && nvfp4) {  // e4m3 codes 0 EEEE 000: 2^(E - 7)
-            const uint8_t low = e % 2 ? 0x08 : 0x20,
-                          high = e % 2 ? 0x40 : 0x78;  // global 1: 2^-6, 2^1; 2^-17: 2^-3, 2^8
+        if (scales == Scales::kFoldEdges && nvfp4) {
+            // e4m3 codes 0 EEEE 000 are 2^(E - 7): 2^-6 and 2^1 beside a global of 1, 2^-3 and 2^8 beside 2^-17
+            const uint8_t low = e % 2 ? 0x08 : 0x20, high = e % 2 ? 0x40 : 0x78;
             for (size_t i = 0; i < we.scale.size(); ++i) we.scale[i] = rng.engine()() % 2 ? low : high;
             const size_t outside = size_t(rng.engine()() % we.scale.size());
             if (e % 2) we.scale[outside] = e % 4 == 1 ? 0x48 : 0x41;
