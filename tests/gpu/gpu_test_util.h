@@ -50,11 +50,15 @@ std::vector<T> to_host(const cuda::DeviceBuffer<T>& d) {
     return host;
 }
 
-// An output buffer filled with `byte` in every byte. 0xFF is NaN for f32, bf16, e4m3 and E8M0 alike.
+// An output buffer filled with `byte` in every byte. 0xFF is NaN for f32, bf16, e4m3 and E8M0 alike. The fill is
+// waited for: cudaMemset runs on the legacy stream, which a launch on a non-blocking stream (a test's graph replay)
+// does not wait for, so an unfinished fill could land on the outputs after the kernels wrote them (it did once, in
+// MoeRoutingGpu's graph replay under 14 concurrent test processes).
 template <typename T>
 cuda::DeviceBuffer<T> poisoned(size_t count, uint8_t byte = 0xFF) {
     cuda::DeviceBuffer<T> d(count);
     if (count) DSV4_CUDA_CHECK(cudaMemset(d.get(), byte, d.bytes()));
+    DSV4_CUDA_CHECK(cudaDeviceSynchronize());
     return d;
 }
 template <typename T>
