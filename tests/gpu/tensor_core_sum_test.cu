@@ -18,6 +18,7 @@
 #include "gpu_test_util.h"
 #include "kernels/cuda/common/device_buffer.h"
 #include "kernels/cuda/common/e4m3_pairs.cuh"
+#include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/moe_gemm/moe_mma_common.cuh"
 #include "kernels/cuda/moe_gemm/scale_fold.h"
 
@@ -123,6 +124,9 @@ std::vector<std::vector<Count>> probe_table(int k_lo, int k_hi, uint64_t seed) {
 
 TEST(TensorCoreSum, FoldIsExactOverTheFoldedFactors) {
     DSV4_REQUIRE_GPU();
+    // The window was measured on sm_90, and only sm_90's warpgroup kernels fold; another generation's tensor cores
+    // need their own measurement before a kernel of theirs folds.
+    if (!cuda::device_has_wgmma()) GTEST_SKIP() << "the scale fold runs only in sm_90's warpgroup kernels";
     gpu_test::Rng rng;
     constexpr int kLo = -9, kHi = cuda::moe_mma::kFoldHighestExponent;
     const auto t = probe_table(kLo, kHi, (uint64_t(rng.engine()()) << 32) | rng.engine()());
