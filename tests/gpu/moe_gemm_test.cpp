@@ -389,6 +389,12 @@ TEST(MoeGemm, RowTileFillsTheSms) {
     EXPECT_EQ(cuda::moe_mma_row_groups(9, 1024, 1, 132), 2);  // 128 / 96 / 80 rows: 16 rows cut 32's by a sixth only
 }
 
+// The fold-edge scales (Scales::kFoldEdges) at the wide passes that fold: 32 slots (w2's shape) and 64 (w1 | w3's).
+void compare_fold_edges(Rng& rng, bool nvfp4, Pair pair) {
+    compare_grids(rng, 256, 256, 6, 4096, 2048, nvfp4, false, 128, kEdges, pair);
+    compare_grids(rng, 512, 256, 6, 2048, 4096, nvfp4, false, 512, kEdges, pair);
+}
+
 // The warpgroup kernel (passes of 8 to 64 slots on sm_90, K % 128 == 0) gives the warp-MMA kernel's bits: the
 // batched-decode and prefill shapes of V4-Flash, experts with one pass, several passes and a partial last pass, odd N
 // (rows past N repeated), and every scale code (subnormal, overflowing and negative scales). One matrix a launch: a
@@ -410,23 +416,20 @@ TEST(MoeGemm, WarpgroupKernelEqualsWarpMmaBitwise) {
         compare_grids(rng, 90, 32, 4, 264, 2048, nvfp4, false, 128, kEvery, kPair);     // 32: every scale code
         compare_grids(rng, 64, 256, 6, 2048, 4096, nvfp4, false, 16, kCkpt, kPair);     // passes of 8: batch 64
         compare_grids(rng, 20, 16, 6, 200, 1024, nvfp4, true, 16, kEvery, kPair);       // 8: several, odd N, scales
-        compare_grids(rng, 256, 256, 6, 4096, 2048, nvfp4, false, 128, kEdges, kPair);  // 32: the fold's edges
-        compare_grids(rng, 512, 256, 6, 2048, 4096, nvfp4, false, 512, kEdges, kPair);  // 64: the fold's edges
+        compare_fold_edges(rng, nvfp4, kPair);
     }
 }
 
 // With the fold off (MoeGemmParams::fold_scales) the wide passes promote their block scales as the warp-MMA kernel
-// does: the same bits in every case, the fold's edges included, where the folded passes likely differ in rare elements
-// (docs/perf.md, "An NVFP4 fold-edge case where the warpgroup kernel and the warp-MMA kernel differ": seed 2261676159
-// gave one).
+// does: the same bits in every case, the fold's edges included (the switch that measures the fold, and the path
+// every item outside scale_fold.h's range takes).
 TEST(MoeGemm, UnfoldedWarpgroupKernelEqualsWarpMmaBitwise) {
     DSV4_REQUIRE_GPU();
     if (!cuda::device_has_wgmma()) GTEST_SKIP() << "wgmma needs compute capability 9.0";
     Rng rng;
     constexpr Pair kPair = Pair::kUnfoldedVsWarpMma;
     for (bool nvfp4 : {false, true}) {
-        compare_grids(rng, 256, 256, 6, 4096, 2048, nvfp4, false, 128, kEdges, kPair);  // 32-slot passes
-        compare_grids(rng, 512, 256, 6, 2048, 4096, nvfp4, false, 512, kEdges, kPair);  // 64-slot passes
+        compare_fold_edges(rng, nvfp4, kPair);
         compare_grids(rng, 90, 32, 4, 264, 2048, nvfp4, false, 128, kEvery, kPair);     // every scale code
     }
 }

@@ -18,20 +18,13 @@
 #include "gpu_test_util.h"
 #include "kernels/cuda/common/device_buffer.h"
 #include "kernels/cuda/common/e4m3_pairs.cuh"
+#include "kernels/cuda/common/mma.cuh"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/moe_gemm/moe_mma_common.cuh"
 #include "kernels/cuda/moe_gemm/scale_fold.h"
 
 namespace dsv4 {
 namespace {
-
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
-                                         const float (&c)[4]) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%10, %11, %12, %13};"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-}
 
 // Four random bytes as e4m3 codes without NaN (0x7F / 0xFF become 448's neighbours), as two f16 pairs, exactly.
 __device__ __forceinline__ void e4m3_f16_pairs(uint32_t bytes, uint32_t& lo, uint32_t& hi) {
@@ -67,14 +60,12 @@ __global__ void count_fold_mismatches(Probe probe, uint64_t seed, int iterations
             }
             e4m3_f16_pairs(uint32_t(m ? r2 >> 32 : r2), b[m][0], b[m][1]);
         }
-        const float zero[4] = {0.f, 0.f, 0.f, 0.f};
-        float d[4], df[4];
-        mma16816(d, a[0], b[0], zero);
-        mma16816(df, af[0], b[0], zero);
-        if (probe.chained) {
-            float c[4] = {d[0], d[1], d[2], d[3]}, cf[4] = {df[0], df[1], df[2], df[3]};
-            mma16816(d, a[1], b[1], c);
-            mma16816(df, af[1], b[1], cf);
+        float d[4] = {0.f, 0.f, 0.f, 0.f}, df[4] = {0.f, 0.f, 0.f, 0.f};
+        cuda::mma_16816_f16(d, a[0], b[0][0], b[0][1]);
+        cuda::mma_16816_f16(df, af[0], b[0][0], b[0][1]);
+        if (probe.chained) {  // the second MMA into the first's accumulator
+            cuda::mma_16816_f16(d, a[1], b[1][0], b[1][1]);
+            cuda::mma_16816_f16(df, af[1], b[1][0], b[1][1]);
         }
         for (int i = 0; i < 4; ++i) {
             if (__float_as_uint(__fmul_rn(d[i], scale)) == __float_as_uint(df[i])) continue;

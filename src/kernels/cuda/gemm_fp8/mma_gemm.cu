@@ -41,6 +41,7 @@
 #include <cuda_fp8.h>
 
 #include "kernels/cuda/common/e4m3_pairs.cuh"
+#include "kernels/cuda/common/mma.cuh"
 #include "kernels/cuda/common/vector_loads.cuh"
 #include "kernels/cuda/gemm_fp8/gemm_fp8_kernels.h"
 #include "kernels/cuda/mhc/hc_post_math.cuh"
@@ -96,13 +97,6 @@ __device__ __forceinline__ uint32_t word(const RowChunks& c, int j) {
     return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
 }
 
-__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // One K block's operands for a warp tile of MT x 16 rows and NT x 8 columns.
 template <int MT, int NT>
 struct Stage {
@@ -139,7 +133,7 @@ __device__ __forceinline__ void block_mma(const Stage<MT, NT>& s, float (&acc)[M
             uint32_t b0, b1;
             f16x2_pairs(word(s.w[nt], j), b0, b1);
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) mma_f16(acc[mt][nt], af[mt], b0, b1);
+            for (int mt = 0; mt < MT; ++mt) mma_16816_f16(acc[mt][nt], af[mt], b0, b1);
         }
     }
 }

@@ -42,6 +42,7 @@
 #include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/mma.cuh"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/common/tensor_map.h"
 #include "kernels/cuda/moe_expert/swiglu_math.cuh"
@@ -149,13 +150,6 @@ __host__ __device__ constexpr int min_blocks() {
     // left the schedulers idle 38 % of the time: docs/perf.md, "The routed experts' 16-token passes at 3 CTAs per SM"),
     // as many warps with narrower row tiles
     return kTokens == 8 || kTokens == 16 ? 3 * kMaxRowGroups / kRowGroups : 1;
-}
-
-__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // kWholeStages (K % 128 == 0, every V4 shape): every stage holds four whole 32-column blocks and every row's scales
@@ -437,8 +431,8 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                              *reinterpret_cast<const uint32_t*>(w + 8 * L::w_pitch), w0, w1);
                     const uint4 x = *reinterpret_cast<const uint4*>(held + 64 * kSplit * j);
                     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    mma_f16(acc, w0, x.x, x.y);
-                    mma_f16(acc, w1, x.z, x.w);
+                    mma_16816_f16(acc, w0, x.x, x.y);
+                    mma_16816_f16(acc, w1, x.z, x.w);
                     const float* f = reinterpret_cast<const float*>(st + factor_at + 4 * kSplit * j);
                     sum[0][0] = __fmaf_rn(acc[0], f[0], sum[0][0]);
                     sum[0][2] = __fmaf_rn(acc[2], f[8 * kScaleRowBytes / 4], sum[0][2]);
@@ -542,13 +536,13 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                             x = x_f16_pairs<kNv>(st + L::a + staged_row(nt * 8 + g) * kARowBytes + 32 * b, t);
                         }
                         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                        mma_f16(acc, w0, x.x, x.y);
+                        mma_16816_f16(acc, w0, x.x, x.y);
                         if constexpr (kNv) {
                             promote<kSingle>(sum[nt], acc, ws_g[0], ws_g8[0], as[nt][0], as[nt][1]);
 #pragma unroll
                             for (int i = 0; i < 4; ++i) acc[i] = 0.0f;
                         }
-                        mma_f16(acc, w1, x.z, x.w);
+                        mma_16816_f16(acc, w1, x.z, x.w);
                         promote<kSingle>(sum[nt], acc, ws_g[1], ws_g8[1], as[nt][0], as[nt][1]);
                     }
                 }
