@@ -100,5 +100,6 @@ void bench_inputs(int64_t tokens, bool ring);
 void bench_attention(int32_t tokens, int32_t slots, bool prefill = false);
 void bench_dense(int64_t n);
 void bench_draw(int64_t rows, const char* mode);
+void bench_phases();  // phases_bench.cu
 
 }  // namespace dsv4::bench

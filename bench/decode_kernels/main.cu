@@ -12,10 +12,11 @@
 // checks their ids).
 // The attention's inputs (inputs): attention_inputs against the launches it replaces, bitwise.
 // Usage: dsv4_bench_decode_kernels [hc|moe|mma|mma1|mma=N|rows|prefill|prefill_nvfp4|draw|combine|dense|attn|
-//                                   attn_prefill|inputs]
+//                                   attn_prefill|inputs|phases]
 //                                  [--chosen-only]
 // (default: all; numbers recorded in docs/perf.md; mma1, mma=N: the routed experts at batch 1 or N alone, for a
-// profiler; rows: the decode passes' row tiles side by side, bitwise; attn_prefill: the sequential sparse attention
+// profiler; phases: the batch-1 pre-mix's and sparse attention's cluster kernels on their phase clocks (where their
+// time goes, which ncu's few stall samples of such short kernels cannot say); rows: the decode passes' row tiles side by side, bitwise; attn_prefill: the sequential sparse attention
 // of an 8k prefill piece at V4-Flash's three slot counts, with a hash of its output to compare builds;
 // --chosen-only: prefill and prefill_nvfp4 time only the launcher's choice, not the warp-MMA reference beside it,
 // which took half of those modes' device time: for A/B calls of two builds, whose hashes then compare their bits;
@@ -70,6 +71,7 @@ int main(int argc, char** argv) {
                     "hash of routing 0's outputs");
         for (int64_t tokens : {1, 16, 64, 256}) bench_moe_mma(tokens);
     }
+    if (only == "phases") bench_phases();  // the batch-1 cluster kernels' phases on the clock (phases_bench.cu)
     if (only == "mma1") bench_moe_mma(1);  // batch 1 alone (for a profiler: w1+w3's launches, then w2's)
     if (only.rfind("mma=", 0) == 0) bench_moe_mma(std::stoll(only.substr(4)));  // any batch alone, likewise
     if (only == "single") {                // batch 1: the passes for any slots against the single-slot ones (same bits)

@@ -26,6 +26,7 @@
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/numeric.cuh"
+#include "kernels/cuda/common/phase_clock.cuh"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/mhc/mhc.h"
 #include "kernels/cuda/quant/fp8_act_codec.cuh"
@@ -503,6 +504,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
     const int rank = int(cluster.block_rank());
     const int64_t t = blockIdx.y, width = kN * p.dim;
     const __nv_bfloat16* v = p.streams + t * width;
+    phase_mark(p.phase_clock, 0);
     // Split cluster barrier: arrive now, wait before the first remote store (every CTA of the cluster has started
     // by then, the precondition of distributed shared memory), so its latency hides behind the loads.
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
@@ -565,6 +567,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
         }
     };
     for_each_round<kUnroll>(width, chain_columns);
+    phase_mark(p.phase_clock, 1);
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
         if (is_square[q]) acc[q] = square;
@@ -588,6 +591,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
         partial[0][threadIdx.x] = s[0];
     }
     __syncthreads();
+    phase_mark(p.phase_clock, 2);
     asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
     // Push each value into every CTA's `sums`; one release/acquire barrier makes them visible, and no CTA touches
     // another's shared memory after it (so none can leave while being written).
@@ -596,6 +600,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
         if (u < kValues) cluster.map_shared_rank(sums, target)[u] = partial[0][q];
     }
     cluster.sync();
+    phase_mark(p.phase_clock, 3);
 
     // 3. The mix in warp 0, one lane per mixer row, the operations of hc_mix_kernel's thread 0 on each element.
     if (warp == 0) {
@@ -620,6 +625,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
         }
     }
     __syncthreads();
+    phase_mark(p.phase_clock, 4);
 
     // 4. Collapse, this CTA's slice of d: streams in order, then bf16.
     float pre[kN];
@@ -645,7 +651,9 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
             held[i] = d < p.dim ? bf16_to_f32(collapse(d)) : 0.0f;
             if (chunk * kHcThreads < p.dim) table[chunk * kHcThreads + threadIdx.x] = held[i];
         }
+        phase_mark(p.phase_clock, 5);
         const float r = cluster_rms_factor<kCluster>(cluster, chunks, p.dim, norm.eps, rank);
+        phase_mark(p.phase_clock, 6);
         const int64_t n_blocks = (p.dim + kActQuantBlock - 1) / kActQuantBlock;
 #pragma unroll
         for (int i = 0; i < kHeld; ++i) {
@@ -659,6 +667,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
             }
         }
     }
+    phase_mark(p.phase_clock, 7);
 }
 
 }  // namespace

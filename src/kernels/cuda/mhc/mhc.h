@@ -48,6 +48,9 @@ struct HcMixParams {
     // hc_pre: leave comb un-normalized (scale * logit + base) for a later hc_sinkhorn with the same params, so the
     // Sinkhorn iterations, which only hc_post needs, can run beside the sub-layer instead of before it.
     bool defer_sinkhorn = false;
+    // Optional instrument of the split kernel (common/phase_clock.cuh; null in the model): its phase marks,
+    // kPhaseValues per CTA.
+    int64_t* phase_clock = nullptr;
 };
 // hc_pre = the mix kernel (pre, post, comb's inputs, the collapse x), then hc_sinkhorn on comb unless deferred.
 void hc_pre(const HcMixParams& p, cudaStream_t stream);

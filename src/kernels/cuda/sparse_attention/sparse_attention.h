@@ -57,6 +57,9 @@ struct SparseAttentionParams {
     // apply_rope after the attention.
     const float* inverse_rope_inv_freq = nullptr;  // [rope_dim / 2]
     const int32_t* positions = nullptr;            // [tokens]
+    // Optional instrument of the cluster path (common/phase_clock.cuh; null in the model): its kernel's phase marks,
+    // kPhaseValues per CTA.
+    int64_t* phase_clock = nullptr;
 };
 
 // Plan (pure, host): how many CTAs share one token's slots (one per 64-key tile), and the workspace one token

@@ -1,6 +1,7 @@
 // The sparse attention's fused cluster path (SparseAttentionCombine::kCluster; see sparse_attention.cu for the
 // scheme and sparse_attention_tile.cuh for the parts it shares): a token's splits as one cluster exchanging through
 // distributed shared memory. Tested by tests/gpu/sparse_attention_test.cpp (bitwise against the three kernels).
+#include "kernels/cuda/common/phase_clock.cuh"
 #include "kernels/cuda/sparse_attention/sparse_attention_tile.cuh"
 
 namespace dsv4::cuda {
@@ -26,6 +27,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
     uint8_t* staged = smem_raw + kStagedOffset<kHeadDim, kHeads>;
     float* partial_o = reinterpret_cast<float*>(smem_raw);  // [kHeads, kHeadDim], after pass 2
     cg::cluster_group cluster = cg::this_cluster();
+    phase_mark(p.phase_clock, 0);
 
     const int token = blockIdx.x, head0 = blockIdx.y * kHeads, split = int(cluster.block_rank());
     const int heads_here = min(kHeads, p.heads - head0), m_tiles = (heads_here + 15) / 16;
@@ -50,6 +52,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
     // Pass 1: this split's max logits (-inf without keys), then the token's over the cluster.
     load_q(s, p, token, head0, heads_here);
     const bool has_keys = range_has_keys(p, token, range);
+    phase_mark(p.phase_clock, 1);
     float logits[4][4];  // this warp's logits of the split's tile, reused by pass 2 when the split is one tile
     if (has_keys) {
         range_max(s, staged, p, token, range, m_tiles, logits);
@@ -57,6 +60,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
         cp_async_wait_all();
         if (threadIdx.x < kHeads) s.row_max[threadIdx.x] = -INFINITY;
     }
+    phase_mark(p.phase_clock, 2);
     if (threadIdx.x < kHeads) s.split_max[threadIdx.x] = s.row_max[threadIdx.x];
     cluster.sync();
     if (threadIdx.x < heads_here) {
@@ -65,6 +69,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
         s.row_max[threadIdx.x] = mx;
     }
     __syncthreads();
+    phase_mark(p.phase_clock, 3);
 
     // Pass 2: the split's unnormalized O and denominator (zeros without keys), into this CTA's shared memory.
     float o[kNTiles][4], den0 = 0.0f, den1 = 0.0f, sum0 = 0.0f, sum1 = 0.0f;
@@ -74,6 +79,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
         range_pv(s, staged, p, token, range, m_tiles, range.end - range.begin <= kTile, logits, o, den0, den1);
         split_denominators(s, den0, den1, sum0, sum1);  // ends with a barrier: s.q and s.k are free
     }
+    phase_mark(p.phase_clock, 4);
     const PvWarp<kHeads> pv;
     for (int r = 0; r < 2; ++r) {
         const int qk_head = mt * 16 + g + 8 * r, pv_head = pv.mt * 16 + g + 8 * r;
@@ -84,6 +90,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
             *reinterpret_cast<float2*>(out + nt * 8 + 2 * tig) = make_float2(o[nt][2 * r], o[nt][2 * r + 1]);
     }
     cluster.sync();
+    phase_mark(p.phase_clock, 5);
 
     // Pass 3: the combine of this CTA's share of the group's outputs (whole heads' denominators first).
     if (threadIdx.x < heads_here) {
@@ -123,7 +130,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
         out[0] = lo;
         out[1] = hi;
     }
+    phase_mark(p.phase_clock, 6);
     cluster.sync();  // no CTA leaves while another still reads its shared memory
+    phase_mark(p.phase_clock, 7);
 }
 
 template <int kHeadDim, int kHeads>
