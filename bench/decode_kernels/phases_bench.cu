@@ -118,6 +118,7 @@ void bench_phases() {
         DeviceBuffer<uint16_t> out{size_t(heads) * d};
         check_launch(0);
         const SparseAttentionPlan plan = plan_sparse_attention(heads, d, slots);
+        DeviceBuffer<float> ws{size_t(std::max<int64_t>(1, plan.workspace_floats_per_token))};  // the launcher's check
         auto params = [&](int i, int64_t* clock) {
             SparseAttentionParams p;
             p.q = reinterpret_cast<const uint16_t*>(q.get());
@@ -125,6 +126,8 @@ void bench_phases() {
             p.indices = d_idx.get() + size_t(i % sets) * slots;
             p.sink = sink.get();
             p.out = out.get();
+            p.workspace = ws.get();
+            p.workspace_floats = plan.workspace_floats_per_token;
             p.tokens = 1;
             p.heads = heads;
             p.head_dim = d;
