@@ -36,18 +36,21 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
     const SplitRange range = split_range(p, split);
 
     // What pass 3 reads after the cluster barriers (which no load crosses), requested now so that its round trips
-    // overlap pass 1's: the heads' sinks, the token's position and the inverse rotation's frequencies of this
-    // thread's first quad of outputs.
+    // overlap pass 1's: the heads' sinks and the token's position. The inverse rotation's cos and sin of the token
+    // (rope_dim / 2 pairs, the same for every head) are made by the last warp while the key tile's copies are in
+    // flight (rope_table), so that pass 3's rope quads only read them: computed there, a quad's two double-precision
+    // sincos held the warps of the rope quads, and with them the last cluster barrier, ~1.5 us after the others.
     constexpr int kQuads = kHeadDim / 4;                                  // 4 dims of a head per step
     const int quads = heads_here * kQuads, nope = kHeadDim - p.rope_dim;  // nope: a multiple of 8
     const int first = int(int64_t(quads) * split / p.splits), last = int(int64_t(quads) * (split + 1) / p.splits);
     const float sink = threadIdx.x < heads_here ? p.sink[head0 + threadIdx.x] : 0.0f;
     const int32_t position = p.inverse_rope_inv_freq ? p.positions[token] : 0;
-    float first_freq[2] = {0.0f, 0.0f};
-    if (const int i = (first + int(threadIdx.x)) % kQuads * 4;
-        p.inverse_rope_inv_freq && first + int(threadIdx.x) < last && i >= nope)
-        first_freq[0] = p.inverse_rope_inv_freq[(i - nope) / 2],
-        first_freq[1] = p.inverse_rope_inv_freq[(i - nope) / 2 + 1];
+    __shared__ float rope_cos[kHeadDim / 2], rope_sin[kHeadDim / 2];
+    auto rope_table = [&]() {
+        if (!p.inverse_rope_inv_freq || warp != kThreads / 32 - 1) return;
+        for (int m = lane; m < p.rope_dim / 2; m += 32)
+            rope_cos_sin(position, p.inverse_rope_inv_freq[m], true, rope_cos[m], rope_sin[m]);
+    };
 
     // Pass 1: this split's max logits (-inf without keys), then the token's over the cluster.
     load_q(s, p, token, head0, heads_here);
@@ -55,8 +58,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
     phase_mark(p.phase_clock, 1);
     float logits[4][4];  // this warp's logits of the split's tile, reused by pass 2 when the split is one tile
     if (has_keys) {
-        range_max(s, staged, p, token, range, m_tiles, logits);
+        range_max(s, staged, p, token, range, m_tiles, logits, rope_table);
     } else {
+        rope_table();
         cp_async_wait_all();
         if (threadIdx.x < kHeads) s.row_max[threadIdx.x] = -INFINITY;
     }
@@ -92,43 +96,70 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
     cluster.sync();
     phase_mark(p.phase_clock, 5);
 
-    // Pass 3: the combine of this CTA's share of the group's outputs (whole heads' denominators first).
+    // Pass 3: the combine of this CTA's share of the group's outputs, kBatch quads a thread at a time: each split's
+    // partial O of all of them is requested before any is added (the loads of a batch do not wait for each other's
+    // round trips through distributed shared memory), and each quad's sum still adds the splits in ascending order.
+    // The first batch is requested before the whole heads' denominators, so that their remote loads overlap.
+    constexpr int kBatch = 4;
+    auto accumulate = [&](int j0, float4 (&acc)[kBatch]) {
+        int at[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+            const int j = j0 + b * kThreads;
+            at[b] = j < last ? j / kQuads * kHeadDim + j % kQuads * 4 : -1;
+            acc[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll 2
+        for (int sp = 0; sp < p.splits; ++sp) {
+            const float* o_sp = cluster.map_shared_rank(partial_o, sp);
+            float4 v[kBatch];
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b)
+                v[b] = at[b] >= 0 ? *reinterpret_cast<const float4*>(o_sp + at[b]) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b) {
+                acc[b].x += v[b].x;
+                acc[b].y += v[b].y;
+                acc[b].z += v[b].z;
+                acc[b].w += v[b].w;
+            }
+        }
+    };
+    auto finish = [&](int j0, const float4 (&acc)[kBatch]) {
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+            const int j = j0 + b * kThreads;
+            if (j >= last) break;
+            const int h = j / kQuads, i = j % kQuads * 4;
+            const float denom = s.partial[0][h], inv = 1.0f / denom;
+            const bool empty = s.row_max[h] == -INFINITY;
+            auto dim = [&](float v) { return bf16_bits(empty ? uint16_t(0) : combined(v, denom, inv)); };
+            __nv_bfloat162 lo = __halves2bfloat162(dim(acc[b].x), dim(acc[b].y));
+            __nv_bfloat162 hi = __halves2bfloat162(dim(acc[b].z), dim(acc[b].w));
+            if (p.inverse_rope_inv_freq && i >= nope) {  // a quad is all nope or all rope
+                const int m = (i - nope) / 2;
+                lo = rope_rotate(lo, rope_cos[m], rope_sin[m]);
+                hi = rope_rotate(hi, rope_cos[m + 1], rope_sin[m + 1]);
+            }
+            __nv_bfloat162* out =
+                reinterpret_cast<__nv_bfloat162*>(p.out + (int64_t(token) * p.heads + head0 + h) * kHeadDim + i);
+            out[0] = lo;
+            out[1] = hi;
+        }
+    };
+    float4 acc[kBatch];
+    const int j0 = first + int(threadIdx.x);
+    accumulate(j0, acc);
     if (threadIdx.x < heads_here) {
         float sum = 0.0f;
         for (int sp = 0; sp < p.splits; ++sp) sum += cluster.map_shared_rank(s.split_den, sp)[threadIdx.x];
         s.partial[0][threadIdx.x] = sum + expf(sink - s.row_max[threadIdx.x]);
     }
     __syncthreads();
-    for (int j = first + int(threadIdx.x); j < last; j += kThreads) {
-        const int h = j / kQuads, i = j % kQuads * 4;
-        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
-        for (int sp = 0; sp < p.splits; ++sp) {
-            const float4 v =
-                *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial_o, sp) + h * kHeadDim + i);
-            acc.x += v.x;
-            acc.y += v.y;
-            acc.z += v.z;
-            acc.w += v.w;
-        }
-        const float denom = s.partial[0][h], inv = 1.0f / denom;
-        const bool empty = s.row_max[h] == -INFINITY;
-        auto dim = [&](float v) { return bf16_bits(empty ? uint16_t(0) : combined(v, denom, inv)); };
-        __nv_bfloat162 lo = __halves2bfloat162(dim(acc.x), dim(acc.y));
-        __nv_bfloat162 hi = __halves2bfloat162(dim(acc.z), dim(acc.w));
-        if (p.inverse_rope_inv_freq && i >= nope) {  // a quad is all nope or all rope
-            const bool first_quad = j == first + int(threadIdx.x);
-            float c, sn;
-            rope_cos_sin(position, first_quad ? first_freq[0] : p.inverse_rope_inv_freq[(i - nope) / 2], true, c, sn);
-            lo = rope_rotate(lo, c, sn);
-            rope_cos_sin(position, first_quad ? first_freq[1] : p.inverse_rope_inv_freq[(i - nope) / 2 + 1], true, c,
-                         sn);
-            hi = rope_rotate(hi, c, sn);
-        }
-        __nv_bfloat162* out =
-            reinterpret_cast<__nv_bfloat162*>(p.out + (int64_t(token) * p.heads + head0 + h) * kHeadDim + i);
-        out[0] = lo;
-        out[1] = hi;
+    finish(j0, acc);
+    for (int j = j0 + kBatch * kThreads; j < last; j += kBatch * kThreads) {
+        accumulate(j, acc);
+        finish(j, acc);
     }
     phase_mark(p.phase_clock, 6);
     cluster.sync();  // no CTA leaves while another still reads its shared memory

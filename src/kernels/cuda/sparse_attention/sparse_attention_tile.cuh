@@ -175,9 +175,13 @@ __device__ void dequant_k_tile(Smem<kHeadDim, kHeads>& s, const uint8_t* raw, co
 // Dequantizes the entries of slots [slot0, slot0 + 64) (those < slot_end and != -1) into s.k as bf16; other rows
 // are zeros and marked invalid. The raw entries first land in `staged` ([64, entry bytes]) by 8-byte copies (an
 // entry is a multiple of 8 bytes, not of 16), all in flight at once, then are decoded from shared memory.
-template <int kHeadDim, int kHeads>
+// `in_flight()` runs between the copies' issue and the wait for them: work of the caller's that their round trip hides.
+struct NoWork {
+    __device__ void operator()() const {}
+};
+template <int kHeadDim, int kHeads, class InFlight = NoWork>
 __device__ void load_k_tile(Smem<kHeadDim, kHeads>& s, uint8_t* staged, const SparseAttentionParams& p, int token,
-                            int slot0, int slot_end) {
+                            int slot0, int slot_end, const InFlight& in_flight = {}) {
     const int entry_bytes = int(main_entry_layout(kHeadDim, p.rope_dim).bytes()), words = entry_bytes / 8;
     const int32_t* idx = p.indices + int64_t(token) * p.slots;
     if (threadIdx.x < kTile) {
@@ -193,6 +197,7 @@ __device__ void load_k_tile(Smem<kHeadDim, kHeads>& s, uint8_t* staged, const Sp
         for (int w = lane; w < words; w += 32)
             cp_async8(smem_addr(staged + r * entry_bytes + w * 8), p.kv + int64_t(row) * entry_bytes + w * 8);
     }
+    in_flight();
     cp_async_wait_all();
     __syncthreads();
     dequant_k_tile(s, staged, s.valid, p);
@@ -245,15 +250,17 @@ __device__ __forceinline__ SplitRange split_range(const SparseAttentionParams& p
 }
 
 // Per-head max logit over slots [begin, end) into s.row_max (every warp pair combines its two slot halves). `last`
-// receives this warp's logits of the range's last tile (pass 2 reuses them when the range is one tile).
-template <int kHeadDim, int kHeads>
+// receives this warp's logits of the range's last tile (pass 2 reuses them when the range is one tile). `in_flight`:
+// load_k_tile's, each tile.
+template <int kHeadDim, int kHeads, class InFlight = NoWork>
 __device__ __forceinline__ void range_max(Smem<kHeadDim, kHeads>& s, uint8_t* staged, const SparseAttentionParams& p,
-                                          int token, SplitRange range, int m_tiles, float (&last)[4][4]) {
+                                          int token, SplitRange range, int m_tiles, float (&last)[4][4],
+                                          const InFlight& in_flight = {}) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, mt = warp % 4, nh = warp / 4;
     float m0 = -INFINITY, m1 = -INFINITY;
     for (int slot0 = range.begin; slot0 < range.end; slot0 += kTile) {
         __syncthreads();
-        load_k_tile(s, staged, p, token, slot0, range.end);
+        load_k_tile(s, staged, p, token, slot0, range.end, in_flight);
         if (mt < m_tiles) {
             float(&l)[4][4] = last;
             tile_logits(s, p.scale, mt, nh, l);
