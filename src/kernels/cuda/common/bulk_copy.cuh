@@ -37,6 +37,61 @@ __device__ __forceinline__ void tensor_copy_to_stage(unsigned dst, const CUtenso
 #endif
 }
 
+// Bulk copies between the shared memories of a cluster's CTAs (sm_90): a CTA pushes a block of its shared memory into
+// another's, completing on the receiver's mbarrier, which its own thread armed for the bytes of all the pushes it
+// expects (mbarrier_arm; a push may land before the arming: the transaction count goes negative until then). The
+// receiver's barrier must be initialized and made visible (mbarrier_inits_visible, then a cluster barrier) before any
+// push names it. The pushing thread keeps its CTA alive until its pushes have read their source
+// (bulk_copies_read_done).
+
+// `p` (this CTA's shared memory) as the same offset in the shared memory of the cluster's CTA `rank`.
+__device__ __forceinline__ unsigned cluster_shared_address(const void* p, int rank) {
+    unsigned out = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(out)
+                 : "r"(unsigned(__cvta_generic_to_shared(p))), "r"(rank));
+#endif
+    return out;
+}
+// One thread: `bar` expects `bytes` more, and this thread's arrival is its phase's one arrival.
+__device__ __forceinline__ void mbarrier_arm(uint64_t* bar, int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(unsigned(__cvta_generic_to_shared(bar))),
+                 "r"(bytes)
+                 : "memory");
+#endif
+}
+// Every thread that wrote shared memory a push will read, before the CTA barrier that precedes the push: orders its
+// writes before the copy engine's reads.
+__device__ __forceinline__ void shared_writes_before_bulk_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from this CTA's `src` to `dst` of another CTA (a
+// cluster_shared_address), completing on that CTA's barrier `bar` (likewise).
+__device__ __forceinline__ void bulk_copy_to_cluster_shared(unsigned dst, const void* src, int bytes, unsigned bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile(
+        "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+        "r"(unsigned(__cvta_generic_to_shared(src))), "r"(bytes), "r"(bar)
+        : "memory");
+#endif
+}
+// The thread's bulk copies issued so far as one group; then, before the CTA may exit, wait until they have read their
+// sources.
+__device__ __forceinline__ void bulk_copies_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_copies_read_done() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+#endif
+}
+
 // Waits for slot `slot`'s next phase; `parity` holds each slot's next phase bit (bit slot), flipped here.
 __device__ __forceinline__ void wait_stage_barrier(uint64_t* bar, uint32_t& parity, int slot) {
     mbarrier_wait(bar, (parity >> slot) & 1u);

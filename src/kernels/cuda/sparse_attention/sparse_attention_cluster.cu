@@ -1,11 +1,30 @@
 // The sparse attention's fused cluster path (SparseAttentionCombine::kCluster; see sparse_attention.cu for the
 // scheme and sparse_attention_tile.cuh for the parts it shares): a token's splits as one cluster exchanging through
 // distributed shared memory. Tested by tests/gpu/sparse_attention_test.cpp (bitwise against the three kernels).
+#include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/phase_clock.cuh"
 #include "kernels/cuda/sparse_attention/sparse_attention_tile.cuh"
 
 namespace dsv4::cuda {
 namespace {
+
+// The 16-head CTAs' receive area (sparse_attention_cluster_kernel's kPush), after the staged key tile: a slot a split,
+// its denominators (kHeads floats), then its partial O of this CTA's share of the quads (16 bytes each).
+template <int kHeads>
+__host__ __device__ constexpr int receive_slot_bytes(int share_quads) {
+    return kHeads * 4 + share_quads * 16;
+}
+template <int kHeadDim, int kHeads>
+__host__ __device__ inline int receive_offset(int32_t rope_dim) {
+    return (kStagedOffset<kHeadDim, kHeads> + kTile * int(main_entry_layout(kHeadDim, rope_dim).bytes()) + 15) / 16 *
+           16;
+}
+template <int kHeadDim, int kHeads>
+int cluster_smem_bytes(int32_t rope_dim, int32_t splits) {
+    if (kHeads != kNarrowClusterHeads) return smem_bytes<kHeadDim, kHeads>(rope_dim);
+    const int share_max = (kHeads * (kHeadDim / 4) + splits - 1) / splits;
+    return receive_offset<kHeadDim, kHeads>(rope_dim) + splits * receive_slot_bytes<kHeads>(share_max);
+}
 
 // The fused path: the splits of one (token, head group) are one cluster (CTA rank = split), and the three kernels'
 // passes run in one, exchanging through distributed shared memory what they exchange through the workspace: (1)
@@ -22,12 +41,19 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
     constexpr int kNTiles = pv_tiles<kHeadDim, kHeads>();
     static_assert(kHeads * kHeadDim * 4 <= int(sizeof(S::q) + sizeof(S::k)), "the partial O fits over s.q and s.k");
     static_assert(offsetof(S, k) == sizeof(S::q), "s.k follows s.q");
+    static_assert(offsetof(S, split_den) % 16 == 0 && kHeads * 4 % 16 == 0, "the denominators push as a bulk copy");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     S& s = *reinterpret_cast<S*>(smem_raw);
     uint8_t* staged = smem_raw + kStagedOffset<kHeadDim, kHeads>;
     float* partial_o = reinterpret_cast<float*>(smem_raw);  // [kHeads, kHeadDim], after pass 2
     cg::cluster_group cluster = cg::this_cluster();
     phase_mark(p.phase_clock, 0);
+    // kPush (the 16-head CTAs of a decode step): each split pushes every CTA of the cluster that CTA's share of its
+    // partial O and its denominators (bulk copies into a receive area after the staged tile: a slot a split), so that
+    // the combine reads its own shared memory; no cluster barrier after pass 2, none before exit. Else the combine
+    // reads the others' shared memory after a cluster barrier.
+    constexpr bool kPush = kHeads == kNarrowClusterHeads;
+    __shared__ uint64_t received;  // kPush: completes once every split's push has landed
 
     const int token = blockIdx.x, head0 = blockIdx.y * kHeads, split = int(cluster.block_rank());
     const int heads_here = min(kHeads, p.heads - head0), m_tiles = (heads_here + 15) / 16;
@@ -46,6 +72,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
     const float sink = threadIdx.x < heads_here ? p.sink[head0 + threadIdx.x] : 0.0f;
     const int32_t position = p.inverse_rope_inv_freq ? p.positions[token] : 0;
     __shared__ float rope_cos[kHeadDim / 2], rope_sin[kHeadDim / 2];
+    const int share_max = (quads + p.splits - 1) / p.splits;  // the largest CTA's share of the quads
+    const int slot_bytes = receive_slot_bytes<kHeads>(share_max);
+    uint8_t* const receive = smem_raw + receive_offset<kHeadDim, kHeads>(p.rope_dim);
+    if (kPush && threadIdx.x == 0) {
+        mbarrier_init(&received, 1);
+        mbarrier_inits_visible();  // before the first cluster barrier, which precedes every push
+        mbarrier_arm(&received, p.splits * (kHeads * 4 + (last - first) * 16));
+    }
     auto rope_table = [&]() {
         if (!p.inverse_rope_inv_freq || warp != kThreads / 32 - 1) return;
         for (int m = lane; m < p.rope_dim / 2; m += 32)
@@ -93,76 +127,73 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
         for (int nt = 0; nt < kNTiles; ++nt)
             *reinterpret_cast<float2*>(out + nt * 8 + 2 * tig) = make_float2(o[nt][2 * r], o[nt][2 * r + 1]);
     }
-    cluster.sync();
+    if constexpr (kPush) {
+        shared_writes_before_bulk_copies();
+        __syncthreads();
+        if (warp == 0 && lane < p.splits) {  // lane r pushes CTA r its share
+            const int r = lane, r_first = int(int64_t(quads) * r / p.splits);
+            const int r_last = int(int64_t(quads) * (r + 1) / p.splits);
+            const unsigned slot = cluster_shared_address(receive + split * slot_bytes, r);
+            const unsigned bar = cluster_shared_address(&received, r);
+            bulk_copy_to_cluster_shared(slot, s.split_den, kHeads * 4, bar);
+            if (r_last > r_first)
+                bulk_copy_to_cluster_shared(slot + kHeads * 4, partial_o + r_first * 4, (r_last - r_first) * 16, bar);
+            bulk_copies_commit();
+        }
+        mbarrier_wait(&received, 0);
+    } else {
+        cluster.sync();
+    }
     phase_mark(p.phase_clock, 5);
 
-    // Pass 3: the combine of this CTA's share of the group's outputs, kBatch quads a thread at a time: each split's
-    // partial O of all of them is requested before any is added (the loads of a batch do not wait for each other's
-    // round trips through distributed shared memory), and each quad's sum still adds the splits in ascending order.
-    // The first batch is requested before the whole heads' denominators, so that their remote loads overlap.
-    constexpr int kBatch = 4;
-    auto accumulate = [&](int j0, float4 (&acc)[kBatch]) {
-        int at[kBatch];
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-            const int j = j0 + b * kThreads;
-            at[b] = j < last ? j / kQuads * kHeadDim + j % kQuads * 4 : -1;
-            acc[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
-#pragma unroll 2
-        for (int sp = 0; sp < p.splits; ++sp) {
-            const float* o_sp = cluster.map_shared_rank(partial_o, sp);
-            float4 v[kBatch];
-#pragma unroll
-            for (int b = 0; b < kBatch; ++b)
-                v[b] = at[b] >= 0 ? *reinterpret_cast<const float4*>(o_sp + at[b]) : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-            for (int b = 0; b < kBatch; ++b) {
-                acc[b].x += v[b].x;
-                acc[b].y += v[b].y;
-                acc[b].z += v[b].z;
-                acc[b].w += v[b].w;
-            }
-        }
+    // Pass 3: the combine of this CTA's share of the group's outputs (whole heads' denominators first), each the
+    // splits' values added in ascending split order.
+    auto den_of = [&](int sp) {
+        return kPush ? reinterpret_cast<const float*>(receive + sp * slot_bytes)
+                     : cluster.map_shared_rank(s.split_den, sp);
     };
-    auto finish = [&](int j0, const float4 (&acc)[kBatch]) {
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-            const int j = j0 + b * kThreads;
-            if (j >= last) break;
-            const int h = j / kQuads, i = j % kQuads * 4;
-            const float denom = s.partial[0][h], inv = 1.0f / denom;
-            const bool empty = s.row_max[h] == -INFINITY;
-            auto dim = [&](float v) { return bf16_bits(empty ? uint16_t(0) : combined(v, denom, inv)); };
-            __nv_bfloat162 lo = __halves2bfloat162(dim(acc[b].x), dim(acc[b].y));
-            __nv_bfloat162 hi = __halves2bfloat162(dim(acc[b].z), dim(acc[b].w));
-            if (p.inverse_rope_inv_freq && i >= nope) {  // a quad is all nope or all rope
-                const int m = (i - nope) / 2;
-                lo = rope_rotate(lo, rope_cos[m], rope_sin[m]);
-                hi = rope_rotate(hi, rope_cos[m + 1], rope_sin[m + 1]);
-            }
-            __nv_bfloat162* out =
-                reinterpret_cast<__nv_bfloat162*>(p.out + (int64_t(token) * p.heads + head0 + h) * kHeadDim + i);
-            out[0] = lo;
-            out[1] = hi;
-        }
+    auto o_of = [&](int sp, int j) {  // quad j of the split's partial O
+        return kPush ? reinterpret_cast<const float4*>(receive + sp * slot_bytes + kHeads * 4) + (j - first)
+                     : reinterpret_cast<const float4*>(cluster.map_shared_rank(partial_o, sp)) + j;
     };
-    float4 acc[kBatch];
-    const int j0 = first + int(threadIdx.x);
-    accumulate(j0, acc);
     if (threadIdx.x < heads_here) {
         float sum = 0.0f;
-        for (int sp = 0; sp < p.splits; ++sp) sum += cluster.map_shared_rank(s.split_den, sp)[threadIdx.x];
+        for (int sp = 0; sp < p.splits; ++sp) sum += den_of(sp)[threadIdx.x];
         s.partial[0][threadIdx.x] = sum + expf(sink - s.row_max[threadIdx.x]);
     }
     __syncthreads();
-    finish(j0, acc);
-    for (int j = j0 + kBatch * kThreads; j < last; j += kBatch * kThreads) {
-        accumulate(j, acc);
-        finish(j, acc);
+    for (int j = first + int(threadIdx.x); j < last; j += kThreads) {
+        const int h = j / kQuads, i = j % kQuads * 4;
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+        for (int sp = 0; sp < p.splits; ++sp) {
+            const float4 v = *o_of(sp, j);
+            acc.x += v.x;
+            acc.y += v.y;
+            acc.z += v.z;
+            acc.w += v.w;
+        }
+        const float denom = s.partial[0][h], inv = 1.0f / denom;
+        const bool empty = s.row_max[h] == -INFINITY;
+        auto dim = [&](float v) { return bf16_bits(empty ? uint16_t(0) : combined(v, denom, inv)); };
+        __nv_bfloat162 lo = __halves2bfloat162(dim(acc.x), dim(acc.y));
+        __nv_bfloat162 hi = __halves2bfloat162(dim(acc.z), dim(acc.w));
+        if (p.inverse_rope_inv_freq && i >= nope) {  // a quad is all nope or all rope
+            const int m = (i - nope) / 2;
+            lo = rope_rotate(lo, rope_cos[m], rope_sin[m]);
+            hi = rope_rotate(hi, rope_cos[m + 1], rope_sin[m + 1]);
+        }
+        __nv_bfloat162* out =
+            reinterpret_cast<__nv_bfloat162*>(p.out + (int64_t(token) * p.heads + head0 + h) * kHeadDim + i);
+        out[0] = lo;
+        out[1] = hi;
     }
     phase_mark(p.phase_clock, 6);
-    cluster.sync();  // no CTA leaves while another still reads its shared memory
+    if constexpr (kPush) {
+        if (warp == 0 && lane < p.splits) bulk_copies_read_done();  // the pushes out of this CTA have read it
+    } else {
+        cluster.sync();  // no CTA leaves while another still reads its shared memory
+    }
     phase_mark(p.phase_clock, 7);
 }
 
@@ -174,7 +205,7 @@ const void* cluster_kernel() {
 template <int kHeadDim, int kHeads>
 int64_t resident_cluster_count(const SparseAttentionParams& p) {
     return resident_clusters(cluster_kernel<kHeadDim, kHeads>(), kThreads, p.splits,
-                             smem_bytes<kHeadDim, kHeads>(p.rope_dim));
+                             cluster_smem_bytes<kHeadDim, kHeads>(p.rope_dim, p.splits));
 }
 
 template <int kHeadDim, int kHeads>
@@ -183,7 +214,7 @@ void launch_cluster(const SparseAttentionParams& p, cudaStream_t stream) {
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(unsigned(p.tokens), unsigned((p.heads + kHeads - 1) / kHeads), unsigned(p.splits));
     config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = size_t(smem_bytes<kHeadDim, kHeads>(p.rope_dim));
+    config.dynamicSmemBytes = size_t(cluster_smem_bytes<kHeadDim, kHeads>(p.rope_dim, p.splits));
     config.stream = stream;
     cudaLaunchAttribute attribute;
     attribute.id = cudaLaunchAttributeClusterDimension;
