@@ -29,9 +29,9 @@ int cluster_smem_bytes(int32_t rope_dim, int32_t splits) {
 // The fused path: the splits of one (token, head group) are one cluster (CTA rank = split), and the three kernels'
 // passes run in one, exchanging through distributed shared memory what they exchange through the workspace: (1)
 // each split's max logits, then every CTA takes the maximum over the cluster; (2) P V and the denominator of its
-// split, left in its own shared memory (the partial O over s.q and s.k, which pass 2 no longer reads); (3) CTA r
-// combines its share of the group's (head, dim) outputs from every split, in split order, and applies the inverse
-// RoPE to the rope dims if asked. The arithmetic and its order are the three kernels' (and apply_rope's), so the
+// split, left in its own shared memory (the partial O over s.q and s.k, which pass 2 no longer reads) and, with 16
+// heads a CTA, pushed in shares to the CTAs that combine them (kPush below); (3) CTA r combines its share of the
+// group's (head, dim) outputs from every split, in split order, and applies the inverse RoPE to the rope dims if asked. The arithmetic and its order are the three kernels' (and apply_rope's), so the
 // bits are theirs; a split of one tile keeps it in shared memory, and its logits in registers, from pass 1 to pass 2.
 // kHeads heads per CTA: 64 (4 m-tiles, as the kernels) or 16 (a token's heads over 4 clusters: a decode token's
 // passes on 4x the SMs, each CTA with a quarter of the P V and of the combine; the tile is dequantized by each).
