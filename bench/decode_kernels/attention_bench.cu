@@ -99,47 +99,11 @@ void bench_inputs(int64_t tokens, bool ring) {
 // the three kernels through the workspace (kKernels). Entries are spread over 75 MB (> L2) and each launch reads
 // another of 8 index sets.
 void bench_attention(int32_t tokens, int32_t slots, bool prefill) {
-    const int32_t heads = 64, d = 512, rope = 64, sets = 8;
-    const MainEntryLayout layout = main_entry_layout(d, rope);
-    const size_t entries = size_t(75) * 1000 * 1000 / size_t(layout.bytes());
-    DeviceBuffer<uint8_t> kv{entries * size_t(layout.bytes())};
-    fill_entries<<<1024, 256>>>(kv.get(), entries, int(layout.bytes()), int(layout.rope_offset()),
-                                int(layout.scale_offset()), int(layout.scale_offset() + layout.scales()), 13);
-    DeviceBuffer<__nv_bfloat16> q{size_t(tokens) * heads * d};
-    fill_bf16<<<256, 256>>>(q.get(), q.size(), 14);
-    std::vector<int32_t> idx(size_t(sets) * tokens * slots);
-    uint32_t h = 15;
-    for (int32_t& v : idx) {
-        h = h * 1664525u + 1013904223u;
-        v = int32_t(h % uint32_t(entries));
-    }
-    DeviceBuffer<int32_t> d_idx{idx.size()};
-    d_idx.upload(idx.data(), idx.size());
-    DeviceBuffer<float> sink{size_t(heads)};
-    fill_f32<<<1, 64>>>(sink.get(), sink.size(), 16, 1.0f);
-    const SparseAttentionPlan plan = plan_sparse_attention(heads, d, slots);
-    DeviceBuffer<float> ws{size_t(std::max<int64_t>(1, tokens * plan.workspace_floats_per_token))};
+    const FlashAttentionInputs in(tokens, slots);
+    const int32_t heads = in.kHeads, d = in.kDim;
+    const SparseAttentionPlan& plan = in.plan;
     DeviceBuffer<uint16_t> out_cluster{size_t(tokens) * heads * d}, out_kernels{size_t(tokens) * heads * d};
-    check_launch(0);
-    auto params = [&](int i, SparseAttentionCombine combine, uint16_t* out) {
-        SparseAttentionParams p;
-        p.q = reinterpret_cast<const uint16_t*>(q.get());
-        p.kv = kv.get();
-        p.indices = d_idx.get() + size_t(i % sets) * tokens * slots;
-        p.sink = sink.get();
-        p.out = out;
-        p.workspace = ws.get();
-        p.workspace_floats = tokens * plan.workspace_floats_per_token;
-        p.tokens = tokens;
-        p.heads = heads;
-        p.head_dim = d;
-        p.rope_dim = rope;
-        p.slots = slots;
-        p.splits = plan.splits;
-        p.scale = 1.0f / std::sqrt(float(d));
-        p.combine = combine;
-        return p;
-    };
+    auto params = [&](int i, SparseAttentionCombine combine, uint16_t* out) { return in.params(i, combine, out); };
     // The three kernels, then the cluster with 64 and with 16 heads per CTA, each against the kernels' bits.
     const double kernels_us = graph_us([&](int i, cudaStream_t s) {
         sparse_attention(params(i, SparseAttentionCombine::kKernels, out_kernels.get()), s);

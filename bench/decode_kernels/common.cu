@@ -52,6 +52,80 @@ __global__ void fill_entries(uint8_t* kv, size_t entries, int entry_bytes, int r
     }
 }
 
+FlashMixer::FlashMixer(int64_t tokens_, bool head)
+    : tokens(tokens_),
+      rows(head ? kN : hc_pre_mix_size(kN)),
+      fn(size_t(kCopies * rows * kWidth)),
+      base(size_t(rows)),
+      scale(3),
+      streams(size_t(tokens_ * kWidth)) {
+    fill_f32<<<1024, 256>>>(fn.get(), fn.size(), 1, 2.0f / 128.0f);
+    fill_f32<<<1, 64>>>(base.get(), base.size(), 2, 1.0f);
+    fill_f32<<<1, 64>>>(scale.get(), scale.size(), 3, 1.0f);
+    fill_bf16<<<256, 256>>>(streams.get(), streams.size(), 4);
+    check_launch(0);
+}
+
+HcMixParams FlashMixer::params(int i, __nv_bfloat16* x, float* mix) const {
+    HcMixParams p;
+    p.streams = streams.get();
+    p.fn = fn.get() + size_t(i % kCopies) * size_t(rows * kWidth);
+    p.base = base.get();
+    p.scale = scale.get();
+    p.x_out = x;
+    p.mix = mix;
+    p.tokens = tokens;
+    p.n_hc = kN;
+    p.dim = kDim;
+    p.sinkhorn_iters = 20;
+    p.hc_eps = 1e-6f;
+    p.norm_eps = 1e-6f;
+    return p;
+}
+
+FlashAttentionInputs::FlashAttentionInputs(int32_t tokens_, int32_t slots_)
+    : tokens(tokens_), slots(slots_), plan(plan_sparse_attention(kHeads, kDim, slots_)) {
+    const MainEntryLayout layout = main_entry_layout(kDim, kRope);
+    const size_t entries = size_t(75) * 1000 * 1000 / size_t(layout.bytes());
+    kv = DeviceBuffer<uint8_t>{entries * size_t(layout.bytes())};
+    fill_entries<<<1024, 256>>>(kv.get(), entries, int(layout.bytes()), int(layout.rope_offset()),
+                                int(layout.scale_offset()), int(layout.scale_offset() + layout.scales()), 13);
+    q = DeviceBuffer<__nv_bfloat16>{size_t(tokens) * kHeads * kDim};
+    fill_bf16<<<256, 256>>>(q.get(), q.size(), 14);
+    std::vector<int32_t> idx(size_t(kSets) * tokens * slots);
+    uint32_t h = 15;
+    for (int32_t& v : idx) {
+        h = h * 1664525u + 1013904223u;
+        v = int32_t(h % uint32_t(entries));
+    }
+    indices = DeviceBuffer<int32_t>{idx.size()};
+    indices.upload(idx.data(), idx.size());
+    sink = DeviceBuffer<float>{size_t(kHeads)};
+    fill_f32<<<1, 64>>>(sink.get(), sink.size(), 16, 1.0f);
+    workspace = DeviceBuffer<float>{size_t(std::max<int64_t>(1, tokens * plan.workspace_floats_per_token))};
+    check_launch(0);
+}
+
+SparseAttentionParams FlashAttentionInputs::params(int i, SparseAttentionCombine combine, uint16_t* out) const {
+    SparseAttentionParams p;
+    p.q = reinterpret_cast<const uint16_t*>(q.get());
+    p.kv = kv.get();
+    p.indices = indices.get() + size_t(i % kSets) * tokens * slots;
+    p.sink = sink.get();
+    p.out = out;
+    p.workspace = workspace.get();
+    p.workspace_floats = tokens * plan.workspace_floats_per_token;
+    p.tokens = tokens;
+    p.heads = kHeads;
+    p.head_dim = kDim;
+    p.rope_dim = kRope;
+    p.slots = slots;
+    p.splits = plan.splits;
+    p.scale = 1.0f / std::sqrt(float(kDim));
+    p.combine = combine;
+    return p;
+}
+
 uint64_t device_bytes_hash(const std::vector<const DeviceBuffer<__nv_bfloat16>*>& buffers) {
     uint64_t hash = 1469598103934665603ull;
     for (const DeviceBuffer<__nv_bfloat16>* b : buffers) hash = device_bytes_hash(*b, hash);

@@ -89,6 +89,36 @@ double graph_us(const std::function<void(int, cudaStream_t)>& launch);
 // "identical", or "DIFFER" (counted in `failures`).
 const char* verdict(bool same);
 
+// V4-Flash's sparse attention for `tokens` tokens over `slots` cache entries each (64 heads of 512, rope 64): packed
+// entries spread over 75 MB (> L2, as other layers' reads leave them), kSets index sets (launch i reads set i % kSets),
+// q, the sinks and the plan's workspace. Shared by the attention and phase benches.
+struct FlashAttentionInputs {
+    static constexpr int32_t kHeads = 64, kDim = 512, kRope = 64, kSets = 8;
+    FlashAttentionInputs(int32_t tokens, int32_t slots);
+    // The launch's parameters: index set i % kSets, into `out` ([tokens, heads, dim] bf16).
+    SparseAttentionParams params(int i, SparseAttentionCombine combine, uint16_t* out) const;
+    int32_t tokens, slots;
+    SparseAttentionPlan plan;
+    DeviceBuffer<uint8_t> kv;
+    DeviceBuffer<__nv_bfloat16> q;
+    DeviceBuffer<int32_t> indices;
+    DeviceBuffer<float> sink, workspace;
+};
+
+// V4-Flash's mHC pre-mix inputs (n_hc 4, dim 4096; hc_head's rows with `head`) for `tokens` tokens: kCopies mixer
+// copies (64 x 1.5 MB > L2; launch i reads copy i % kCopies), base, scale and the streams. Shared by the hc and phase
+// benches.
+struct FlashMixer {
+    static constexpr int64_t kN = 4, kDim = 4096, kWidth = kN * kDim;
+    static constexpr int kCopies = 64;
+    FlashMixer(int64_t tokens, bool head);
+    // The launch's parameters: mixer copy i % kCopies, x and mix out.
+    HcMixParams params(int i, __nv_bfloat16* x, float* mix) const;
+    int64_t tokens, rows;
+    DeviceBuffer<float> fn, base, scale;
+    DeviceBuffer<__nv_bfloat16> streams;
+};
+
 // The benches (each prints its rows; see main.cu for what they compare).
 void bench_hc(bool head, int64_t tokens);
 void bench_hc_post(int64_t tokens);

@@ -21,34 +21,13 @@ const char* path_name(detail::HcMixPath path) {
 
 // hc_pre (head = false) or hc_head at n_hc = 4, dim = 4096, `tokens` tokens.
 void bench_hc(bool head, int64_t tokens) {
-    const int64_t n = 4, dim = 4096, width = n * dim, rows = head ? n : hc_pre_mix_size(n);
-    const int copies = 64;  // 64 x 1.5 MB of mixers > L2
-    DeviceBuffer<float> fn{size_t(copies * rows * width)}, base{size_t(rows)}, scale{3};
-    fill_f32<<<1024, 256>>>(fn.get(), fn.size(), 1, 2.0f / 128.0f);
-    fill_f32<<<1, 64>>>(base.get(), base.size(), 2, 1.0f);
-    fill_f32<<<1, 64>>>(scale.get(), scale.size(), 3, 1.0f);
-    DeviceBuffer<__nv_bfloat16> streams{size_t(tokens * width)}, x_split{size_t(tokens * dim)},
-        x_token(size_t(tokens * dim)), x_tiled(size_t(tokens * dim)), x_rows(size_t(tokens * dim));
-    fill_bf16<<<256, 256>>>(streams.get(), streams.size(), 4);
+    const FlashMixer mixer(tokens, head);
+    const int64_t dim = mixer.kDim, width = mixer.kWidth, rows = mixer.rows;
+    DeviceBuffer<__nv_bfloat16> x_split{size_t(tokens * dim)}, x_token(size_t(tokens * dim)),
+        x_tiled(size_t(tokens * dim)), x_rows(size_t(tokens * dim));
     DeviceBuffer<float> mix_split{size_t(tokens * rows)}, mix_token{size_t(tokens * rows)},
         mix_tiled{size_t(tokens * rows)}, mix_rows{size_t(tokens * rows)};
-    check_launch(0);
-    auto params = [&](int i, __nv_bfloat16* x, float* mix) {
-        HcMixParams p;
-        p.streams = streams.get();
-        p.fn = fn.get() + size_t(i % copies) * size_t(rows * width);
-        p.base = base.get();
-        p.scale = scale.get();
-        p.x_out = x;
-        p.mix = mix;
-        p.tokens = tokens;
-        p.n_hc = n;
-        p.dim = dim;
-        p.sinkhorn_iters = 20;
-        p.hc_eps = 1e-6f;
-        p.norm_eps = 1e-6f;
-        return p;
-    };
+    auto params = [&](int i, __nv_bfloat16* x, float* mix) { return mixer.params(i, x, mix); };
     const double split = graph_us([&](int i, cudaStream_t s) {
         detail::launch_hc_mix(params(i, x_split.get(), mix_split.get()), head, s, detail::HcMixPath::kSplit);
     });

@@ -51,33 +51,16 @@ void report_phases(const char* kernel, int64_t ctas, const std::vector<const cha
 
 void bench_phases() {
     {  // hc_pre with its norm at one token, V4-Flash's shapes, as the model launches it (hc_pre_norm's split kernel)
-        const int64_t n = 4, dim = 4096, width = n * dim, rows = hc_pre_mix_size(n);
-        const int copies = 64;  // 64 x 1.5 MB of mixers > L2
-        DeviceBuffer<float> fn{size_t(copies * rows * width)}, base{size_t(rows)}, scale{3}, mix{size_t(rows)},
-            weight{size_t(dim)}, q_scales{size_t(dim / 128)};
-        fill_f32<<<1024, 256>>>(fn.get(), fn.size(), 1, 2.0f / 128.0f);
-        fill_f32<<<1, 64>>>(base.get(), base.size(), 2, 1.0f);
-        fill_f32<<<1, 64>>>(scale.get(), scale.size(), 3, 1.0f);
+        const FlashMixer mixer(1, false);
+        const int64_t dim = mixer.kDim;
+        DeviceBuffer<float> mix{size_t(mixer.rows)}, weight{size_t(dim)}, q_scales{size_t(dim / 128)};
         fill_f32<<<16, 256>>>(weight.get(), weight.size(), 5, 1.0f);
-        DeviceBuffer<__nv_bfloat16> streams{size_t(width)}, x{size_t(dim)};
+        DeviceBuffer<__nv_bfloat16> x{size_t(dim)};
         DeviceBuffer<uint8_t> q{size_t(dim)};
-        fill_bf16<<<256, 256>>>(streams.get(), streams.size(), 4);
         check_launch(0);
         const RmsNormParams norm{x.get(), weight.get(), x.get(), 1, dim, dim, dim, 1e-6f, q.get(), q_scales.get()};
         auto params = [&](int i, int64_t* clock) {
-            HcMixParams p;
-            p.streams = streams.get();
-            p.fn = fn.get() + size_t(i % copies) * size_t(rows * width);
-            p.base = base.get();
-            p.scale = scale.get();
-            p.x_out = x.get();
-            p.mix = mix.get();
-            p.tokens = 1;
-            p.n_hc = n;
-            p.dim = dim;
-            p.sinkhorn_iters = 20;
-            p.hc_eps = 1e-6f;
-            p.norm_eps = 1e-6f;
+            HcMixParams p = mixer.params(i, x.get(), mix.get());
             p.defer_sinkhorn = true;
             p.phase_clock = clock;
             return p;
@@ -93,49 +76,17 @@ void bench_phases() {
     }
     for (int32_t slots :
          {128, 160, 640}) {  // sparse attention of one token: SWA, HCA at 4k (128 + 32), CSA (128 + 512)
-        const int32_t heads = 64, d = 512, rope = 64, sets = 8;
-        const MainEntryLayout layout = main_entry_layout(d, rope);
-        const size_t entries = size_t(75) * 1000 * 1000 / size_t(layout.bytes());
-        DeviceBuffer<uint8_t> kv{entries * size_t(layout.bytes())};
-        fill_entries<<<1024, 256>>>(kv.get(), entries, int(layout.bytes()), int(layout.rope_offset()),
-                                    int(layout.scale_offset()), int(layout.scale_offset() + layout.scales()), 13);
-        DeviceBuffer<__nv_bfloat16> q{size_t(heads) * d};
-        fill_bf16<<<256, 256>>>(q.get(), q.size(), 14);
-        std::vector<int32_t> idx(size_t(sets) * slots);
-        uint32_t h = 15;
-        for (int32_t& v : idx) {
-            h = h * 1664525u + 1013904223u;
-            v = int32_t(h % uint32_t(entries));
-        }
-        DeviceBuffer<int32_t> d_idx{idx.size()};
-        d_idx.upload(idx.data(), idx.size());
-        DeviceBuffer<float> sink{size_t(heads)}, inv_freq{size_t(rope / 2)};
-        fill_f32<<<1, 64>>>(sink.get(), sink.size(), 16, 1.0f);
+        const FlashAttentionInputs in(1, slots);
+        DeviceBuffer<float> inv_freq{size_t(in.kRope / 2)};
         fill_f32<<<1, 32>>>(inv_freq.get(), inv_freq.size(), 17, 0.1f);
         const int32_t position = 4095;
         DeviceBuffer<int32_t> positions{1};
         positions.upload(&position, 1);
-        DeviceBuffer<uint16_t> out{size_t(heads) * d};
+        DeviceBuffer<uint16_t> out{size_t(in.kHeads) * in.kDim};
         check_launch(0);
-        const SparseAttentionPlan plan = plan_sparse_attention(heads, d, slots);
-        DeviceBuffer<float> ws{size_t(std::max<int64_t>(1, plan.workspace_floats_per_token))};  // the launcher's check
+        const SparseAttentionPlan& plan = in.plan;
         auto params = [&](int i, int64_t* clock) {
-            SparseAttentionParams p;
-            p.q = reinterpret_cast<const uint16_t*>(q.get());
-            p.kv = kv.get();
-            p.indices = d_idx.get() + size_t(i % sets) * slots;
-            p.sink = sink.get();
-            p.out = out.get();
-            p.workspace = ws.get();
-            p.workspace_floats = plan.workspace_floats_per_token;
-            p.tokens = 1;
-            p.heads = heads;
-            p.head_dim = d;
-            p.rope_dim = rope;
-            p.slots = slots;
-            p.splits = plan.splits;
-            p.scale = 1.0f / std::sqrt(float(d));
-            p.combine = SparseAttentionCombine::kCluster;
+            SparseAttentionParams p = in.params(i, SparseAttentionCombine::kCluster, out.get());
             p.cluster_heads = kNarrowClusterHeads;
             p.inverse_rope_inv_freq = inv_freq.get();
             p.positions = positions.get();
@@ -146,7 +97,7 @@ void bench_phases() {
         std::printf("\nsparse attention, 1 token, %d slots (%d splits), 16 heads a CTA: %.2f us a launch in a graph\n",
                     slots, plan.splits, us);
         report_phases(
-            "sparse_attention_cluster", int64_t(heads / kNarrowClusterHeads) * plan.splits,
+            "sparse_attention_cluster", int64_t(in.kHeads / kNarrowClusterHeads) * plan.splits,
             {"start", "1 q issued, the split's keys checked", "2 max pass (tile in, dequantized, QK)",
              "3 cluster sync, the token's max", "4 P V pass, denominators", "5 partial O stored, cluster sync",
              "6 combine, inverse RoPE, stores (thread 0)", "7 the last cluster sync"},

@@ -29,7 +29,7 @@ __device__ __forceinline__ void tensor_copy_to_stage(unsigned dst, const CUtenso
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const unsigned b = unsigned(__cvta_generic_to_shared(bar));
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+    mbarrier_arm(bar, bytes);
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
         ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(b)
@@ -53,14 +53,6 @@ __device__ __forceinline__ unsigned cluster_shared_address(const void* p, int ra
                  : "r"(unsigned(__cvta_generic_to_shared(p))), "r"(rank));
 #endif
     return out;
-}
-// One thread: `bar` expects `bytes` more, and this thread's arrival is its phase's one arrival.
-__device__ __forceinline__ void mbarrier_arm(uint64_t* bar, int bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(unsigned(__cvta_generic_to_shared(bar))),
-                 "r"(bytes)
-                 : "memory");
-#endif
 }
 // Every thread that wrote shared memory a push will read, before the CTA barrier that precedes the push: orders its
 // writes before the copy engine's reads.

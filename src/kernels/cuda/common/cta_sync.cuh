@@ -51,6 +51,15 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
                  : "memory");
 #endif
 }
+// This thread's arrival, announcing `bytes` more that copies will complete on the barrier (the transaction count):
+// the phase completes once every arrival is in and the bytes have landed, in either order.
+__device__ __forceinline__ void mbarrier_arm(uint64_t* bar, int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(unsigned(__cvta_generic_to_shared(bar))),
+                 "r"(bytes)
+                 : "memory");
+#endif
+}
 // Waits until the phase of parity `parity` has completed (the n-th completion, counting from 0, has parity n & 1;
 // a waiter may be at most one phase behind).
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
