@@ -55,9 +55,8 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 // the phase completes once every arrival is in and the bytes have landed, in either order.
 __device__ __forceinline__ void mbarrier_arm(uint64_t* bar, int bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(unsigned(__cvta_generic_to_shared(bar))),
-                 "r"(bytes)
-                 : "memory");
+    const unsigned b = unsigned(__cvta_generic_to_shared(bar));
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
 #endif
 }
 // Waits until the phase of parity `parity` has completed (the n-th completion, counting from 0, has parity n & 1;
