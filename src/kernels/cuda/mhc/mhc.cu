@@ -456,12 +456,14 @@ __global__ void __launch_bounds__(kHcThreads, 2) hc_mix_rows_kernel(HcMixParams 
 // The rms_norm after hc_pre on the split path (hc_pre_norm): rms_norm's thread t sums the squares of elements
 // t + 256 j in ascending j (rms_norm.cu); here element d of x lies in CTA (d / 256) % kCluster, so every CTA stores its
 // rounded x into rank 0's [chunk j][t] table, rank 0 runs rms_norm's chains and trees on it and returns the factor.
+// The table holds x as the bf16 it is (a lane pair's two values a word): what crosses to rank 0 through distributed
+// shared memory, ~16-20 bytes a ns into an SM, is half of what f32 entries made it.
 constexpr int kNormChunks = 32;  // rows of up to 32 x 256 elements (V4-Flash 4096, V4-Pro 7168)
 static_assert(kHcThreads == 256, "rms_norm's and quantize_held_row's thread layout");
 
 template <int kCluster>
-__device__ __forceinline__ float cluster_rms_factor(cg::cluster_group& cluster, float* chunks, int64_t dim, float eps,
-                                                    int rank) {
+__device__ __forceinline__ float cluster_rms_factor(cg::cluster_group& cluster, const uint16_t* chunks, int64_t dim,
+                                                    float eps, int rank) {
     __shared__ double warp_sums[kHcThreads / 32];
     __shared__ float factor;
     cluster.sync();  // every CTA's x is in rank 0's table
@@ -469,7 +471,7 @@ __device__ __forceinline__ float cluster_rms_factor(cg::cluster_group& cluster, 
         double sum = 0.0;
         const int count = int((dim + kHcThreads - 1) / kHcThreads);
         for (int j = 0; j < count; ++j) {
-            const double v = chunks[j * kHcThreads + threadIdx.x];
+            const double v = __uint_as_float(uint32_t(chunks[j * kHcThreads + threadIdx.x]) << 16);
             sum += v * v;
         }
 #pragma unroll
@@ -642,14 +644,17 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
             p.x_out[t * p.dim + d] = collapse(d);
     } else {
         // 5. rms_norm of x: this CTA's elements d = 256 (rank + kCluster i) + t, held as rms_norm holds them.
-        __shared__ float chunks[kNormChunks * kHcThreads];  // rank 0's is the table
-        float* table = cluster.map_shared_rank(chunks, 0);
+        __shared__ __align__(16) uint16_t chunks[kNormChunks * kHcThreads];  // rank 0's is the table (bf16 bits)
+        uint32_t* table = reinterpret_cast<uint32_t*>(cluster.map_shared_rank(chunks, 0));
         float held[kHeld];
 #pragma unroll
         for (int i = 0; i < kHeld; ++i) {
             const int64_t chunk = rank + int64_t(kCluster) * i, d = chunk * kHcThreads + threadIdx.x;
             held[i] = d < p.dim ? bf16_to_f32(collapse(d)) : 0.0f;
-            if (chunk * kHcThreads < p.dim) table[chunk * kHcThreads + threadIdx.x] = held[i];
+            if (chunk * kHcThreads < p.dim) {  // uniform over the CTA; the even lane stores the pair
+                const uint32_t bits = __float_as_uint(held[i]) >> 16, odd = __shfl_down_sync(kFull, bits, 1);
+                if (threadIdx.x % 2 == 0) table[(chunk * kHcThreads + threadIdx.x) / 2] = bits | odd << 16;
+            }
         }
         phase_mark(p.phase_clock, 5);
         const float r = cluster_rms_factor<kCluster>(cluster, chunks, p.dim, norm.eps, rank);
