@@ -58,7 +58,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
     const int token = blockIdx.x, head0 = blockIdx.y * kHeads, split = int(cluster.block_rank());
     const int heads_here = min(kHeads, p.heads - head0), m_tiles = (heads_here + 15) / 16;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
-    const int mt = warp % 4, half = warp / 4;
+    const QkWarp<kHeads> qk;
+    const int mt = qk.mt, half = qk.half;
     const SplitRange range = split_range(p, split);
 
     // What pass 3 reads after the cluster barriers (which no load crosses), requested now so that its round trips

@@ -204,6 +204,21 @@ __device__ void load_k_tile(Smem<kHeadDim, kHeads>& s, uint8_t* staged, const Sp
     __syncthreads();
 }
 
+// The QK warps' roles: heads 16 mt.. of the CTA's kHeads, slot half `half` of the tile (32 keys); warps whose mt is
+// past the heads compute no logits. With 64 heads every warp has a role (mt = warp % 4). With 16 only mt 0 has one,
+// and its two warps are 0 and 1 rather than 0 and 4: warp w issues on scheduler w % 4, and warps 0 and 4 put the
+// tile's 256 QK MMAs on one scheduler's tensor pipe, where 0 and 1 split them over two. The same MMAs in each warp, so
+// the same bits.
+template <int kHeads>
+struct QkWarp {
+    int mt, half;
+    __device__ QkWarp() {
+        const int warp = int(threadIdx.x / 32);
+        mt = kHeads == 16 ? warp / 2 : warp % 4;
+        half = kHeads == 16 ? warp % 2 : warp / 4;
+    }
+};
+
 // S for heads 16 mt.. (rows g, g + 8) x slots 32 nh + 8 nt + 2 tig (+1) of the tile, as logits l = (q . k) * scale,
 // -inf for invalid slots.
 template <int kHeadDim, int kHeads>
@@ -256,7 +271,9 @@ template <int kHeadDim, int kHeads, class InFlight = NoWork>
 __device__ __forceinline__ void range_max(Smem<kHeadDim, kHeads>& s, uint8_t* staged, const SparseAttentionParams& p,
                                           int token, SplitRange range, int m_tiles, float (&last)[4][4],
                                           const InFlight& in_flight = {}) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, mt = warp % 4, nh = warp / 4;
+    const int lane = threadIdx.x % 32;
+    const QkWarp<kHeads> qk;
+    const int mt = qk.mt, nh = qk.half;
     float m0 = -INFINITY, m1 = -INFINITY;
     for (int slot0 = range.begin; slot0 < range.end; slot0 += kTile) {
         __syncthreads();
@@ -360,8 +377,9 @@ __device__ __forceinline__ void range_pv(Smem<kHeadDim, kHeads>& s, uint8_t* sta
                                          const float (&logits)[4][4], float (&o)[pv_tiles<kHeadDim, kHeads>()][4],
                                          float& den0, float& den1) {
     constexpr int kNTiles = pv_tiles<kHeadDim, kHeads>();  // 8-dim n-tiles of this warp's slice of head_dim
-    const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
-    const int mt = warp % 4, half = warp / 4;  // QK: heads 16 mt.., slot half of the tile
+    const int g = threadIdx.x % 32 / 4;
+    const QkWarp<kHeads> qk;
+    const int mt = qk.mt, half = qk.half;
     const PvWarp<kHeads> pv;
     // Heads without any valid key have M = -inf: their P is 0 (the CPU reference outputs zeros).
     const int qk_row = mt * 16 < kHeads ? mt * 16 + g : g;  // warps past the heads compute nothing
@@ -396,8 +414,9 @@ __device__ __forceinline__ void range_pv(Smem<kHeadDim, kHeads>& s, uint8_t* sta
 template <int kHeadDim, int kHeads>
 __device__ __forceinline__ void split_denominators(Smem<kHeadDim, kHeads>& s, float den0, float den1, float& sum0,
                                                    float& sum1) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
-    const int mt = warp % 4, half = warp / 4;
+    const int lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+    const QkWarp<kHeads> qk;
+    const int mt = qk.mt, half = qk.half;
     for (int off = 1; off < 4; off <<= 1) {
         den0 += __shfl_xor_sync(0xffffffffu, den0, off);
         den1 += __shfl_xor_sync(0xffffffffu, den1, off);
