@@ -13,11 +13,13 @@
 //              memory by cp.async first (kStaged) and the chains read them there.
 //   split      a cluster of kCluster CTAs per token (few tokens, e.g. decode: one CTA cannot pull the 1.5 MB
 //              f32 mixer of V4 fast; 16 for hc_pre of up to kWideTokens tokens where the GPU can co-schedule
-//              them, else 8). The kRows + 1 reduced values are dealt round-robin to the CTAs; each CTA
-//              computes its values with the per-token kernel's arithmetic (the same kHcThreads strided chains of
-//              fmaf, the same shuffle tree, the same warp tree), each CTA pushes them into every CTA's shared
-//              memory (distributed shared memory, one cluster barrier), warp 0 of every CTA derives pre (rank 0 also
-//              post and comb's inputs), and the CTAs collapse the streams in slices.
+//              them, else 8). Each mixer row's chains are dealt to the CTAs in quarters of the per-token
+//              kernel's tree (the threads of warps q and q + 4, which its first level adds), the same number of
+//              rows' quarters to every CTA; each CTA computes them with the per-token kernel's arithmetic (the same
+//              kHcThreads strided chains of fmaf, the same shuffle tree, the same warp tree), pushes the quarter
+//              sums into every CTA's shared memory (distributed shared memory, one cluster barrier), warp 0 of every
+//              CTA adds the quarters as the tree's last two levels and derives pre (rank 0 also post and comb's
+//              inputs), and the CTAs collapse the streams in slices.
 // The mix kernels leave comb as its inputs (scale * logit + base); hc_sinkhorn_kernel (mhc_sinkhorn.cu) normalizes
 // it after them. hc_post is in mhc_post.cu.
 #include <cooperative_groups.h>
@@ -42,14 +44,14 @@ constexpr unsigned kFull = 0xFFFFFFFFu;
 constexpr int kWarps = kHcThreads / 32;
 constexpr int kHcCluster = 8;  // CTAs per token on the split path (the portable cluster size)
 // hc_pre of at most kWideTokens tokens (batch-1 decode, small batches): a non-portable cluster of kHcWideCluster
-// CTAs, two of the 25 values per CTA instead of four, so twice the SMs pull the mixer and each issues fewer loads.
+// CTAs, six quarter rows per CTA instead of twelve, so twice the SMs pull the mixer and each issues fewer loads.
 // Larger batches keep 8: a cluster of 16 takes most of a GPC, so few of them run at once.
 constexpr int kHcWideCluster = 16;
 constexpr int64_t kWideTokens = 8;
 constexpr int kMixTile = 4;  // tokens per CTA on the tiled path (its accumulators: 4 x 25 registers at n_hc 4)
 // Strided columns a thread loads before their fmafs: the split kernel is bound by loads in flight per SM (H200,
 // hc_pre at one token: 8 -> 14.2 us, 8 round trips for 64 columns); 16 halves the round trips at 116 registers (two
-// CTAs per SM for batched decode). hc_pre's clusters of 16 (up to kWideTokens tokens, two values a CTA, one CTA per
+// CTAs per SM for batched decode). hc_pre's clusters of 16 (up to kWideTokens tokens, 1.5 rows a CTA, one CTA per
 // SM) load 32: two round trips for V4-Flash's 64 columns a thread (hc_pre at one token 12.0 -> 10.6 us on an H100).
 // Not hc_head's clusters of 8: at 32-64 tokens their CTAs share SMs, and 32 took 8.5 -> 12.8 us at 32 tokens.
 template <int kCluster>
@@ -83,11 +85,12 @@ struct StagedChunk {
 };
 
 // Calls chain(whole, i0) for each round of kUnroll strided columns i0, i0 + 256, ... of a thread's share of a row of
-// `width` (i0 from threadIdx.x, in steps of 256 kUnroll), whole a std::true_type where every column of the round lies
-// inside the row, so that the round needs no bound checks, else std::false_type.
+// `width` (i0 from `thread`, the per-token kernel's thread whose chain this is, in steps of 256 kUnroll), whole a
+// std::true_type where every column of the round lies inside the row, so that the round needs no bound checks, else
+// std::false_type.
 template <int kUnroll, class Chain>
-__device__ __forceinline__ void for_each_round(int64_t width, Chain& chain) {
-    for (int64_t i0 = threadIdx.x; i0 < width; i0 += int64_t(kHcThreads) * kUnroll) {
+__device__ __forceinline__ void for_each_round(int64_t width, Chain& chain, int thread = int(threadIdx.x)) {
+    for (int64_t i0 = thread; i0 < width; i0 += int64_t(kHcThreads) * kUnroll) {
         if (i0 + int64_t(kUnroll - 1) * kHcThreads < width)
             chain(std::true_type{}, i0);
         else
@@ -489,18 +492,16 @@ __device__ __forceinline__ float cluster_rms_factor(cg::cluster_group& cluster, 
     return factor;
 }
 
-// grid (kCluster, tokens), clusters of kCluster along x. Value u in [0, kRows] (u = kRows: the sum of squares)
-// belongs to CTA u % kCluster; the CTA computes it exactly as hc_mix_kernel does (see the file comment).
+// grid (kCluster, tokens), clusters of kCluster along x. Each value u in [0, kRows] (u = kRows: the sum of squares)
+// is the sum of four quarters that CTAs of ranks u / kQuarterRows * 4 + q compute exactly as hc_mix_kernel's threads
+// of warps q and q + 4 do (see the file comment and step 1).
 // kNorm: x is then rms-normalized in place (and quantized where norm.q is set) with rms_norm's arithmetic.
 template <int kN, bool kHead, int kCluster, bool kNorm = false>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
     hc_mix_split_kernel(HcMixParams p, RmsNormParams norm) {
     constexpr int kRows = kHead ? kN : (2 + kN) * kN;
     constexpr int kValues = kRows + 1;
-    constexpr int kPer = (kValues + kCluster - 1) / kCluster;
-    static_assert(kHcThreads % 32 == 0 && kPer <= kHcThreads && kValues <= 32, "warp 0 holds every value");
-    __shared__ float partial[kWarps][kPer];
-    __shared__ float sums[kValues];  // every reduced value of the token, pushed here by the CTA that computed it
+    static_assert(kWarps == 8 && kValues <= 32, "the tree's quarters are warps q and q + 4; warp 0 holds every value");
     __shared__ float pre_s[kN];
     cg::cluster_group cluster = cg::this_cluster();
     const int rank = int(cluster.block_rank());
@@ -528,88 +529,89 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
         norm_weight[i] = kNorm && norm.weight ? norm.weight[d < p.dim ? d : 0] : 0.0f;
     }
 
-    // 1. Per-thread chains of this CTA's values: the same strided columns and fmaf order as hc_mix_kernel.
-    const float* fn_row[kPer];
-    bool is_row[kPer], is_square[kPer];
+    // 1. Per-thread chains: the per-token kernel's thread t chains columns t + 256 j of a row in ascending j (fmaf),
+    // and its tree adds the 8 warps' sums as ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)). So a row's work splits
+    // into four quarters, quarter q the threads of warps q and q + 4, whose sum s_q + s_{q+4} is all the tree needs of
+    // them. CTA rank r chains quarter r % 4 of kQuarterRows rows, [kQuarterRows (r / 4), + kQuarterRows): every CTA
+    // the same load (V4-Flash: 6 quarter rows, 96 KB of mixer; whole values dealt round-robin left half the CTAs two
+    // rows, 128 KB, the other half one). Warp w takes the quarter's threads of warp q + 4 (w % 2) for the CTA's rows
+    // w / 2, w / 2 + 4, ...; the warps of slot 3 also chain the sum of squares, which the ranks of row block 0 push.
+    constexpr int kQuarterRows = kRows * 4 / kCluster;
+    static_assert(kCluster % 4 == 0 && kRows * 4 % kCluster == 0, "whole quarter rows a CTA");
+    constexpr int kPerWarp = (kQuarterRows + 3) / 4;
+    static_assert((kQuarterRows + 1) * kCluster <= kHcThreads, "a thread a pushed value and target");
+    const int quarter = rank % 4, row0 = rank / 4 * kQuarterRows, slot = warp / 2, tree_warp = quarter + 4 * (warp % 2);
+    const float* fn_row[kPerWarp];
+    bool is_row[kPerWarp];
 #pragma unroll
-    for (int q = 0; q < kPer; ++q) {
-        const int u = rank + q * kCluster;
-        is_row[q] = u < kRows;
-        is_square[q] = u == kRows;
-        fn_row[q] = p.fn + int64_t(is_row[q] ? u : 0) * width;
+    for (int q = 0; q < kPerWarp; ++q) {
+        const int local = slot + 4 * q;
+        is_row[q] = local < kQuarterRows;
+        fn_row[q] = p.fn + int64_t(row0 + (is_row[q] ? local : 0)) * width;
     }
-    // Every CTA chains the sum of squares (one fmaf a column, where a select per value and column was two); the CTA
-    // that owns it reduces it.
-    float acc[kPer], square = 0.0f;
+    float acc[kPerWarp], square = 0.0f;
 #pragma unroll
-    for (int q = 0; q < kPer; ++q) acc[q] = 0.0f;
+    for (int q = 0; q < kPerWarp; ++q) acc[q] = 0.0f;
     constexpr int kUnroll = kSplitUnroll<kCluster>;
     // kUnroll strided columns from i0; kWhole: all of them lie inside the row, so no load or fmaf needs a bound check
     // (the checks and their 64-bit compares were ~3/4 of the loop's instructions, 930 a round of 32 columns).
     auto chain_columns = [&](auto whole, int64_t i0) {
         constexpr bool kWhole = decltype(whole)::value;
         const __nv_bfloat16* vs = v + i0;
-        const float* fs[kPer];
+        const float* fs[kPerWarp];
 #pragma unroll
-        for (int q = 0; q < kPer; ++q) fs[q] = fn_row[q] + i0;
-        float x[kUnroll], f[kPer][kUnroll];
+        for (int q = 0; q < kPerWarp; ++q) fs[q] = fn_row[q] + i0;
+        float x[kUnroll], f[kPerWarp][kUnroll];
 #pragma unroll
         for (int s = 0; s < kUnroll; ++s) {
             const bool in = kWhole || i0 + int64_t(s) * kHcThreads < width;
             x[s] = in ? bf16_to_f32(vs[s * kHcThreads]) : 0.0f;
 #pragma unroll
-            for (int q = 0; q < kPer; ++q) f[q][s] = is_row[q] && in ? __ldg(fs[q] + s * kHcThreads) : 0.0f;
+            for (int q = 0; q < kPerWarp; ++q) f[q][s] = is_row[q] && in ? __ldg(fs[q] + s * kHcThreads) : 0.0f;
         }
 #pragma unroll
         for (int s = 0; s < kUnroll; ++s) {
             if (!kWhole && i0 + int64_t(s) * kHcThreads >= width) break;
 #pragma unroll
-            for (int q = 0; q < kPer; ++q) acc[q] = fmaf(f[q][s], x[s], acc[q]);
+            for (int q = 0; q < kPerWarp; ++q) acc[q] = fmaf(f[q][s], x[s], acc[q]);
             square = fmaf(x[s], x[s], square);
         }
     };
-    for_each_round<kUnroll>(width, chain_columns);
+    if (is_row[0] || slot == 3) for_each_round<kUnroll>(width, chain_columns, tree_warp * 32 + lane);  // warp-uniform
     phase_mark(p.phase_clock, 1);
+    // 2. The tree's 5 shuffle levels in each warp, then its first level over the warps: the quarter sums.
+    __shared__ float warp_sums[4][2][kPerWarp + 1];  // [slot][w % 2][row q of the slot | the sum of squares]
 #pragma unroll
-    for (int q = 0; q < kPer; ++q) {
-        if (is_square[q]) acc[q] = square;
-    }
-    // 2. The same tree: 5 shuffle levels in the warp, then 3 levels over the warps.
+    for (int q = 0; q <= kPerWarp; ++q) {
+        float value = q < kPerWarp ? acc[q] : square;
 #pragma unroll
-    for (int q = 0; q < kPer; ++q) {
-#pragma unroll
-        for (int o = 16; o > 0; o /= 2) acc[q] += __shfl_xor_sync(kFull, acc[q], o);
-        if (lane == 0) partial[warp][q] = acc[q];
-    }
-    __syncthreads();
-    if (threadIdx.x < kPer) {
-        float s[kWarps];
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) s[w] = partial[w][threadIdx.x];
-#pragma unroll
-        for (int width_w = kWarps / 2; width_w > 0; width_w /= 2)
-#pragma unroll
-            for (int w = 0; w < width_w; ++w) s[w] += s[w + width_w];
-        partial[0][threadIdx.x] = s[0];
+        for (int o = 16; o > 0; o /= 2) value += __shfl_xor_sync(kFull, value, o);
+        if (lane == 0) warp_sums[slot][warp % 2][q] = value;
     }
     __syncthreads();
     phase_mark(p.phase_clock, 2);
     asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
-    // Push each value into every CTA's `sums`; one release/acquire barrier makes them visible, and no CTA touches
-    // another's shared memory after it (so none can leave while being written).
-    if (threadIdx.x < kPer * kCluster) {
-        const int q = threadIdx.x / kCluster, target = threadIdx.x % kCluster, u = rank + q * kCluster;
-        if (u < kValues) cluster.map_shared_rank(sums, target)[u] = partial[0][q];
+    // Push each quarter sum into every CTA's `quarters`; one release/acquire barrier makes them visible, and no CTA
+    // touches another's shared memory after it (so none can leave while being written).
+    __shared__ float quarters[4][kValues];  // every quarter sum of the token, pushed here by the CTA that chained it
+    if (threadIdx.x < (kQuarterRows + 1) * kCluster) {
+        const int i = threadIdx.x / kCluster, target = threadIdx.x % kCluster;
+        const int from = i < kQuarterRows ? i % 4 : 3, q = i < kQuarterRows ? i / 4 : kPerWarp;
+        const float sum = warp_sums[from][0][q] + warp_sums[from][1][q];  // s_quarter + s_{quarter + 4}
+        const int u = i < kQuarterRows ? row0 + i : kRows;
+        float* const to = cluster.map_shared_rank(&quarters[0][0], target);
+        if (i < kQuarterRows || row0 == 0) to[quarter * kValues + u] = sum;
     }
     cluster.sync();
     phase_mark(p.phase_clock, 3);
+    auto sums = [&](int u) { return (quarters[0][u] + quarters[2][u]) + (quarters[1][u] + quarters[3][u]); };
 
     // 3. The mix in warp 0, one lane per mixer row, the operations of hc_mix_kernel's thread 0 on each element.
     if (warp == 0) {
         const int u = lane < kRows ? lane : 0;
-        const float mean_sq = __fdiv_rn(sums[kRows], float(width));
+        const float mean_sq = __fdiv_rn(sums(kRows), float(width));
         const float rho = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, p.norm_eps)));
-        const float logit = __fmul_rn(sums[u], rho);
+        const float logit = __fmul_rn(sums(u), rho);
         float m = 0.0f;
         if (u < kN) {
             m = __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(logit, mix_scale[0]), mix_base)), p.hc_eps);
