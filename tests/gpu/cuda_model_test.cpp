@@ -334,13 +334,6 @@ TEST_P(CudaModelFixture, LanePrioritiesChangeNoBits) {
     expect_same_bits_with(options, "with the main lane first and with equal priorities");
 }
 
-// A CSA layer's indexer chain on its own lane above the main one (CudaOptions::indexer_lane_first) orders work only.
-TEST_P(CudaModelFixture, IndexerLaneFirstChangesNoBits) {
-    CudaOptions options = comparison_options();
-    options.indexer_lane_first = !options.indexer_lane_first;
-    expect_same_bits_with(options, "with the indexer lane first and on the side lane");
-}
-
 // The routed experts' w2 computing its input from W1 x and W3 x (CudaOptions::swiglu_in_w2) gives the bits of the
 // SwiGLU's own launch followed by w2: prefill chunks (which keep the launch) and graph-replayed decode steps.
 TEST_P(CudaModelFixture, SwigluInW2ChangesNoBits) {

@@ -76,7 +76,6 @@ struct BenchArgs {
     int threads = 0;
     bool stages = false;  // also the per-stage table of every measured step (CudaModel's stage profiler)
     bool equal_lane_priority = false;  // CudaOptions::prioritize_main_lane off (to measure what it buys)
-    bool indexer_lane_first = false;   // CudaOptions::indexer_lane_first on (likewise)
     bool shared_expert_every_rank = false;  // CudaOptions::shared_expert_on_one_rank off (likewise)
     bool router_apart = false;              // CudaOptions::router_with_routing off (likewise)
     bool swiglu_apart = false;              // CudaOptions::swiglu_in_w2 off (likewise)
@@ -325,7 +324,6 @@ BenchModel make_bench_model(const BenchArgs& a, int64_t layers) {
     options.max_chunk_tokens = a.chunk;
     options.random_experts_seed = a.seed;
     options.prioritize_main_lane = !a.equal_lane_priority;
-    options.indexer_lane_first = a.indexer_lane_first;
     options.shared_expert_on_one_rank = !a.shared_expert_every_rank;
     options.router_with_routing = !a.router_apart;
     options.swiglu_in_w2 = !a.swiglu_apart;
@@ -691,9 +689,6 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--equal-lane-priority", a->equal_lane_priority,
                   "Give the side lane the main stream's scheduling priority (CudaOptions::prioritize_main_lane off; "
                   "the same bits, to measure what the priority buys)");
-    cmd->add_flag("--indexer-lane-first", a->indexer_lane_first,
-                  "Run a CSA layer's indexer chain after qr on a lane above the main one (CudaOptions::"
-                  "indexer_lane_first; the same bits, to measure what it buys)");
     cmd->add_flag("--shared-expert-every-rank", a->shared_expert_every_rank,
                   "With --gpus and replicated attention: every rank computes the shared expert of a short step "
                   "(CudaOptions::shared_expert_on_one_rank off; the same bits, to measure what it buys)");

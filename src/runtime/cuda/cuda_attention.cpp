@@ -41,14 +41,12 @@ void CudaModel::Impl::attention(int64_t layer) {
     // f32 projections, so they run on the compressor lane beside the indexer's queries, and the side lane waits for
     // the indexer's keys only before its scores (the side lane's chain after qr is what the main lane waits for).
     const bool fork = ratio > 0 && !observer;
-    Lane side = fork ? side_lane() : main_lane();
+    const Lane side = fork ? side_lane() : main_lane();
     const bool compressor_lane = fork && a.indexer;
     const cudaStream_t compressors = compressor_lane ? compressor_stream->get() : side.stream;
     // With index_topk 0 a CSA layer selects no compressed entry: no queries or scores, but its keys are still built
     // (as the CPU does).
     const bool selects = a.indexer && c.index_topk > 0;
-    // CudaOptions::indexer_lane_first: the chain after qr moves from the side lane to the indexer lane.
-    const bool indexer_lane = compressor_lane && selects && indexer_stream;
     // Observer downloads (single-sequence pieces only): the entries this piece closes.
     DSV4_CHECK(!observer || piece.slot >= 0, "an observer needs single-sequence pieces");
     const int64_t closed = ratio > 0 && piece.slot >= 0 ? (piece.start + T) / ratio - piece.start / ratio : 0;
@@ -85,13 +83,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     stages.mark("q_proj", layer);
     query_and_kv_latents(a);
     observe_bf16("attn.qr", layer, ws.qr, T, c.q_lora_rank);
-    if (indexer_lane) {  // the indexer lane reads qr and follows the side lane's projections
-        wait_for(indexer_stream->get(), s, *indexer_fork_qr);
-        wait_for(indexer_stream->get(), side.stream, *indexer_fork_side);
-        side.stream = indexer_stream->get();  // the side lane's buffers: its stream has nothing more before the join
-    } else if (fork) {
-        fork_side();  // the side lane's indexer reads qr
-    }
+    if (fork) fork_side();  // the side lane's indexer reads qr
     linear(a.wq_b, ws.qr, T, ws.q, ws.qr_fp8);
     observe_bf16("attn.q_proj", layer, ws.q, T, H * c.head_dim);
 
@@ -144,7 +136,7 @@ void CudaModel::Impl::attention(int64_t layer) {
     if (fork) {
         stages.mark(a.indexer ? "indexer" : "compressor", layer);
         if (compressor_lane) wait_for(side.stream, compressors, *compressor_join);
-        wait_for(s, side.stream, *side_join);  // join_side(), or the indexer lane's join
+        join_side();
         sinkhorn_on_side();
         stages.mark("sparse_attn", layer);
     }

@@ -326,15 +326,10 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
         int least = 0, greatest = 0;
         DSV4_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
         const bool ordered = m.options.prioritize_main_lane;
-        // Priorities count down: greatest < least. The indexer lane above the main one where the range allows.
-        const bool indexer_first = ordered && m.options.indexer_lane_first && greatest < least;
-        m.stream = std::make_unique<cuda::Stream>(ordered ? (indexer_first ? greatest + 1 : greatest) : 0);
+        m.stream = std::make_unique<cuda::Stream>(ordered ? greatest : 0);
         m.side_stream = std::make_unique<cuda::Stream>(ordered ? least : 0);
         m.compressor_stream = std::make_unique<cuda::Stream>(ordered ? least : 0);
-        if (indexer_first) m.indexer_stream = std::make_unique<cuda::Stream>(greatest);
     }
-    m.indexer_fork_qr = std::make_unique<cuda::Event>();
-    m.indexer_fork_side = std::make_unique<cuda::Event>();
     m.side_fork = std::make_unique<cuda::Event>();
     m.side_join = std::make_unique<cuda::Event>();
     m.compressor_fork = std::make_unique<cuda::Event>();

@@ -100,11 +100,6 @@ struct CudaOptions {
     // compressor and indexer branch, the deferred Sinkhorns) at its least, so that where both have CTAs waiting for
     // an SM the main chain's go first (docs/perf.md, "The main lane first"). Off: equal priorities; the same bits.
     bool prioritize_main_lane = true;
-    // With the main lane first: on CSA layers the indexer's chain after qr (its queries, the wait for its keys, its
-    // scores and top-k: what the main lane waits for at the attention's join) runs on a lane of the device's greatest
-    // priority, the main stream one level below it; off, that chain stays on the side lane, at its least. The same
-    // bits either way.
-    bool indexer_lane_first = false;
     // Under expert parallelism with the attention replicated, a step of at most kSharedExpertOnOneRankTokens tokens
     // computes the shared expert on one rank only (the one holding the fewest of the step's routed slots, chosen by
     // the routing on the device), into rows the experts' exchange sums: the others skip its weights (docs/parallel.md).

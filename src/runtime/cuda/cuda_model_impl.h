@@ -222,10 +222,6 @@ struct CudaModel::Impl {
     // lane after the f32 projections they read, beside the indexer's queries (Impl::attention).
     std::unique_ptr<cuda::Stream> compressor_stream;
     std::unique_ptr<cuda::Event> compressor_fork, index_keys_ready, compressor_join;
-    // The indexer lane (CudaOptions::indexer_lane_first): a CSA layer's indexer chain after qr, forked from the main
-    // lane (qr) and from the side lane (after the f32 projections; the side lane is idle until the join after that).
-    std::unique_ptr<cuda::Stream> indexer_stream;
-    std::unique_ptr<cuda::Event> indexer_fork_qr, indexer_fork_side;
     std::unique_ptr<cuda::CublasLt> lt;
     cuda::DeviceBuffer<uint8_t> weight_arena, state_arena, workspace_arena;
     cuda::DeviceWeights w;
