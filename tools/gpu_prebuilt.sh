@@ -40,7 +40,7 @@ if [ "${1:-}" = "--pack" ]; then
     strip -o "$stage/dsv4" "$build/tools/dsv4/dsv4" && strip -o "$stage/dsv4_gpu_tests" "$build/tests/dsv4_gpu_tests" || exit 1
     for b in ${PACK_BENCHES:-}; do strip -o "$stage/$b" "$build/bench/$b" || exit 1; done  # e.g. dsv4_bench_gemm
     # What that machine's image lacks (no cpp-httplib; fmt of another version): the libraries these resolve to here.
-    for lib in libfmt.so libcpp-httplib.so; do
+    for lib in libfmt.so libcpp-httplib.so libcupti.so; do  # CUPTI: dsv4 bench --timeline
         path=$(ldd "$stage/dsv4" | awk -v l="$lib" 'index($1, l) == 1 {print $3}')
         [ -n "$path" ] && cp -L "$path" "$stage/lib/$(basename "$path")"
     done

@@ -45,6 +45,7 @@
 
 #include "core/mix64.h"
 #include "core/thread_pool.h"
+#include "kernel_timeline.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/device_buffer.h"
 #include "kernels/cuda/common/resident_ctas.h"
@@ -83,6 +84,7 @@ struct BenchArgs {
     bool expert_copies16 = false;           // CudaOptions::expert_tensor_copies off
     bool expert_fold_off = false;           // CudaOptions::expert_scale_fold off
     bool profile_range = false;  // cudaProfilerStart / Stop around the timed single-sequence steps
+    std::string timeline;        // --timeline: CUPTI's kernel records of a few more single-sequence steps, to a file
     ParallelFlags parallel;  // --gpus ...: the model over several GPUs (ranks.h); rank 0 measures and prints
     std::string backend;     // --backend: only "cuda" (accepted for scripts that pass it to every model command)
     std::optional<parallel::RankInfo> rank;
@@ -478,6 +480,27 @@ void bench_single_steps(Backend& model, const BenchArgs& a, const BenchModel& m,
         }
     }
     if (a.profile_range) DSV4_CUDA_CHECK(cudaProfilerStop());
+    if (!a.timeline.empty()) {  // the same steps again with every kernel's start and end recorded
+        constexpr int kTracedSteps = 5;
+        std::vector<double> traced_ms;
+        KernelTimeline timeline;
+        timeline.start();
+        for (int i = 0; i < kTracedSteps; ++i) {
+            const int32_t id = random_id();
+            DSV4_CUDA_CHECK(cudaEventRecord(e0, 0));
+            logits = model.forward(state, std::span<const int32_t>(&id, 1), false);
+            DSV4_CUDA_CHECK(cudaEventRecord(e1, 0));
+            DSV4_CUDA_CHECK(cudaEventSynchronize(e1));
+            float t = 0;
+            DSV4_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+            traced_ms.push_back(t);
+        }
+        const int64_t kernels = timeline.stop_and_write(a.timeline);
+        std::printf(
+            "timeline: %lld kernels of %d traced steps written to %s (a traced step: median %.3f ms, CUDA "
+            "events as below; tools/timeline_report.py reads it)\n",
+            (long long)kernels, kTracedSteps, a.timeline.c_str(), median(traced_ms));
+    }
     DSV4_CUDA_CHECK(cudaEventDestroy(e0));
     DSV4_CUDA_CHECK(cudaEventDestroy(e1));
 
@@ -708,6 +731,10 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--swiglu-apart", a->swiglu_apart,
                   "Run the routed experts' SwiGLU as its own launch (CudaOptions::swiglu_in_w2 off; the same bits, to "
                   "measure what computing it in w2 buys)");
+    cmd->add_option("--timeline", a->timeline,
+                    "After the timed single-sequence decode steps, trace 5 more with CUPTI's kernel records and write "
+                    "each kernel's start, end, lane and name to this file (tools/timeline_report.py makes tables of "
+                    "it)");
     cmd->add_flag("--profile-range", a->profile_range,
                   "Open the CUDA profiler's range (cudaProfilerStart / Stop) around the timed single-sequence decode "
                   "steps only, for `ncu --profile-from-start off` (tools/gpu_kernel_profile.sh)");
