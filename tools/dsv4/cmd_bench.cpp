@@ -282,9 +282,13 @@ ModelConfig bench_config(const BenchArgs& a, int64_t layers) {
     return config;
 }
 
+// Single-sequence steps that --timeline traces after the timed ones.
+constexpr int kTimelineSteps = 5;
+
 // The positions a sequence of the run reaches: its prompt (or a batch's), then every decode step, timed or not.
 int64_t bench_max_context(const BenchArgs& a, const ModelConfig& config) {
-    const int64_t decode_steps = a.warmup + a.steps + (a.stages ? std::max<int64_t>(a.warmup, 1) + a.steps : 0);
+    const int64_t decode_steps = a.warmup + a.steps + (a.stages ? std::max<int64_t>(a.warmup, 1) + a.steps : 0) +
+                                 (a.timeline.empty() ? 0 : kTimelineSteps);
     const int64_t max_context = std::max(a.context, a.batch_context) + decode_steps + 2;  // + warm-up steps
     DSV4_CHECK(max_context <= config.max_position_embeddings, "--context {} + steps exceeds the model's {} positions",
                a.context, config.max_position_embeddings);
@@ -481,11 +485,10 @@ void bench_single_steps(Backend& model, const BenchArgs& a, const BenchModel& m,
     }
     if (a.profile_range) DSV4_CUDA_CHECK(cudaProfilerStop());
     if (!a.timeline.empty()) {  // the same steps again with every kernel's start and end recorded
-        constexpr int kTracedSteps = 5;
         std::vector<double> traced_ms;
         KernelTimeline timeline;
         timeline.start();
-        for (int i = 0; i < kTracedSteps; ++i) {
+        for (int i = 0; i < kTimelineSteps; ++i) {
             const int32_t id = random_id();
             DSV4_CUDA_CHECK(cudaEventRecord(e0, 0));
             logits = model.forward(state, std::span<const int32_t>(&id, 1), false);
@@ -499,7 +502,7 @@ void bench_single_steps(Backend& model, const BenchArgs& a, const BenchModel& m,
         std::printf(
             "timeline: %lld kernels of %d traced steps written to %s (a traced step: median %.3f ms, CUDA "
             "events as below; tools/timeline_report.py reads it)\n",
-            (long long)kernels, kTracedSteps, a.timeline.c_str(), median(traced_ms));
+            (long long)kernels, kTimelineSteps, a.timeline.c_str(), median(traced_ms));
     }
     DSV4_CUDA_CHECK(cudaEventDestroy(e0));
     DSV4_CUDA_CHECK(cudaEventDestroy(e1));
