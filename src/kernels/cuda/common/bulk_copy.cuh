@@ -84,6 +84,17 @@ __device__ __forceinline__ void bulk_copies_read_done() {
 #endif
 }
 
+// One 4-byte word from a register into another CTA's shared memory `dst` (a cluster_shared_address), completing on
+// that CTA's barrier `bar` (likewise) as 4 bytes of its transaction count: the pushes above for values a thread holds.
+// The receiver waits on its barrier instead of a cluster barrier; the sender need not wait for anything.
+__device__ __forceinline__ void store_to_cluster_shared(unsigned dst, uint32_t value, unsigned bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(dst), "r"(value),
+                 "r"(bar)
+                 : "memory");
+#endif
+}
+
 // Waits for slot `slot`'s next phase; `parity` holds each slot's next phase bit (bit slot), flipped here.
 __device__ __forceinline__ void wait_stage_barrier(uint64_t* bar, uint32_t& parity, int slot) {
     mbarrier_wait(bar, (parity >> slot) & 1u);

@@ -17,14 +17,16 @@
 //              kernel's tree (the threads of warps q and q + 4, which its first level adds), the same number of
 //              rows' quarters to every CTA; each CTA computes them with the per-token kernel's arithmetic (the same
 //              kHcThreads strided chains of fmaf, the same shuffle tree, the same warp tree), pushes the quarter
-//              sums into every CTA's shared memory (distributed shared memory, one cluster barrier), warp 0 of every
-//              CTA adds the quarters as the tree's last two levels and derives pre (rank 0 also post and comb's
-//              inputs), and the CTAs collapse the streams in slices.
+//              sums into every CTA's shared memory (distributed shared memory: st.async onto the receiver's
+//              mbarrier, which it alone waits on), warp 0 of every CTA adds the quarters as the tree's last two
+//              levels and derives pre (rank 0 also post and comb's inputs), and the CTAs collapse the streams in
+//              slices.
 // The mix kernels leave comb as its inputs (scale * logit + base); hc_sinkhorn_kernel (mhc_sinkhorn.cu) normalizes
 // it after them. hc_post is in mhc_post.cu.
 #include <cooperative_groups.h>
 #include <type_traits>
 
+#include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/cp_async.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/numeric.cuh"
@@ -464,13 +466,16 @@ __global__ void __launch_bounds__(kHcThreads, 2) hc_mix_rows_kernel(HcMixParams 
 constexpr int kNormChunks = 32;  // rows of up to 32 x 256 elements (V4-Flash 4096, V4-Pro 7168)
 static_assert(kHcThreads == 256, "rms_norm's and quantize_held_row's thread layout");
 
+// The table's words arrive by st.async on rank 0's `table_in`, the factor on each CTA's `factor_in`: rank 0 waits for
+// the table, every CTA for its factor, and no cluster barrier is needed (no CTA can leave while being written: each
+// waits for what is pushed into it).
 template <int kCluster>
-__device__ __forceinline__ float cluster_rms_factor(cg::cluster_group& cluster, const uint16_t* chunks, int64_t dim,
-                                                    float eps, int rank) {
+__device__ __forceinline__ float cluster_rms_factor(const uint16_t* chunks, int64_t dim, float eps, int rank,
+                                                    uint64_t* table_in, uint64_t* factor_in) {
     __shared__ double warp_sums[kHcThreads / 32];
     __shared__ float factor;
-    cluster.sync();  // every CTA's x is in rank 0's table
     if (rank == 0) {
+        mbarrier_wait(table_in, 0);  // every CTA's x is in rank 0's table
         double sum = 0.0;
         const int count = int((dim + kHcThreads - 1) / kHcThreads);
         for (int j = 0; j < count; ++j) {
@@ -485,10 +490,12 @@ __device__ __forceinline__ float cluster_rms_factor(cg::cluster_group& cluster, 
             double total = 0.0;
             for (int w = 0; w < kHcThreads / 32; ++w) total += warp_sums[w];
             const float mean_sq = float(total / double(dim));
-            *cluster.map_shared_rank(&factor, int(threadIdx.x)) = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, eps)));
+            const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, eps)));
+            store_to_cluster_shared(cluster_shared_address(&factor, int(threadIdx.x)), __float_as_uint(r),
+                                    cluster_shared_address(factor_in, int(threadIdx.x)));
         }
     }
-    cluster.sync();  // the factor is in every CTA; rank 0's table is read
+    mbarrier_wait(factor_in, 0);  // the factor is in this CTA
     return factor;
 }
 
@@ -508,8 +515,23 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
     const int64_t t = blockIdx.y, width = kN * p.dim;
     const __nv_bfloat16* v = p.streams + t * width;
     phase_mark(p.phase_clock, 0);
+    // What the CTAs push into each other's shared memory lands by st.async on the receiver's barriers, so a receiver
+    // waits for its own data, not for every CTA at a cluster barrier: `quarters_in` (every quarter sum, step 2), and
+    // with the norm `table_in` (rank 0: the CTAs' x, step 5) and `factor_in` (the norm's factor from rank 0).
+    // Initialized before the split cluster barrier below, whose wait precedes every push.
+    constexpr int kValuesBytes = 4 * kValues * 4;  // four quarters of every value
+    __shared__ uint64_t quarters_in, table_in, factor_in;
+    if (threadIdx.x == 0) {
+        mbarrier_init(&quarters_in, 1);
+        if (kNorm) mbarrier_init(&table_in, 1), mbarrier_init(&factor_in, 1);
+        mbarrier_inits_visible();
+        mbarrier_arm(&quarters_in, kValuesBytes);
+        if (kNorm && rank == 0) mbarrier_arm(&table_in, int((p.dim + kHcThreads - 1) / kHcThreads) * kHcThreads * 2);
+        if (kNorm) mbarrier_arm(&factor_in, 4);
+    }
     // Split cluster barrier: arrive now, wait before the first remote store (every CTA of the cluster has started
-    // by then, the precondition of distributed shared memory), so its latency hides behind the loads.
+    // and initialized its barriers by then, the precondition of distributed shared memory), so its latency hides
+    // behind the loads.
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 
     // The weights steps 3 and 5 read after cluster barriers (which no load crosses), requested now: their round trips
@@ -591,18 +613,19 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
     __syncthreads();
     phase_mark(p.phase_clock, 2);
     asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
-    // Push each quarter sum into every CTA's `quarters`; one release/acquire barrier makes them visible, and no CTA
-    // touches another's shared memory after it (so none can leave while being written).
+    // Push each quarter sum into every CTA's `quarters` (st.async onto its `quarters_in`); each CTA waits for its
+    // own. No CTA can leave while being written: each waits for every push into it.
     __shared__ float quarters[4][kValues];  // every quarter sum of the token, pushed here by the CTA that chained it
     if (threadIdx.x < (kQuarterRows + 1) * kCluster) {
         const int i = threadIdx.x / kCluster, target = threadIdx.x % kCluster;
         const int from = i < kQuarterRows ? i % 4 : 3, q = i < kQuarterRows ? i / 4 : kPerWarp;
         const float sum = warp_sums[from][0][q] + warp_sums[from][1][q];  // s_quarter + s_{quarter + 4}
         const int u = i < kQuarterRows ? row0 + i : kRows;
-        float* const to = cluster.map_shared_rank(&quarters[0][0], target);
-        if (i < kQuarterRows || row0 == 0) to[quarter * kValues + u] = sum;
+        if (i < kQuarterRows || row0 == 0)
+            store_to_cluster_shared(cluster_shared_address(&quarters[quarter][u], target), __float_as_uint(sum),
+                                    cluster_shared_address(&quarters_in, target));
     }
-    cluster.sync();
+    mbarrier_wait(&quarters_in, 0);
     phase_mark(p.phase_clock, 3);
     auto sums = [&](int u) { return (quarters[0][u] + quarters[2][u]) + (quarters[1][u] + quarters[3][u]); };
 
@@ -647,7 +670,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
     } else {
         // 5. rms_norm of x: this CTA's elements d = 256 (rank + kCluster i) + t, held as rms_norm holds them.
         __shared__ __align__(16) uint16_t chunks[kNormChunks * kHcThreads];  // rank 0's is the table (bf16 bits)
-        uint32_t* table = reinterpret_cast<uint32_t*>(cluster.map_shared_rank(chunks, 0));
+        const unsigned table_in_0 = cluster_shared_address(&table_in, 0);
         float held[kHeld];
 #pragma unroll
         for (int i = 0; i < kHeld; ++i) {
@@ -655,11 +678,13 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHcThreads)
             held[i] = d < p.dim ? bf16_to_f32(collapse(d)) : 0.0f;
             if (chunk * kHcThreads < p.dim) {  // uniform over the CTA; the even lane stores the pair
                 const uint32_t bits = __float_as_uint(held[i]) >> 16, odd = __shfl_down_sync(kFull, bits, 1);
-                if (threadIdx.x % 2 == 0) table[(chunk * kHcThreads + threadIdx.x) / 2] = bits | odd << 16;
+                if (threadIdx.x % 2 == 0)
+                    store_to_cluster_shared(cluster_shared_address(&chunks[chunk * kHcThreads + threadIdx.x], 0),
+                                            bits | odd << 16, table_in_0);
             }
         }
         phase_mark(p.phase_clock, 5);
-        const float r = cluster_rms_factor<kCluster>(cluster, chunks, p.dim, norm.eps, rank);
+        const float r = cluster_rms_factor<kCluster>(chunks, p.dim, norm.eps, rank, &table_in, &factor_in);
         phase_mark(p.phase_clock, 6);
         const int64_t n_blocks = (p.dim + kActQuantBlock - 1) / kActQuantBlock;
 #pragma unroll
