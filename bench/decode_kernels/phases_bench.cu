@@ -70,8 +70,9 @@ void bench_phases() {
         report_phases(
             "hc_mix_split_kernel", 16,
             {"start", "1 chains (mixer and stream loads, fmaf)", "2 trees in the CTA",
-             "3 cluster wait, values pushed, cluster sync", "4 the mix (warp 0)", "5 collapse, x into rank 0's table",
-             "6 norm factor (two cluster syncs)", "7 x normalized, quantized, stored"},
+             "3 cluster wait, quarter sums pushed and received", "4 the mix (warp 0)",
+             "5 collapse, x pushed to rank 0", "6 norm factor (rank 0's chains, pushed back)",
+             "7 x normalized, quantized, stored"},
             [&](int r, int64_t* clock) { hc_pre_norm(params(7 + r, clock), norm, nullptr); });
     }
     for (int32_t slots :

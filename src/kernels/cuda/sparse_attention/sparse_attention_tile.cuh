@@ -211,11 +211,12 @@ __device__ void load_k_tile(Smem<kHeadDim, kHeads>& s, uint8_t* staged, const Sp
 // the same bits.
 template <int kHeads>
 struct QkWarp {
+    static constexpr bool kOneTile = kHeads / 16 == 1;  // one m-tile of heads: two warps have a role
     int mt, half;
     __device__ QkWarp() {
         const int warp = int(threadIdx.x / 32);
-        mt = kHeads == 16 ? warp / 2 : warp % 4;
-        half = kHeads == 16 ? warp % 2 : warp / 4;
+        mt = kOneTile ? warp / 2 : warp % 4;
+        half = kOneTile ? warp % 2 : warp / 4;
     }
 };
 
