@@ -100,8 +100,8 @@ void bench_phases() {
         report_phases(
             "sparse_attention_cluster", int64_t(in.kHeads / kNarrowClusterHeads) * plan.splits,
             {"start", "1 q issued, the split's keys checked", "2 max pass (tile in, dequantized, QK)",
-             "3 cluster sync, the token's max", "4 P V pass, denominators", "5 partial O stored, cluster sync",
-             "6 combine, inverse RoPE, stores (thread 0)", "7 the last cluster sync"},
+             "3 maxima pushed and received", "4 P V pass, denominators", "5 partial O pushed and received",
+             "6 combine, inverse RoPE, stores (thread 0)", "7 the pushes out have read"},
             [&](int r, int64_t* clock) { sparse_attention(params(3 + r, clock), nullptr); });
     }
 }

@@ -8,6 +8,9 @@
 namespace dsv4::cuda {
 namespace {
 
+// The most splits a 16-head cluster takes (the largest cluster; launch_cluster checks).
+constexpr int kMaxPushSplits = 16;
+
 // The 16-head CTAs' receive area (sparse_attention_cluster_kernel's kPush), after the staged key tile: a slot a split,
 // its denominators (kHeads floats), then its partial O of this CTA's share of the quads (16 bytes each).
 template <int kHeads>
@@ -28,11 +31,13 @@ int cluster_smem_bytes(int32_t rope_dim, int32_t splits) {
 
 // The fused path: the splits of one (token, head group) are one cluster (CTA rank = split), and the three kernels'
 // passes run in one, exchanging through distributed shared memory what they exchange through the workspace: (1)
-// each split's max logits, then every CTA takes the maximum over the cluster; (2) P V and the denominator of its
-// split, left in its own shared memory (the partial O over s.q and s.k, which pass 2 no longer reads) and, with 16
-// heads a CTA, pushed in shares to the CTAs that combine them (kPush below); (3) CTA r combines its share of the
-// group's (head, dim) outputs from every split, in split order, and applies the inverse RoPE to the rope dims if asked. The arithmetic and its order are the three kernels' (and apply_rope's), so the
-// bits are theirs; a split of one tile keeps it in shared memory, and its logits in registers, from pass 1 to pass 2.
+// each split's max logits, then every CTA takes the maximum over the cluster (with 16 heads a CTA, pushed by st.async
+// onto each CTA's barrier); (2) P V and the denominator of its split, left in its own shared memory (the partial O
+// over s.q and s.k, which pass 2 no longer reads) and, with 16 heads a CTA, pushed in shares to the CTAs that combine
+// them (kPush below); (3) CTA r combines its share of the group's (head, dim) outputs from every split, in split
+// order, and applies the inverse RoPE to the rope dims if asked. The arithmetic and its order are the three kernels'
+// (and apply_rope's), so the bits are theirs; a split of one tile keeps it in shared memory, and its logits in
+// registers, from pass 1 to pass 2.
 // kHeads heads per CTA: 64 (4 m-tiles, as the kernels) or 16 (a token's heads over 4 clusters: a decode token's
 // passes on 4x the SMs, each CTA with a quarter of the P V and of the combine; the tile is dequantized by each).
 template <int kHeadDim, int kHeads>
@@ -54,6 +59,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
     // reads the others' shared memory after a cluster barrier.
     constexpr bool kPush = kHeads == kNarrowClusterHeads;
     __shared__ uint64_t received;  // kPush: completes once every split's push has landed
+    // kPush: every split's max logits, pushed by st.async onto `maxes_in` (the token's max after pass 1 without a
+    // cluster barrier: each CTA waits for the bytes it receives).
+    __shared__ uint64_t maxes_in;
+    __shared__ float split_maxes[kPush ? kMaxPushSplits : 1][kHeads];
 
     const int token = blockIdx.x, head0 = blockIdx.y * kHeads, split = int(cluster.block_rank());
     const int heads_here = min(kHeads, p.heads - head0), m_tiles = (heads_here + 15) / 16;
@@ -78,9 +87,15 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
     uint8_t* const receive = smem_raw + receive_offset<kHeadDim, kHeads>(p.rope_dim);
     if (kPush && threadIdx.x == 0) {
         mbarrier_init(&received, 1);
-        mbarrier_inits_visible();  // before the first cluster barrier, which precedes every push
+        mbarrier_init(&maxes_in, 1);
+        mbarrier_inits_visible();  // before the split cluster barrier's arrive below, whose wait precedes every push
         mbarrier_arm(&received, p.splits * (kHeads * 4 + (last - first) * 16));
+        mbarrier_arm(&maxes_in, p.splits * kHeads * 4);
     }
+    // kPush: a split cluster barrier, arrived at now and waited for before the first push (every CTA has started and
+    // initialized its barriers by then, the precondition of distributed shared memory), so its latency hides behind
+    // pass 1.
+    if constexpr (kPush) asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
     auto rope_table = [&]() {
         if (!p.inverse_rope_inv_freq || warp != kThreads / 32 - 1) return;
         for (int m = lane; m < p.rope_dim / 2; m += 32)
@@ -100,12 +115,29 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
         if (threadIdx.x < kHeads) s.row_max[threadIdx.x] = -INFINITY;
     }
     phase_mark(p.phase_clock, 2);
-    if (threadIdx.x < kHeads) s.split_max[threadIdx.x] = s.row_max[threadIdx.x];
-    cluster.sync();
-    if (threadIdx.x < heads_here) {
-        float mx = -INFINITY;
-        for (int sp = 0; sp < p.splits; ++sp) mx = fmaxf(mx, cluster.map_shared_rank(s.split_max, sp)[threadIdx.x]);
-        s.row_max[threadIdx.x] = mx;
+    if constexpr (kPush) {
+        __syncthreads();  // s.row_max is whole (without keys, each head's thread wrote its own)
+        asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+        if (threadIdx.x < p.splits * kHeads) {  // thread (r, h) pushes CTA r this split's max of head h
+            const int r = threadIdx.x / kHeads, h = threadIdx.x % kHeads;
+            store_to_cluster_shared(cluster_shared_address(&split_maxes[split][h], r), __float_as_uint(s.row_max[h]),
+                                    cluster_shared_address(&maxes_in, r));
+        }
+        mbarrier_wait(&maxes_in, 0);
+        if (threadIdx.x < heads_here) {
+            float mx = -INFINITY;
+            for (int sp = 0; sp < p.splits; ++sp) mx = fmaxf(mx, split_maxes[sp][threadIdx.x]);
+            s.row_max[threadIdx.x] = mx;
+        }
+    } else {
+        if (threadIdx.x < kHeads) s.split_max[threadIdx.x] = s.row_max[threadIdx.x];
+        cluster.sync();
+        if (threadIdx.x < heads_here) {
+            float mx = -INFINITY;
+            for (int sp = 0; sp < p.splits; ++sp)
+                mx = fmaxf(mx, cluster.map_shared_rank(s.split_max, sp)[threadIdx.x]);
+            s.row_max[threadIdx.x] = mx;
+        }
     }
     __syncthreads();
     phase_mark(p.phase_clock, 3);
@@ -211,6 +243,9 @@ int64_t resident_cluster_count(const SparseAttentionParams& p) {
 
 template <int kHeadDim, int kHeads>
 void launch_cluster(const SparseAttentionParams& p, cudaStream_t stream) {
+    if (kHeads == kNarrowClusterHeads && p.splits > kMaxPushSplits)
+        throw_cuda_error(cudaErrorInvalidValue, "sparse attention: more splits than a 16-head cluster takes", __FILE__,
+                         __LINE__);
     resident_cluster_count<kHeadDim, kHeads>(p);  // allows the size and raises the shared-memory limit (cached)
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(unsigned(p.tokens), unsigned((p.heads + kHeads - 1) / kHeads), unsigned(p.splits));
