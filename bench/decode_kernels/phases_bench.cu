@@ -1,22 +1,29 @@
 // Where a batch-1 step's latency-bound cluster kernels spend their time (dsv4_bench_decode_kernels phases): the mHC
 // pre-mix with its norm (hc_mix_split_kernel, one token) and the sparse attention's cluster kernel (one token, 16
-// heads a CTA, at the slot counts of V4-Flash's three layer kinds), each launched with a phase-clock buffer
+// heads a CTA, at the slot counts of V4-Flash's three layer kinds) and the router with its routing (one launch; its
+// split K's tile sums and the routing run in the CTAs that arrive last), each launched with a phase-clock buffer
 // (kernels/cuda/common/phase_clock.cuh). Per mark: the time since the CTA's own start, mean and max over the CTAs and
 // the repetitions (global timer, ns), and the CTAs' start skew. The kernels are warmed by a timed graph first; each
 // measured launch follows a device synchronization, so its marks are the kernel alone, without a predecessor's tail.
 #include "common.cuh"
 #include "kernels/cuda/common/phase_clock.cuh"
+#include "kernels/cuda/common/resident_ctas.h"
+#include "kernels/cuda/moe_routing/moe_routing.h"
 
 namespace dsv4::bench {
 namespace {
 
 constexpr int kRepetitions = 5;
 
-// Runs `launch(clock)` kRepetitions times with a phase-clock buffer for `ctas` CTAs and prints a row per mark.
+// Runs `launch(clock)` kRepetitions times with a phase-clock buffer for `ctas` CTAs and prints a row per mark: the
+// time since the CTA's start, mean and max over the CTAs that reached the mark (a mark left at zero was not: e.g. the
+// router's tile sums, made by a tile's last CTA only), and the phase, each such CTA's time since its previous mark.
 void report_phases(const char* kernel, int64_t ctas, const std::vector<const char*>& marks,
                    const std::function<void(int, int64_t*)>& launch) {
     DeviceBuffer<int64_t> clock{size_t(ctas * kPhaseValues)};
-    std::vector<double> mean(kPhaseMarks, 0.0), worst(kPhaseMarks, 0.0);
+    const size_t n = marks.size();
+    std::vector<double> since(n, 0.0), phase(n, 0.0), worst(n, 0.0);
+    std::vector<int64_t> reached(n, 0);
     double skew = 0.0, span = 0.0;
     for (int r = 0; r < kRepetitions; ++r) {
         DSV4_CUDA_CHECK(cudaMemset(clock.get(), 0, clock.size() * sizeof(int64_t)));
@@ -30,21 +37,30 @@ void report_phases(const char* kernel, int64_t ctas, const std::vector<const cha
             const int64_t* v = host.data() + c * kPhaseValues;
             first = std::min(first, v[0]);
             last_start = std::max(last_start, v[0]);
-            for (size_t i = 1; i < marks.size(); ++i) {
-                const double ns = double(v[2 * i] - v[0]);
-                mean[i] += ns / double(ctas * kRepetitions);
-                worst[i] = std::max(worst[i], ns);
+            size_t previous = 0;
+            for (size_t i = 1; i < n; ++i) {
+                if (v[2 * i] == 0) continue;
+                since[i] += double(v[2 * i] - v[0]);
+                phase[i] += double(v[2 * i] - v[2 * previous]);
+                worst[i] = std::max(worst[i], double(v[2 * i] - v[0]));
+                ++reached[i];
+                previous = i;
+                end = std::max(end, v[2 * i]);
             }
-            end = std::max(end, v[2 * (marks.size() - 1)]);
         }
         skew += double(last_start - first) / kRepetitions;
         span += double(end - first) / kRepetitions;
     }
     std::printf("%-24s %5lld CTAs: start skew %6.0f ns, first start to last end %6.0f ns\n", kernel, (long long)ctas,
                 skew, span);
-    for (size_t i = 1; i < marks.size(); ++i)
-        std::printf("  %-40s %8.0f ns since the CTA's start (max %6.0f), this phase %6.0f\n", marks[i], mean[i],
-                    worst[i], mean[i] - mean[i - 1]);
+    for (size_t i = 1; i < n; ++i) {
+        const double count = double(std::max<int64_t>(reached[i], 1));
+        char who[32] = "";
+        if (reached[i] != ctas * kRepetitions)
+            std::snprintf(who, sizeof who, " [%lld CTAs]", (long long)(reached[i] / kRepetitions));
+        std::printf("  %-40s %8.0f ns since the CTA's start (max %6.0f), this phase %6.0f%s\n", marks[i],
+                    since[i] / count, worst[i], phase[i] / count, who);
+    }
 }
 
 }  // namespace
@@ -103,6 +119,63 @@ void bench_phases() {
              "3 maxima pushed and received", "4 P V pass, denominators", "5 partial O pushed and received",
              "6 combine, inverse RoPE, stores (thread 0)", "7 the pushes out have read"},
             [&](int r, int64_t* clock) { sparse_attention(params(3 + r, clock), nullptr); });
+    }
+    {  // the router and routing of one token, V4-Flash's shapes (256 experts over 4096 columns, top 6 by score)
+        constexpr int64_t kExperts = 256, kDim = 4096, kTopK = 6;
+        constexpr int kCopies = 32;  // 32 x 2 MB > L2: launch i reads gate copy i % kCopies, as the model's layers do
+        DeviceBuffer<__nv_bfloat16> x{size_t(kDim)}, gate{size_t(kCopies * kExperts * kDim)};
+        DeviceBuffer<float> bias{size_t(kExperts)}, logits{size_t(kExperts)}, weights{size_t(kTopK)};
+        DeviceBuffer<int32_t> experts{size_t(kTopK)}, counts{size_t(kExperts)}, offsets{size_t(kExperts + 1)},
+            sorted{size_t(kTopK)}, slot{size_t(kTopK)}, rows{size_t(kTopK)};
+        fill_bf16<<<1024, 256>>>(gate.get(), gate.size(), 11);
+        fill_bf16<<<16, 256>>>(x.get(), x.size(), 12);
+        fill_f32<<<1, 256>>>(bias.get(), bias.size(), 13, 0.2f);
+        check_launch(0);
+        const int sms = multiprocessor_count();
+        DeviceBuffer<int32_t> arrivals{size_t(router_scratch_ints(1, kExperts, kDim, sms))};
+        DeviceBuffer<float> staged{size_t(std::max<int64_t>(router_scratch_floats(1, kExperts, kDim, sms), 1))};
+        DSV4_CUDA_CHECK(cudaMemset(arrivals.get(), 0, arrivals.size() * sizeof(int32_t)));
+        const RouterScratch scratch{arrivals.get(), staged.get(), int64_t(arrivals.size()),
+                                    router_scratch_floats(1, kExperts, kDim, sms)};
+        auto launch = [&](int i, int64_t* clock, cudaStream_t s) {
+            Bf16LinearParams router;
+            router.x = x.get();
+            router.w = gate.get() + size_t(i % kCopies) * kExperts * kDim;
+            router.y = logits.get();
+            router.m = 1;
+            router.n = kExperts;
+            router.k = router.ldx = kDim;
+            router.ldy = kExperts;
+            MoeRoutingParams p;
+            p.logits = logits.get();
+            p.bias = bias.get();
+            p.tid2eid = nullptr;
+            p.token_ids = nullptr;
+            p.experts = experts.get();
+            p.weights = weights.get();
+            p.expert_counts = counts.get();
+            p.expert_offsets = offsets.get();
+            p.sorted_assignment = sorted.get();
+            p.assignment_slot = slot.get();
+            p.row_index = rows.get();
+            p.tokens = 1;
+            p.num_experts = int32_t(kExperts);
+            p.k = int32_t(kTopK);
+            p.routed_scaling_factor = 2.5f;
+            p.phase_clock = clock;
+            router_and_routing(router, p, scratch, s);
+        };
+        const bf16_act_mma::Tiles tiles = bf16_linear_tiles(1, kExperts, kDim, sms);
+        const int splits = detail::router_splits(tiles, 1, kExperts, kDim, sms);
+        const double us = graph_us([&](int i, cudaStream_t s) { launch(i, nullptr, s); });
+        std::printf("\nrouter and routing, 1 token, 256 experts x 4096, top 6 (%d-way split K): %.2f us a launch in a "
+                    "graph\n",
+                    splits, us);
+        report_phases("router_and_routing", bf16_act_mma::split_tiles(tiles, 1, kExperts) * splits,
+                      {"start", "1 blocks multiplied", "2 products staged, arrival counted", "3 tile summed, stored",
+                       "4 arrival at the routing counted", "5 the token routed (top 6)", "6 counts and offsets",
+                       "7 slots written"},
+                      [&](int r, int64_t* clock) { launch(5 + r, clock, nullptr); });
     }
 }
 

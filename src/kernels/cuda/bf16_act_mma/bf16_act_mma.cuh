@@ -35,6 +35,7 @@
 #include "kernels/cuda/bf16_act_mma/bf16_act_mma_tiles.h"
 #include "kernels/cuda/common/e4m3_pairs.cuh"
 #include "kernels/cuda/common/mma.cuh"
+#include "kernels/cuda/common/phase_clock.cuh"
 #include "kernels/cuda/common/vector_loads.cuh"
 
 namespace dsv4::cuda::bf16_act_mma {
@@ -61,6 +62,10 @@ struct Args {
     int splits;
     float* split_staged;
     int32_t* split_arrivals;
+    // Optional instrument (common/phase_clock.cuh; null in the model): marks 0 (start), 1 (the CTA's blocks
+    // multiplied), 2 (its products staged; split: its arrival counted) and, in the CTAs that sum a tile, 3 (summed and
+    // stored). A Tail may add marks 4-7 (router_and_routing.cu).
+    int64_t* phase_clock;
 };
 
 // Weight formats: bytes per value, 16-byte chunks per lane and half block, and the B fragment of step j.
@@ -129,6 +134,7 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
     constexpr int kBM = WM * MT * 16, kBN = WN * NT * 8;
     static_assert(kBlockK % kBN == 0, "a CTA's columns share one weight-scale row");
     extern __shared__ float staged[];
+    phase_mark(args.phase_clock, 0);
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int wk = warp % WK, wn = (warp / WK) % WN, wm = warp / (WK * WN);
@@ -251,6 +257,7 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
         if (i + 2 < count) load(s0, i + 2);
         compute(s1, i + 1);
     }
+    phase_mark(args.phase_clock, 1);
 
     if constexpr (WK == 1) {
 #pragma unroll
@@ -275,7 +282,8 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
             if (sums_here) __threadfence();  // every CTA of the tile arrived: its products are read after this
             if (sums_here && threadIdx.x == 0) args.split_arrivals[tile] = 0;  // for the next launch
         }
-        if (splits == 1 || sums_here)
+        phase_mark(args.phase_clock, 2);
+        if (splits == 1 || sums_here) {
             for (int i = threadIdx.x; i < rows_valid * kBN; i += kThreads) {
                 const int row = i / kBN, col = i % kBN;
                 if (n_cta + col >= args.n) continue;
@@ -291,6 +299,8 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
                 for (int kb = 0; kb < args.kb; ++kb) total = __fadd_rn(total, staged_product(kb));
                 Y::one(args, m_cta + row, n_cta + col, total);
             }
+            phase_mark(args.phase_clock, 3);
+        }
     }
     Tail::after(tail);
 }

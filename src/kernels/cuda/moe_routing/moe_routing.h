@@ -40,6 +40,10 @@ struct MoeRoutingParams {
     int32_t k = 0;            // experts per token, at most 16
     int32_t vocab = 0;        // rows of tid2eid
     float routed_scaling_factor = 1.0f;
+    // Optional instrument of the one-CTA routing (common/phase_clock.cuh; null in the model): marks 5 (the tokens
+    // routed), 6 (counts and offsets) and 7 (the slots written); router_and_routing adds the router's marks 0-3 and
+    // 4 (each CTA's arrival counted), dsv4_bench_decode_kernels phases reads them.
+    int64_t* phase_clock = nullptr;
 };
 
 void moe_routing(const MoeRoutingParams& params, cudaStream_t stream);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/common/phase_clock.cuh"
 #include "kernels/cuda/common/warp_scan.cuh"
 #include "kernels/cuda/moe_routing/moe_routing.h"
 
@@ -132,6 +133,7 @@ __device__ inline void route_one_block(const MoeRoutingParams& p) {
         }
     }
     __syncthreads();
+    phase_mark(p.phase_clock, 5);
     // Exclusive scan of the counts: thread i owns experts 2 i, 2 i + 1 (E <= 512).
     static_assert(2 * kOneBlockThreads >= kMaxExperts);
     const int e0 = 2 * threadIdx.x;
@@ -149,6 +151,7 @@ __device__ inline void route_one_block(const MoeRoutingParams& p) {
     if (e0 + 1 < E) offsets[e0 + 1] = first + c0, p.expert_offsets[e0 + 1] = first + c0, p.expert_counts[e0 + 1] = c1;
     if (threadIdx.x == 0) p.expert_offsets[E] = total;
     __syncthreads();
+    phase_mark(p.phase_clock, 6);
     if (threadIdx.x == 0) write_shared_rows(p, [&](int e) { return e < E ? offsets[e] : total; });
     for (int a = threadIdx.x; a < n; a += kOneBlockThreads) {
         const int e = assigned[a];
@@ -160,6 +163,7 @@ __device__ inline void route_one_block(const MoeRoutingParams& p) {
         p.assignment_slot[a] = slot;
         if (p.row_index) p.row_index[slot] = a / p.k;
     }
+    phase_mark(p.phase_clock, 7);
 }
 
 }  // namespace dsv4::cuda::routing

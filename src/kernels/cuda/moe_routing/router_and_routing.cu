@@ -21,6 +21,7 @@ struct RoutingTail {
         __syncthreads();
         if (threadIdx.x == 0) last = atomicAdd(p.arrivals, 1) == int(gridDim.x * gridDim.y * gridDim.z) - 1;
         __syncthreads();
+        phase_mark(p.routing.phase_clock, 4);
         if (!last) return;
         __threadfence();                        // every CTA arrived: their logits are read after this
         if (threadIdx.x == 0) *p.arrivals = 0;  // for the next launch (nothing else touches it in this one)
@@ -49,6 +50,7 @@ cudaError_t launch_router_and_routing(const Bf16LinearParams& router, const bf16
     args.splits = splits;
     args.split_staged = scratch.staged;
     args.split_arrivals = scratch.arrivals + 1;  // [0]: the routing's
+    args.phase_clock = params.phase_clock;
     return bf16_act_mma::launch<bf16_act_mma::Bf16Weight, bf16_act_mma::F32Out, RoutingTail>(
         args, tiles, stream, {params, scratch.arrivals});
 }
