@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""Tables of a `dsv4 bench --timeline FILE` trace: where a replayed decode step's time goes, lane by lane.
+"""Tables of a `dsv4 bench --timeline FILE` trace: where a replayed decode step's time goes, layer by layer.
 
 Each graph launch (one decode step) is averaged over the traced steps node by node (a node keeps its id from replay
-to replay). Lanes are the streams the kernels were captured from, named by their first kernel's order (lane 0 runs the
-step's first kernel: the main lane). Layers are cut at the main lane's pre-mixes (two a layer: the attention's and the
-FFN's; the final head collapse ends the last). Usage:
+to replay, in capture order). Layers are cut at every second pre-mix in node order (two a layer: the attention's and
+the FFN's; the final head collapse ends the last). The trace's streams are the graph's own (a replay runs each branch
+of the graph on a stream of its choosing, not on the stream it was captured from), so the tables read the GPU as a
+whole: a layer's span, the time some kernel runs (busy) and the time none does (idle: every dependent launch's
+latency on the critical path, and the waits a join makes). Usage:
 
     timeline_report.py FILE [--layers 4,5]
 
-prints the step's span and each lane's busy time, a line a layer (span, the main lane's kernel time and its idle
-time), and, for the layers named, every kernel: lane, start within the layer, duration, the idle time on its lane
-before it, name.
+prints the step's span and busy time, a line a layer (span, busy, idle, kernels) and, for the layers named, every
+kernel in start order: start within the layer, end, duration, the idle time before it (since every kernel that
+started earlier had ended), its stream, grid and name.
 """
 import argparse
 import collections
@@ -79,27 +81,30 @@ def averaged(steps):
     return out
 
 
-def lanes_of(kernels):
-    order = []
-    for k in sorted(kernels, key=lambda k: k["start"]):
-        if k["stream"] not in order:
-            order.append(k["stream"])
-    return {s: i for i, s in enumerate(order)}
+def busy_time(intervals):
+    """The time covered by the union of (start, end) intervals."""
+    total, cover_start, cover_end = 0.0, None, None
+    for start, end in sorted(intervals):
+        if cover_end is None or start > cover_end:
+            if cover_end is not None:
+                total += cover_end - cover_start
+            cover_start, cover_end = start, end
+        else:
+            cover_end = max(cover_end, end)
+    return total + (cover_end - cover_start if cover_end is not None else 0.0)
 
 
-def idle_before(kernels, lanes):
-    """Each kernel's idle time on its lane since the lane's previous kernel ended (by start order)."""
-    last_end = {}
+def idle_before(kernels):
+    """Each kernel's idle time before it: since every kernel that started earlier had ended (0 if one still ran)."""
+    latest_end = None
     for k in sorted(kernels, key=lambda k: k["start"]):
-        lane = lanes[k["stream"]]
-        k["lane"] = lane
-        k["idle"] = k["start"] - last_end[lane] if lane in last_end else 0.0
-        last_end[lane] = max(last_end.get(lane, 0.0), k["end"])
+        k["idle"] = max(0.0, k["start"] - latest_end) if latest_end is not None else 0.0
+        latest_end = k["end"] if latest_end is None else max(latest_end, k["end"])
 
 
 def layer_cuts(kernels):
-    """Node positions of the main lane's pre-mixes (hc_mix_split_kernel or the per-token / row-group mix kernels)."""
-    return [i for i, k in enumerate(kernels) if k["lane"] == 0 and "hc_mix" in k["short"]]
+    """Node positions of the pre-mixes (hc_mix_split_kernel or the per-token / row-group mix kernels)."""
+    return [i for i, k in enumerate(kernels) if "hc_mix" in k["short"]]
 
 
 def main():
@@ -113,37 +118,34 @@ def main():
     kernels = averaged(steps)
     for k in kernels:
         k["short"] = short_name(k["name"])
-    lanes = lanes_of(kernels)
-    idle_before(kernels, lanes)
+    idle_before(kernels)
     span = max(k["end"] for k in kernels)
-    print(f"{len(steps)} steps of {len(kernels)} kernels; a step's kernels span {span:.1f} us (mean)")
-    for stream, lane in sorted(lanes.items(), key=lambda x: x[1]):
-        mine = [k for k in kernels if k["lane"] == lane]
-        busy = sum(k["end"] - k["start"] for k in mine)
-        print(f"  lane {lane} (stream {stream}): {len(mine)} kernels, busy {busy:.1f} us")
+    busy = busy_time([(k["start"], k["end"]) for k in kernels])
+    print(f"{len(steps)} steps of {len(kernels)} kernels; a step's kernels span {span:.1f} us (mean), "
+          f"busy {busy:.1f}, idle {span - busy:.1f}")
 
     cuts = layer_cuts(kernels)
     layers = [(cuts[i], cuts[i + 2] if i + 2 < len(cuts) else len(kernels)) for i in range(0, len(cuts) - 1, 2)]
-    print("\nlayer  span us  main kernels us  main idle us  kernels")
+    print("\nlayer  span us  busy us  idle us  kernels")
+    windows = []
     for l, (a, b) in enumerate(layers):
         part = kernels[a:b]
-        main_part = [k for k in part if k["lane"] == 0]
-        start = kernels[a]["start"]
+        start = min(k["start"] for k in part)
         end = kernels[b]["start"] if b < len(kernels) else max(k["end"] for k in part)
-        busy = sum(k["end"] - k["start"] for k in main_part)
-        idle = sum(k["idle"] for k in main_part[1:]) + (end - max(k["end"] for k in main_part) if b < len(kernels) else 0)
-        print(f"{l:5d} {end - start:8.1f} {busy:16.1f} {idle:13.1f}  {len(part)}")
+        windows.append(start)
+        layer_busy = busy_time([(k["start"], min(k["end"], end)) for k in part])
+        print(f"{l:5d} {end - start:8.1f} {layer_busy:8.1f} {end - start - layer_busy:8.1f}  {len(part)}")
 
     wanted = [int(x) for x in args.layers.split(",") if x]
     for l in wanted:
         if l >= len(layers):
             continue
         a, b = layers[l]
-        start = kernels[a]["start"]
-        print(f"\nlayer {l}: lane, start (us from the layer's first kernel), duration, idle on its lane before it, grid")
-        for k in kernels[a:b]:
-            print(f"  {k['lane']}  {k['start'] - start:8.2f} {k['end'] - k['start']:7.2f} {k['idle']:6.2f}  "
-                  f"{k['grid']:>10}  {k['short']}")
+        start = windows[l]
+        print(f"\nlayer {l}: start and end (us from the layer's first kernel), duration, idle before it, stream, grid")
+        for k in sorted(kernels[a:b], key=lambda k: k["start"]):
+            print(f"  {k['start'] - start:8.2f} {k['end'] - start:8.2f} {k['end'] - k['start']:7.2f} {k['idle']:6.2f} "
+                  f"{k['stream']:4d} {k['grid']:>10}  {k['short']}")
 
 
 if __name__ == "__main__":

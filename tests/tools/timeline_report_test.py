@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tools/timeline_report.py on a hand-made trace whose tables are worked out by hand below: two replays of one graph
-of 11 kernels, 3 us each, one every 4 us, on two streams (the second replay 4 ms later, so averaging must align the
-nodes, not the clock); kernel 1 and every later pre-mix (`hc_mix`) on the main stream cut the layers."""
+of 11 kernels, one every 4 us, 3 us each on the main stream and 6 us on the side one (so kernels 3 and 9 overlap the
+next), the second replay 4 ms later (averaging must align the nodes, not the clock); every second pre-mix (`hc_mix`)
+from kernel 1 on cuts the layers."""
 import importlib.util
 import os
 import subprocess
@@ -30,7 +31,8 @@ def write_trace(path):
         for launch, base in ((100, 1_000_000), (200, 5_000_000)):
             for i, (name, stream) in enumerate(KERNELS):
                 start = base + 4000 * i
-                f.write(f"{launch}\t{10 + i}\t{stream}\t{start}\t{start + 3000}\t1,1,1\t256,1,1\t{name}\n")
+                end = start + (6000 if stream == SIDE else 3000)
+                f.write(f"{launch}\t{10 + i}\t{stream}\t{start}\t{end}\t1,1,1\t256,1,1\t{name}\n")
         f.write("300\t99\t7\t9000000\t9001000\t1,1,1\t32,1,1\tcopy_kernel\n")  # another launch: not a step
 
 
@@ -56,16 +58,23 @@ class TimelineReportTest(unittest.TestCase):
             out = subprocess.run([sys.executable, SCRIPT, path, "--layers", "0"], check=True, capture_output=True,
                                  text=True).stdout
         lines = out.splitlines()
-        self.assertIn("2 steps of 11 kernels; a step's kernels span 43.0 us (mean)", lines)
-        self.assertIn("  lane 0 (stream 7): 9 kernels, busy 27.0 us", lines)
-        self.assertIn("  lane 1 (stream 13): 2 kernels, busy 6.0 us", lines)
-        # Layer 0: kernels 1-5 (starts 4..20), up to kernel 6's start (24): span 20; main kernels 1, 2, 4, 5 busy
-        # 12; main idle 1 (before 2) + 5 (before 4: the side kernel ran on the other lane) + 1 (before 5) + 1 (to 24).
+        # Busy: the union of [0,3] [4,7] [8,11] [12,18] [16,19] [20,23] [24,27] [28,31] [32,35] [36,42] [40,43] = 35.
+        self.assertIn("2 steps of 11 kernels; a step's kernels span 43.0 us (mean), busy 35.0, idle 8.0", lines)
+        # Layer 0: kernels 1-5 (starts 4..20), up to kernel 6's start (24): span 20, busy 3 + 3 + 7 ([12, 19]) + 3.
+        # Layer 1: kernels 6-9 up to kernel 10's start (40): span 16, busy 3 + 3 + 3 + 4 (the side kernel cut at 40).
         layer_rows = [l.split() for l in lines if l[:5].strip().isdigit() and len(l.split()) == 5]
-        self.assertEqual(layer_rows[0], ["0", "20.0", "12.0", "8.0", "5"])
-        self.assertEqual(layer_rows[1], ["1", "16.0", "9.0", "7.0", "4"])
+        self.assertEqual(layer_rows[0], ["0", "20.0", "16.0", "4.0", "5"])
+        self.assertEqual(layer_rows[1], ["1", "16.0", "13.0", "3.0", "4"])
+        self.assertEqual(len(layer_rows), 2)  # the last pre-mix (the head's collapse) only ends layer 1
         detail = lines[lines.index(next(l for l in lines if l.startswith("layer 0:"))) + 1:]
-        self.assertEqual(detail[2].split(), ["1", "8.00", "3.00", "0.00", "1,1,1", "side_kernel"])
+        # In start order: kernel 1 after kernel 0's end (1 us idle), 2, the side kernel, kernel 4 while it still runs.
+        self.assertEqual(detail[0].split()[:4], ["0.00", "3.00", "3.00", "1.00"])
+        self.assertEqual(detail[2].split(), ["8.00", "14.00", "6.00", "1.00", "13", "1,1,1", "side_kernel"])
+        self.assertEqual(detail[3].split()[:4], ["12.00", "15.00", "3.00", "0.00"])
+
+    def test_busy_time_is_the_union_of_the_intervals(self):
+        self.assertEqual(report.busy_time([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0), (5.5, 5.7)]), 4.0)
+        self.assertEqual(report.busy_time([]), 0.0)
 
 
 if __name__ == "__main__":
