@@ -15,10 +15,10 @@
 //                                   attn_prefill|inputs|phases]
 //                                  [--chosen-only]
 // (default: all; numbers recorded in docs/perf.md; mma1, mma=N: the routed experts at batch 1 or N alone, for a
-// profiler; phases: the batch-1 pre-mix's and sparse attention's cluster kernels and the router on their phase clocks (where their
-// time goes, which ncu's few stall samples of such short kernels cannot say); rows: the decode passes' row tiles side
-// by side, bitwise; attn_prefill: the sequential sparse attention of an 8k prefill piece at V4-Flash's three slot
-// counts, with a hash of its output to compare builds;
+// profiler; phases: the batch-1 pre-mix's and sparse attention's cluster kernels, the attention's inputs and
+// the router on their phase clocks (where their time goes, which ncu's few stall samples of such short kernels cannot
+// say); rows: the decode passes' row tiles side by side, bitwise; attn_prefill: the sequential sparse attention of an
+// 8k prefill piece at V4-Flash's three slot counts, with a hash of its output to compare builds;
 // --chosen-only: prefill and prefill_nvfp4 time only the launcher's choice, not the warp-MMA reference beside it,
 // which took half of those modes' device time: for A/B calls of two builds, whose hashes then compare their bits;
 // tests/gpu's MoeGemm.* compare the kernels bitwise)

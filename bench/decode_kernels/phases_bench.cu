@@ -1,7 +1,8 @@
 // Where a batch-1 step's latency-bound cluster kernels spend their time (dsv4_bench_decode_kernels phases): the mHC
 // pre-mix with its norm (hc_mix_split_kernel, one token) and the sparse attention's cluster kernel (one token, 16
-// heads a CTA, at the slot counts of V4-Flash's three layer kinds) and the router with its routing (one launch; its
-// split K's tile sums and the routing run in the CTAs that arrive last), each launched with a phase-clock buffer
+// heads a CTA, at the slot counts of V4-Flash's three layer kinds), the attention's inputs (q's head norm and RoPE,
+// the kv entry) and the router with its routing (one launch; its split K's tile sums and the routing run in the CTAs
+// that arrive last), each launched with a phase-clock buffer
 // (kernels/cuda/common/phase_clock.cuh). Per mark: the time since the CTA's own start, mean and max over the CTAs and
 // the repetitions (global timer, ns), and the CTAs' start skew. The kernels are warmed by a timed graph first; each
 // measured launch follows a device synchronization, so its marks are the kernel alone, without a predecessor's tail.
@@ -119,6 +120,42 @@ void bench_phases() {
              "3 maxima pushed and received", "4 P V pass, denominators", "5 partial O pushed and received",
              "6 combine, inverse RoPE, stores (thread 0)", "7 the pushes out have read"},
             [&](int r, int64_t* clock) { sparse_attention(params(3 + r, clock), nullptr); });
+    }
+    {  // the attention's inputs of one token, V4-Flash's shapes (64 q heads of 512, rope 64), as a decode step's
+        const int64_t heads = 64, dim = 512, rope = 64, entry = kv_entry_layout(dim, rope).bytes;
+        DeviceBuffer<__nv_bfloat16> q{size_t(heads * dim)}, kv{size_t(dim)};
+        DeviceBuffer<uint8_t> entries{size_t(entry)};
+        fill_bf16<<<64, 256>>>(q.get(), q.size(), 21);
+        fill_bf16<<<1, 256>>>(kv.get(), kv.size(), 22);
+        std::vector<float> freq(size_t(rope / 2));
+        for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0f, -2.0f * float(i) / float(rope));
+        const int32_t position = 4096;
+        DeviceBuffer<float> d_freq{freq.size()};
+        DeviceBuffer<int32_t> d_pos{1};
+        d_freq.upload(freq.data(), freq.size());
+        d_pos.upload(&position, 1);
+        check_launch(0);
+        auto params = [&](int64_t* clock) {  // in place, so each launch normalizes the last one's output again
+            AttentionInputsParams p;
+            p.q = q.get();
+            p.kv = kv.get();
+            p.inv_freq = d_freq.get();
+            p.positions = d_pos.get();
+            p.entries = entries.get();
+            p.tokens = 1;
+            p.heads = heads;
+            p.head_dim = dim;
+            p.rope_dim = rope;
+            p.eps = 1e-6f;
+            p.phase_clock = clock;
+            return p;
+        };
+        const double us = graph_us([&](int, cudaStream_t s) { attention_inputs(params(nullptr), s); });
+        std::printf("\nattention inputs, 1 token, 64 heads of 512: %.2f us a launch in a graph\n", us);
+        report_phases("attention_inputs", heads / 8 + 1,
+                      {"start", "1 cos/sin table (q CTAs)", "2 head norm factor (warp 0: loads, lane 0's sum)",
+                       "3 head normalized, rotated, stored", "4 kv row rotated, coded (kv CTA)", "5 entry stored"},
+                      [&](int, int64_t* clock) { attention_inputs(params(clock), nullptr); });
     }
     {  // the router and routing of one token, V4-Flash's shapes (256 experts over 4096 columns, top 6 by score)
         constexpr int64_t kExperts = 256, kDim = 4096, kTopK = 6;

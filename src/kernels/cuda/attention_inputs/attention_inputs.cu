@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/numeric.cuh"
+#include "kernels/cuda/common/phase_clock.cuh"
 #include "kernels/cuda/quant/fp8_act_codec.cuh"
 #include "kernels/cuda/quant/quant.h"
 #include "kernels/cuda/rms_norm/head_rms_norm.cuh"
@@ -30,6 +31,7 @@ template <int kPer>
 __device__ void normalize_and_rotate_head(const AttentionInputsParams& p, __nv_bfloat16* q, const float (&held)[kPer],
                                           float* sq, const float* cos_t, const float* sin_t, int lane) {
     const float r = head_rms_norm_factor(held, sq, p.head_dim, p.eps, lane);
+    phase_mark(p.phase_clock, 2);
     const int64_t rope_first = p.head_dim - p.rope_dim;
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
@@ -50,6 +52,7 @@ __device__ void normalize_and_rotate_head(const AttentionInputsParams& p, __nv_b
         }
         q[i] = out;
     }
+    phase_mark(p.phase_clock, 3);
 }
 
 // Row t of kv: RoPE in place, then the packed entry (pack_kv_entries' format and codec) into entry t and, with a
@@ -89,6 +92,7 @@ __device__ void rotate_and_pack_kv(const AttentionInputsParams& p, int64_t t, in
             *reinterpret_cast<uint32_t*>(x + col) = word[c];
         }
     }
+    phase_mark(p.phase_clock, 4);
     auto store = [&](uint8_t* entry) {
 #pragma unroll
         for (int c = 0; c < kMaxChunks; ++c) {
@@ -108,6 +112,7 @@ __device__ void rotate_and_pack_kv(const AttentionInputsParams& p, int64_t t, in
         const int64_t slot = p.ring_slots[t];
         if (slot >= 0) store(p.ring + slot * l.bytes);
     }
+    phase_mark(p.phase_clock, 5);
 }
 
 // grid: tokens x groups CTAs of q heads, then ceil(tokens / kWarps) CTAs of kv rows. q CTA (t, g) takes heads
@@ -118,6 +123,7 @@ template <int kPer>
 __global__ void __launch_bounds__(kThreads, kPer <= 16 ? 4 : 1)
     attention_inputs_kernel(AttentionInputsParams p, unsigned q_ctas) {
     extern __shared__ float smem[];
+    phase_mark(p.phase_clock, 0);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (blockIdx.x < q_ctas) {
         const unsigned groups = unsigned((p.heads + kWarps - 1) / kWarps);
@@ -135,6 +141,7 @@ __global__ void __launch_bounds__(kThreads, kPer <= 16 ? 4 : 1)
         for (int m = threadIdx.x; m < half; m += kThreads)
             rope_cos_sin(position, p.inv_freq[m], false, cos_t[m], sin_t[m]);
         __syncthreads();
+        phase_mark(p.phase_clock, 1);
         if (h < p.heads)  // whole warps
             normalize_and_rotate_head<kPer>(p, q, held, smem + p.rope_dim + warp * p.head_dim, cos_t, sin_t, lane);
         return;

@@ -27,6 +27,10 @@ struct AttentionInputsParams {
     const int32_t* ring_slots = nullptr;
     int64_t tokens = 0, heads = 0, head_dim = 0, rope_dim = 0;
     float eps = 0.0f;  // the head norm's
+    // Optional instrument of the fused kernel (common/phase_clock.cuh; null in the model): in the q CTAs marks 1 (the
+    // token's cos/sin table built), 2 (warp 0's head norm factor: its loads, squares and lane 0's serial sum) and 3
+    // (its head stored); in the kv CTAs 4 (the rows rotated and coded) and 5 (the entries stored).
+    int64_t* phase_clock = nullptr;
 };
 void attention_inputs(const AttentionInputsParams& p, cudaStream_t stream);
 
