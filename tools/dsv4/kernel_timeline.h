@@ -1,8 +1,9 @@
 // The kernels of a few replayed decode steps on the GPU's own clock (`dsv4 bench --timeline FILE`), from CUPTI's
-// activity records: each kernel node's start and end, its stream (the lane it was captured from), its graph launch
-// (one per step) and its name. Neither the stage profiler (events between stages, +20 % on the step) nor Nsight
-// Compute's kernel table (each kernel alone, caches flushed) shows where a replayed step's time goes lane by lane;
-// these records do, at the price of CUPTI's tracing overhead, which the bench reports beside them.
+// activity records: each kernel node's start and end, its stream (the one the replay ran it on: a graph runs each branch
+// on a stream of its own, not on the lane it was captured from), its graph node and launch (one per step) and its
+// name. Neither the stage profiler (events between stages, +20 % on the step) nor Nsight Compute's kernel table (each
+// kernel alone, caches flushed) shows where a replayed step's time goes, kernel by kernel with their overlaps; these
+// records do, at the price of CUPTI's tracing overhead (~16 % on the step), which the bench reports beside them.
 // tools/timeline_report.py turns the file into per-layer tables.
 #pragma once
 
