@@ -8,11 +8,13 @@ of the graph on a stream of its choosing, not on the stream it was captured from
 whole: a layer's span, the time some kernel runs (busy) and the time none does (idle: every dependent launch's
 latency on the critical path, and the waits a join makes). Usage:
 
-    timeline_report.py FILE [--layers 4,5]
+    timeline_report.py FILE [--kinds] [--layers 4,5]
 
-prints the step's span and busy time, a line a layer (span, busy, idle, kernels) and, for the layers named, every
-kernel in start order: start within the layer, end, duration, the idle time before it (since every kernel that
-started earlier had ended), its stream, grid and name.
+prints the step's span and busy time, a line a layer (span, busy, idle, kernels); with --kinds, each layer kind's
+kernels (the layers whose kernels are the same in node order) with their start, end and duration averaged over its
+layers, the table to compare two builds by; and, for the layers named, every kernel in start order: start within the
+layer, end, duration, the idle time before it (since every kernel that started earlier had ended), its stream, grid
+and name.
 """
 import argparse
 import collections
@@ -107,10 +109,31 @@ def layer_cuts(kernels):
     return [i for i, k in enumerate(kernels) if "hc_mix" in k["short"]]
 
 
+def layer_kinds(kernels, layers, windows):
+    """The layers grouped by kind (the same kernels in node order: V4's SWA, CSA and HCA layers, hash or score
+    routing), each kind with its layers and, for each of its kernels in node order, the mean start and end (from the
+    layer's first kernel) and the mean duration over its layers."""
+    kinds = {}
+    for l, (a, b) in enumerate(layers):
+        kinds.setdefault(tuple(k["short"] for k in kernels[a:b]), []).append(l)
+    out = []
+    for names, members in kinds.items():
+        rows = []
+        for i, name in enumerate(names):
+            ks = [kernels[layers[l][0] + i] for l in members]
+            rows.append({"short": name, "start": statistics.mean(k["start"] - windows[l] for k, l in zip(ks, members)),
+                         "end": statistics.mean(k["end"] - windows[l] for k, l in zip(ks, members)),
+                         "duration": statistics.mean(k["end"] - k["start"] for k in ks)})
+        out.append((members, sorted(rows, key=lambda r: r["start"])))
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("file")
     parser.add_argument("--layers", default="", help="layers to list kernel by kernel, e.g. 4,5")
+    parser.add_argument("--kinds", action="store_true",
+                        help="each layer kind's kernels averaged over its layers (layers with the same kernels)")
     args = parser.parse_args()
     steps = steps_of(read(args.file))
     if not steps:
@@ -135,6 +158,13 @@ def main():
         windows.append(start)
         layer_busy = busy_time([(k["start"], min(k["end"], end)) for k in part])
         print(f"{l:5d} {end - start:8.1f} {layer_busy:8.1f} {end - start - layer_busy:8.1f}  {len(part)}")
+
+    if args.kinds:
+        for members, rows in layer_kinds(kernels, layers, windows):
+            print(f"\nlayers {', '.join(map(str, members))}: each kernel's mean start and end (us from the layer's "
+                  "first kernel) and duration")
+            for r in rows:
+                print(f"  {r['start']:8.2f} {r['end']:8.2f} {r['duration']:7.2f}  {r['short']}")
 
     wanted = [int(x) for x in args.layers.split(",") if x]
     for l in wanted:

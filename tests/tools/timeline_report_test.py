@@ -72,6 +72,18 @@ class TimelineReportTest(unittest.TestCase):
         self.assertEqual(detail[2].split(), ["8.00", "14.00", "6.00", "1.00", "13", "1,1,1", "side_kernel"])
         self.assertEqual(detail[3].split()[:4], ["12.00", "15.00", "3.00", "0.00"])
 
+    def test_layer_kinds_average_the_layers_with_the_same_kernels(self):
+        def k(name, start, end):
+            return {"short": name, "start": start, "end": end}
+        # Layers 0 and 2 run a, b (b at +2 and +4 us into them, 1 and 3 us long); layer 1 runs a, c.
+        kernels = [k("a", 0, 1), k("b", 2, 3), k("a", 10, 11), k("c", 11, 12), k("a", 20, 21), k("b", 24, 27)]
+        layers, windows = [(0, 2), (2, 4), (4, 6)], [0, 10, 20]
+        kinds = report.layer_kinds(kernels, layers, windows)
+        self.assertEqual([members for members, _ in kinds], [[0, 2], [1]])
+        rows = kinds[0][1]
+        self.assertEqual([r["short"] for r in rows], ["a", "b"])
+        self.assertEqual((rows[1]["start"], rows[1]["end"], rows[1]["duration"]), (3, 5, 2))
+
     def test_busy_time_is_the_union_of_the_intervals(self):
         self.assertEqual(report.busy_time([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0), (5.5, 5.7)]), 4.0)
         self.assertEqual(report.busy_time([]), 0.0)
