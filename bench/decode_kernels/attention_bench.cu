@@ -14,16 +14,13 @@ void bench_inputs(int64_t tokens, bool ring) {
     DeviceBuffer<__nv_bfloat16> q{q0.size()}, kv{kv0.size()}, q_ref{q0.size()}, kv_ref{kv0.size()};
     DeviceBuffer<uint8_t> entries{size_t(tokens * entry)}, ring_entries{size_t(2 * tokens * entry)};
     DeviceBuffer<uint8_t> entries_ref{entries.size()}, ring_ref{ring_entries.size()};
-    std::vector<float> freq(size_t(rope / 2));
-    for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0f, -2.0f * float(i) / float(rope));
     std::vector<int32_t> positions, slots;
     for (int64_t t = 0; t < tokens; ++t) {
         positions.push_back(int32_t(4096 + 37 * t));
         slots.push_back(int32_t(2 * t + 1));
     }
-    DeviceBuffer<float> d_freq{freq.size()};
+    const DeviceBuffer<float> d_freq = rope_inv_freq(rope);
     DeviceBuffer<int32_t> d_pos{positions.size()}, d_slots{slots.size()};
-    d_freq.upload(freq.data(), freq.size());
     d_pos.upload(positions.data(), positions.size());
     d_slots.upload(slots.data(), slots.size());
     check_launch(0);

@@ -175,6 +175,14 @@ double graph_us(const std::function<void(int, cudaStream_t)>& launch) {
     return us[us.size() / 2];
 }
 
+DeviceBuffer<float> rope_inv_freq(int64_t rope_dim) {
+    std::vector<float> freq(size_t(rope_dim / 2));
+    for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0f, -2.0f * float(i) / float(rope_dim));
+    DeviceBuffer<float> d_freq{freq.size()};
+    d_freq.upload(freq.data(), freq.size());
+    return d_freq;
+}
+
 const char* verdict(bool same) {
     if (!same) ++failures;
     return same ? "identical" : "DIFFER";

@@ -88,6 +88,9 @@ MoeCombineParams combine_params(const DeviceBuffer<__nv_bfloat16>& routed, const
 double graph_us(const std::function<void(int, cudaStream_t)>& launch);
 // "identical", or "DIFFER" (counted in `failures`).
 const char* verdict(bool same);
+// RoPE's inverse frequencies for `rope_dim` channels at base 10000 (rope_dim / 2 of them), uploaded: the attention
+// benches' table.
+DeviceBuffer<float> rope_inv_freq(int64_t rope_dim);
 
 // V4-Flash's sparse attention for `tokens` tokens over `slots` cache entries each (64 heads of 512, rope 64): packed
 // entries spread over 75 MB (> L2, as other layers' reads leave them), kSets index sets (launch i reads set i % kSets),

@@ -127,12 +127,9 @@ void bench_phases() {
         DeviceBuffer<uint8_t> entries{size_t(entry)};
         fill_bf16<<<64, 256>>>(q.get(), q.size(), 21);
         fill_bf16<<<1, 256>>>(kv.get(), kv.size(), 22);
-        std::vector<float> freq(size_t(rope / 2));
-        for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0f, -2.0f * float(i) / float(rope));
         const int32_t position = 4096;
-        DeviceBuffer<float> d_freq{freq.size()};
+        const DeviceBuffer<float> d_freq = rope_inv_freq(rope);
         DeviceBuffer<int32_t> d_pos{1};
-        d_freq.upload(freq.data(), freq.size());
         d_pos.upload(&position, 1);
         check_launch(0);
         auto params = [&](int64_t* clock) {  // in place, so each launch normalizes the last one's output again
