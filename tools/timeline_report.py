@@ -75,10 +75,10 @@ def steps_of(rows):
 
 def averaged(steps):
     """One step's kernels in node order: mean start (from the step's first start) and end over the steps."""
-    out = []
+    out, firsts = [], [min(x["start"] for x in s) for s in steps]
     for i, r in enumerate(steps[0]):
-        starts = [s[i]["start"] - min(x["start"] for x in s) for s in steps]
-        ends = [s[i]["end"] - min(x["start"] for x in s) for s in steps]
+        starts = [s[i]["start"] - first for s, first in zip(steps, firsts)]
+        ends = [s[i]["end"] - first for s, first in zip(steps, firsts)]
         out.append(dict(r, start=statistics.mean(starts) / 1e3, end=statistics.mean(ends) / 1e3))
     return out
 
