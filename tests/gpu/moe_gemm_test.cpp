@@ -11,6 +11,7 @@
 #include "gemm_test_common.h"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/common/tensor_map.h"
+#include "kernels/cuda/mhc/mhc.h"
 #include "kernels/cuda/moe_expert/moe_expert.h"
 #include "kernels/cuda/moe_gemm/moe_gemm.h"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
@@ -372,6 +373,136 @@ TEST(MoeGemm, SwigluInputEqualsSwigluLaunchThenW2Bitwise) {
                 nvfp4 ? "nvfp4" : "mxfp4", c.weighted ? " weighted" : "", c.every_scale ? " every scale code" : "",
                 (long long)c.tokens, (long long)c.experts, (long long)c.topk, (long long)n, (long long)k);
             expect_bitwise_bf16(what, to_host(y_fused), to_host(y_apart));
+        }
+}
+
+// The MoE's combine and post-mix as w2's tail (MoeGemmPostMix) give the bits of moe_gemm followed by hc_post_of_moe:
+// one token's slots (V4-Flash's 6 of 256 experts at N 4096 and the row tile that takes, a GPU's share of 3 experts,
+// odd N, n_hc 2), the input rows quantized or computed from W1 x and W3 x, an assignment dropped (expert -1) in
+// selection order among the kept, unsorted ones, and a token whose every assignment is dropped (no routed row: the
+// shared row alone). Each fused launch runs twice: its arrival counters must be left zero for the next.
+TEST(MoeGemm, PostMixTailEqualsMoeGemmThenHcPostOfMoeBitwise) {
+    DSV4_REQUIRE_GPU();
+    Rng rng;
+    struct Case {
+        int64_t experts, topk, n, k;
+        int n_hc;
+        bool gated, dropped, none;
+    };
+    for (bool nvfp4 : {false, true})
+        for (const Case& c :
+             {Case{256, 6, 4096, 2048, 4, true, false, false}, Case{256, 6, 4096, 2048, 4, false, true, false},
+              Case{128, 3, 4096, 2048, 4, true, true, false}, Case{32, 4, 264, 256, 2, false, false, false},
+              Case{16, 2, 200, 256, 4, true, false, true}}) {
+            const Routing routing = c.none ? Routing{std::vector<int32_t>(size_t(c.experts + 1), 0), {}, 1}
+                                           : route(rng, 1, c.experts, c.topk, false);
+            const int64_t slots = int64_t(routing.row_index.size()), k = c.k, n = c.n;
+            const StackedExperts stacked = stacked_experts(rng, c.experts, n, k, nvfp4, Scales::kCheckpoint);
+            // The token's assignments in a random selection order, (expert, slot) of each active expert, then the
+            // dropped ones (expert and slot -1) among them.
+            std::vector<int32_t> chosen, slot;
+            for (int64_t e = 0; e < c.experts; ++e)
+                if (routing.offsets[size_t(e) + 1] > routing.offsets[size_t(e)])
+                    chosen.push_back(int32_t(e)), slot.push_back(routing.offsets[size_t(e)]);
+            std::vector<size_t> order(chosen.size());
+            std::iota(order.begin(), order.end(), size_t{0});
+            std::shuffle(order.begin(), order.end(), rng.engine());
+            std::vector<int32_t> experts_of, slot_of;
+            for (size_t i : order) experts_of.push_back(chosen[i]), slot_of.push_back(slot[i]);
+            if (c.dropped || c.none) {
+                const size_t at = size_t(rng.engine()() % (experts_of.size() + 1));
+                experts_of.insert(experts_of.begin() + ptrdiff_t(at), -1);
+                slot_of.insert(slot_of.begin() + ptrdiff_t(at), -1);
+            }
+            const int32_t assignments = int32_t(experts_of.size());
+
+            const std::vector<float> x = random_activations(rng, 1, k);
+            std::vector<float> gate(size_t(std::max<int64_t>(slots, 1) * k)), up(gate.size());
+            for (size_t i = 0; i < gate.size(); ++i) {
+                gate[i] = round_bf16(rng.uniform(-14.0f, 14.0f) * std::ldexp(1.0f, int(i % 7) - 3));
+                up[i] = round_bf16(rng.uniform(-14.0f, 14.0f) * std::ldexp(1.0f, int(i % 5) - 2));
+            }
+            const std::vector<float> shared = rng.normal_bf16(n);
+            const std::vector<float> streams = rng.normal_bf16(c.n_hc * n, 3.0f);
+            std::vector<float> mix(size_t(cuda::hc_pre_mix_size(c.n_hc)));
+            for (float& v : mix) v = rng.uniform(0.0f, 1.0f);
+
+            DeviceFp8Act a = quantize_on_device(x, 1, k);
+            auto gd = to_device(to_bf16(gate));
+            auto ud = to_device(to_bf16(up));
+            auto wts = to_device(stacked.data);
+            auto sd = to_device(stacked.scale);
+            auto globd = to_device(stacked.global);
+            auto od = to_device(routing.offsets);
+            auto rd = to_device(routing.row_index.empty() ? std::vector<int32_t>{0} : routing.row_index);
+            auto d_experts = to_device(experts_of);
+            auto d_slots = to_device(slot_of);
+            auto d_shared = to_device(to_bf16(shared));
+            auto d_streams = to_device(to_bf16(streams));
+            auto d_mix = to_device(mix);
+            auto arrivals = to_device(std::vector<int32_t>(size_t(cuda::moe_gemm_post_mix_arrivals(n)), 0));
+
+            // Either launch: y [slots, n], then the combine's f [n] and the streams out [n_hc, n].
+            struct Outputs {
+                cuda::DeviceBuffer<uint16_t> y, f, out;
+            };
+            auto launch = [&](bool fused, uint8_t poison_byte) {
+                Outputs o{poisoned<uint16_t>(size_t(std::max<int64_t>(slots, 1) * n), poison_byte),
+                          poisoned<uint16_t>(size_t(n), poison_byte),
+                          poisoned<uint16_t>(size_t(c.n_hc * n), poison_byte)};
+                cuda::MoeGemmParams p = moe_params(a, c.gated ? nullptr : rd.get(), od.get(), wts.get(), sd.get(),
+                                                   globd.get(), nvfp4, c.experts, n, k, 1, o.y.get());
+                p.expected_active_experts = int(chosen.size());  // 3 experts on an H100 take 32-row tiles
+                if (c.gated) {
+                    p.a = nullptr;
+                    p.a_scale = nullptr;
+                    p.swiglu = {reinterpret_cast<const __nv_bfloat16*>(gd.get()),
+                                reinterpret_cast<const __nv_bfloat16*>(ud.get()),
+                                0,
+                                nullptr,
+                                nullptr,
+                                10.0f};
+                }
+                cuda::MoeCombineParams combine;
+                combine.routed = p.y;
+                combine.experts = d_experts.get();
+                combine.assignment_slot = d_slots.get();
+                combine.shared = reinterpret_cast<const __nv_bfloat16*>(d_shared.get());
+                combine.out = reinterpret_cast<__nv_bfloat16*>(o.f.get());
+                combine.tokens = 1;
+                combine.dim = n;
+                combine.k = assignments;
+                const auto* mix_ptr = d_mix.get();
+                const auto* streams_ptr = reinterpret_cast<const __nv_bfloat16*>(d_streams.get());
+                auto* out_ptr = reinterpret_cast<__nv_bfloat16*>(o.out.get());
+                if (fused) {
+                    p.post_mix = {combine, mix_ptr, streams_ptr, out_ptr, c.n_hc, arrivals.get()};
+                    EXPECT_TRUE(cuda::moe_gemm_fuses_post_mix(p)) << "N " << n << " K " << k;
+                    cuda::moe_gemm(p, nullptr);
+                } else {
+                    cuda::moe_gemm(p, nullptr);
+                    const cuda::HcPostParams post{nullptr, streams_ptr, mix_ptr, out_ptr, 1, c.n_hc, n};
+                    cuda::hc_post_of_moe(post, combine, nullptr);
+                }
+                DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+                return o;
+            };
+            const Outputs want = launch(false, 0xFF);
+            char what[192];
+            std::snprintf(what, sizeof what,
+                          "moe_gemm w2 post-mix tail vs hc_post_of_moe %s%s%s%s experts=%lld "
+                          "topk=%lld N=%lld K=%lld n_hc=%d",
+                          nvfp4 ? "nvfp4" : "mxfp4", c.gated ? " gated" : "", c.dropped ? " one dropped" : "",
+                          c.none ? " none routed" : "", (long long)c.experts, (long long)c.topk, (long long)n,
+                          (long long)k, c.n_hc);
+            for (int run = 0; run < 2; ++run) {
+                const Outputs got = launch(true, run ? 0x3F : 0x7F);
+                const std::string at = std::string(what) + (run ? " (second launch)" : "");
+                if (slots > 0) expect_bitwise_bf16(at + ": y", to_host(got.y), to_host(want.y));
+                expect_bitwise_bf16(at + ": f", to_host(got.f), to_host(want.f));
+                expect_bitwise_bf16(at + ": streams", to_host(got.out), to_host(want.out));
+            }
+            EXPECT_EQ(to_host(arrivals), std::vector<int32_t>(arrivals.size(), 0)) << what << ": arrivals left";
         }
 }
 

@@ -114,6 +114,10 @@ struct CudaOptions {
     // The attention's mHC post-mix as the epilogue of its output projection wo_b (cuda::Fp8GemmParams::post_mix)
     // instead of hc_post's own launch after it: one launch fewer a layer. Off: hc_post's launch; the same bits.
     bool post_mix_in_wo_b = true;
+    // The MoE's combine and mHC post-mix as the tail of the routed experts' w2 (cuda::MoeGemmPostMix) where its kernel
+    // can (batch-1 decode steps on one GPU) instead of hc_post_of_moe's own launch: one launch fewer a layer, the
+    // shared expert joined before w2. Off: hc_post_of_moe's launch; the same bits.
+    bool post_mix_in_w2 = true;
     // A batch-1 step's routed-expert passes copy each weight stage by one 2D copy of the tensor-memory accelerator
     // (cuda::MoeGemmParams::tensor_copies; sm_90+), out of the checkpoint's row order: as fast as plain loads, where
     // their 16-byte copies were not (docs/perf.md, "The batch-1 routed-expert passes copy their stages by the
