@@ -296,8 +296,9 @@ TEST(MoeRoutingGpu, NanScoreIsChosenAfterEveryNumber) {
 
 // router_and_routing against the two launches it replaces (bf16_linear, then moe_routing), bit for bit: the router's
 // logits and every routing output, at V4-Flash's router shape (256 experts over 4096 columns) and V4-Pro's expert
-// count, 1 to 32 tokens (tiles split over 4, 4, 4, 2 and 1 CTAs on an H100 or H200), score and hash routing; three
-// eager launches, then a captured graph replayed twice (each launch must leave the arrival counters at zero).
+// count, 1 to 32 tokens (tiles split over 4, 4, 4, 4, 2 and 1 CTAs on an H100 or H200), score and hash routing; three
+// eager launches, then a captured graph replayed twice (each launch must leave the arrival counters at zero). Then the
+// same with the cluster kernel (router_cluster.cu), which takes V4-Flash's router at 1 and 4 tokens.
 TEST(MoeRoutingGpu, RouterAndRoutingInOneLaunchEqualTheTwoBitwise) {
     DSV4_REQUIRE_GPU();
     Rng rng;
@@ -307,8 +308,8 @@ TEST(MoeRoutingGpu, RouterAndRoutingInOneLaunchEqualTheTwoBitwise) {
         int tokens, experts;
         bool hash;
     };
-    for (const Shape& shape : {Shape{1, 256, false}, Shape{5, 256, false}, Shape{16, 256, true}, Shape{32, 256, false},
-                               Shape{32, 384, false}}) {
+    for (const Shape& shape : {Shape{1, 256, false}, Shape{4, 256, true}, Shape{5, 256, false}, Shape{16, 256, true},
+                               Shape{32, 256, false}, Shape{32, 384, false}}) {
         const int T = shape.tokens, E = shape.experts, n = T * k;
         const auto x = gpu_test::to_device(gpu_test::random_bf16(rng, T * D));
         const auto w = gpu_test::to_device(gpu_test::random_bf16(rng, E * D, 1.0f / 64.0f));
@@ -390,29 +391,39 @@ TEST(MoeRoutingGpu, RouterAndRoutingInOneLaunchEqualTheTwoBitwise) {
             const auto left = gpu_test::to_host(arrivals);
             EXPECT_EQ(std::count(left.begin(), left.end(), 0), int64_t(left.size())) << label << ": arrival counters";
         };
-        std::snprintf(what, sizeof what, "router_and_routing %s, %d tokens, %d experts, %d-way split",
-                      shape.hash ? "hash" : "score", T, E, splits);
-        std::printf("[ router   ] %s\n", what);
-        for (int i = 0; i < 3; ++i) {
+        // The split kernel, then the cluster kernel where it takes the call (V4-Flash's router up to 4 tokens on an
+        // sm_90 device); elsewhere router_and_routing's `cluster` runs the split kernel again.
+        for (bool cluster : {false, true}) {
+            Outputs probe = outputs();
+            const bool in_cluster = cluster && cuda::detail::router_cluster_fits(router(probe), routing(probe));
+            if (cluster && T <= 4 && E == 256 && cuda::device_compute_capability() >= 90)
+                EXPECT_TRUE(in_cluster) << T << " tokens: the cluster kernel should take V4-Flash's router";
+            if (cluster && E == 384) EXPECT_FALSE(in_cluster) << "V4-Pro's router does not fit one cluster";
+            std::snprintf(what, sizeof what, "router_and_routing %s, %d tokens, %d experts, %s",
+                          shape.hash ? "hash" : "score", T, E,
+                          in_cluster ? "one cluster" : (std::to_string(splits) + "-way split").c_str());
+            std::printf("[ router   ] %s\n", what);
+            for (int i = 0; i < 3; ++i) {
+                Outputs one = outputs();
+                cuda::router_and_routing(router(one), routing(one), scratch, nullptr, cluster);
+                expect_equal(one, "eager launch " + std::to_string(i + 1));
+            }
             Outputs one = outputs();
-            cuda::router_and_routing(router(one), routing(one), scratch, nullptr);
-            expect_equal(one, "eager launch " + std::to_string(i + 1));
+            cuda::Stream stream;
+            cudaGraph_t graph = nullptr;
+            cudaGraphExec_t exec = nullptr;
+            DSV4_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal));
+            cuda::router_and_routing(router(one), routing(one), scratch, stream.get(), cluster);
+            DSV4_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+            DSV4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+            for (int i = 0; i < 2; ++i) {
+                DSV4_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+                stream.synchronize();
+                expect_equal(one, "graph replay " + std::to_string(i + 1));
+            }
+            cudaGraphExecDestroy(exec);
+            cudaGraphDestroy(graph);
         }
-        Outputs one = outputs();
-        cuda::Stream stream;
-        cudaGraph_t graph = nullptr;
-        cudaGraphExec_t exec = nullptr;
-        DSV4_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal));
-        cuda::router_and_routing(router(one), routing(one), scratch, stream.get());
-        DSV4_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
-        DSV4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        for (int i = 0; i < 2; ++i) {
-            DSV4_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
-            stream.synchronize();
-            expect_equal(one, "graph replay " + std::to_string(i + 1));
-        }
-        cudaGraphExecDestroy(exec);
-        cudaGraphDestroy(graph);
     }
 }
 

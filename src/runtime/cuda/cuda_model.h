@@ -108,6 +108,10 @@ struct CudaOptions {
     // A decode step's router and routing in one launch (cuda::router_and_routing; docs/perf.md). Off: two launches,
     // the same bits.
     bool router_with_routing = true;
+    // That launch as one cluster of CTAs, each 16 experts' rows over the whole K in shared memory, rank 0 routing after
+    // the cluster barrier (cuda::router_and_routing's `cluster`), where it fits (V4-Flash's router up to 7 tokens);
+    // the split kernel elsewhere. Off until measured (docs/perf.md, "The router in one cluster"); the same bits.
+    bool router_cluster = false;
     // The routed experts' w2 computes its FP8 input from W1 x and W3 x (cuda::MoeGemmSwiglu) where its kernel can
     // (batch-1 decode steps on one GPU): one launch fewer a layer. Off: the SwiGLU's own launch; the same bits.
     bool swiglu_in_w2 = true;

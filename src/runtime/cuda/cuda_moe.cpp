@@ -123,7 +123,7 @@ void CudaModel::Impl::moe(int64_t layer) {
         router.k = m.gate.cols;
         router.ldx = m.gate.cols;
         router.ldy = m.gate.rows;
-        cuda::router_and_routing(router, rp, ws.router_scratch, s);
+        cuda::router_and_routing(router, rp, ws.router_scratch, s, options.router_cluster);
     } else {
         linear_f32(m.gate, ws.moe_x, Tm, ws.router_logits);
         cuda::moe_routing(rp, s);
