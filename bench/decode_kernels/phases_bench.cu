@@ -171,7 +171,7 @@ void bench_phases() {
         DSV4_CUDA_CHECK(cudaMemset(arrivals.get(), 0, arrivals.size() * sizeof(int32_t)));
         const RouterScratch scratch{arrivals.get(), staged.get(), int64_t(arrivals.size()),
                                     router_scratch_floats(1, kExperts, kDim, sms)};
-        auto launch = [&](int i, int64_t* clock, cudaStream_t s, bool cluster) {
+        auto launch = [&](int i, int64_t* clock, cudaStream_t s) {
             Bf16LinearParams router;
             router.x = x.get();
             router.w = gate.get() + size_t(i % kCopies) * kExperts * kDim;
@@ -197,11 +197,11 @@ void bench_phases() {
             p.k = int32_t(kTopK);
             p.routed_scaling_factor = 2.5f;
             p.phase_clock = clock;
-            router_and_routing(router, p, scratch, s, cluster);
+            router_and_routing(router, p, scratch, s);
         };
         const bf16_act_mma::Tiles tiles = bf16_linear_tiles(1, kExperts, kDim, sms);
         const int splits = detail::router_splits(tiles, 1, kExperts, kDim, sms);
-        const double us = graph_us([&](int i, cudaStream_t s) { launch(i, nullptr, s, false); });
+        const double us = graph_us([&](int i, cudaStream_t s) { launch(i, nullptr, s); });
         std::printf("\nrouter and routing, 1 token, 256 experts x 4096, top 6 (%d-way split K): %.2f us a launch in a "
                     "graph\n",
                     splits, us);
@@ -209,27 +209,7 @@ void bench_phases() {
                       {"start", "1 blocks multiplied", "2 products staged, arrival counted", "3 tile summed, stored",
                        "4 arrival at the routing counted", "5 the token routed (top 6)", "6 counts and offsets",
                        "7 slots written"},
-                      [&](int r, int64_t* clock) { launch(5 + r, clock, nullptr, false); });
-        // The cluster kernel (router_cluster.cu), where the device takes it: one cluster of 16 CTAs.
-        Bf16LinearParams probe{x.get(), gate.get(), logits.get(), 1, kExperts, kDim, kDim, kExperts};
-        MoeRoutingParams probe_routing{};
-        probe_routing.logits = logits.get();
-        probe_routing.bias = bias.get();
-        probe_routing.tokens = 1;
-        probe_routing.num_experts = int32_t(kExperts);
-        probe_routing.k = int32_t(kTopK);
-        if (!detail::router_cluster_fits(probe, probe_routing)) {
-            std::printf("\nrouter and routing in one cluster: not taken on this device\n");
-            return;
-        }
-        const double cluster_us = graph_us([&](int i, cudaStream_t s) { launch(i, nullptr, s, true); });
-        std::printf("\nrouter and routing in one cluster of %lld CTAs: %.2f us a launch in a graph\n",
-                    (long long)(kExperts / 16), cluster_us);
-        report_phases("router_cluster", kExperts / 16,
-                      {"start", "1 copies landed, blocks multiplied", "2 logits summed, stored", "3 (none)",
-                       "4 past the cluster barrier", "5 the token routed (top 6)", "6 counts and offsets",
-                       "7 slots written"},
-                      [&](int r, int64_t* clock) { launch(5 + r, clock, nullptr, true); });
+                      [&](int r, int64_t* clock) { launch(5 + r, clock, nullptr); });
     }
 }
 

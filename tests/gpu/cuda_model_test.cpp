@@ -348,14 +348,6 @@ TEST_P(CudaModelFixture, PostMixInWoBChangesNoBits) {
     expect_same_bits_with(options, "with the attention's post-mix in wo_b's epilogue and in its own launch");
 }
 
-// The MoE's combine and post-mix in w2's tail (CudaOptions::post_mix_in_w2: decode steps of one token on fixtures
-// with FP4 experts whose K is whole 128-column stages) against hc_post_of_moe's launch.
-TEST_P(CudaModelFixture, PostMixInW2ChangesNoBits) {
-    CudaOptions options = comparison_options();
-    options.post_mix_in_w2 = !options.post_mix_in_w2;
-    expect_same_bits_with(options, "with the MoE's post-mix in w2's tail and in its own launch");
-}
-
 TEST_P(CudaModelFixture, GreedyTokensWithinYardstick) {
     const int64_t V = cpu_->config().vocab_size;
     const int64_t prompt_len = inputs_.greedy_prompt;

@@ -81,8 +81,6 @@ struct BenchArgs {
     bool router_apart = false;              // CudaOptions::router_with_routing off (likewise)
     bool swiglu_apart = false;              // CudaOptions::swiglu_in_w2 off (likewise)
     bool post_mix_apart = false;            // CudaOptions::post_mix_in_wo_b off (likewise)
-    bool moe_post_mix_apart = false;        // CudaOptions::post_mix_in_w2 off (likewise)
-    bool router_cluster = false;            // CudaOptions::router_cluster on
     bool expert_copies16 = false;           // CudaOptions::expert_tensor_copies off
     bool expert_fold_off = false;           // CudaOptions::expert_scale_fold off
     bool profile_range = false;  // cudaProfilerStart / Stop around the timed single-sequence steps
@@ -336,8 +334,6 @@ BenchModel make_bench_model(const BenchArgs& a, int64_t layers) {
     options.router_with_routing = !a.router_apart;
     options.swiglu_in_w2 = !a.swiglu_apart;
     options.post_mix_in_wo_b = !a.post_mix_apart;
-    options.post_mix_in_w2 = !a.moe_post_mix_apart;
-    options.router_cluster = a.router_cluster;
     options.expert_tensor_copies = !a.expert_copies16;
     options.expert_scale_fold = !a.expert_fold_off;
     auto make = [&](const ExpertParallel& ep) -> std::unique_ptr<Backend> {
@@ -728,12 +724,6 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--post-mix-apart", a->post_mix_apart,
                   "Run the attention's mHC post-mix as its own launch (CudaOptions::post_mix_in_wo_b off; the same "
                   "bits, to measure what computing it in wo_b's epilogue buys)");
-    cmd->add_flag("--router-cluster", a->router_cluster,
-                  "Run a decode step's router and routing as one cluster of CTAs where it fits (CudaOptions::"
-                  "router_cluster; the same bits, to measure it against the split kernel)");
-    cmd->add_flag("--moe-post-mix-apart", a->moe_post_mix_apart,
-                  "Run the MoE's combine and mHC post-mix as their own launch (CudaOptions::post_mix_in_w2 off; the "
-                  "same bits, to measure what computing them in w2's tail buys)");
     cmd->add_flag(
         "--expert-copies16", a->expert_copies16,
         "Copy the batch-1 routed-expert passes' weight stages by 16-byte cp.async instead of one tensor-map "

@@ -276,11 +276,7 @@ void CudaModel::Impl::block(int64_t layer) {
     moe(layer);
     observe_bf16("ffn_out", layer, ws.y, T, D);
     stages.mark("ffn_hc_post", layer);
-    if (moe_post_mix)  // w2's tail computed it (CudaOptions::post_mix_in_w2)
-        std::swap(ws.streams, ws.streams_next);
-    else
-        hc_post();
-    moe_post_mix = false;
+    hc_post();
     observe_bf16("streams", layer, ws.streams, T, n_hc * D);
 }
 

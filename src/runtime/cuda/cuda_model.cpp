@@ -24,7 +24,6 @@
 #include "kernels/cuda/embed/embed.h"
 #include "kernels/cuda/gemm_fp8/gemm_fp8.h"
 #include "kernels/cuda/mhc/mhc.h"
-#include "kernels/cuda/moe_gemm/moe_gemm.h"
 #include "kernels/cuda/random_fill/random_fill.h"
 #include "kernels/cuda/rms_norm/rms_norm.h"
 #include "kernels/cuda/smoke/device_info.h"
@@ -153,7 +152,6 @@ void carve(Bump& b, Workspace& ws, const ModelConfig& c, const PoolLayout& pool,
         ws.router_scratch.arrivals = b.take<int32_t>(ws.router_scratch.ints);
         ws.router_scratch.staged = b.take<float>(ws.router_scratch.floats);
     }
-    ws.post_mix_arrivals = b.take<int32_t>(cuda::moe_gemm_post_mix_arrivals(D));
     ws.shared_out = b.take<bf16>(T * D);
     ws.shared_gate_up = b.take<bf16>(T * 2 * shared_I);
     ws.shared_hidden = b.take<bf16>(T * shared_I);
@@ -358,9 +356,6 @@ CudaModel::CudaModel(const ModelConfig& config, ModelWeights weights, Numerics n
     carve(bump, m.ws, config, m.pool, m.host, m.num_sms, data_parallel, draw_sequences, ep.ranks > 1);
     DSV4_CHECK(bump.offset == workspace_bytes, "workspace carve changed size");
     DSV4_CUDA_CHECK(cudaMemsetAsync(m.ws.router_scratch.arrivals, 0, sizeof(int32_t) * size_t(m.ws.router_scratch.ints),
-                                    m.stream->get()));
-    DSV4_CUDA_CHECK(cudaMemsetAsync(m.ws.post_mix_arrivals, 0,
-                                    sizeof(int32_t) * size_t(cuda::moe_gemm_post_mix_arrivals(config.hidden_size)),
                                     m.stream->get()));
     DSV4_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&m.meta_host), sizeof(int32_t) * size_t(m.ws.meta_ints),
                                   cudaHostAllocDefault));

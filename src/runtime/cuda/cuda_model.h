@@ -108,20 +108,12 @@ struct CudaOptions {
     // A decode step's router and routing in one launch (cuda::router_and_routing; docs/perf.md). Off: two launches,
     // the same bits.
     bool router_with_routing = true;
-    // That launch as one cluster of CTAs, each 16 experts' rows over the whole K in shared memory, rank 0 routing after
-    // the cluster barrier (cuda::router_and_routing's `cluster`), where it fits (V4-Flash's router up to 7 tokens);
-    // the split kernel elsewhere. Off until measured (docs/perf.md, "The router in one cluster"); the same bits.
-    bool router_cluster = false;
     // The routed experts' w2 computes its FP8 input from W1 x and W3 x (cuda::MoeGemmSwiglu) where its kernel can
     // (batch-1 decode steps on one GPU): one launch fewer a layer. Off: the SwiGLU's own launch; the same bits.
     bool swiglu_in_w2 = true;
     // The attention's mHC post-mix as the epilogue of its output projection wo_b (cuda::Fp8GemmParams::post_mix)
     // instead of hc_post's own launch after it: one launch fewer a layer. Off: hc_post's launch; the same bits.
     bool post_mix_in_wo_b = true;
-    // The MoE's combine and mHC post-mix as the tail of the routed experts' w2 (cuda::MoeGemmPostMix) where its kernel
-    // can (batch-1 decode steps on one GPU) instead of hc_post_of_moe's own launch: one launch fewer a layer, the
-    // shared expert joined before w2. Off: hc_post_of_moe's launch; the same bits.
-    bool post_mix_in_w2 = true;
     // A batch-1 step's routed-expert passes copy each weight stage by one 2D copy of the tensor-memory accelerator
     // (cuda::MoeGemmParams::tensor_copies; sm_90+), out of the checkpoint's row order: as fast as plain loads, where
     // their 16-byte copies were not (docs/perf.md, "The batch-1 routed-expert passes copy their stages by the

@@ -158,7 +158,6 @@ struct Workspace {
             *row_index = nullptr;
     int32_t* shared_rows = nullptr;      // MoeRoutingParams::shared_rows (CudaOptions::shared_expert_on_one_rank)
     cuda::RouterScratch router_scratch;  // cuda::router_and_routing's
-    int32_t* post_mix_arrivals = nullptr;  // cuda::MoeGemmPostMix::arrivals (zeroed once; each launch leaves them zero)
     float* routing_weights = nullptr;
     bf16 *gate = nullptr, *up = nullptr, *hidden = nullptr, *routed_out = nullptr, *shared_out = nullptr;
     bf16* shared_gate_up = nullptr;  // [T, 2 I] shared expert: gate | up per row (stacked), or [T, I] gate, [T, I] up
@@ -311,9 +310,6 @@ struct CudaModel::Impl {
     // hc_post to compute in its own kernel (hc_post_of_moe), or, with an observer (which reads ws.y), run into ws.y.
     void moe(int64_t layer);
     std::optional<cuda::MoeCombineParams> pending_combine;
-    // Set by moe() where w2's tail computed the combine and the post-mix (CudaOptions::post_mix_in_w2), leaving
-    // ws.y and ws.streams_next as hc_post_of_moe would.
-    bool moe_post_mix = false;
     // attention_forward's steps (cuda_attention.cpp), in its order. The first: qr = q_norm(wq_a x) into ws.qr and
     // kv = kv_norm(wkv x) into ws.kv, the two projections in one GEMM where their weights stack.
     void query_and_kv_latents(const cuda::DeviceAttention& a);

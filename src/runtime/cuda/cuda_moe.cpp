@@ -123,7 +123,7 @@ void CudaModel::Impl::moe(int64_t layer) {
         router.k = m.gate.cols;
         router.ldx = m.gate.cols;
         router.ldy = m.gate.rows;
-        cuda::router_and_routing(router, rp, ws.router_scratch, s, options.router_cluster);
+        cuda::router_and_routing(router, rp, ws.router_scratch, s);
     } else {
         linear_f32(m.gate, ws.moe_x, Tm, ws.router_logits);
         cuda::moe_routing(rp, s);
@@ -239,20 +239,28 @@ void CudaModel::Impl::moe(int64_t layer) {
     }
     // w2 computes its input from W1 x and W3 x where its kernel can (a batch-1 decode step on one GPU without an
     // observer, which reads the SwiGLU's bf16 rows): one launch fewer, the same bits (CudaOptions::swiglu_in_w2).
-    const bool fp4_down = is_fp4(m.w2);
-    cuda::MoeGemmParams down;  // fp4_down: w2's launch
     bool swiglu_in_w2 = false;
-    if (fp4_down && ep.ranks == 1 && !observer && options.swiglu_in_w2) {
+    if (is_fp4(m.w2) && ep.ranks == 1 && !observer && options.swiglu_in_w2) {
         const cuda::MoeGemmSwiglu input{sw.gate, sw.up, 0, sw.routing_weights, sw.sorted_assignment, sw.limit};
-        down = fp4_params(m.w2, nullptr, slots, I, nullptr, ws.routed_out, nullptr, nullptr, {}, &input);
+        const cuda::MoeGemmParams down =
+            fp4_params(m.w2, nullptr, slots, I, nullptr, ws.routed_out, nullptr, nullptr, {}, &input);
         swiglu_in_w2 = cuda::moe_gemm_computes_swiglu(down);
+        if (swiglu_in_w2) cuda::moe_gemm(down, s);
     }
     if (!swiglu_in_w2) {
         cuda::swiglu(sw, s);
-        if (fp4_down)
-            down = fp4_params(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out, nullptr, nullptr,
-                              {ws.act_q, ws.act_scale}, nullptr);
+        experts(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out, nullptr, nullptr, {ws.act_q, ws.act_scale});
     }
+    if (ep.ranks > 1) {  // every slot from the rank that holds its expert; x + 0 is x, so the sum is exact
+        stages.mark("expert_exchange", layer);
+        if (shared_on_one_rank) join_side();  // the shared expert's rows, summed with the slots
+        ep.comm->sum_bf16(ws.routed_out, (slots + (shared_on_one_rank ? T : 0)) * D, s);
+    }
+    if (T == 0) return;
+
+    // The shared expert's end: what remains of it after the routed experts (and their exchange).
+    stages.mark("shared_expert", layer);
+    join_side();
 
     // Sum in f32 (routed in ascending expert order, then the shared expert), bf16: this rank's rows. Computed by the
     // kernel of the hc_post that reads it, unless an observer reads it here.
@@ -265,35 +273,6 @@ void CudaModel::Impl::moe(int64_t layer) {
     cp.tokens = T;
     cp.dim = D;
     cp.k = int32_t(k);
-
-    // The combine and the MoE's post-mix as w2's tail where its kernel can (one token on one GPU without an observer):
-    // one launch fewer, the same bits (CudaOptions::post_mix_in_w2). ready_post_mix joins the side lane, and with it
-    // the shared expert and the deferred Sinkhorn, before w2 then.
-    moe_post_mix = false;
-    if (fp4_down && T == 1 && Tm == 1 && ep.ranks == 1 && !observer && options.post_mix_in_w2) {
-        down.post_mix.n_hc = int(c.hc_mult);
-        if (cuda::moe_gemm_fuses_post_mix(down)) {
-            const cuda::HcPostParams post = ready_post_mix();
-            down.post_mix = {cp, post.mix, post.streams, post.out, int(post.n_hc), ws.post_mix_arrivals};
-            moe_post_mix = true;
-        }
-    }
-    if (fp4_down)
-        cuda::moe_gemm(down, s);
-    else
-        experts(m.w2, ws.hidden, slots, I, nullptr, ws.routed_out, nullptr, nullptr, {ws.act_q, ws.act_scale});
-    if (moe_post_mix) return;
-    if (ep.ranks > 1) {  // every slot from the rank that holds its expert; x + 0 is x, so the sum is exact
-        stages.mark("expert_exchange", layer);
-        if (shared_on_one_rank) join_side();  // the shared expert's rows, summed with the slots
-        ep.comm->sum_bf16(ws.routed_out, (slots + (shared_on_one_rank ? T : 0)) * D, s);
-    }
-    if (T == 0) return;
-
-    // The shared expert's end: what remains of it after the routed experts (and their exchange).
-    stages.mark("shared_expert", layer);
-    join_side();
-
     if (observer) {
         stages.mark("moe_combine", layer);
         cuda::moe_combine(cp, s);

@@ -284,24 +284,19 @@ __global__ void __launch_bounds__(kThreads, WK > 1 ? 2 : 1) kernel(Args args, ty
         }
         phase_mark(args.phase_clock, 2);
         if (splits == 1 || sums_here) {
-            if (splits > 1) {
-                // Every split's products of the tile into this CTA's shared memory (the same [kb][rows_alloc][BN]
-                // layout), by all its threads at once and past this SM's L1 (__ldcg: other CTAs wrote them): one
-                // round trip to the L2, where the sums' chains below would wait for theirs eight loads at a time.
-                const int per_block = rows_valid * kBN;
-                for (int i = threadIdx.x; i < args.kb * per_block; i += kThreads) {
-                    const int64_t at = int64_t(i / per_block) * args.rows_alloc * kBN + i % per_block;
-                    staged[at] = __ldcg(stage + at);
-                }
-                __syncthreads();
-            }
             for (int i = threadIdx.x; i < rows_valid * kBN; i += kThreads) {
                 const int row = i / kBN, col = i % kBN;
                 if (n_cta + col >= args.n) continue;
                 float total = 0.0f;
-                const float* p = staged + row * kBN + col;
+                const float* p = stage + row * kBN + col;
+                // Split: other CTAs' products in global memory, read past this SM's L1 (__ldcg: global only);
+                // else this CTA's shared memory.
+                auto staged_product = [&](int kb) {
+                    const float* q = p + int64_t(kb) * args.rows_alloc * kBN;
+                    return splits > 1 ? __ldcg(q) : *q;
+                };
 #pragma unroll 8
-                for (int kb = 0; kb < args.kb; ++kb) total = __fadd_rn(total, p[int64_t(kb) * args.rows_alloc * kBN]);
+                for (int kb = 0; kb < args.kb; ++kb) total = __fadd_rn(total, staged_product(kb));
                 Y::one(args, m_cta + row, n_cta + col, total);
             }
             phase_mark(args.phase_clock, 3);
@@ -321,7 +316,7 @@ cudaError_t launch_tile(const Args& args, size_t smem, cudaStream_t stream, cons
     const unsigned splits = unsigned(args.splits > 1 ? args.splits : 1);
     if (splits > 1 && (WK == 1 || !args.split_staged || !args.split_arrivals)) return cudaErrorInvalidValue;
     const dim3 grid(unsigned((args.m + kBM - 1) / kBM), unsigned((args.n + kBN - 1) / kBN), splits);
-    k<<<grid, kThreads, smem, stream>>>(args, tail);  // split: the tile's last CTA gathers the products there
+    k<<<grid, kThreads, splits > 1 ? 0 : smem, stream>>>(args, tail);
     return cudaGetLastError();
 }
 

@@ -71,18 +71,6 @@ __device__ __forceinline__ void bulk_copy_to_cluster_shared(unsigned dst, const 
         : "memory");
 #endif
 }
-// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global `src` to this CTA's shared `dst`, completing
-// on this CTA's barrier `bar`, which a thread armed (mbarrier_arm) for the bytes of every copy it expects.
-__device__ __forceinline__ void bulk_copy_from_global(void* dst, const void* src, int bytes, uint64_t* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-            unsigned(__cvta_generic_to_shared(dst))),
-        "l"(src), "r"(bytes), "r"(unsigned(__cvta_generic_to_shared(bar)))
-        : "memory");
-#endif
-}
-
 // The thread's bulk copies issued so far as one group; then, before the CTA may exit, wait until they have read their
 // sources.
 __device__ __forceinline__ void bulk_copies_commit() {

@@ -19,23 +19,6 @@ struct MoeCombineOrder {
     int count;
 };
 
-// Thread 0's part, once o.expert and o.assigned hold the token's k assignments: the sort.
-__device__ __forceinline__ void moe_combine_sort(int k, MoeCombineOrder& o) {
-    int order[kMaxCombineK];
-    int n = 0;
-    for (int j = 0; j < k; ++j) {
-        const int e = o.expert[j];
-        if (e < 0 || o.assigned[j] < 0) continue;
-        int pos = n++;
-        while (pos > 0 && o.expert[order[pos - 1]] > e) {
-            order[pos] = order[pos - 1];
-            --pos;
-        }
-        order[pos] = j;
-    }
-    for (int i = 0; i < n; ++i) o.slot[i] = o.assigned[order[i]];
-    o.count = n;
-}
 // Token t's valid assignments (expert and slot >= 0) in ascending expert order (ties: selection order), as
 // moe_forward's loop over experts accumulates them. k threads load the experts and slots at once, thread 0 sorts from
 // shared memory. Every thread of the block calls it; the order is visible to all on return.
@@ -45,23 +28,33 @@ __device__ __forceinline__ void moe_combine_order(const MoeCombineParams& p, int
         o.assigned[threadIdx.x] = p.assignment_slot[t * p.k + threadIdx.x];
     }
     __syncthreads();
-    if (threadIdx.x == 0) moe_combine_sort(p.k, o);
+    if (threadIdx.x == 0) {
+        int order[kMaxCombineK];
+        int n = 0;
+        for (int j = 0; j < p.k; ++j) {
+            const int e = o.expert[j];
+            if (e < 0 || o.assigned[j] < 0) continue;
+            int pos = n++;
+            while (pos > 0 && o.expert[order[pos - 1]] > e) {
+                order[pos] = order[pos - 1];
+                --pos;
+            }
+            order[pos] = j;
+        }
+        for (int i = 0; i < n; ++i) o.slot[i] = o.assigned[order[i]];
+        o.count = n;
+    }
     __syncthreads();
 }
 
 // Column c of token t: its routed values (all loaded before the first add) summed in order in f32, plus the shared
-// expert's value, rounded to bf16. kPastL1: the routed values are read from the L2 (other CTAs of the same launch
-// wrote them: the routed experts' pass that computes the combine in its tail, moe_mma.cu).
-template <bool kPastL1 = false>
+// expert's value, rounded to bf16.
 __device__ __forceinline__ __nv_bfloat16 moe_combine_value(const MoeCombineParams& p, const MoeCombineOrder& o,
                                                            int64_t t, int64_t c) {
     const int n = o.count;
     float routed[kMaxCombineK];
 #pragma unroll
-    for (int i = 0; i < kMaxCombineK; ++i) {
-        const __nv_bfloat16* at = p.routed + o.slot[i] * p.dim + c;
-        routed[i] = i < n ? bf16_to_f32(kPastL1 ? __ldcg(at) : *at) : 0.0f;
-    }
+    for (int i = 0; i < kMaxCombineK; ++i) routed[i] = i < n ? bf16_to_f32(p.routed[o.slot[i] * p.dim + c]) : 0.0f;
     const float shared = bf16_to_f32(p.shared[t * p.dim + c]);
     float acc = 0.0f;
 #pragma unroll

@@ -39,11 +39,6 @@ bool moe_gemm_computes_swiglu(const MoeGemmParams& p) {
            !detail::moe_mma_takes_wgmma(p);
 }
 
-bool moe_gemm_fuses_post_mix(const MoeGemmParams& p) {
-    // The single-slot kernel's tail (moe_mma.cu), where each CTA stores whole rows of its tile for the one token.
-    return moe_gemm_computes_swiglu(p) && !p.second.w && (p.post_mix.n_hc == 2 || p.post_mix.n_hc == 4);
-}
-
 std::string moe_gemm_can_implement(const MoeGemmParams& p) {
     const bool gated = p.swiglu.gate != nullptr;
     if ((!gated && (!p.a || !p.a_scale)) || !p.expert_offsets || !p.w || !p.w_scale || !p.y)
@@ -58,18 +53,6 @@ std::string moe_gemm_can_implement(const MoeGemmParams& p) {
             return "the SwiGLU input's rows must be 8-byte aligned and at least K wide";
         if (!moe_gemm_computes_swiglu(p))
             return "this launch cannot compute its SwiGLU input (moe_gemm_computes_swiglu)";
-    }
-    if (const MoeGemmPostMix& post = p.post_mix; post.out) {
-        const MoeCombineParams& c = post.combine;
-        if (!moe_gemm_fuses_post_mix(p)) return "this launch cannot compute the post-mix (moe_gemm_fuses_post_mix)";
-        if (!post.mix || !post.streams || !post.arrivals || !c.experts || !c.assignment_slot || !c.shared || !c.out)
-            return "the post-mix needs its mix, streams, arrival counters and the combine's inputs and output";
-        if (c.routed != p.y || c.tokens != 1 || c.dim != p.n || c.k < 1 || c.k > kMaxCombineK)
-            return fmt::format(
-                "the post-mix combines this launch's y for one token of {} columns with 1 to {} "
-                "experts (got {} tokens, dim {}, k {})",
-                p.n, kMaxCombineK, c.tokens, c.dim, c.k);
-        if (post.out == post.streams) return "the post-mix's output must not alias its streams";
     }
     if (p.format == ExpertFormat::kNvfp4 && !p.w_global) return "NVFP4 needs the per-expert global scales";
     if (p.experts <= 0 || p.n <= 0 || p.k <= 0)

@@ -22,8 +22,6 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/cuda/moe_expert/moe_expert.h"
-
 namespace dsv4::cuda {
 
 enum class ExpertFormat { kMxfp4, kNvfp4 };
@@ -51,25 +49,6 @@ struct MoeGemmSwiglu {
     float limit = 0.0f;                          // swiglu_limit; <= 0: no clamp
 };
 
-// The MoE's mHC post-mix of a batch-1 step as the routed experts' last pass's tail (w2 of one token on one GPU): the
-// last CTA to store its row tile of y for the token's experts (an arrival count a tile) computes that tile's columns of
-// moe_combine (combine.out, written) and of hc_post (out), with their kernels' code (moe_combine.cuh,
-// hc_post_math.cuh), so the same bits as moe_gemm then hc_post_of_moe, one launch fewer. combine.routed is the launch's
-// y, its token count 1 and its dim the launch's n; comb in mix normalized; the shared expert's row written before the
-// launch. Only where moe_gemm_fuses_post_mix holds.
-struct MoeGemmPostMix {
-    MoeCombineParams combine;
-    const float* mix = nullptr;              // [(2 + n_hc) n_hc] f32: hc_pre's mix of the token
-    const __nv_bfloat16* streams = nullptr;  // [n_hc, n] bf16
-    __nv_bfloat16* out = nullptr;            // [n_hc, n] bf16; must not alias streams (null: no post-mix)
-    int n_hc = 0;                            // 2 or 4
-    int32_t* arrivals = nullptr;             // [moe_gemm_post_mix_arrivals(n)] zero; left zero
-};
-// The arrival counters MoeGemmPostMix needs for outputs of n columns.
-inline constexpr int64_t moe_gemm_post_mix_arrivals(int64_t n) {
-    return (n + 15) / 16;  // the narrowest row tile's
-}
-
 struct MoeGemmParams {
     const uint8_t* a = nullptr;          // [rows, k] e4m3, row stride k
     const float* a_scale = nullptr;      // [rows, ceil(k/128)] f32, powers of two
@@ -88,7 +67,6 @@ struct MoeGemmParams {
     int expected_active_experts = 0;    // optional: non-empty experts of this launch (picks the row tile; no bits)
     MoeGemmMatrix second;               // optional: w == nullptr for one matrix
     MoeGemmSwiglu swiglu;               // optional: the activations computed from W1 x and W3 x (a, a_scale unused)
-    MoeGemmPostMix post_mix;            // optional: the MoE's post-mix as the tail (moe_gemm_fuses_post_mix)
     // The single-slot passes (a batch-1 step) copy each weight stage of a 64-row tile as one 2D copy of the
     // tensor-memory accelerator (sm_90+; N % 64 == 0, K % 128 == 0). The same bits; off: their 16-byte copies.
     bool tensor_copies = true;
@@ -109,9 +87,6 @@ MoeGemmConfig moe_gemm_config(int64_t experts, int64_t n, int64_t k, int max_slo
 std::string moe_gemm_can_implement(const MoeGemmParams& p);
 // Whether moe_gemm can take p.swiglu for these parameters on the current device (p.swiglu itself not looked at).
 bool moe_gemm_computes_swiglu(const MoeGemmParams& p);
-// Whether moe_gemm can take p.post_mix for these parameters on the current device: the single-slot passes (as
-// moe_gemm_computes_swiglu) of one matrix, n_hc 2 or 4 (p.post_mix's pointers not looked at).
-bool moe_gemm_fuses_post_mix(const MoeGemmParams& p);
 void moe_gemm(const MoeGemmParams& p, cudaStream_t stream);
 
 }  // namespace dsv4::cuda

@@ -45,8 +45,6 @@
 #include "kernels/cuda/common/mma.cuh"
 #include "kernels/cuda/common/resident_ctas.h"
 #include "kernels/cuda/common/tensor_map.h"
-#include "kernels/cuda/mhc/hc_post_math.cuh"
-#include "kernels/cuda/moe_expert/moe_combine.cuh"
 #include "kernels/cuda/moe_expert/swiglu_math.cuh"
 #include "kernels/cuda/moe_gemm/moe_gemm_kernels.h"
 #include "kernels/cuda/moe_gemm/moe_mma_common.cuh"
@@ -154,40 +152,6 @@ __host__ __device__ constexpr int min_blocks() {
     return kTokens == 8 || kTokens == 16 ? 3 * kMaxRowGroups / kRowGroups : 1;
 }
 
-// MoeGemmPostMix of the token's column d: moe_combine_value (the routed rows from the L2: other CTAs stored them), then
-// hc_post_element: hc_post_kernel<kN, true>'s arithmetic on the column.
-__device__ __forceinline__ void post_mix_columns(const MoeGemmPostMix& post, const MoeCombineOrder& order, int64_t d) {
-    const __nv_bfloat16 f = moe_combine_value<true>(post.combine, order, 0, d);
-    post.combine.out[d] = f;
-    const int64_t n = post.combine.dim;
-    if (post.n_hc == 4)
-        hc_post_element<4>(post.mix, post.streams, post.out, 0, n, d, bf16_to_f32(f));
-    else
-        hc_post_element<2>(post.mix, post.streams, post.out, 0, n, d, bf16_to_f32(f));
-}
-
-// The tail of a single-slot item with a post-mix (rows n0 .. n0 + kRowsPerCta of y stored by this CTA for one of the
-// token's `experts` experts): the item's arrival at its tile counted, and the tile's last CTA computes the tile's
-// columns of the post-mix. `order` holds the token's assignments (loaded at the kernel's start); every thread calls it.
-template <int kRowsPerCta>
-__device__ void post_mix_tail(const MoeGemmPostMix& post, int64_t n0, int experts, MoeCombineOrder& order) {
-    __shared__ bool last;
-    __threadfence();  // this thread's stores of y are visible to the whole device before the CTA's arrival counts
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int32_t* const arrivals = post.arrivals + n0 / kRowsPerCta;
-        last = atomicAdd(arrivals, 1) == experts - 1;
-        if (last) *arrivals = 0;  // for the next launch (every arrival at this tile is counted)
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();  // every CTA of the tile arrived: their rows of y are read after this
-    if (threadIdx.x == 0) moe_combine_sort(post.combine.k, order);
-    __syncthreads();
-    const int64_t d = n0 + threadIdx.x;
-    if (threadIdx.x < kRowsPerCta && d < post.combine.dim) post_mix_columns(post, order, d);
-}
-
 // kWholeStages (K % 128 == 0, every V4 shape): every stage holds four whole 32-column blocks and every row's scales
 // of a stage are whole aligned words, so the loads need no bounds and each warp's two blocks unroll. Otherwise a
 // stage may end early and the scale words are found by their offset. The arithmetic is the same on both.
@@ -249,24 +213,10 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
 
     const int64_t total = p.offsets[p.experts];
     const int64_t n_tiles = (p.n + kRowsPerCta - 1) / kRowsPerCta;
-    // kSingle with a post-mix: the token's assignments in the order the combine takes them (post_mix_tail).
-    __shared__ MoeCombineOrder post_order;
-    const bool post_mix = kSingle && p.post_mix.out;
-    if (post_mix && total == 0) {  // no routed row (every assignment dropped): the post-mix of the shared row alone
-        if (blockIdx.x != 0) return;
-        moe_combine_order(p.post_mix.combine, 0, post_order);
-        for (int64_t d = threadIdx.x; d < p.n; d += blockDim.x) post_mix_columns(p.post_mix, post_order, d);
-        return;
-    }
     if (int64_t(blockIdx.x) >= (total < p.experts ? total : p.experts) * n_tiles * p.mat_count) return;
 
     // 1. The active experts in ascending order.
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
-    // The post-mix's assignments, requested by the loader warp now (its lanes k) and stored once the list is made, so
-    // that the tail's sort reads them from shared memory.
-    const bool loads_order = post_mix && warp == kThreads / 32 && lane < p.post_mix.combine.k;
-    const int order_expert = loads_order ? p.post_mix.combine.experts[lane] : -1;
-    const int order_slot = loads_order ? p.post_mix.combine.assignment_slot[lane] : -1;
     const int row_group = warp % kRowGroups, k_part = warp / kRowGroups;
     const bool loads = !kLoader || warp == kThreads / 32, multiplies = !kLoader || warp < kThreads / 32;
     const int li = kLoader ? lane : tid;  // this thread's index among the loading threads
@@ -274,7 +224,6 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
         if (loads && li == 0) init_stage_barriers<kStages>(stage_full);  // ordered by the list's barriers
     uint32_t full_parity = 0;  // kTensor: bit s, the phase slot s completes next
     const int count = list_active_experts<kCtaThreads>(p.offsets, p.experts, active, warp_counts);
-    if (loads_order) post_order.expert[lane] = order_expert, post_order.assigned[lane] = order_slot;
 
     const int64_t k_half = p.k / 2, scale_cols = kNv ? p.k / 16 : p.k / 32, kb = (p.k + 127) / 128;
     const int kt_count = int(kb);
@@ -634,8 +583,6 @@ __global__ void __launch_bounds__(cta_threads<kRowGroups, kSingle>(), min_blocks
                         m.y[(s0 + token) * p.n + n] = __float2bfloat16_rn(sum[nt][i]);
                 }
         }
-        if constexpr (kSingle)
-            if (post_mix) post_mix_tail<kRowsPerCta>(p.post_mix, n0, count, post_order);
     }
 }
 
@@ -757,18 +704,15 @@ cudaError_t launch_moe_mma(const MoeGemmParams& p, MoeMmaVariant variant, cudaSt
     args.n = p.n;
     args.k = p.k;
     args.swiglu = p.swiglu;
-    args.post_mix = p.post_mix;
     args.fold_scales = p.fold_scales;
     const int tokens = moe_mma_pass_tokens(p.max_slots_per_expert, p.expected_slots_per_expert);
     if (variant == MoeMmaVariant::kChosen && moe_mma_takes_wgmma(p)) {
-        if (p.swiglu.gate || p.post_mix.out) return cudaErrorInvalidValue;  // moe_gemm_computes_swiglu
+        if (p.swiglu.gate) return cudaErrorInvalidValue;  // moe_gemm_computes_swiglu
         return launch_moe_wgmma(args, p.format, tokens, stream);
     }
     const bool whole = variant != MoeMmaVariant::kGeneral && p.k % kStageCols == 0;
     // No expert holds two slots (a batch-1 decode step): the passes' single-slot kernel (same bits).
     const bool single = variant != MoeMmaVariant::kAllSlots && p.max_slots_per_expert == 1;
-    // The post-mix is the single-slot kernel's tail (moe_gemm_fuses_post_mix).
-    if (p.post_mix.out && !(single && whole && tokens == 8 && args.mat_count == 1)) return cudaErrorInvalidValue;
     if (row_groups == 0)
         row_groups = moe_mma_row_groups(p.expected_active_experts, p.n, args.mat_count, multiprocessor_count());
     ExpertMaps maps;

@@ -35,7 +35,6 @@ struct Args {
     int mat_count;
     int64_t experts, n, k;
     MoeGemmSwiglu swiglu;  // gate != nullptr: the activations are computed from W1 x and W3 x (moe_mma.cu only)
-    MoeGemmPostMix post_mix;  // out != nullptr: the single-slot kernel's tail computes it (moe_mma.cu only)
     bool fold_scales;      // MoeGemmParams::fold_scales (moe_wgmma_specialized.cu)
 };
 

@@ -74,7 +74,7 @@ int64_t router_scratch_floats(int64_t tokens, int64_t experts, int64_t cols, int
 }
 
 void router_and_routing(const Bf16LinearParams& router, const MoeRoutingParams& p, const RouterScratch& scratch,
-                        cudaStream_t stream, bool cluster) {
+                        cudaStream_t stream) {
     check_routing(p);
     DSV4_CHECK(detail::moe_routing_fits_one_block(p), "router_and_routing: {} tokens x k {} do not fit one CTA",
                p.tokens, p.k);
@@ -83,10 +83,6 @@ void router_and_routing(const Bf16LinearParams& router, const MoeRoutingParams& 
                "router_and_routing: the router's output must be the routing's logits ([{}, {}], dense)", p.tokens,
                p.num_experts);
     if (std::string why = bf16_linear_can_run(router); !why.empty()) fail("router_and_routing: {}", why);
-    if (cluster && detail::router_cluster_fits(router, p)) {
-        DSV4_CUDA_CHECK(detail::launch_router_cluster(router, p, stream));
-        return;
-    }
     const int sms = multiprocessor_count();
     const bf16_act_mma::Tiles tiles = bf16_linear_tiles(router.m, router.n, router.k, sms);
     if (std::string why = bf16_act_mma::tiles_can_run(tiles, router.m, router.n, router.k, router.n); !why.empty())

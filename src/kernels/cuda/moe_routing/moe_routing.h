@@ -62,9 +62,8 @@ struct RouterScratch {
 // The scratch for up to `tokens` tokens (at most the one-CTA routing's) of a router of `experts` x `cols`.
 int64_t router_scratch_ints(int64_t tokens, int64_t experts, int64_t cols, int num_sms);
 int64_t router_scratch_floats(int64_t tokens, int64_t experts, int64_t cols, int num_sms);
-// `cluster`: the cluster kernel where it takes the call (detail::router_cluster_fits), the split kernel elsewhere.
 void router_and_routing(const Bf16LinearParams& router, const MoeRoutingParams& params, const RouterScratch& scratch,
-                        cudaStream_t stream, bool cluster = false);
+                        cudaStream_t stream);
 
 namespace detail {
 // kOneBlock: one CTA does everything (moe_routing takes it up to 32 tokens: decode steps); kGrid: a warp per
@@ -72,14 +71,6 @@ namespace detail {
 enum class MoeRoutingLaunch { kOneBlock, kGrid };
 bool moe_routing_fits_one_block(const MoeRoutingParams& params);
 void moe_routing_launch(const MoeRoutingParams& params, cudaStream_t stream, MoeRoutingLaunch launch);
-// The cluster kernel (router_cluster.cu): one cluster of ceil(n / 16) CTAs, each 16 experts' rows over the whole K
-// in shared memory, rank 0 routing after the cluster barrier; the same bits as the split kernel. It takes up to
-// kMaxRouterClusterTokens tokens where its rows fit shared memory (V4-Flash's 256 x 4096 router up to 7 tokens on an
-// H100 or H200; not V4-Pro's 384 x 7168), K % 512 == 0, on sm_90 where the device can hold the cluster (16 CTAs:
-// non-portable).
-inline constexpr int64_t kMaxRouterClusterTokens = 8;
-bool router_cluster_fits(const Bf16LinearParams& router, const MoeRoutingParams& params);
-cudaError_t launch_router_cluster(const Bf16LinearParams& router, const MoeRoutingParams& params, cudaStream_t stream);
 // The CTAs a tile's K blocks are shared out over (1 for 64-row tiles): enough to give every SM one.
 int router_splits(const bf16_act_mma::Tiles& tiles, int64_t tokens, int64_t experts, int64_t cols, int num_sms);
 cudaError_t launch_router_and_routing(const Bf16LinearParams& router, const bf16_act_mma::Tiles& tiles, int splits,

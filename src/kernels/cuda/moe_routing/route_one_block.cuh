@@ -18,14 +18,6 @@ __device__ __forceinline__ float sqrt_softplus(float z) {
     return sqrtf(z > 20.0f ? z : log1pf(expf(z)));
 }
 
-// A selection value as an unsigned key with the same order: -0 as +0 (equal values, equal keys: the tie goes to the
-// lower index as between floats), a NaN (a broken checkpoint's) below every number and above no expert at all (0).
-__device__ __forceinline__ uint32_t selection_key(float v) {
-    if (v != v) return 1u;
-    const uint32_t bits = __float_as_uint(__fadd_rn(v, 0.0f));  // -0 + 0 = +0
-    return bits & 0x80000000u ? ~bits : bits | 0x80000000u;
-}
-
 // One token's routing by one warp: scores into `scores` ([E], shared), the chosen experts in selection order into
 // `chosen` ([k], shared), experts and weights to global memory. Each lane holds its logits and biases (experts lane,
 // lane + 32, ...) in registers, loaded before the first use. Returns through `chosen` only; the caller counts.
@@ -60,25 +52,27 @@ __device__ inline void route_token(const MoeRoutingParams& p, int token, float* 
         const bool valid = hashed >= 0 && hashed < p.vocab;
         if (lane < k) chosen[lane] = valid ? p.tid2eid[int64_t(hashed) * k + lane] : -1;
     } else {
-        // k rounds: the best (score + bias, lower index on ties) among the experts not chosen yet. The values as
-        // order keys (selection_key), held once: each lane takes its best, then the warp the greatest key
-        // (__reduce_max_sync) and the lowest expert holding it (__reduce_min_sync), where a tree of shuffles took
-        // ten exchanges a round.
-        uint32_t keys[kPerLane];
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) keys[i] = lane + 32 * i < E ? selection_key(biased[i]) : 0u;
+        // k rounds: the best (score + bias, lower index on ties) among the experts not chosen yet.
         uint32_t taken = 0;  // bit i: expert lane + 32 i is chosen (E <= 512 -> 16 bits)
         for (int j = 0; j < k; ++j) {
-            uint32_t best = 0u;  // below every expert's key: none yet
+            float best = -INFINITY;
             int best_e = E;
 #pragma unroll
-            for (int i = 0; i < kPerLane; ++i)
-                if (!(taken >> i & 1u) && keys[i] > best) {
-                    best = keys[i];
-                    best_e = lane + 32 * i;
+            for (int i = 0; i < kPerLane; ++i) {
+                const int e = lane + 32 * i;
+                if (e < E && !(taken >> i & 1u) && (biased[i] > best || best_e == E)) {
+                    best = biased[i];
+                    best_e = e;
                 }
-            const uint32_t top = __reduce_max_sync(0xffffffffu, best);
-            best_e = int(__reduce_min_sync(0xffffffffu, best == top ? unsigned(best_e) : unsigned(E)));
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+                const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+                if (oe < E && (best_e == E || ov > best || (ov == best && oe < best_e))) {
+                    best = ov;
+                    best_e = oe;
+                }
+            }
             if (best_e % 32 == lane) taken |= 1u << (best_e / 32);
             if (lane == 0) chosen[j] = best_e;
         }

@@ -124,18 +124,20 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_cluster_kernel(c
                                     cluster_shared_address(&maxes_in, r));
         }
         mbarrier_wait(&maxes_in, 0);
-        __syncthreads();  // every push has read this split's s.row_max before head h's thread overwrites it below
+        if (threadIdx.x < heads_here) {
+            float mx = -INFINITY;
+            for (int sp = 0; sp < p.splits; ++sp) mx = fmaxf(mx, split_maxes[sp][threadIdx.x]);
+            s.row_max[threadIdx.x] = mx;
+        }
     } else {
         if (threadIdx.x < kHeads) s.split_max[threadIdx.x] = s.row_max[threadIdx.x];
         cluster.sync();
-    }
-    auto split_max_of = [&](int sp) -> const float* {
-        return kPush ? split_maxes[sp] : cluster.map_shared_rank(s.split_max, sp);
-    };
-    if (threadIdx.x < heads_here) {
-        float mx = -INFINITY;
-        for (int sp = 0; sp < p.splits; ++sp) mx = fmaxf(mx, split_max_of(sp)[threadIdx.x]);
-        s.row_max[threadIdx.x] = mx;
+        if (threadIdx.x < heads_here) {
+            float mx = -INFINITY;
+            for (int sp = 0; sp < p.splits; ++sp)
+                mx = fmaxf(mx, cluster.map_shared_rank(s.split_max, sp)[threadIdx.x]);
+            s.row_max[threadIdx.x] = mx;
+        }
     }
     __syncthreads();
     phase_mark(p.phase_clock, 3);
